@@ -1,0 +1,887 @@
+//! `echo_agent`: a small, deterministic ACP agent used as the gateway's test
+//! upstream and as the agent of the README quick start.
+//!
+//! It speaks ACP v1 (`protocolVersion` 1) as newline-delimited JSON-RPC over
+//! stdin/stdout, built on the official `agent-client-protocol` SDK. Logs go to
+//! stderr only. The process exits 0 when stdin closes.
+//!
+//! ```text
+//! cargo run --example echo_agent
+//! ```
+//!
+//! # What it does
+//!
+//! A prompt is answered with the words of its text, one `agent_message_chunk`
+//! per word ("hello big world" streams "hello ", "big ", "world"); an empty
+//! prompt gets one chunk "(empty)". After the turn, an untitled session gets
+//! the title "Echo: " + the first 40 characters of the prompt, announced with
+//! a `session_info_update` {title, updatedAt}.
+//!
+//! Sessions are JSON files `<dir>/sessions/<sessionId>.json` ({sessionId, cwd,
+//! additionalDirectories, title, updatedAt, history}), written atomically and
+//! shared by every process using the same directory, so a pool of agents sees
+//! the same sessions. `history` holds the raw `update` objects of the turns:
+//! the user's prompt as one `user_message_chunk` (stored, never sent) and
+//! every `agent_message_chunk`. A session is *open* (in memory) in the process
+//! that created, loaded or resumed it and has not closed or deleted it.
+//!
+//! | Method | Behaviour |
+//! |---|---|
+//! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`. |
+//! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. |
+//! | `session/load` | Replays the history as `session/update`s, then answers {}. |
+//! | `session/resume` | Like `session/load`, without the replay. |
+//! | `session/close` | Cancels the running turn, forgets the session here; {} even if unknown. |
+//! | `session/list` | Newest `updatedAt` first (ties: higher sessionId first), optional exact `cwd` filter, pages with an opaque `nextCursor`; a bad cursor is -32602. |
+//! | `session/delete` | Closes the session and deletes its file; {} even if unknown. |
+//! | `session/status` | `open` (here), `saved` (on disk), else -32002. |
+//! | `session/set_title` | Stores the trimmed title, sends `session_info_update` {title}, answers {title}. |
+//! | `session/prompt` | Needs an open session (else -32002, so clients must load or resume first). |
+//! | `session/cancel` | Cancels the session's running turn. |
+//!
+//! Load, resume, status and set_title answer -32002 (data {sessionId}) for an
+//! unknown session. Any other request gets -32601 and other notifications are
+//! ignored.
+//!
+//! # Environment variables
+//!
+//! | Variable | Meaning |
+//! |---|---|
+//! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
+//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title` (default `load,list,delete,resume,close`). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
+//! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received and every `session/cancel`. |
+//! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
+//! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
+//! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
+//! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
+//! | `ECHO_AGENT_PERMISSION` | `1`: like `/permission` on every prompt. |
+//!
+//! # Prompt directives
+//!
+//! Directives are recognised at the start of the prompt text (the text blocks
+//! concatenated), in any order and combination (`/chunks 5 /delay 100 hello`);
+//! the words after them are echoed. A directive overrides the matching
+//! environment default. The title is still made from the whole text.
+//!
+//! | Directive | Effect |
+//! |---|---|
+//! | `/chunks N` | Reply with N chunks "c1 ", "c2 ", …, "cN" instead of the words. |
+//! | `/delay MS` | Sleep MS milliseconds before each chunk. |
+//! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
+//! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
+//! | `/hang` | Never answer unless the turn is cancelled. |
+//! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
+//!
+//! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
+//! deleting the session) stops the turn at the next chunk boundary, and
+//! interrupts a delay, a hang or a pending permission request; the prompt then
+//! answers `stopReason: "cancelled"`. A second prompt while a turn runs gets
+//! -32602 "turn already running".
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    self, AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse,
+    ContentBlock, ContentChunk, DeleteSessionRequest, DeleteSessionResponse, Implementation,
+    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionId, SessionInfo, SessionInfoUpdate, SessionListCapabilities,
+    SessionNotification, SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities,
+    SessionStatusRequest, SessionStatusResponse, SessionTitleCapabilities, SessionUpdate,
+    SetSessionTitleRequest, SetSessionTitleResponse, StopReason, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{
+    Agent, Client, Error, ErrorCode, RequestCancellation, Stdio, UntypedMessage,
+    on_receive_notification, on_receive_request,
+};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// The connection to the client, as handlers and spawned tasks see it.
+type Cx = ConnectionTo<Client>;
+
+/// Capability names accepted in `ECHO_AGENT_CAPS`.
+const ALL_CAPS: [&str; 7] = [
+    "load", "list", "delete", "resume", "close", "status", "title",
+];
+/// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
+const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
+
+/// Behaviour switches of one prompt turn, from directives or the environment.
+#[derive(Clone, Debug, Default)]
+struct Directives {
+    /// `/chunks N`: reply with N numbered chunks instead of the words.
+    chunks: Option<usize>,
+    /// `/delay MS`: sleep before each chunk.
+    delay_ms: u64,
+    /// `/permission`: ask the client for permission first.
+    permission: bool,
+    /// `/crash`: send one chunk, then exit with code 3.
+    crash: bool,
+    /// `/hang`: wait until cancelled.
+    hang: bool,
+    /// `/unknown`: send a `session/update` of a kind no schema knows.
+    unknown: bool,
+}
+
+impl Directives {
+    /// Splits the leading directives off `text`, starting from `self` (the
+    /// environment defaults); returns them and the remaining text.
+    fn parse<'a>(&self, text: &'a str) -> (Directives, &'a str) {
+        let mut d = self.clone();
+        let mut rest = text.trim_start();
+        loop {
+            let (word, after) = split_word(rest);
+            let (arg, after_arg) = split_word(after);
+            let number = arg.parse::<u64>().ok();
+            match (word, number) {
+                ("/permission", _) => d.permission = true,
+                ("/crash", _) => d.crash = true,
+                ("/hang", _) => d.hang = true,
+                ("/unknown", _) => d.unknown = true,
+                ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
+                ("/delay", Some(ms)) => d.delay_ms = ms,
+                _ => return (d, rest),
+            }
+            rest = if number.is_some() && matches!(word, "/chunks" | "/delay") {
+                after_arg
+            } else {
+                after
+            };
+        }
+    }
+}
+
+/// Returns the first whitespace-separated word of `s` and the rest (trimmed).
+fn split_word(s: &str) -> (&str, &str) {
+    let s = s.trim_start();
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    (&s[..end], s[end..].trim_start())
+}
+
+/// Settings read once from the environment.
+#[derive(Debug)]
+struct Config {
+    /// `<ECHO_AGENT_DIR>/sessions`.
+    sessions_dir: PathBuf,
+    /// Enabled capability names.
+    caps: BTreeSet<String>,
+    /// `session/list` page size.
+    page_size: usize,
+    /// `ECHO_AGENT_CALL_LOG`.
+    call_log: Option<PathBuf>,
+    /// `ECHO_AGENT_INIT_DELAY_MS`.
+    init_delay_ms: u64,
+    /// `ECHO_AGENT_CRASH=start`.
+    crash_at_start: bool,
+    /// Directive defaults from the environment.
+    defaults: Directives,
+}
+
+/// Reads an environment variable, `None` when unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Reads a numeric environment variable, warning about unparsable values.
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let value = env(name)?;
+    let parsed = value.trim().parse().ok();
+    if parsed.is_none() {
+        eprintln!("echo-agent: ignoring {name}={value:?}: not a number");
+    }
+    parsed
+}
+
+impl Config {
+    fn from_env() -> Self {
+        let dir = env("ECHO_AGENT_DIR").map_or_else(
+            || std::env::temp_dir().join("acp-echo-agent"),
+            PathBuf::from,
+        );
+        let mut caps = BTreeSet::new();
+        for cap in env("ECHO_AGENT_CAPS")
+            .as_deref()
+            .unwrap_or(DEFAULT_CAPS)
+            .split(',')
+        {
+            let cap = cap.trim();
+            if ALL_CAPS.contains(&cap) {
+                caps.insert(cap.to_string());
+            } else if !cap.is_empty() {
+                eprintln!("echo-agent: ignoring unknown capability {cap:?} in ECHO_AGENT_CAPS");
+            }
+        }
+        let crash = env("ECHO_AGENT_CRASH").unwrap_or_default();
+        Config {
+            sessions_dir: dir.join("sessions"),
+            caps,
+            page_size: env_num("ECHO_AGENT_PAGE_SIZE").unwrap_or(10).max(1),
+            call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
+            init_delay_ms: env_num("ECHO_AGENT_INIT_DELAY_MS").unwrap_or(0),
+            crash_at_start: crash.trim() == "start",
+            defaults: Directives {
+                chunks: env_num("ECHO_AGENT_CHUNKS"),
+                delay_ms: env_num("ECHO_AGENT_DELAY_MS").unwrap_or(0),
+                permission: env("ECHO_AGENT_PERMISSION").is_some_and(|v| v.trim() == "1"),
+                crash: crash.trim() == "prompt",
+                ..Directives::default()
+            },
+        }
+    }
+}
+
+/// A session as stored in `<dir>/sessions/<sessionId>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    session_id: String,
+    cwd: PathBuf,
+    #[serde(default)]
+    additional_directories: Vec<PathBuf>,
+    title: Option<String>,
+    updated_at: DateTime<Utc>,
+    /// The raw `update` objects of the session's `session/update`s, in order.
+    #[serde(default)]
+    history: Vec<Value>,
+}
+
+/// The running turn of an open session: who to tell when it is cancelled.
+#[derive(Debug)]
+struct TurnSlot {
+    id: u64,
+    cancel: watch::Sender<bool>,
+}
+
+/// What a running turn watches to notice cancellation.
+struct Turn {
+    id: u64,
+    /// Set by `session/cancel`; closed when the session is closed or deleted.
+    cancel: watch::Receiver<bool>,
+    /// `$/cancel_request` for the prompt request itself.
+    request: RequestCancellation,
+}
+
+impl Turn {
+    fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow() || self.cancel.has_changed().is_err() || self.request.is_cancelled()
+    }
+
+    /// Resolves once the turn is cancelled.
+    async fn cancelled(&mut self) {
+        tokio::select! {
+            _ = self.cancel.wait_for(|cancelled| *cancelled) => {}
+            () = self.request.cancelled() => {}
+        }
+    }
+}
+
+/// The agent: configuration, open sessions and their running turns.
+#[derive(Debug)]
+struct EchoAgent {
+    cfg: Config,
+    /// Open sessions of this process, with their running turn if any.
+    open: Mutex<HashMap<String, Option<TurnSlot>>>,
+    /// Serialises read-modify-write of session files within this process.
+    files: Mutex<()>,
+    next_turn: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// `-32602` with `message` as the error message.
+fn invalid(message: &str) -> Error {
+    Error::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::internal_error().data(e.to_string())
+}
+
+fn not_found(id: &SessionId) -> Error {
+    schema::Error::session_not_found(id.clone()).into()
+}
+
+fn to_json(value: &impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+impl EchoAgent {
+    /// Appends `<method> <sessionId or ->` to `ECHO_AGENT_CALL_LOG`.
+    fn log_call(&self, method: &str, session: Option<&SessionId>) {
+        let Some(path) = &self.cfg.call_log else {
+            return;
+        };
+        let line = format!(
+            "{method} {}\n",
+            session.map_or("-".into(), ToString::to_string)
+        );
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()).and_then(|()| f.flush()));
+        if let Err(e) = written {
+            eprintln!("echo-agent: cannot write call log {}: {e}", path.display());
+        }
+    }
+
+    fn capabilities(&self) -> AgentCapabilities {
+        let on = |cap: &str| self.cfg.caps.contains(cap);
+        let session = SessionCapabilities::new()
+            .list(on("list").then(SessionListCapabilities::new))
+            .delete(on("delete").then(SessionDeleteCapabilities::new))
+            .resume(on("resume").then(SessionResumeCapabilities::new))
+            .close(on("close").then(SessionCloseCapabilities::new))
+            .status(on("status").then(SessionStatusCapabilities::new))
+            .title(on("title").then(SessionTitleCapabilities::new));
+        AgentCapabilities::new()
+            .load_session(on("load"))
+            .session_capabilities(session)
+    }
+
+    // ---- session files -------------------------------------------------
+
+    /// The file of session `id`, or `None` for ids that cannot be ours.
+    fn path(&self, id: &str) -> Option<PathBuf> {
+        let safe = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        safe.then(|| self.cfg.sessions_dir.join(format!("{id}.json")))
+    }
+
+    fn read(&self, id: &str) -> Option<Record> {
+        let text = std::fs::read_to_string(self.path(id)?).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Writes `record` atomically: a temporary file in the same directory,
+    /// then a rename over the real one.
+    fn write(&self, record: &Record) -> Result<(), Error> {
+        let path = self
+            .path(&record.session_id)
+            .ok_or_else(|| internal("bad session id"))?;
+        let tmp = self.cfg.sessions_dir.join(format!(
+            ".{}.{}.{}.tmp",
+            record.session_id,
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let body = serde_json::to_vec_pretty(record).map_err(internal)?;
+        std::fs::write(&tmp, body)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                internal(format!("cannot write {}: {e}", path.display()))
+            })
+    }
+
+    /// Applies `change` to the stored session; `None` if it does not exist.
+    fn update(&self, id: &str, change: impl FnOnce(&mut Record)) -> Result<Option<Record>, Error> {
+        let _guard = lock(&self.files);
+        let Some(mut record) = self.read(id) else {
+            return Ok(None);
+        };
+        change(&mut record);
+        self.write(&record)?;
+        Ok(Some(record))
+    }
+
+    /// Every readable session file.
+    fn all(&self) -> Vec<Record> {
+        let Ok(entries) = std::fs::read_dir(&self.cfg.sessions_dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let id = name
+                    .strip_suffix(".json")
+                    .filter(|_| !name.starts_with('.'))?;
+                self.read(id)
+            })
+            .collect()
+    }
+
+    // ---- open sessions and turns ---------------------------------------
+
+    fn open_session(&self, id: &SessionId) {
+        lock(&self.open).entry(id.to_string()).or_insert(None);
+    }
+
+    fn is_open(&self, id: &str) -> bool {
+        lock(&self.open).contains_key(id)
+    }
+
+    /// Forgets an open session; dropping its turn slot cancels the turn.
+    fn close_session(&self, id: &str) {
+        if let Some(Some(turn)) = lock(&self.open).remove(id) {
+            turn.cancel.send_replace(true);
+        }
+    }
+
+    /// Registers a new turn for an open session that has none running.
+    fn begin_turn(&self, id: &SessionId, request: RequestCancellation) -> Result<Turn, Error> {
+        let mut open = lock(&self.open);
+        let slot = open.get_mut(&*id.0).ok_or_else(|| not_found(id))?;
+        if slot.is_some() {
+            return Err(invalid("turn already running"));
+        }
+        let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
+        let (cancel, rx) = watch::channel(false);
+        *slot = Some(TurnSlot {
+            id: turn_id,
+            cancel,
+        });
+        Ok(Turn {
+            id: turn_id,
+            cancel: rx,
+            request,
+        })
+    }
+
+    fn end_turn(&self, id: &str, turn_id: u64) {
+        if let Some(slot) = lock(&self.open).get_mut(id)
+            && slot.as_ref().is_some_and(|t| t.id == turn_id)
+        {
+            *slot = None;
+        }
+    }
+
+    // ---- methods -------------------------------------------------------
+    //
+    // Each starts with `self.enter`, which logs the call and, for optional
+    // methods, answers -32601 when the capability is off.
+
+    /// Logs a call to `method`, then checks capability `cap` if any.
+    fn enter(&self, method: &str, id: Option<&SessionId>, cap: Option<&str>) -> Result<(), Error> {
+        self.log_call(method, id);
+        match cap {
+            Some(cap) if !self.cfg.caps.contains(cap) => {
+                Err(Error::method_not_found()
+                    .data(format!("{method}: capability {cap:?} is disabled")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn initialize(&self) -> Result<InitializeResponse, Error> {
+        self.enter("initialize", None, None)?;
+        if self.cfg.crash_at_start {
+            eprintln!("echo-agent: crashing at start");
+            std::process::exit(3);
+        }
+        if self.cfg.init_delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.cfg.init_delay_ms)).await;
+        }
+        let info = Implementation::new("echo-agent", env!("CARGO_PKG_VERSION"));
+        Ok(InitializeResponse::new(ProtocolVersion::V1)
+            .agent_capabilities(self.capabilities())
+            .agent_info(info))
+    }
+
+    fn new_session(&self, req: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+        self.enter("session/new", None, None)?;
+        if !req.cwd.is_absolute() {
+            return Err(invalid("cwd must be an absolute path"));
+        }
+        std::fs::create_dir_all(&self.cfg.sessions_dir).map_err(internal)?;
+        let id = SessionId::new(format!("sess_{}", uuid::Uuid::new_v4().simple()));
+        self.write(&Record {
+            session_id: id.to_string(),
+            cwd: req.cwd,
+            additional_directories: req.additional_directories,
+            title: None,
+            updated_at: Utc::now(),
+            history: Vec::new(),
+        })?;
+        self.open_session(&id);
+        Ok(NewSessionResponse::new(id))
+    }
+
+    /// Replays the history as `session/update`s (before the response, which
+    /// the caller sends), then opens the session.
+    fn load(&self, cx: &Cx, req: LoadSessionRequest) -> Result<LoadSessionResponse, Error> {
+        let id = &req.session_id;
+        self.enter("session/load", Some(id), Some("load"))?;
+        let record = self.read(&id.0).ok_or_else(|| not_found(id))?;
+        for update in record.history {
+            let params = json!({ "sessionId": id, "update": update });
+            cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+        }
+        self.open_session(id);
+        Ok(LoadSessionResponse::new())
+    }
+
+    fn resume(&self, req: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
+        let id = &req.session_id;
+        self.enter("session/resume", Some(id), Some("resume"))?;
+        self.read(&id.0).ok_or_else(|| not_found(id))?;
+        self.open_session(id);
+        Ok(ResumeSessionResponse::new())
+    }
+
+    fn close(&self, req: CloseSessionRequest) -> Result<CloseSessionResponse, Error> {
+        self.enter("session/close", Some(&req.session_id), Some("close"))?;
+        self.close_session(&req.session_id.0);
+        Ok(CloseSessionResponse::new())
+    }
+
+    fn list(&self, req: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+        self.enter("session/list", None, Some("list"))?;
+        let offset = match &req.cursor {
+            None => 0,
+            Some(cursor) => URL_SAFE_NO_PAD
+                .decode(cursor)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok()?.parse::<usize>().ok())
+                .ok_or_else(|| invalid("invalid cursor"))?,
+        };
+        let mut records = self.all();
+        records.retain(|r| req.cwd.as_ref().is_none_or(|cwd| &r.cwd == cwd));
+        records.sort_by(|a, b| (b.updated_at, &b.session_id).cmp(&(a.updated_at, &a.session_id)));
+        let end = offset.saturating_add(self.cfg.page_size);
+        let page = records.iter().skip(offset).take(self.cfg.page_size);
+        let page = page.map(|r| {
+            SessionInfo::new(r.session_id.clone(), r.cwd.clone())
+                .additional_directories(r.additional_directories.clone())
+                .title(r.title.clone())
+                .updated_at(timestamp(r.updated_at))
+        });
+        let next = (end < records.len()).then(|| URL_SAFE_NO_PAD.encode(end.to_string()));
+        Ok(ListSessionsResponse::new(page.collect()).next_cursor(next))
+    }
+
+    fn status(&self, req: SessionStatusRequest) -> Result<SessionStatusResponse, Error> {
+        let id = &req.session_id;
+        self.enter("session/status", Some(id), Some("status"))?;
+        let status = if self.is_open(&id.0) {
+            SessionStatus::Open
+        } else if self.path(&id.0).is_some_and(|p| p.exists()) {
+            SessionStatus::Saved
+        } else {
+            return Err(not_found(id));
+        };
+        Ok(SessionStatusResponse::new(status))
+    }
+
+    fn set_title(
+        &self,
+        cx: &Cx,
+        req: SetSessionTitleRequest,
+    ) -> Result<SetSessionTitleResponse, Error> {
+        let id = req.session_id;
+        self.enter("session/set_title", Some(&id), Some("title"))?;
+        let title = req.title.trim().to_string();
+        if title.is_empty() {
+            return Err(invalid("title must not be empty"));
+        }
+        self.update(&id.0, |r| r.title = Some(title.clone()))?
+            .ok_or_else(|| not_found(&id))?;
+        let update =
+            SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().title(title.clone()));
+        cx.send_notification(SessionNotification::new(id, update))?;
+        Ok(SetSessionTitleResponse::new(title))
+    }
+
+    /// Closes the session here and removes its file; unknown ids are fine.
+    fn delete(&self, req: DeleteSessionRequest) -> Result<DeleteSessionResponse, Error> {
+        let id = &req.session_id;
+        self.enter("session/delete", Some(id), Some("delete"))?;
+        self.close_session(&id.0);
+        let _guard = lock(&self.files);
+        match self.path(&id.0).map(std::fs::remove_file) {
+            Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => Err(internal(e)),
+            _ => Ok(DeleteSessionResponse::new()),
+        }
+    }
+
+    /// Starts a turn in a spawned task, which answers the request when the
+    /// turn ends, so that the dispatch loop stays free for `session/cancel`
+    /// and the permission answer.
+    fn prompt(
+        self: &Arc<Self>,
+        cx: &Cx,
+        req: PromptRequest,
+        responder: Responder<PromptResponse>,
+    ) -> Result<(), Error> {
+        let id = req.session_id.clone();
+        self.enter("session/prompt", Some(&id), None)?;
+        let mut turn = self.begin_turn(&id, responder.cancellation())?;
+        let (agent, task_cx) = (Arc::clone(self), cx.clone());
+        cx.spawn(async move {
+            let result = agent.run_turn(&task_cx, req, &mut turn).await;
+            agent.end_turn(&id.0, turn.id);
+            if let Err(err) = responder.respond_with_result(result.map(PromptResponse::new)) {
+                eprintln!("echo-agent: cannot answer session/prompt: {err}");
+            }
+            Ok(())
+        })
+    }
+
+    fn cancel(&self, notif: CancelNotification) {
+        self.log_call("session/cancel", Some(&notif.session_id));
+        if let Some(Some(turn)) = lock(&self.open).get(&*notif.session_id.0) {
+            turn.cancel.send_replace(true);
+        }
+    }
+
+    // ---- prompt turns --------------------------------------------------
+
+    /// Persists an agent chunk to the history, then streams it.
+    fn chunk(&self, cx: &Cx, id: &SessionId, text: impl Into<String>) -> Result<(), Error> {
+        let text: String = text.into();
+        let update = SessionUpdate::AgentMessageChunk(ContentChunk::new(text.into()));
+        self.update(&id.0, |r| r.history.push(to_json(&update)))?;
+        cx.send_notification(SessionNotification::new(id.clone(), update))
+    }
+
+    /// Runs one prompt turn (see the module documentation) and returns its
+    /// stop reason.
+    async fn run_turn(
+        &self,
+        cx: &Cx,
+        req: PromptRequest,
+        turn: &mut Turn,
+    ) -> Result<StopReason, Error> {
+        let id = req.session_id;
+        let text: String = req
+            .prompt
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let user = SessionUpdate::UserMessageChunk(ContentChunk::new(text.clone().into()));
+        self.update(&id.0, |r| {
+            r.history.push(to_json(&user));
+            r.updated_at = Utc::now();
+        })?;
+        let (directives, rest) = self.cfg.defaults.parse(&text);
+        let stop = self.stream(cx, &id, &directives, rest, turn).await?;
+        self.finish(cx, &id, &text)?;
+        Ok(stop)
+    }
+
+    /// The streaming part of a turn, as the directives `d` ask.
+    async fn stream(
+        &self,
+        cx: &Cx,
+        id: &SessionId,
+        d: &Directives,
+        rest: &str,
+        turn: &mut Turn,
+    ) -> Result<StopReason, Error> {
+        if d.unknown {
+            let update = json!({ "sessionUpdate": "future_variant_x", "payload": { "n": 1 } });
+            let params = json!({ "sessionId": id, "update": update });
+            cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+        }
+
+        if d.permission {
+            let fields = ToolCallUpdateFields::new()
+                .title("echo wants to write a file".to_string())
+                .kind(ToolKind::Edit)
+                .status(ToolCallStatus::Pending);
+            let options = vec![
+                PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+                PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+            ];
+            let tool_call = ToolCallUpdate::new("call_1", fields);
+            let request = RequestPermissionRequest::new(id.clone(), tool_call, options);
+            // On cancel the pending request is dropped, which makes the SDK
+            // send `$/cancel_request` for it.
+            let answer = tokio::select! {
+                answer = cx.send_request(request).block_task() => answer?,
+                () = turn.cancelled() => return Ok(StopReason::Cancelled),
+            };
+            let RequestPermissionOutcome::Selected(selected) = answer.outcome else {
+                return Ok(StopReason::Cancelled);
+            };
+            self.chunk(cx, id, format!("permission: {}", selected.option_id))?;
+        }
+
+        if d.crash {
+            self.chunk(cx, id, "crashing")?;
+            eprintln!("echo-agent: crashing mid-turn");
+            // Give the SDK's writer a moment to put the chunk on stdout.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            std::process::exit(3);
+        }
+
+        if d.hang {
+            turn.cancelled().await;
+            return Ok(StopReason::Cancelled);
+        }
+
+        let mut parts: Vec<String> = match d.chunks {
+            Some(n) => (1..=n).map(|i| format!("c{i}")).collect(),
+            None => rest.split_whitespace().map(str::to_string).collect(),
+        };
+        if parts.is_empty() && d.chunks.is_none() {
+            parts.push("(empty)".into());
+        }
+        let last = parts.len().saturating_sub(1);
+        for (i, part) in parts.into_iter().enumerate() {
+            if d.delay_ms > 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(d.delay_ms)) => {}
+                    () = turn.cancelled() => return Ok(StopReason::Cancelled),
+                }
+            }
+            if turn.is_cancelled() {
+                return Ok(StopReason::Cancelled);
+            }
+            self.chunk(cx, id, if i < last { part + " " } else { part })?;
+        }
+        Ok(StopReason::EndTurn)
+    }
+
+    /// Ends a turn: bumps `updatedAt` and gives an untitled session its title.
+    fn finish(&self, cx: &Cx, id: &SessionId, text: &str) -> Result<(), Error> {
+        let now = Utc::now();
+        let mut new_title = None;
+        self.update(&id.0, |r| {
+            r.updated_at = now;
+            if r.title.is_none() {
+                let head: String = text.trim().chars().take(40).collect();
+                let title = format!("Echo: {}", head.trim_end());
+                r.title = Some(title.clone());
+                new_title = Some(title);
+            }
+        })?;
+        if let Some(title) = new_title
+            && self.is_open(&id.0)
+        {
+            let update = SessionInfoUpdate::new()
+                .title(title)
+                .updated_at(timestamp(now));
+            let update = SessionUpdate::SessionInfoUpdate(update);
+            cx.send_notification(SessionNotification::new(id.clone(), update))?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let agent = Arc::new(EchoAgent {
+        cfg: Config::from_env(),
+        open: Mutex::new(HashMap::new()),
+        files: Mutex::new(()),
+        next_turn: AtomicU64::new(1),
+    });
+    if let Err(e) = std::fs::create_dir_all(&agent.cfg.sessions_dir) {
+        eprintln!(
+            "echo-agent: cannot create {}: {e}",
+            agent.cfg.sessions_dir.display()
+        );
+        std::process::exit(1);
+    }
+    eprintln!(
+        "echo-agent: state in {}, capabilities {:?}",
+        agent.cfg.sessions_dir.display(),
+        agent.cfg.caps
+    );
+
+    // Every handler below runs inside the SDK's dispatch loop, so they only do
+    // quick work; a prompt turn runs in a spawned task.
+    let s = &agent;
+    let result = Agent
+        .v1()
+        .name("echo-agent")
+        .on_receive_request(
+            async move |_: InitializeRequest, responder, _cx| {
+                responder.respond_with_result(s.initialize().await)
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest, responder, _cx| {
+                responder.respond_with_result(s.new_session(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: LoadSessionRequest, responder, cx| {
+                responder.respond_with_result(s.load(&cx, req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ResumeSessionRequest, responder, _cx| {
+                responder.respond_with_result(s.resume(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: CloseSessionRequest, responder, _cx| {
+                responder.respond_with_result(s.close(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ListSessionsRequest, responder, _cx| {
+                responder.respond_with_result(s.list(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: SessionStatusRequest, responder, _cx| {
+                responder.respond_with_result(s.status(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: SetSessionTitleRequest, responder, cx| {
+                responder.respond_with_result(s.set_title(&cx, req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: DeleteSessionRequest, responder, _cx| {
+                responder.respond_with_result(s.delete(req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            // Errors returned here are sent as the error response.
+            async move |req: PromptRequest, responder, cx| s.prompt(&cx, req, responder),
+            on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notif: CancelNotification, _cx| {
+                s.cancel(notif);
+                Ok(())
+            },
+            on_receive_notification!(),
+        )
+        .connect_to(Stdio::new())
+        .await;
+    if let Err(err) = result {
+        eprintln!("echo-agent: connection failed: {err}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,136 @@
+//! What an agent can do, read from its `initialize` result: the v1 markers
+//! (`agentCapabilities.loadSession`, `agentCapabilities.sessionCapabilities.*`) or the v2
+//! baseline (`capabilities.session` present ⇒ load, list, resume and close are all supported).
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+/// The protocol version the gateway speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// Normalised session capabilities: the gateway never calls a method whose flag is false.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    pub load: bool,
+    pub list: bool,
+    pub resume: bool,
+    pub close: bool,
+    pub delete: bool,
+    pub status: bool,
+    pub set_title: bool,
+    pub archive: bool,
+}
+
+/// What the gateway keeps of an agent's `initialize` result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInit {
+    pub protocol_version: Value,
+    /// `agentInfo` (v1) or `info` (v2), as sent.
+    pub agent_info: Value,
+    pub auth_methods: Value,
+    pub capabilities: Capabilities,
+    /// The raw capability object, for clients that want more detail.
+    pub raw_capabilities: Value,
+}
+
+/// The `initialize` params: no fs and no terminal capability, so the agent uses its own.
+pub fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientInfo": {"name": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+fn present(v: Option<&Value>) -> bool {
+    matches!(v, Some(v) if !v.is_null() && v != &Value::Bool(false))
+}
+
+impl AgentInit {
+    /// Reads an `initialize` result of either protocol generation.
+    pub fn from_result(result: &Value) -> Self {
+        let v2_session = result.pointer("/capabilities/session").filter(|v| !v.is_null());
+        let capabilities = if let Some(session) = v2_session {
+            Capabilities {
+                load: true,
+                list: true,
+                resume: true,
+                close: true,
+                delete: present(session.get("delete")),
+                status: present(session.get("status")),
+                set_title: present(session.get("title")),
+                archive: present(session.get("archive")),
+            }
+        } else {
+            let agent = result.get("agentCapabilities").cloned().unwrap_or(Value::Null);
+            let session = agent.get("sessionCapabilities");
+            let has = |k: &str| present(session.and_then(|s| s.get(k)));
+            Capabilities {
+                load: agent.get("loadSession").and_then(Value::as_bool).unwrap_or(false),
+                list: has("list"),
+                resume: has("resume"),
+                close: has("close"),
+                delete: has("delete"),
+                status: has("status"),
+                set_title: has("title"),
+                archive: has("archive"),
+            }
+        };
+        AgentInit {
+            protocol_version: result.get("protocolVersion").cloned().unwrap_or(Value::Null),
+            agent_info: result
+                .get("agentInfo")
+                .or_else(|| result.get("info"))
+                .cloned()
+                .unwrap_or(Value::Null),
+            auth_methods: result.get("authMethods").cloned().unwrap_or(json!([])),
+            capabilities,
+            raw_capabilities: result
+                .get("agentCapabilities")
+                .or_else(|| result.get("capabilities"))
+                .cloned()
+                .unwrap_or(Value::Null),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_markers() {
+        let init = AgentInit::from_result(&json!({
+            "protocolVersion": 1,
+            "agentInfo": {"name": "a"},
+            "agentCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "close": null}}
+        }));
+        assert_eq!(
+            init.capabilities,
+            Capabilities { load: true, list: true, delete: true, ..Default::default() }
+        );
+        assert_eq!(init.agent_info, json!({"name": "a"}));
+    }
+
+    #[test]
+    fn v2_baseline_and_optional_features() {
+        let init = AgentInit::from_result(&json!({
+            "protocolVersion": 2,
+            "info": {"name": "b"},
+            "capabilities": {"session": {"delete": {}, "status": {}}}
+        }));
+        let c = init.capabilities;
+        assert!(c.load && c.list && c.resume && c.close && c.delete && c.status);
+        assert!(!c.set_title && !c.archive);
+        assert_eq!(init.agent_info, json!({"name": "b"}));
+    }
+
+    #[test]
+    fn nothing_advertised() {
+        let c = AgentInit::from_result(&json!({"protocolVersion": 1})).capabilities;
+        assert_eq!(c, Capabilities::default());
+    }
+}

@@ -1,0 +1,219 @@
+//! The gateway's own JSON-RPC 2.0 client over an agent's stdio (NDJSON), on tokio.
+//!
+//! The gateway assigns its own request ids and keeps a pending map. Everything the agent writes
+//! to stdout is delivered, in order, through one bounded channel as [`Inbound`]; the member's
+//! supervisor resolves responses from it, so a response is never seen before the notifications
+//! that preceded it. Notifications stay raw JSON so unknown `sessionUpdate` variants pass through.
+
+pub mod caps;
+mod process;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+pub use process::{AgentCommand, AgentProcess, ExitInfo};
+
+/// Longest line accepted from an agent: base64 images make lines large.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A JSON-RPC error object as the agent sent it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// Why a call to the agent did not produce a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("agent error {}: {}", .0.code, .0.message)]
+    Rpc(RpcError),
+    #[error("agent connection closed: {0}")]
+    Closed(String),
+    #[error("agent did not answer {0} in time")]
+    Timeout(String),
+}
+
+impl CallError {
+    /// True for JSON-RPC -32002 (resource not found).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CallError::Rpc(e) if e.code == -32002)
+    }
+}
+
+/// One message from the agent, in the order it was written.
+#[derive(Debug)]
+pub enum Inbound {
+    Response { id: u64, result: Result<Value, RpcError> },
+    Notification { method: String, params: Value },
+    Request { id: Value, method: String, params: Value },
+}
+
+type Pending = Arc<Mutex<HashMap<u64, (String, oneshot::Sender<Result<Value, CallError>>)>>>;
+
+/// The client side of one agent connection. Cheap to share; calls are concurrent.
+#[derive(Debug)]
+pub struct Connection {
+    out: mpsc::Sender<String>,
+    pending: Pending,
+    next_id: AtomicU64,
+}
+
+impl Connection {
+    /// Wraps the writer half; `out` carries complete lines to the agent's stdin.
+    pub fn new(out: mpsc::Sender<String>) -> Self {
+        Connection {
+            out,
+            pending: Arc::default(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Calls `method`, waiting at most `timeout` (`None`: as long as the connection lives).
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .expect("pending lock")
+            .insert(id, (method.to_owned(), tx));
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let started = std::time::Instant::now();
+        if self.out.send(line.to_string()).await.is_err() {
+            self.pending.lock().expect("pending lock").remove(&id);
+            return Err(CallError::Closed("the agent's stdin is closed".into()));
+        }
+        let waited = match timeout {
+            Some(t) => match tokio::time::timeout(t, rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.pending.lock().expect("pending lock").remove(&id);
+                    return Err(CallError::Timeout(method.to_owned()));
+                }
+            },
+            None => rx.await,
+        };
+        tracing::debug!(method, id, elapsed_ms = started.elapsed().as_millis() as u64, "upstream call");
+        waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())))
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), CallError> {
+        let line = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        self.out
+            .send(line.to_string())
+            .await
+            .map_err(|_| CallError::Closed("the agent's stdin is closed".into()))
+    }
+
+    /// Answers a request the agent sent to us.
+    pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) -> Result<(), CallError> {
+        let line = match result {
+            Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e}),
+        };
+        self.out
+            .send(line.to_string())
+            .await
+            .map_err(|_| CallError::Closed("the agent's stdin is closed".into()))
+    }
+
+    /// Delivers a response to its waiter. Returns false for an id nobody waits for.
+    pub fn resolve(&self, id: u64, result: Result<Value, RpcError>) -> bool {
+        let waiter = self.pending.lock().expect("pending lock").remove(&id);
+        match waiter {
+            Some((_, tx)) => {
+                let _ = tx.send(result.map_err(CallError::Rpc));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Fails every pending call: the agent is gone.
+    pub fn fail_all(&self, reason: &str) {
+        let waiters: Vec<_> = self.pending.lock().expect("pending lock").drain().collect();
+        for (_, (_, tx)) in waiters {
+            let _ = tx.send(Err(CallError::Closed(reason.to_owned())));
+        }
+    }
+}
+
+/// Parses one line from the agent. `Err` carries a description for the log.
+pub fn parse_line(line: &str) -> Result<Inbound, String> {
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = v.as_object().ok_or("not a JSON object")?;
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err("missing jsonrpc: \"2.0\"".into());
+    }
+    let id = obj.get("id").filter(|i| !i.is_null()).cloned();
+    match (obj.get("method").and_then(Value::as_str), id) {
+        (Some(method), None) => Ok(Inbound::Notification {
+            method: method.to_owned(),
+            params: obj.get("params").cloned().unwrap_or(Value::Null),
+        }),
+        (Some(method), Some(id)) => Ok(Inbound::Request {
+            id,
+            method: method.to_owned(),
+            params: obj.get("params").cloned().unwrap_or(Value::Null),
+        }),
+        (None, Some(id)) => {
+            let id = id.as_u64().ok_or("response id is not one of ours")?;
+            let result = if let Some(err) = obj.get("error") {
+                Err(serde_json::from_value::<RpcError>(err.clone())
+                    .map_err(|e| format!("invalid error object: {e}"))?)
+            } else {
+                Ok(obj.get("result").cloned().unwrap_or(Value::Null))
+            };
+            Ok(Inbound::Response { id, result })
+        }
+        (None, None) => Err("neither a request, a response nor a notification".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_kind_and_rejects_garbage() {
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","method":"session/update","params":{"x":1}}"#),
+            Ok(Inbound::Notification { method, .. }) if method == "session/update"
+        ));
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file","params":{}}"#),
+            Ok(Inbound::Request { .. })
+        ));
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"nope"}}"#),
+            Ok(Inbound::Response { id: 7, result: Err(RpcError { code: -32002, .. }) })
+        ));
+        assert!(parse_line("hello").is_err());
+        assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
+        assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+}
+
+/// Counts one line or message from an agent that the gateway had to ignore.
+pub fn process_garbage() {
+    process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Lines or messages from agents that were ignored, over all members.
+pub fn garbage_count() -> u64 {
+    process::GARBAGE_LINES.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -1,0 +1,238 @@
+//! Spawning an agent process in its own process group, with its three pipes served by tasks:
+//! a writer for stdin, a line reader for stdout, and a drain for stderr that keeps a tail.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::{Connection, Inbound, MAX_LINE_BYTES, parse_line};
+
+/// Lines from agents that were not valid JSON-RPC, over all members (for `/metrics`).
+pub static GARBAGE_LINES: AtomicU64 = AtomicU64::new(0);
+
+const STDERR_TAIL_LINES: usize = 20;
+
+/// The agent command line, split like a POSIX shell would (no shell is run).
+#[derive(Debug, Clone)]
+pub struct AgentCommand {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+impl AgentCommand {
+    /// Parses `"CMD ARGS"`.
+    pub fn parse(line: &str) -> anyhow::Result<Self> {
+        let mut words = shell_words::split(line)?;
+        anyhow::ensure!(!words.is_empty(), "the agent command is empty");
+        let program = words.remove(0);
+        Ok(AgentCommand { program, args: words })
+    }
+}
+
+/// How a member's process ended.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when it was killed by one.
+    pub signal: Option<i32>,
+    /// The last lines it wrote to stderr.
+    pub stderr_tail: Vec<String>,
+}
+
+/// A running agent process and the tasks serving its pipes.
+pub struct AgentProcess {
+    pub pid: u32,
+    child: Child,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    tasks: JoinSet<()>,
+}
+
+impl AgentProcess {
+    /// Starts the agent. Returns the process, the connection to call it, and the ordered stream
+    /// of everything it writes to stdout.
+    pub fn spawn(
+        cmd: &AgentCommand,
+        label: &str,
+    ) -> std::io::Result<(Self, Arc<Connection>, mpsc::Receiver<Inbound>)> {
+        let mut child = Command::new(&cmd.program)
+            .args(&cmd.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().unwrap_or_default();
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut tasks = JoinSet::new();
+
+        let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
+        tasks.spawn(async move {
+            while let Some(mut line) = out_rx.recv().await {
+                line.push('\n');
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+
+        let (in_tx, in_rx) = mpsc::channel::<Inbound>(1024);
+        let who = label.to_owned();
+        tasks.spawn(async move {
+            let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+            let mut buf = Vec::new();
+            loop {
+                match read_bounded_line(&mut reader, &mut buf, MAX_LINE_BYTES).await {
+                    Ok(None) => break,
+                    Ok(Some(false)) => {
+                        GARBAGE_LINES.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(member = %who, limit = MAX_LINE_BYTES, "agent wrote an over-long line; dropped");
+                    }
+                    Ok(Some(true)) => {
+                        let line = String::from_utf8_lossy(&buf);
+                        let line = line.trim();
+                        if line.is_empty() {
+                            continue;
+                        }
+                        match parse_line(line) {
+                            Ok(msg) => {
+                                if in_tx.send(msg).await.is_err() {
+                                    break;
+                                }
+                            }
+                            Err(why) => {
+                                GARBAGE_LINES.fetch_add(1, Ordering::Relaxed);
+                                let shown: String = line.chars().take(200).collect();
+                                tracing::warn!(member = %who, why, line = shown, "agent wrote a line that is not JSON-RPC; ignored");
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(member = %who, error = %e, "reading the agent's stdout failed");
+                        break;
+                    }
+                }
+            }
+        });
+
+        let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
+        let tail_w = tail.clone();
+        let who = label.to_owned();
+        tasks.spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "agent_stderr", member = %who, "{line}");
+                let mut t = tail_w.lock().expect("tail lock");
+                if t.len() == STDERR_TAIL_LINES {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+
+        let conn = Arc::new(Connection::new(out_tx));
+        Ok((AgentProcess { pid, child, tail, tasks }, conn, in_rx))
+    }
+
+    /// Waits for the process to exit and for its pipes to drain.
+    pub async fn wait(&mut self) -> ExitInfo {
+        let status = self.child.wait().await;
+        // stderr reaches EOF once the process group's writers are gone; do not wait forever.
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        self.tasks.abort_all();
+        use std::os::unix::process::ExitStatusExt;
+        let (code, signal) = match status {
+            Ok(s) => (s.code(), s.signal()),
+            Err(_) => (None, None),
+        };
+        ExitInfo {
+            code,
+            signal,
+            stderr_tail: self.tail.lock().expect("tail lock").iter().cloned().collect(),
+        }
+    }
+
+    /// Terminates the whole process group: SIGTERM, then SIGKILL after `grace`; reaps it.
+    pub async fn terminate(&mut self, grace: Duration) -> ExitInfo {
+        let pgid = Pid::from_raw(self.pid as i32);
+        let _ = killpg(pgid, Signal::SIGTERM);
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        let info = self.wait().await;
+        // Anything left in the group (grandchildren) goes too.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        info
+    }
+}
+
+/// Reads one `\n`-terminated line into `buf` without ever holding more than `max` bytes.
+/// `Ok(None)` at EOF, `Ok(Some(false))` when the line was too long (and was skipped).
+async fn read_bounded_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if buf.is_empty() && !too_long { None } else { Some(!too_long) });
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(Some(!too_long));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_lines_skip_overlong_and_keep_going() {
+        let data = b"short\nthis line is far too long\nok\nlast".to_vec();
+        let mut r = BufReader::with_capacity(4, &data[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(buf, b"short");
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(false));
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(buf, b"ok");
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(buf, b"last");
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), None);
+    }
+}

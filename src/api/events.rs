@@ -1,0 +1,99 @@
+//! Server-Sent Event streams (per session, and lifecycle across sessions) and JSON history.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{AppState, Json, Path, Query};
+use crate::error::{ApiError, Problem};
+use crate::events::sse_response;
+use crate::gateway::model::SessionId;
+use crate::gateway::HistoryPage;
+
+/// Where a stream starts.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamParams {
+    /// Resume after this event id (same as `Last-Event-ID`; `0` replays everything retained).
+    pub after: Option<i64>,
+}
+
+/// History page parameters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// Only events with a greater sequence number (default 0).
+    pub after: Option<i64>,
+    /// Page size, 1–1000 (default 100).
+    pub limit: Option<i64>,
+}
+
+/// The cursor from `Last-Event-ID` or `?after`; `None` = live tail.
+fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiError> {
+    let header = headers.get("last-event-id").map(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ApiError::BadRequest("Last-Event-ID must be a non-negative integer".into()))
+    });
+    match (header.transpose()?, after) {
+        (_, Some(a)) if a < 0 => Err(ApiError::BadRequest("after must be >= 0".into())),
+        (Some(h), _) => Ok(Some(h)),
+        (None, a) => Ok(a),
+    }
+}
+
+fn with_stream_headers(mut res: Response) -> Response {
+    let h = res.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
+}
+
+/// The session's events as SSE: `id` is the sequence number in the durable log, `event` the ACP
+/// `sessionUpdate` tag or a gateway event (`turn_started`, `turn_ended`, `permission_requested`,
+/// `permission_resolved`, `session_deleted`, `agent_exited`), `data` the JSON payload. Resume with
+/// `Last-Event-ID` or `?after=N`; with neither, the stream starts at the live tail.
+#[utoipa::path(get, path = "/sessions/{id}/events", tag = "events",
+    params(("id" = String, Path, description = "Session id"), StreamParams,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+    responses(
+        (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed cursor or id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn session_events(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, Query(p): Query<StreamParams>) -> Result<Response, ApiError> {
+    let id = SessionId::parse(&id)?;
+    let after = cursor(&headers, p.after)?;
+    let stream = s.gateway.session_events(&id, after).await?;
+    Ok(with_stream_headers(sse_response(stream).into_response()))
+}
+
+/// The session's stored events as JSON pages, for scripts.
+#[utoipa::path(get, path = "/sessions/{id}/history", tag = "events",
+    params(("id" = String, Path, description = "Session id"), HistoryParams),
+    responses(
+        (status = 200, description = "One page of events", body = HistoryPage),
+        (status = 400, description = "Malformed parameters", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn session_history(State(s): State<AppState>, Path(id): Path<String>, Query(p): Query<HistoryParams>) -> Result<Json<HistoryPage>, ApiError> {
+    let id = SessionId::parse(&id)?;
+    Ok(Json(s.gateway.history(&id, p.after.unwrap_or(0), p.limit.unwrap_or(100)).await?))
+}
+
+/// Session lifecycle across sessions as SSE, for session browsers: `session_created`,
+/// `session_updated`, `session_status`, `session_deleted`. Resumable like the session stream.
+#[utoipa::path(get, path = "/events", tag = "events",
+    params(StreamParams, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+    responses(
+        (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed cursor", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn lifecycle_events(State(s): State<AppState>, headers: HeaderMap, Query(p): Query<StreamParams>) -> Result<Response, ApiError> {
+    let after = cursor(&headers, p.after)?;
+    let stream = s.gateway.lifecycle_events(after).await?;
+    Ok(with_stream_headers(sse_response(stream).into_response()))
+}

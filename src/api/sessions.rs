@@ -1,0 +1,112 @@
+//! `/sessions` and `/sessions/{id}`: list, create, read, rename, delete, status, resume, close.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+
+use super::{AppState, Json, Path, Query};
+use crate::error::{ApiError, Problem};
+use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
+use crate::gateway::{CreateSession, ListParams, PatchSession};
+
+/// List sessions from the cache, newest `updatedAt` first, with keyset pagination.
+#[utoipa::path(get, path = "/sessions", tag = "sessions", params(ListParams),
+    responses(
+        (status = 200, description = "One page of sessions", body = SessionPage),
+        (status = 400, description = "Malformed cursor or limit", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "cwd is not an absolute, normalised path", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_sessions(State(s): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<SessionPage>, ApiError> {
+    Ok(Json(s.gateway.list_sessions(p).await?))
+}
+
+/// Create a session on the least-loaded ready pool member (`session/new`).
+#[utoipa::path(post, path = "/sessions", tag = "sessions", request_body = CreateSession,
+    responses(
+        (status = 201, description = "Created; `Location` names it", body = SessionView),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cwd or parameters", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed or requires authentication", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The agent did not answer in time", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_session(State(s): State<AppState>, Json(body): Json<CreateSession>) -> Result<impl IntoResponse, ApiError> {
+    let view = s.gateway.create_session(body).await?;
+    let location = format!("/sessions/{}", view.session_id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
+}
+
+/// One session from the cache, with its gateway status.
+#[utoipa::path(get, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(s.gateway.get_session(&SessionId::parse(&id)?).await?))
+}
+
+/// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
+#[utoipa::path(patch, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    request_body = PatchSession,
+    responses(
+        (status = 200, description = "The updated session", body = SessionView),
+        (status = 400, description = "Invalid id or JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn patch_session(State(s): State<AppState>, Path(id): Path<String>, Json(body): Json<PatchSession>) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(s.gateway.patch_session(&SessionId::parse(&id)?, body).await?))
+}
+
+/// Delete a session: closes it if live, calls `session/delete` when advertised, and removes it
+/// from the list at once. Idempotent: an unknown id also answers 204.
+#[utoipa::path(delete, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 204, description = "Deleted (or never existed)"),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed to delete it (it is already gone from the list)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    s.gateway.delete_session(&SessionId::parse(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Whether the session is live, saved or unknown. Never loads, resumes or creates anything.
+#[utoipa::path(get, path = "/sessions/{id}/status", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The status (`not_found` for unknown ids)", body = StatusView),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn session_status(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<StatusView>, ApiError> {
+    Ok(Json(s.gateway.status(&SessionId::parse(&id)?).await?))
+}
+
+/// Attach a saved session to a pool member (`session/resume`, else `session/load`).
+#[utoipa::path(post, path = "/sessions/{id}/resume", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The session, now live", body = SessionView),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn is running or it is being resumed", body = Problem, content_type = "application/problem+json"),
+        (status = 501, description = "The agent can neither resume nor load sessions", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn resume_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(s.gateway.resume(&SessionId::parse(&id)?).await?))
+}
+
+/// Free the agent's resources for a live session (`session/close`); it stays listed.
+#[utoipa::path(post, path = "/sessions/{id}/close", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 204, description = "Closed (or was not live)"),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        (status = 501, description = "The agent does not support session/close", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn close_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    s.gateway.close(&SessionId::parse(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,79 @@
+//! Prompt turns, cancellation and permission requests.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::{AppState, Json, Path};
+use crate::error::{ApiError, Problem};
+use crate::gateway::model::SessionId;
+use crate::gateway::{PermissionAnswer, PermissionView, PromptBody, TurnResult};
+
+/// Send a prompt (`session/prompt`) and wait for the turn to end. A saved session is resumed
+/// first. With `Prefer: respond-async` the answer is 202 as soon as the turn has started; follow
+/// it on `GET /sessions/{id}/events`.
+#[utoipa::path(post, path = "/sessions/{id}/prompt", tag = "turns", params(("id" = String, Path, description = "Session id"),
+        ("Prefer" = Option<String>, Header, description = "`respond-async` to get 202 without waiting for the turn")),
+    request_body = PromptBody,
+    responses(
+        (status = 200, description = "The turn ended", body = TurnResult),
+        (status = 202, description = "The turn started (Prefer: respond-async)"),
+        (status = 400, description = "Malformed JSON or id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn is already running on this session", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid prompt", body = Problem, content_type = "application/problem+json"),
+        (status = 501, description = "The session is saved and the agent can neither resume nor load", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed or exited during the turn", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn prompt(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, Json(body): Json<PromptBody>) -> Result<Response, ApiError> {
+    let id = SessionId::parse(&id)?;
+    let respond_async = headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case("respond-async"));
+    match s.gateway.prompt(&id, body, !respond_async).await? {
+        Some(result) => Ok(Json(result).into_response()),
+        None => {
+            let location = format!("/sessions/{}/events", id.as_str());
+            Ok((StatusCode::ACCEPTED, [(header::LOCATION, location), (header::HeaderName::from_static("preference-applied"), "respond-async".into())]).into_response())
+        }
+    }
+}
+
+/// Cancel the running turn (`session/cancel`); pending permission requests resolve as `cancelled`.
+#[utoipa::path(post, path = "/sessions/{id}/cancel", tag = "turns", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 204, description = "Cancel sent (a no-op when no turn runs)"),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    s.gateway.cancel(&SessionId::parse(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pending `session/request_permission` requests of a session.
+#[utoipa::path(get, path = "/sessions/{id}/permissions", tag = "turns", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "Pending requests, oldest first", body = Vec<PermissionView>),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_permissions(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<PermissionView>>, ApiError> {
+    Ok(Json(s.gateway.permissions(&SessionId::parse(&id)?).await?))
+}
+
+/// Answer a permission request with `{optionId}` or `{outcome: "cancelled"}`.
+#[utoipa::path(post, path = "/sessions/{id}/permissions/{requestId}", tag = "turns",
+    params(("id" = String, Path, description = "Session id"), ("requestId" = String, Path, description = "Permission request id")),
+    request_body = PermissionAnswer,
+    responses(
+        (status = 200, description = "Resolved", body = PermissionView),
+        (status = 404, description = "Unknown request", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already resolved", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Not one of the offered options", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn answer_permission(State(s): State<AppState>, Path((id, request_id)): Path<(String, String)>, Json(body): Json<PermissionAnswer>) -> Result<Json<PermissionView>, ApiError> {
+    Ok(Json(s.gateway.answer_permission(&SessionId::parse(&id)?, &request_id, body).await?))
+}

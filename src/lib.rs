@@ -1,0 +1,100 @@
+//! acp-gateway: HTTP + Server-Sent Events in front of a pool of ACP coding agents.
+//!
+//! [`run`] is what `main` and the tests call: it opens the store, starts the pool and serves the
+//! router of [`api`] on a listener until `shutdown` resolves, then stops every agent process.
+
+pub mod acp;
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod gateway;
+pub mod pool;
+pub mod store;
+
+use std::future::Future;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::acp::AgentCommand;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::events::EventHub;
+use crate::gateway::{Gateway, GatewayConfig};
+use crate::pool::PoolConfig;
+
+/// The full HTTP application around a gateway.
+pub fn app(gateway: Gateway, max_body_bytes: usize) -> Router {
+    let (router, _) = api::router().split_for_parts();
+    router
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(api::AppState { gateway })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
+                let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// Checks the configuration that does not need I/O.
+pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
+    let line = config.agent.as_deref().context("--agent (or ACP_GATEWAY_AGENT) is required: the agent command line to run")?;
+    let command = AgentCommand::parse(line).context("cannot parse --agent")?;
+    if !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
+        anyhow::bail!(
+            "refusing to listen on {} without authentication: anyone who can reach it could make the agent run tools on this host. Listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
+            config.listen
+        );
+    }
+    Ok(command)
+}
+
+/// Serves until `shutdown` resolves, then stops every agent process and returns.
+pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let command = validate(&config)?;
+    let store = store::connect(&config.database_url).await.context("opening the database")?;
+    let stop = CancellationToken::new();
+    let hub = EventHub::new(store.clone(), stop.clone());
+    let pool = PoolConfig { command, size: config.pool_size as usize, init_timeout: config.init_timeout() };
+    let gateway = Gateway::start(store, hub, pool, GatewayConfig { control_timeout: config.control_timeout() });
+    // On shutdown: end the SSE streams, stop the agents (which ends waiting turns), then let
+    // the server finish the requests still in flight.
+    let stopper = {
+        let (stop, gateway) = (stop.clone(), gateway.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            gateway.shutdown().await;
+        })
+    };
+    let app = app(gateway.clone(), config.max_body_bytes);
+    let server = axum::serve(listener, app).with_graceful_shutdown({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down");
+            stop.cancel();
+        }
+    });
+    let served = server.await;
+    stop.cancel();
+    let _ = stopper.await;
+    served.context("serving HTTP")
+}
+
+/// Applies the migrations of the configured database.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    store::connect(&config.database_url).await.context("opening the database")?;
+    Ok(())
+}

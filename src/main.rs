@@ -1,0 +1,45 @@
+//! The `acp-gateway` binary: parse the configuration, set up logging, serve until Ctrl-C/SIGTERM.
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use acp_gateway::config::{Command, Config, LogFormat};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let config = Config::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    match config.log_format {
+        LogFormat::Pretty => tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init(),
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init(),
+    }
+    match serve_or_migrate(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("acp-gateway: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
+    if let Some(Command::Migrate) = config.command {
+        acp_gateway::migrate(&config).await?;
+        println!("migrations applied");
+        return Ok(());
+    }
+    acp_gateway::validate(&config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    // Tests and scripts read this line to find an ephemeral port.
+    println!("listening on http://{}", listener.local_addr()?);
+    acp_gateway::run(config, listener, shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

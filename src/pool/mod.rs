@@ -1,0 +1,326 @@
+//! The agent pool: N identical agent processes ("members"), each run by a supervisor task that
+//! starts it, initializes it, dispatches what it writes, and restarts it with backoff when it
+//! exits. Placement picks the least-loaded ready member; the gateway pins live sessions to it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use utoipa::ToSchema;
+
+use crate::acp::caps::{AgentInit, initialize_params};
+use crate::acp::{AgentCommand, AgentProcess, Connection, ExitInfo, Inbound, RpcError};
+
+/// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
+/// they run on the member's dispatch loop, which preserves the agent's message order.
+#[async_trait]
+pub trait UpstreamHandler: Send + Sync + 'static {
+    /// A notification (e.g. `session/update`), raw.
+    async fn on_notification(&self, member: usize, method: &str, params: Value);
+    /// A `session/request_permission` request; answer it later through `conn.respond(id, …)`.
+    async fn on_permission_request(&self, member: usize, conn: Arc<Connection>, id: Value, params: Value);
+    /// The member's process exited (its pending calls have already failed).
+    async fn on_member_exit(&self, member: usize, exit: &ExitInfo);
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub command: AgentCommand,
+    pub size: usize,
+    /// Bound on `initialize`.
+    pub init_timeout: Duration,
+}
+
+/// Lifecycle state of a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberState {
+    Starting,
+    Ready,
+    Restarting,
+    Stopped,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: MemberState,
+    pid: Option<u32>,
+    conn: Option<Arc<Connection>>,
+    restarts: u32,
+    last_exit: Option<ExitInfo>,
+    last_error: Option<String>,
+}
+
+/// One agent process slot.
+#[derive(Debug)]
+pub struct Member {
+    pub index: usize,
+    slot: Mutex<Slot>,
+    /// Live sessions pinned here (maintained by the gateway).
+    pub sessions: AtomicUsize,
+}
+
+/// A member as `/agent` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView {
+    pub index: usize,
+    pub pid: Option<u32>,
+    pub state: MemberState,
+    pub sessions: usize,
+    pub restarts: u32,
+    pub last_exit: Option<ExitInfo>,
+    pub last_error: Option<String>,
+}
+
+/// The pool of agent processes.
+pub struct Pool {
+    members: Vec<Arc<Member>>,
+    init: Mutex<Option<AgentInit>>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Pool {
+    /// Starts `config.size` supervisors. Returns at once; members become ready asynchronously.
+    pub fn start(config: PoolConfig, handler: Arc<dyn UpstreamHandler>) -> Arc<Pool> {
+        let members = (0..config.size.max(1))
+            .map(|index| {
+                Arc::new(Member {
+                    index,
+                    slot: Mutex::new(Slot {
+                        state: MemberState::Starting,
+                        pid: None,
+                        conn: None,
+                        restarts: 0,
+                        last_exit: None,
+                        last_error: None,
+                    }),
+                    sessions: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        let pool = Arc::new(Pool {
+            members,
+            init: Mutex::new(None),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        for m in &pool.members {
+            let (pool2, member, handler, config) = (pool.clone(), m.clone(), handler.clone(), config.clone());
+            pool.tasks.spawn(async move { pool2.supervise(member, config, handler).await });
+        }
+        pool
+    }
+
+    /// What the agent said in `initialize` (from the first member that answered).
+    pub fn init(&self) -> Option<AgentInit> {
+        self.init.lock().expect("init lock").clone()
+    }
+
+    /// The connection of member `index` if it is ready.
+    pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
+        let slot = self.members.get(index)?.slot.lock().expect("slot lock");
+        (slot.state == MemberState::Ready).then(|| slot.conn.clone()).flatten()
+    }
+
+    /// The least-loaded ready member.
+    pub fn pick(&self) -> Option<(usize, Arc<Connection>)> {
+        self.members
+            .iter()
+            .filter_map(|m| self.conn(m.index).map(|c| (m.sessions.load(Ordering::Relaxed), m.index, c)))
+            .min_by_key(|(load, index, _)| (*load, *index))
+            .map(|(_, index, c)| (index, c))
+    }
+
+    /// Counts a live session on member `index` (+1 or -1).
+    pub fn adjust_sessions(&self, index: usize, attach: bool) {
+        if let Some(m) = self.members.get(index) {
+            if attach {
+                m.sessions.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let _ = m.sessions.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
+        }
+    }
+
+    /// How many members are ready.
+    pub fn ready_count(&self) -> usize {
+        self.members.iter().filter(|m| self.conn(m.index).is_some()).count()
+    }
+
+    /// A snapshot for `/agent`.
+    pub fn members(&self) -> Vec<MemberView> {
+        self.members
+            .iter()
+            .map(|m| {
+                let s = m.slot.lock().expect("slot lock");
+                MemberView {
+                    index: m.index,
+                    pid: s.pid,
+                    state: s.state,
+                    sessions: m.sessions.load(Ordering::Relaxed),
+                    restarts: s.restarts,
+                    last_exit: s.last_exit.clone(),
+                    last_error: s.last_error.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops every member (terminating each process group) and waits for the supervisors.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    fn set(&self, member: &Member, f: impl FnOnce(&mut Slot)) {
+        f(&mut member.slot.lock().expect("slot lock"));
+    }
+
+    async fn supervise(&self, member: Arc<Member>, config: PoolConfig, handler: Arc<dyn UpstreamHandler>) {
+        let label = format!("member-{}", member.index);
+        let mut failures: u32 = 0;
+        while !self.shutdown.is_cancelled() {
+            self.set(&member, |s| s.state = if s.restarts == 0 { MemberState::Starting } else { MemberState::Restarting });
+            let started = Instant::now();
+            match AgentProcess::spawn(&config.command, &label) {
+                Err(e) => {
+                    tracing::error!(member = member.index, error = %e, program = %config.command.program, "cannot start the agent");
+                    self.set(&member, |s| s.last_error = Some(format!("cannot start {}: {e}", config.command.program)));
+                }
+                Ok((mut process, conn, inbound)) => {
+                    self.set(&member, |s| s.pid = Some(process.pid));
+                    tracing::info!(member = member.index, pid = process.pid, "agent started");
+                    let exit = self
+                        .run_member(&member, &config, &handler, &mut process, conn.clone(), inbound)
+                        .await;
+                    conn.fail_all(&exit_reason(&exit));
+                    self.set(&member, |s| {
+                        s.conn = None;
+                        s.pid = None;
+                        s.last_exit = Some(exit.clone());
+                    });
+                    if self.shutdown.is_cancelled() {
+                        break;
+                    }
+                    tracing::warn!(member = member.index, code = ?exit.code, signal = ?exit.signal, stderr = ?exit.stderr_tail, "agent exited");
+                    member.sessions.store(0, Ordering::Relaxed);
+                    handler.on_member_exit(member.index, &exit).await;
+                }
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                failures = 0;
+            }
+            failures = failures.saturating_add(1);
+            let backoff = Duration::from_millis(100u64 << failures.min(8)).min(Duration::from_secs(30));
+            self.set(&member, |s| {
+                s.state = MemberState::Restarting;
+                s.restarts += 1;
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+        }
+        self.set(&member, |s| s.state = MemberState::Stopped);
+    }
+
+    /// Runs one process from `initialize` to exit; returns how it ended.
+    async fn run_member(
+        &self,
+        member: &Member,
+        config: &PoolConfig,
+        handler: &Arc<dyn UpstreamHandler>,
+        process: &mut AgentProcess,
+        conn: Arc<Connection>,
+        inbound: mpsc::Receiver<Inbound>,
+    ) -> ExitInfo {
+        let dispatch = dispatch(member.index, conn.clone(), handler.clone(), inbound);
+        tokio::pin!(dispatch);
+        let init = conn.call("initialize", initialize_params(), Some(config.init_timeout));
+        let outcome = tokio::select! {
+            r = init => Some(r),
+            _ = &mut dispatch => None,
+            _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+        };
+        match outcome {
+            Some(Ok(result)) => {
+                let init = AgentInit::from_result(&result);
+                self.init.lock().expect("init lock").get_or_insert(init);
+                self.set(member, |s| {
+                    s.state = MemberState::Ready;
+                    s.conn = Some(conn.clone());
+                    s.last_error = None;
+                });
+                tracing::info!(member = member.index, "agent ready");
+            }
+            Some(Err(e)) => {
+                tracing::error!(member = member.index, error = %e, "initialize failed");
+                self.set(member, |s| s.last_error = Some(format!("initialize failed: {e}")));
+                return process.terminate(Duration::from_secs(2)).await;
+            }
+            None => {
+                self.set(member, |s| s.last_error = Some("the agent closed stdout before initialize".into()));
+                return process.terminate(Duration::from_secs(2)).await;
+            }
+        }
+        tokio::select! {
+            _ = &mut dispatch => {
+                // stdout closed: give the process a moment to exit on its own, then make sure.
+                match tokio::time::timeout(Duration::from_secs(2), process.wait()).await {
+                    Ok(exit) => exit,
+                    Err(_) => process.terminate(Duration::from_secs(1)).await,
+                }
+            }
+            _ = self.shutdown.cancelled() => process.terminate(Duration::from_secs(2)).await,
+        }
+    }
+}
+
+fn exit_reason(exit: &ExitInfo) -> String {
+    let how = match (exit.code, exit.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".into(),
+    };
+    // stderr stays in the log and in /agent: it can hold paths or secrets, so never in a body.
+    format!("the agent exited ({how})")
+}
+
+/// Delivers everything the agent writes, in order, until its stdout closes.
+async fn dispatch(
+    member: usize,
+    conn: Arc<Connection>,
+    handler: Arc<dyn UpstreamHandler>,
+    mut inbound: mpsc::Receiver<Inbound>,
+) {
+    while let Some(msg) = inbound.recv().await {
+        match msg {
+            Inbound::Response { id, result } => {
+                if !conn.resolve(id, result) {
+                    crate::acp::process_garbage();
+                    tracing::warn!(member, id, "response to an unknown request id; ignored");
+                }
+            }
+            Inbound::Notification { method, params } => handler.on_notification(member, &method, params).await,
+            Inbound::Request { id, method, params } => {
+                if method == "session/request_permission" {
+                    handler.on_permission_request(member, conn.clone(), id, params).await;
+                } else {
+                    tracing::warn!(member, method, "unexpected request from the agent; answering -32601");
+                    let err = RpcError { code: -32601, message: format!("method not found: {method}"), data: None };
+                    let _ = conn.respond(id, Err(err)).await;
+                }
+            }
+        }
+    }
+}

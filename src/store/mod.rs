@@ -1,0 +1,209 @@
+//! The durable store: session metadata cache and the per-session event log.
+//!
+//! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
+//! implementation (`postgres.rs`, `sqlite.rs`) that pass the same contract suite
+//! (`tests/store_contract.rs`). This module depends on nothing else in the crate.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Where a cached session came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Created through this gateway.
+    Gateway,
+    /// Discovered through the agent's `session/list`.
+    Upstream,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Gateway => "gateway",
+            Origin::Upstream => "upstream",
+        }
+    }
+    pub fn parse(s: &str) -> StoreResult<Self> {
+        match s {
+            "gateway" => Ok(Origin::Gateway),
+            "upstream" => Ok(Origin::Upstream),
+            other => Err(StoreError::Corrupt(format!("unknown origin {other:?}"))),
+        }
+    }
+}
+
+/// One row of the session cache. Timestamps are kept with microsecond precision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub session_id: String,
+    pub tenant: String,
+    pub cwd: String,
+    pub additional_directories: Vec<String>,
+    pub title: Option<String>,
+    pub updated_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    /// The session's `_meta` object, if any.
+    pub meta: Option<Value>,
+    pub archived: bool,
+    pub origin: Origin,
+    /// Set when the session was deleted: a tombstone that keeps a sync from resurrecting it.
+    pub deleted_at: Option<DateTime<Utc>>,
+    pub synced_at: Option<DateTime<Utc>>,
+}
+
+/// A page request for [`Store::list_sessions`]; newest `updated_at` first, ties by `session_id` descending.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// `None` lists every tenant (admin).
+    pub tenant: Option<String>,
+    /// Exact match on `cwd`.
+    pub cwd: Option<String>,
+    /// `None` = only non-archived, `Some(true)` = only archived, `Some(false)` = only non-archived.
+    pub archived: Option<bool>,
+    /// Keyset: only rows strictly after this `(updated_at, session_id)` in list order.
+    pub after: Option<(DateTime<Utc>, String)>,
+    pub limit: i64,
+}
+
+/// An event to append to a session's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The SSE event name: the ACP `sessionUpdate` tag or a gateway event name.
+    pub kind: String,
+    pub payload: Value,
+}
+
+/// An event as stored, with its per-session sequence number (1, 2, 3… without gaps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub session_id: String,
+    pub seq: i64,
+    pub kind: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A session lifecycle event (created, info updated, status changed, deleted) for `GET /events`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewLifecycleEvent {
+    pub session_id: String,
+    pub tenant: String,
+    pub kind: String,
+    pub payload: Value,
+}
+
+/// A lifecycle event as stored, with its global sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredLifecycleEvent {
+    pub seq: i64,
+    pub session_id: String,
+    pub tenant: String,
+    pub kind: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
+pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
+
+/// The gateway's use cases against its database.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Cheap round trip, for `/readyz`.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Inserts a session, or, if the id exists and is not tombstoned, replaces its row.
+    /// Returns `false` (and changes nothing) when the id is tombstoned.
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool>;
+
+    /// The row for `session_id`, tombstoned or not.
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>>;
+
+    /// Reads the row, applies `mutate`, writes it back, in one transaction (row locked on
+    /// PostgreSQL). Returns the new row; `None` when the id is unknown or tombstoned.
+    async fn update_session(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>>;
+
+    /// One page of non-tombstoned sessions, see [`ListQuery`].
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>>;
+
+    /// Marks the session deleted at `at`. Returns `true` when a live (non-tombstoned) row was
+    /// tombstoned now, `false` when it was unknown or already deleted. An unknown id still gets a
+    /// tombstone row (tenant `tenant`, empty cwd) so that a later sync cannot bring it back.
+    async fn tombstone_session(
+        &self,
+        session_id: &str,
+        tenant: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Appends events to a session's log, assigning consecutive sequence numbers after the
+    /// current last one, atomically: concurrent appenders never produce gaps or duplicates.
+    async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Events with `seq > after`, ascending, at most `limit`.
+    async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The last sequence number of a session's log (0 when empty).
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
+
+    /// Appends a lifecycle event with the next global sequence number.
+    async fn append_lifecycle(&self, event: &NewLifecycleEvent)
+    -> StoreResult<StoredLifecycleEvent>;
+
+    /// Lifecycle events with `seq > after`, ascending, at most `limit`; `tenant = None` = all.
+    async fn read_lifecycle(
+        &self,
+        tenant: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>>;
+
+    /// The last lifecycle sequence number (0 when empty).
+    async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
+}
+
+/// Opens the store named by `url` and applies its migrations: `postgres://…` or
+/// `postgresql://…` for PostgreSQL; `sqlite:PATH`, `sqlite://PATH` or a plain file path for
+/// SQLite (the file is created when missing).
+pub async fn connect(url: &str) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::connect(url).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::connect(url).await?))
+    }
+}

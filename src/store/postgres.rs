@@ -1,0 +1,430 @@
+//! The PostgreSQL implementation of [`Store`]: [`PgStore`].
+//!
+//! Schema: `migrations/postgres`. Timestamps are `timestamptz` (microsecond resolution), JSON is
+//! `jsonb`. All queries are checked at run time (no `DATABASE_URL` is needed to build).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::types::Json;
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::{
+    ListQuery, NewEvent, NewLifecycleEvent, Origin, SessionMutation, SessionRecord, Store,
+    StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+};
+
+/// Connections in the pool.
+const MAX_CONNECTIONS: u32 = 10;
+/// How long a query waits for a free connection before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Rows per multi-row `INSERT` (5 parameters each, far below PostgreSQL's 65 535 limit).
+const INSERT_CHUNK: usize = 1000;
+/// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
+const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"
+
+/// The `sessions` columns, in the order [`session_from_row`] and [`bind_session`] use.
+macro_rules! session_columns {
+    () => {
+        "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+         archived, origin, deleted_at, synced_at"
+    };
+}
+
+const PUT_SESSION: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (session_id) DO UPDATE SET \
+     tenant = EXCLUDED.tenant, cwd = EXCLUDED.cwd, \
+     additional_directories = EXCLUDED.additional_directories, title = EXCLUDED.title, \
+     updated_at = EXCLUDED.updated_at, created_at = EXCLUDED.created_at, meta = EXCLUDED.meta, \
+     archived = EXCLUDED.archived, origin = EXCLUDED.origin, deleted_at = EXCLUDED.deleted_at, \
+     synced_at = EXCLUDED.synced_at \
+     WHERE sessions.deleted_at IS NULL"
+);
+
+const GET_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE session_id = $1"
+);
+
+const LOCK_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE session_id = $1 FOR UPDATE"
+);
+
+/// Same parameter order as [`PUT_SESSION`]; `session_id` ($1) is the key and is not changed.
+const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = $3, \
+     additional_directories = $4, title = $5, updated_at = $6, created_at = $7, meta = $8, \
+     archived = $9, origin = $10, deleted_at = $11, synced_at = $12 WHERE session_id = $1";
+
+const TOMBSTONE_LIVE: &str =
+    "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
+
+/// A bare tombstone for an id the cache does not know. Such an id can only have come from the
+/// agent, hence `origin = 'upstream'`.
+const INSERT_TOMBSTONE: &str = "INSERT INTO sessions \
+     (session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+      archived, origin, deleted_at, synced_at) \
+     VALUES ($1, $2, '', '[]'::jsonb, NULL, $3, $3, NULL, FALSE, 'upstream', $3, NULL) \
+     ON CONFLICT (session_id) DO NOTHING";
+
+const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
+     ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
+     RETURNING last_seq";
+
+const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
+     WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+
+const LAST_EVENT_SEQ: &str =
+    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
+
+const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
+     (session_id, tenant, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING seq";
+
+const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, created_at \
+     FROM lifecycle_events WHERE seq > $1 ORDER BY seq LIMIT $2";
+
+const READ_LIFECYCLE_TENANT: &str = "SELECT seq, session_id, tenant, kind, payload, created_at \
+     FROM lifecycle_events WHERE tenant = $3 AND seq > $1 ORDER BY seq LIMIT $2";
+
+const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_events";
+
+/// The store on a PostgreSQL database (a pool of [`MAX_CONNECTIONS`] connections).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`) and applies the migrations in `migrations/postgres`.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(url)
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+/// Truncates every timestamp of `record` to the microsecond, the precision that is stored.
+fn truncate_timestamps(record: &mut SessionRecord) {
+    record.updated_at = record.updated_at.trunc_subsecs(6);
+    record.created_at = record.created_at.trunc_subsecs(6);
+    record.deleted_at = record.deleted_at.map(|at| at.trunc_subsecs(6));
+    record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
+}
+
+/// Binds the twelve session columns ($1…$12) in [`session_columns!`] order.
+fn bind_session<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    record: &'q SessionRecord,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(&record.session_id)
+        .bind(&record.tenant)
+        .bind(&record.cwd)
+        .bind(Json(&record.additional_directories))
+        .bind(&record.title)
+        .bind(record.updated_at.trunc_subsecs(6))
+        .bind(record.created_at.trunc_subsecs(6))
+        .bind(record.meta.as_ref())
+        .bind(record.archived)
+        .bind(record.origin.as_str())
+        .bind(record.deleted_at.map(|at| at.trunc_subsecs(6)))
+        .bind(record.synced_at.map(|at| at.trunc_subsecs(6)))
+}
+
+fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
+    let session_id: String = row.try_get("session_id")?;
+    let dirs: Value = row.try_get("additional_directories")?;
+    let additional_directories = serde_json::from_value(dirs).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "session {session_id:?}: additional_directories is not an array of strings: {e}"
+        ))
+    })?;
+    let origin: String = row.try_get("origin")?;
+    Ok(SessionRecord {
+        tenant: row.try_get("tenant")?,
+        cwd: row.try_get("cwd")?,
+        additional_directories,
+        title: row.try_get("title")?,
+        updated_at: row.try_get("updated_at")?,
+        created_at: row.try_get("created_at")?,
+        meta: row.try_get("meta")?,
+        archived: row.try_get("archived")?,
+        origin: Origin::parse(&origin)?,
+        deleted_at: row.try_get("deleted_at")?,
+        synced_at: row.try_get("synced_at")?,
+        session_id,
+    })
+}
+
+fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent {
+        session_id: row.try_get("session_id")?,
+        seq: row.try_get("seq")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn lifecycle_from_row(row: &PgRow) -> StoreResult<StoredLifecycleEvent> {
+    Ok(StoredLifecycleEvent {
+        seq: row.try_get("seq")?,
+        session_id: row.try_get("session_id")?,
+        tenant: row.try_get("tenant")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
+        // One statement: the upsert's `WHERE` leaves a tombstoned row untouched (0 rows).
+        let done = bind_session(sqlx::query(PUT_SESSION), record)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>> {
+        let row = sqlx::query(GET_SESSION)
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn update_session(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let mut tx = self.pool.begin().await?;
+        // `FOR UPDATE` holds the row until commit, so concurrent updates of one session queue
+        // up instead of overwriting each other's changes.
+        let row = sqlx::query(LOCK_SESSION)
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut record = session_from_row(&row)?;
+        if record.deleted_at.is_some() {
+            return Ok(None);
+        }
+        mutate(&mut record);
+        // The id is the row's key: a mutation cannot move the row to another id.
+        record.session_id = session_id.to_owned();
+        truncate_timestamps(&mut record);
+        bind_session(sqlx::query(UPDATE_SESSION), &record)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(record))
+    }
+
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>> {
+        let mut qb = QueryBuilder::<Postgres>::new(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE deleted_at IS NULL AND archived = "
+        ));
+        qb.push_bind(query.archived.unwrap_or(false));
+        if let Some(tenant) = &query.tenant {
+            qb.push(" AND tenant = ").push_bind(tenant);
+        }
+        if let Some(cwd) = &query.cwd {
+            qb.push(" AND cwd = ").push_bind(cwd);
+        }
+        if let Some((updated_at, session_id)) = &query.after {
+            qb.push(" AND (updated_at, session_id) < (")
+                .push_bind(updated_at.trunc_subsecs(6))
+                .push(", ")
+                .push_bind(session_id)
+                .push(")");
+        }
+        qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
+            .push_bind(query.limit.max(0));
+        let rows = qb.build().fetch_all(&self.pool).await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn tombstone_session(
+        &self,
+        session_id: &str,
+        tenant: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let at = at.trunc_subsecs(6);
+        let tombstone_live = || {
+            sqlx::query(TOMBSTONE_LIVE)
+                .bind(session_id)
+                .bind(at)
+                .execute(&self.pool)
+        };
+        if tombstone_live().await?.rows_affected() == 1 {
+            return Ok(true);
+        }
+        let inserted = sqlx::query(INSERT_TOMBSTONE)
+            .bind(session_id)
+            .bind(tenant)
+            .bind(at)
+            .execute(&self.pool)
+            .await?;
+        if inserted.rows_affected() == 1 {
+            return Ok(false);
+        }
+        // The row appeared between the two statements (a concurrent insert). Rows are never
+        // removed, so this second attempt is decisive: it either tombstones a live row or finds
+        // one that is already deleted.
+        Ok(tombstone_live().await?.rows_affected() == 1)
+    }
+
+    async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = i64::try_from(events.len())
+            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+        let created_at = Utc::now().trunc_subsecs(6);
+        let mut tx = self.pool.begin().await?;
+        // The upsert locks the counter row until commit: a concurrent appender of the same
+        // session waits here, then sees our committed total. Sequence numbers are therefore
+        // gapless and become visible in order.
+        let last: i64 = sqlx::query_scalar(BUMP_SEQ)
+            .bind(session_id)
+            .bind(count)
+            .fetch_one(&mut *tx)
+            .await?;
+        let first = last - count + 1;
+        let stored: Vec<StoredEvent> = events
+            .iter()
+            .zip(first..)
+            .map(|(event, seq)| StoredEvent {
+                session_id: session_id.to_owned(),
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                created_at,
+            })
+            .collect();
+        for chunk in stored.chunks(INSERT_CHUNK) {
+            let mut qb = QueryBuilder::<Postgres>::new(
+                "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
+            );
+            qb.push_values(chunk, |mut row, event| {
+                row.push_bind(&event.session_id)
+                    .push_bind(event.seq)
+                    .push_bind(&event.kind)
+                    .push_bind(&event.payload)
+                    .push_bind(event.created_at);
+            });
+            qb.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(READ_EVENTS)
+            .bind(session_id)
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
+            .bind(session_id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn append_lifecycle(
+        &self,
+        event: &NewLifecycleEvent,
+    ) -> StoreResult<StoredLifecycleEvent> {
+        let created_at = Utc::now().trunc_subsecs(6);
+        let mut tx = self.pool.begin().await?;
+        // A bare `bigserial` hands out numbers at insert time, but concurrent transactions may
+        // commit in another order, so a reader polling `seq > after` could move past a number
+        // that becomes visible only later and miss that event for good. Taking this lock before
+        // the insert and holding it to commit makes numbering order equal commit order.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(LIFECYCLE_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
+        let seq: i64 = sqlx::query_scalar(INSERT_LIFECYCLE)
+            .bind(&event.session_id)
+            .bind(&event.tenant)
+            .bind(&event.kind)
+            .bind(&event.payload)
+            .bind(created_at)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(StoredLifecycleEvent {
+            seq,
+            session_id: event.session_id.clone(),
+            tenant: event.tenant.clone(),
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            created_at,
+        })
+    }
+
+    async fn read_lifecycle(
+        &self,
+        tenant: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
+        let query = match tenant {
+            None => sqlx::query(READ_LIFECYCLE_ALL),
+            Some(_) => sqlx::query(READ_LIFECYCLE_TENANT),
+        };
+        let mut query = query.bind(after).bind(limit.max(0));
+        if let Some(tenant) = tenant {
+            query = query.bind(tenant);
+        }
+        let rows = query.fetch_all(&self.pool).await?;
+        rows.iter().map(lifecycle_from_row).collect()
+    }
+
+    async fn last_lifecycle_seq(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_LIFECYCLE_SEQ)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}

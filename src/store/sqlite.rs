@@ -1,0 +1,554 @@
+//! The SQLite implementation of [`Store`]: [`SqliteStore`].
+//!
+//! Schema: `migrations/sqlite`. Timestamps are stored as INTEGER unix microseconds (exact
+//! ordering and keyset comparisons, lossless microsecond round trip), JSON as TEXT.
+//!
+//! Concurrency: a file database runs in WAL mode with two pools. All writes go through a
+//! *writer* pool of exactly one connection, so writers of this process queue fairly inside sqlx
+//! instead of racing for SQLite's write lock and polling it through the busy handler; reads use a
+//! separate *reader* pool, which WAL lets run alongside the writer. Multi-statement writes still
+//! open their transaction with `BEGIN IMMEDIATE`: the write lock is taken up front (waiting up to
+//! the busy timeout if another process holds it) rather than on the first write, where a
+//! deferred transaction would fail at once with `SQLITE_BUSY` if another process had written in
+//! between. An in-memory database uses a single connection for everything, since a second
+//! connection would not see the same database reliably.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::Value;
+use sqlx::query::Query;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use super::{
+    ListQuery, NewEvent, NewLifecycleEvent, Origin, SessionMutation, SessionRecord, Store,
+    StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+};
+
+/// Connections in the reader pool of a file database.
+const READER_CONNECTIONS: u32 = 4;
+/// How long SQLite waits for a lock held by another connection before `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a query waits for a free connection of its pool before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
+const INSERT_CHUNK: usize = 1000;
+/// Opens a write transaction holding SQLite's write lock from the start.
+const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+
+/// The `sessions` columns, in the order [`session_from_row`] and [`bind_session`] use.
+macro_rules! session_columns {
+    () => {
+        "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+         archived, origin, deleted_at, synced_at"
+    };
+}
+
+const PUT_SESSION: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+     ON CONFLICT (session_id) DO UPDATE SET \
+     tenant = excluded.tenant, cwd = excluded.cwd, \
+     additional_directories = excluded.additional_directories, title = excluded.title, \
+     updated_at = excluded.updated_at, created_at = excluded.created_at, meta = excluded.meta, \
+     archived = excluded.archived, origin = excluded.origin, deleted_at = excluded.deleted_at, \
+     synced_at = excluded.synced_at \
+     WHERE sessions.deleted_at IS NULL"
+);
+
+const GET_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE session_id = ?"
+);
+
+/// Parameters as in [`bind_session`] but with the key (`session_id`) last.
+const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = ?, cwd = ?, \
+     additional_directories = ?, title = ?, updated_at = ?, created_at = ?, meta = ?, \
+     archived = ?, origin = ?, deleted_at = ?, synced_at = ? WHERE session_id = ?";
+
+const TOMBSTONE_LIVE: &str =
+    "UPDATE sessions SET deleted_at = ? WHERE session_id = ? AND deleted_at IS NULL";
+
+/// A bare tombstone for an id the cache does not know. Such an id can only have come from the
+/// agent, hence `origin = 'upstream'`.
+const INSERT_TOMBSTONE: &str = "INSERT INTO sessions \
+     (session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+      archived, origin, deleted_at, synced_at) \
+     VALUES (?1, ?2, '', '[]', NULL, ?3, ?3, NULL, 0, 'upstream', ?3, NULL) \
+     ON CONFLICT (session_id) DO NOTHING";
+
+const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES (?, ?) \
+     ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + excluded.last_seq \
+     RETURNING last_seq";
+
+const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
+     WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
+
+const LAST_EVENT_SEQ: &str =
+    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = ?), 0)";
+
+const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
+     (session_id, tenant, kind, payload, created_at) VALUES (?, ?, ?, ?, ?) RETURNING seq";
+
+const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, created_at \
+     FROM lifecycle_events WHERE seq > ? ORDER BY seq LIMIT ?";
+
+const READ_LIFECYCLE_TENANT: &str = "SELECT seq, session_id, tenant, kind, payload, created_at \
+     FROM lifecycle_events WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?";
+
+const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_events";
+
+/// The store on an SQLite database: a single-connection writer pool and a reader pool (see the
+/// module documentation).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating it when missing) the database named by `url` and applies the migrations
+    /// in `migrations/sqlite`. Accepted forms: `sqlite:PATH`, `sqlite://PATH` (both may carry
+    /// SQLite URI parameters such as `?mode=ro`), `sqlite::memory:` / `:memory:` for a private
+    /// in-memory database, or a plain file path (taken literally).
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let (options, in_memory) = parse_url(url)?;
+        let options = options
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+
+        if in_memory {
+            // One connection that never closes: the database lives exactly as long as its last
+            // connection, and every query must see the same one.
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?;
+            sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+            return Ok(Self {
+                writer: pool.clone(),
+                reader: pool,
+            });
+        }
+
+        let options = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("migrations/sqlite").run(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READER_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        Ok(Self { writer, reader })
+    }
+}
+
+/// Connect options for `url`, and whether it names an in-memory database.
+fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
+    if url == ":memory:" {
+        return Ok((SqliteConnectOptions::from_str(url)?, true));
+    }
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        return Ok((SqliteConnectOptions::new().filename(url), false));
+    };
+    // The same split as sqlx's own parser, which does the actual work.
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (database, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = database == ":memory:" || params.split('&').any(|p| p == "mode=memory");
+    Ok((SqliteConnectOptions::from_str(url)?, in_memory))
+}
+
+fn micros(at: DateTime<Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+fn from_micros(micros: i64, what: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(micros)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: timestamp {micros} out of range")))
+}
+
+fn opt_from_micros(micros: Option<i64>, what: &str) -> StoreResult<Option<DateTime<Utc>>> {
+    micros.map(|m| from_micros(m, what)).transpose()
+}
+
+/// A JSON value as stored in a TEXT column (compact; writing a `Value` cannot fail).
+fn to_json(value: &Value) -> String {
+    value.to_string()
+}
+
+fn from_json(text: &str, what: &str) -> StoreResult<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: bad JSON: {e}")))
+}
+
+fn dirs_to_json(dirs: &[String]) -> String {
+    to_json(&Value::from(dirs))
+}
+
+fn dirs_from_json(text: &str, what: &str) -> StoreResult<Vec<String>> {
+    serde_json::from_str(text).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "{what}: additional_directories is not an array of strings: {e}"
+        ))
+    })
+}
+
+/// A session row in its column representation.
+struct SessionParams {
+    session_id: String,
+    tenant: String,
+    cwd: String,
+    additional_directories: String,
+    title: Option<String>,
+    updated_at: i64,
+    created_at: i64,
+    meta: Option<String>,
+    archived: bool,
+    origin: &'static str,
+    deleted_at: Option<i64>,
+    synced_at: Option<i64>,
+}
+
+impl SessionParams {
+    fn new(record: &SessionRecord) -> Self {
+        Self {
+            session_id: record.session_id.clone(),
+            tenant: record.tenant.clone(),
+            cwd: record.cwd.clone(),
+            additional_directories: dirs_to_json(&record.additional_directories),
+            title: record.title.clone(),
+            updated_at: micros(record.updated_at),
+            created_at: micros(record.created_at),
+            meta: record.meta.as_ref().map(to_json),
+            archived: record.archived,
+            origin: record.origin.as_str(),
+            deleted_at: record.deleted_at.map(micros),
+            synced_at: record.synced_at.map(micros),
+        }
+    }
+}
+
+/// Binds every column but `session_id`, in [`session_columns!`] order.
+fn bind_session_fields<'q>(
+    query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    p: &'q SessionParams,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    query
+        .bind(&p.tenant)
+        .bind(&p.cwd)
+        .bind(&p.additional_directories)
+        .bind(&p.title)
+        .bind(p.updated_at)
+        .bind(p.created_at)
+        .bind(&p.meta)
+        .bind(p.archived)
+        .bind(p.origin)
+        .bind(p.deleted_at)
+        .bind(p.synced_at)
+}
+
+fn session_from_row(row: &SqliteRow) -> StoreResult<SessionRecord> {
+    let session_id: String = row.try_get("session_id")?;
+    let what = format!("session {session_id:?}");
+    let dirs: String = row.try_get("additional_directories")?;
+    let meta: Option<String> = row.try_get("meta")?;
+    let origin: String = row.try_get("origin")?;
+    Ok(SessionRecord {
+        tenant: row.try_get("tenant")?,
+        cwd: row.try_get("cwd")?,
+        additional_directories: dirs_from_json(&dirs, &what)?,
+        title: row.try_get("title")?,
+        updated_at: from_micros(row.try_get("updated_at")?, &what)?,
+        created_at: from_micros(row.try_get("created_at")?, &what)?,
+        meta: meta.as_deref().map(|m| from_json(m, &what)).transpose()?,
+        archived: row.try_get("archived")?,
+        origin: Origin::parse(&origin)?,
+        deleted_at: opt_from_micros(row.try_get("deleted_at")?, &what)?,
+        synced_at: opt_from_micros(row.try_get("synced_at")?, &what)?,
+        session_id,
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
+    let session_id: String = row.try_get("session_id")?;
+    let seq: i64 = row.try_get("seq")?;
+    let what = format!("event {seq} of session {session_id:?}");
+    let payload: String = row.try_get("payload")?;
+    Ok(StoredEvent {
+        kind: row.try_get("kind")?,
+        payload: from_json(&payload, &what)?,
+        created_at: from_micros(row.try_get("created_at")?, &what)?,
+        session_id,
+        seq,
+    })
+}
+
+fn lifecycle_from_row(row: &SqliteRow) -> StoreResult<StoredLifecycleEvent> {
+    let seq: i64 = row.try_get("seq")?;
+    let what = format!("lifecycle event {seq}");
+    let payload: String = row.try_get("payload")?;
+    Ok(StoredLifecycleEvent {
+        seq,
+        session_id: row.try_get("session_id")?,
+        tenant: row.try_get("tenant")?,
+        kind: row.try_get("kind")?,
+        payload: from_json(&payload, &what)?,
+        created_at: from_micros(row.try_get("created_at")?, &what)?,
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
+        let params = SessionParams::new(record);
+        // One statement: the upsert's `WHERE` leaves a tombstoned row untouched (0 changes).
+        let query = sqlx::query(PUT_SESSION).bind(&params.session_id);
+        let done = bind_session_fields(query, &params)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>> {
+        let row = sqlx::query(GET_SESSION)
+            .bind(session_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn update_session(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>> {
+        // The immediate transaction holds the write lock from the read to the commit, so no
+        // other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+        let row = sqlx::query(GET_SESSION)
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut record = session_from_row(&row)?;
+        if record.deleted_at.is_some() {
+            return Ok(None);
+        }
+        mutate(&mut record);
+        // The id is the row's key: a mutation cannot move the row to another id.
+        record.session_id = session_id.to_owned();
+        record.updated_at = record.updated_at.trunc_subsecs(6);
+        record.created_at = record.created_at.trunc_subsecs(6);
+        record.deleted_at = record.deleted_at.map(|at| at.trunc_subsecs(6));
+        record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
+        let params = SessionParams::new(&record);
+        bind_session_fields(sqlx::query(UPDATE_SESSION), &params)
+            .bind(&params.session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(record))
+    }
+
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>> {
+        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE deleted_at IS NULL AND archived = "
+        ));
+        qb.push_bind(query.archived.unwrap_or(false));
+        if let Some(tenant) = &query.tenant {
+            qb.push(" AND tenant = ").push_bind(tenant);
+        }
+        if let Some(cwd) = &query.cwd {
+            qb.push(" AND cwd = ").push_bind(cwd);
+        }
+        if let Some((updated_at, session_id)) = &query.after {
+            qb.push(" AND (updated_at, session_id) < (")
+                .push_bind(micros(*updated_at))
+                .push(", ")
+                .push_bind(session_id)
+                .push(")");
+        }
+        qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
+            .push_bind(query.limit.max(0));
+        let rows = qb.build().fetch_all(&self.reader).await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn tombstone_session(
+        &self,
+        session_id: &str,
+        tenant: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let at = micros(at);
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+        let updated = sqlx::query(TOMBSTONE_LIVE)
+            .bind(at)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        let tombstoned_live = updated.rows_affected() == 1;
+        if !tombstoned_live {
+            // Unknown (insert a bare tombstone) or already deleted (nothing to do). No other
+            // write can run inside this transaction, so there is no race between the two.
+            sqlx::query(INSERT_TOMBSTONE)
+                .bind(session_id)
+                .bind(tenant)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(tombstoned_live)
+    }
+
+    async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = i64::try_from(events.len())
+            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+        let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
+        let created_at = Utc::now().trunc_subsecs(6);
+        let created_micros = micros(created_at);
+
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+        let last: i64 = sqlx::query_scalar(BUMP_SEQ)
+            .bind(session_id)
+            .bind(count)
+            .fetch_one(&mut *tx)
+            .await?;
+        let first = last - count + 1;
+        let rows: Vec<(i64, &NewEvent, &String)> =
+            (first..).zip(events).zip(&payloads).map(|((seq, e), p)| (seq, e, p)).collect();
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut qb = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
+            );
+            qb.push_values(chunk, |mut row, (seq, event, payload)| {
+                row.push_bind(session_id)
+                    .push_bind(*seq)
+                    .push_bind(&event.kind)
+                    .push_bind(*payload)
+                    .push_bind(created_micros);
+            });
+            qb.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+
+        Ok(events
+            .iter()
+            .zip(first..)
+            .map(|(event, seq)| StoredEvent {
+                session_id: session_id.to_owned(),
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                created_at,
+            })
+            .collect())
+    }
+
+    async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(READ_EVENTS)
+            .bind(session_id)
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
+            .bind(session_id)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+
+    async fn append_lifecycle(
+        &self,
+        event: &NewLifecycleEvent,
+    ) -> StoreResult<StoredLifecycleEvent> {
+        let payload = to_json(&event.payload);
+        let created_at = Utc::now().trunc_subsecs(6);
+        // A single statement on the single writer connection: numbers are handed out in commit
+        // order, so readers polling `seq > after` never skip one.
+        let seq: i64 = sqlx::query_scalar(INSERT_LIFECYCLE)
+            .bind(&event.session_id)
+            .bind(&event.tenant)
+            .bind(&event.kind)
+            .bind(&payload)
+            .bind(micros(created_at))
+            .fetch_one(&self.writer)
+            .await?;
+        Ok(StoredLifecycleEvent {
+            seq,
+            session_id: event.session_id.clone(),
+            tenant: event.tenant.clone(),
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            created_at,
+        })
+    }
+
+    async fn read_lifecycle(
+        &self,
+        tenant: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
+        let query = match tenant {
+            None => sqlx::query(READ_LIFECYCLE_ALL),
+            Some(tenant) => sqlx::query(READ_LIFECYCLE_TENANT).bind(tenant),
+        };
+        let rows = query
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(lifecycle_from_row).collect()
+    }
+
+    async fn last_lifecycle_seq(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_LIFECYCLE_SEQ)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+}
