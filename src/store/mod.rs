@@ -182,8 +182,10 @@ pub trait Store: Send + Sync + 'static {
     async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
 
     /// Appends a lifecycle event with the next global sequence number.
-    async fn append_lifecycle(&self, event: &NewLifecycleEvent)
-    -> StoreResult<StoredLifecycleEvent>;
+    async fn append_lifecycle(
+        &self,
+        event: &NewLifecycleEvent,
+    ) -> StoreResult<StoredLifecycleEvent>;
 
     /// Lifecycle events with `seq > after`, ascending, at most `limit`; `tenant = None` = all.
     async fn read_lifecycle(

@@ -343,7 +343,8 @@ impl Store for PgStore {
                     .push_bind(&event.payload)
                     .push_bind(event.created_at);
             });
-            qb.build().execute(&mut *tx).await?;
+            // Not prepared for reuse: the text differs with every batch size.
+            qb.build().persistent(false).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(stored)

@@ -450,8 +450,11 @@ impl Store for SqliteStore {
             .fetch_one(&mut *tx)
             .await?;
         let first = last - count + 1;
-        let rows: Vec<(i64, &NewEvent, &String)> =
-            (first..).zip(events).zip(&payloads).map(|((seq, e), p)| (seq, e, p)).collect();
+        let rows: Vec<(i64, &NewEvent, &String)> = (first..)
+            .zip(events)
+            .zip(&payloads)
+            .map(|((seq, e), p)| (seq, e, p))
+            .collect();
         for chunk in rows.chunks(INSERT_CHUNK) {
             let mut qb = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
@@ -463,7 +466,8 @@ impl Store for SqliteStore {
                     .push_bind(*payload)
                     .push_bind(created_micros);
             });
-            qb.build().execute(&mut *tx).await?;
+            // Not prepared for reuse: the text differs with every batch size.
+            qb.build().persistent(false).execute(&mut *tx).await?;
         }
         tx.commit().await?;
 

@@ -1,0 +1,391 @@
+//! Test harness: a real gateway binary on an ephemeral loopback port, in front of the real echo
+//! agent (examples/echo_agent.rs) as child processes, on a fresh SQLite file or a fresh
+//! PostgreSQL database; plus a small SSE client.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// Which store a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates `sqlite_NAME` and `postgres_NAME` tests from `async fn NAME(backend: Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::common::Backend::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+            if $crate::common::postgres_admin_url().is_none() { eprintln!("SKIPPED postgres::{}: DATABASE_URL is not set", stringify!($name)); return; }
+            super::$name($crate::common::Backend::Postgres).await
+        } )* }
+    };
+}
+
+/// The admin URL of the PostgreSQL server for tests, from `DATABASE_URL`.
+pub fn postgres_admin_url() -> Option<String> {
+    std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty())
+}
+
+/// Upper bound for anything a test waits for: a hang fails the test instead of blocking CI.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+fn bin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway")).parent().unwrap().to_path_buf()
+}
+
+/// Path of the built echo agent example.
+pub fn echo_agent() -> PathBuf {
+    let p = bin_dir().join("examples/echo_agent");
+    assert!(p.exists(), "{} is missing: run `cargo test` (it builds examples) or `cargo build --examples`", p.display());
+    p
+}
+
+/// A database for one test: a temp SQLite file, or a fresh PostgreSQL database dropped at the end.
+pub struct Database {
+    pub url: String,
+    pg_name: Option<String>,
+}
+
+impl Database {
+    pub async fn new(backend: Backend, dir: &Path) -> Self {
+        match backend {
+            Backend::Sqlite => Database { url: format!("sqlite:{}", dir.join("gateway.db").display()), pg_name: None },
+            Backend::Postgres => {
+                let admin = postgres_admin_url().expect("DATABASE_URL");
+                let name = format!("acpgw_it_{}", uuid::Uuid::new_v4().simple());
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+                    .await
+                    .unwrap_or_else(|e| panic!("PostgreSQL at DATABASE_URL is unreachable: {e}"));
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+                let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+                Database { url: format!("{base}/{name}"), pg_name: Some(name) }
+            }
+        }
+    }
+
+    pub async fn drop_db(&self) {
+        if let Some(name) = &self.pg_name {
+            let admin = postgres_admin_url().unwrap();
+            if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut conn).await;
+            }
+        }
+    }
+}
+
+/// How to start a gateway.
+#[derive(Clone)]
+pub struct Options {
+    pub pool_size: usize,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub wait_ready: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { pool_size: 1, env: vec![], args: vec![], wait_ready: true }
+    }
+}
+
+impl Options {
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn pool(mut self, n: usize) -> Self {
+        self.pool_size = n;
+        self
+    }
+    pub fn no_wait(mut self) -> Self {
+        self.wait_ready = false;
+        self
+    }
+}
+
+/// A test's world: temp dir (agent state, call log, SQLite file), database, one gateway.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub db: Database,
+    pub gw: Option<Gateway>,
+    pub opts: Options,
+}
+
+impl World {
+    pub async fn start(backend: Backend, opts: Options) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::new(backend, dir.path()).await;
+        let gw = Gateway::spawn(&db.url, dir.path(), &opts).await;
+        World { dir, db, gw: Some(gw), opts }
+    }
+
+    pub fn gw(&self) -> &Gateway {
+        self.gw.as_ref().unwrap()
+    }
+
+    /// Stops the gateway (SIGTERM) and starts it again on the same database and agent state.
+    pub async fn restart(&mut self) {
+        if let Some(mut gw) = self.gw.take() {
+            gw.stop();
+        }
+        self.gw = Some(Gateway::spawn(&self.db.url, self.dir.path(), &self.opts).await);
+    }
+
+    /// Lines of the agent's call log that start with `method`.
+    pub fn calls(&self, method: &str) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("calls.log")).unwrap_or_default();
+        log.lines().filter(|l| l.split(' ').next() == Some(method)).count()
+    }
+
+    pub async fn finish(mut self) {
+        if let Some(mut gw) = self.gw.take() {
+            gw.stop();
+        }
+        self.db.drop_db().await;
+    }
+}
+
+/// A running gateway process.
+pub struct Gateway {
+    pub base: String,
+    pub http: reqwest::Client,
+    child: Child,
+}
+
+impl Gateway {
+    pub async fn spawn(db_url: &str, dir: &Path, opts: &Options) -> Gateway {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_acp-gateway"));
+        cmd.arg("--agent")
+            .arg(echo_agent())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--database-url")
+            .arg(db_url)
+            .arg("--pool-size")
+            .arg(opts.pool_size.to_string())
+            .args(&opts.args)
+            .env("ECHO_AGENT_DIR", dir.join("agent"))
+            .env("ECHO_AGENT_CALL_LOG", dir.join("calls.log"))
+            .env("RUST_LOG", "info,acp_gateway=debug")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("start acp-gateway");
+        let stdout = child.stdout.take().unwrap();
+        let base = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().expect("gateway printed nothing").unwrap();
+            // keep draining stdout so the gateway never blocks on it
+            std::thread::spawn(move || for _ in lines {});
+            first.strip_prefix("listening on ").expect("listening line").to_owned()
+        })
+        .await
+        .unwrap();
+        let gw = Gateway { base, http: reqwest::Client::new(), child };
+        if opts.wait_ready {
+            gw.wait_until(|g| async move { g.get("/readyz").await.status() == 200 }).await;
+        }
+        gw
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    pub fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the gateway did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.unwrap()
+    }
+    pub async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.http.post(self.url(path)).json(&body).send().await.unwrap()
+    }
+    pub async fn delete(&self, path: &str) -> reqwest::Response {
+        self.http.delete(self.url(path)).send().await.unwrap()
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> reqwest::Response {
+        self.http.patch(self.url(path)).json(&body).send().await.unwrap()
+    }
+    pub async fn json(&self, path: &str) -> Value {
+        let r = self.get(path).await;
+        assert_eq!(r.status(), 200, "GET {path}");
+        r.json().await.unwrap()
+    }
+
+    /// Creates a session in `cwd` and returns its id.
+    pub async fn create(&self, cwd: &str) -> String {
+        let r = self.post("/sessions", json!({"cwd": cwd})).await;
+        assert_eq!(r.status(), 201);
+        let v: Value = r.json().await.unwrap();
+        v["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    /// Prompts and waits for the turn; returns (status, body).
+    pub async fn prompt(&self, id: &str, text: &str) -> (u16, Value) {
+        let r = self.post(&format!("/sessions/{id}/prompt"), json!({"text": text})).await;
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Starts a turn without waiting (`Prefer: respond-async`).
+    pub async fn prompt_async(&self, id: &str, text: &str) {
+        let r = self
+            .http
+            .post(self.url(&format!("/sessions/{id}/prompt")))
+            .header("prefer", "respond-async")
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+
+    pub async fn status(&self, id: &str) -> String {
+        self.json(&format!("/sessions/{id}/status")).await["status"].as_str().unwrap().to_owned()
+    }
+
+    /// Polls `cond` until it holds (bounded by [`PATIENCE`]).
+    pub async fn wait_until<'a, F, Fut>(&'a self, cond: F)
+    where
+        F: Fn(&'a Gateway) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        while !cond(self).await {
+            assert!(Instant::now() < deadline, "condition not reached within {PATIENCE:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Opens an SSE stream.
+    pub async fn sse(&self, path: &str, last_event_id: Option<i64>) -> Sse {
+        let mut req = self.http.get(self.url(path)).header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 200, "GET {path}");
+        assert_eq!(res.headers()["content-type"], "text/event-stream");
+        assert_eq!(res.headers()["cache-control"], "no-cache");
+        assert_eq!(res.headers()["x-accel-buffering"], "no");
+        Sse { body: Box::pin(res.bytes_stream()), buf: String::new() }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One SSE event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: i64,
+    pub event: String,
+    pub data: Value,
+}
+
+/// A minimal SSE client over a reqwest body.
+pub struct Sse {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Sse {
+    /// The next event (skipping comments), or `None` if the stream ended. Panics after PATIENCE.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        tokio::time::timeout(PATIENCE, self.next_inner()).await.expect("no SSE event within PATIENCE")
+    }
+
+    async fn next_inner(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if let Some(id) = id {
+                    return Some(SseEvent { id, event, data: serde_json::from_str(&data).unwrap() });
+                }
+                continue; // keep-alive comment
+            }
+            match self.body.next().await {
+                Some(Ok(bytes)) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads events until one named `event` arrives; returns all read, that one included.
+    pub async fn until(&mut self, event: &str) -> Vec<SseEvent> {
+        let mut out = vec![];
+        loop {
+            let e = self.next().await.unwrap_or_else(|| panic!("stream ended before {event}; got {out:?}"));
+            let done = e.event == event;
+            out.push(e);
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+/// The text of agent_message_chunk events, concatenated.
+pub fn chunk_text(events: &[SseEvent]) -> String {
+    events
+        .iter()
+        .filter(|e| e.event == "agent_message_chunk")
+        .map(|e| e.data["update"]["content"]["text"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// True if a process with this pid exists (zombies count as gone only once reaped).
+pub fn pid_alive(pid: u32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+}
