@@ -48,7 +48,7 @@
 //! | Variable | Meaning |
 //! |---|---|
 //! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
-//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title` (default `load,list,delete,resume,close`). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
@@ -216,7 +216,8 @@ impl Config {
             PathBuf::from,
         );
         let mut caps = BTreeSet::new();
-        for cap in env("ECHO_AGENT_CAPS")
+        // Set but empty means "nothing optional", unlike the other variables.
+        for cap in std::env::var("ECHO_AGENT_CAPS")
             .as_deref()
             .unwrap_or(DEFAULT_CAPS)
             .split(',')

@@ -21,7 +21,12 @@ pub struct Config {
     pub pool_size: u16,
 
     /// Address to listen on.
-    #[arg(long, env = "ACP_GATEWAY_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
     pub listen: SocketAddr,
 
     /// Allow a non-loopback --listen address although no API keys exist yet: anyone who can
@@ -30,15 +35,30 @@ pub struct Config {
     pub allow_unauthenticated: bool,
 
     /// `postgres://…` for PostgreSQL, or an SQLite file (`sqlite:PATH` or a path), created on first run.
-    #[arg(long, env = "ACP_GATEWAY_DATABASE_URL", default_value = "sqlite:acp-gateway.db", global = true)]
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_DATABASE_URL",
+        default_value = "sqlite:acp-gateway.db",
+        global = true
+    )]
     pub database_url: String,
 
     /// Seconds to wait for upstream control calls (new, load, resume, list, delete, status, close).
-    #[arg(long, env = "ACP_GATEWAY_CONTROL_TIMEOUT", default_value_t = 30, global = true)]
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_CONTROL_TIMEOUT",
+        default_value_t = 30,
+        global = true
+    )]
     pub control_timeout: u64,
 
     /// Seconds a starting agent has to answer `initialize` before it is killed and restarted.
-    #[arg(long, env = "ACP_GATEWAY_INIT_TIMEOUT", default_value_t = 60, global = true)]
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_INIT_TIMEOUT",
+        default_value_t = 60,
+        global = true
+    )]
     pub init_timeout: u64,
 
     /// Largest accepted request body in bytes (larger → 413).

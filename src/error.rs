@@ -43,6 +43,8 @@ pub enum ApiError {
     #[error("{0}")]
     PayloadTooLarge(String),
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
     NotSupported(String),
     #[error("{0}")]
     AgentAuthRequired(String),
@@ -79,6 +81,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Payload too large",
+            ),
+            UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
             ),
             NotSupported(_) => (
                 StatusCode::NOT_IMPLEMENTED,
@@ -138,10 +145,19 @@ impl ApiError {
         match err {
             CallError::Rpc(e) => match e.code {
                 -32002 => ApiError::NotFound(format!("the agent does not know it: {}", e.message)),
-                -32602 => ApiError::Validation(format!("the agent rejected the parameters: {}", e.message)),
+                -32602 => ApiError::Validation(format!(
+                    "the agent rejected the parameters: {}",
+                    e.message
+                )),
                 -32000 => ApiError::AgentAuthRequired(e.message),
-                -32601 => ApiError::NotSupported(format!("the agent does not implement it: {}", e.message)),
-                code => ApiError::Agent { code, message: e.message },
+                -32601 => ApiError::NotSupported(format!(
+                    "the agent does not implement it: {}",
+                    e.message
+                )),
+                code => ApiError::Agent {
+                    code,
+                    message: e.message,
+                },
             },
             CallError::Closed(reason) => ApiError::AgentUnavailable(reason),
             CallError::Timeout(what) => ApiError::AgentTimeout(what),
@@ -167,7 +183,8 @@ impl IntoResponse for ApiError {
             tracing::error!(error = format!("{e:#}"), "internal error");
         }
         let problem = self.problem();
-        let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut res = (status, axum::Json(problem)).into_response();
         res.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -190,6 +207,8 @@ macro_rules! rejection {
                 let text = r.body_text();
                 if status == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge(text)
+                } else if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                    ApiError::UnsupportedMediaType(text)
                 } else if status == StatusCode::UNPROCESSABLE_ENTITY {
                     ApiError::Validation(text)
                 } else {

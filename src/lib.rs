@@ -50,7 +50,10 @@ pub fn app(gateway: Gateway, max_body_bytes: usize) -> Router {
 
 /// Checks the configuration that does not need I/O.
 pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
-    let line = config.agent.as_deref().context("--agent (or ACP_GATEWAY_AGENT) is required: the agent command line to run")?;
+    let line = config
+        .agent
+        .as_deref()
+        .context("--agent (or ACP_GATEWAY_AGENT) is required: the agent command line to run")?;
     let command = AgentCommand::parse(line).context("cannot parse --agent")?;
     if !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
         anyhow::bail!(
@@ -62,13 +65,30 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
 }
 
 /// Serves until `shutdown` resolves, then stops every agent process and returns.
-pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let command = validate(&config)?;
-    let store = store::connect(&config.database_url).await.context("opening the database")?;
+    let store = store::connect(&config.database_url)
+        .await
+        .context("opening the database")?;
     let stop = CancellationToken::new();
     let hub = EventHub::new(store.clone(), stop.clone());
-    let pool = PoolConfig { command, size: config.pool_size as usize, init_timeout: config.init_timeout() };
-    let gateway = Gateway::start(store, hub, pool, GatewayConfig { control_timeout: config.control_timeout() });
+    let pool = PoolConfig {
+        command,
+        size: config.pool_size as usize,
+        init_timeout: config.init_timeout(),
+    };
+    let gateway = Gateway::start(
+        store,
+        hub,
+        pool,
+        GatewayConfig {
+            control_timeout: config.control_timeout(),
+        },
+    );
     // On shutdown: end the SSE streams, stop the agents (which ends waiting turns), then let
     // the server finish the requests still in flight.
     let stopper = {
@@ -95,6 +115,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Ou
 
 /// Applies the migrations of the configured database.
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect(&config.database_url).await.context("opening the database")?;
+    store::connect(&config.database_url)
+        .await
+        .context("opening the database")?;
     Ok(())
 }

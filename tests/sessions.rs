@@ -35,14 +35,24 @@ async fn quick_start_flow(backend: Backend) {
     assert_eq!(listed["sessionId"], id.as_str());
     assert_eq!(listed["title"], "Echo: hello big world");
     assert_eq!(listed["cwd"], "/tmp/project");
-    assert_eq!(gw.json(&format!("/sessions/{id}")).await["title"], "Echo: hello big world");
+    assert_eq!(
+        gw.json(&format!("/sessions/{id}")).await["title"],
+        "Echo: hello big world"
+    );
 
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
     let events = sse.until("turn_ended").await;
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(
         names,
-        ["turn_started", "agent_message_chunk", "agent_message_chunk", "agent_message_chunk", "session_info_update", "turn_ended"]
+        [
+            "turn_started",
+            "agent_message_chunk",
+            "agent_message_chunk",
+            "agent_message_chunk",
+            "session_info_update",
+            "turn_ended"
+        ]
     );
     let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
     assert_eq!(ids, (1..=6).collect::<Vec<_>>());
@@ -52,7 +62,11 @@ async fn quick_start_flow(backend: Backend) {
 
     assert_eq!(gw.status(&id).await, "live");
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
-    assert_eq!(w.calls("session/delete"), 1, "the agent advertises delete, so it is called");
+    assert_eq!(
+        w.calls("session/delete"),
+        1,
+        "the agent advertises delete, so it is called"
+    );
     let list = gw.json("/sessions").await;
     assert!(list["sessions"].as_array().unwrap().is_empty(), "{list}");
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
@@ -64,21 +78,40 @@ async fn quick_start_flow(backend: Backend) {
 /// Status is a pure probe: any number of calls on live, saved and unknown sessions never makes
 /// the agent load or resume anything, with and without the agent's own session/status.
 async fn status_never_loads_or_resumes(backend: Backend) {
-    for caps in ["load,list,delete,resume,close", "load,list,delete,resume,close,status"] {
+    for caps in [
+        "load,list,delete,resume,close",
+        "load,list,delete,resume,close,status",
+    ] {
         let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", caps)).await;
         let gw = w.gw();
         let live = gw.create("/tmp").await;
         let saved = gw.create("/tmp").await;
-        assert_eq!(gw.post(&format!("/sessions/{saved}/close"), json!({})).await.status(), 204);
+        assert_eq!(
+            gw.post(&format!("/sessions/{saved}/close"), json!({}))
+                .await
+                .status(),
+            204
+        );
         for _ in 0..5 {
             assert_eq!(gw.status(&live).await, "live");
             assert_eq!(gw.status(&saved).await, "saved");
             assert_eq!(gw.status("sess_unknown").await, "not_found");
         }
-        assert_eq!(w.calls("session/load") + w.calls("session/resume"), 0, "caps {caps}");
-        assert_eq!(w.calls("session/status") > 0, caps.contains("status"), "caps {caps}");
+        assert_eq!(
+            w.calls("session/load") + w.calls("session/resume"),
+            0,
+            "caps {caps}"
+        );
+        assert_eq!(
+            w.calls("session/status") > 0,
+            caps.contains("status"),
+            "caps {caps}"
+        );
         let s: Value = gw.json(&format!("/sessions/{saved}/status")).await;
-        assert_eq!(s, json!({"sessionId": saved, "status": "saved", "activity": null}));
+        assert_eq!(
+            s,
+            json!({"sessionId": saved, "status": "saved", "activity": null})
+        );
         let s: Value = gw.json(&format!("/sessions/{live}/status")).await;
         assert_eq!(s["activity"], "idle");
         // A prompt on the saved session resumes it (and only then).
@@ -95,7 +128,10 @@ async fn list_pagination_and_filters(backend: Backend) {
     let gw = w.gw();
     let mut ids = vec![];
     for i in 0..7 {
-        ids.push(gw.create(if i % 2 == 0 { "/tmp/a" } else { "/tmp/b" }).await);
+        ids.push(
+            gw.create(if i % 2 == 0 { "/tmp/a" } else { "/tmp/b" })
+                .await,
+        );
     }
     // Walk pages of 3: every session exactly once, newest first.
     let mut seen = vec![];
@@ -122,11 +158,21 @@ async fn list_pagination_and_filters(backend: Backend) {
     assert_eq!(seen, expected, "newest first, each once");
 
     let a = gw.json("/sessions?cwd=/tmp/a").await;
-    let a: Vec<_> = a["sessions"].as_array().unwrap().iter().map(|s| s["cwd"].clone()).collect();
+    let a: Vec<_> = a["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cwd"].clone())
+        .collect();
     assert_eq!(a.len(), 4);
     assert!(a.iter().all(|c| c == "/tmp/a"));
 
-    for bad in ["/sessions?cursor=nope", "/sessions?limit=0", "/sessions?limit=201", "/sessions?limit=x"] {
+    for bad in [
+        "/sessions?cursor=nope",
+        "/sessions?limit=0",
+        "/sessions?limit=201",
+        "/sessions?limit=x",
+    ] {
         let r = gw.get(bad).await;
         assert_eq!(r.status(), 400, "{bad}");
         assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -139,23 +185,47 @@ async fn list_pagination_and_filters(backend: Backend) {
 }
 
 async fn patch_title_and_lifecycle_stream(backend: Backend) {
-    for caps in ["load,list,delete,resume,close", "load,list,delete,resume,close,title"] {
+    for caps in [
+        "load,list,delete,resume,close",
+        "load,list,delete,resume,close,title",
+    ] {
         let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", caps)).await;
         let gw = w.gw();
         let mut lifecycle = gw.sse("/events", Some(0)).await;
         let id = gw.create("/tmp").await;
-        let r = gw.patch(&format!("/sessions/{id}"), json!({"title": "  My title"})).await;
+        let r = gw
+            .patch(&format!("/sessions/{id}"), json!({"title": "  My title"}))
+            .await;
         assert_eq!(r.status(), 200);
         let v: Value = r.json().await.unwrap();
         // The echo agent trims titles; a gateway-only rename keeps them as given.
-        let expected = if caps.contains("title") { "My title" } else { "  My title" };
+        let expected = if caps.contains("title") {
+            "My title"
+        } else {
+            "  My title"
+        };
         assert_eq!(v["title"], expected);
-        assert_eq!(w.calls("session/set_title"), usize::from(caps.contains("title")));
+        assert_eq!(
+            w.calls("session/set_title"),
+            usize::from(caps.contains("title"))
+        );
         assert_eq!(gw.json("/sessions").await["sessions"][0]["title"], expected);
-        let r = gw.patch(&format!("/sessions/{id}"), json!({"title": null})).await;
+        let r = gw
+            .patch(&format!("/sessions/{id}"), json!({"title": null}))
+            .await;
         assert_eq!(r.status(), 200);
-        assert!(gw.json(&format!("/sessions/{id}")).await.get("title").is_none());
-        assert_eq!(gw.patch("/sessions/sess_nope", json!({"title": "x"})).await.status(), 404);
+        assert!(
+            gw.json(&format!("/sessions/{id}"))
+                .await
+                .get("title")
+                .is_none()
+        );
+        assert_eq!(
+            gw.patch("/sessions/sess_nope", json!({"title": "x"}))
+                .await
+                .status(),
+            404
+        );
         assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
 
         let created = lifecycle.until("session_created").await;
@@ -168,7 +238,10 @@ async fn patch_title_and_lifecycle_stream(backend: Backend) {
                 break;
             }
         }
-        assert!(kinds.iter().filter(|k| *k == "session_updated").count() >= 2, "{kinds:?}");
+        assert!(
+            kinds.iter().filter(|k| *k == "session_updated").count() >= 2,
+            "{kinds:?}"
+        );
         w.finish().await;
     }
 }
@@ -185,7 +258,10 @@ async fn restart_keeps_sessions_and_events(backend: Backend) {
 
     w.restart().await;
     let gw = w.gw();
-    assert_eq!(gw.json("/sessions").await["sessions"][0]["title"], "Echo: one two");
+    assert_eq!(
+        gw.json("/sessions").await["sessions"][0]["title"],
+        "Echo: one two"
+    );
     assert_eq!(gw.status(&id).await, "saved");
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(n)).await;
     assert_eq!(gw.prompt(&id, "three").await.0, 200);
@@ -194,8 +270,17 @@ async fn restart_keeps_sessions_and_events(backend: Backend) {
     assert_eq!(events[0].event, "turn_started");
     assert_eq!(chunk_text(&events), "three");
     let after = gw.json(&format!("/sessions/{id}/history?limit=1000")).await;
-    let seqs: Vec<i64> = after["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no gap, no duplicate");
+    let seqs: Vec<i64> = after["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
     assert_eq!(w.calls("session/resume"), 1);
     w.finish().await;
 }

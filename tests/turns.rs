@@ -24,7 +24,11 @@ async fn async_prompt_cancel_and_conflict(backend: Backend) {
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
     gw.prompt_async(&id, "/hang").await;
     let started = sse.until("turn_started").await;
-    assert_eq!(started.len(), 1, "a stream without cursor starts at the live tail");
+    assert_eq!(
+        started.len(),
+        1,
+        "a stream without cursor starts at the live tail"
+    );
     let s: Value = gw.json(&format!("/sessions/{id}/status")).await;
     assert_eq!(s["activity"], "running");
 
@@ -32,7 +36,12 @@ async fn async_prompt_cancel_and_conflict(backend: Backend) {
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["status"], 409);
 
-    assert_eq!(gw.post(&format!("/sessions/{id}/cancel"), json!({})).await.status(), 204);
+    assert_eq!(
+        gw.post(&format!("/sessions/{id}/cancel"), json!({}))
+            .await
+            .status(),
+        204
+    );
     let ended = sse.until("turn_ended").await;
     assert_eq!(ended.last().unwrap().data["stopReason"], "cancelled");
     assert_eq!(w.calls("session/cancel"), 1);
@@ -40,13 +49,25 @@ async fn async_prompt_cancel_and_conflict(backend: Backend) {
     assert_eq!(s["activity"], "idle");
     // The session takes prompts again.
     let (status, body) = gw.prompt(&id, "after").await;
-    assert_eq!((status, body["stopReason"].as_str()), (200, Some("end_turn")));
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn"))
+    );
 
-    for bad in [json!({}), json!({"text": "a", "prompt": [{"type": "text", "text": "b"}]}), json!({"prompt": []}), json!({"prompt": [{"text": "no type"}]})] {
-        let r = gw.post(&format!("/sessions/{id}/prompt"), bad.clone()).await;
+    for bad in [
+        json!({}),
+        json!({"text": "a", "prompt": [{"type": "text", "text": "b"}]}),
+        json!({"prompt": []}),
+        json!({"prompt": [{"text": "no type"}]}),
+    ] {
+        let r = gw
+            .post(&format!("/sessions/{id}/prompt"), bad.clone())
+            .await;
         assert_eq!(r.status(), 422, "{bad}");
     }
-    let r = gw.post("/sessions/sess_nope/prompt", json!({"text": "x"})).await;
+    let r = gw
+        .post("/sessions/sess_nope/prompt", json!({"text": "x"}))
+        .await;
     assert_eq!(r.status(), 404);
     w.finish().await;
 }
@@ -58,10 +79,19 @@ async fn permission_round_trip(backend: Backend) {
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
     let turn = {
         let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
-        tokio::spawn(async move { http.post(url).json(&json!({"text": "/permission please"})).send().await.unwrap() })
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&json!({"text": "/permission please"}))
+                .send()
+                .await
+                .unwrap()
+        })
     };
     let requested = sse.until("permission_requested").await;
-    let request_id = requested.last().unwrap().data["requestId"].as_str().unwrap().to_owned();
+    let request_id = requested.last().unwrap().data["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let pending: Value = gw.json(&format!("/sessions/{id}/permissions")).await;
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["requestId"], request_id.as_str());
@@ -70,21 +100,51 @@ async fn permission_round_trip(backend: Backend) {
     assert_eq!(s["activity"], "awaiting_permission");
 
     let path = format!("/sessions/{id}/permissions/{request_id}");
-    assert_eq!(gw.post(&path, json!({"optionId": "bogus"})).await.status(), 422);
-    assert_eq!(gw.post(&format!("/sessions/{id}/permissions/perm_unknown"), json!({"optionId": "allow"})).await.status(), 404);
+    assert_eq!(
+        gw.post(&path, json!({"optionId": "bogus"})).await.status(),
+        422
+    );
+    assert_eq!(
+        gw.post(
+            &format!("/sessions/{id}/permissions/perm_unknown"),
+            json!({"optionId": "allow"})
+        )
+        .await
+        .status(),
+        404
+    );
     let r = gw.post(&path, json!({"optionId": "allow"})).await;
     assert_eq!(r.status(), 200);
     let answered: Value = r.json().await.unwrap();
-    assert_eq!(answered["outcome"], json!({"outcome": "selected", "optionId": "allow"}));
-    assert_eq!(gw.post(&path, json!({"optionId": "allow"})).await.status(), 409);
+    assert_eq!(
+        answered["outcome"],
+        json!({"outcome": "selected", "optionId": "allow"})
+    );
+    assert_eq!(
+        gw.post(&path, json!({"optionId": "allow"})).await.status(),
+        409
+    );
 
     let res = turn.await.unwrap();
     assert_eq!(res.status(), 200);
     let events = sse.until("turn_ended").await;
-    let resolved = events.iter().find(|e| e.event == "permission_resolved").expect("permission_resolved");
+    let resolved = events
+        .iter()
+        .find(|e| e.event == "permission_resolved")
+        .expect("permission_resolved");
     assert_eq!(resolved.data["reason"], "answered");
-    assert!(chunk_text(&events).starts_with("permission: allow"), "{}", chunk_text(&events));
-    assert!(gw.json(&format!("/sessions/{id}/permissions")).await.as_array().unwrap().is_empty());
+    assert!(
+        chunk_text(&events).starts_with("permission: allow"),
+        "{}",
+        chunk_text(&events)
+    );
+    assert!(
+        gw.json(&format!("/sessions/{id}/permissions"))
+            .await
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     w.finish().await;
 }
 
@@ -95,9 +155,17 @@ async fn cancel_resolves_pending_permission(backend: Backend) {
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
     gw.prompt_async(&id, "/permission").await;
     sse.until("permission_requested").await;
-    assert_eq!(gw.post(&format!("/sessions/{id}/cancel"), json!({})).await.status(), 204);
+    assert_eq!(
+        gw.post(&format!("/sessions/{id}/cancel"), json!({}))
+            .await
+            .status(),
+        204
+    );
     let events = sse.until("turn_ended").await;
-    let resolved = events.iter().find(|e| e.event == "permission_resolved").unwrap();
+    let resolved = events
+        .iter()
+        .find(|e| e.event == "permission_resolved")
+        .unwrap();
     assert_eq!(resolved.data["reason"], "cancelled");
     assert_eq!(resolved.data["outcome"], json!({"outcome": "cancelled"}));
     assert_eq!(events.last().unwrap().data["stopReason"], "cancelled");
@@ -111,26 +179,47 @@ async fn unknown_update_variant_passes_through(backend: Backend) {
     assert_eq!(gw.prompt(&id, "/unknown hi").await.0, 200);
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
     let events = sse.until("turn_ended").await;
-    let unknown = events.iter().find(|e| e.event == "future_variant_x").expect("unknown variant forwarded");
-    assert_eq!(unknown.data["update"], json!({"sessionUpdate": "future_variant_x", "payload": {"n": 1}}));
+    let unknown = events
+        .iter()
+        .find(|e| e.event == "future_variant_x")
+        .expect("unknown variant forwarded");
+    assert_eq!(
+        unknown.data["update"],
+        json!({"sessionUpdate": "future_variant_x", "payload": {"n": 1}})
+    );
     w.finish().await;
 }
 
 /// Without session/resume the gateway loads; the agent's replay of a session the log already
 /// holds is not appended again.
 async fn load_replay_is_not_logged_twice(backend: Backend) {
-    let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", "load,list,delete,close")).await;
+    let w = World::start(
+        backend,
+        Options::default().env("ECHO_AGENT_CAPS", "load,list,delete,close"),
+    )
+    .await;
     let gw = w.gw();
     let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "a b c").await.0, 200);
-    let before = gw.json(&format!("/sessions/{id}/history")).await["events"].as_array().unwrap().len();
-    assert_eq!(gw.post(&format!("/sessions/{id}/close"), json!({})).await.status(), 204);
+    let before = gw.json(&format!("/sessions/{id}/history")).await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        gw.post(&format!("/sessions/{id}/close"), json!({}))
+            .await
+            .status(),
+        204
+    );
     assert_eq!(gw.status(&id).await, "saved");
     let r = gw.post(&format!("/sessions/{id}/resume"), json!({})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(w.calls("session/load"), 1);
     assert_eq!(gw.status(&id).await, "live");
-    let after = gw.json(&format!("/sessions/{id}/history")).await["events"].as_array().unwrap().len();
+    let after = gw.json(&format!("/sessions/{id}/history")).await["events"]
+        .as_array()
+        .unwrap()
+        .len();
     assert_eq!(before, after, "replayed updates are not appended again");
     w.finish().await;
 }
@@ -139,28 +228,57 @@ async fn crash_mid_turn_fails_fast_and_recovers(backend: Backend) {
     let w = World::start(backend, Options::default()).await;
     let gw = w.gw();
     let id = gw.create("/tmp").await;
-    let pid_before = gw.json("/agent").await["members"][0]["pid"].as_u64().unwrap() as u32;
+    let pid_before = gw.json("/agent").await["members"][0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
     let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
     let (status, body) = gw.prompt(&id, "/crash").await;
     assert_eq!(status, 502, "{body}");
-    assert!(body["type"].as_str().unwrap().ends_with("agent-unavailable"), "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("exit code 3"), "{body}");
-    assert!(!body["detail"].as_str().unwrap().contains("crashing mid-turn"), "stderr stays out of bodies");
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("agent-unavailable"),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("exit code 3"),
+        "{body}"
+    );
+    assert!(
+        !body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("crashing mid-turn"),
+        "stderr stays out of bodies"
+    );
     let events = sse.until("turn_ended").await;
-    assert!(events.iter().any(|e| e.event == "agent_exited" && e.data["code"] == 3), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.event == "agent_exited" && e.data["code"] == 3),
+        "{events:?}"
+    );
     assert_eq!(events.last().unwrap().data["error"]["status"], 502);
     assert_eq!(gw.status(&id).await, "saved");
-    assert!(!pid_alive(pid_before) || {
-        // give the reaper a moment; the pool waits for the child
-        gw.wait_until(|_| async move { !pid_alive(pid_before) }).await;
-        true
-    });
-    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "ready" }).await;
+    assert!(
+        !pid_alive(pid_before) || {
+            // give the reaper a moment; the pool waits for the child
+            gw.wait_until(|_| async move { !pid_alive(pid_before) })
+                .await;
+            true
+        }
+    );
+    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "ready" })
+        .await;
     let agent = gw.json("/agent").await;
     assert!(agent["members"][0]["restarts"].as_u64().unwrap() >= 1);
     assert_eq!(agent["members"][0]["lastExit"]["code"], 3);
     let (status, body) = gw.prompt(&id, "back again").await;
-    assert_eq!((status, body["stopReason"].as_str()), (200, Some("end_turn")));
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn"))
+    );
     w.finish().await;
 }
 
@@ -168,7 +286,11 @@ async fn pool_places_on_least_loaded_member(backend: Backend) {
     let w = World::start(backend, Options::default().pool(2)).await;
     let gw = w.gw();
     gw.wait_until(|g| async move {
-        g.json("/agent").await["members"].as_array().unwrap().iter().all(|m| m["state"] == "ready")
+        g.json("/agent").await["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["state"] == "ready")
     })
     .await;
     let mut ids = vec![];
@@ -176,7 +298,12 @@ async fn pool_places_on_least_loaded_member(backend: Backend) {
         ids.push(gw.create("/tmp").await);
     }
     let agent = gw.json("/agent").await;
-    let loads: Vec<u64> = agent["members"].as_array().unwrap().iter().map(|m| m["sessions"].as_u64().unwrap()).collect();
+    let loads: Vec<u64> = agent["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["sessions"].as_u64().unwrap())
+        .collect();
     assert_eq!(loads, [2, 2]);
     // Each session is pinned: prompts work without any load/resume.
     for id in &ids {
@@ -191,20 +318,45 @@ async fn live_tail_and_after_cursor(backend: Backend) {
     let gw = w.gw();
     let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "/chunks 5").await.0, 200);
-    let total = gw.json(&format!("/sessions/{id}/history")).await["events"].as_array().unwrap().len() as i64;
+    let total = gw.json(&format!("/sessions/{id}/history")).await["events"]
+        .as_array()
+        .unwrap()
+        .len() as i64;
     // ?after=N and Last-Event-ID: N both resume with N+1.
-    let mut a = gw.sse(&format!("/sessions/{id}/events?after=3"), None).await;
+    let mut a = gw
+        .sse(&format!("/sessions/{id}/events?after=3"), None)
+        .await;
     assert_eq!(a.next().await.unwrap().id, 4);
-    let mut b = gw.sse(&format!("/sessions/{id}/events"), Some(total - 1)).await;
+    let mut b = gw
+        .sse(&format!("/sessions/{id}/events"), Some(total - 1))
+        .await;
     let last = b.next().await.unwrap();
     assert_eq!((last.id, last.event.as_str()), (total, "turn_ended"));
     // History pages.
-    let page = gw.json(&format!("/sessions/{id}/history?after=2&limit=2")).await;
-    let seqs: Vec<i64> = page["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    let page = gw
+        .json(&format!("/sessions/{id}/history?after=2&limit=2"))
+        .await;
+    let seqs: Vec<i64> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
     assert_eq!(seqs, [3, 4]);
     assert_eq!(page["nextAfter"], 4);
-    assert_eq!(gw.get(&format!("/sessions/{id}/history?limit=0")).await.status(), 400);
-    let r = gw.http.get(gw.url(&format!("/sessions/{id}/events"))).header("last-event-id", "abc").send().await.unwrap();
+    assert_eq!(
+        gw.get(&format!("/sessions/{id}/history?limit=0"))
+            .await
+            .status(),
+        400
+    );
+    let r = gw
+        .http
+        .get(gw.url(&format!("/sessions/{id}/events")))
+        .header("last-event-id", "abc")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(gw.get("/sessions/sess_nope/events").await.status(), 404);
     w.finish().await;

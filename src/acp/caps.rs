@@ -52,7 +52,9 @@ fn present(v: Option<&Value>) -> bool {
 impl AgentInit {
     /// Reads an `initialize` result of either protocol generation.
     pub fn from_result(result: &Value) -> Self {
-        let v2_session = result.pointer("/capabilities/session").filter(|v| !v.is_null());
+        let v2_session = result
+            .pointer("/capabilities/session")
+            .filter(|v| !v.is_null());
         let capabilities = if let Some(session) = v2_session {
             Capabilities {
                 load: true,
@@ -65,11 +67,17 @@ impl AgentInit {
                 archive: present(session.get("archive")),
             }
         } else {
-            let agent = result.get("agentCapabilities").cloned().unwrap_or(Value::Null);
+            let agent = result
+                .get("agentCapabilities")
+                .cloned()
+                .unwrap_or(Value::Null);
             let session = agent.get("sessionCapabilities");
             let has = |k: &str| present(session.and_then(|s| s.get(k)));
             Capabilities {
-                load: agent.get("loadSession").and_then(Value::as_bool).unwrap_or(false),
+                load: agent
+                    .get("loadSession")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
                 list: has("list"),
                 resume: has("resume"),
                 close: has("close"),
@@ -80,7 +88,10 @@ impl AgentInit {
             }
         };
         AgentInit {
-            protocol_version: result.get("protocolVersion").cloned().unwrap_or(Value::Null),
+            protocol_version: result
+                .get("protocolVersion")
+                .cloned()
+                .unwrap_or(Value::Null),
             agent_info: result
                 .get("agentInfo")
                 .or_else(|| result.get("info"))
@@ -110,7 +121,12 @@ mod tests {
         }));
         assert_eq!(
             init.capabilities,
-            Capabilities { load: true, list: true, delete: true, ..Default::default() }
+            Capabilities {
+                load: true,
+                list: true,
+                delete: true,
+                ..Default::default()
+            }
         );
         assert_eq!(init.agent_info, json!({"name": "a"}));
     }

@@ -52,9 +52,19 @@ impl CallError {
 /// One message from the agent, in the order it was written.
 #[derive(Debug)]
 pub enum Inbound {
-    Response { id: u64, result: Result<Value, RpcError> },
-    Notification { method: String, params: Value },
-    Request { id: Value, method: String, params: Value },
+    Response {
+        id: u64,
+        result: Result<Value, RpcError>,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
 }
 
 type Pending = Arc<Mutex<HashMap<u64, (String, oneshot::Sender<Result<Value, CallError>>)>>>;
@@ -106,7 +116,12 @@ impl Connection {
             },
             None => rx.await,
         };
-        tracing::debug!(method, id, elapsed_ms = started.elapsed().as_millis() as u64, "upstream call");
+        tracing::debug!(
+            method,
+            id,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "upstream call"
+        );
         waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())))
     }
 
@@ -120,7 +135,11 @@ impl Connection {
     }
 
     /// Answers a request the agent sent to us.
-    pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) -> Result<(), CallError> {
+    pub async fn respond(
+        &self,
+        id: Value,
+        result: Result<Value, RpcError>,
+    ) -> Result<(), CallError> {
         let line = match result {
             Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
             Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e}),
@@ -184,6 +203,16 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
     }
 }
 
+/// Counts one line or message from an agent that the gateway had to ignore.
+pub fn process_garbage() {
+    process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Lines or messages from agents that were ignored, over all members.
+pub fn garbage_count() -> u64 {
+    process::GARBAGE_LINES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,20 +229,13 @@ mod tests {
         ));
         assert!(matches!(
             parse_line(r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"nope"}}"#),
-            Ok(Inbound::Response { id: 7, result: Err(RpcError { code: -32002, .. }) })
+            Ok(Inbound::Response {
+                id: 7,
+                result: Err(RpcError { code: -32002, .. })
+            })
         ));
         assert!(parse_line("hello").is_err());
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
     }
-}
-
-/// Counts one line or message from an agent that the gateway had to ignore.
-pub fn process_garbage() {
-    process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Lines or messages from agents that were ignored, over all members.
-pub fn garbage_count() -> u64 {
-    process::GARBAGE_LINES.load(std::sync::atomic::Ordering::Relaxed)
 }

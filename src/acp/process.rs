@@ -35,7 +35,10 @@ impl AgentCommand {
         let mut words = shell_words::split(line)?;
         anyhow::ensure!(!words.is_empty(), "the agent command is empty");
         let program = words.remove(0);
-        Ok(AgentCommand { program, args: words })
+        Ok(AgentCommand {
+            program,
+            args: words,
+        })
     }
 }
 
@@ -145,7 +148,16 @@ impl AgentProcess {
         });
 
         let conn = Arc::new(Connection::new(out_tx));
-        Ok((AgentProcess { pid, child, tail, tasks }, conn, in_rx))
+        Ok((
+            AgentProcess {
+                pid,
+                child,
+                tail,
+                tasks,
+            },
+            conn,
+            in_rx,
+        ))
     }
 
     /// Waits for the process to exit and for its pipes to drain.
@@ -165,7 +177,13 @@ impl AgentProcess {
         ExitInfo {
             code,
             signal,
-            stderr_tail: self.tail.lock().expect("tail lock").iter().cloned().collect(),
+            stderr_tail: self
+                .tail
+                .lock()
+                .expect("tail lock")
+                .iter()
+                .cloned()
+                .collect(),
         }
     }
 
@@ -173,7 +191,10 @@ impl AgentProcess {
     pub async fn terminate(&mut self, grace: Duration) -> ExitInfo {
         let pgid = Pid::from_raw(self.pid as i32);
         let _ = killpg(pgid, Signal::SIGTERM);
-        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
         let info = self.wait().await;
@@ -195,7 +216,11 @@ async fn read_bounded_line<R: AsyncBufRead + Unpin>(
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
-            return Ok(if buf.is_empty() && !too_long { None } else { Some(!too_long) });
+            return Ok(if buf.is_empty() && !too_long {
+                None
+            } else {
+                Some(!too_long)
+            });
         }
         let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
             Some(i) => (&available[..i], Some(i + 1)),
@@ -226,12 +251,24 @@ mod tests {
         let data = b"short\nthis line is far too long\nok\nlast".to_vec();
         let mut r = BufReader::with_capacity(4, &data[..]);
         let mut buf = Vec::new();
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"short");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(false));
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(false)
+        );
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"ok");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"last");
         assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), None);
     }

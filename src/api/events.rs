@@ -8,8 +8,8 @@ use serde::Deserialize;
 use super::{AppState, Json, Path, Query};
 use crate::error::{ApiError, Problem};
 use crate::events::sse_response;
-use crate::gateway::model::SessionId;
 use crate::gateway::HistoryPage;
+use crate::gateway::model::SessionId;
 
 /// Where a stream starts.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -36,7 +36,9 @@ fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiErr
             .ok()
             .and_then(|s| s.trim().parse::<i64>().ok())
             .filter(|n| *n >= 0)
-            .ok_or_else(|| ApiError::BadRequest("Last-Event-ID must be a non-negative integer".into()))
+            .ok_or_else(|| {
+                ApiError::BadRequest("Last-Event-ID must be a non-negative integer".into())
+            })
     });
     match (header.transpose()?, after) {
         (_, Some(a)) if a < 0 => Err(ApiError::BadRequest("after must be >= 0".into())),
@@ -64,7 +66,12 @@ fn with_stream_headers(mut res: Response) -> Response {
         (status = 400, description = "Malformed cursor or id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn session_events(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, Query(p): Query<StreamParams>) -> Result<Response, ApiError> {
+pub async fn session_events(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(p): Query<StreamParams>,
+) -> Result<Response, ApiError> {
     let id = SessionId::parse(&id)?;
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.session_events(&id, after).await?;
@@ -79,9 +86,17 @@ pub async fn session_events(State(s): State<AppState>, Path(id): Path<String>, h
         (status = 400, description = "Malformed parameters", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn session_history(State(s): State<AppState>, Path(id): Path<String>, Query(p): Query<HistoryParams>) -> Result<Json<HistoryPage>, ApiError> {
+pub async fn session_history(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<HistoryParams>,
+) -> Result<Json<HistoryPage>, ApiError> {
     let id = SessionId::parse(&id)?;
-    Ok(Json(s.gateway.history(&id, p.after.unwrap_or(0), p.limit.unwrap_or(100)).await?))
+    Ok(Json(
+        s.gateway
+            .history(&id, p.after.unwrap_or(0), p.limit.unwrap_or(100))
+            .await?,
+    ))
 }
 
 /// Session lifecycle across sessions as SSE, for session browsers: `session_created`,
@@ -92,7 +107,11 @@ pub async fn session_history(State(s): State<AppState>, Path(id): Path<String>, 
         (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),
         (status = 400, description = "Malformed cursor", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn lifecycle_events(State(s): State<AppState>, headers: HeaderMap, Query(p): Query<StreamParams>) -> Result<Response, ApiError> {
+pub async fn lifecycle_events(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<StreamParams>,
+) -> Result<Response, ApiError> {
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.lifecycle_events(after).await?;
     Ok(with_stream_headers(sse_response(stream).into_response()))

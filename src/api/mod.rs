@@ -62,7 +62,11 @@ struct ApiDoc;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::list_sessions, sessions::create_session))
-        .routes(routes!(sessions::get_session, sessions::patch_session, sessions::delete_session))
+        .routes(routes!(
+            sessions::get_session,
+            sessions::patch_session,
+            sessions::delete_session
+        ))
         .routes(routes!(sessions::session_status))
         .routes(routes!(sessions::resume_session))
         .routes(routes!(sessions::close_session))

@@ -16,7 +16,10 @@ use crate::gateway::{CreateSession, ListParams, PatchSession};
         (status = 400, description = "Malformed cursor or limit", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "cwd is not an absolute, normalised path", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn list_sessions(State(s): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<SessionPage>, ApiError> {
+pub async fn list_sessions(
+    State(s): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<SessionPage>, ApiError> {
     Ok(Json(s.gateway.list_sessions(p).await?))
 }
 
@@ -26,15 +29,23 @@ pub async fn list_sessions(State(s): State<AppState>, Query(p): Query<ListParams
         (status = 201, description = "Created; `Location` names it", body = SessionView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cwd or parameters", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed or requires authentication", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The agent did not answer in time", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn create_session(State(s): State<AppState>, Json(body): Json<CreateSession>) -> Result<impl IntoResponse, ApiError> {
+pub async fn create_session(
+    State(s): State<AppState>,
+    Json(body): Json<CreateSession>,
+) -> Result<impl IntoResponse, ApiError> {
     let view = s.gateway.create_session(body).await?;
     let location = format!("/sessions/{}", view.session_id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(view),
+    ))
 }
 
 /// One session from the cache, with its gateway status.
@@ -44,7 +55,10 @@ pub async fn create_session(State(s): State<AppState>, Json(body): Json<CreateSe
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
+pub async fn get_session(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(s.gateway.get_session(&SessionId::parse(&id)?).await?))
 }
 
@@ -57,8 +71,16 @@ pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> R
         (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn patch_session(State(s): State<AppState>, Path(id): Path<String>, Json(body): Json<PatchSession>) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.patch_session(&SessionId::parse(&id)?, body).await?))
+pub async fn patch_session(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<PatchSession>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(
+        s.gateway
+            .patch_session(&SessionId::parse(&id)?, body)
+            .await?,
+    ))
 }
 
 /// Delete a session: closes it if live, calls `session/delete` when advertised, and removes it
@@ -69,7 +91,10 @@ pub async fn patch_session(State(s): State<AppState>, Path(id): Path<String>, Js
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed to delete it (it is already gone from the list)", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete_session(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     s.gateway.delete_session(&SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -80,7 +105,10 @@ pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -
         (status = 200, description = "The status (`not_found` for unknown ids)", body = StatusView),
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn session_status(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<StatusView>, ApiError> {
+pub async fn session_status(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<StatusView>, ApiError> {
     Ok(Json(s.gateway.status(&SessionId::parse(&id)?).await?))
 }
 
@@ -94,7 +122,10 @@ pub async fn session_status(State(s): State<AppState>, Path(id): Path<String>) -
         (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn resume_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
+pub async fn resume_session(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(s.gateway.resume(&SessionId::parse(&id)?).await?))
 }
 
@@ -106,7 +137,10 @@ pub async fn resume_session(State(s): State<AppState>, Path(id): Path<String>) -
         (status = 501, description = "The agent does not support session/close", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn close_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn close_session(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     s.gateway.close(&SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -34,7 +34,10 @@ pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError>
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.gateway.metrics())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.gateway.metrics(),
+    )
 }
 
 /// This OpenAPI document.

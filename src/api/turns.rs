@@ -26,7 +26,12 @@ use crate::gateway::{PermissionAnswer, PermissionView, PromptBody, TurnResult};
         (status = 502, description = "The agent failed or exited during the turn", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn prompt(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, Json(body): Json<PromptBody>) -> Result<Response, ApiError> {
+pub async fn prompt(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<PromptBody>,
+) -> Result<Response, ApiError> {
     let id = SessionId::parse(&id)?;
     let respond_async = headers
         .get_all("prefer")
@@ -38,7 +43,17 @@ pub async fn prompt(State(s): State<AppState>, Path(id): Path<String>, headers: 
         Some(result) => Ok(Json(result).into_response()),
         None => {
             let location = format!("/sessions/{}/events", id.as_str());
-            Ok((StatusCode::ACCEPTED, [(header::LOCATION, location), (header::HeaderName::from_static("preference-applied"), "respond-async".into())]).into_response())
+            Ok((
+                StatusCode::ACCEPTED,
+                [
+                    (header::LOCATION, location),
+                    (
+                        header::HeaderName::from_static("preference-applied"),
+                        "respond-async".into(),
+                    ),
+                ],
+            )
+                .into_response())
         }
     }
 }
@@ -49,7 +64,10 @@ pub async fn prompt(State(s): State<AppState>, Path(id): Path<String>, headers: 
         (status = 204, description = "Cancel sent (a no-op when no turn runs)"),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn cancel(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     s.gateway.cancel(&SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -60,7 +78,10 @@ pub async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result
         (status = 200, description = "Pending requests, oldest first", body = Vec<PermissionView>),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn list_permissions(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<PermissionView>>, ApiError> {
+pub async fn list_permissions(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<PermissionView>>, ApiError> {
     Ok(Json(s.gateway.permissions(&SessionId::parse(&id)?).await?))
 }
 
@@ -74,6 +95,14 @@ pub async fn list_permissions(State(s): State<AppState>, Path(id): Path<String>)
         (status = 409, description = "Already resolved", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not one of the offered options", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn answer_permission(State(s): State<AppState>, Path((id, request_id)): Path<(String, String)>, Json(body): Json<PermissionAnswer>) -> Result<Json<PermissionView>, ApiError> {
-    Ok(Json(s.gateway.answer_permission(&SessionId::parse(&id)?, &request_id, body).await?))
+pub async fn answer_permission(
+    State(s): State<AppState>,
+    Path((id, request_id)): Path<(String, String)>,
+    Json(body): Json<PermissionAnswer>,
+) -> Result<Json<PermissionView>, ApiError> {
+    Ok(Json(
+        s.gateway
+            .answer_permission(&SessionId::parse(&id)?, &request_id, body)
+            .await?,
+    ))
 }

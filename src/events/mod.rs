@@ -69,7 +69,12 @@ impl EventHub {
         events: Vec<NewEvent>,
     ) -> StoreResult<Vec<StoredEvent>> {
         let stored = self.store.append_events(session_id, &events).await?;
-        let sender = self.sessions.lock().expect("hub lock").get(session_id).cloned();
+        let sender = self
+            .sessions
+            .lock()
+            .expect("hub lock")
+            .get(session_id)
+            .cloned();
         if let Some(tx) = sender {
             for e in &stored {
                 let _ = tx.send(Arc::new(e.clone()));
@@ -109,7 +114,8 @@ impl EventHub {
             let (store, id) = (store.clone(), id.clone());
             Box::pin(async move { store.read_events(&id, after, PAGE).await })
         });
-        let events = tail(rx, read, cursor, |_| true).map(|e| Ok(encode(e.seq, &e.kind, &e.payload)));
+        let events =
+            tail(rx, read, cursor, |_| true).map(|e| Ok(encode(e.seq, &e.kind, &e.payload)));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 
@@ -167,7 +173,14 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         live: bool,
         keep: K,
     }
-    let state = State { rx, read, cursor, buf: VecDeque::new(), live: false, keep };
+    let state = State {
+        rx,
+        read,
+        cursor,
+        buf: VecDeque::new(),
+        live: false,
+        keep,
+    };
     futures::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(e) = s.buf.pop_front() {
@@ -179,7 +192,8 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                     Ok(page) => {
                         s.live = (page.len() as i64) < PAGE;
                         let cursor = s.cursor;
-                        s.buf.extend(page.into_iter().filter(|e| e.seq() > cursor).map(Arc::new));
+                        s.buf
+                            .extend(page.into_iter().filter(|e| e.seq() > cursor).map(Arc::new));
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "reading the event log failed; closing the stream");

@@ -152,7 +152,12 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts the pool; members become ready in the background.
-    pub fn start(store: Arc<dyn Store>, hub: Arc<EventHub>, pool: PoolConfig, config: GatewayConfig) -> Self {
+    pub fn start(
+        store: Arc<dyn Store>,
+        hub: Arc<EventHub>,
+        pool: PoolConfig,
+        config: GatewayConfig,
+    ) -> Self {
         let inner = Arc::new(Inner {
             store,
             hub,
@@ -162,7 +167,12 @@ impl Gateway {
             counters: Counters::default(),
         });
         let pool = Pool::start(pool, inner.clone());
-        Gateway { inner, pool, config, tasks: TaskTracker::new() }
+        Gateway {
+            inner,
+            pool,
+            config,
+            tasks: TaskTracker::new(),
+        }
     }
 
     /// Stops background turns and every pool member.
@@ -182,7 +192,10 @@ impl Gateway {
 
     /// Ready = the store answers and at least one member is ready.
     pub async fn ready(&self) -> Result<(), String> {
-        self.store().ping().await.map_err(|e| format!("store: {e}"))?;
+        self.store()
+            .ping()
+            .await
+            .map_err(|e| format!("store: {e}"))?;
         if self.pool.ready_count() == 0 {
             return Err("no agent member is ready".into());
         }
@@ -190,36 +203,101 @@ impl Gateway {
     }
 
     pub fn agent(&self) -> AgentView {
-        AgentView { initialize: self.pool.init(), members: self.pool.members() }
+        AgentView {
+            initialize: self.pool.init(),
+            members: self.pool.members(),
+        }
     }
 
     /// Prometheus text exposition.
     pub fn metrics(&self) -> String {
         let c = &self.inner.counters;
-        let live = self.inner.sessions.lock().expect("sessions lock").values().filter(|e| e.member.is_some()).count();
+        let live = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .filter(|e| e.member.is_some())
+            .count();
         let members = self.pool.members();
         let restarts: u32 = members.iter().map(|m| m.restarts).sum();
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"));
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
         };
-        metric("acp_gateway_members", "gauge", "Pool members configured.", members.len() as u64);
-        metric("acp_gateway_members_ready", "gauge", "Pool members ready.", self.pool.ready_count() as u64);
-        metric("acp_gateway_member_restarts_total", "counter", "Member restarts.", restarts as u64);
-        metric("acp_gateway_member_exits_total", "counter", "Member process exits.", c.member_exits.load(Ordering::Relaxed));
-        metric("acp_gateway_sessions_live", "gauge", "Sessions loaded in a member.", live as u64);
-        metric("acp_gateway_events_appended_total", "counter", "Session events appended to the log.", c.events_appended.load(Ordering::Relaxed));
-        metric("acp_gateway_turns_started_total", "counter", "Prompt turns started.", c.turns_started.load(Ordering::Relaxed));
-        metric("acp_gateway_turns_failed_total", "counter", "Prompt turns that ended with an error.", c.turns_failed.load(Ordering::Relaxed));
-        metric("acp_gateway_permissions_pending", "gauge", "Permission requests awaiting an answer.", self.inner.permissions.pending_count() as u64);
-        metric("acp_gateway_agent_garbage_total", "counter", "Agent output lines or messages ignored as invalid.", crate::acp::garbage_count());
+        metric(
+            "acp_gateway_members",
+            "gauge",
+            "Pool members configured.",
+            members.len() as u64,
+        );
+        metric(
+            "acp_gateway_members_ready",
+            "gauge",
+            "Pool members ready.",
+            self.pool.ready_count() as u64,
+        );
+        metric(
+            "acp_gateway_member_restarts_total",
+            "counter",
+            "Member restarts.",
+            restarts as u64,
+        );
+        metric(
+            "acp_gateway_member_exits_total",
+            "counter",
+            "Member process exits.",
+            c.member_exits.load(Ordering::Relaxed),
+        );
+        metric(
+            "acp_gateway_sessions_live",
+            "gauge",
+            "Sessions loaded in a member.",
+            live as u64,
+        );
+        metric(
+            "acp_gateway_events_appended_total",
+            "counter",
+            "Session events appended to the log.",
+            c.events_appended.load(Ordering::Relaxed),
+        );
+        metric(
+            "acp_gateway_turns_started_total",
+            "counter",
+            "Prompt turns started.",
+            c.turns_started.load(Ordering::Relaxed),
+        );
+        metric(
+            "acp_gateway_turns_failed_total",
+            "counter",
+            "Prompt turns that ended with an error.",
+            c.turns_failed.load(Ordering::Relaxed),
+        );
+        metric(
+            "acp_gateway_permissions_pending",
+            "gauge",
+            "Permission requests awaiting an answer.",
+            self.inner.permissions.pending_count() as u64,
+        );
+        metric(
+            "acp_gateway_agent_garbage_total",
+            "counter",
+            "Agent output lines or messages ignored as invalid.",
+            crate::acp::garbage_count(),
+        );
         out
     }
 
     fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
         let sessions = self.inner.sessions.lock().expect("sessions lock");
         match sessions.get(session_id) {
-            Some(Entry { member: Some(_), busy }) => {
+            Some(Entry {
+                member: Some(_),
+                busy,
+            }) => {
                 let activity = if self.inner.permissions.has_pending(session_id) {
                     Activity::AwaitingPermission
                 } else if *busy == Busy::Turn {
@@ -251,7 +329,12 @@ impl Gateway {
         if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
             p.extend(e);
         }
-        let ev = NewLifecycleEvent { session_id: r.session_id.clone(), tenant: r.tenant.clone(), kind: kind.into(), payload };
+        let ev = NewLifecycleEvent {
+            session_id: r.session_id.clone(),
+            tenant: r.tenant.clone(),
+            kind: kind.into(),
+            payload,
+        };
         if let Err(e) = self.inner.hub.lifecycle(ev).await {
             tracing::error!(error = %e, kind, "cannot append a lifecycle event");
         }
@@ -263,21 +346,33 @@ impl Gateway {
     pub async fn list_sessions(&self, p: ListParams) -> ApiResult<SessionPage> {
         let limit = p.limit.unwrap_or(50);
         if !(1..=200).contains(&limit) {
-            return Err(ApiError::BadRequest("limit must be between 1 and 200".into()));
+            return Err(ApiError::BadRequest(
+                "limit must be between 1 and 200".into(),
+            ));
         }
         if let Some(cwd) = &p.cwd {
             validate_abs_path("cwd", cwd)?;
         }
         let after = p.cursor.as_deref().map(decode_cursor).transpose()?;
-        let query = ListQuery { tenant: None, cwd: p.cwd, archived: p.archived, after, limit: limit + 1 };
+        let query = ListQuery {
+            tenant: None,
+            cwd: p.cwd,
+            archived: p.archived,
+            after,
+            limit: limit + 1,
+        };
         let mut rows = self.store().list_sessions(&query).await?;
         let next_cursor = if rows.len() as i64 > limit {
             rows.truncate(limit as usize);
-            rows.last().map(|r| encode_cursor(r.updated_at, &r.session_id))
+            rows.last()
+                .map(|r| encode_cursor(r.updated_at, &r.session_id))
         } else {
             None
         };
-        Ok(SessionPage { sessions: rows.iter().map(|r| self.view(r)).collect(), next_cursor })
+        Ok(SessionPage {
+            sessions: rows.iter().map(|r| self.view(r)).collect(),
+            next_cursor,
+        })
     }
 
     /// `POST /sessions`.
@@ -291,11 +386,16 @@ impl Gateway {
         if !body.additional_directories.is_empty() {
             params["additionalDirectories"] = json!(body.additional_directories);
         }
-        let result = conn.call("session/new", params, Some(self.config.control_timeout)).await?;
+        let result = conn
+            .call("session/new", params, Some(self.config.control_timeout))
+            .await?;
         let session_id = result
             .get("sessionId")
             .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::Agent { code: -32603, message: "session/new returned no sessionId".into() })?
+            .ok_or_else(|| ApiError::Agent {
+                code: -32603,
+                message: "session/new returned no sessionId".into(),
+            })?
             .to_owned();
         let at = now();
         let record = SessionRecord {
@@ -314,7 +414,12 @@ impl Gateway {
         };
         self.store().put_session(&record).await?;
         self.attach(&session_id, member);
-        self.lifecycle(&record, "session_created", json!({"session": self.view(&record)})).await;
+        self.lifecycle(
+            &record,
+            "session_created",
+            json!({"session": self.view(&record)}),
+        )
+        .await;
         Ok(self.view(&record))
     }
 
@@ -324,13 +429,23 @@ impl Gateway {
     }
 
     /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.
-    pub async fn patch_session(&self, id: &SessionId, body: PatchSession) -> ApiResult<SessionView> {
+    pub async fn patch_session(
+        &self,
+        id: &SessionId,
+        body: PatchSession,
+    ) -> ApiResult<SessionView> {
         self.record(id).await?;
         let mut title = body.title;
         if let (true, Some(t)) = (self.caps().set_title, &title) {
             let conn = self.conn_for(id.as_str()).ok_or_else(no_member)?;
             let params = json!({"sessionId": id.as_str(), "title": t});
-            let result = conn.call("session/set_title", params, Some(self.config.control_timeout)).await?;
+            let result = conn
+                .call(
+                    "session/set_title",
+                    params,
+                    Some(self.config.control_timeout),
+                )
+                .await?;
             if let Some(stored) = result.get("title").and_then(Value::as_str) {
                 title = Some(stored.to_owned());
             }
@@ -342,31 +457,47 @@ impl Gateway {
             .update_session(id.as_str(), &|r| apply_info_update(r, &update, at))
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("no session {}", id.as_str())))?;
-        self.lifecycle(&record, "session_updated", json!({"session": self.view(&record)})).await;
+        self.lifecycle(
+            &record,
+            "session_updated",
+            json!({"session": self.view(&record)}),
+        )
+        .await;
         Ok(self.view(&record))
     }
 
     /// `DELETE /sessions/{id}`: idempotent.
     pub async fn delete_session(&self, id: &SessionId) -> ApiResult<()> {
         let caps = self.caps();
-        let live_member = self.detach(id.as_str());
-        if let Some(member) = live_member {
-            if let Some(conn) = self.pool.conn(member) {
-                if caps.close {
-                    let params = json!({"sessionId": id.as_str()});
-                    if let Err(e) = conn.call("session/close", params, Some(self.config.control_timeout)).await {
-                        tracing::warn!(session = id.as_str(), error = %e, "session/close before delete failed");
-                    }
-                } else {
-                    let _ = conn.notify("session/cancel", json!({"sessionId": id.as_str()})).await;
+        let live_conn = self.detach(id.as_str()).and_then(|m| self.pool.conn(m));
+        if let Some(conn) = live_conn {
+            if caps.close {
+                let params = json!({"sessionId": id.as_str()});
+                if let Err(e) = conn
+                    .call("session/close", params, Some(self.config.control_timeout))
+                    .await
+                {
+                    tracing::warn!(session = id.as_str(), error = %e, "session/close before delete failed");
                 }
+            } else {
+                let _ = conn
+                    .notify("session/cancel", json!({"sessionId": id.as_str()}))
+                    .await;
             }
         }
         self.resolve_permissions_cancelled(id.as_str()).await;
         let existing = self.store().get_session(id.as_str()).await?;
-        let tombstoned = self.store().tombstone_session(id.as_str(), DEFAULT_TENANT, now()).await?;
+        let tombstoned = self
+            .store()
+            .tombstone_session(id.as_str(), DEFAULT_TENANT, now())
+            .await?;
         if tombstoned {
-            self.append(id.as_str(), "session_deleted", json!({"sessionId": id.as_str()})).await;
+            self.append(
+                id.as_str(),
+                "session_deleted",
+                json!({"sessionId": id.as_str()}),
+            )
+            .await;
             if let Some(r) = &existing {
                 self.lifecycle(r, "session_deleted", json!({})).await;
             }
@@ -374,7 +505,10 @@ impl Gateway {
         if caps.delete {
             let conn = self.pool.pick().map(|(_, c)| c).ok_or_else(no_member)?;
             let params = json!({"sessionId": id.as_str()});
-            match conn.call("session/delete", params, Some(self.config.control_timeout)).await {
+            match conn
+                .call("session/delete", params, Some(self.config.control_timeout))
+                .await
+            {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
@@ -385,7 +519,11 @@ impl Gateway {
 
     /// `GET /sessions/{id}/status`: never loads, resumes or creates anything.
     pub async fn status(&self, id: &SessionId) -> ApiResult<StatusView> {
-        let view = |status, activity| StatusView { session_id: id.as_str().to_owned(), status, activity };
+        let view = |status, activity| StatusView {
+            session_id: id.as_str().to_owned(),
+            status,
+            activity,
+        };
         let (status, activity) = self.status_of(id.as_str());
         if status == Status::Live {
             return Ok(view(status, activity));
@@ -394,20 +532,24 @@ impl Gateway {
         if record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
             return Ok(view(Status::NotFound, None));
         }
-        if self.caps().status {
-            if let Some((_, conn)) = self.pool.pick() {
-                let params = json!({"sessionId": id.as_str()});
-                match conn.call("session/status", params, Some(self.config.control_timeout)).await {
-                    Ok(r) => {
-                        let status = match r.get("status").and_then(Value::as_str) {
-                            Some("open") => Status::Live,
-                            _ => Status::Saved,
-                        };
-                        let activity = (status == Status::Live).then_some(Activity::Idle);
-                        return Ok(view(status, activity));
-                    }
-                    Err(e) if e.is_not_found() => return Ok(view(Status::NotFound, None)),
-                    Err(e) => tracing::warn!(error = %e, "session/status failed; answering from the cache"),
+        let probe = self.caps().status.then(|| self.pool.pick()).flatten();
+        if let Some((_, conn)) = probe {
+            let params = json!({"sessionId": id.as_str()});
+            match conn
+                .call("session/status", params, Some(self.config.control_timeout))
+                .await
+            {
+                Ok(r) => {
+                    let status = match r.get("status").and_then(Value::as_str) {
+                        Some("open") => Status::Live,
+                        _ => Status::Saved,
+                    };
+                    let activity = (status == Status::Live).then_some(Activity::Idle);
+                    return Ok(view(status, activity));
+                }
+                Err(e) if e.is_not_found() => return Ok(view(Status::NotFound, None)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "session/status failed; answering from the cache")
                 }
             }
         }
@@ -430,17 +572,32 @@ impl Gateway {
     /// `POST /sessions/{id}/close`.
     pub async fn close(&self, id: &SessionId) -> ApiResult<()> {
         let record = self.record(id).await?;
-        let member = { self.inner.sessions.lock().expect("sessions lock").get(id.as_str()).and_then(|e| e.member) };
+        let member = {
+            self.inner
+                .sessions
+                .lock()
+                .expect("sessions lock")
+                .get(id.as_str())
+                .and_then(|e| e.member)
+        };
         let Some(member) = member else { return Ok(()) };
         if !self.caps().close {
-            return Err(ApiError::NotSupported("the agent does not support session/close".into()));
+            return Err(ApiError::NotSupported(
+                "the agent does not support session/close".into(),
+            ));
         }
         if let Some(conn) = self.pool.conn(member) {
-            conn.call("session/close", json!({"sessionId": id.as_str()}), Some(self.config.control_timeout)).await?;
+            conn.call(
+                "session/close",
+                json!({"sessionId": id.as_str()}),
+                Some(self.config.control_timeout),
+            )
+            .await?;
         }
         self.detach(id.as_str());
         self.resolve_permissions_cancelled(id.as_str()).await;
-        self.lifecycle(&record, "session_status", json!({"status": Status::Saved})).await;
+        self.lifecycle(&record, "session_status", json!({"status": Status::Saved}))
+            .await;
         Ok(())
     }
 
@@ -448,23 +605,48 @@ impl Gateway {
 
     /// `POST /sessions/{id}/prompt`. With `wait = false` the turn runs in the background and
     /// this returns once it has started.
-    pub async fn prompt(&self, id: &SessionId, body: PromptBody, wait: bool) -> ApiResult<Option<TurnResult>> {
+    pub async fn prompt(
+        &self,
+        id: &SessionId,
+        body: PromptBody,
+        wait: bool,
+    ) -> ApiResult<Option<TurnResult>> {
         let prompt = match (body.prompt, body.text) {
             (Some(p), None) if !p.is_empty() => p,
             (None, Some(t)) => vec![json!({"type": "text", "text": t})],
-            _ => return Err(ApiError::Validation("give exactly one of `prompt` (non-empty ContentBlock[]) or `text`".into())),
+            _ => {
+                return Err(ApiError::Validation(
+                    "give exactly one of `prompt` (non-empty ContentBlock[]) or `text`".into(),
+                ));
+            }
         };
-        if prompt.iter().any(|b| b.get("type").and_then(Value::as_str).is_none()) {
-            return Err(ApiError::Validation("every prompt block needs a string `type`".into()));
+        if prompt
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str).is_none())
+        {
+            return Err(ApiError::Validation(
+                "every prompt block needs a string `type`".into(),
+            ));
         }
         let record = self.record(id).await?;
         let claim = self.claim(id.as_str(), Busy::Turn)?;
         let member = self.ensure_live(&record).await?;
         let conn = self.pool.conn(member).ok_or_else(no_member)?;
-        self.inner.counters.turns_started.fetch_add(1, Ordering::Relaxed);
-        self.append(id.as_str(), "turn_started", json!({"sessionId": id.as_str(), "prompt": prompt})).await;
+        self.inner
+            .counters
+            .turns_started
+            .fetch_add(1, Ordering::Relaxed);
+        self.append(
+            id.as_str(),
+            "turn_started",
+            json!({"sessionId": id.as_str(), "prompt": prompt}),
+        )
+        .await;
         let at = now();
-        let _ = self.store().update_session(id.as_str(), &|r| r.updated_at = at).await;
+        let _ = self
+            .store()
+            .update_session(id.as_str(), &|r| r.updated_at = at)
+            .await;
         // The turn runs in its own task so that a client hanging up never leaves it without
         // its `turn_ended` event.
         let this = self.clone();
@@ -476,12 +658,25 @@ impl Gateway {
             match &outcome {
                 Ok(result) => {
                     let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
-                    this.append(&sid, "turn_ended", json!({"sessionId": sid, "stopReason": stop})).await;
+                    this.append(
+                        &sid,
+                        "turn_ended",
+                        json!({"sessionId": sid, "stopReason": stop}),
+                    )
+                    .await;
                 }
                 Err(e) => {
-                    this.inner.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
+                    this.inner
+                        .counters
+                        .turns_failed
+                        .fetch_add(1, Ordering::Relaxed);
                     let problem = ApiError::from_call(e.clone()).problem();
-                    this.append(&sid, "turn_ended", json!({"sessionId": sid, "error": problem})).await;
+                    this.append(
+                        &sid,
+                        "turn_ended",
+                        json!({"sessionId": sid, "error": problem}),
+                    )
+                    .await;
                 }
             }
             outcome
@@ -489,9 +684,18 @@ impl Gateway {
         if !wait {
             return Ok(None);
         }
-        let result = turn.await.map_err(|e| ApiError::Internal(anyhow::anyhow!("turn task failed: {e}")))??;
-        let stop_reason = result.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn").to_owned();
-        Ok(Some(TurnResult { stop_reason, result }))
+        let result = turn
+            .await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("turn task failed: {e}")))??;
+        let stop_reason = result
+            .get("stopReason")
+            .and_then(Value::as_str)
+            .unwrap_or("end_turn")
+            .to_owned();
+        Ok(Some(TurnResult {
+            stop_reason,
+            result,
+        }))
     }
 
     /// `POST /sessions/{id}/cancel`.
@@ -499,7 +703,8 @@ impl Gateway {
         self.record(id).await?;
         self.resolve_permissions_cancelled(id.as_str()).await;
         if let Some(conn) = self.conn_if_live(id.as_str()) {
-            conn.notify("session/cancel", json!({"sessionId": id.as_str()})).await?;
+            conn.notify("session/cancel", json!({"sessionId": id.as_str()}))
+                .await?;
         }
         Ok(())
     }
@@ -513,20 +718,34 @@ impl Gateway {
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`.
-    pub async fn answer_permission(&self, id: &SessionId, request_id: &str, answer: PermissionAnswer) -> ApiResult<PermissionView> {
-        let (view, conn, upstream_id, outcome) = self.inner.permissions.answer(id.as_str(), request_id, answer)?;
-        let _ = conn.respond(upstream_id, Ok(json!({"outcome": outcome.clone()}))).await;
+    pub async fn answer_permission(
+        &self,
+        id: &SessionId,
+        request_id: &str,
+        answer: PermissionAnswer,
+    ) -> ApiResult<PermissionView> {
+        let (view, conn, upstream_id, outcome) =
+            self.inner
+                .permissions
+                .answer(id.as_str(), request_id, answer)?;
+        let _ = conn
+            .respond(upstream_id, Ok(json!({"outcome": outcome.clone()})))
+            .await;
         let payload = json!({"sessionId": id.as_str(), "requestId": request_id, "outcome": outcome, "reason": "answered"});
-        self.append(id.as_str(), "permission_resolved", payload).await;
+        self.append(id.as_str(), "permission_resolved", payload)
+            .await;
         Ok(view)
     }
 
     async fn resolve_permissions_cancelled(&self, session_id: &str) {
         for (request_id, conn, upstream_id) in self.inner.permissions.cancel_all(session_id) {
             let outcome = json!({"outcome": "cancelled"});
-            let _ = conn.respond(upstream_id, Ok(json!({"outcome": outcome.clone()}))).await;
+            let _ = conn
+                .respond(upstream_id, Ok(json!({"outcome": outcome.clone()})))
+                .await;
             let payload = json!({"sessionId": session_id, "requestId": request_id, "outcome": outcome, "reason": "cancelled"});
-            self.append(session_id, "permission_resolved", payload).await;
+            self.append(session_id, "permission_resolved", payload)
+                .await;
         }
     }
 
@@ -535,19 +754,34 @@ impl Gateway {
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
     fn claim(&self, session_id: &str, what: Busy) -> ApiResult<Claim> {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
-        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry { member: None, busy: Busy::Idle });
+        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry {
+            member: None,
+            busy: Busy::Idle,
+        });
         if entry.busy != Busy::Idle {
-            return Err(ApiError::Conflict("a turn is already running on this session (or it is being resumed)".into()));
+            return Err(ApiError::Conflict(
+                "a turn is already running on this session (or it is being resumed)".into(),
+            ));
         }
         entry.busy = what;
-        Ok(Claim { inner: self.inner.clone(), session_id: session_id.to_owned() })
+        Ok(Claim {
+            inner: self.inner.clone(),
+            session_id: session_id.to_owned(),
+        })
     }
 
     /// Returns the member holding the session, attaching it (resume, else load) if needed.
     /// The caller holds a [`Claim`].
     async fn ensure_live(&self, record: &SessionRecord) -> ApiResult<usize> {
         let id = record.session_id.as_str();
-        let held = { self.inner.sessions.lock().expect("sessions lock").get(id).and_then(|e| e.member) };
+        let held = {
+            self.inner
+                .sessions
+                .lock()
+                .expect("sessions lock")
+                .get(id)
+                .and_then(|e| e.member)
+        };
         if let Some(m) = held {
             return Ok(m);
         }
@@ -555,12 +789,23 @@ impl Gateway {
         let (member, conn) = self.pool.pick().ok_or_else(no_member)?;
         let params = json!({"sessionId": id, "cwd": record.cwd, "mcpServers": []});
         if caps.resume {
-            conn.call("session/resume", params, Some(self.config.control_timeout)).await?;
+            conn.call("session/resume", params, Some(self.config.control_timeout))
+                .await?;
         } else if caps.load {
             let log_empty = self.store().last_event_seq(id).await? == 0;
-            self.inner.replaying.lock().expect("replaying lock").insert(id.to_owned(), log_empty);
-            let r = conn.call("session/load", params, Some(self.config.control_timeout)).await;
-            self.inner.replaying.lock().expect("replaying lock").remove(id);
+            self.inner
+                .replaying
+                .lock()
+                .expect("replaying lock")
+                .insert(id.to_owned(), log_empty);
+            let r = conn
+                .call("session/load", params, Some(self.config.control_timeout))
+                .await;
+            self.inner
+                .replaying
+                .lock()
+                .expect("replaying lock")
+                .remove(id);
             r?;
         } else {
             return Err(ApiError::NotSupported(
@@ -568,13 +813,17 @@ impl Gateway {
             ));
         }
         self.attach(id, member);
-        self.lifecycle(record, "session_status", json!({"status": Status::Live})).await;
+        self.lifecycle(record, "session_status", json!({"status": Status::Live}))
+            .await;
         Ok(member)
     }
 
     fn attach(&self, session_id: &str, member: usize) {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
-        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry { member: None, busy: Busy::Idle });
+        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry {
+            member: None,
+            busy: Busy::Idle,
+        });
         if entry.member.is_none() {
             self.pool.adjust_sessions(member, true);
         }
@@ -596,13 +845,20 @@ impl Gateway {
     }
 
     fn conn_if_live(&self, session_id: &str) -> Option<Arc<Connection>> {
-        let member = self.inner.sessions.lock().expect("sessions lock").get(session_id).and_then(|e| e.member)?;
+        let member = self
+            .inner
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get(session_id)
+            .and_then(|e| e.member)?;
         self.pool.conn(member)
     }
 
     /// The member holding the session, or any ready member.
     fn conn_for(&self, session_id: &str) -> Option<Arc<Connection>> {
-        self.conn_if_live(session_id).or_else(|| self.pool.pick().map(|(_, c)| c))
+        self.conn_if_live(session_id)
+            .or_else(|| self.pool.pick().map(|(_, c)| c))
     }
 
     async fn append(&self, session_id: &str, kind: &str, payload: Value) {
@@ -634,17 +890,28 @@ impl Drop for Claim {
 
 impl Inner {
     async fn append(&self, session_id: &str, kind: &str, payload: Value) {
-        let event = NewEvent { kind: kind.to_owned(), payload };
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
         match self.hub.append(session_id, vec![event]).await {
             Ok(_) => {
-                self.counters.events_appended.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .events_appended
+                    .fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) => tracing::error!(session = session_id, kind, error = %e, "cannot append to the event log"),
+            Err(e) => {
+                tracing::error!(session = session_id, kind, error = %e, "cannot append to the event log")
+            }
         }
     }
 
     async fn on_session_update(&self, params: Value) {
-        let Some(session_id) = params.get("sessionId").and_then(Value::as_str).map(str::to_owned) else {
+        let Some(session_id) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
             crate::acp::process_garbage();
             tracing::warn!("session/update without a sessionId; ignored");
             return;
@@ -654,7 +921,12 @@ impl Inner {
             .and_then(Value::as_str)
             .unwrap_or("unknown")
             .to_owned();
-        let replay = self.replaying.lock().expect("replaying lock").get(&session_id).copied();
+        let replay = self
+            .replaying
+            .lock()
+            .expect("replaying lock")
+            .get(&session_id)
+            .copied();
         match replay {
             Some(false) => return, // already in the log: a load replays what we stored live
             Some(true) => {
@@ -668,15 +940,27 @@ impl Inner {
         if kind == "session_info_update" {
             let update = params.get("update").cloned().unwrap_or(Value::Null);
             let at = now();
-            match self.store.update_session(&session_id, &|r| apply_info_update(r, &update, at)).await {
+            match self
+                .store
+                .update_session(&session_id, &|r| apply_info_update(r, &update, at))
+                .await
+            {
                 Ok(Some(r)) => {
                     let payload = json!({"sessionId": session_id, "title": r.title, "updatedAt": r.updated_at, "_meta": r.meta});
-                    let ev = NewLifecycleEvent { session_id: session_id.clone(), tenant: r.tenant, kind: "session_updated".into(), payload };
+                    let ev = NewLifecycleEvent {
+                        session_id: session_id.clone(),
+                        tenant: r.tenant,
+                        kind: "session_updated".into(),
+                        payload,
+                    };
                     if let Err(e) = self.hub.lifecycle(ev).await {
                         tracing::error!(error = %e, "cannot append a lifecycle event");
                     }
                 }
-                Ok(None) => tracing::debug!(session = session_id, "session_info_update for a session not in the cache"),
+                Ok(None) => tracing::debug!(
+                    session = session_id,
+                    "session_info_update for a session not in the cache"
+                ),
                 Err(e) => tracing::error!(error = %e, "cannot apply session_info_update"),
             }
         }
@@ -693,22 +977,42 @@ impl UpstreamHandler for Inner {
         }
     }
 
-    async fn on_permission_request(&self, member: usize, conn: Arc<Connection>, id: Value, params: Value) {
-        let Some(session_id) = params.get("sessionId").and_then(Value::as_str).map(str::to_owned) else {
-            let err = crate::acp::RpcError { code: -32602, message: "sessionId is required".into(), data: None };
+    async fn on_permission_request(
+        &self,
+        member: usize,
+        conn: Arc<Connection>,
+        id: Value,
+        params: Value,
+    ) {
+        let Some(session_id) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            let err = crate::acp::RpcError {
+                code: -32602,
+                message: "sessionId is required".into(),
+                data: None,
+            };
             let _ = conn.respond(id, Err(err)).await;
             return;
         };
         let view = self.permissions.add(&session_id, member, conn, id, params);
-        let payload = json!({"sessionId": session_id, "requestId": view.request_id, "request": view.request});
-        self.append(&session_id, "permission_requested", payload).await;
+        let payload =
+            json!({"sessionId": session_id, "requestId": view.request_id, "request": view.request});
+        self.append(&session_id, "permission_requested", payload)
+            .await;
     }
 
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {
         self.counters.member_exits.fetch_add(1, Ordering::Relaxed);
         let affected: Vec<String> = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
-            let ids: Vec<String> = sessions.iter().filter(|(_, e)| e.member == Some(member)).map(|(k, _)| k.clone()).collect();
+            let ids: Vec<String> = sessions
+                .iter()
+                .filter(|(_, e)| e.member == Some(member))
+                .map(|(k, _)| k.clone())
+                .collect();
             for id in &ids {
                 if let Some(e) = sessions.get_mut(id) {
                     e.member = None;
@@ -719,7 +1023,8 @@ impl UpstreamHandler for Inner {
         };
         for (session_id, request_id) in self.permissions.drop_member(member) {
             let payload = json!({"sessionId": session_id, "requestId": request_id, "outcome": {"outcome": "cancelled"}, "reason": "cancelled"});
-            self.append(&session_id, "permission_resolved", payload).await;
+            self.append(&session_id, "permission_resolved", payload)
+                .await;
         }
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
@@ -758,7 +1063,11 @@ impl Gateway {
         &self,
         id: &SessionId,
         after: Option<i64>,
-    ) -> ApiResult<impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>> + Send + use<>> {
+    ) -> ApiResult<
+        impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
+        + Send
+        + use<>,
+    > {
         self.record(id).await?;
         Ok(self.inner.hub.session_sse(id.as_str(), after).await?)
     }
@@ -767,27 +1076,45 @@ impl Gateway {
     pub async fn lifecycle_events(
         &self,
         after: Option<i64>,
-    ) -> ApiResult<impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>> + Send + use<>> {
+    ) -> ApiResult<
+        impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
+        + Send
+        + use<>,
+    > {
         Ok(self.inner.hub.lifecycle_sse(None, after).await?)
     }
 
     /// `GET /sessions/{id}/history`.
     pub async fn history(&self, id: &SessionId, after: i64, limit: i64) -> ApiResult<HistoryPage> {
         if !(1..=1000).contains(&limit) {
-            return Err(ApiError::BadRequest("limit must be between 1 and 1000".into()));
+            return Err(ApiError::BadRequest(
+                "limit must be between 1 and 1000".into(),
+            ));
         }
         if after < 0 {
             return Err(ApiError::BadRequest("after must be >= 0".into()));
         }
         self.record(id).await?;
-        let rows = self.store().read_events(id.as_str(), after, limit + 1).await?;
+        let rows = self
+            .store()
+            .read_events(id.as_str(), after, limit + 1)
+            .await?;
         let more = rows.len() as i64 > limit;
         let events: Vec<HistoryEvent> = rows
             .into_iter()
             .take(limit as usize)
-            .map(|e| HistoryEvent { seq: e.seq, event: e.kind, data: e.payload, created_at: e.created_at })
+            .map(|e| HistoryEvent {
+                seq: e.seq,
+                event: e.kind,
+                data: e.payload,
+                created_at: e.created_at,
+            })
             .collect();
-        let next_after = if more { events.last().map(|e| e.seq) } else { None };
+        let next_after = if more {
+            events.last().map(|e| e.seq)
+        } else {
+            None
+        };
         Ok(HistoryPage { events, next_after })
     }
 }

@@ -27,7 +27,8 @@ impl SessionId {
             Ok(SessionId(s.to_owned()))
         } else {
             Err(ApiError::BadRequest(
-                "invalid session id: expected 1-256 printable ASCII characters without spaces".into(),
+                "invalid session id: expected 1-256 printable ASCII characters without spaces"
+                    .into(),
             ))
         }
     }
@@ -46,7 +47,11 @@ pub fn validate_abs_path(field: &str, path: &str) -> Result<(), ApiError> {
     if path.contains('\0') {
         return bad("must not contain NUL");
     }
-    if path != "/" && path[1..].split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
+    if path != "/"
+        && path[1..]
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
         return bad("must be normalised (no empty, '.' or '..' segments, no trailing slash)");
     }
     Ok(())
@@ -143,13 +148,20 @@ struct CursorData {
 
 /// The opaque list cursor: the keyset position of the last row of a page.
 pub fn encode_cursor(updated_at: DateTime<Utc>, session_id: &str) -> String {
-    let data = CursorData { u: updated_at.timestamp_micros(), s: session_id.to_owned() };
+    let data = CursorData {
+        u: updated_at.timestamp_micros(),
+        s: session_id.to_owned(),
+    };
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(&data).expect("cursor serialises"))
 }
 
 /// Reads a cursor made by [`encode_cursor`]; anything else is a 400.
 pub fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, String), ApiError> {
-    let bad = || ApiError::BadRequest("invalid cursor: pass nextCursor from a previous page unchanged".into());
+    let bad = || {
+        ApiError::BadRequest(
+            "invalid cursor: pass nextCursor from a previous page unchanged".into(),
+        )
+    };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     let data: CursorData = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     let at = DateTime::<Utc>::from_timestamp_micros(data.u).ok_or_else(bad)?;
@@ -182,17 +194,21 @@ pub fn apply_info_update(record: &mut SessionRecord, update: &Value, now: DateTi
 
 /// Recursive JSON merge: objects merge key by key, `null` deletes, anything else replaces.
 fn merge(base: &mut Value, patch: &Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    b.remove(k);
-                } else {
-                    merge(b.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
+    let Value::Object(p) = patch else {
+        *base = patch.clone();
+        return;
+    };
+    if !base.is_object() {
+        // A patch object never stores its nulls: it merges into an empty object.
+        *base = Value::Object(Map::new());
+    }
+    let Value::Object(b) = base else { unreachable!() };
+    for (k, v) in p {
+        if v.is_null() {
+            b.remove(k);
+        } else {
+            merge(b.entry(k.clone()).or_insert(Value::Null), v);
         }
-        (b, p) => *b = p.clone(),
     }
 }
 
@@ -224,14 +240,42 @@ mod tests {
     fn info_update_semantics() {
         let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
         let cases: Vec<(Value, Option<&str>, Option<Value>)> = vec![
-            (json!({}), Some("old"), Some(json!({"a": 1, "n": {"x": 1, "y": 2}}))),
-            (json!({"title": "new"}), Some("new"), Some(json!({"a": 1, "n": {"x": 1, "y": 2}}))),
-            (json!({"title": null}), None, Some(json!({"a": 1, "n": {"x": 1, "y": 2}}))),
+            (
+                json!({}),
+                Some("old"),
+                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
+            ),
+            (
+                json!({"title": "new"}),
+                Some("new"),
+                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
+            ),
+            (
+                json!({"title": null}),
+                None,
+                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
+            ),
             (json!({"_meta": null}), Some("old"), None),
-            (json!({"_meta": {"b": 2}}), Some("old"), Some(json!({"a": 1, "b": 2, "n": {"x": 1, "y": 2}}))),
-            (json!({"_meta": {"a": null}}), Some("old"), Some(json!({"n": {"x": 1, "y": 2}}))),
-            (json!({"_meta": {"n": {"y": null, "z": 3}}}), Some("old"), Some(json!({"a": 1, "n": {"x": 1, "z": 3}}))),
-            (json!({"_meta": {"n": 5}}), Some("old"), Some(json!({"a": 1, "n": 5}))),
+            (
+                json!({"_meta": {"b": 2}}),
+                Some("old"),
+                Some(json!({"a": 1, "b": 2, "n": {"x": 1, "y": 2}})),
+            ),
+            (
+                json!({"_meta": {"a": null}}),
+                Some("old"),
+                Some(json!({"n": {"x": 1, "y": 2}})),
+            ),
+            (
+                json!({"_meta": {"n": {"y": null, "z": 3}}}),
+                Some("old"),
+                Some(json!({"a": 1, "n": {"x": 1, "z": 3}})),
+            ),
+            (
+                json!({"_meta": {"n": 5}}),
+                Some("old"),
+                Some(json!({"a": 1, "n": 5})),
+            ),
         ];
         for (update, title, meta) in cases {
             let mut r = record();

@@ -55,7 +55,14 @@ type Answered = (PermissionView, Arc<Connection>, Value, Value);
 
 impl Permissions {
     /// Records a new request and returns its view.
-    pub fn add(&self, session_id: &str, member: usize, conn: Arc<Connection>, upstream_id: Value, request: Value) -> PermissionView {
+    pub fn add(
+        &self,
+        session_id: &str,
+        member: usize,
+        conn: Arc<Connection>,
+        upstream_id: Value,
+        request: Value,
+    ) -> PermissionView {
         let view = PermissionView {
             request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
             session_id: session_id.to_owned(),
@@ -63,8 +70,16 @@ impl Permissions {
             created_at: crate::gateway::model::now(),
             outcome: None,
         };
-        let pending = Pending { view: view.clone(), member, conn, upstream_id };
-        self.map.lock().expect("permissions lock").insert(view.request_id.clone(), pending);
+        let pending = Pending {
+            view: view.clone(),
+            member,
+            conn,
+            upstream_id,
+        };
+        self.map
+            .lock()
+            .expect("permissions lock")
+            .insert(view.request_id.clone(), pending);
         view
     }
 
@@ -81,22 +96,39 @@ impl Permissions {
 
     pub fn has_pending(&self, session_id: &str) -> bool {
         let map = self.map.lock().expect("permissions lock");
-        map.values().any(|p| p.view.session_id == session_id && p.view.outcome.is_none())
+        map.values()
+            .any(|p| p.view.session_id == session_id && p.view.outcome.is_none())
     }
 
     pub fn pending_count(&self) -> usize {
-        self.map.lock().expect("permissions lock").values().filter(|p| p.view.outcome.is_none()).count()
+        self.map
+            .lock()
+            .expect("permissions lock")
+            .values()
+            .filter(|p| p.view.outcome.is_none())
+            .count()
     }
 
     /// Validates and records an answer; returns what to send upstream.
-    pub fn answer(&self, session_id: &str, request_id: &str, answer: PermissionAnswer) -> Result<Answered, ApiError> {
+    pub fn answer(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        answer: PermissionAnswer,
+    ) -> Result<Answered, ApiError> {
         let mut map = self.map.lock().expect("permissions lock");
         let p = map
             .get_mut(request_id)
             .filter(|p| p.view.session_id == session_id)
-            .ok_or_else(|| ApiError::NotFound(format!("no permission request {request_id} on this session")))?;
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "no permission request {request_id} on this session"
+                ))
+            })?;
         if p.view.outcome.is_some() {
-            return Err(ApiError::Conflict("this permission request is already resolved".into()));
+            return Err(ApiError::Conflict(
+                "this permission request is already resolved".into(),
+            ));
         }
         let outcome = match (answer.option_id, answer.outcome.as_deref()) {
             (Some(option), None) => {
@@ -104,15 +136,26 @@ impl Permissions {
                     .as_array()
                     .is_some_and(|opts| opts.iter().any(|o| o["optionId"] == option.as_str()));
                 if !offered {
-                    return Err(ApiError::Validation(format!("optionId {option:?} is not one of the request's options")));
+                    return Err(ApiError::Validation(format!(
+                        "optionId {option:?} is not one of the request's options"
+                    )));
                 }
                 json!({"outcome": "selected", "optionId": option})
             }
             (None, Some("cancelled")) => json!({"outcome": "cancelled"}),
-            _ => return Err(ApiError::Validation("give either `optionId` or `outcome: \"cancelled\"`".into())),
+            _ => {
+                return Err(ApiError::Validation(
+                    "give either `optionId` or `outcome: \"cancelled\"`".into(),
+                ));
+            }
         };
         p.view.outcome = Some(outcome.clone());
-        Ok((p.view.clone(), p.conn.clone(), p.upstream_id.clone(), outcome))
+        Ok((
+            p.view.clone(),
+            p.conn.clone(),
+            p.upstream_id.clone(),
+            outcome,
+        ))
     }
 
     /// Resolves every pending request of a session as cancelled; returns what to answer upstream.
@@ -122,7 +165,11 @@ impl Permissions {
             .filter(|p| p.view.session_id == session_id && p.view.outcome.is_none())
             .map(|p| {
                 p.view.outcome = Some(json!({"outcome": "cancelled"}));
-                (p.view.request_id.clone(), p.conn.clone(), p.upstream_id.clone())
+                (
+                    p.view.request_id.clone(),
+                    p.conn.clone(),
+                    p.upstream_id.clone(),
+                )
             })
             .collect()
     }
@@ -133,7 +180,13 @@ impl Permissions {
         let gone: Vec<_> = map
             .iter()
             .filter(|(_, p)| p.member == member)
-            .map(|(k, p)| (k.clone(), p.view.session_id.clone(), p.view.outcome.is_none()))
+            .map(|(k, p)| {
+                (
+                    k.clone(),
+                    p.view.session_id.clone(),
+                    p.view.outcome.is_none(),
+                )
+            })
             .collect();
         gone.into_iter()
             .filter_map(|(k, session, pending)| {

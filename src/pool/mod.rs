@@ -24,7 +24,13 @@ pub trait UpstreamHandler: Send + Sync + 'static {
     /// A notification (e.g. `session/update`), raw.
     async fn on_notification(&self, member: usize, method: &str, params: Value);
     /// A `session/request_permission` request; answer it later through `conn.respond(id, …)`.
-    async fn on_permission_request(&self, member: usize, conn: Arc<Connection>, id: Value, params: Value);
+    async fn on_permission_request(
+        &self,
+        member: usize,
+        conn: Arc<Connection>,
+        id: Value,
+        params: Value,
+    );
     /// The member's process exited (its pending calls have already failed).
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo);
 }
@@ -114,8 +120,10 @@ impl Pool {
             tasks: TaskTracker::new(),
         });
         for m in &pool.members {
-            let (pool2, member, handler, config) = (pool.clone(), m.clone(), handler.clone(), config.clone());
-            pool.tasks.spawn(async move { pool2.supervise(member, config, handler).await });
+            let (pool2, member, handler, config) =
+                (pool.clone(), m.clone(), handler.clone(), config.clone());
+            pool.tasks
+                .spawn(async move { pool2.supervise(member, config, handler).await });
         }
         pool
     }
@@ -128,14 +136,19 @@ impl Pool {
     /// The connection of member `index` if it is ready.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
         let slot = self.members.get(index)?.slot.lock().expect("slot lock");
-        (slot.state == MemberState::Ready).then(|| slot.conn.clone()).flatten()
+        (slot.state == MemberState::Ready)
+            .then(|| slot.conn.clone())
+            .flatten()
     }
 
     /// The least-loaded ready member.
     pub fn pick(&self) -> Option<(usize, Arc<Connection>)> {
         self.members
             .iter()
-            .filter_map(|m| self.conn(m.index).map(|c| (m.sessions.load(Ordering::Relaxed), m.index, c)))
+            .filter_map(|m| {
+                self.conn(m.index)
+                    .map(|c| (m.sessions.load(Ordering::Relaxed), m.index, c))
+            })
             .min_by_key(|(load, index, _)| (*load, *index))
             .map(|(_, index, c)| (index, c))
     }
@@ -146,14 +159,19 @@ impl Pool {
             if attach {
                 m.sessions.fetch_add(1, Ordering::Relaxed);
             } else {
-                let _ = m.sessions.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                let _ = m
+                    .sessions
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
         }
     }
 
     /// How many members are ready.
     pub fn ready_count(&self) -> usize {
-        self.members.iter().filter(|m| self.conn(m.index).is_some()).count()
+        self.members
+            .iter()
+            .filter(|m| self.conn(m.index).is_some())
+            .count()
     }
 
     /// A snapshot for `/agent`.
@@ -186,42 +204,66 @@ impl Pool {
         f(&mut member.slot.lock().expect("slot lock"));
     }
 
-    async fn supervise(&self, member: Arc<Member>, config: PoolConfig, handler: Arc<dyn UpstreamHandler>) {
+    async fn supervise(
+        &self,
+        member: Arc<Member>,
+        config: PoolConfig,
+        handler: Arc<dyn UpstreamHandler>,
+    ) {
         let label = format!("member-{}", member.index);
         let mut failures: u32 = 0;
         while !self.shutdown.is_cancelled() {
-            self.set(&member, |s| s.state = if s.restarts == 0 { MemberState::Starting } else { MemberState::Restarting });
+            self.set(&member, |s| {
+                s.state = if s.restarts == 0 {
+                    MemberState::Starting
+                } else {
+                    MemberState::Restarting
+                }
+            });
             let started = Instant::now();
             match AgentProcess::spawn(&config.command, &label) {
                 Err(e) => {
                     tracing::error!(member = member.index, error = %e, program = %config.command.program, "cannot start the agent");
-                    self.set(&member, |s| s.last_error = Some(format!("cannot start {}: {e}", config.command.program)));
+                    self.set(&member, |s| {
+                        s.last_error = Some(format!("cannot start {}: {e}", config.command.program))
+                    });
                 }
                 Ok((mut process, conn, inbound)) => {
                     self.set(&member, |s| s.pid = Some(process.pid));
                     tracing::info!(member = member.index, pid = process.pid, "agent started");
                     let exit = self
-                        .run_member(&member, &config, &handler, &mut process, conn.clone(), inbound)
+                        .run_member(
+                            &member,
+                            &config,
+                            &handler,
+                            &mut process,
+                            conn.clone(),
+                            inbound,
+                        )
                         .await;
-                    conn.fail_all(&exit_reason(&exit));
                     self.set(&member, |s| {
                         s.conn = None;
                         s.pid = None;
                         s.last_exit = Some(exit.clone());
                     });
                     if self.shutdown.is_cancelled() {
+                        conn.fail_all(&exit_reason(&exit));
                         break;
                     }
                     tracing::warn!(member = member.index, code = ?exit.code, signal = ?exit.signal, stderr = ?exit.stderr_tail, "agent exited");
                     member.sessions.store(0, Ordering::Relaxed);
+                    // Sessions learn of the exit before their waiting calls fail, so a stream
+                    // shows `agent_exited` before the `turn_ended` it causes.
                     handler.on_member_exit(member.index, &exit).await;
+                    conn.fail_all(&exit_reason(&exit));
                 }
             }
             if started.elapsed() > Duration::from_secs(30) {
                 failures = 0;
             }
             failures = failures.saturating_add(1);
-            let backoff = Duration::from_millis(100u64 << failures.min(8)).min(Duration::from_secs(30));
+            let backoff =
+                Duration::from_millis(100u64 << failures.min(8)).min(Duration::from_secs(30));
             self.set(&member, |s| {
                 s.state = MemberState::Restarting;
                 s.restarts += 1;
@@ -265,11 +307,15 @@ impl Pool {
             }
             Some(Err(e)) => {
                 tracing::error!(member = member.index, error = %e, "initialize failed");
-                self.set(member, |s| s.last_error = Some(format!("initialize failed: {e}")));
+                self.set(member, |s| {
+                    s.last_error = Some(format!("initialize failed: {e}"))
+                });
                 return process.terminate(Duration::from_secs(2)).await;
             }
             None => {
-                self.set(member, |s| s.last_error = Some("the agent closed stdout before initialize".into()));
+                self.set(member, |s| {
+                    s.last_error = Some("the agent closed stdout before initialize".into())
+                });
                 return process.terminate(Duration::from_secs(2)).await;
             }
         }
@@ -311,13 +357,25 @@ async fn dispatch(
                     tracing::warn!(member, id, "response to an unknown request id; ignored");
                 }
             }
-            Inbound::Notification { method, params } => handler.on_notification(member, &method, params).await,
+            Inbound::Notification { method, params } => {
+                handler.on_notification(member, &method, params).await
+            }
             Inbound::Request { id, method, params } => {
                 if method == "session/request_permission" {
-                    handler.on_permission_request(member, conn.clone(), id, params).await;
+                    handler
+                        .on_permission_request(member, conn.clone(), id, params)
+                        .await;
                 } else {
-                    tracing::warn!(member, method, "unexpected request from the agent; answering -32601");
-                    let err = RpcError { code: -32601, message: format!("method not found: {method}"), data: None };
+                    tracing::warn!(
+                        member,
+                        method,
+                        "unexpected request from the agent; answering -32601"
+                    );
+                    let err = RpcError {
+                        code: -32601,
+                        message: format!("method not found: {method}"),
+                        data: None,
+                    };
                     let _ = conn.respond(id, Err(err)).await;
                 }
             }

@@ -40,13 +40,30 @@ pub fn postgres_admin_url() -> Option<String> {
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
 fn bin_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Path of the built echo agent example.
 pub fn echo_agent() -> PathBuf {
     let p = bin_dir().join("examples/echo_agent");
-    assert!(p.exists(), "{} is missing: run `cargo test` (it builds examples) or `cargo build --examples`", p.display());
+    let hint = "run the whole suite with `cargo test` (it builds examples) or `cargo build --examples` first";
+    let built = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {hint}", p.display()));
+    let source = std::fs::metadata(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/echo_agent.rs"
+    ))
+    .and_then(|m| m.modified())
+    .unwrap();
+    assert!(
+        built >= source,
+        "{} is older than examples/echo_agent.rs: {hint}",
+        p.display()
+    );
     p
 }
 
@@ -59,16 +76,25 @@ pub struct Database {
 impl Database {
     pub async fn new(backend: Backend, dir: &Path) -> Self {
         match backend {
-            Backend::Sqlite => Database { url: format!("sqlite:{}", dir.join("gateway.db").display()), pg_name: None },
+            Backend::Sqlite => Database {
+                url: format!("sqlite:{}", dir.join("gateway.db").display()),
+                pg_name: None,
+            },
             Backend::Postgres => {
                 let admin = postgres_admin_url().expect("DATABASE_URL");
                 let name = format!("acpgw_it_{}", uuid::Uuid::new_v4().simple());
                 let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
                     .await
                     .unwrap_or_else(|e| panic!("PostgreSQL at DATABASE_URL is unreachable: {e}"));
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
                 let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
-                Database { url: format!("{base}/{name}"), pg_name: Some(name) }
+                Database {
+                    url: format!("{base}/{name}"),
+                    pg_name: Some(name),
+                }
             }
         }
     }
@@ -77,7 +103,9 @@ impl Database {
         if let Some(name) = &self.pg_name {
             let admin = postgres_admin_url().unwrap();
             if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut conn).await;
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await;
             }
         }
     }
@@ -94,7 +122,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { pool_size: 1, env: vec![], args: vec![], wait_ready: true }
+        Options {
+            pool_size: 1,
+            env: vec![],
+            args: vec![],
+            wait_ready: true,
+        }
     }
 }
 
@@ -130,7 +163,12 @@ impl World {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::new(backend, dir.path()).await;
         let gw = Gateway::spawn(&db.url, dir.path(), &opts).await;
-        World { dir, db, gw: Some(gw), opts }
+        World {
+            dir,
+            db,
+            gw: Some(gw),
+            opts,
+        }
     }
 
     pub fn gw(&self) -> &Gateway {
@@ -148,7 +186,9 @@ impl World {
     /// Lines of the agent's call log that start with `method`.
     pub fn calls(&self, method: &str) -> usize {
         let log = std::fs::read_to_string(self.dir.path().join("calls.log")).unwrap_or_default();
-        log.lines().filter(|l| l.split(' ').next() == Some(method)).count()
+        log.lines()
+            .filter(|l| l.split(' ').next() == Some(method))
+            .count()
     }
 
     pub async fn finish(mut self) {
@@ -192,13 +232,21 @@ impl Gateway {
             let first = lines.next().expect("gateway printed nothing").unwrap();
             // keep draining stdout so the gateway never blocks on it
             std::thread::spawn(move || for _ in lines {});
-            first.strip_prefix("listening on ").expect("listening line").to_owned()
+            first
+                .strip_prefix("listening on ")
+                .expect("listening line")
+                .to_owned()
         })
         .await
         .unwrap();
-        let gw = Gateway { base, http: reqwest::Client::new(), child };
+        let gw = Gateway {
+            base,
+            http: reqwest::Client::new(),
+            child,
+        };
         if opts.wait_ready {
-            gw.wait_until(|g| async move { g.get("/readyz").await.status() == 200 }).await;
+            gw.wait_until(|g| async move { g.get("/readyz").await.status() == 200 })
+                .await;
         }
         gw
     }
@@ -233,13 +281,23 @@ impl Gateway {
         self.http.get(self.url(path)).send().await.unwrap()
     }
     pub async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.http.post(self.url(path)).json(&body).send().await.unwrap()
+        self.http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
     pub async fn delete(&self, path: &str) -> reqwest::Response {
         self.http.delete(self.url(path)).send().await.unwrap()
     }
     pub async fn patch(&self, path: &str, body: Value) -> reqwest::Response {
-        self.http.patch(self.url(path)).json(&body).send().await.unwrap()
+        self.http
+            .patch(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
     pub async fn json(&self, path: &str) -> Value {
         let r = self.get(path).await;
@@ -257,7 +315,9 @@ impl Gateway {
 
     /// Prompts and waits for the turn; returns (status, body).
     pub async fn prompt(&self, id: &str, text: &str) -> (u16, Value) {
-        let r = self.post(&format!("/sessions/{id}/prompt"), json!({"text": text})).await;
+        let r = self
+            .post(&format!("/sessions/{id}/prompt"), json!({"text": text}))
+            .await;
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
@@ -276,7 +336,10 @@ impl Gateway {
     }
 
     pub async fn status(&self, id: &str) -> String {
-        self.json(&format!("/sessions/{id}/status")).await["status"].as_str().unwrap().to_owned()
+        self.json(&format!("/sessions/{id}/status")).await["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// Polls `cond` until it holds (bounded by [`PATIENCE`]).
@@ -287,14 +350,20 @@ impl Gateway {
     {
         let deadline = Instant::now() + PATIENCE;
         while !cond(self).await {
-            assert!(Instant::now() < deadline, "condition not reached within {PATIENCE:?}");
+            assert!(
+                Instant::now() < deadline,
+                "condition not reached within {PATIENCE:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Opens an SSE stream.
     pub async fn sse(&self, path: &str, last_event_id: Option<i64>) -> Sse {
-        let mut req = self.http.get(self.url(path)).header("accept", "text/event-stream");
+        let mut req = self
+            .http
+            .get(self.url(path))
+            .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id.to_string());
         }
@@ -303,7 +372,10 @@ impl Gateway {
         assert_eq!(res.headers()["content-type"], "text/event-stream");
         assert_eq!(res.headers()["cache-control"], "no-cache");
         assert_eq!(res.headers()["x-accel-buffering"], "no");
-        Sse { body: Box::pin(res.bytes_stream()), buf: String::new() }
+        Sse {
+            body: Box::pin(res.bytes_stream()),
+            buf: String::new(),
+        }
     }
 }
 
@@ -333,7 +405,9 @@ pub struct Sse {
 impl Sse {
     /// The next event (skipping comments), or `None` if the stream ended. Panics after PATIENCE.
     pub async fn next(&mut self) -> Option<SseEvent> {
-        tokio::time::timeout(PATIENCE, self.next_inner()).await.expect("no SSE event within PATIENCE")
+        tokio::time::timeout(PATIENCE, self.next_inner())
+            .await
+            .expect("no SSE event within PATIENCE")
     }
 
     async fn next_inner(&mut self) -> Option<SseEvent> {
@@ -351,7 +425,11 @@ impl Sse {
                     }
                 }
                 if let Some(id) = id {
-                    return Some(SseEvent { id, event, data: serde_json::from_str(&data).unwrap() });
+                    return Some(SseEvent {
+                        id,
+                        event,
+                        data: serde_json::from_str(&data).unwrap(),
+                    });
                 }
                 continue; // keep-alive comment
             }
@@ -366,7 +444,10 @@ impl Sse {
     pub async fn until(&mut self, event: &str) -> Vec<SseEvent> {
         let mut out = vec![];
         loop {
-            let e = self.next().await.unwrap_or_else(|| panic!("stream ended before {event}; got {out:?}"));
+            let e = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("stream ended before {event}; got {out:?}"));
             let done = e.event == event;
             out.push(e);
             if done {
@@ -381,7 +462,12 @@ pub fn chunk_text(events: &[SseEvent]) -> String {
     events
         .iter()
         .filter(|e| e.event == "agent_message_chunk")
-        .map(|e| e.data["update"]["content"]["text"].as_str().unwrap_or("").to_owned())
+        .map(|e| {
+            e.data["update"]["content"]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
         .collect()
 }
 

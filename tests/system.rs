@@ -1,0 +1,254 @@
+//! The gateway as operators and careless clients meet it: agent info, health, readiness,
+//! metrics, docs, problem+json for bad input, capabilities the agent lacks, shutdown.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+both_backends!(missing_capabilities_answer_honestly);
+
+#[tokio::test]
+async fn agent_health_metrics_docs_and_spec() {
+    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let agent = gw.json("/agent").await;
+    assert_eq!(agent["initialize"]["agentInfo"]["name"], "echo-agent");
+    assert_eq!(agent["initialize"]["protocolVersion"], 1);
+    assert_eq!(
+        agent["initialize"]["capabilities"],
+        json!({"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false})
+    );
+    assert_eq!(agent["members"][0]["state"], "ready");
+    assert!(agent["members"][0]["pid"].as_u64().is_some());
+
+    assert_eq!(gw.get("/healthz").await.status(), 200);
+    assert_eq!(gw.get("/readyz").await.status(), 200);
+    let id = gw.create("/tmp").await;
+    assert_eq!(gw.prompt(&id, "a b").await.0, 200);
+    let metrics = gw.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("acp_gateway_members_ready 1"), "{metrics}");
+    assert!(metrics.contains("acp_gateway_sessions_live 1"), "{metrics}");
+    assert!(
+        metrics.contains("acp_gateway_turns_started_total 1"),
+        "{metrics}"
+    );
+
+    let docs = gw.get("/docs").await;
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.unwrap().contains("/openapi.json"));
+    let served: Value = gw.json("/openapi.json").await;
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served, committed, "the served spec is the committed one");
+    let r = gw.get("/healthz").await;
+    assert!(r.headers().contains_key("x-request-id"));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_problem_json() {
+    let w = World::start(
+        Backend::Sqlite,
+        Options::default().arg("--max-body-bytes").arg("1024"),
+    )
+    .await;
+    let gw = w.gw();
+    let check = |r: reqwest::Response, status: u16| async move {
+        assert_eq!(r.status(), status);
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+        let p: Value = r.json().await.unwrap();
+        assert_eq!(p["status"], status);
+        assert!(
+            p["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("urn:acp-gateway:problem:")
+        );
+        assert!(p["title"].is_string() && p["detail"].is_string());
+        p
+    };
+    check(gw.get("/nope").await, 404).await;
+    check(gw.http.put(gw.url("/sessions")).send().await.unwrap(), 405).await;
+    let big =
+        json!({"cwd": "/tmp", "mcpServers": [], "additionalDirectories": ["/x".repeat(1000)]});
+    check(gw.post("/sessions", big).await, 413).await;
+    check(
+        gw.http
+            .post(gw.url("/sessions"))
+            .header("content-type", "application/json")
+            .body("{nope")
+            .send()
+            .await
+            .unwrap(),
+        400,
+    )
+    .await;
+    check(
+        gw.http
+            .post(gw.url("/sessions"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+        415,
+    )
+    .await;
+    check(
+        gw.post("/sessions", json!({"cwd": "/tmp/../etc"})).await,
+        422,
+    )
+    .await;
+    check(
+        gw.post("/sessions", json!({"cwd": "/tmp", "extra": 1}))
+            .await,
+        422,
+    )
+    .await;
+    let long_id = "x".repeat(300);
+    check(gw.get(&format!("/sessions/{long_id}")).await, 400).await;
+    check(gw.get("/sessions/a%20b/status").await, 400).await;
+    check(gw.get("/sessions/sess_unknown").await, 404).await;
+    assert_eq!(
+        gw.delete("/sessions/sess_unknown").await.status(),
+        204,
+        "delete is idempotent"
+    );
+    check(
+        gw.post("/sessions/sess_unknown/cancel", json!({})).await,
+        404,
+    )
+    .await;
+    w.finish().await;
+}
+
+/// An agent that advertises nothing optional: delete still removes from the list (without
+/// calling session/delete), status answers from the cache, close and resume say 501.
+async fn missing_capabilities_answer_honestly(backend: Backend) {
+    let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", "")).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    assert_eq!(gw.prompt(&id, "x").await.0, 200);
+    let r = gw.post(&format!("/sessions/{id}/close"), json!({})).await;
+    assert_eq!(r.status(), 501);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("not-supported-by-agent")
+    );
+    assert_eq!(gw.status(&id).await, "live");
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    assert_eq!(w.calls("session/delete") + w.calls("session/close"), 0);
+    assert!(
+        gw.json("/sessions").await["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(gw.status(&id).await, "not_found");
+
+    // After a restart nothing is live; without resume or load a prompt cannot attach.
+    let id2 = gw.create("/tmp").await;
+    let mut w = w;
+    w.restart().await;
+    let gw = w.gw();
+    assert_eq!(gw.status(&id2).await, "saved");
+    let r = gw
+        .post(&format!("/sessions/{id2}/prompt"), json!({"text": "x"}))
+        .await;
+    assert_eq!(r.status(), 501);
+    assert_eq!(
+        gw.post(&format!("/sessions/{id2}/resume"), json!({}))
+            .await
+            .status(),
+        501
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn agent_that_cannot_start_makes_the_gateway_unready() {
+    let w = World::start(
+        Backend::Sqlite,
+        Options::default()
+            .env("ECHO_AGENT_CRASH", "start")
+            .no_wait(),
+    )
+    .await;
+    let gw = w.gw();
+    gw.wait_until(|g| async move {
+        g.json("/agent").await["members"][0]["restarts"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    })
+    .await;
+    let r = gw.get("/readyz").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let agent = gw.json("/agent").await;
+    assert!(
+        agent["members"][0]["lastExit"]["stderrTail"]
+            .to_string()
+            .contains("crashing at start")
+            || agent["members"][0]["lastError"].is_string(),
+        "{agent}"
+    );
+    w.finish().await;
+}
+
+/// SIGTERM ends open SSE streams and waiting turns, and leaves no agent process behind.
+#[tokio::test]
+async fn shutdown_leaves_no_agent_processes() {
+    let mut w = World::start(Backend::Sqlite, Options::default().pool(3)).await;
+    let gw = w.gw();
+    gw.wait_until(|g| async move {
+        g.json("/agent").await["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["state"] == "ready")
+    })
+    .await;
+    let pids: Vec<u32> = gw.json("/agent").await["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["pid"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|p| pid_alive(*p)));
+    let id = gw.create("/tmp").await;
+    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+    gw.prompt_async(&id, "/hang").await;
+    sse.until("turn_started").await;
+    let waiter = {
+        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&json!({"text": "x"}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    let mut gw = w.gw.take().unwrap();
+    tokio::task::spawn_blocking(move || gw.stop())
+        .await
+        .unwrap();
+    for pid in &pids {
+        assert!(!pid_alive(*pid), "agent {pid} survived the gateway");
+    }
+    // The open stream ended instead of hanging.
+    while sse.next().await.is_some() {}
+    let _ = waiter.await.unwrap();
+    w.finish().await;
+}
