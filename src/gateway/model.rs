@@ -202,7 +202,9 @@ fn merge(base: &mut Value, patch: &Value) {
         // A patch object never stores its nulls: it merges into an empty object.
         *base = Value::Object(Map::new());
     }
-    let Value::Object(b) = base else { unreachable!() };
+    let Value::Object(b) = base else {
+        unreachable!()
+    };
     for (k, v) in p {
         if v.is_null() {
             b.remove(k);

@@ -1,0 +1,18 @@
+# The gateway and the echo agent in one image. Build: docker build -t acp-gateway .
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin acp-gateway --example echo_agent
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 gateway
+COPY --from=build /src/target/release/acp-gateway /usr/local/bin/acp-gateway
+COPY --from=build /src/target/release/examples/echo_agent /usr/local/bin/echo_agent
+USER gateway
+WORKDIR /home/gateway
+ENV ACP_GATEWAY_LISTEN=0.0.0.0:8080 \
+    ACP_GATEWAY_AGENT=/usr/local/bin/echo_agent \
+    ECHO_AGENT_DIR=/home/gateway/echo-agent
+EXPOSE 8080
+ENTRYPOINT ["acp-gateway"]
