@@ -72,6 +72,7 @@
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
 //! | `/hang` | Never answer unless the turn is cancelled. |
 //! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
+//! | `/fs` | First call the client's `fs/read_text_file` (which a client without the fs capability must refuse) and stream one chunk `"fs: ok"` or `"fs: error <code>"`. |
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
 //! deleting the session) stops the turn at the next chunk boundary, and
@@ -138,6 +139,8 @@ struct Directives {
     hang: bool,
     /// `/unknown`: send a `session/update` of a kind no schema knows.
     unknown: bool,
+    /// `/fs`: call the client's `fs/read_text_file` and report the outcome.
+    fs: bool,
 }
 
 impl Directives {
@@ -155,6 +158,7 @@ impl Directives {
                 ("/crash", _) => d.crash = true,
                 ("/hang", _) => d.hang = true,
                 ("/unknown", _) => d.unknown = true,
+                ("/fs", _) => d.fs = true,
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
@@ -699,6 +703,16 @@ impl EchoAgent {
             let update = json!({ "sessionUpdate": "future_variant_x", "payload": { "n": 1 } });
             let params = json!({ "sessionId": id, "update": update });
             cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+        }
+
+        if d.fs {
+            let params = json!({ "sessionId": id, "path": "/etc/hostname" });
+            let request = UntypedMessage::new("fs/read_text_file", params)?;
+            let outcome = match cx.send_request(request).block_task().await {
+                Ok(_) => "fs: ok ".to_string(),
+                Err(e) => format!("fs: error {} ", i32::from(e.code)),
+            };
+            self.chunk(cx, id, outcome)?;
         }
 
         if d.permission {

@@ -15,7 +15,22 @@ both_backends!(
     crash_mid_turn_fails_fast_and_recovers,
     pool_places_on_least_loaded_member,
     live_tail_and_after_cursor,
+    agent_requests_outside_permission_get_method_not_found,
 );
+
+/// The gateway declares no fs capability and answers any other agent request with -32601; the
+/// turn goes on.
+async fn agent_requests_outside_permission_get_method_not_found(backend: Backend) {
+    let w = World::start(backend, Options::default()).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    let (status, _) = gw.prompt(&id, "/fs after").await;
+    assert_eq!(status, 200);
+    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let events = sse.until("turn_ended").await;
+    assert_eq!(chunk_text(&events), "fs: error -32601 after");
+    w.finish().await;
+}
 
 async fn async_prompt_cancel_and_conflict(backend: Backend) {
     let w = World::start(backend, Options::default()).await;

@@ -292,28 +292,11 @@ impl Gateway {
     }
 
     fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
-        let sessions = self.inner.sessions.lock().expect("sessions lock");
-        match sessions.get(session_id) {
-            Some(Entry {
-                member: Some(_),
-                busy,
-            }) => {
-                let activity = if self.inner.permissions.has_pending(session_id) {
-                    Activity::AwaitingPermission
-                } else if *busy == Busy::Turn {
-                    Activity::Running
-                } else {
-                    Activity::Idle
-                };
-                (Status::Live, Some(activity))
-            }
-            _ => (Status::Saved, None),
-        }
+        self.inner.status_of(session_id)
     }
 
     fn view(&self, r: &SessionRecord) -> SessionView {
-        let (status, activity) = self.status_of(&r.session_id);
-        SessionView::new(r, status, activity)
+        self.inner.view(r)
     }
 
     /// A known, non-deleted session or 404.
@@ -325,19 +308,7 @@ impl Gateway {
     }
 
     async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
-        let mut payload = json!({"sessionId": r.session_id});
-        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
-            p.extend(e);
-        }
-        let ev = NewLifecycleEvent {
-            session_id: r.session_id.clone(),
-            tenant: r.tenant.clone(),
-            kind: kind.into(),
-            payload,
-        };
-        if let Err(e) = self.inner.hub.lifecycle(ev).await {
-            tracing::error!(error = %e, kind, "cannot append a lifecycle event");
-        }
+        self.inner.lifecycle(r, kind, extra).await;
     }
 
     // ----- sessions -----
@@ -889,6 +860,47 @@ impl Drop for Claim {
 }
 
 impl Inner {
+    fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        match sessions.get(session_id) {
+            Some(Entry {
+                member: Some(_),
+                busy,
+            }) => {
+                let activity = if self.permissions.has_pending(session_id) {
+                    Activity::AwaitingPermission
+                } else if *busy == Busy::Turn {
+                    Activity::Running
+                } else {
+                    Activity::Idle
+                };
+                (Status::Live, Some(activity))
+            }
+            _ => (Status::Saved, None),
+        }
+    }
+
+    fn view(&self, r: &SessionRecord) -> SessionView {
+        let (status, activity) = self.status_of(&r.session_id);
+        SessionView::new(r, status, activity)
+    }
+
+    async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
+        let mut payload = json!({"sessionId": r.session_id});
+        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
+            p.extend(e);
+        }
+        let ev = NewLifecycleEvent {
+            session_id: r.session_id.clone(),
+            tenant: r.tenant.clone(),
+            kind: kind.into(),
+            payload,
+        };
+        if let Err(e) = self.hub.lifecycle(ev).await {
+            tracing::error!(error = %e, kind, "cannot append a lifecycle event");
+        }
+    }
+
     async fn append(&self, session_id: &str, kind: &str, payload: Value) {
         let event = NewEvent {
             kind: kind.to_owned(),
@@ -946,16 +958,8 @@ impl Inner {
                 .await
             {
                 Ok(Some(r)) => {
-                    let payload = json!({"sessionId": session_id, "title": r.title, "updatedAt": r.updated_at, "_meta": r.meta});
-                    let ev = NewLifecycleEvent {
-                        session_id: session_id.clone(),
-                        tenant: r.tenant,
-                        kind: "session_updated".into(),
-                        payload,
-                    };
-                    if let Err(e) = self.hub.lifecycle(ev).await {
-                        tracing::error!(error = %e, "cannot append a lifecycle event");
-                    }
+                    self.lifecycle(&r, "session_updated", json!({"session": self.view(&r)}))
+                        .await;
                 }
                 Ok(None) => tracing::debug!(
                     session = session_id,
