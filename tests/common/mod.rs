@@ -191,11 +191,27 @@ impl World {
             .count()
     }
 
+    /// The gateway's log (stderr) so far, over all restarts.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
     pub async fn finish(mut self) {
         if let Some(mut gw) = self.gw.take() {
             gw.stop();
         }
         self.db.drop_db().await;
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- gateway log -----\n{}----- end of gateway log -----",
+                self.log()
+            );
+        }
     }
 }
 
@@ -224,7 +240,13 @@ impl Gateway {
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("gateway.log"))
+                    .unwrap(),
+            ));
         let mut child = cmd.spawn().expect("start acp-gateway");
         let stdout = child.stdout.take().unwrap();
         let base = tokio::task::spawn_blocking(move || {
