@@ -5,6 +5,13 @@
 //! stdin/stdout, built on the official `agent-client-protocol` SDK. Logs go to
 //! stderr only. The process exits 0 when stdin closes.
 //!
+//! The SDK's messages go over its `Lines` transport, not its `Stdio`: one
+//! thread writes each outgoing line whole, and flushes it, while it holds the
+//! lock of the process's stdout (the SDK's `Stdio` hands lines to a helper
+//! thread through an in-memory pipe, which may pass one line on in several
+//! writes). That is what lets `/garbage` write raw lines that can never land
+//! inside a message.
+//!
 //! ```text
 //! cargo run --example echo_agent
 //! ```
@@ -27,7 +34,8 @@
 //!
 //! | Method | Behaviour |
 //! |---|---|
-//! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`. |
+//! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`, authMethods per `ECHO_AGENT_AUTH` (else none). |
+//! | `authenticate` | With `ECHO_AGENT_AUTH`: the advertised methodId authenticates this connection ({}), another one is -32602. Without it: {} for any methodId. |
 //! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. |
 //! | `session/load` | Replays the history as `session/update`s, then answers {}. |
 //! | `session/resume` | Like `session/load`, without the replay. |
@@ -43,6 +51,11 @@
 //! unknown session. Any other request gets -32601 and other notifications are
 //! ignored.
 //!
+//! With `ECHO_AGENT_AUTH` set, `session/new`, `session/load`,
+//! `session/resume`, `session/list` and `session/prompt` answer -32000
+//! "Authentication required" until `authenticate` has succeeded on this
+//! connection (a method whose capability is off still answers -32601 first).
+//!
 //! # Environment variables
 //!
 //! | Variable | Meaning |
@@ -50,12 +63,17 @@
 //! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
 //! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
-//! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received and every `session/cancel`. |
+//! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
 //! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
 //! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
 //! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
 //! | `ECHO_AGENT_PERMISSION` | `1`: like `/permission` on every prompt. |
+//! | `ECHO_AGENT_AUTH` | An auth method id: `initialize` advertises the agent-style method {id: this, name "Echo login", description "Accepts any client that asks"}, and sessions need `authenticate` with it first (see above). |
+//! | `ECHO_AGENT_LONG_LINE_BYTES` | Length in bytes, newline excluded, of the long line of `/garbage` (default 100000; below the size of the empty envelope the pad is just empty). |
+//! | `ECHO_AGENT_SPAWN_CHILD` | `1`: at start, spawn a child `sleep 3600` (same process group, stdin/stdout/stderr null, never waited for) and write "echo-agent: spawned child <pid>" to stderr. |
+//! | `ECHO_AGENT_CHILD_PID_FILE` | With `ECHO_AGENT_SPAWN_CHILD`: file to which the child's pid and a newline are appended. |
+//! | `ECHO_AGENT_IGNORE_TERM` | `1`: ignore SIGTERM (each one is logged as "echo-agent: ignoring SIGTERM" on stderr), so only SIGKILL stops the agent. |
 //!
 //! # Prompt directives
 //!
@@ -73,23 +91,32 @@
 //! | `/hang` | Never answer unless the turn is cancelled. |
 //! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
 //! | `/fs` | First call the client's `fs/read_text_file` (which a client without the fs capability must refuse) and stream one chunk `"fs: ok"` or `"fs: error <code>"`. |
+//! | `/deaf` | Never answer, whatever happens: `session/cancel` (still written to the call log), `$/cancel_request` and closing or deleting the session are ignored; only the end of the process ends the turn. |
+//! | `/garbage` | Before anything else of the turn, write four raw lines straight to stdout: `this is not json`, `{"foo":1}`, `{"jsonrpc":"2.0","id":987654321,"result":{}}` and an `echo/padding` notification `{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":"xxx…"}}` padded to exactly `ECHO_AGENT_LONG_LINE_BYTES` bytes; then continue normally. |
+//! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
+//! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
+//!
+//! A turn does its parts in this order: `/garbage`, `/unknown`, `/fs`, each
+//! `/env` in prompt order, `/pwd`, `/permission`, `/crash`, `/deaf`, `/hang`,
+//! then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
 //! deleting the session) stops the turn at the next chunk boundary, and
 //! interrupts a delay, a hang or a pending permission request; the prompt then
-//! answers `stopReason: "cancelled"`. A second prompt while a turn runs gets
-//! -32602 "turn already running".
+//! answers `stopReason: "cancelled"` (except under `/deaf`). A second prompt
+//! while a turn runs gets -32602 "turn already running".
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{self, BufRead as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self, AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse,
+    self, AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest,
+    AuthenticateResponse, CancelNotification, CloseSessionRequest, CloseSessionResponse,
     ContentBlock, ContentChunk, DeleteSessionRequest, DeleteSessionResponse, Implementation,
     InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
     LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
@@ -104,7 +131,7 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
-    Agent, Client, Error, ErrorCode, RequestCancellation, Stdio, UntypedMessage,
+    Agent, Client, Error, ErrorCode, Lines, RequestCancellation, UntypedMessage,
     on_receive_notification, on_receive_request,
 };
 use base64::Engine as _;
@@ -112,7 +139,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// The connection to the client, as handlers and spawned tasks see it.
 type Cx = ConnectionTo<Client>;
@@ -141,6 +169,14 @@ struct Directives {
     unknown: bool,
     /// `/fs`: call the client's `fs/read_text_file` and report the outcome.
     fs: bool,
+    /// `/deaf`: never answer, ignoring every kind of cancellation.
+    deaf: bool,
+    /// `/garbage`: write non-protocol lines straight to stdout first.
+    garbage: bool,
+    /// `/env NAME`: report these environment variables, in order.
+    env: Vec<String>,
+    /// `/pwd`: report the current working directory.
+    pwd: bool,
 }
 
 impl Directives {
@@ -159,11 +195,15 @@ impl Directives {
                 ("/hang", _) => d.hang = true,
                 ("/unknown", _) => d.unknown = true,
                 ("/fs", _) => d.fs = true,
+                ("/deaf", _) => d.deaf = true,
+                ("/garbage", _) => d.garbage = true,
+                ("/pwd", _) => d.pwd = true,
+                ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
-            rest = if number.is_some() && matches!(word, "/chunks" | "/delay") {
+            rest = if word == "/env" || (number.is_some() && matches!(word, "/chunks" | "/delay")) {
                 after_arg
             } else {
                 after
@@ -194,6 +234,16 @@ struct Config {
     init_delay_ms: u64,
     /// `ECHO_AGENT_CRASH=start`.
     crash_at_start: bool,
+    /// `ECHO_AGENT_AUTH`: the one auth method, which sessions then require.
+    auth_method: Option<String>,
+    /// `ECHO_AGENT_LONG_LINE_BYTES`: length of the long line of `/garbage`.
+    long_line_bytes: usize,
+    /// `ECHO_AGENT_SPAWN_CHILD=1`.
+    spawn_child: bool,
+    /// `ECHO_AGENT_CHILD_PID_FILE`.
+    child_pid_file: Option<PathBuf>,
+    /// `ECHO_AGENT_IGNORE_TERM=1`.
+    ignore_term: bool,
     /// Directive defaults from the environment.
     defaults: Directives,
 }
@@ -201,6 +251,11 @@ struct Config {
 /// Reads an environment variable, `None` when unset or empty.
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether an environment variable is `1`.
+fn env_flag(name: &str) -> bool {
+    env(name).is_some_and(|v| v.trim() == "1")
 }
 
 /// Reads a numeric environment variable, warning about unparsable values.
@@ -241,10 +296,15 @@ impl Config {
             call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
             init_delay_ms: env_num("ECHO_AGENT_INIT_DELAY_MS").unwrap_or(0),
             crash_at_start: crash.trim() == "start",
+            auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
+            long_line_bytes: env_num("ECHO_AGENT_LONG_LINE_BYTES").unwrap_or(100_000),
+            spawn_child: env_flag("ECHO_AGENT_SPAWN_CHILD"),
+            child_pid_file: env("ECHO_AGENT_CHILD_PID_FILE").map(PathBuf::from),
+            ignore_term: env_flag("ECHO_AGENT_IGNORE_TERM"),
             defaults: Directives {
                 chunks: env_num("ECHO_AGENT_CHUNKS"),
                 delay_ms: env_num("ECHO_AGENT_DELAY_MS").unwrap_or(0),
-                permission: env("ECHO_AGENT_PERMISSION").is_some_and(|v| v.trim() == "1"),
+                permission: env_flag("ECHO_AGENT_PERMISSION"),
                 crash: crash.trim() == "prompt",
                 ..Directives::default()
             },
@@ -306,6 +366,8 @@ struct EchoAgent {
     /// Serialises read-modify-write of session files within this process.
     files: Mutex<()>,
     next_turn: AtomicU64,
+    /// Whether `authenticate` succeeded (the process has one connection).
+    authenticated: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -333,6 +395,127 @@ fn to_json(value: &impl Serialize) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
+/// Appends `line` to the file at `path`, creating it if needed.
+fn append_line(path: &Path, line: &str) -> io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(line.as_bytes())?;
+    file.flush()
+}
+
+/// Writes `bytes` to stdout in one go while holding the stdout lock, then
+/// flushes. All output to stdout goes through here.
+fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
+}
+
+/// The four lines of `/garbage`, each ending in a newline. The last is an
+/// `echo/padding` notification of exactly `long_line_bytes` bytes, newline
+/// excluded (or of the empty envelope's size, if that is more).
+fn garbage(long_line_bytes: usize) -> String {
+    const HEAD: &str = r#"{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":""#;
+    const TAIL: &str = r#""}}"#;
+    let pad = "x".repeat(long_line_bytes.saturating_sub(HEAD.len() + TAIL.len()));
+    let lines = [
+        "this is not json",
+        r#"{"foo":1}"#,
+        r#"{"jsonrpc":"2.0","id":987654321,"result":{}}"#,
+        &format!("{HEAD}{pad}{TAIL}"),
+    ];
+    lines.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// Newline-delimited JSON-RPC over stdin/stdout for the SDK.
+///
+/// A thread reads stdin lines into a channel. Another thread writes each
+/// outgoing line, newline included, with one `write_stdout` call: whole and
+/// flushed under the stdout lock. A line handed to the sink counts as sent only
+/// once that is done, so (as with the SDK's `Stdio`) a flushed sink means the
+/// bytes are out.
+fn stdio_transport() -> Lines<
+    impl futures::Sink<String, Error = io::Error> + Send + 'static,
+    impl futures::Stream<Item = io::Result<String>> + Send + 'static,
+> {
+    let (line_tx, line_rx) = mpsc::channel::<io::Result<String>>(64);
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            let failed = line.is_err();
+            if line_tx.blocking_send(line).is_err() || failed {
+                break;
+            }
+        }
+    });
+    let incoming = futures::stream::unfold(line_rx, |mut rx| async move {
+        let line = rx.recv().await?;
+        Some((line, rx))
+    });
+
+    type Written = oneshot::Sender<io::Result<()>>;
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(String, Written)>();
+    std::thread::spawn(move || {
+        while let Some((mut line, done)) = out_rx.blocking_recv() {
+            line.push('\n');
+            // The sender may have given up waiting; nothing to tell then.
+            let _ = done.send(write_stdout(line.as_bytes()));
+        }
+    });
+    let outgoing = futures::sink::unfold(out_tx, |out_tx, line: String| async move {
+        let gone = || io::Error::from(io::ErrorKind::BrokenPipe);
+        let (done, written) = oneshot::channel();
+        out_tx.send((line, done)).map_err(|_| gone())?;
+        written.await.map_err(|_| gone())??;
+        Ok(out_tx)
+    });
+    Lines::new(outgoing, incoming)
+}
+
+/// `ECHO_AGENT_SPAWN_CHILD`: starts `sleep 3600` in the agent's process group
+/// and leaves it running. The handle is returned only to be kept, never waited
+/// for.
+fn spawn_child(pid_file: Option<&Path>) -> Option<std::process::Child> {
+    let null = std::process::Stdio::null;
+    let spawned = std::process::Command::new("sleep")
+        .arg("3600")
+        .stdin(null())
+        .stdout(null())
+        .stderr(null())
+        .spawn();
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("echo-agent: cannot spawn child: {e}");
+            return None;
+        }
+    };
+    let pid = child.id();
+    eprintln!("echo-agent: spawned child {pid}");
+    if let Some(path) = pid_file
+        && let Err(e) = append_line(path, &format!("{pid}\n"))
+    {
+        eprintln!("echo-agent: cannot write {}: {e}", path.display());
+    }
+    Some(child)
+}
+
+/// `ECHO_AGENT_IGNORE_TERM`: replaces SIGTERM's default action (exit) with a
+/// log line, for as long as the process lives.
+fn ignore_sigterm() {
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::spawn(async move {
+                while term.recv().await.is_some() {
+                    eprintln!("echo-agent: ignoring SIGTERM");
+                }
+            });
+        }
+        Err(e) => eprintln!("echo-agent: cannot handle SIGTERM: {e}"),
+    }
+}
+
 impl EchoAgent {
     /// Appends `<method> <sessionId or ->` to `ECHO_AGENT_CALL_LOG`.
     fn log_call(&self, method: &str, session: Option<&SessionId>) {
@@ -343,12 +526,7 @@ impl EchoAgent {
             "{method} {}\n",
             session.map_or("-".into(), ToString::to_string)
         );
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| f.write_all(line.as_bytes()).and_then(|()| f.flush()));
-        if let Err(e) = written {
+        if let Err(e) = append_line(path, &line) {
             eprintln!("echo-agent: cannot write call log {}: {e}", path.display());
         }
     }
@@ -491,6 +669,15 @@ impl EchoAgent {
         }
     }
 
+    /// -32000 "Authentication required" while `ECHO_AGENT_AUTH` is set and
+    /// `authenticate` has not succeeded yet.
+    fn require_auth(&self) -> Result<(), Error> {
+        if self.cfg.auth_method.is_some() && !self.authenticated.load(Ordering::SeqCst) {
+            return Err(Error::auth_required());
+        }
+        Ok(())
+    }
+
     async fn initialize(&self) -> Result<InitializeResponse, Error> {
         self.enter("initialize", None, None)?;
         if self.cfg.crash_at_start {
@@ -501,13 +688,32 @@ impl EchoAgent {
             tokio::time::sleep(Duration::from_millis(self.cfg.init_delay_ms)).await;
         }
         let info = Implementation::new("echo-agent", env!("CARGO_PKG_VERSION"));
+        let auth_methods = self.cfg.auth_method.iter().map(|id| {
+            let method = AuthMethodAgent::new(id.clone(), "Echo login")
+                .description("Accepts any client that asks".to_string());
+            AuthMethod::Agent(method)
+        });
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(self.capabilities())
+            .auth_methods(auth_methods.collect())
             .agent_info(info))
+    }
+
+    /// Accepts the advertised method (any method when none is advertised).
+    fn authenticate(&self, req: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        self.enter("authenticate", None, None)?;
+        if let Some(method) = &self.cfg.auth_method {
+            if *req.method_id.0 != **method {
+                return Err(invalid("unknown authentication method"));
+            }
+            self.authenticated.store(true, Ordering::SeqCst);
+        }
+        Ok(AuthenticateResponse::new())
     }
 
     fn new_session(&self, req: NewSessionRequest) -> Result<NewSessionResponse, Error> {
         self.enter("session/new", None, None)?;
+        self.require_auth()?;
         if !req.cwd.is_absolute() {
             return Err(invalid("cwd must be an absolute path"));
         }
@@ -530,6 +736,7 @@ impl EchoAgent {
     fn load(&self, cx: &Cx, req: LoadSessionRequest) -> Result<LoadSessionResponse, Error> {
         let id = &req.session_id;
         self.enter("session/load", Some(id), Some("load"))?;
+        self.require_auth()?;
         let record = self.read(&id.0).ok_or_else(|| not_found(id))?;
         for update in record.history {
             let params = json!({ "sessionId": id, "update": update });
@@ -542,6 +749,7 @@ impl EchoAgent {
     fn resume(&self, req: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
         let id = &req.session_id;
         self.enter("session/resume", Some(id), Some("resume"))?;
+        self.require_auth()?;
         self.read(&id.0).ok_or_else(|| not_found(id))?;
         self.open_session(id);
         Ok(ResumeSessionResponse::new())
@@ -555,6 +763,7 @@ impl EchoAgent {
 
     fn list(&self, req: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
         self.enter("session/list", None, Some("list"))?;
+        self.require_auth()?;
         let offset = match &req.cursor {
             None => 0,
             Some(cursor) => URL_SAFE_NO_PAD
@@ -633,6 +842,7 @@ impl EchoAgent {
     ) -> Result<(), Error> {
         let id = req.session_id.clone();
         self.enter("session/prompt", Some(&id), None)?;
+        self.require_auth()?;
         let mut turn = self.begin_turn(&id, responder.cancellation())?;
         let (agent, task_cx) = (Arc::clone(self), cx.clone());
         cx.spawn(async move {
@@ -699,6 +909,18 @@ impl EchoAgent {
         rest: &str,
         turn: &mut Turn,
     ) -> Result<StopReason, Error> {
+        if d.garbage {
+            // Nothing of this turn has been sent yet, and the transport
+            // writes every SDK line whole under the stdout lock (see
+            // `stdio_transport`), so holding that lock for the four lines
+            // keeps them apart from any message, of this session or another.
+            let bytes = self.cfg.long_line_bytes;
+            tokio::task::spawn_blocking(move || write_stdout(garbage(bytes).as_bytes()))
+                .await
+                .map_err(internal)?
+                .map_err(internal)?;
+        }
+
         if d.unknown {
             let update = json!({ "sessionUpdate": "future_variant_x", "payload": { "n": 1 } });
             let params = json!({ "sessionId": id, "update": update });
@@ -713,6 +935,22 @@ impl EchoAgent {
                 Err(e) => format!("fs: error {} ", i32::from(e.code)),
             };
             self.chunk(cx, id, outcome)?;
+        }
+
+        for name in &d.env {
+            let text = match std::env::var_os(name) {
+                Some(value) => format!("{name}={}", value.to_string_lossy()),
+                None => format!("{name} unset"),
+            };
+            self.chunk(cx, id, text)?;
+        }
+
+        if d.pwd {
+            let text = match std::env::current_dir() {
+                Ok(dir) => dir.display().to_string(),
+                Err(e) => format!("pwd: error {e}"),
+            };
+            self.chunk(cx, id, text)?;
         }
 
         if d.permission {
@@ -744,6 +982,13 @@ impl EchoAgent {
             // Give the SDK's writer a moment to put the chunk on stdout.
             tokio::time::sleep(Duration::from_millis(200)).await;
             std::process::exit(3);
+        }
+
+        if d.deaf {
+            // Holds the responder forever and never looks at `turn`: neither
+            // `session/cancel`, `$/cancel_request` nor closing the session
+            // (which drops the turn's cancel sender) can end this.
+            return std::future::pending().await;
         }
 
         if d.hang {
@@ -807,7 +1052,17 @@ async fn main() {
         open: Mutex::new(HashMap::new()),
         files: Mutex::new(()),
         next_turn: AtomicU64::new(1),
+        authenticated: AtomicBool::new(false),
     });
+    if agent.cfg.ignore_term {
+        ignore_sigterm();
+    }
+    // Kept (not waited for) until the process ends.
+    let _child = if agent.cfg.spawn_child {
+        spawn_child(agent.cfg.child_pid_file.as_deref())
+    } else {
+        None
+    };
     if let Err(e) = std::fs::create_dir_all(&agent.cfg.sessions_dir) {
         eprintln!(
             "echo-agent: cannot create {}: {e}",
@@ -830,6 +1085,12 @@ async fn main() {
         .on_receive_request(
             async move |_: InitializeRequest, responder, _cx| {
                 responder.respond_with_result(s.initialize().await)
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: AuthenticateRequest, responder, _cx| {
+                responder.respond_with_result(s.authenticate(req))
             },
             on_receive_request!(),
         )
@@ -893,7 +1154,7 @@ async fn main() {
             },
             on_receive_notification!(),
         )
-        .connect_to(Stdio::new())
+        .connect_to(stdio_transport())
         .await;
     if let Err(err) = result {
         eprintln!("echo-agent: connection failed: {err}");

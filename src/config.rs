@@ -1,6 +1,7 @@
 //! Command-line configuration (clap derive); every flag also reads an `ACP_GATEWAY_*` variable.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -15,6 +16,18 @@ pub struct Config {
     /// The agent command line, e.g. "npx -y @agentclientprotocol/claude-agent-acp".
     #[arg(long, env = "ACP_GATEWAY_AGENT", global = true)]
     pub agent: Option<String>,
+
+    /// Extra environment for the agent processes, `KEY=VALUE` (repeatable).
+    #[arg(long = "agent-env", env = "ACP_GATEWAY_AGENT_ENV", value_delimiter = ',', value_parser = parse_key_value, global = true)]
+    pub agent_env: Vec<(String, String)>,
+
+    /// Working directory of the agent processes (default: the gateway's).
+    #[arg(long, env = "ACP_GATEWAY_AGENT_CWD", global = true)]
+    pub agent_cwd: Option<PathBuf>,
+
+    /// Authenticate every member with this `authMethods[].id` right after `initialize`.
+    #[arg(long, env = "ACP_GATEWAY_AGENT_AUTH_METHOD", global = true)]
+    pub agent_auth_method: Option<String>,
 
     /// Number of agent processes in the pool.
     #[arg(long, env = "ACP_GATEWAY_POOL_SIZE", default_value_t = 1, global = true, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -61,6 +74,70 @@ pub struct Config {
     )]
     pub init_timeout: u64,
 
+    /// Seconds to wait after `session/cancel` for the turn to end before restarting its member.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_CANCEL_GRACE",
+        default_value_t = 5,
+        global = true
+    )]
+    pub cancel_grace: u64,
+
+    /// Seconds a permission request may wait for an answer before it fails closed (0: forever).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_PERMISSION_TIMEOUT",
+        default_value_t = 300,
+        global = true
+    )]
+    pub permission_timeout: u64,
+
+    /// How permission requests are answered: by a client (`ask`), or at once (`allow`, `reject`).
+    #[arg(long, env = "ACP_GATEWAY_PERMISSION_POLICY", value_enum, default_value_t = PermissionPolicy::Ask, global = true)]
+    pub permission_policy: PermissionPolicy,
+
+    /// Live sessions one member may hold (0: no limit); beyond it, 503 with Retry-After.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_SESSIONS_PER_MEMBER",
+        default_value_t = 0,
+        global = true
+    )]
+    pub max_sessions_per_member: usize,
+
+    /// Live sessions the whole pool may hold (0: no limit); beyond it, 503 with Retry-After.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_SESSIONS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub max_sessions: usize,
+
+    /// Seconds after which an idle live session is closed, when the agent supports
+    /// `session/close` (0: never).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_IDLE_TIMEOUT",
+        default_value_t = 1800,
+        global = true
+    )]
+    pub idle_timeout: u64,
+
+    /// Seconds that shutdown gives running turns and live sessions to cancel and close before
+    /// the agent processes are terminated.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_SHUTDOWN_TIMEOUT",
+        default_value_t = 10,
+        global = true
+    )]
+    pub shutdown_timeout: u64,
+
+    /// Longest line accepted from an agent, in bytes; longer lines are dropped and counted.
+    #[arg(long, env = "ACP_GATEWAY_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024, global = true)]
+    pub max_line_bytes: usize,
+
     /// Largest accepted request body in bytes (larger → 413).
     #[arg(long, env = "ACP_GATEWAY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024, global = true)]
     pub max_body_bytes: usize,
@@ -79,6 +156,24 @@ pub enum Command {
     Migrate,
 }
 
+/// Who answers `session/request_permission`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PermissionPolicy {
+    /// Keep the request pending until a client answers it (or it times out).
+    Ask,
+    /// Select an `allow_*` option at once (allow_once first).
+    Allow,
+    /// Select a `reject_*` option at once (reject_once first), else cancel.
+    Reject,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -92,5 +187,9 @@ impl Config {
     }
     pub fn init_timeout(&self) -> Duration {
         Duration::from_secs(self.init_timeout)
+    }
+    /// `None` when the flag is 0.
+    pub fn secs_or_never(secs: u64) -> Option<Duration> {
+        (secs > 0).then(|| Duration::from_secs(secs))
     }
 }

@@ -13,6 +13,7 @@ pub mod pool;
 pub mod store;
 
 use std::future::Future;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -54,7 +55,10 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
         .agent
         .as_deref()
         .context("--agent (or ACP_GATEWAY_AGENT) is required: the agent command line to run")?;
-    let command = AgentCommand::parse(line).context("cannot parse --agent")?;
+    let mut command = AgentCommand::parse(line).context("cannot parse --agent")?;
+    command.env = config.agent_env.clone();
+    command.cwd = config.agent_cwd.clone();
+    command.max_line_bytes = config.max_line_bytes;
     if !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {} without authentication: anyone who can reach it could make the agent run tools on this host. Listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
@@ -80,6 +84,7 @@ pub async fn run(
         command,
         size: config.pool_size as usize,
         init_timeout: config.init_timeout(),
+        auth_method: config.agent_auth_method.clone(),
     };
     let gateway = Gateway::start(
         store,
@@ -87,10 +92,18 @@ pub async fn run(
         pool,
         GatewayConfig {
             control_timeout: config.control_timeout(),
+            cancel_grace: Duration::from_secs(config.cancel_grace),
+            permission_timeout: Config::secs_or_never(config.permission_timeout),
+            permission_policy: config.permission_policy,
+            max_sessions_per_member: config.max_sessions_per_member,
+            max_sessions: config.max_sessions,
+            idle_timeout: Config::secs_or_never(config.idle_timeout),
+            shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
         },
     );
-    // On shutdown: end the SSE streams, stop the agents (which ends waiting turns), then let
-    // the server finish the requests still in flight.
+    // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
+    // sessions (bounded by --shutdown-timeout); stop the agents, which ends any turn still
+    // waiting; then let the server finish the requests still in flight.
     let stopper = {
         let (stop, gateway) = (stop.clone(), gateway.clone());
         tokio::spawn(async move {

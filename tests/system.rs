@@ -171,40 +171,6 @@ async fn missing_capabilities_answer_honestly(backend: Backend) {
     w.finish().await;
 }
 
-#[tokio::test]
-async fn agent_that_cannot_start_makes_the_gateway_unready() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default()
-            .env("ECHO_AGENT_CRASH", "start")
-            .no_wait(),
-    )
-    .await;
-    let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"][0]["restarts"]
-            .as_u64()
-            .unwrap()
-            >= 2
-    })
-    .await;
-    let r = gw.get("/readyz").await;
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["content-type"], "application/problem+json");
-    let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
-    assert_eq!(r.status(), 503);
-    assert!(r.headers().contains_key("retry-after"));
-    let agent = gw.json("/agent").await;
-    assert!(
-        agent["members"][0]["lastExit"]["stderrTail"]
-            .to_string()
-            .contains("crashing at start")
-            || agent["members"][0]["lastError"].is_string(),
-        "{agent}"
-    );
-    w.finish().await;
-}
-
 /// SIGTERM ends open SSE streams and waiting turns, and leaves no agent process behind.
 #[tokio::test]
 async fn shutdown_leaves_no_agent_processes() {

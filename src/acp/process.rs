@@ -22,11 +22,16 @@ pub static GARBAGE_LINES: AtomicU64 = AtomicU64::new(0);
 
 const STDERR_TAIL_LINES: usize = 20;
 
-/// The agent command line, split like a POSIX shell would (no shell is run).
-#[derive(Debug, Clone)]
+/// The agent command line, split like a POSIX shell would (no shell is run), with the extra
+/// environment and working directory it runs in.
+#[derive(Debug, Clone, Default)]
 pub struct AgentCommand {
     pub program: String,
     pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<std::path::PathBuf>,
+    /// Longest accepted stdout line.
+    pub max_line_bytes: usize,
 }
 
 impl AgentCommand {
@@ -38,6 +43,8 @@ impl AgentCommand {
         Ok(AgentCommand {
             program,
             args: words,
+            max_line_bytes: MAX_LINE_BYTES,
+            ..Default::default()
         })
     }
 }
@@ -69,8 +76,13 @@ impl AgentProcess {
         cmd: &AgentCommand,
         label: &str,
     ) -> std::io::Result<(Self, Arc<Connection>, mpsc::Receiver<Inbound>)> {
-        let mut child = Command::new(&cmd.program)
+        let mut command = Command::new(&cmd.program);
+        if let Some(dir) = &cmd.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .args(&cmd.args)
+            .envs(cmd.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -95,15 +107,16 @@ impl AgentProcess {
 
         let (in_tx, in_rx) = mpsc::channel::<Inbound>(1024);
         let who = label.to_owned();
+        let max_line = cmd.max_line_bytes;
         tasks.spawn(async move {
             let mut reader = BufReader::with_capacity(64 * 1024, stdout);
             let mut buf = Vec::new();
             loop {
-                match read_bounded_line(&mut reader, &mut buf, MAX_LINE_BYTES).await {
+                match read_bounded_line(&mut reader, &mut buf, max_line).await {
                     Ok(None) => break,
                     Ok(Some(false)) => {
                         GARBAGE_LINES.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(member = %who, limit = MAX_LINE_BYTES, "agent wrote an over-long line; dropped");
+                        tracing::warn!(member = %who, limit = max_line, "agent wrote an over-long line; dropped");
                     }
                     Ok(Some(true)) => {
                         let line = String::from_utf8_lossy(&buf);

@@ -9,16 +9,19 @@ mod permissions;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
 use crate::acp::caps::{AgentInit, Capabilities};
 use crate::acp::{Connection, ExitInfo};
+use crate::config::PermissionPolicy;
 use crate::error::ApiError;
 use crate::events::EventHub;
 use crate::pool::{MemberView, Pool, PoolConfig, UpstreamHandler};
@@ -36,6 +39,35 @@ pub const DEFAULT_TENANT: &str = "default";
 pub struct GatewayConfig {
     /// Bound on every upstream control call (new, load, resume, list, delete, status, close…).
     pub control_timeout: Duration,
+    /// How long a cancelled turn may take to end before its member is restarted.
+    pub cancel_grace: Duration,
+    /// How long a permission request waits for an answer (`None`: forever).
+    pub permission_timeout: Option<Duration>,
+    pub permission_policy: PermissionPolicy,
+    /// Live sessions per member (0: no limit).
+    pub max_sessions_per_member: usize,
+    /// Live sessions in the pool (0: no limit).
+    pub max_sessions: usize,
+    /// Idle live sessions are closed after this (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// What shutdown gives turns and sessions to cancel and close.
+    pub shutdown_timeout: Duration,
+}
+
+impl GatewayConfig {
+    /// Defaults for everything but the control timeout (used by tests and benchmarks).
+    pub fn with_control_timeout(control_timeout: Duration) -> Self {
+        GatewayConfig {
+            control_timeout,
+            cancel_grace: Duration::from_secs(5),
+            permission_timeout: None,
+            permission_policy: PermissionPolicy::Ask,
+            max_sessions_per_member: 0,
+            max_sessions: 0,
+            idle_timeout: None,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// `POST /sessions` body.
@@ -120,6 +152,21 @@ struct Entry {
     /// The pool member holding it live, if any.
     member: Option<usize>,
     busy: Busy,
+    /// When it was last attached, prompted or finished a turn (for the idle timeout).
+    last_active: Instant,
+    /// Closed when the running turn ends.
+    turn_done: Option<watch::Receiver<()>>,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Entry {
+            member: None,
+            busy: Busy::Idle,
+            last_active: Instant::now(),
+            turn_done: None,
+        }
+    }
 }
 
 /// Counters for `/metrics`.
@@ -139,6 +186,11 @@ pub(crate) struct Inner {
     replaying: Mutex<HashMap<String, bool>>,
     permissions: permissions::Permissions,
     pub counters: Counters,
+    config: GatewayConfig,
+    /// Turns, permission timers and the idle reaper.
+    tasks: TaskTracker,
+    /// Stops the permission timers and the idle reaper.
+    stop: CancellationToken,
 }
 
 /// The gateway service. Cheap to clone.
@@ -146,8 +198,6 @@ pub(crate) struct Inner {
 pub struct Gateway {
     inner: Arc<Inner>,
     pool: Arc<Pool>,
-    config: GatewayConfig,
-    tasks: TaskTracker,
 }
 
 impl Gateway {
@@ -165,21 +215,66 @@ impl Gateway {
             replaying: Mutex::default(),
             permissions: permissions::Permissions::default(),
             counters: Counters::default(),
-        });
-        let pool = Pool::start(pool, inner.clone());
-        Gateway {
-            inner,
-            pool,
             config,
             tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        });
+        let pool = Pool::start(pool, inner.clone());
+        let gateway = Gateway { inner, pool };
+        if let Some(idle) = gateway.inner.config.idle_timeout {
+            let g = gateway.clone();
+            gateway
+                .inner
+                .tasks
+                .spawn(async move { g.reap_idle(idle).await });
         }
+        gateway
     }
 
     /// Stops background turns and every pool member.
     pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let deadline = self.inner.config.shutdown_timeout;
+        if tokio::time::timeout(deadline, self.wind_down())
+            .await
+            .is_err()
+        {
+            tracing::warn!("turns or sessions did not end within the shutdown timeout");
+        }
         self.pool.shutdown().await;
-        self.tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        self.inner.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tasks.wait()).await;
+    }
+
+    /// Cancels every running turn and closes every live session (when the agent can close).
+    async fn wind_down(&self) {
+        let live: Vec<(String, usize, Option<watch::Receiver<()>>)> = {
+            let sessions = self.inner.sessions.lock().expect("sessions lock");
+            sessions
+                .iter()
+                .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m, e.turn_done.clone())))
+                .collect()
+        };
+        let close = self.caps().close;
+        let timeout = Some(self.inner.config.control_timeout);
+        futures::future::join_all(live.into_iter().map(|(id, member, done)| async move {
+            let Some(conn) = self.pool.conn(member) else {
+                return;
+            };
+            if let Some(mut done) = done {
+                self.resolve_permissions_cancelled(&id).await;
+                let _ = conn
+                    .notify("session/cancel", json!({"sessionId": id}))
+                    .await;
+                let _ = done.changed().await;
+            }
+            if close {
+                let _ = conn
+                    .call("session/close", json!({"sessionId": id}), timeout)
+                    .await;
+            }
+        }))
+        .await;
     }
 
     fn caps(&self) -> Capabilities {
@@ -192,14 +287,14 @@ impl Gateway {
 
     /// Ready = the store answers and at least one member is ready.
     pub async fn ready(&self) -> Result<(), String> {
-        self.store()
-            .ping()
-            .await
-            .map_err(|e| format!("store: {e}"))?;
-        if self.pool.ready_count() == 0 {
-            return Err("no agent member is ready".into());
+        self.store().ping().await.map_err(|e| {
+            tracing::error!(error = %e, "readiness: the database does not answer");
+            "the database does not answer".to_owned()
+        })?;
+        match self.pool.unready_reason() {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub fn agent(&self) -> AgentView {
@@ -352,13 +447,17 @@ impl Gateway {
         for d in &body.additional_directories {
             validate_abs_path("additionalDirectories[]", d)?;
         }
-        let (member, conn) = self.pool.pick().ok_or_else(no_member)?;
+        let (member, conn) = self.place()?;
         let mut params = json!({"cwd": body.cwd, "mcpServers": body.mcp_servers});
         if !body.additional_directories.is_empty() {
             params["additionalDirectories"] = json!(body.additional_directories);
         }
         let result = conn
-            .call("session/new", params, Some(self.config.control_timeout))
+            .call(
+                "session/new",
+                params,
+                Some(self.inner.config.control_timeout),
+            )
             .await?;
         let session_id = result
             .get("sessionId")
@@ -408,13 +507,13 @@ impl Gateway {
         self.record(id).await?;
         let mut title = body.title;
         if let (true, Some(t)) = (self.caps().set_title, &title) {
-            let conn = self.conn_for(id.as_str()).ok_or_else(no_member)?;
+            let conn = self.conn_for(id.as_str()).ok_or_else(|| self.no_member())?;
             let params = json!({"sessionId": id.as_str(), "title": t});
             let result = conn
                 .call(
                     "session/set_title",
                     params,
-                    Some(self.config.control_timeout),
+                    Some(self.inner.config.control_timeout),
                 )
                 .await?;
             if let Some(stored) = result.get("title").and_then(Value::as_str) {
@@ -445,7 +544,11 @@ impl Gateway {
             if caps.close {
                 let params = json!({"sessionId": id.as_str()});
                 if let Err(e) = conn
-                    .call("session/close", params, Some(self.config.control_timeout))
+                    .call(
+                        "session/close",
+                        params,
+                        Some(self.inner.config.control_timeout),
+                    )
                     .await
                 {
                     tracing::warn!(session = id.as_str(), error = %e, "session/close before delete failed");
@@ -474,10 +577,18 @@ impl Gateway {
             }
         }
         if caps.delete {
-            let conn = self.pool.pick().map(|(_, c)| c).ok_or_else(no_member)?;
+            let conn = self
+                .pool
+                .pick()
+                .map(|(_, c)| c)
+                .ok_or_else(|| self.no_member())?;
             let params = json!({"sessionId": id.as_str()});
             match conn
-                .call("session/delete", params, Some(self.config.control_timeout))
+                .call(
+                    "session/delete",
+                    params,
+                    Some(self.inner.config.control_timeout),
+                )
                 .await
             {
                 Ok(_) => {}
@@ -507,7 +618,11 @@ impl Gateway {
         if let Some((_, conn)) = probe {
             let params = json!({"sessionId": id.as_str()});
             match conn
-                .call("session/status", params, Some(self.config.control_timeout))
+                .call(
+                    "session/status",
+                    params,
+                    Some(self.inner.config.control_timeout),
+                )
                 .await
             {
                 Ok(r) => {
@@ -561,7 +676,7 @@ impl Gateway {
             conn.call(
                 "session/close",
                 json!({"sessionId": id.as_str()}),
-                Some(self.config.control_timeout),
+                Some(self.inner.config.control_timeout),
             )
             .await?;
         }
@@ -602,7 +717,7 @@ impl Gateway {
         let record = self.record(id).await?;
         let claim = self.claim(id.as_str(), Busy::Turn)?;
         let member = self.ensure_live(&record).await?;
-        let conn = self.pool.conn(member).ok_or_else(no_member)?;
+        let conn = self.pool.conn(member).ok_or_else(|| self.no_member())?;
         self.inner
             .counters
             .turns_started
@@ -622,7 +737,7 @@ impl Gateway {
         // its `turn_ended` event.
         let this = self.clone();
         let sid = id.as_str().to_owned();
-        let turn = self.tasks.spawn(async move {
+        let turn = self.inner.tasks.spawn(async move {
             let _claim = claim;
             let params = json!({"sessionId": sid, "prompt": prompt});
             let outcome = conn.call("session/prompt", params, None).await;
@@ -673,9 +788,28 @@ impl Gateway {
     pub async fn cancel(&self, id: &SessionId) -> ApiResult<()> {
         self.record(id).await?;
         self.resolve_permissions_cancelled(id.as_str()).await;
-        if let Some(conn) = self.conn_if_live(id.as_str()) {
+        let (member, done) = {
+            let sessions = self.inner.sessions.lock().expect("sessions lock");
+            match sessions.get(id.as_str()) {
+                Some(e) => (e.member, e.turn_done.clone()),
+                None => (None, None),
+            }
+        };
+        let Some(member) = member else { return Ok(()) };
+        if let Some(conn) = self.pool.conn(member) {
             conn.notify("session/cancel", json!({"sessionId": id.as_str()}))
                 .await?;
+        }
+        // The turn must end promptly: an agent that ignores the cancel is restarted, which
+        // fails the turn (and its waiter) with `agent_exited`.
+        if let Some(mut done) = done {
+            let grace = self.inner.config.cancel_grace;
+            if tokio::time::timeout(grace, done.changed()).await.is_err() {
+                self.pool
+                    .restart_member(member, "a turn ignored session/cancel");
+                let bound = self.inner.config.control_timeout;
+                let _ = tokio::time::timeout(bound, done.changed()).await;
+            }
         }
         Ok(())
     }
@@ -722,22 +856,106 @@ impl Gateway {
 
     // ----- placement -----
 
+    /// Where a session that becomes live goes: the least-loaded ready member below the
+    /// per-member cap, if the global cap allows another live session.
+    fn place(&self) -> ApiResult<(usize, Arc<Connection>)> {
+        let cfg = &self.inner.config;
+        if cfg.max_sessions > 0 && self.inner.live_count() >= cfg.max_sessions {
+            return Err(ApiError::PoolExhausted(format!(
+                "the gateway already holds its maximum of {} live sessions; close some or try again later",
+                cfg.max_sessions
+            )));
+        }
+        let cap = match cfg.max_sessions_per_member {
+            0 => usize::MAX,
+            n => n,
+        };
+        self.pool.pick_below(cap).ok_or_else(|| match self.pool.unready_reason() {
+            Some(why) => ApiError::PoolExhausted(why),
+            None => ApiError::PoolExhausted(format!(
+                "every ready agent member already holds its maximum of {cap} live sessions; close some or try again later"
+            )),
+        })
+    }
+
+    fn no_member(&self) -> ApiError {
+        ApiError::PoolExhausted(
+            self.pool
+                .unready_reason()
+                .unwrap_or_else(|| "no agent member is ready".into()),
+        )
+    }
+
+    /// Closes live sessions that have been idle longer than `idle`, when the agent can close.
+    async fn reap_idle(&self, idle: Duration) {
+        let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = self.inner.stop.cancelled() => return,
+            }
+            if !self.caps().close {
+                continue;
+            }
+            let idle_sessions: Vec<(String, usize)> = {
+                let sessions = self.inner.sessions.lock().expect("sessions lock");
+                sessions
+                    .iter()
+                    .filter(|(_, e)| e.busy == Busy::Idle && e.last_active.elapsed() >= idle)
+                    .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m)))
+                    .collect()
+            };
+            for (id, member) in idle_sessions {
+                if self.inner.permissions.has_pending(&id) {
+                    continue;
+                }
+                let Ok(_claim) = self.claim(&id, Busy::Attaching) else {
+                    continue;
+                };
+                if let Some(conn) = self.pool.conn(member) {
+                    let params = json!({"sessionId": id});
+                    let timeout = Some(self.inner.config.control_timeout);
+                    if let Err(e) = conn.call("session/close", params, timeout).await {
+                        tracing::warn!(session = id, error = %e, "closing an idle session failed");
+                        continue;
+                    }
+                }
+                self.detach(&id);
+                tracing::info!(session = id, "closed an idle session");
+                if let Ok(Some(record)) = self.store().get_session(&id).await {
+                    self.lifecycle(
+                        &record,
+                        "session_status",
+                        json!({"status": Status::Saved, "reason": "idle"}),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
     fn claim(&self, session_id: &str, what: Busy) -> ApiResult<Claim> {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
-        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry {
-            member: None,
-            busy: Busy::Idle,
-        });
+        let entry = sessions
+            .entry(session_id.to_owned())
+            .or_insert_with(Entry::new);
         if entry.busy != Busy::Idle {
             return Err(ApiError::Conflict(
                 "a turn is already running on this session (or it is being resumed)".into(),
             ));
         }
         entry.busy = what;
+        entry.last_active = Instant::now();
+        let done = (what == Busy::Turn).then(|| {
+            let (tx, rx) = watch::channel(());
+            entry.turn_done = Some(rx);
+            tx
+        });
         Ok(Claim {
             inner: self.inner.clone(),
             session_id: session_id.to_owned(),
+            _done: done,
         })
     }
 
@@ -757,11 +975,15 @@ impl Gateway {
             return Ok(m);
         }
         let caps = self.caps();
-        let (member, conn) = self.pool.pick().ok_or_else(no_member)?;
+        let (member, conn) = self.place()?;
         let params = json!({"sessionId": id, "cwd": record.cwd, "mcpServers": []});
         if caps.resume {
-            conn.call("session/resume", params, Some(self.config.control_timeout))
-                .await?;
+            conn.call(
+                "session/resume",
+                params,
+                Some(self.inner.config.control_timeout),
+            )
+            .await?;
         } else if caps.load {
             let log_empty = self.store().last_event_seq(id).await? == 0;
             self.inner
@@ -770,7 +992,11 @@ impl Gateway {
                 .expect("replaying lock")
                 .insert(id.to_owned(), log_empty);
             let r = conn
-                .call("session/load", params, Some(self.config.control_timeout))
+                .call(
+                    "session/load",
+                    params,
+                    Some(self.inner.config.control_timeout),
+                )
                 .await;
             self.inner
                 .replaying
@@ -791,10 +1017,10 @@ impl Gateway {
 
     fn attach(&self, session_id: &str, member: usize) {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
-        let entry = sessions.entry(session_id.to_owned()).or_insert(Entry {
-            member: None,
-            busy: Busy::Idle,
-        });
+        let entry = sessions
+            .entry(session_id.to_owned())
+            .or_insert_with(Entry::new);
+        entry.last_active = Instant::now();
         if entry.member.is_none() {
             self.pool.adjust_sessions(member, true);
         }
@@ -837,14 +1063,17 @@ impl Gateway {
     }
 }
 
-fn no_member() -> ApiError {
-    ApiError::PoolExhausted("no agent member is ready; try again shortly".into())
-}
+/// Option kinds a permission policy of `allow` picks, in order of preference.
+const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
+/// Option kinds chosen when refusing (policy `reject`, or a timeout), in order of preference.
+const REJECT: [&str; 2] = ["reject_once", "reject_always"];
 
 /// Frees a session's busy mark when dropped.
 struct Claim {
     inner: Arc<Inner>,
     session_id: String,
+    /// For a turn: dropping it tells `cancel` (and shutdown) that the turn ended.
+    _done: Option<watch::Sender<()>>,
 }
 
 impl Drop for Claim {
@@ -852,6 +1081,8 @@ impl Drop for Claim {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
         if let Some(entry) = sessions.get_mut(&self.session_id) {
             entry.busy = Busy::Idle;
+            entry.turn_done = None;
+            entry.last_active = Instant::now();
             if entry.member.is_none() {
                 sessions.remove(&self.session_id);
             }
@@ -860,12 +1091,18 @@ impl Drop for Claim {
 }
 
 impl Inner {
+    fn live_count(&self) -> usize {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        sessions.values().filter(|e| e.member.is_some()).count()
+    }
+
     fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
         let sessions = self.sessions.lock().expect("sessions lock");
         match sessions.get(session_id) {
             Some(Entry {
                 member: Some(_),
                 busy,
+                ..
             }) => {
                 let activity = if self.permissions.has_pending(session_id) {
                     Activity::AwaitingPermission
@@ -916,6 +1153,24 @@ impl Inner {
                 tracing::error!(session = session_id, kind, error = %e, "cannot append to the event log")
             }
         }
+    }
+
+    /// Resolves a still-pending permission request without a client: the first offered option
+    /// of the preferred kinds, else `cancelled`.
+    async fn resolve_auto(&self, request_id: &str, prefer: &[&str], reason: &str) {
+        let Some(done) = self.permissions.resolve_auto(request_id, prefer) else {
+            return;
+        };
+        let _ = done
+            .conn
+            .respond(
+                done.upstream_id,
+                Ok(json!({"outcome": done.outcome.clone()})),
+            )
+            .await;
+        let payload = json!({"sessionId": done.session_id, "requestId": request_id, "outcome": done.outcome, "reason": reason});
+        self.append(&done.session_id, "permission_resolved", payload)
+            .await;
     }
 
     async fn on_session_update(&self, params: Value) {
@@ -982,7 +1237,7 @@ impl UpstreamHandler for Inner {
     }
 
     async fn on_permission_request(
-        &self,
+        self: Arc<Self>,
         member: usize,
         conn: Arc<Connection>,
         id: Value,
@@ -1006,6 +1261,28 @@ impl UpstreamHandler for Inner {
             json!({"sessionId": session_id, "requestId": view.request_id, "request": view.request});
         self.append(&session_id, "permission_requested", payload)
             .await;
+        let request_id = view.request_id;
+        match self.config.permission_policy {
+            PermissionPolicy::Allow => {
+                self.resolve_auto(&request_id, &ALLOW, "policy").await;
+            }
+            PermissionPolicy::Reject => {
+                self.resolve_auto(&request_id, &REJECT, "policy").await;
+            }
+            PermissionPolicy::Ask => {
+                if let Some(after) = self.config.permission_timeout {
+                    let inner = self.clone();
+                    self.tasks.spawn(async move {
+                        tokio::select! {
+                            _ = tokio::time::sleep(after) => {
+                                inner.resolve_auto(&request_id, &REJECT, "timeout").await;
+                            }
+                            _ = inner.stop.cancelled() => {}
+                        }
+                    });
+                }
+            }
+        }
     }
 
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {

@@ -48,10 +48,31 @@ struct Pending {
 /// The table of permission requests, pending and resolved.
 #[derive(Default)]
 pub struct Permissions {
+    // One lock; never held across an await (callers answer upstream after releasing it).
     map: Mutex<HashMap<String, Pending>>,
 }
 
 type Answered = (PermissionView, Arc<Connection>, Value, Value);
+
+/// A request resolved by the gateway itself (policy or timeout): what to send upstream.
+pub struct AutoResolved {
+    pub session_id: String,
+    pub conn: Arc<Connection>,
+    pub upstream_id: Value,
+    pub outcome: Value,
+}
+
+/// The first offered option whose `kind` comes earliest in `prefer`.
+fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
+    let options = request["options"].as_array()?;
+    prefer.iter().find_map(|kind| {
+        options
+            .iter()
+            .find(|o| o["kind"] == *kind)
+            .and_then(|o| o["optionId"].as_str())
+            .map(str::to_owned)
+    })
+}
 
 impl Permissions {
     /// Records a new request and returns its view.
@@ -158,6 +179,26 @@ impl Permissions {
         ))
     }
 
+    /// Resolves a request that is still pending with the first offered option of the preferred
+    /// kinds, else as cancelled. `None` when it is unknown or already resolved.
+    pub fn resolve_auto(&self, request_id: &str, prefer: &[&str]) -> Option<AutoResolved> {
+        let mut map = self.map.lock().expect("permissions lock");
+        let p = map
+            .get_mut(request_id)
+            .filter(|p| p.view.outcome.is_none())?;
+        let outcome = match preferred_option(&p.view.request, prefer) {
+            Some(option) => json!({"outcome": "selected", "optionId": option}),
+            None => json!({"outcome": "cancelled"}),
+        };
+        p.view.outcome = Some(outcome.clone());
+        Some(AutoResolved {
+            session_id: p.view.session_id.clone(),
+            conn: p.conn.clone(),
+            upstream_id: p.upstream_id.clone(),
+            outcome,
+        })
+    }
+
     /// Resolves every pending request of a session as cancelled; returns what to answer upstream.
     pub fn cancel_all(&self, session_id: &str) -> Vec<(String, Arc<Connection>, Value)> {
         let mut map = self.map.lock().expect("permissions lock");
@@ -194,5 +235,32 @@ impl Permissions {
                 pending.then_some((session, k))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preferred_option_follows_kind_order() {
+        let req = json!({"options": [
+            {"optionId": "a1", "kind": "allow_always"},
+            {"optionId": "a0", "kind": "allow_once"},
+            {"optionId": "r1", "kind": "reject_always"},
+        ]});
+        assert_eq!(
+            preferred_option(&req, &["allow_once", "allow_always"]).as_deref(),
+            Some("a0")
+        );
+        assert_eq!(
+            preferred_option(&req, &["reject_once", "reject_always"]).as_deref(),
+            Some("r1")
+        );
+        assert_eq!(
+            preferred_option(&json!({"options": []}), &["reject_once"]),
+            None
+        );
+        assert_eq!(preferred_option(&json!({}), &["reject_once"]), None);
     }
 }

@@ -25,13 +25,13 @@ pub trait UpstreamHandler: Send + Sync + 'static {
     async fn on_notification(&self, member: usize, method: &str, params: Value);
     /// A `session/request_permission` request; answer it later through `conn.respond(id, …)`.
     async fn on_permission_request(
-        &self,
+        self: Arc<Self>,
         member: usize,
         conn: Arc<Connection>,
         id: Value,
         params: Value,
     );
-    /// The member's process exited (its pending calls have already failed).
+    /// The member's process exited; its pending calls fail right after this returns.
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo);
 }
 
@@ -40,9 +40,16 @@ pub trait UpstreamHandler: Send + Sync + 'static {
 pub struct PoolConfig {
     pub command: AgentCommand,
     pub size: usize,
-    /// Bound on `initialize`.
+    /// Bound on `initialize` (and `authenticate`).
     pub init_timeout: Duration,
+    /// `authMethods[].id` to authenticate every member with after `initialize`.
+    pub auth_method: Option<String>,
 }
+
+/// Consecutive failed starts after which a member is reported as crash-looping.
+const CRASH_LOOP_AFTER: u32 = 5;
+/// A member that stayed up this long is considered healthy again.
+const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 
 /// Lifecycle state of a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -51,6 +58,8 @@ pub enum MemberState {
     Starting,
     Ready,
     Restarting,
+    /// Failed to start or crashed several times in a row; still retried, at the longest backoff.
+    CrashLoop,
     Stopped,
 }
 
@@ -71,6 +80,8 @@ pub struct Member {
     slot: Mutex<Slot>,
     /// Live sessions pinned here (maintained by the gateway).
     pub sessions: AtomicUsize,
+    /// Asks the supervisor to kill and restart the process.
+    restart: tokio::sync::Notify,
 }
 
 /// A member as `/agent` shows it.
@@ -110,6 +121,7 @@ impl Pool {
                         last_error: None,
                     }),
                     sessions: AtomicUsize::new(0),
+                    restart: tokio::sync::Notify::new(),
                 })
             })
             .collect();
@@ -143,14 +155,62 @@ impl Pool {
 
     /// The least-loaded ready member.
     pub fn pick(&self) -> Option<(usize, Arc<Connection>)> {
+        self.pick_below(usize::MAX)
+    }
+
+    /// The least-loaded ready member holding fewer than `cap` live sessions.
+    pub fn pick_below(&self, cap: usize) -> Option<(usize, Arc<Connection>)> {
         self.members
             .iter()
             .filter_map(|m| {
-                self.conn(m.index)
-                    .map(|c| (m.sessions.load(Ordering::Relaxed), m.index, c))
+                let load = m.sessions.load(Ordering::Relaxed);
+                (load < cap)
+                    .then(|| self.conn(m.index))
+                    .flatten()
+                    .map(|c| (load, m.index, c))
             })
             .min_by_key(|(load, index, _)| (*load, *index))
             .map(|(_, index, c)| (index, c))
+    }
+
+    /// Kills member `index` (its whole process group); the supervisor restarts it.
+    pub fn restart_member(&self, index: usize, why: &str) {
+        if let Some(m) = self.members.get(index) {
+            tracing::warn!(member = index, why, "restarting member");
+            self.set(m, |s| {
+                s.last_error = Some(format!("restarted by the gateway: {why}"))
+            });
+            // No stored permit: a later process must not be killed for an old request.
+            m.restart.notify_waiters();
+        }
+    }
+
+    /// Why the pool is not ready, when no member is.
+    pub fn unready_reason(&self) -> Option<String> {
+        if self.ready_count() > 0 {
+            return None;
+        }
+        let members = self.members();
+        let looping = members
+            .iter()
+            .filter(|m| m.state == MemberState::CrashLoop)
+            .count();
+        let last = members.iter().find_map(|m| {
+            m.last_error.clone().or_else(|| {
+                m.last_exit
+                    .as_ref()
+                    .map(|e| format!("last exit: code {:?}, signal {:?}", e.code, e.signal))
+            })
+        });
+        Some(match (looping, last) {
+            (0, None) => "no agent member is ready yet".to_owned(),
+            (0, Some(l)) => format!("no agent member is ready ({l})"),
+            (n, l) => format!(
+                "{n} of {} agent members are crash-looping ({}); see /agent",
+                members.len(),
+                l.unwrap_or_default()
+            ),
+        })
     }
 
     /// Counts a live session on member `index` (+1 or -1).
@@ -258,16 +318,27 @@ impl Pool {
                     conn.fail_all(&exit_reason(&exit));
                 }
             }
-            if started.elapsed() > Duration::from_secs(30) {
+            if started.elapsed() > HEALTHY_AFTER {
                 failures = 0;
             }
             failures = failures.saturating_add(1);
             let backoff =
-                Duration::from_millis(100u64 << failures.min(8)).min(Duration::from_secs(30));
+                Duration::from_millis(100u64 << failures.min(9)).min(Duration::from_secs(30));
             self.set(&member, |s| {
-                s.state = MemberState::Restarting;
+                s.state = if failures >= CRASH_LOOP_AFTER {
+                    MemberState::CrashLoop
+                } else {
+                    MemberState::Restarting
+                };
                 s.restarts += 1;
             });
+            if failures == CRASH_LOOP_AFTER {
+                tracing::error!(
+                    member = member.index,
+                    failures,
+                    "agent member is crash-looping; retrying with backoff up to 30 s"
+                );
+            }
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 _ = self.shutdown.cancelled() => break,
@@ -297,6 +368,30 @@ impl Pool {
         match outcome {
             Some(Ok(result)) => {
                 let init = AgentInit::from_result(&result);
+                if let Some(method) = &config.auth_method {
+                    let auth = authenticate(&conn, &init, method, config.init_timeout);
+                    let outcome = tokio::select! {
+                        r = auth => Some(r),
+                        _ = &mut dispatch => None,
+                        _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+                    };
+                    match outcome {
+                        Some(Ok(())) => {}
+                        Some(Err(why)) => {
+                            tracing::error!(member = member.index, why, "authenticate failed");
+                            self.set(member, |s| s.last_error = Some(why));
+                            self.init.lock().expect("init lock").get_or_insert(init);
+                            return process.terminate(Duration::from_secs(2)).await;
+                        }
+                        None => {
+                            self.set(member, |s| {
+                                s.last_error =
+                                    Some("the agent closed stdout during authenticate".into())
+                            });
+                            return process.terminate(Duration::from_secs(2)).await;
+                        }
+                    }
+                }
                 self.init.lock().expect("init lock").get_or_insert(init);
                 self.set(member, |s| {
                     s.state = MemberState::Ready;
@@ -327,9 +422,41 @@ impl Pool {
                     Err(_) => process.terminate(Duration::from_secs(1)).await,
                 }
             }
+            _ = member.restart.notified() => process.terminate(Duration::from_secs(2)).await,
             _ = self.shutdown.cancelled() => process.terminate(Duration::from_secs(2)).await,
         }
     }
+}
+
+/// `authenticate {methodId}`, after checking that the agent offers that method.
+async fn authenticate(
+    conn: &Connection,
+    init: &AgentInit,
+    method: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let offered: Vec<&str> = init
+        .auth_methods
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .filter_map(|m| m.get("id").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !offered.contains(&method) {
+        return Err(format!(
+            "the agent does not offer auth method {method:?}; it offers {offered:?}"
+        ));
+    }
+    conn.call(
+        "authenticate",
+        serde_json::json!({"methodId": method}),
+        Some(timeout),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("authenticate with {method:?} failed: {e}"))
 }
 
 fn exit_reason(exit: &ExitInfo) -> String {
@@ -363,6 +490,7 @@ async fn dispatch(
             Inbound::Request { id, method, params } => {
                 if method == "session/request_permission" {
                     handler
+                        .clone()
                         .on_permission_request(member, conn.clone(), id, params)
                         .await;
                 } else {

@@ -277,19 +277,19 @@ impl Gateway {
         self.child.id()
     }
 
-    /// SIGTERM, then wait (bounded) for a clean exit.
-    pub fn stop(&mut self) {
+    /// SIGTERM, then wait (bounded) for the gateway to exit; returns how it exited.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!("the gateway did not stop within 20 s of SIGTERM");
+                panic!("the gateway did not stop within 30 s of SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -493,7 +493,31 @@ pub fn chunk_text(events: &[SseEvent]) -> String {
         .collect()
 }
 
-/// True if a process with this pid exists (zombies count as gone only once reaped).
+/// Pids of live processes whose environment contains `needle` (e.g. a test's unique agent
+/// directory): every process a test's gateway started, children and grandchildren alike.
+pub fn processes_with_env(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if pid_alive(pid) && String::from_utf8_lossy(&env).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// True if a process with this pid is running (a zombie waiting for a reaper is not).
 pub fn pid_alive(pid: u32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
 }
