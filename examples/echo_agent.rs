@@ -29,7 +29,8 @@
 //! shared by every process using the same directory, so a pool of agents sees
 //! the same sessions. `history` holds the raw `update` objects of the turns:
 //! the user's prompt as one `user_message_chunk` (stored, never sent) and
-//! every `agent_message_chunk`. A session is *open* (in memory) in the process
+//! every `agent_message_chunk` (written to the file when the turn ends, so a turn's cost stays
+//! linear in its length). A session is *open* (in memory) in the process
 //! that created, loaded or resumed it and has not closed or deleted it.
 //!
 //! | Method | Behaviour |
@@ -368,6 +369,9 @@ struct EchoAgent {
     next_turn: AtomicU64,
     /// Whether `authenticate` succeeded (the process has one connection).
     authenticated: AtomicBool,
+    /// Chunks streamed by running turns, written to the session file when the turn ends (one
+    /// write per turn, so that long turns stay linear).
+    unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -864,11 +868,14 @@ impl EchoAgent {
 
     // ---- prompt turns --------------------------------------------------
 
-    /// Persists an agent chunk to the history, then streams it.
+    /// Streams an agent chunk and keeps it for the history (saved when the turn ends).
     fn chunk(&self, cx: &Cx, id: &SessionId, text: impl Into<String>) -> Result<(), Error> {
         let text: String = text.into();
         let update = SessionUpdate::AgentMessageChunk(ContentChunk::new(text.into()));
-        self.update(&id.0, |r| r.history.push(to_json(&update)))?;
+        lock(&self.unsaved)
+            .entry(id.0.to_string())
+            .or_default()
+            .push(to_json(&update));
         cx.send_notification(SessionNotification::new(id.clone(), update))
     }
 
@@ -1023,7 +1030,9 @@ impl EchoAgent {
     fn finish(&self, cx: &Cx, id: &SessionId, text: &str) -> Result<(), Error> {
         let now = Utc::now();
         let mut new_title = None;
+        let chunks = lock(&self.unsaved).remove(&*id.0).unwrap_or_default();
         self.update(&id.0, |r| {
+            r.history.extend(chunks);
             r.updated_at = now;
             if r.title.is_none() {
                 let head: String = text.trim().chars().take(40).collect();
@@ -1053,6 +1062,7 @@ async fn main() {
         files: Mutex::new(()),
         next_turn: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),
+        unsaved: Mutex::new(HashMap::new()),
     });
     if agent.cfg.ignore_term {
         ignore_sigterm();

@@ -134,6 +134,24 @@ pub struct Config {
     )]
     pub shutdown_timeout: u64,
 
+    /// Keep at most this many of each session's latest events (0: all).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_RETENTION_EVENTS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub retention_events: i64,
+
+    /// Drop events older than this many seconds (0: never).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_RETENTION_AGE",
+        default_value_t = 0,
+        global = true
+    )]
+    pub retention_age: u64,
+
     /// Longest line accepted from an agent, in bytes; longer lines are dropped and counted.
     #[arg(long, env = "ACP_GATEWAY_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024, global = true)]
     pub max_line_bytes: usize,

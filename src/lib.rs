@@ -26,7 +26,7 @@ use tower_http::trace::TraceLayer;
 use crate::acp::AgentCommand;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::events::EventHub;
+use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
 
@@ -79,7 +79,11 @@ pub async fn run(
         .await
         .context("opening the database")?;
     let stop = CancellationToken::new();
-    let hub = EventHub::new(store.clone(), stop.clone());
+    let retention = Retention {
+        max_events: (config.retention_events > 0).then_some(config.retention_events),
+        max_age: Config::secs_or_never(config.retention_age),
+    };
+    let hub = EventHub::new(store.clone(), stop.clone(), retention);
     let pool = PoolConfig {
         command,
         size: config.pool_size as usize,
@@ -88,7 +92,7 @@ pub async fn run(
     };
     let gateway = Gateway::start(
         store,
-        hub,
+        hub.clone(),
         pool,
         GatewayConfig {
             control_timeout: config.control_timeout(),
@@ -105,10 +109,12 @@ pub async fn run(
     // sessions (bounded by --shutdown-timeout); stop the agents, which ends any turn still
     // waiting; then let the server finish the requests still in flight.
     let stopper = {
-        let (stop, gateway) = (stop.clone(), gateway.clone());
+        let (stop, gateway, hub) = (stop.clone(), gateway.clone(), hub.clone());
         tokio::spawn(async move {
             stop.cancelled().await;
             gateway.shutdown().await;
+            // Everything the turns and agents produced is in the log before we exit.
+            hub.close().await;
         })
     };
     let app = app(gateway.clone(), config.max_body_bytes);

@@ -110,6 +110,7 @@ async fn run_contract(store: Arc<dyn Store>) {
     check_concurrent_appends(store.clone()).await;
     check_payload_round_trip(store.clone()).await;
     check_lifecycle(store.clone()).await;
+    check_prune_events(store.clone()).await;
 }
 
 async fn check_fresh_database(store: Arc<dyn Store>) {
@@ -819,6 +820,56 @@ async fn check_payload_round_trip(store: Arc<dyn Store>) {
     };
     assert!(store.put_session(&meta).await.unwrap());
     assert_eq!(store.get_session("payload-meta").await.unwrap(), Some(meta));
+}
+
+/// Retention keeps each session's latest events and recent ones; numbering continues after it.
+async fn check_prune_events(store: Arc<dyn Store>) {
+    let (a, b) = ("prune-a", "prune-b");
+    for i in 0..10 {
+        store
+            .append_events(a, &[event("chunk", json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    for i in 0..3 {
+        store
+            .append_events(b, &[event("chunk", json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    let deleted = store.prune_events(Some(4), None).await.unwrap();
+    assert!(
+        deleted >= 6,
+        "at least a's 6 oldest were deleted, got {deleted}"
+    );
+    let kept: Vec<i64> = store
+        .read_events(a, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(kept, vec![7, 8, 9, 10]);
+    let kept_b = store.read_events(b, 0, 100).await.unwrap().len();
+    assert_eq!(kept_b, 3, "a session under the limit keeps everything");
+    assert_eq!(
+        store.last_event_seq(a).await.unwrap(),
+        10,
+        "the counter survives pruning"
+    );
+    let next = store
+        .append_events(a, &[event("chunk", json!({}))])
+        .await
+        .unwrap();
+    assert_eq!(next[0].seq, 11, "numbering continues after pruned events");
+
+    // By age: everything created before a cut-off goes, whatever the count.
+    let cutoff = chrono::Utc::now() + chrono::Duration::seconds(1);
+    store.prune_events(None, Some(cutoff)).await.unwrap();
+    assert!(store.read_events(a, 0, 100).await.unwrap().is_empty());
+    assert!(store.read_events(b, 0, 100).await.unwrap().is_empty());
+    assert_eq!(store.last_event_seq(a).await.unwrap(), 11);
+    assert_eq!(store.prune_events(Some(1), Some(cutoff)).await.unwrap(), 0);
 }
 
 async fn check_lifecycle(store: Arc<dyn Store>) {

@@ -59,3 +59,6 @@ CREATE TABLE lifecycle_events (
 );
 
 CREATE INDEX lifecycle_events_tenant_seq_idx ON lifecycle_events (tenant, seq);
+
+-- Retention by age.
+CREATE INDEX session_events_created_idx ON session_events (created_at);

@@ -69,6 +69,46 @@ pub enum Inbound {
 
 type Pending = Arc<Mutex<HashMap<u64, (String, oneshot::Sender<Result<Value, CallError>>)>>>;
 
+/// A request sent to the agent whose answer has not been awaited yet.
+#[derive(Debug)]
+pub struct PendingCall {
+    id: u64,
+    method: String,
+    rx: oneshot::Receiver<Result<Value, CallError>>,
+    pending: Pending,
+    started: std::time::Instant,
+}
+
+impl PendingCall {
+    /// Waits for the answer, at most `timeout` (`None`: as long as the connection lives).
+    pub async fn wait(self, timeout: Option<Duration>) -> Result<Value, CallError> {
+        let PendingCall {
+            id,
+            method,
+            rx,
+            pending,
+            started,
+        } = self;
+        let waited = match timeout {
+            Some(t) => match tokio::time::timeout(t, rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    pending.lock().expect("pending lock").remove(&id);
+                    return Err(CallError::Timeout(method));
+                }
+            },
+            None => rx.await,
+        };
+        tracing::debug!(
+            method,
+            id,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "upstream call"
+        );
+        waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())))
+    }
+}
+
 /// The client side of one agent connection. Cheap to share; calls are concurrent.
 #[derive(Debug)]
 pub struct Connection {
@@ -94,6 +134,16 @@ impl Connection {
         params: Value,
         timeout: Option<Duration>,
     ) -> Result<Value, CallError> {
+        self.send_request(method, params).await?.wait(timeout).await
+    }
+
+    /// Sends a request and returns its pending answer. Once this returns, the request is queued
+    /// for the agent ahead of anything sent later on this connection.
+    pub async fn send_request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<PendingCall, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending
@@ -101,28 +151,17 @@ impl Connection {
             .expect("pending lock")
             .insert(id, (method.to_owned(), tx));
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let started = std::time::Instant::now();
         if self.out.send(line.to_string()).await.is_err() {
             self.pending.lock().expect("pending lock").remove(&id);
             return Err(CallError::Closed("the agent's stdin is closed".into()));
         }
-        let waited = match timeout {
-            Some(t) => match tokio::time::timeout(t, rx).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.pending.lock().expect("pending lock").remove(&id);
-                    return Err(CallError::Timeout(method.to_owned()));
-                }
-            },
-            None => rx.await,
-        };
-        tracing::debug!(
-            method,
+        Ok(PendingCall {
             id,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "upstream call"
-        );
-        waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())))
+            method: method.to_owned(),
+            rx,
+            pending: self.pending.clone(),
+            started: std::time::Instant::now(),
+        })
     }
 
     /// Sends a notification.

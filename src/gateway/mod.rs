@@ -155,7 +155,7 @@ struct Entry {
     /// When it was last attached, prompted or finished a turn (for the idle timeout).
     last_active: Instant,
     /// Closed when the running turn ends.
-    turn_done: Option<watch::Receiver<()>>,
+    turn_done: Option<watch::Receiver<TurnPhase>>,
 }
 
 impl Entry {
@@ -172,7 +172,6 @@ impl Entry {
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub events_appended: AtomicU64,
     pub turns_started: AtomicU64,
     pub turns_failed: AtomicU64,
     pub member_exits: AtomicU64,
@@ -248,27 +247,27 @@ impl Gateway {
 
     /// Cancels every running turn and closes every live session (when the agent can close).
     async fn wind_down(&self) {
-        let live: Vec<(String, usize, Option<watch::Receiver<()>>)> = {
+        let live: Vec<String> = {
             let sessions = self.inner.sessions.lock().expect("sessions lock");
             sessions
                 .iter()
-                .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m, e.turn_done.clone())))
+                .filter(|(_, e)| e.member.is_some() || e.turn_done.is_some())
+                .map(|(id, _)| id.clone())
                 .collect()
         };
         let close = self.caps().close;
         let timeout = Some(self.inner.config.control_timeout);
-        futures::future::join_all(live.into_iter().map(|(id, member, done)| async move {
-            let Some(conn) = self.pool.conn(member) else {
-                return;
-            };
-            if let Some(mut done) = done {
-                self.resolve_permissions_cancelled(&id).await;
-                let _ = conn
-                    .notify("session/cancel", json!({"sessionId": id}))
-                    .await;
+        futures::future::join_all(live.into_iter().map(|id| async move {
+            self.resolve_permissions_cancelled(&id).await;
+            if let Some((member, mut done)) = self.running_turn(&id).await {
+                if let Some(conn) = self.pool.conn(member) {
+                    let _ = conn
+                        .notify("session/cancel", json!({"sessionId": id}))
+                        .await;
+                }
                 let _ = done.changed().await;
             }
-            if close {
+            if let (true, Some(conn)) = (close, self.conn_if_live(&id)) {
                 let _ = conn
                     .call("session/close", json!({"sessionId": id}), timeout)
                     .await;
@@ -357,7 +356,7 @@ impl Gateway {
             "acp_gateway_events_appended_total",
             "counter",
             "Session events appended to the log.",
-            c.events_appended.load(Ordering::Relaxed),
+            self.inner.hub.appended(),
         );
         metric(
             "acp_gateway_turns_started_total",
@@ -737,10 +736,15 @@ impl Gateway {
         // its `turn_ended` event.
         let this = self.clone();
         let sid = id.as_str().to_owned();
+        let params = json!({"sessionId": sid, "prompt": prompt});
+        let sent = conn.send_request("session/prompt", params).await;
+        claim.mark_sent();
         let turn = self.inner.tasks.spawn(async move {
             let _claim = claim;
-            let params = json!({"sessionId": sid, "prompt": prompt});
-            let outcome = conn.call("session/prompt", params, None).await;
+            let outcome = match sent {
+                Ok(call) => call.wait(None).await,
+                Err(e) => Err(e),
+            };
             match &outcome {
                 Ok(result) => {
                     let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
@@ -788,30 +792,42 @@ impl Gateway {
     pub async fn cancel(&self, id: &SessionId) -> ApiResult<()> {
         self.record(id).await?;
         self.resolve_permissions_cancelled(id.as_str()).await;
-        let (member, done) = {
-            let sessions = self.inner.sessions.lock().expect("sessions lock");
-            match sessions.get(id.as_str()) {
-                Some(e) => (e.member, e.turn_done.clone()),
-                None => (None, None),
-            }
+        let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
+            return Ok(());
         };
-        let Some(member) = member else { return Ok(()) };
         if let Some(conn) = self.pool.conn(member) {
             conn.notify("session/cancel", json!({"sessionId": id.as_str()}))
                 .await?;
         }
         // The turn must end promptly: an agent that ignores the cancel is restarted, which
         // fails the turn (and its waiter) with `agent_exited`.
-        if let Some(mut done) = done {
-            let grace = self.inner.config.cancel_grace;
-            if tokio::time::timeout(grace, done.changed()).await.is_err() {
-                self.pool
-                    .restart_member(member, "a turn ignored session/cancel");
-                let bound = self.inner.config.control_timeout;
-                let _ = tokio::time::timeout(bound, done.changed()).await;
-            }
+        let grace = self.inner.config.cancel_grace;
+        if tokio::time::timeout(grace, done.changed()).await.is_err() {
+            self.pool
+                .restart_member(member, "a turn ignored session/cancel");
+            let bound = self.inner.config.control_timeout;
+            let _ = tokio::time::timeout(bound, done.changed()).await;
         }
         Ok(())
+    }
+
+    /// For a running turn: waits (bounded) until its prompt is on its way to the agent, so that a
+    /// cancel cannot overtake it; returns its member and a receiver that closes when it ends.
+    async fn running_turn(&self, session_id: &str) -> Option<(usize, watch::Receiver<TurnPhase>)> {
+        let mut done = {
+            let sessions = self.inner.sessions.lock().expect("sessions lock");
+            sessions.get(session_id)?.turn_done.clone()?
+        };
+        let bound = self.inner.config.control_timeout;
+        let sent = tokio::time::timeout(bound, done.wait_for(|p| *p == TurnPhase::Sent))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !sent {
+            return None;
+        }
+        let sessions = self.inner.sessions.lock().expect("sessions lock");
+        let member = sessions.get(session_id)?.member?;
+        Some((member, done))
     }
 
     // ----- permissions -----
@@ -948,7 +964,7 @@ impl Gateway {
         entry.busy = what;
         entry.last_active = Instant::now();
         let done = (what == Busy::Turn).then(|| {
-            let (tx, rx) = watch::channel(());
+            let (tx, rx) = watch::channel(TurnPhase::Starting);
             entry.turn_done = Some(rx);
             tx
         });
@@ -1073,7 +1089,25 @@ struct Claim {
     inner: Arc<Inner>,
     session_id: String,
     /// For a turn: dropping it tells `cancel` (and shutdown) that the turn ended.
-    _done: Option<watch::Sender<()>>,
+    _done: Option<watch::Sender<TurnPhase>>,
+}
+
+impl Claim {
+    /// The turn's `session/prompt` is on its way to the agent: a cancel can follow it now.
+    fn mark_sent(&self) {
+        if let Some(tx) = &self._done {
+            tx.send_replace(TurnPhase::Sent);
+        }
+    }
+}
+
+/// Where a turn is; the channel closes when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnPhase {
+    /// Attaching the session, or not yet sent.
+    Starting,
+    /// `session/prompt` is queued for (or at) the agent.
+    Sent,
 }
 
 impl Drop for Claim {
@@ -1143,16 +1177,18 @@ impl Inner {
             kind: kind.to_owned(),
             payload,
         };
-        match self.hub.append(session_id, vec![event]).await {
-            Ok(_) => {
-                self.counters
-                    .events_appended
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::error!(session = session_id, kind, error = %e, "cannot append to the event log")
-            }
-        }
+        // Errors are logged by the writer.
+        let _ = self.hub.append(session_id, event).await;
+    }
+
+    /// Appends without waiting for the store: used on the dispatch loop so that a streaming
+    /// agent is read at the writer's pace, not one commit per update. Order is kept.
+    async fn enqueue(&self, session_id: &str, kind: &str, payload: Value) {
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        self.hub.enqueue(session_id, event).await;
     }
 
     /// Resolves a still-pending permission request without a client: the first offered option
@@ -1199,10 +1235,10 @@ impl Inner {
             Some(true) => {
                 let mut payload = params;
                 payload["replay"] = json!(true);
-                self.append(&session_id, &kind, payload).await;
+                self.enqueue(&session_id, &kind, payload).await;
                 return;
             }
-            None => self.append(&session_id, &kind, params.clone()).await,
+            None => self.enqueue(&session_id, &kind, params.clone()).await,
         }
         if kind == "session_info_update" {
             let update = params.get("update").cloned().unwrap_or(Value::Null);

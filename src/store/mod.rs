@@ -178,7 +178,17 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>>;
 
-    /// The last sequence number of a session's log (0 when empty).
+    /// Retention: deletes, in every session, the events beyond the latest `max_events` and those
+    /// created before `before`. Sequence counters are kept, so numbering continues after the
+    /// pruned events. Returns how many events were deleted.
+    async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64>;
+
+    /// The last sequence number ever assigned in a session's log (0 when none), whether or not
+    /// that event is still retained.
     async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
 
     /// Appends a lifecycle event with the next global sequence number.

@@ -83,6 +83,9 @@ const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES (
 const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
      WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
+const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \
+     WHERE e.session_id = s.session_id AND e.seq <= s.last_seq - $1";
+const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
 const LAST_EVENT_SEQ: &str =
     "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
 
@@ -363,6 +366,29 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64> {
+        let mut deleted = 0;
+        if let Some(keep) = max_events {
+            deleted += sqlx::query(PRUNE_BY_COUNT)
+                .bind(keep.max(0))
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        if let Some(before) = before {
+            deleted += sqlx::query(PRUNE_BY_AGE)
+                .bind(before)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
     }
 
     async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {

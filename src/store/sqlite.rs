@@ -92,6 +92,9 @@ const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES (
 const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
      WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
 
+const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
+     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - ?";
+const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < ?";
 const LAST_EVENT_SEQ: &str =
     "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = ?), 0)";
 
@@ -497,6 +500,29 @@ impl Store for SqliteStore {
             .fetch_all(&self.reader)
             .await?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64> {
+        let mut deleted = 0;
+        if let Some(keep) = max_events {
+            deleted += sqlx::query(PRUNE_BY_COUNT)
+                .bind(keep.max(0))
+                .execute(&self.writer)
+                .await?
+                .rows_affected();
+        }
+        if let Some(before) = before {
+            deleted += sqlx::query(PRUNE_BY_AGE)
+                .bind(micros(before))
+                .execute(&self.writer)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
     }
 
     async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {

@@ -425,6 +425,14 @@ pub struct Sse {
 }
 
 impl Sse {
+    /// Wraps a response whose body is an event stream.
+    pub fn from_response(res: reqwest::Response) -> Sse {
+        Sse {
+            body: Box::pin(res.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
     /// The next event (skipping comments), or `None` if the stream ended. Panics after PATIENCE.
     pub async fn next(&mut self) -> Option<SseEvent> {
         tokio::time::timeout(PATIENCE, self.next_inner())

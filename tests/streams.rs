@@ -1,0 +1,298 @@
+//! The durable, resumable event stream: every event exactly once and in order across random
+//! disconnects and a gateway restart; a stalled subscriber slows nobody; retention gaps are
+//! announced, never silent.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+both_backends!(every_event_once_across_disconnects_and_a_restart);
+
+/// A small deterministic PRNG (xorshift64*) so that disconnect points are random but repeatable.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+const CHUNKS_PER_TURN: usize = 5000;
+const CLIENTS: u64 = 3;
+const DISCONNECTS: usize = 50;
+
+/// Reads the stream as a reconnecting client would: from `Last-Event-ID`, dropping the
+/// connection at its disconnect points and whenever the gateway goes away, until it has seen
+/// event `final_seq`. Returns every id it was given, in order.
+async fn client(
+    base: Arc<RwLock<String>>,
+    session: String,
+    final_seq: Arc<AtomicI64>,
+    seed: u64,
+    max_seq: i64,
+) -> (Vec<i64>, usize) {
+    let mut rng = Rng(seed);
+    let mut points: Vec<i64> = (0..DISCONNECTS)
+        .map(|_| 1 + (rng.next() % (max_seq as u64 - 1)) as i64)
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let mut points = points.into_iter().peekable();
+    let http = reqwest::Client::new();
+    let (mut seen, mut last, mut connects) = (Vec::new(), 0i64, 0usize);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    'outer: loop {
+        assert!(Instant::now() < deadline, "client {seed} stuck at {last}");
+        let fin = final_seq.load(Ordering::SeqCst);
+        if fin > 0 && last == fin {
+            return (seen, connects);
+        }
+        let url = format!("{}/sessions/{session}/events", base.read().unwrap());
+        let res = match http
+            .get(&url)
+            .header("last-event-id", last.to_string())
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == 200 => r,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        connects += 1;
+        let mut sse = Sse::from_response(res);
+        loop {
+            let fin = final_seq.load(Ordering::SeqCst);
+            if fin > 0 && last == fin {
+                return (seen, connects);
+            }
+            let next = tokio::time::timeout(Duration::from_millis(500), sse.next()).await;
+            let event = match next {
+                Ok(Some(e)) => e,
+                Ok(None) => continue 'outer, // the gateway went away: reconnect
+                Err(_) => continue,          // quiet: check whether we are done
+            };
+            assert_eq!(
+                event.id,
+                last + 1,
+                "client {seed}: event {} after {last}",
+                event.id
+            );
+            last = event.id;
+            seen.push(event.id);
+            while points.peek().is_some_and(|p| *p <= last) {
+                points.next();
+                continue 'outer; // disconnect here and resume with Last-Event-ID
+            }
+        }
+    }
+}
+
+/// 10,000+ events, 3 clients each disconnecting at 50 random points and reconnecting with
+/// Last-Event-ID, one gateway restart in the middle: every client sees every event exactly once,
+/// in order, and the same events as the log.
+async fn every_event_once_across_disconnects_and_a_restart(backend: Backend) {
+    let mut w = World::start(backend, Options::default()).await;
+    let session = w.gw().create("/tmp").await;
+    let base = Arc::new(RwLock::new(w.gw().base.clone()));
+    let final_seq = Arc::new(AtomicI64::new(0));
+    // Two turns: turn_started + chunks + session_info_update + turn_ended, then again without
+    // the info update.
+    let expected = (CHUNKS_PER_TURN as i64 + 3) + (CHUNKS_PER_TURN as i64 + 2);
+    let clients: Vec<_> = (1..=CLIENTS)
+        .map(|seed| {
+            tokio::spawn(client(
+                base.clone(),
+                session.clone(),
+                final_seq.clone(),
+                seed,
+                expected,
+            ))
+        })
+        .collect();
+
+    let (status, _) = w
+        .gw()
+        .prompt(&session, &format!("/chunks {CHUNKS_PER_TURN}"))
+        .await;
+    assert_eq!(status, 200);
+    w.restart().await;
+    *base.write().unwrap() = w.gw().base.clone();
+    let (status, _) = w
+        .gw()
+        .prompt(&session, &format!("/chunks {CHUNKS_PER_TURN}"))
+        .await;
+    assert_eq!(status, 200);
+    let last = w
+        .gw()
+        .json(&format!(
+            "/sessions/{session}/history?after={}&limit=10",
+            expected - 1
+        ))
+        .await;
+    assert_eq!(last["events"][0]["seq"], expected, "{last}");
+    assert_eq!(last["events"][0]["event"], "turn_ended");
+    final_seq.store(expected, Ordering::SeqCst);
+
+    for c in clients {
+        let (seen, connects) = c.await.unwrap();
+        assert_eq!(
+            seen,
+            (1..=expected).collect::<Vec<_>>(),
+            "exactly once, in order"
+        );
+        assert!(
+            connects > DISCONNECTS / 2,
+            "the client really reconnected ({connects} connections)"
+        );
+    }
+    // What the clients saw is what the log holds: spot-check the content of a reconnecting read.
+    let mut sse = w
+        .gw()
+        .sse(&format!("/sessions/{session}/events"), Some(4999))
+        .await;
+    let e = sse.next().await.unwrap();
+    assert_eq!((e.id, e.event.as_str()), (5000, "agent_message_chunk"));
+    assert_eq!(e.data["update"]["content"]["text"], "c4999 ");
+    w.finish().await;
+}
+
+/// Opens an SSE request on a raw socket with a tiny receive buffer and never reads it.
+fn stalled_subscriber(base: &str, path: &str) -> std::net::TcpStream {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt,
+    };
+    use std::os::fd::AsRawFd;
+    let addr: std::net::SocketAddrV4 = base.trim_start_matches("http://").parse().unwrap();
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
+    setsockopt(&fd, sockopt::RcvBuf, &4096).unwrap();
+    connect(fd.as_raw_fd(), &SockaddrIn::from(addr)).unwrap();
+    let mut stream = std::net::TcpStream::from(fd);
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    stream
+}
+
+/// Reads a chunked SSE response from a raw socket until an event with `event: {name}`; returns
+/// the ids seen.
+fn read_raw_until(stream: std::net::TcpStream, name: &str) -> Vec<i64> {
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut r = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break; // end of headers
+        }
+    }
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let size = usize::from_str_radix(line.trim(), 16).unwrap();
+        let mut chunk = vec![0; size + 2];
+        r.read_exact(&mut chunk).unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk[..size]));
+        while let Some(end) = text.find("\n\n") {
+            let frame: String = text.drain(..end + 2).collect();
+            let id = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(|v| v.parse::<i64>().unwrap());
+            if let Some(id) = id {
+                ids.push(id);
+            }
+            if frame.lines().any(|l| l == format!("event: {name}")) {
+                return ids;
+            }
+        }
+    }
+}
+
+/// A subscriber that stops reading delays neither the turn nor another subscriber; when it
+/// reads again it continues from the log with nothing missing.
+#[tokio::test]
+async fn stalled_subscriber_delays_nobody() {
+    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    let stalled = stalled_subscriber(&gw.base, &format!("/sessions/{id}/events?after=0"));
+    let mut reader = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let chunks = 50_000;
+    let (status, _) = gw.prompt(&id, &format!("/chunks {chunks}")).await;
+    assert_eq!(
+        status, 200,
+        "the turn finished while a subscriber was stalled"
+    );
+    let events = reader.until("turn_ended").await;
+    assert_eq!(events.len(), chunks + 3);
+    assert!(events.iter().enumerate().all(|(i, e)| e.id == i as i64 + 1));
+    let ids = tokio::task::spawn_blocking(move || read_raw_until(stalled, "turn_ended"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids,
+        (1..=(chunks as i64 + 3)).collect::<Vec<_>>(),
+        "the stalled subscriber lost nothing"
+    );
+    w.finish().await;
+}
+
+/// With --retention-events, older events are pruned; a cursor into pruned history first gets a
+/// `gap` event {from, to} whose id lets the client resume right after it.
+#[tokio::test]
+async fn retention_announces_gaps() {
+    let w = World::start(
+        Backend::Sqlite,
+        Options::default().arg("--retention-events").arg("5"),
+    )
+    .await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    assert_eq!(gw.prompt(&id, "/chunks 20").await.0, 200);
+    // 1 turn_started + 20 chunks + 1 session_info_update + 1 turn_ended = 23 events; keep 19..=23.
+    let path = format!("/sessions/{id}/history");
+    gw.wait_until(|g| {
+        let path = path.clone();
+        async move { g.json(&path).await["events"].as_array().unwrap().len() == 5 }
+    })
+    .await;
+    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let gap = sse.next().await.unwrap();
+    assert_eq!(gap.event, "gap");
+    assert_eq!(gap.id, 18);
+    assert_eq!(gap.data, json!({"sessionId": id, "from": 1, "to": 18}));
+    let rest = sse.until("turn_ended").await;
+    assert_eq!(
+        rest.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![19, 20, 21, 22, 23]
+    );
+    // Resuming inside the kept range has no gap.
+    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(20)).await;
+    assert_eq!(sse.next().await.unwrap().id, 21);
+    // New events continue the numbering.
+    assert_eq!(gw.prompt(&id, "more").await.0, 200);
+    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(23)).await;
+    let e = sse.next().await.unwrap();
+    assert_eq!((e.id, e.event.as_str()), (24, "turn_started"));
+    w.finish().await;
+}
