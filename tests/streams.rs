@@ -89,8 +89,7 @@ async fn client(
             );
             last = event.id;
             seen.push(event.id);
-            while points.peek().is_some_and(|p| *p <= last) {
-                points.next();
+            if points.next_if(|p| *p <= last).is_some() {
                 continue 'outer; // disconnect here and resume with Last-Event-ID
             }
         }
