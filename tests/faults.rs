@@ -116,13 +116,7 @@ async fn slow_initialize_is_killed_and_retried() {
         .no_wait();
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"][0]["restarts"]
-            .as_u64()
-            .unwrap()
-            >= 2
-    })
-    .await;
+    gw.wait_restarts(2).await;
     let agent = gw.json("/agent").await;
     assert!(
         agent["members"][0]["lastError"]
@@ -286,14 +280,7 @@ async fn capacity_caps_answer_503() {
         .arg("1");
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|m| m["state"] == "ready")
-    })
-    .await;
+    gw.wait_members_ready().await;
     let a = gw.create("/tmp").await;
     let _b = gw.create("/tmp").await;
     let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
@@ -397,13 +384,7 @@ async fn agent_login() {
         .no_wait();
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"][0]["restarts"]
-            .as_u64()
-            .unwrap()
-            >= 1
-    })
-    .await;
+    gw.wait_restarts(1).await;
     let agent = gw.json("/agent").await;
     assert!(
         agent["members"][0]["lastError"]
@@ -453,14 +434,7 @@ async fn shutdown_cancels_closes_and_leaves_no_process() {
     let mut w = World::start(Backend::Sqlite, opts).await;
     let marker = w.dir.path().join("agent").to_string_lossy().into_owned();
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|m| m["state"] == "ready")
-    })
-    .await;
+    gw.wait_members_ready().await;
     let running = gw.create("/tmp").await;
     let idle = gw.create("/tmp").await;
     let mut sse = gw.sse(&format!("/sessions/{running}/events"), None).await;

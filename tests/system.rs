@@ -176,14 +176,7 @@ async fn missing_capabilities_answer_honestly(backend: Backend) {
 async fn shutdown_leaves_no_agent_processes() {
     let mut w = World::start(Backend::Sqlite, Options::default().pool(3)).await;
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|m| m["state"] == "ready")
-    })
-    .await;
+    gw.wait_members_ready().await;
     let pids: Vec<u32> = gw.json("/agent").await["members"]
         .as_array()
         .unwrap()

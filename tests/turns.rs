@@ -300,14 +300,7 @@ async fn crash_mid_turn_fails_fast_and_recovers(backend: Backend) {
 async fn pool_places_on_least_loaded_member(backend: Backend) {
     let w = World::start(backend, Options::default().pool(2)).await;
     let gw = w.gw();
-    gw.wait_until(|g| async move {
-        g.json("/agent").await["members"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|m| m["state"] == "ready")
-    })
-    .await;
+    gw.wait_members_ready().await;
     let mut ids = vec![];
     for _ in 0..4 {
         ids.push(gw.create("/tmp").await);

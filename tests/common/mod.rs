@@ -380,6 +380,29 @@ impl Gateway {
         }
     }
 
+    /// Waits until every pool member is ready.
+    pub async fn wait_members_ready(&self) {
+        self.wait_until(|g| async move {
+            g.json("/agent").await["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["state"] == "ready")
+        })
+        .await;
+    }
+
+    /// Waits until member 0 has been restarted at least `n` times.
+    pub async fn wait_restarts(&self, n: u64) {
+        self.wait_until(|g| async move {
+            g.json("/agent").await["members"][0]["restarts"]
+                .as_u64()
+                .unwrap()
+                >= n
+        })
+        .await;
+    }
+
     /// Opens an SSE stream.
     pub async fn sse(&self, path: &str, last_event_id: Option<i64>) -> Sse {
         let mut req = self
