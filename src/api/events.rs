@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 
 use super::{AppState, Json, Path, Query};
@@ -75,7 +75,7 @@ pub async fn session_events(
     let id = SessionId::parse(&id)?;
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.session_events(&id, after).await?;
-    Ok(with_stream_headers(sse_response(stream).into_response()))
+    Ok(with_stream_headers(sse_response(stream)))
 }
 
 /// The session's stored events as JSON pages, for scripts.
@@ -114,5 +114,5 @@ pub async fn lifecycle_events(
 ) -> Result<Response, ApiError> {
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.lifecycle_events(after).await?;
-    Ok(with_stream_headers(sse_response(stream).into_response()))
+    Ok(with_stream_headers(sse_response(stream)))
 }

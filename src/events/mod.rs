@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,8 @@ use crate::store::{
 
 /// Events kept in each live broadcast buffer before a subscriber is considered behind.
 const LIVE_BUFFER: usize = 1024;
+/// Most frames written to a subscriber in one go.
+const MAX_WRITE: usize = 256;
 /// Page size when a subscriber reads the log.
 const PAGE: i64 = 500;
 /// Keep-alive comment interval on every stream.
@@ -57,7 +59,7 @@ struct Queued {
 /// Per-session and lifecycle broadcast, backed by the store's logs.
 pub struct EventHub {
     store: Arc<dyn Store>,
-    sessions: Mutex<HashMap<String, broadcast::Sender<Arc<StoredEvent>>>>,
+    sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Frame>>>>,
     lifecycle: broadcast::Sender<Arc<StoredLifecycleEvent>>,
     /// Ends the SSE streams.
     shutdown: CancellationToken,
@@ -75,7 +77,22 @@ type Reader<T> =
 pub trait Sequenced {
     fn seq(&self) -> i64;
 }
-impl Sequenced for StoredEvent {
+/// A session event encoded once as an SSE frame, shared by every live subscriber.
+pub struct Frame {
+    seq: i64,
+    bytes: Bytes,
+}
+
+impl Frame {
+    fn new(e: &StoredEvent) -> Self {
+        Frame {
+            seq: e.seq,
+            bytes: encode(e.seq, &e.kind, &e.payload),
+        }
+    }
+}
+
+impl Sequenced for Frame {
     fn seq(&self) -> i64 {
         self.seq
     }
@@ -209,7 +226,7 @@ impl EventHub {
                         .cloned();
                     if let Some(tx) = sender {
                         for e in &stored {
-                            let _ = tx.send(Arc::new(e.clone()));
+                            let _ = tx.send(Arc::new(Frame::new(e)));
                         }
                     }
                     for (item, e) in items.into_iter().zip(&stored) {
@@ -260,7 +277,7 @@ impl EventHub {
         Ok(stored)
     }
 
-    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<StoredEvent>> {
+    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Frame>> {
         let mut map = self.sessions.lock().expect("hub lock");
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session_id.to_owned())
@@ -273,19 +290,22 @@ impl EventHub {
         &self,
         session_id: &str,
         after: Option<i64>,
-    ) -> StoreResult<impl Stream<Item = Result<Event, Infallible>> + Send + use<>> {
+    ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
         let rx = self.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
             None => self.store.last_event_seq(session_id).await?,
         };
         let (store, id) = (self.store.clone(), session_id.to_owned());
-        let read: Reader<StoredEvent> = Box::new(move |after| {
+        let read: Reader<Frame> = Box::new(move |after| {
             let (store, id) = (store.clone(), id.clone());
-            Box::pin(async move { read_with_gap(store.as_ref(), &id, after).await })
+            Box::pin(async move {
+                let page = read_with_gap(store.as_ref(), &id, after).await?;
+                Ok(page.iter().map(Frame::new).collect())
+            })
         });
-        let events =
-            tail(rx, read, cursor, |_| true).map(|e| Ok(encode(e.seq, &e.kind, &e.payload)));
+        let events = tail(rx, read, cursor, |_| true)
+            .map(|batch| concat(batch.iter().map(|f| f.bytes.clone())));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 
@@ -294,7 +314,7 @@ impl EventHub {
         &self,
         tenant: Option<String>,
         after: Option<i64>,
-    ) -> StoreResult<impl Stream<Item = Result<Event, Infallible>> + Send + use<>> {
+    ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
         let rx = self.lifecycle.subscribe();
         let cursor = match after {
             Some(a) => a,
@@ -306,7 +326,8 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(rx, read, cursor, keep).map(|e| Ok(encode(e.seq, &e.kind, &e.payload)));
+        let events = tail(rx, read, cursor, keep)
+            .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 }
@@ -341,20 +362,45 @@ async fn read_with_gap(
     Ok(page)
 }
 
-/// One SSE frame.
-fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Event {
-    Event::default()
-        .id(seq.to_string())
-        .event(kind)
-        .data(payload.to_string())
+/// One SSE frame: `id`, `event` and one `data` line (JSON never contains a raw newline).
+fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
+    // The event name comes from the agent: keep it on one line whatever it sends.
+    let kind: String = kind
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { '_' } else { c })
+        .collect();
+    Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {payload}\n\n"))
 }
 
-/// Wraps an event stream as an SSE response with keep-alives.
-pub fn sse_response<S>(stream: S) -> impl axum::response::IntoResponse
+/// Frames delivered together become one write.
+fn concat(frames: impl Iterator<Item = Bytes>) -> Bytes {
+    let mut out = BytesMut::new();
+    for f in frames {
+        out.extend_from_slice(&f);
+    }
+    out.freeze()
+}
+
+/// An SSE response body: the frames, with a keep-alive comment every [`KEEP_ALIVE`]; it ends
+/// when the frames end.
+pub fn sse_response<S>(frames: S) -> axum::response::Response
 where
-    S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    S: Stream<Item = Bytes> + Send + 'static,
 {
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+    let start = tokio::time::Instant::now() + KEEP_ALIVE;
+    let keep_alive =
+        tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(start, KEEP_ALIVE))
+            .map(|_| Some(Bytes::from_static(b": keep-alive\n\n")));
+    let frames = frames
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    let body = futures::stream::select(frames, keep_alive)
+        .take_while(|item| std::future::ready(item.is_some()))
+        .map(|item| Ok::<_, Infallible>(item.unwrap_or_default()));
+    axum::response::Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, "text/event-stream")
+        .body(axum::body::Body::from_stream(body))
+        .expect("static headers")
 }
 
 /// Follows a log: reads pages after `cursor`, then the live broadcast, returning to the log on
@@ -364,7 +410,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
     read: Reader<T>,
     cursor: i64,
     keep: impl Fn(&T) -> bool + Send + 'static,
-) -> impl Stream<Item = Arc<T>> + Send {
+) -> impl Stream<Item = Vec<Arc<T>>> + Send {
     struct State<T, K> {
         rx: broadcast::Receiver<Arc<T>>,
         read: Reader<T>,
@@ -383,12 +429,24 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
     };
     futures::stream::unfold(state, |mut s| async move {
         loop {
-            if let Some(e) = s.buf.pop_front() {
-                s.cursor = e.seq();
-                return Some((e, s));
+            if !s.buf.is_empty() {
+                let n = s.buf.len().min(MAX_WRITE);
+                let batch: Vec<Arc<T>> = s.buf.drain(..n).collect();
+                s.cursor = batch.last().map_or(s.cursor, |e| e.seq());
+                return Some((batch, s));
             }
             if !s.live {
-                match (s.read)(s.cursor).await {
+                // A busy store (e.g. many subscribers catching up at once) gets a few retries
+                // before the stream closes; the client then reconnects with its Last-Event-ID.
+                let mut read = (s.read)(s.cursor).await;
+                for attempt in 1..=3u32 {
+                    if read.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100) * attempt).await;
+                    read = (s.read)(s.cursor).await;
+                }
+                match read {
                     Ok(page) => {
                         s.live = (page.len() as i64) < PAGE;
                         let cursor = s.cursor;
@@ -402,17 +460,40 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                 }
                 continue;
             }
-            match s.rx.recv().await {
-                Ok(e) if e.seq() <= s.cursor => {}
-                Ok(e) if e.seq() == s.cursor + 1 => {
-                    if (s.keep)(&e) {
-                        s.buf.push_back(e);
-                    } else {
-                        s.cursor = e.seq();
+            // Wait for the next live event, then take whatever else is already there.
+            let mut next = Some(s.rx.recv().await);
+            let mut last = s.cursor;
+            while let Some(received) = next.take() {
+                match received {
+                    Ok(e) if e.seq() <= last => {}
+                    Ok(e) if e.seq() == last + 1 => {
+                        last = e.seq();
+                        if (s.keep)(&e) {
+                            s.buf.push_back(e);
+                        } else if s.buf.is_empty() {
+                            s.cursor = last;
+                        }
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        s.live = false;
+                        break;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        if s.buf.is_empty() {
+                            return None;
+                        }
+                        break;
                     }
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => s.live = false,
-                Err(broadcast::error::RecvError::Closed) => return None,
+                if s.buf.len() < MAX_WRITE {
+                    next = match s.rx.try_recv() {
+                        Ok(e) => Some(Ok(e)),
+                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                            Some(Err(broadcast::error::RecvError::Lagged(n)))
+                        }
+                        Err(_) => None,
+                    };
+                }
             }
         }
     })

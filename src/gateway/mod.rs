@@ -1380,11 +1380,7 @@ impl Gateway {
         &self,
         id: &SessionId,
         after: Option<i64>,
-    ) -> ApiResult<
-        impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
-        + Send
-        + use<>,
-    > {
+    ) -> ApiResult<impl futures::Stream<Item = bytes::Bytes> + Send + use<>> {
         self.record(id).await?;
         Ok(self.inner.hub.session_sse(id.as_str(), after).await?)
     }
@@ -1393,11 +1389,7 @@ impl Gateway {
     pub async fn lifecycle_events(
         &self,
         after: Option<i64>,
-    ) -> ApiResult<
-        impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
-        + Send
-        + use<>,
-    > {
+    ) -> ApiResult<impl futures::Stream<Item = bytes::Bytes> + Send + use<>> {
         Ok(self.inner.hub.lifecycle_sse(None, after).await?)
     }
 
