@@ -61,16 +61,20 @@ fn direct_rate(state: &Path) -> f64 {
     let mut until = |id: u64| -> (Value, usize) {
         let mut updates = 0;
         loop {
-            while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=nl).collect();
+            let mut start = 0;
+            while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
+                let line = &pending[start..start + nl];
+                start += nl + 1;
                 if line.windows(16).any(|w| w == b"\"session/update\"") {
                     updates += 1;
-                } else if let Ok(v) = serde_json::from_slice::<Value>(&line) {
-                    if v["id"] == id {
-                        return (v, updates);
-                    }
+                } else if let Ok(v) = serde_json::from_slice::<Value>(line)
+                    && v["id"] == id
+                {
+                    pending.drain(..start);
+                    return (v, updates);
                 }
             }
+            pending.drain(..start);
             let n = stdout.read(&mut buf).unwrap();
             assert!(n > 0, "the agent closed stdout");
             pending.extend_from_slice(&buf[..n]);

@@ -73,12 +73,21 @@ pub struct EventHub {
 type Reader<T> =
     Box<dyn FnMut(i64) -> Pin<Box<dyn Future<Output = StoreResult<Vec<T>>> + Send>> + Send>;
 
-/// Something with a position in a log.
+/// Something with a position in a log: one event, or a run of consecutive ones.
 pub trait Sequenced {
+    /// The (last) sequence number.
     fn seq(&self) -> i64;
+    /// The first sequence number of a run.
+    fn first_seq(&self) -> i64 {
+        self.seq()
+    }
 }
-/// A session event encoded once as an SSE frame, shared by every live subscriber.
+
+/// Consecutive session events encoded once as SSE frames, shared by every live subscriber:
+/// the writer broadcasts one per committed batch, so a thousand subscribers are woken once per
+/// batch rather than once per event.
 pub struct Frame {
+    first: i64,
     seq: i64,
     bytes: Bytes,
 }
@@ -86,8 +95,18 @@ pub struct Frame {
 impl Frame {
     fn new(e: &StoredEvent) -> Self {
         Frame {
+            first: e.seq,
             seq: e.seq,
             bytes: encode(e.seq, &e.kind, &e.payload),
+        }
+    }
+
+    /// `events` must be consecutive and non-empty.
+    fn run(events: &[StoredEvent]) -> Self {
+        Frame {
+            first: events[0].seq,
+            seq: events[events.len() - 1].seq,
+            bytes: concat(events.iter().map(|e| encode(e.seq, &e.kind, &e.payload))),
         }
     }
 }
@@ -95,6 +114,9 @@ impl Frame {
 impl Sequenced for Frame {
     fn seq(&self) -> i64 {
         self.seq
+    }
+    fn first_seq(&self) -> i64 {
+        self.first
     }
 }
 impl Sequenced for StoredLifecycleEvent {
@@ -224,10 +246,8 @@ impl EventHub {
                         .expect("hub lock")
                         .get(&session_id)
                         .cloned();
-                    if let Some(tx) = sender {
-                        for e in &stored {
-                            let _ = tx.send(Arc::new(Frame::new(e)));
-                        }
+                    if let (Some(tx), false) = (sender, stored.is_empty()) {
+                        let _ = tx.send(Arc::new(Frame::run(&stored)));
                     }
                     for (item, e) in items.into_iter().zip(&stored) {
                         if let Some(done) = item.done {
@@ -374,9 +394,13 @@ fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
 
 /// Frames delivered together become one write.
 fn concat(frames: impl Iterator<Item = Bytes>) -> Bytes {
-    let mut out = BytesMut::new();
-    for f in frames {
-        out.extend_from_slice(&f);
+    let frames: Vec<Bytes> = frames.collect();
+    if let [one] = frames.as_slice() {
+        return one.clone(); // shared, not copied
+    }
+    let mut out = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
+    for f in &frames {
+        out.extend_from_slice(f);
     }
     out.freeze()
 }
@@ -466,7 +490,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
             while let Some(received) = next.take() {
                 match received {
                     Ok(e) if e.seq() <= last => {}
-                    Ok(e) if e.seq() == last + 1 => {
+                    Ok(e) if e.first_seq() == last + 1 => {
                         last = e.seq();
                         if (s.keep)(&e) {
                             s.buf.push_back(e);
