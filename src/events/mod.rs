@@ -522,3 +522,18 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_stay_well_formed_whatever_the_agent_names_its_updates() {
+        let payload = serde_json::json!({"text": "two\nlines\r"});
+        let frame = encode(7, "evil\nevent: forged", &payload);
+        assert_eq!(
+            std::str::from_utf8(&frame).unwrap(),
+            "id: 7\nevent: evil_event: forged\ndata: {\"text\":\"two\\nlines\\r\"}\n\n"
+        );
+    }
+}
