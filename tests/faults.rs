@@ -249,27 +249,6 @@ async fn permission_policies_answer_headlessly() {
     }
 }
 
-/// Closing a session resolves its pending permission requests as cancelled.
-#[tokio::test]
-async fn close_resolves_pending_permissions() {
-    let w = World::start(Backend::Sqlite, Options::default()).await;
-    let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
-    gw.prompt_async(&id, "/permission").await;
-    sse.until("permission_requested").await;
-    assert_eq!(
-        gw.post(&format!("/sessions/{id}/close"), json!({}))
-            .await
-            .status(),
-        204
-    );
-    let events = sse.until("permission_resolved").await;
-    assert_eq!(events.last().unwrap().data["reason"], "cancelled");
-    assert_eq!(gw.status(&id).await, "saved");
-    w.finish().await;
-}
-
 /// Per-member and global caps on live sessions answer 503 with Retry-After; freeing a slot
 /// makes room again.
 #[tokio::test]

@@ -163,28 +163,34 @@ async fn permission_round_trip(backend: Backend) {
     w.finish().await;
 }
 
+/// Cancelling the turn, or closing the session, resolves its pending permission request as
+/// cancelled, and the turn ends cancelled.
 async fn cancel_resolves_pending_permission(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
-    let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
-    gw.prompt_async(&id, "/permission").await;
-    sse.until("permission_requested").await;
-    assert_eq!(
-        gw.post(&format!("/sessions/{id}/cancel"), json!({}))
-            .await
-            .status(),
-        204
-    );
-    let events = sse.until("turn_ended").await;
-    let resolved = events
-        .iter()
-        .find(|e| e.event == "permission_resolved")
-        .unwrap();
-    assert_eq!(resolved.data["reason"], "cancelled");
-    assert_eq!(resolved.data["outcome"], json!({"outcome": "cancelled"}));
-    assert_eq!(events.last().unwrap().data["stopReason"], "cancelled");
-    w.finish().await;
+    for route in ["cancel", "close"] {
+        let w = World::start(backend, Options::default()).await;
+        let gw = w.gw();
+        let id = gw.create("/tmp").await;
+        let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+        gw.prompt_async(&id, "/permission").await;
+        sse.until("permission_requested").await;
+        let r = gw.post(&format!("/sessions/{id}/{route}"), json!({})).await;
+        assert_eq!(r.status(), 204, "{route}");
+        let events = sse.until("turn_ended").await;
+        let resolved = events
+            .iter()
+            .find(|e| e.event == "permission_resolved")
+            .unwrap();
+        assert_eq!(resolved.data["reason"], "cancelled", "{route}");
+        assert_eq!(resolved.data["outcome"], json!({"outcome": "cancelled"}));
+        assert_eq!(
+            events.last().unwrap().data["stopReason"],
+            "cancelled",
+            "{route}"
+        );
+        let expected = if route == "close" { "saved" } else { "live" };
+        assert_eq!(gw.status(&id).await, expected);
+        w.finish().await;
+    }
 }
 
 async fn unknown_update_variant_passes_through(backend: Backend) {
