@@ -243,7 +243,7 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
 }
 
 /// Counts one line or message from an agent that the gateway had to ignore.
-pub fn process_garbage() {
+pub fn count_garbage() {
     process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 

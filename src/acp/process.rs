@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -115,7 +115,7 @@ impl AgentProcess {
                 match read_bounded_line(&mut reader, &mut buf, max_line).await {
                     Ok(None) => break,
                     Ok(Some(false)) => {
-                        GARBAGE_LINES.fetch_add(1, Ordering::Relaxed);
+                        super::count_garbage();
                         tracing::warn!(member = %who, limit = max_line, "agent wrote an over-long line; dropped");
                     }
                     Ok(Some(true)) => {
@@ -131,7 +131,7 @@ impl AgentProcess {
                                 }
                             }
                             Err(why) => {
-                                GARBAGE_LINES.fetch_add(1, Ordering::Relaxed);
+                                super::count_garbage();
                                 let shown: String = line.chars().take(200).collect();
                                 tracing::warn!(member = %who, why, line = shown, "agent wrote a line that is not JSON-RPC; ignored");
                             }

@@ -54,22 +54,6 @@ pub struct GatewayConfig {
     pub shutdown_timeout: Duration,
 }
 
-impl GatewayConfig {
-    /// Defaults for everything but the control timeout (used by tests and benchmarks).
-    pub fn with_control_timeout(control_timeout: Duration) -> Self {
-        GatewayConfig {
-            control_timeout,
-            cancel_grace: Duration::from_secs(5),
-            permission_timeout: None,
-            permission_policy: PermissionPolicy::Ask,
-            max_sessions_per_member: 0,
-            max_sessions: 0,
-            idle_timeout: None,
-            shutdown_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -1215,7 +1199,7 @@ impl Inner {
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            crate::acp::process_garbage();
+            crate::acp::count_garbage();
             tracing::warn!("session/update without a sessionId; ignored");
             return;
         };

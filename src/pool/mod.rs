@@ -480,7 +480,7 @@ async fn dispatch(
         match msg {
             Inbound::Response { id, result } => {
                 if !conn.resolve(id, result) {
-                    crate::acp::process_garbage();
+                    crate::acp::count_garbage();
                     tracing::warn!(member, id, "response to an unknown request id; ignored");
                 }
             }
