@@ -42,8 +42,41 @@ pub struct Config {
     )]
     pub listen: SocketAddr,
 
-    /// Allow a non-loopback --listen address although no API keys exist yet: anyone who can
-    /// reach the port can make the agent run tools on this host.
+    /// A tenant's API key, `TENANT:KEY` (repeatable; at least 16 characters of key). With any
+    /// key configured, every route but /healthz, /readyz, /docs and /openapi.json needs
+    /// `Authorization: Bearer KEY` (SSE routes also take `?access_token=KEY`).
+    #[arg(
+        long = "api-key",
+        env = "ACP_GATEWAY_API_KEYS",
+        value_delimiter = ',',
+        global = true
+    )]
+    pub api_keys: Vec<String>,
+
+    /// An admin API key (repeatable): sees and manages every tenant's sessions.
+    #[arg(
+        long = "admin-api-key",
+        env = "ACP_GATEWAY_ADMIN_API_KEYS",
+        value_delimiter = ',',
+        global = true
+    )]
+    pub admin_api_keys: Vec<String>,
+
+    /// A file of API keys, one `TENANT:KEY` per line (`*:KEY` for an admin key; `#` comments).
+    #[arg(long, env = "ACP_GATEWAY_API_KEYS_FILE", global = true)]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// A browser origin allowed to call the gateway (repeatable), e.g. `https://app.example.com`.
+    #[arg(
+        long = "cors-origin",
+        env = "ACP_GATEWAY_CORS_ORIGINS",
+        value_delimiter = ',',
+        global = true
+    )]
+    pub cors_origins: Vec<String>,
+
+    /// Allow a non-loopback --listen address without API keys: anyone who can reach the port can
+    /// make the agent run tools on this host.
     #[arg(long, env = "ACP_GATEWAY_ALLOW_UNAUTHENTICATED", global = true)]
     pub allow_unauthenticated: bool,
 

@@ -34,6 +34,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     Validation(String),
+    #[error("a valid API key is required: Authorization: Bearer KEY")]
+    Unauthorized,
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -70,6 +72,7 @@ impl ApiError {
                 "validation-failed",
                 "Validation failed",
             ),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             MethodNotAllowed => (

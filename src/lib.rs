@@ -13,6 +13,7 @@ pub mod pool;
 pub mod store;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,20 +21,27 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::acp::AgentCommand;
+use crate::api::auth::Keys;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
 
-/// The full HTTP application around a gateway.
-pub fn app(gateway: Gateway, max_body_bytes: usize) -> Router {
+/// The full HTTP application around a gateway: routes, authentication, CORS, limits, tracing.
+pub fn app(
+    gateway: Gateway,
+    max_body_bytes: usize,
+    keys: Option<Arc<Keys>>,
+    cors: Option<CorsLayer>,
+) -> Router {
     let (router, _) = api::router().split_for_parts();
-    router
+    let router = router
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(api::AppState { gateway })
@@ -45,8 +53,49 @@ pub fn app(gateway: Gateway, max_body_bytes: usize) -> Router {
                 tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
             }),
         )
+        .layer(axum::middleware::from_fn_with_state(keys, api::auth::authenticate))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+    // Outermost, so that preflights are answered before authentication.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// CORS for the configured origins: credentials, the headers clients send, and the headers
+/// they need to read (`Location`, `x-request-id`, `Retry-After`).
+pub fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let origins = origins
+        .iter()
+        .map(|o| {
+            o.parse::<axum::http::HeaderValue>()
+                .with_context(|| format!("invalid --cors-origin {o:?}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    use axum::http::{Method, header};
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_credentials(true)
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("last-event-id"),
+                header::HeaderName::from_static("prefer"),
+                header::HeaderName::from_static("x-request-id"),
+            ])
+            .expose_headers([
+                header::LOCATION,
+                header::RETRY_AFTER,
+                header::HeaderName::from_static("x-request-id"),
+            ])
+            .max_age(std::time::Duration::from_secs(600)),
+    ))
 }
 
 /// Checks the configuration that does not need I/O.
@@ -59,12 +108,14 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
     command.env = config.agent_env.clone();
     command.cwd = config.agent_cwd.clone();
     command.max_line_bytes = config.max_line_bytes;
-    if !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
+    let keys = Keys::from_config(config)?;
+    if keys.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
         anyhow::bail!(
-            "refusing to listen on {} without authentication: anyone who can reach it could make the agent run tools on this host. Listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
+            "refusing to listen on {} without API keys: anyone who can reach it could make the agent run tools on this host. Configure --api-key/--admin-api-key, listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
             config.listen
         );
     }
+    cors(&config.cors_origins)?;
     Ok(command)
 }
 
@@ -117,7 +168,12 @@ pub async fn run(
             hub.close().await;
         })
     };
-    let app = app(gateway.clone(), config.max_body_bytes);
+    let app = app(
+        gateway.clone(),
+        config.max_body_bytes,
+        Keys::from_config(&config)?,
+        cors(&config.cors_origins)?,
+    );
     let server = axum::serve(listener, app).with_graceful_shutdown({
         let stop = stop.clone();
         async move {

@@ -5,6 +5,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::auth::Caller;
 use super::{AppState, Json, Path, Query};
 use crate::error::{ApiError, Problem};
 use crate::events::sse_response;
@@ -68,13 +69,14 @@ fn with_stream_headers(mut res: Response) -> Response {
     ))]
 pub async fn session_events(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     Query(p): Query<StreamParams>,
 ) -> Result<Response, ApiError> {
     let id = SessionId::parse(&id)?;
     let after = cursor(&headers, p.after)?;
-    let stream = s.gateway.session_events(&id, after).await?;
+    let stream = s.gateway.session_events(&caller, &id, after).await?;
     Ok(with_stream_headers(sse_response(stream)))
 }
 
@@ -88,13 +90,14 @@ pub async fn session_events(
     ))]
 pub async fn session_history(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     Query(p): Query<HistoryParams>,
 ) -> Result<Json<HistoryPage>, ApiError> {
     let id = SessionId::parse(&id)?;
     Ok(Json(
         s.gateway
-            .history(&id, p.after.unwrap_or(0), p.limit.unwrap_or(100))
+            .history(&caller, &id, p.after.unwrap_or(0), p.limit.unwrap_or(100))
             .await?,
     ))
 }
@@ -109,10 +112,11 @@ pub async fn session_history(
     ))]
 pub async fn lifecycle_events(
     State(s): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Query(p): Query<StreamParams>,
 ) -> Result<Response, ApiError> {
     let after = cursor(&headers, p.after)?;
-    let stream = s.gateway.lifecycle_events(after).await?;
+    let stream = s.gateway.lifecycle_events(&caller, after).await?;
     Ok(with_stream_headers(sse_response(stream)))
 }

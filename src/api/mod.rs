@@ -1,6 +1,7 @@
 //! The HTTP surface: one route table that is also the OpenAPI document. Handlers are thin:
 //! extract → validate into domain types → one gateway call → response.
 
+pub mod auth;
 mod events;
 mod sessions;
 mod system;
@@ -42,8 +43,30 @@ pub struct Path<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
 
+/// Adds the bearer-key security scheme (required on every route but the public probes and
+/// this document when the gateway has API keys).
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key (--api-key TENANT:KEY or --admin-api-key KEY). SSE routes also accept ?access_token=KEY."))
+                    .build(),
+            ),
+        );
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
     info(
         title = "acp-gateway",
         description = "HTTP and Server-Sent Events in front of ACP (Agent Client Protocol) coding agents. Errors are RFC 9457 application/problem+json.",

@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
+use super::auth::Caller;
 use super::{AppState, Json, Path, Query};
 use crate::error::{ApiError, Problem};
 use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
@@ -18,9 +19,10 @@ use crate::gateway::{CreateSession, ListParams, PatchSession};
     ))]
 pub async fn list_sessions(
     State(s): State<AppState>,
+    caller: Caller,
     Query(p): Query<ListParams>,
 ) -> Result<Json<SessionPage>, ApiError> {
-    Ok(Json(s.gateway.list_sessions(p).await?))
+    Ok(Json(s.gateway.list_sessions(&caller, p).await?))
 }
 
 /// Create a session on the least-loaded ready pool member (`session/new`).
@@ -37,9 +39,10 @@ pub async fn list_sessions(
     ))]
 pub async fn create_session(
     State(s): State<AppState>,
+    caller: Caller,
     Json(body): Json<CreateSession>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let view = s.gateway.create_session(body).await?;
+    let view = s.gateway.create_session(&caller, body).await?;
     let location = format!("/sessions/{}", view.session_id);
     Ok((
         StatusCode::CREATED,
@@ -57,9 +60,14 @@ pub async fn create_session(
     ))]
 pub async fn get_session(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.get_session(&SessionId::parse(&id)?).await?))
+    Ok(Json(
+        s.gateway
+            .get_session(&caller, &SessionId::parse(&id)?)
+            .await?,
+    ))
 }
 
 /// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
@@ -73,12 +81,13 @@ pub async fn get_session(
     ))]
 pub async fn patch_session(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     Json(body): Json<PatchSession>,
 ) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(
         s.gateway
-            .patch_session(&SessionId::parse(&id)?, body)
+            .patch_session(&caller, &SessionId::parse(&id)?, body)
             .await?,
     ))
 }
@@ -93,9 +102,12 @@ pub async fn patch_session(
     ))]
 pub async fn delete_session(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.delete_session(&SessionId::parse(&id)?).await?;
+    s.gateway
+        .delete_session(&caller, &SessionId::parse(&id)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -107,9 +119,12 @@ pub async fn delete_session(
     ))]
 pub async fn session_status(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<StatusView>, ApiError> {
-    Ok(Json(s.gateway.status(&SessionId::parse(&id)?).await?))
+    Ok(Json(
+        s.gateway.status(&caller, &SessionId::parse(&id)?).await?,
+    ))
 }
 
 /// Attach a saved session to a pool member (`session/resume`, else `session/load`).
@@ -124,9 +139,12 @@ pub async fn session_status(
     ))]
 pub async fn resume_session(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.resume(&SessionId::parse(&id)?).await?))
+    Ok(Json(
+        s.gateway.resume(&caller, &SessionId::parse(&id)?).await?,
+    ))
 }
 
 /// Free the agent's resources for a live session (`session/close`); it stays listed.
@@ -139,8 +157,9 @@ pub async fn resume_session(
     ))]
 pub async fn close_session(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.close(&SessionId::parse(&id)?).await?;
+    s.gateway.close(&caller, &SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::auth::Caller;
 use super::{AppState, Json, Path};
 use crate::error::{ApiError, Problem};
 use crate::gateway::model::SessionId;
@@ -28,6 +29,7 @@ use crate::gateway::{PermissionAnswer, PermissionView, PromptBody, TurnResult};
     ))]
 pub async fn prompt(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     Json(body): Json<PromptBody>,
@@ -39,7 +41,7 @@ pub async fn prompt(
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|p| p.trim().eq_ignore_ascii_case("respond-async"));
-    match s.gateway.prompt(&id, body, !respond_async).await? {
+    match s.gateway.prompt(&caller, &id, body, !respond_async).await? {
         Some(result) => Ok(Json(result).into_response()),
         None => {
             let location = format!("/sessions/{}/events", id.as_str());
@@ -66,9 +68,10 @@ pub async fn prompt(
     ))]
 pub async fn cancel(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.cancel(&SessionId::parse(&id)?).await?;
+    s.gateway.cancel(&caller, &SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -80,9 +83,14 @@ pub async fn cancel(
     ))]
 pub async fn list_permissions(
     State(s): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<PermissionView>>, ApiError> {
-    Ok(Json(s.gateway.permissions(&SessionId::parse(&id)?).await?))
+    Ok(Json(
+        s.gateway
+            .permissions(&caller, &SessionId::parse(&id)?)
+            .await?,
+    ))
 }
 
 /// Answer a permission request with `{optionId}` or `{outcome: "cancelled"}`.
@@ -97,12 +105,13 @@ pub async fn list_permissions(
     ))]
 pub async fn answer_permission(
     State(s): State<AppState>,
+    caller: Caller,
     Path((id, request_id)): Path<(String, String)>,
     Json(body): Json<PermissionAnswer>,
 ) -> Result<Json<PermissionView>, ApiError> {
     Ok(Json(
         s.gateway
-            .answer_permission(&SessionId::parse(&id)?, &request_id, body)
+            .answer_permission(&caller, &SessionId::parse(&id)?, &request_id, body)
             .await?,
     ))
 }

@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 
 use crate::acp::caps::{AgentInit, Capabilities};
 use crate::acp::{Connection, ExitInfo};
+use crate::api::auth::Caller;
 use crate::config::PermissionPolicy;
 use crate::error::ApiError;
 use crate::events::EventHub;
@@ -377,10 +378,11 @@ impl Gateway {
         self.inner.view(r)
     }
 
-    /// A known, non-deleted session or 404.
-    async fn record(&self, id: &SessionId) -> ApiResult<SessionRecord> {
+    /// A known, non-deleted session of the caller's, or 404 (another tenant's session is
+    /// indistinguishable from an unknown one).
+    async fn record(&self, caller: &Caller, id: &SessionId) -> ApiResult<SessionRecord> {
         match self.store().get_session(id.as_str()).await? {
-            Some(r) if r.deleted_at.is_none() => Ok(r),
+            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => Ok(r),
             _ => Err(ApiError::NotFound(format!("no session {}", id.as_str()))),
         }
     }
@@ -392,7 +394,8 @@ impl Gateway {
     // ----- sessions -----
 
     /// `GET /sessions`.
-    pub async fn list_sessions(&self, p: ListParams) -> ApiResult<SessionPage> {
+    pub async fn list_sessions(&self, caller: &Caller, p: ListParams) -> ApiResult<SessionPage> {
+        let tenant = caller.scope().map(str::to_owned);
         let limit = p.limit.unwrap_or(50);
         if !(1..=200).contains(&limit) {
             return Err(ApiError::BadRequest(
@@ -404,7 +407,7 @@ impl Gateway {
         }
         let after = p.cursor.as_deref().map(decode_cursor).transpose()?;
         let query = ListQuery {
-            tenant: None,
+            tenant,
             cwd: p.cwd,
             archived: p.archived,
             after,
@@ -425,7 +428,11 @@ impl Gateway {
     }
 
     /// `POST /sessions`.
-    pub async fn create_session(&self, body: CreateSession) -> ApiResult<SessionView> {
+    pub async fn create_session(
+        &self,
+        caller: &Caller,
+        body: CreateSession,
+    ) -> ApiResult<SessionView> {
         validate_abs_path("cwd", &body.cwd)?;
         for d in &body.additional_directories {
             validate_abs_path("additionalDirectories[]", d)?;
@@ -453,7 +460,7 @@ impl Gateway {
         let at = now();
         let record = SessionRecord {
             session_id: session_id.clone(),
-            tenant: DEFAULT_TENANT.into(),
+            tenant: caller.tenant.clone(),
             cwd: body.cwd,
             additional_directories: body.additional_directories,
             title: None,
@@ -477,17 +484,18 @@ impl Gateway {
     }
 
     /// `GET /sessions/{id}`.
-    pub async fn get_session(&self, id: &SessionId) -> ApiResult<SessionView> {
-        Ok(self.view(&self.record(id).await?))
+    pub async fn get_session(&self, caller: &Caller, id: &SessionId) -> ApiResult<SessionView> {
+        Ok(self.view(&self.record(caller, id).await?))
     }
 
     /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.
     pub async fn patch_session(
         &self,
+        caller: &Caller,
         id: &SessionId,
         body: PatchSession,
     ) -> ApiResult<SessionView> {
-        self.record(id).await?;
+        self.record(caller, id).await?;
         let mut title = body.title;
         if let (true, Some(t)) = (self.caps().set_title, &title) {
             let conn = self.conn_for(id.as_str()).ok_or_else(|| self.no_member())?;
@@ -520,8 +528,17 @@ impl Gateway {
     }
 
     /// `DELETE /sessions/{id}`: idempotent.
-    pub async fn delete_session(&self, id: &SessionId) -> ApiResult<()> {
+    pub async fn delete_session(&self, caller: &Caller, id: &SessionId) -> ApiResult<()> {
+        // Another tenant's session, or (for a tenant) an id the cache does not know: exactly
+        // as for an unknown id, 204 and no effect.
+        let existing = self.store().get_session(id.as_str()).await?;
+        match &existing {
+            Some(r) if !caller.sees(&r.tenant) => return Ok(()),
+            None if !caller.admin => return Ok(()),
+            _ => {}
+        }
         let caps = self.caps();
+        self.resolve_permissions_cancelled(id.as_str()).await;
         let live_conn = self.detach(id.as_str()).and_then(|m| self.pool.conn(m));
         if let Some(conn) = live_conn {
             if caps.close {
@@ -542,11 +559,12 @@ impl Gateway {
                     .await;
             }
         }
-        self.resolve_permissions_cancelled(id.as_str()).await;
-        let existing = self.store().get_session(id.as_str()).await?;
+        let tenant = existing
+            .as_ref()
+            .map_or(caller.tenant.as_str(), |r| r.tenant.as_str());
         let tombstoned = self
             .store()
-            .tombstone_session(id.as_str(), DEFAULT_TENANT, now())
+            .tombstone_session(id.as_str(), tenant, now())
             .await?;
         if tombstoned {
             self.append(
@@ -583,19 +601,25 @@ impl Gateway {
     }
 
     /// `GET /sessions/{id}/status`: never loads, resumes or creates anything.
-    pub async fn status(&self, id: &SessionId) -> ApiResult<StatusView> {
+    pub async fn status(&self, caller: &Caller, id: &SessionId) -> ApiResult<StatusView> {
         let view = |status, activity| StatusView {
             session_id: id.as_str().to_owned(),
             status,
             activity,
         };
+        let record = self.store().get_session(id.as_str()).await?;
+        // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
+        // know (sessions only the agent knows belong to the admin).
+        let visible = match &record {
+            Some(r) => caller.sees(&r.tenant),
+            None => caller.admin,
+        };
+        if !visible || record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
+            return Ok(view(Status::NotFound, None));
+        }
         let (status, activity) = self.status_of(id.as_str());
         if status == Status::Live {
             return Ok(view(status, activity));
-        }
-        let record = self.store().get_session(id.as_str()).await?;
-        if record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
-            return Ok(view(Status::NotFound, None));
         }
         let probe = self.caps().status.then(|| self.pool.pick()).flatten();
         if let Some((_, conn)) = probe {
@@ -629,8 +653,8 @@ impl Gateway {
     }
 
     /// `POST /sessions/{id}/resume`.
-    pub async fn resume(&self, id: &SessionId) -> ApiResult<SessionView> {
-        let record = self.record(id).await?;
+    pub async fn resume(&self, caller: &Caller, id: &SessionId) -> ApiResult<SessionView> {
+        let record = self.record(caller, id).await?;
         if self.status_of(id.as_str()).0 != Status::Live {
             let _claim = self.claim(id.as_str(), Busy::Attaching)?;
             self.ensure_live(&record).await?;
@@ -639,8 +663,8 @@ impl Gateway {
     }
 
     /// `POST /sessions/{id}/close`.
-    pub async fn close(&self, id: &SessionId) -> ApiResult<()> {
-        let record = self.record(id).await?;
+    pub async fn close(&self, caller: &Caller, id: &SessionId) -> ApiResult<()> {
+        let record = self.record(caller, id).await?;
         let member = {
             self.inner
                 .sessions
@@ -655,6 +679,9 @@ impl Gateway {
                 "the agent does not support session/close".into(),
             ));
         }
+        // Pending permission requests are answered first, so that their `permission_resolved`
+        // comes before the `turn_ended` that closing causes.
+        self.resolve_permissions_cancelled(id.as_str()).await;
         if let Some(conn) = self.pool.conn(member) {
             conn.call(
                 "session/close",
@@ -664,7 +691,6 @@ impl Gateway {
             .await?;
         }
         self.detach(id.as_str());
-        self.resolve_permissions_cancelled(id.as_str()).await;
         self.lifecycle(&record, "session_status", json!({"status": Status::Saved}))
             .await;
         Ok(())
@@ -676,6 +702,7 @@ impl Gateway {
     /// this returns once it has started.
     pub async fn prompt(
         &self,
+        caller: &Caller,
         id: &SessionId,
         body: PromptBody,
         wait: bool,
@@ -697,7 +724,7 @@ impl Gateway {
                 "every prompt block needs a string `type`".into(),
             ));
         }
-        let record = self.record(id).await?;
+        let record = self.record(caller, id).await?;
         let claim = self.claim(id.as_str(), Busy::Turn)?;
         let member = self.ensure_live(&record).await?;
         let conn = self.pool.conn(member).ok_or_else(|| self.no_member())?;
@@ -773,8 +800,8 @@ impl Gateway {
     }
 
     /// `POST /sessions/{id}/cancel`.
-    pub async fn cancel(&self, id: &SessionId) -> ApiResult<()> {
-        self.record(id).await?;
+    pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> ApiResult<()> {
+        self.record(caller, id).await?;
         self.resolve_permissions_cancelled(id.as_str()).await;
         let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
             return Ok(());
@@ -817,18 +844,24 @@ impl Gateway {
     // ----- permissions -----
 
     /// `GET /sessions/{id}/permissions`.
-    pub async fn permissions(&self, id: &SessionId) -> ApiResult<Vec<PermissionView>> {
-        self.record(id).await?;
+    pub async fn permissions(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> ApiResult<Vec<PermissionView>> {
+        self.record(caller, id).await?;
         Ok(self.inner.permissions.pending_for(id.as_str()))
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`.
     pub async fn answer_permission(
         &self,
+        caller: &Caller,
         id: &SessionId,
         request_id: &str,
         answer: PermissionAnswer,
     ) -> ApiResult<PermissionView> {
+        self.record(caller, id).await?;
         let (view, conn, upstream_id, outcome) =
             self.inner
                 .permissions
@@ -1362,23 +1395,35 @@ impl Gateway {
     /// `GET /sessions/{id}/events`: the SSE stream from `after` (`None`: live tail).
     pub async fn session_events(
         &self,
+        caller: &Caller,
         id: &SessionId,
         after: Option<i64>,
     ) -> ApiResult<impl futures::Stream<Item = bytes::Bytes> + Send + use<>> {
-        self.record(id).await?;
+        self.record(caller, id).await?;
         Ok(self.inner.hub.session_sse(id.as_str(), after).await?)
     }
 
     /// `GET /events`: lifecycle events from `after` (`None`: live tail).
     pub async fn lifecycle_events(
         &self,
+        caller: &Caller,
         after: Option<i64>,
     ) -> ApiResult<impl futures::Stream<Item = bytes::Bytes> + Send + use<>> {
-        Ok(self.inner.hub.lifecycle_sse(None, after).await?)
+        Ok(self
+            .inner
+            .hub
+            .lifecycle_sse(caller.scope().map(str::to_owned), after)
+            .await?)
     }
 
     /// `GET /sessions/{id}/history`.
-    pub async fn history(&self, id: &SessionId, after: i64, limit: i64) -> ApiResult<HistoryPage> {
+    pub async fn history(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        after: i64,
+        limit: i64,
+    ) -> ApiResult<HistoryPage> {
         if !(1..=1000).contains(&limit) {
             return Err(ApiError::BadRequest(
                 "limit must be between 1 and 1000".into(),
@@ -1387,7 +1432,7 @@ impl Gateway {
         if after < 0 {
             return Err(ApiError::BadRequest("after must be >= 0".into()));
         }
-        self.record(id).await?;
+        self.record(caller, id).await?;
         let rows = self
             .store()
             .read_events(id.as_str(), after, limit + 1)

@@ -1,0 +1,376 @@
+//! Keys, tenants and browsers: every route with no key, a wrong key, another tenant's key and
+//! the admin key; the loopback-only default; CORS preflights.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-key-0123456789";
+const BOB: &str = "bob-key-0123456789ab";
+const ADMIN: &str = "admin-key-0123456789";
+
+fn keyed() -> Options {
+    Options::default()
+        .arg("--api-key")
+        .arg(&format!("alice:{ALICE}"))
+        .arg("--api-key")
+        .arg(&format!("bob:{BOB}"))
+        .arg("--admin-api-key")
+        .arg(ADMIN)
+}
+
+async fn call(
+    gw: &Gateway,
+    key: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut req = gw.http.request(method, gw.url(path));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    req.send().await.unwrap()
+}
+
+/// Every session route, as (method, path, body, what the admin gets).
+fn session_routes(id: &str) -> Vec<(Method, String, Option<Value>, u16)> {
+    vec![
+        (Method::GET, format!("/sessions/{id}"), None, 200),
+        (
+            Method::PATCH,
+            format!("/sessions/{id}"),
+            Some(json!({"title": "stolen"})),
+            200,
+        ),
+        (Method::GET, format!("/sessions/{id}/status"), None, 200),
+        (
+            Method::POST,
+            format!("/sessions/{id}/prompt"),
+            Some(json!({"text": "hi"})),
+            200,
+        ),
+        (Method::POST, format!("/sessions/{id}/cancel"), None, 204),
+        (Method::POST, format!("/sessions/{id}/resume"), None, 200),
+        (
+            Method::GET,
+            format!("/sessions/{id}/permissions"),
+            None,
+            200,
+        ),
+        (
+            Method::POST,
+            format!("/sessions/{id}/permissions/perm_x"),
+            Some(json!({"optionId": "allow"})),
+            404,
+        ),
+        (Method::GET, format!("/sessions/{id}/history"), None, 200),
+        (Method::GET, format!("/sessions/{id}/events"), None, 200),
+        (Method::POST, format!("/sessions/{id}/close"), None, 204),
+        (Method::DELETE, format!("/sessions/{id}"), None, 204),
+    ]
+}
+
+#[tokio::test]
+async fn every_route_checks_keys_and_tenants() {
+    let w = World::start(Backend::Sqlite, keyed()).await;
+    let gw = w.gw();
+    // Probes and the API description are public; everything else needs a key.
+    for path in ["/healthz", "/readyz", "/docs", "/openapi.json"] {
+        assert_eq!(
+            call(gw, None, Method::GET, path, None).await.status(),
+            200,
+            "{path}"
+        );
+    }
+    let r = call(
+        gw,
+        Some(ALICE),
+        Method::POST,
+        "/sessions",
+        Some(json!({"cwd": "/tmp"})),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    let alice_session: Value = r.json().await.unwrap();
+    let id = alice_session["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        call(
+            gw,
+            Some(ALICE),
+            Method::POST,
+            &format!("/sessions/{id}/prompt"),
+            Some(json!({"text": "mine"}))
+        )
+        .await
+        .status(),
+        200
+    );
+    let history_before = gw_history_len(gw, &id).await;
+    let prompts_before = w.calls("session/prompt");
+
+    let mut routes = session_routes(&id);
+    routes.extend([
+        (Method::GET, "/sessions".to_owned(), None, 200),
+        (
+            Method::POST,
+            "/sessions".to_owned(),
+            Some(json!({"cwd": "/tmp"})),
+            201,
+        ),
+        (Method::GET, "/events".to_owned(), None, 200),
+        (Method::GET, "/agent".to_owned(), None, 200),
+        (Method::GET, "/metrics".to_owned(), None, 200),
+    ]);
+    for (method, path, body, _) in &routes {
+        for key in [None, Some("wrong-key-0123456789")] {
+            let r = call(gw, key, method.clone(), path, body.clone()).await;
+            assert_eq!(r.status(), 401, "{method} {path} with {key:?}");
+            assert_eq!(r.headers()["www-authenticate"], "Bearer");
+            assert_eq!(r.headers()["content-type"], "application/problem+json");
+        }
+    }
+
+    // Bob's key on Alice's session: exactly like an unknown id, and no effect.
+    for (method, path, body, _) in session_routes(&id) {
+        let r = call(gw, Some(BOB), method.clone(), &path, body.clone()).await;
+        let status = r.status().as_u16();
+        if method == Method::DELETE {
+            assert_eq!(status, 204, "{path}");
+        } else if path.ends_with("/status") {
+            assert_eq!(status, 200);
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["status"], "not_found");
+        } else {
+            assert_eq!(status, 404, "{method} {path}");
+        }
+    }
+    let unknown = call(
+        gw,
+        Some(BOB),
+        Method::GET,
+        "/sessions/sess_unknown_id",
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status(), 404);
+    let after: Value = call(
+        gw,
+        Some(ALICE),
+        Method::GET,
+        &format!("/sessions/{id}"),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        after["title"], "Echo: mine",
+        "bob's PATCH did not rename it"
+    );
+    assert_eq!(after["status"], "live");
+    assert_eq!(
+        gw_history_len(gw, &id).await,
+        history_before,
+        "bob's calls changed nothing"
+    );
+    assert_eq!(w.calls("session/prompt"), prompts_before);
+    assert_eq!(w.calls("session/close") + w.calls("session/delete"), 0);
+
+    // Lists and lifecycle streams are scoped to the tenant; the admin sees everything.
+    let ids = |v: Value| -> Vec<String> {
+        v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sessionId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let bob_list = ids(call(gw, Some(BOB), Method::GET, "/sessions", None)
+        .await
+        .json()
+        .await
+        .unwrap());
+    assert!(!bob_list.contains(&id));
+    let admin_list = ids(call(gw, Some(ADMIN), Method::GET, "/sessions", None)
+        .await
+        .json()
+        .await
+        .unwrap());
+    assert!(admin_list.contains(&id));
+    let alice_list = ids(call(gw, Some(ALICE), Method::GET, "/sessions", None)
+        .await
+        .json()
+        .await
+        .unwrap());
+    assert_eq!(alice_list, vec![id.clone()]);
+
+    // Browsers' EventSource passes the key as ?access_token= (SSE routes only).
+    let r = call(
+        gw,
+        None,
+        Method::GET,
+        &format!("/sessions/{id}/events?after=0&access_token={ALICE}"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let mut sse = Sse::from_response(r);
+    assert_eq!(sse.next().await.unwrap().event, "turn_started");
+    let r = call(
+        gw,
+        None,
+        Method::GET,
+        &format!("/sessions?access_token={ALICE}"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 401, "query tokens only on SSE routes");
+    let r = call(
+        gw,
+        None,
+        Method::GET,
+        &format!("/events?after=0&access_token={BOB}"),
+        None,
+    )
+    .await;
+    let mut bob_events = Sse::from_response(r);
+    let bob_created = call(
+        gw,
+        Some(BOB),
+        Method::POST,
+        "/sessions",
+        Some(json!({"cwd": "/tmp"})),
+    )
+    .await;
+    let bob_id = bob_created.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = bob_events.next().await.unwrap();
+    assert_eq!(
+        first.data["sessionId"],
+        bob_id.as_str(),
+        "bob's lifecycle stream skips alice's sessions"
+    );
+
+    // The admin can do everything to Alice's session.
+    for (method, path, body, expected) in session_routes(&id) {
+        let r = call(gw, Some(ADMIN), method.clone(), &path, body).await;
+        assert_eq!(r.status().as_u16(), expected, "admin {method} {path}");
+    }
+    assert_eq!(
+        call(
+            gw,
+            Some(ALICE),
+            Method::GET,
+            &format!("/sessions/{id}"),
+            None
+        )
+        .await
+        .status(),
+        404,
+        "deleted by the admin"
+    );
+    w.finish().await;
+}
+
+async fn gw_history_len(gw: &Gateway, id: &str) -> usize {
+    let v: Value = call(
+        gw,
+        Some(ADMIN),
+        Method::GET,
+        &format!("/sessions/{id}/history?limit=1000"),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    v["events"].as_array().unwrap().len()
+}
+
+/// Without keys the gateway refuses a non-loopback address, saying why; with keys it serves.
+#[tokio::test]
+async fn non_loopback_needs_keys() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        .args(["--agent", "true", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without API keys"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        .args(["--agent", "true", "--api-key", "t:short"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16"));
+}
+
+/// A browser page on an allowed origin gets its preflight answered (credentials, the headers it
+/// sends and reads); other origins get no CORS headers.
+#[tokio::test]
+async fn cors_preflight() {
+    let w = World::start(
+        Backend::Sqlite,
+        keyed().arg("--cors-origin").arg("http://app.example"),
+    )
+    .await;
+    let gw = w.gw();
+    let preflight = |origin: &'static str| {
+        gw.http
+            .request(Method::OPTIONS, gw.url("/sessions"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    let r = preflight("http://app.example").await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    assert_eq!(r.headers()["access-control-allow-credentials"], "true");
+    let allowed = r.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        allowed.contains("authorization") && allowed.contains("content-type"),
+        "{allowed}"
+    );
+    let r = preflight("http://evil.example").await.unwrap();
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
+    // The actual request from the allowed origin carries the CORS headers and needs the key.
+    let r = gw
+        .http
+        .post(gw.url("/sessions"))
+        .header("origin", "http://app.example")
+        .bearer_auth(ALICE)
+        .json(&json!({"cwd": "/tmp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    let exposed = r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("location"), "{exposed}");
+    w.finish().await;
+}
