@@ -66,6 +66,16 @@ pub struct Config {
     #[arg(long, env = "ACP_GATEWAY_API_KEYS_FILE", global = true)]
     pub api_keys_file: Option<PathBuf>,
 
+    /// A directory sessions must work in (repeatable): `cwd` and `additionalDirectories` must
+    /// lie inside one of them, symlinks resolved (else 422). None: any absolute path.
+    #[arg(
+        long = "workspace-root",
+        env = "ACP_GATEWAY_WORKSPACE_ROOTS",
+        value_delimiter = ',',
+        global = true
+    )]
+    pub workspace_roots: Vec<PathBuf>,
+
     /// A browser origin allowed to call the gateway (repeatable), e.g. `https://app.example.com`.
     #[arg(
         long = "cors-origin",

@@ -116,6 +116,7 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
         );
     }
     cors(&config.cors_origins)?;
+    workspace_roots(config)?;
     Ok(command)
 }
 
@@ -154,6 +155,7 @@ pub async fn run(
             max_sessions: config.max_sessions,
             idle_timeout: Config::secs_or_never(config.idle_timeout),
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
+            workspace_roots: workspace_roots(&config)?,
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
@@ -186,6 +188,25 @@ pub async fn run(
     stop.cancel();
     let _ = stopper.await;
     served.context("serving HTTP")
+}
+
+/// The workspace roots, canonicalised; each must be an existing directory.
+fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    config
+        .workspace_roots
+        .iter()
+        .map(|r| {
+            let real = r
+                .canonicalize()
+                .with_context(|| format!("--workspace-root {}", r.display()))?;
+            anyhow::ensure!(
+                real.is_dir(),
+                "--workspace-root {} is not a directory",
+                r.display()
+            );
+            Ok(real)
+        })
+        .collect()
 }
 
 /// Applies the migrations of the configured database.

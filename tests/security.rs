@@ -374,3 +374,63 @@ async fn cors_preflight() {
     assert!(exposed.contains("location"), "{exposed}");
     w.finish().await;
 }
+
+/// --workspace-root confines cwd and additionalDirectories: relative paths, `..`, symlinks out of
+/// the root and paths elsewhere are 422; paths inside (existing or not yet) are fine.
+#[tokio::test]
+async fn workspace_confinement() {
+    let outside = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::create_dir(root_path.join("project")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root_path.join("escape")).unwrap();
+    std::os::unix::fs::symlink(root_path.join("project"), root_path.join("alias")).unwrap();
+    let w = World::start(
+        Backend::Sqlite,
+        Options::default()
+            .arg("--workspace-root")
+            .arg(root_path.to_str().unwrap()),
+    )
+    .await;
+    let gw = w.gw();
+    let r = root_path.to_str().unwrap();
+    let create = |cwd: String, extra: Vec<String>| async move {
+        gw.post(
+            "/sessions",
+            json!({"cwd": cwd, "additionalDirectories": extra}),
+        )
+        .await
+        .status()
+        .as_u16()
+    };
+    for ok in [
+        r.to_owned(),
+        format!("{r}/project"),
+        format!("{r}/project/new-dir"),
+        format!("{r}/alias"),
+    ] {
+        assert_eq!(create(ok.clone(), vec![]).await, 201, "{ok}");
+    }
+    let outside_path = outside.path().to_str().unwrap().to_owned();
+    for bad in [
+        "relative/path".to_owned(),
+        format!("{r}/project/../../etc"),
+        format!("{r}/escape"),
+        format!("{r}/escape/sub"),
+        outside_path.clone(),
+        "/".to_owned(),
+        format!("{r}/pro\0ject"),
+    ] {
+        assert_eq!(create(bad.clone(), vec![]).await, 422, "{bad:?}");
+    }
+    assert_eq!(
+        create(format!("{r}/project"), vec![outside_path]).await,
+        422,
+        "additionalDirectories are confined too"
+    );
+    assert_eq!(
+        create(format!("{r}/project"), vec![format!("{r}/alias")]).await,
+        201
+    );
+    w.finish().await;
+}

@@ -53,6 +53,8 @@ pub struct GatewayConfig {
     pub idle_timeout: Option<Duration>,
     /// What shutdown gives turns and sessions to cancel and close.
     pub shutdown_timeout: Duration,
+    /// Canonical directories sessions must work in (empty: anywhere).
+    pub workspace_roots: Vec<std::path::PathBuf>,
 }
 
 /// `POST /sessions` body.
@@ -433,9 +435,12 @@ impl Gateway {
         caller: &Caller,
         body: CreateSession,
     ) -> ApiResult<SessionView> {
+        let roots = &self.inner.config.workspace_roots;
         validate_abs_path("cwd", &body.cwd)?;
+        confine("cwd", &body.cwd, roots)?;
         for d in &body.additional_directories {
             validate_abs_path("additionalDirectories[]", d)?;
+            confine("additionalDirectories[]", d, roots)?;
         }
         let (member, conn) = self.place()?;
         let mut params = json!({"cwd": body.cwd, "mcpServers": body.mcp_servers});

@@ -1,6 +1,8 @@
 //! Domain types shared by the gateway and the HTTP layer: validated ids and paths, the views
 //! returned to clients, list cursors, and the `session_info_update` merge semantics.
 
+use std::path::{Path, PathBuf};
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SubsecRound, Utc};
@@ -55,6 +57,41 @@ pub fn validate_abs_path(field: &str, path: &str) -> Result<(), ApiError> {
         return bad("must be normalised (no empty, '.' or '..' segments, no trailing slash)");
     }
     Ok(())
+}
+
+/// With workspace roots configured, `path` (already absolute and normalised), with symlinks
+/// resolved as far as it exists, must lie inside one of them.
+pub fn confine(field: &str, path: &str, roots: &[PathBuf]) -> Result<(), ApiError> {
+    if roots.is_empty()
+        || roots
+            .iter()
+            .any(|r| resolve(Path::new(path)).starts_with(r))
+    {
+        return Ok(());
+    }
+    Err(ApiError::Validation(format!(
+        "{field} is outside the workspace roots this gateway allows: {path:?}"
+    )))
+}
+
+/// The path with its deepest existing ancestor canonicalised (symlinks resolved) and the rest,
+/// which does not exist yet, appended.
+fn resolve(path: &Path) -> PathBuf {
+    let mut missing = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(mut real) = existing.canonicalize() {
+            real.extend(missing.iter().rev());
+            return real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Whether a session is loaded in a pool member.
