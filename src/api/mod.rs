@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod events;
+pub mod limits;
 mod sessions;
 mod system;
 mod turns;
