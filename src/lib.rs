@@ -27,7 +27,6 @@ use tower_http::trace::TraceLayer;
 
 use crate::acp::AgentCommand;
 use crate::api::auth::Keys;
-use crate::api::limits::{LimitConfig, Limits};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::events::{EventHub, Retention};
@@ -39,7 +38,6 @@ pub fn app(
     gateway: Gateway,
     max_body_bytes: usize,
     keys: Option<Arc<Keys>>,
-    limits: LimitConfig,
     cors: Option<CorsLayer>,
 ) -> Router {
     let (router, _) = api::router().split_for_parts();
@@ -55,7 +53,6 @@ pub fn app(
                 tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
             }),
         )
-        .layer(axum::middleware::from_fn_with_state(Limits::new(limits), api::limits::limit))
         .layer(axum::middleware::from_fn_with_state(keys, api::auth::authenticate))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
@@ -177,12 +174,6 @@ pub async fn run(
         gateway.clone(),
         config.max_body_bytes,
         Keys::from_config(&config)?,
-        LimitConfig {
-            rate_per_sec: config.rate_limit,
-            max_in_flight: config.max_concurrent_requests,
-            max_streams: config.max_streams,
-            timeout: Config::secs_or_never(config.request_timeout),
-        },
         cors(&config.cors_origins)?,
     );
     let server = axum::serve(listener, app).with_graceful_shutdown({

@@ -3,7 +3,6 @@
 
 pub mod auth;
 mod events;
-pub mod limits;
 mod sessions;
 mod system;
 mod turns;

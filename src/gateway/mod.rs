@@ -816,20 +816,14 @@ impl Gateway {
                 .await?;
         }
         // The turn must end promptly: an agent that ignores the cancel is restarted, which
-        // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
-        // that it happens even if this request is dropped (client gone, request timeout).
-        let (pool, grace, bound) = (
-            self.pool.clone(),
-            self.inner.config.cancel_grace,
-            self.inner.config.control_timeout,
-        );
-        let watch = self.inner.tasks.spawn(async move {
-            if tokio::time::timeout(grace, done.changed()).await.is_err() {
-                pool.restart_member(member, "a turn ignored session/cancel");
-                let _ = tokio::time::timeout(bound, done.changed()).await;
-            }
-        });
-        let _ = watch.await;
+        // fails the turn (and its waiter) with `agent_exited`.
+        let grace = self.inner.config.cancel_grace;
+        if tokio::time::timeout(grace, done.changed()).await.is_err() {
+            self.pool
+                .restart_member(member, "a turn ignored session/cancel");
+            let bound = self.inner.config.control_timeout;
+            let _ = tokio::time::timeout(bound, done.changed()).await;
+        }
         Ok(())
     }
 
