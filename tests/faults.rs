@@ -117,14 +117,8 @@ async fn slow_initialize_is_killed_and_retried() {
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     gw.wait_restarts(2).await;
-    let agent = gw.json("/agent").await;
-    assert!(
-        agent["members"][0]["lastError"]
-            .as_str()
-            .unwrap()
-            .contains("initialize failed"),
-        "{agent}"
-    );
+    let error = gw.member_error().await;
+    assert!(error.contains("initialize failed"), "{error}");
     let r = gw.get("/readyz").await;
     assert_eq!(r.status(), 503);
     w.finish().await;
@@ -364,14 +358,8 @@ async fn agent_login() {
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     gw.wait_restarts(1).await;
-    let agent = gw.json("/agent").await;
-    assert!(
-        agent["members"][0]["lastError"]
-            .as_str()
-            .unwrap()
-            .contains("does not offer auth method"),
-        "{agent}"
-    );
+    let error = gw.member_error().await;
+    assert!(error.contains("does not offer auth method"), "{error}");
     assert_eq!(gw.get("/readyz").await.status(), 503);
     w.finish().await;
 }

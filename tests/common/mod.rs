@@ -403,6 +403,14 @@ impl Gateway {
         .await;
     }
 
+    /// Member 0's `lastError` from `/agent` (empty when none).
+    pub async fn member_error(&self) -> String {
+        self.json("/agent").await["members"][0]["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// Opens an SSE stream.
     pub async fn sse(&self, path: &str, last_event_id: Option<i64>) -> Sse {
         let mut req = self
