@@ -41,7 +41,8 @@
 //! | `session/load` | Replays the history as `session/update`s, then answers {}. |
 //! | `session/resume` | Like `session/load`, without the replay. |
 //! | `session/close` | Cancels the running turn, forgets the session here; {} even if unknown. |
-//! | `session/list` | Newest `updatedAt` first (ties: higher sessionId first), optional exact `cwd` filter, pages with an opaque `nextCursor`; a bad cursor is -32602. |
+//! | `session/list` | Newest `updatedAt` first (ties: higher sessionId first), optional exact `cwd` filter, `archived` filter (`exclude` by default, `include`, `only`), pages with an opaque `nextCursor`; a bad cursor is -32602. Each `SessionInfo` carries `archived` when the `archive` capability is on. |
+//! | `session/archive`, `session/unarchive` | Sets the session's archived flag (archiving also closes it); -32002 for an unknown session. |
 //! | `session/delete` | Closes the session and deletes its file; {} even if unknown. |
 //! | `session/status` | `open` (here), `saved` (on disk), else -32002. |
 //! | `session/set_title` | Stores the trimmed title, sends `session_info_update` {title}, answers {title}. |
@@ -62,7 +63,7 @@
 //! | Variable | Meaning |
 //! |---|---|
 //! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
-//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title,archive` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
@@ -116,19 +117,20 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self, AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest,
-    AuthenticateResponse, CancelNotification, CloseSessionRequest, CloseSessionResponse,
-    ContentBlock, ContentChunk, DeleteSessionRequest, DeleteSessionResponse, Implementation,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
-    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
-    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
-    SessionDeleteCapabilities, SessionId, SessionInfo, SessionInfoUpdate, SessionListCapabilities,
-    SessionNotification, SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities,
-    SessionStatusRequest, SessionStatusResponse, SessionTitleCapabilities, SessionUpdate,
-    SetSessionTitleRequest, SetSessionTitleResponse, StopReason, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    self, AgentCapabilities, ArchiveSessionRequest, ArchiveSessionResponse, AuthMethod,
+    AuthMethodAgent, AuthenticateRequest, AuthenticateResponse, CancelNotification,
+    CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk, DeleteSessionRequest,
+    DeleteSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionId, SessionInfo, SessionInfoUpdate,
+    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionStatus,
+    SessionStatusCapabilities, SessionStatusRequest, SessionStatusResponse,
+    SessionTitleCapabilities, SessionUpdate, SetSessionTitleRequest, SetSessionTitleResponse,
+    StopReason, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    UnarchiveSessionRequest, UnarchiveSessionResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
@@ -147,8 +149,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 type Cx = ConnectionTo<Client>;
 
 /// Capability names accepted in `ECHO_AGENT_CAPS`.
-const ALL_CAPS: [&str; 7] = [
-    "load", "list", "delete", "resume", "close", "status", "title",
+const ALL_CAPS: [&str; 8] = [
+    "load", "list", "delete", "resume", "close", "status", "title", "archive",
 ];
 /// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
 const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
@@ -323,6 +325,8 @@ struct Record {
     additional_directories: Vec<PathBuf>,
     title: Option<String>,
     updated_at: DateTime<Utc>,
+    #[serde(default)]
+    archived: bool,
     /// The raw `update` objects of the session's `session/update`s, in order.
     #[serde(default)]
     history: Vec<Value>,
@@ -543,7 +547,8 @@ impl EchoAgent {
             .resume(on("resume").then(SessionResumeCapabilities::new))
             .close(on("close").then(SessionCloseCapabilities::new))
             .status(on("status").then(SessionStatusCapabilities::new))
-            .title(on("title").then(SessionTitleCapabilities::new));
+            .title(on("title").then(SessionTitleCapabilities::new))
+            .archive(on("archive").then(SessionArchiveCapabilities::new));
         AgentCapabilities::new()
             .load_session(on("load"))
             .session_capabilities(session)
@@ -729,6 +734,7 @@ impl EchoAgent {
             additional_directories: req.additional_directories,
             title: None,
             updated_at: Utc::now(),
+            archived: false,
             history: Vec::new(),
         })?;
         self.open_session(&id);
@@ -778,6 +784,15 @@ impl EchoAgent {
         };
         let mut records = self.all();
         records.retain(|r| req.cwd.as_ref().is_none_or(|cwd| &r.cwd == cwd));
+        let archive = self.cfg.caps.contains("archive");
+        match (archive, req.archived.as_ref()) {
+            (true, Some(SessionArchiveFilter::Include)) => {}
+            (true, Some(SessionArchiveFilter::Only)) => records.retain(|r| r.archived),
+            (true, Some(SessionArchiveFilter::Other(other))) => {
+                return Err(invalid(&format!("unknown archived filter {other:?}")));
+            }
+            _ => records.retain(|r| !r.archived),
+        }
         records.sort_by(|a, b| (b.updated_at, &b.session_id).cmp(&(a.updated_at, &a.session_id)));
         let end = offset.saturating_add(self.cfg.page_size);
         let page = records.iter().skip(offset).take(self.cfg.page_size);
@@ -786,6 +801,7 @@ impl EchoAgent {
                 .additional_directories(r.additional_directories.clone())
                 .title(r.title.clone())
                 .updated_at(timestamp(r.updated_at))
+                .archived(archive.then_some(r.archived))
         });
         let next = (end < records.len()).then(|| URL_SAFE_NO_PAD.encode(end.to_string()));
         Ok(ListSessionsResponse::new(page.collect()).next_cursor(next))
@@ -824,6 +840,16 @@ impl EchoAgent {
     }
 
     /// Closes the session here and removes its file; unknown ids are fine.
+    fn set_archived(&self, id: &SessionId, method: &str, archived: bool) -> Result<(), Error> {
+        self.enter(method, Some(id), Some("archive"))?;
+        if archived {
+            self.close_session(&id.0);
+        }
+        self.update(&id.0, |r| r.archived = archived)?
+            .ok_or_else(|| not_found(id))?;
+        Ok(())
+    }
+
     fn delete(&self, req: DeleteSessionRequest) -> Result<DeleteSessionResponse, Error> {
         let id = &req.session_id;
         self.enter("session/delete", Some(id), Some("delete"))?;
@@ -1143,6 +1169,20 @@ async fn main() {
         .on_receive_request(
             async move |req: SetSessionTitleRequest, responder, cx| {
                 responder.respond_with_result(s.set_title(&cx, req))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ArchiveSessionRequest, responder, _cx| {
+                let done = s.set_archived(&req.session_id, "session/archive", true);
+                responder.respond_with_result(done.map(|()| ArchiveSessionResponse::new()))
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: UnarchiveSessionRequest, responder, _cx| {
+                let done = s.set_archived(&req.session_id, "session/unarchive", false);
+                responder.respond_with_result(done.map(|()| UnarchiveSessionResponse::new()))
             },
             on_receive_request!(),
         )

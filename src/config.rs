@@ -76,6 +76,43 @@ pub struct Config {
     )]
     pub workspace_roots: Vec<PathBuf>,
 
+    /// Requests per second each tenant may make (burst of the same size; 0: no limit); beyond
+    /// it, 429 with Retry-After.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_RATE_LIMIT",
+        default_value_t = 0,
+        global = true
+    )]
+    pub rate_limit: u32,
+
+    /// Requests each tenant may have in flight at once, waiting prompts included (0: no limit).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_CONCURRENT_REQUESTS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub max_concurrent_requests: usize,
+
+    /// Open SSE streams each tenant may hold (0: no limit).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_STREAMS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub max_streams: usize,
+
+    /// Seconds a request may take, streams and waiting prompts excepted (0: no limit); then 504.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_REQUEST_TIMEOUT",
+        default_value_t = 60,
+        global = true
+    )]
+    pub request_timeout: u64,
+
     /// A browser origin allowed to call the gateway (repeatable), e.g. `https://app.example.com`.
     #[arg(
         long = "cors-origin",
@@ -166,6 +203,17 @@ pub struct Config {
         global = true
     )]
     pub idle_timeout: u64,
+
+    /// Seconds between syncs of the session cache with the agent's `session/list` (when the
+    /// agent lists sessions). The cache is also synced at start and on
+    /// `GET /sessions?refresh=true`. 0: only then.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_SYNC_INTERVAL",
+        default_value_t = 60,
+        global = true
+    )]
+    pub sync_interval: u64,
 
     /// Seconds that shutdown gives running turns and live sessions to cancel and close before
     /// the agent processes are terminated.

@@ -58,6 +58,13 @@ pub enum ApiError {
     AgentTimeout(String),
     #[error("{0}")]
     PoolExhausted(String),
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
+    #[error("the request took longer than the gateway allows")]
+    RequestTimeout,
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
 }
@@ -115,6 +122,16 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "pool-exhausted",
                 "No agent capacity",
+            ),
+            TooManyRequests { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-requests",
+                "Too many requests",
+            ),
+            RequestTimeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "request-timeout",
+                "Request timeout",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -193,9 +210,18 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if matches!(self, ApiError::PoolExhausted(_)) {
-            res.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        match &self {
+            ApiError::PoolExhausted(_) => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            ApiError::TooManyRequests {
+                retry_after_secs, ..
+            } => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            _ => {}
         }
         res
     }

@@ -27,6 +27,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::acp::AgentCommand;
 use crate::api::auth::Keys;
+use crate::api::limits::{LimitConfig, Limits};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::events::{EventHub, Retention};
@@ -38,6 +39,7 @@ pub fn app(
     gateway: Gateway,
     max_body_bytes: usize,
     keys: Option<Arc<Keys>>,
+    limits: LimitConfig,
     cors: Option<CorsLayer>,
 ) -> Router {
     let (router, _) = api::router().split_for_parts();
@@ -53,6 +55,7 @@ pub fn app(
                 tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
             }),
         )
+        .layer(axum::middleware::from_fn_with_state(Limits::new(limits), api::limits::limit))
         .layer(axum::middleware::from_fn_with_state(keys, api::auth::authenticate))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
@@ -127,6 +130,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let command = validate(&config)?;
+    // Read once: the keys file is I/O, and the gateway and the router both need the result.
+    let keys = Keys::from_config(&config)?;
     let store = store::connect(&config.database_url)
         .await
         .context("opening the database")?;
@@ -156,6 +161,13 @@ pub async fn run(
             idle_timeout: Config::secs_or_never(config.idle_timeout),
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
             workspace_roots: workspace_roots(&config)?,
+            upstream_tenant: if keys.is_some() {
+                api::auth::ADMIN_TENANT
+            } else {
+                gateway::DEFAULT_TENANT
+            }
+            .to_owned(),
+            sync_interval: Config::secs_or_never(config.sync_interval),
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
@@ -174,6 +186,12 @@ pub async fn run(
         gateway.clone(),
         config.max_body_bytes,
         Keys::from_config(&config)?,
+        LimitConfig {
+            rate_per_sec: config.rate_limit,
+            max_in_flight: config.max_concurrent_requests,
+            max_streams: config.max_streams,
+            timeout: Config::secs_or_never(config.request_timeout),
+        },
         cors(&config.cors_origins)?,
     );
     let server = axum::serve(listener, app).with_graceful_shutdown({

@@ -71,6 +71,8 @@ fn session_routes(id: &str) -> Vec<(Method, String, Option<Value>, u16)> {
         ),
         (Method::GET, format!("/sessions/{id}/history"), None, 200),
         (Method::GET, format!("/sessions/{id}/events"), None, 200),
+        (Method::POST, format!("/sessions/{id}/archive"), None, 200),
+        (Method::POST, format!("/sessions/{id}/unarchive"), None, 200),
         (Method::POST, format!("/sessions/{id}/close"), None, 204),
         (Method::DELETE, format!("/sessions/{id}"), None, 204),
     ]
@@ -175,6 +177,7 @@ async fn every_route_checks_keys_and_tenants() {
         "bob's PATCH did not rename it"
     );
     assert_eq!(after["status"], "live");
+    assert_eq!(after["archived"], false, "bob's archive did nothing");
     assert_eq!(
         gw_history_len(gw, &id).await,
         history_before,
@@ -431,6 +434,140 @@ async fn workspace_confinement() {
     assert_eq!(
         create(format!("{r}/project"), vec![format!("{r}/alias")]).await,
         201
+    );
+    w.finish().await;
+}
+
+/// Per-tenant request rate, requests in flight and open streams answer 429 with Retry-After;
+/// one tenant's excess never blocks another; ordinary requests time out with 504.
+#[tokio::test]
+async fn per_tenant_limits() {
+    let opts = keyed().arg("--rate-limit").arg("1");
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let burst = (0..20).map(|_| call(gw, Some(ALICE), Method::GET, "/sessions", None));
+    let r = futures::future::join_all(burst)
+        .await
+        .into_iter()
+        .find(|r| r.status() == 429)
+        .expect("20 requests at once exceed 1 per second");
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        call(gw, Some(BOB), Method::GET, "/sessions", None)
+            .await
+            .status(),
+        200,
+        "bob has his own budget"
+    );
+    w.finish().await;
+
+    let opts = keyed()
+        .arg("--max-concurrent-requests")
+        .arg("1")
+        .arg("--max-streams")
+        .arg("1")
+        .arg("--request-timeout")
+        .arg("1")
+        .arg("--cancel-grace")
+        .arg("3");
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let id = call(
+        gw,
+        Some(ALICE),
+        Method::POST,
+        "/sessions",
+        Some(json!({"cwd": "/tmp"})),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // One stream at a time for alice.
+    let first = call(
+        gw,
+        Some(ALICE),
+        Method::GET,
+        &format!("/sessions/{id}/events"),
+        None,
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let second = call(
+        gw,
+        Some(ALICE),
+        Method::GET,
+        &format!("/sessions/{id}/events"),
+        None,
+    )
+    .await;
+    assert_eq!(second.status(), 429);
+    // (A closed stream's slot is freed when the gateway next writes to it: at the latest after
+    // two keep-alive intervals, so the test does not wait for it.)
+    drop(first);
+    assert_eq!(
+        call(gw, Some(BOB), Method::GET, "/events", None)
+            .await
+            .status(),
+        200,
+        "bob's streams are his own"
+    );
+    // A waiting prompt holds alice's only request slot (prompts have no timeout).
+    let waiter = {
+        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(ALICE)
+                .json(&json!({"text": "/deaf"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    // Only once the prompt is running (seen with the admin's own budget) is alice's slot
+    // surely taken: a request of hers sent earlier could have raced the prompt for it.
+    gw.wait_until(|g| {
+        let path = format!("/sessions/{id}/status");
+        async move {
+            let r = call(g, Some(ADMIN), Method::GET, &path, None).await;
+            r.json::<Value>().await.unwrap()["activity"] == "running"
+        }
+    })
+    .await;
+    assert_eq!(
+        call(gw, Some(ALICE), Method::GET, "/sessions", None)
+            .await
+            .status(),
+        429
+    );
+    assert_eq!(
+        call(gw, Some(BOB), Method::GET, "/sessions", None)
+            .await
+            .status(),
+        200
+    );
+    // The admin's cancel waits --cancel-grace (3 s) for a deaf agent: longer than the 1 s
+    // request timeout, so it answers 504 (the escalation still happens).
+    let r = call(
+        gw,
+        Some(ADMIN),
+        Method::POST,
+        &format!("/sessions/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 504);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        waiter.await.unwrap(),
+        502,
+        "the ignored cancel restarted the agent, ending the turn"
     );
     w.finish().await;
 }

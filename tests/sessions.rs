@@ -12,7 +12,213 @@ both_backends!(
     list_pagination_and_filters,
     patch_title_and_lifecycle_stream,
     restart_keeps_sessions_and_events,
+    sync_follows_the_agents_list,
+    archive_flows_through_or_stays_in_the_cache,
+    creates_racing_syncs_stay_the_gateways,
 );
+
+fn listed_ids(page: &Value) -> Vec<String> {
+    page["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A session the agent lists while the gateway is still storing its create is the gateway's
+/// own: origin `gateway`, owned by its creator, announced once. Creates and refreshes run
+/// concurrently to give a sync every chance to list an id before its row exists.
+async fn creates_racing_syncs_stay_the_gateways(backend: Backend) {
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "load,list,resume,close");
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let mut lifecycle = gw.sse("/events", None).await;
+    let cwds: Vec<String> = (0..12).map(|i| format!("/tmp/race/{i}")).collect();
+    let creates = cwds.iter().map(|cwd| gw.create(cwd));
+    let refreshes = (0..12).map(|_| gw.json("/sessions?refresh=true&limit=1"));
+    let (ids, _) = tokio::join!(
+        futures::future::join_all(creates),
+        futures::future::join_all(refreshes)
+    );
+    for id in &ids {
+        let s = gw.json(&format!("/sessions/{id}")).await;
+        assert_eq!(s["origin"], "gateway", "{s}");
+    }
+    let mut created = Vec::new();
+    while created.len() < ids.len() {
+        let e = lifecycle.next().await.expect("lifecycle stream ended");
+        if e.event == "session_created" {
+            created.push(e.data["session"]["sessionId"].as_str().unwrap().to_owned());
+        }
+    }
+    // One more create marks the end: nothing was announced twice before it.
+    let last = gw.create("/tmp/race/last").await;
+    let rest = lifecycle.until("session_created").await;
+    let last_seen = rest.last().unwrap().data["session"]["sessionId"].clone();
+    assert_eq!(last_seen, last.as_str());
+    created.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(created, expected);
+    w.finish().await;
+}
+
+/// Sessions another client creates directly on the agent appear (on `refresh=true` and by the
+/// periodic sync) and can be prompted; titles changed there follow; sessions deleted there
+/// vanish; a session deleted through the gateway stays deleted although the agent, which
+/// cannot delete, still lists it.
+async fn sync_follows_the_agents_list(backend: Backend) {
+    let caps = "load,list,resume,close,title";
+    let opts = Options::default().env("ECHO_AGENT_CAPS", caps);
+    let mut w = World::start(backend, opts.clone()).await;
+    let mine = w.gw().create("/tmp/sync").await;
+    let mut editor = DirectClient::start(&w, &format!("{caps},delete")).await;
+    let theirs = editor
+        .call(
+            "session/new",
+            json!({"cwd": "/tmp/editor", "mcpServers": []}),
+        )
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let gw = w.gw();
+    let page = gw.json("/sessions?refresh=true").await;
+    assert_eq!(listed_ids(&page), [theirs.clone(), mine.clone()], "{page}");
+    let found = gw.json(&format!("/sessions/{theirs}")).await;
+    assert_eq!(found["origin"], "upstream");
+    assert_eq!(found["cwd"], "/tmp/editor");
+    assert_eq!(found["status"], "saved");
+    assert_eq!(
+        gw.json(&format!("/sessions/{mine}")).await["origin"],
+        "gateway"
+    );
+
+    editor
+        .call(
+            "session/set_title",
+            json!({"sessionId": theirs, "title": "Named in the editor"}),
+        )
+        .await;
+    gw.json("/sessions?refresh=true").await;
+    assert_eq!(
+        gw.json(&format!("/sessions/{theirs}")).await["title"],
+        "Named in the editor"
+    );
+
+    editor
+        .call("session/delete", json!({"sessionId": theirs}))
+        .await;
+    let page = gw.json("/sessions?refresh=true").await;
+    assert_eq!(listed_ids(&page), [mine.as_str()], "{page}");
+    assert_eq!(gw.get(&format!("/sessions/{theirs}")).await.status(), 404);
+
+    // Deleted through the gateway: the agent keeps it (no session/delete), the sync does not
+    // bring it back.
+    assert_eq!(gw.delete(&format!("/sessions/{mine}")).await.status(), 204);
+    let on_agent = editor.call("session/list", json!({})).await;
+    assert!(on_agent.to_string().contains(&mine), "{on_agent}");
+    let page = gw.json("/sessions?refresh=true").await;
+    assert!(listed_ids(&page).is_empty(), "{page}");
+    assert_eq!(gw.get(&format!("/sessions/{mine}")).await.status(), 404);
+
+    // The periodic sync, without refresh; a discovered session can be prompted.
+    w.opts = opts.arg("--sync-interval").arg("1");
+    w.restart().await;
+    let later = editor
+        .call(
+            "session/new",
+            json!({"cwd": "/tmp/editor", "mcpServers": []}),
+        )
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let gw = w.gw();
+    let want = vec![later.clone()];
+    gw.wait_until(|g| {
+        let want = want.clone();
+        async move { listed_ids(&g.json("/sessions").await) == want }
+    })
+    .await;
+    let (status, body) = gw.prompt(&later, "hello from the gateway").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(w.calls("session/resume"), 1);
+    assert_eq!(gw.get(&format!("/sessions/{mine}")).await.status(), 404);
+    editor.stop().await;
+    w.finish().await;
+}
+
+/// Archive and unarchive go to the agent when it advertises them and are cached; archived
+/// sessions are listed only with `archived=true` (a sync keeps them so) and cannot be prompted
+/// until unarchived. Without the capability the archive lives in the cache.
+async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
+    let with_archive = Options::default().env("ECHO_AGENT_CAPS", "load,list,resume,close,archive");
+    let mut w = World::start(backend, with_archive).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp/arch").await;
+    let other = gw.create("/tmp/arch").await;
+    let r = gw.post(&format!("/sessions/{id}/archive"), json!({})).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["archived"], true);
+    assert_eq!(
+        v["status"], "saved",
+        "archiving frees the session on the agent"
+    );
+    assert_eq!(w.calls("session/archive"), 1);
+    for path in ["/sessions", "/sessions?refresh=true"] {
+        assert_eq!(listed_ids(&gw.json(path).await), [other.as_str()], "{path}");
+    }
+    assert_eq!(
+        listed_ids(&gw.json("/sessions?archived=true").await),
+        [id.as_str()]
+    );
+    let (status, body) = gw.prompt(&id, "still there?").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("unarchive"),
+        "{body}"
+    );
+    let r = gw
+        .post(&format!("/sessions/{id}/unarchive"), json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(w.calls("session/unarchive"), 1);
+    let (status, body) = gw.prompt(&id, "back again").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        gw.post("/sessions/sess_nope/archive", json!({}))
+            .await
+            .status(),
+        404
+    );
+
+    w.opts = Options::default().env("ECHO_AGENT_CAPS", "load,list,resume,close");
+    w.restart().await;
+    let gw = w.gw();
+    let (status, _) = gw.prompt(&id, "live again").await;
+    assert_eq!(status, 200);
+    let closes = w.calls("session/close");
+    let v: Value = gw
+        .post(&format!("/sessions/{id}/archive"), json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["archived"].clone(), v["status"].clone()),
+        (json!(true), json!("saved"))
+    );
+    assert_eq!(w.calls("session/archive"), 1, "not advertised, not called");
+    assert_eq!(w.calls("session/close"), closes + 1, "closed instead");
+    for path in ["/sessions", "/sessions?refresh=true"] {
+        assert_eq!(listed_ids(&gw.json(path).await), [other.as_str()], "{path}");
+    }
+    w.finish().await;
+}
 
 /// The README flow: create → prompt → title in the list → SSE from 0 → live → delete twice → gone.
 async fn quick_start_flow(backend: Backend) {
@@ -147,6 +353,18 @@ async fn list_pagination_and_filters(backend: Backend) {
         for s in page["sessions"].as_array().unwrap() {
             seen.push(s["sessionId"].as_str().unwrap().to_owned());
         }
+        if pages == 1 {
+            // Activity moves the oldest session, not yet listed, to the top of the list, and
+            // a new session appears there: neither disturbs the pages that follow.
+            let (status, _) = gw.prompt(&ids[0], "move up").await;
+            assert_eq!(status, 200);
+            gw.create("/tmp/c").await;
+            let cursor = page["nextCursor"].as_str().unwrap();
+            let foreign = gw
+                .get(&format!("/sessions?limit=3&cwd=/tmp/a&cursor={cursor}"))
+                .await;
+            assert_eq!(foreign.status(), 400, "a cursor of another listing");
+        }
         match page.get("nextCursor").and_then(Value::as_str) {
             Some(c) => cursor = Some(c.to_owned()),
             None => break,
@@ -155,7 +373,15 @@ async fn list_pagination_and_filters(backend: Backend) {
     assert_eq!(pages, 3);
     let mut expected = ids.clone();
     expected.reverse();
-    assert_eq!(seen, expected, "newest first, each once");
+    assert_eq!(
+        seen, expected,
+        "newest first as of the first page, each once"
+    );
+    let fresh = listed_ids(&gw.json("/sessions?limit=2").await);
+    assert!(
+        fresh.contains(&ids[0]),
+        "a new listing shows the move: {fresh:?}"
+    );
 
     let a = gw.json("/sessions?cwd=/tmp/a").await;
     let a: Vec<_> = a["sessions"]
@@ -185,10 +411,9 @@ async fn list_pagination_and_filters(backend: Backend) {
 }
 
 async fn patch_title_and_lifecycle_stream(backend: Backend) {
-    for caps in [
-        "load,list,delete,resume,close",
-        "load,list,delete,resume,close,title",
-    ] {
+    // Without `list`: no sync with the agent's list runs beside the renames (a title cleared
+    // here stays set on an agent that cannot clear titles, and a sync would bring it back).
+    for caps in ["load,delete,resume,close", "load,delete,resume,close,title"] {
         let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", caps)).await;
         let gw = w.gw();
         let mut lifecycle = gw.sse("/events", Some(0)).await;

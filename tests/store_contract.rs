@@ -8,8 +8,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use acp_gateway::store::{
-    self, ListQuery, NewEvent, NewLifecycleEvent, Origin, PgStore, SessionRecord, SqliteStore,
-    Store, StoredEvent,
+    self, ListCursor, ListQuery, NewEvent, NewLifecycleEvent, Origin, PgStore, SessionRecord,
+    SqliteStore, Store, StoredEvent,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
@@ -67,15 +67,13 @@ async fn paginate(store: &dyn Store, mut query: ListQuery, limit: i64) -> Vec<Se
     for _ in 0..1000 {
         let page = store.list_sessions(&query).await.expect("list_sessions");
         assert!(
-            page.len() as i64 <= limit,
+            page.sessions.len() as i64 <= limit,
             "page of {} rows exceeds limit {limit}",
-            page.len()
+            page.sessions.len()
         );
-        let Some(last) = page.last() else { break };
-        query.after = Some((last.updated_at, last.session_id.clone()));
-        let short = (page.len() as i64) < limit;
-        all.extend(page);
-        if short {
+        all.extend(page.sessions);
+        query.after = page.next;
+        if query.after.is_none() {
             break;
         }
     }
@@ -105,6 +103,7 @@ async fn run_contract(store: Arc<dyn Store>) {
     check_update_session(store.clone()).await;
     check_concurrent_updates(store.clone()).await;
     check_list_sessions(store.clone()).await;
+    check_stable_pagination(store.clone()).await;
     check_tombstone(store.clone()).await;
     check_append_events(store.clone()).await;
     check_concurrent_appends(store.clone()).await;
@@ -130,7 +129,7 @@ async fn check_fresh_database(store: Arc<dyn Store>) {
         limit: 100,
         ..ListQuery::default()
     };
-    assert!(store.list_sessions(&all).await.unwrap().is_empty());
+    assert!(store.list_sessions(&all).await.unwrap().sessions.is_empty());
 }
 
 async fn check_session_round_trip(store: Arc<dyn Store>) {
@@ -414,7 +413,8 @@ async fn check_list_sessions(store: Arc<dyn Store>) {
             ..by_tenant.clone()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .sessions;
     assert_eq!(first_page, expected_t1[..7].to_vec());
 
     // Every row exactly once across pages of 7, in order, ties broken by id descending.
@@ -506,28 +506,150 @@ async fn check_list_sessions(store: Arc<dyn Store>) {
     // A cursor that is not a row: strictly older than `T0 + 4 s` (no id sorts before "").
     let older = store
         .list_sessions(&ListQuery {
-            after: Some((ts(T0 + 4_000_000), String::new())),
+            after: Some(ListCursor {
+                snapshot: i64::MAX,
+                updated_at: ts(T0 + 4_000_000),
+                session_id: String::new(),
+            }),
             limit: 100,
             ..by_tenant.clone()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .sessions;
     let expected_older: Vec<String> = expected_t1
         .iter()
         .filter(|r| r.updated_at < ts(T0 + 4_000_000))
         .map(|r| r.session_id.clone())
         .collect();
     assert_eq!(ids(&older), expected_older);
+}
 
-    // limit 0 is an empty page.
-    let empty = store
-        .list_sessions(&ListQuery {
-            limit: 0,
-            ..by_tenant.clone()
-        })
+/// Sessions created, updated (once or twice), deleted and un-archived between pages: every
+/// session that existed at the first page and still exists is listed exactly once, in its
+/// first-page order; sessions created since may appear, but only once.
+async fn check_stable_pagination(store: Arc<dyn Store>) {
+    const T: &str = "stable-t";
+    let at = |i: i64| ts(T0 + i * 1_000_000);
+    let mut original = Vec::new();
+    for i in 0..30 {
+        let r = SessionRecord {
+            updated_at: at(i),
+            ..record(&format!("stable-{i:02}"), T)
+        };
+        assert!(store.put_session(&r).await.unwrap());
+        original.push(r);
+    }
+    let touch = |id: &'static str, to: i64| {
+        let store = store.clone();
+        async move {
+            let moved = store
+                .update_session(id, &|r| r.updated_at = at(to))
+                .await
+                .unwrap();
+            assert!(moved.is_some(), "{id} exists");
+        }
+    };
+    let mut query = ListQuery {
+        tenant: Some(T.to_owned()),
+        limit: 7,
+        ..ListQuery::default()
+    };
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = store.list_sessions(&query).await.unwrap();
+        seen.extend(ids(&page.sessions));
+        pages += 1;
+        match pages {
+            1 => {
+                // stable-29…23 are on page 1. Move a seen one and two unseen ones to the top,
+                // one of them twice; create one new newest and one new oldest; delete one.
+                touch("stable-25", 100).await;
+                touch("stable-20", 101).await;
+                touch("stable-03", 102).await;
+                touch("stable-03", 103).await;
+                let newest = SessionRecord {
+                    updated_at: at(200),
+                    ..record("stable-new-top", T)
+                };
+                let oldest = SessionRecord {
+                    updated_at: at(-5),
+                    ..record("stable-new-bottom", T)
+                };
+                assert!(store.put_session(&newest).await.unwrap());
+                assert!(store.put_session(&oldest).await.unwrap());
+                assert!(
+                    store
+                        .tombstone_session("stable-10", T, at(300))
+                        .await
+                        .unwrap()
+                );
+            }
+            2 => {
+                // A row moved after page 1 and again now, and one replaced by a put.
+                touch("stable-20", 110).await;
+                let replaced = SessionRecord {
+                    updated_at: at(120),
+                    title: Some("replaced".into()),
+                    ..record("stable-05", T)
+                };
+                assert!(store.put_session(&replaced).await.unwrap());
+            }
+            _ => {}
+        }
+        query.after = page.next;
+        if query.after.is_none() {
+            break;
+        }
+        assert!(pages < 20, "pagination does not end");
+    }
+    let unique: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(
+        unique.len(),
+        seen.len(),
+        "a session was listed twice: {seen:?}"
+    );
+    let expected: Vec<String> = original
+        .iter()
+        .rev()
+        .map(|r| r.session_id.clone())
+        .filter(|id| id != "stable-10")
+        .collect();
+    let seen_original: Vec<String> = seen
+        .iter()
+        .filter(|id| !id.starts_with("stable-new"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        seen_original, expected,
+        "every session present at the first page is listed once, in first-page order"
+    );
+    assert!(!seen.contains(&"stable-new-top".to_owned()), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("stable-new-bottom"));
+
+    // A new listing shows the moves.
+    query.after = None;
+    query.limit = 3;
+    let first = store.list_sessions(&query).await.unwrap();
+    assert_eq!(
+        ids(&first.sessions),
+        ["stable-new-top", "stable-05", "stable-20"]
+    );
+
+    // Once moves are forgotten, a cursor degrades to plain keyset order.
+    let pruned = store
+        .prune_moves(Utc::now() + Duration::hours(2))
         .await
         .unwrap();
-    assert!(empty.is_empty());
+    assert!(pruned >= 5, "{pruned} moves pruned");
+    assert_eq!(
+        store
+            .prune_moves(Utc::now() + Duration::hours(2))
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 async fn check_tombstone(store: Arc<dyn Store>) {
@@ -577,7 +699,8 @@ async fn check_tombstone(store: Arc<dyn Store>) {
             ..ListQuery::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .sessions;
     assert!(listed.is_empty());
 
     // An unknown id gets a bare tombstone that blocks a later put.
@@ -621,7 +744,8 @@ async fn check_tombstone(store: Arc<dyn Store>) {
             ..ListQuery::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .sessions;
     assert!(listed.is_empty());
 }
 

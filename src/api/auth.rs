@@ -137,7 +137,7 @@ impl Keys {
 }
 
 /// Routes anyone may call: probes and the API description.
-fn is_public(path: &str) -> bool {
+pub(crate) fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/docs" | "/openapi.json")
 }
 

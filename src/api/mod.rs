@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod events;
+pub mod limits;
 mod sessions;
 mod system;
 mod turns;
@@ -93,6 +94,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::session_status))
         .routes(routes!(sessions::resume_session))
         .routes(routes!(sessions::close_session))
+        .routes(routes!(sessions::archive_session))
+        .routes(routes!(sessions::unarchive_session))
         .routes(routes!(turns::prompt))
         .routes(routes!(turns::cancel))
         .routes(routes!(turns::list_permissions))
@@ -110,5 +113,69 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document of [`router`].
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    router().into_openapi()
+    let mut doc = router().into_openapi();
+    add_common_responses(&mut doc);
+    doc
+}
+
+/// Documents the errors every operation of a kind can answer, where its own annotation does not:
+/// 401 and 429 (keys and per-key limits) on every non-public route, 400 for a malformed session
+/// id, 413/415/422 for a JSON body, 504 for the request timeout (not on streams) and 500.
+/// Public routes get no security requirement.
+fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let problem = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let public = auth::is_public(path);
+        let streams = path.ends_with("/events");
+        let ops = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for op in ops.into_iter().flatten() {
+            let mut common = vec![("500", "Internal error (details are only in the log)")];
+            if public {
+                op.security = Some(vec![
+                    utoipa::openapi::security::SecurityRequirement::default(),
+                ]);
+            } else {
+                common.push(("401", "Missing or unknown API key"));
+                common.push((
+                    "429",
+                    "Too many requests for this API key (see Retry-After)",
+                ));
+            }
+            if path.contains("{id}") {
+                common.push(("400", "Invalid session id"));
+            }
+            if op.request_body.is_some() {
+                common.push(("400", "Malformed JSON body"));
+                common.push(("413", "Body larger than --max-body-bytes"));
+                common.push(("415", "Body is not application/json"));
+                common.push(("422", "Body does not match the schema"));
+            }
+            if !public && !streams && !path.ends_with("/prompt") {
+                common.push(("504", "The request took longer than --request-timeout"));
+            }
+            for (status, description) in common {
+                let responses = &mut op.responses.responses;
+                if !responses.contains_key(status) {
+                    responses.insert(status.to_owned(), problem(description).into());
+                }
+            }
+        }
+    }
 }

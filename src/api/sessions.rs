@@ -10,19 +10,39 @@ use crate::error::{ApiError, Problem};
 use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
 use crate::gateway::{CreateSession, ListParams, PatchSession};
 
-/// List sessions from the cache, newest `updatedAt` first, with keyset pagination.
+/// List sessions from the cache, newest `updatedAt` first, with keyset pagination. Pages are
+/// stable: a session updated while a client pages keeps its first-page position (for an hour),
+/// so no session is skipped or repeated. The cache follows the agent's `session/list` (at start,
+/// every `--sync-interval`, and before answering with `refresh=true`). Recently read pages are
+/// answered from memory until a session changes; `Cache-Control: no-cache` reads the store.
 #[utoipa::path(get, path = "/sessions", tag = "sessions", params(ListParams),
     responses(
         (status = 200, description = "One page of sessions", body = SessionPage),
-        (status = 400, description = "Malformed cursor or limit", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed cursor or limit, or a cursor of another listing", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "cwd is not an absolute, normalised path", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "refresh=true and the agent's session/list failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "refresh=true and no pool member is ready", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn list_sessions(
     State(s): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     Query(p): Query<ListParams>,
-) -> Result<Json<SessionPage>, ApiError> {
-    Ok(Json(s.gateway.list_sessions(&caller, p).await?))
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    // `Cache-Control: no-cache` reads the page from the store even if it was read before.
+    let fresh = headers
+        .get_all(axum::http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .any(|d| d.trim().eq_ignore_ascii_case("no-cache"))
+        });
+    let body = s.gateway.list_sessions(&caller, p, fresh).await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    ))
 }
 
 /// Create a session on the least-loaded ready pool member (`session/new`).
@@ -162,4 +182,42 @@ pub async fn close_session(
 ) -> Result<StatusCode, ApiError> {
     s.gateway.close(&caller, &SessionId::parse(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Archive a session: it is then listed only with `archived=true` and must be unarchived before
+/// it is prompted or resumed. Through `session/archive` when the agent advertises it (which also
+/// frees the session on the agent), else in the gateway's cache only.
+#[utoipa::path(post, path = "/sessions/{id}/archive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The session, archived", body = SessionView),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn is running or the session is being resumed", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn archive_session(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let id = SessionId::parse(&id)?;
+    Ok(Json(s.gateway.set_archived(&caller, &id, true).await?))
+}
+
+/// Unarchive a session (`session/unarchive` when the agent advertises archive).
+#[utoipa::path(post, path = "/sessions/{id}/unarchive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The session, not archived", body = SessionView),
+        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn is running or the session is being resumed", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn unarchive_session(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let id = SessionId::parse(&id)?;
+    Ok(Json(s.gateway.set_archived(&caller, &id, false).await?))
 }

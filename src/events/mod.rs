@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::store::{
-    NewEvent, NewLifecycleEvent, Store, StoreResult, StoredEvent, StoredLifecycleEvent,
+    NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult, StoredEvent,
+    StoredLifecycleEvent,
 };
 
 /// Events kept in each live broadcast buffer before a subscriber is considered behind.
@@ -146,11 +147,9 @@ impl EventHub {
         });
         let writer = hub.clone();
         hub.tasks.spawn(async move { writer.write(rx).await });
-        if retention.max_events.is_some() || retention.max_age.is_some() {
-            let pruner = hub.clone();
-            hub.tasks
-                .spawn(async move { pruner.prune(retention).await });
-        }
+        let pruner = hub.clone();
+        hub.tasks
+            .spawn(async move { pruner.prune(retention).await });
         hub
     }
 
@@ -267,7 +266,8 @@ impl EventHub {
         }
     }
 
-    /// Applies the retention limits now and then.
+    /// Applies the retention limits now and then, and forgets list moves older than
+    /// [`STABLE_CURSOR_FOR`].
     async fn prune(&self, retention: Retention) {
         let every = retention
             .max_age
@@ -282,10 +282,17 @@ impl EventHub {
                 chrono::Utc::now()
                     - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX)
             });
-            match self.store.prune_events(retention.max_events, before).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(pruned = n, "event retention"),
-                Err(e) => tracing::warn!(error = %e, "event retention failed"),
+            if retention.max_events.is_some() || before.is_some() {
+                match self.store.prune_events(retention.max_events, before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(pruned = n, "event retention"),
+                    Err(e) => tracing::warn!(error = %e, "event retention failed"),
+                }
+            }
+            let moves_before = chrono::Utc::now()
+                - chrono::Duration::from_std(STABLE_CURSOR_FOR).expect("an hour fits");
+            if let Err(e) = self.store.prune_moves(moves_before).await {
+                tracing::warn!(error = %e, "pruning list moves failed");
             }
         }
     }

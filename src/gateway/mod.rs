@@ -5,6 +5,9 @@
 
 pub mod model;
 mod permissions;
+mod sync;
+
+pub use sync::SyncReport;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +58,11 @@ pub struct GatewayConfig {
     pub shutdown_timeout: Duration,
     /// Canonical directories sessions must work in (empty: anywhere).
     pub workspace_roots: Vec<std::path::PathBuf>,
+    /// The tenant that owns sessions discovered through `session/list` (the admin's).
+    pub upstream_tenant: String,
+    /// How often the cache is synced with `session/list` after the first sync at start
+    /// (`None`: only at start and on `GET /sessions?refresh=true`).
+    pub sync_interval: Option<Duration>,
 }
 
 /// `POST /sessions` body.
@@ -93,6 +101,8 @@ pub struct ListParams {
     pub limit: Option<i64>,
     /// `true`: only archived sessions; default: only non-archived.
     pub archived: Option<bool>,
+    /// `true`: sync the cache with the agent's `session/list` before answering.
+    pub refresh: Option<bool>,
 }
 
 /// `POST /sessions/{id}/prompt` body: ACP content blocks, or plain text.
@@ -175,8 +185,24 @@ pub(crate) struct Inner {
     config: GatewayConfig,
     /// Turns, permission timers and the idle reaper.
     tasks: TaskTracker,
-    /// Stops the permission timers and the idle reaper.
+    /// Stops the permission timers, the idle reaper and the list sync.
     stop: CancellationToken,
+    /// One `session/list` sync at a time (held across the sync's awaits on purpose).
+    sync_lock: tokio::sync::Mutex<()>,
+    /// Held shared by a create from `session/new` until its row is stored; a sync takes it
+    /// exclusively (and drops it at once) after listing, so an id the agent listed because
+    /// the gateway just created it is never taken for an upstream session.
+    creating: tokio::sync::RwLock<()>,
+    /// Numbers the gateway's own changes to cached sessions ([`Inner::update_cached`]).
+    touches: AtomicU64,
+    /// The number of each session's latest own change, kept until a sync has begun after it.
+    touched: Mutex<HashMap<String, u64>>,
+    /// Bumped after every write to the session cache; invalidates `list_pages`.
+    list_generation: AtomicU64,
+    /// Recently read list pages (rows only: status is added per request) of the current
+    /// `list_generation`. The gateway is the only writer of its store, so a page stays true
+    /// until the generation moves.
+    list_pages: Mutex<(u64, HashMap<String, Arc<PageJson>>)>,
 }
 
 /// The gateway service. Cheap to clone.
@@ -204,9 +230,20 @@ impl Gateway {
             config,
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
+            sync_lock: tokio::sync::Mutex::new(()),
+            creating: tokio::sync::RwLock::new(()),
+            touches: AtomicU64::new(0),
+            touched: Mutex::default(),
+            list_generation: AtomicU64::new(0),
+            list_pages: Mutex::default(),
         });
         let pool = Pool::start(pool, inner.clone());
         let gateway = Gateway { inner, pool };
+        let (g, every) = (gateway.clone(), gateway.inner.config.sync_interval);
+        gateway
+            .inner
+            .tasks
+            .spawn(async move { g.sync_forever(every).await });
         if let Some(idle) = gateway.inner.config.idle_timeout {
             let g = gateway.clone();
             gateway
@@ -396,7 +433,13 @@ impl Gateway {
     // ----- sessions -----
 
     /// `GET /sessions`.
-    pub async fn list_sessions(&self, caller: &Caller, p: ListParams) -> ApiResult<SessionPage> {
+    /// `GET /sessions`: the page's JSON (a [`SessionPage`]).
+    pub async fn list_sessions(
+        &self,
+        caller: &Caller,
+        p: ListParams,
+        fresh: bool,
+    ) -> ApiResult<Vec<u8>> {
         let tenant = caller.scope().map(str::to_owned);
         let limit = p.limit.unwrap_or(50);
         if !(1..=200).contains(&limit) {
@@ -407,26 +450,23 @@ impl Gateway {
         if let Some(cwd) = &p.cwd {
             validate_abs_path("cwd", cwd)?;
         }
-        let after = p.cursor.as_deref().map(decode_cursor).transpose()?;
-        let query = ListQuery {
+        if p.refresh == Some(true) {
+            self.sync().await?;
+        }
+        let mut query = ListQuery {
             tenant,
             cwd: p.cwd,
             archived: p.archived,
-            after,
-            limit: limit + 1,
+            after: None,
+            limit,
         };
-        let mut rows = self.store().list_sessions(&query).await?;
-        let next_cursor = if rows.len() as i64 > limit {
-            rows.truncate(limit as usize);
-            rows.last()
-                .map(|r| encode_cursor(r.updated_at, &r.session_id))
-        } else {
-            None
-        };
-        Ok(SessionPage {
-            sessions: rows.iter().map(|r| self.view(r)).collect(),
-            next_cursor,
-        })
+        query.after = p
+            .cursor
+            .as_deref()
+            .map(|c| decode_cursor(&query, c))
+            .transpose()?;
+        let page = self.inner.list_page(&query, fresh).await?;
+        Ok(page.render(|id| self.inner.status_of(id)))
     }
 
     /// `POST /sessions`.
@@ -447,6 +487,7 @@ impl Gateway {
         if !body.additional_directories.is_empty() {
             params["additionalDirectories"] = json!(body.additional_directories);
         }
+        let creating = self.inner.creating.read().await;
         let result = conn
             .call(
                 "session/new",
@@ -478,6 +519,8 @@ impl Gateway {
             synced_at: None,
         };
         self.store().put_session(&record).await?;
+        drop(creating);
+        self.inner.sessions_changed();
         self.attach(&session_id, member);
         self.lifecycle(
             &record,
@@ -519,16 +562,11 @@ impl Gateway {
         let update = json!({ "title": title });
         let at = now();
         let record = self
-            .store()
-            .update_session(id.as_str(), &|r| apply_info_update(r, &update, at))
+            .inner
+            .update_cached(id.as_str(), &|r| apply_info_update(r, &update, at))
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("no session {}", id.as_str())))?;
-        self.lifecycle(
-            &record,
-            "session_updated",
-            json!({"session": self.view(&record)}),
-        )
-        .await;
+        self.inner.updated(&record).await;
         Ok(self.view(&record))
     }
 
@@ -571,6 +609,7 @@ impl Gateway {
             .store()
             .tombstone_session(id.as_str(), tenant, now())
             .await?;
+        self.inner.sessions_changed();
         if tombstoned {
             self.append(
                 id.as_str(),
@@ -701,6 +740,51 @@ impl Gateway {
         Ok(())
     }
 
+    /// `POST /sessions/{id}/archive` and `/unarchive`. Archived sessions are listed only with
+    /// `archived=true` and must be unarchived before they are prompted or resumed. Through
+    /// `session/archive`/`session/unarchive` when the agent advertises them (archiving frees
+    /// the session on the agent, as a close); else in the cache only, a live session being
+    /// closed when the agent can close. A running turn must end first (409).
+    pub async fn set_archived(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        archived: bool,
+    ) -> ApiResult<SessionView> {
+        self.record(caller, id).await?;
+        let _claim = self.claim(id.as_str(), Busy::Attaching)?;
+        let caps = self.caps();
+        let live = self.conn_if_live(id.as_str());
+        if archived && live.is_some() {
+            self.resolve_permissions_cancelled(id.as_str()).await;
+        }
+        let timeout = Some(self.inner.config.control_timeout);
+        let params = json!({"sessionId": id.as_str()});
+        if caps.archive {
+            let conn = self.conn_for(id.as_str()).ok_or_else(|| self.no_member())?;
+            let method = if archived {
+                "session/archive"
+            } else {
+                "session/unarchive"
+            };
+            conn.call(method, params, timeout).await?;
+        } else if let (true, Some(conn), true) = (archived, &live, caps.close) {
+            conn.call("session/close", params, timeout).await?;
+        }
+        let freed = archived && (caps.archive || caps.close) && self.detach(id.as_str()).is_some();
+        let record = self
+            .inner
+            .update_cached(id.as_str(), &|r| r.archived = archived)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("no session {}", id.as_str())))?;
+        if freed {
+            self.lifecycle(&record, "session_status", json!({"status": Status::Saved}))
+                .await;
+        }
+        self.inner.updated(&record).await;
+        Ok(self.view(&record))
+    }
+
     // ----- turns -----
 
     /// `POST /sessions/{id}/prompt`. With `wait = false` the turn runs in the background and
@@ -745,8 +829,8 @@ impl Gateway {
         .await;
         let at = now();
         let _ = self
-            .store()
-            .update_session(id.as_str(), &|r| r.updated_at = at)
+            .inner
+            .update_cached(id.as_str(), &|r| r.updated_at = at)
             .await;
         // The turn runs in its own task so that a client hanging up never leaves it without
         // its `turn_ended` event.
@@ -816,14 +900,20 @@ impl Gateway {
                 .await?;
         }
         // The turn must end promptly: an agent that ignores the cancel is restarted, which
-        // fails the turn (and its waiter) with `agent_exited`.
-        let grace = self.inner.config.cancel_grace;
-        if tokio::time::timeout(grace, done.changed()).await.is_err() {
-            self.pool
-                .restart_member(member, "a turn ignored session/cancel");
-            let bound = self.inner.config.control_timeout;
-            let _ = tokio::time::timeout(bound, done.changed()).await;
-        }
+        // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
+        // that it happens even if this request is dropped (client gone, request timeout).
+        let (pool, grace, bound) = (
+            self.pool.clone(),
+            self.inner.config.cancel_grace,
+            self.inner.config.control_timeout,
+        );
+        let watch = self.inner.tasks.spawn(async move {
+            if tokio::time::timeout(grace, done.changed()).await.is_err() {
+                pool.restart_member(member, "a turn ignored session/cancel");
+                let _ = tokio::time::timeout(bound, done.changed()).await;
+            }
+        });
+        let _ = watch.await;
         Ok(())
     }
 
@@ -1012,6 +1102,11 @@ impl Gateway {
         if let Some(m) = held {
             return Ok(m);
         }
+        if record.archived {
+            return Err(ApiError::Conflict(format!(
+                "session {id} is archived: unarchive it (POST /sessions/{id}/unarchive) first"
+            )));
+        }
         let caps = self.caps();
         let (member, conn) = self.place()?;
         let params = json!({"sessionId": id, "cwd": record.cwd, "mcpServers": []});
@@ -1147,6 +1242,59 @@ impl Drop for Claim {
 }
 
 impl Inner {
+    /// Changes a cached session on the gateway's own authority (not from a listing). The
+    /// change is noted so that a sync whose listing began earlier does not undo it.
+    async fn update_cached(
+        &self,
+        session_id: &str,
+        mutate: crate::store::SessionMutation<'_>,
+    ) -> crate::store::StoreResult<Option<SessionRecord>> {
+        let n = self.touches.fetch_add(1, Ordering::SeqCst) + 1;
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .insert(session_id.to_owned(), n);
+        let updated = self.store.update_session(session_id, mutate).await;
+        self.sessions_changed();
+        updated
+    }
+
+    /// Call after every write to the session cache (once it has committed).
+    fn sessions_changed(&self) {
+        self.list_generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One page of the session list, from `list_pages` when it holds the page (unless
+    /// `fresh`), else from the store.
+    async fn list_page(
+        &self,
+        query: &ListQuery,
+        fresh: bool,
+    ) -> crate::store::StoreResult<Arc<PageJson>> {
+        /// Pages kept per generation; beyond it the cache starts over.
+        const MAX_PAGES: usize = 1024;
+        let key = format!("{query:?}");
+        let generation = self.list_generation.load(Ordering::SeqCst);
+        if !fresh {
+            let pages = self.list_pages.lock().expect("list cache lock");
+            if let Some(page) = pages.1.get(&key).filter(|_| pages.0 == generation) {
+                return Ok(page.clone());
+            }
+        }
+        let list = self.store.list_sessions(query).await?;
+        let next_cursor = list.next.as_ref().map(|n| encode_cursor(query, n));
+        let page = Arc::new(PageJson::new(&list.sessions, next_cursor));
+        let mut pages = self.list_pages.lock().expect("list cache lock");
+        // Only a page read entirely within one generation may be kept for it.
+        if self.list_generation.load(Ordering::SeqCst) == generation {
+            if pages.0 != generation || pages.1.len() >= MAX_PAGES {
+                *pages = (generation, HashMap::new());
+            }
+            pages.1.insert(key, page.clone());
+        }
+        Ok(page)
+    }
+
     fn live_count(&self) -> usize {
         let sessions = self.sessions.lock().expect("sessions lock");
         sessions.values().filter(|e| e.member.is_some()).count()
@@ -1176,6 +1324,12 @@ impl Inner {
     fn view(&self, r: &SessionRecord) -> SessionView {
         let (status, activity) = self.status_of(&r.session_id);
         SessionView::new(r, status, activity)
+    }
+
+    /// The `session_updated` lifecycle event of a changed cached session.
+    async fn updated(&self, r: &SessionRecord) {
+        self.lifecycle(r, "session_updated", json!({"session": self.view(r)}))
+            .await;
     }
 
     async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
@@ -1266,13 +1420,11 @@ impl Inner {
             let update = params.get("update").cloned().unwrap_or(Value::Null);
             let at = now();
             match self
-                .store
-                .update_session(&session_id, &|r| apply_info_update(r, &update, at))
+                .update_cached(&session_id, &|r| apply_info_update(r, &update, at))
                 .await
             {
                 Ok(Some(r)) => {
-                    self.lifecycle(&r, "session_updated", json!({"session": self.view(&r)}))
-                        .await;
+                    self.updated(&r).await;
                 }
                 Ok(None) => tracing::debug!(
                     session = session_id,

@@ -7,11 +7,11 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
-use crate::store::SessionRecord;
+use crate::store::{ListCursor, ListQuery, SessionRecord};
 
 /// Now, at the store's precision (microseconds).
 pub fn now() -> DateTime<Utc> {
@@ -133,6 +133,10 @@ pub struct SessionView {
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub meta: Option<Value>,
+    /// `gateway`: created through this gateway; `upstream`: found in the agent's
+    /// `session/list` (created by another client of the agent).
+    #[schema(example = "gateway")]
+    pub origin: String,
     /// `live` or `saved`.
     pub status: Status,
     /// Set for live sessions.
@@ -151,6 +155,7 @@ impl SessionView {
             additional_directories: r.additional_directories.clone(),
             archived: r.archived,
             meta: r.meta.clone(),
+            origin: r.origin.as_str().to_owned(),
             status,
             activity,
         }
@@ -167,6 +172,66 @@ pub struct SessionPage {
     pub next_cursor: Option<String>,
 }
 
+/// A list page ready to send: each session's JSON up to its `status`, which changes without a
+/// store write and is added per request by [`PageJson::render`]. The bytes are exactly those of
+/// the page's [`SessionPage`] (status and activity are the view's last fields).
+#[derive(Debug)]
+pub struct PageJson {
+    ids: Vec<String>,
+    prefixes: Vec<String>,
+    next_cursor: Option<String>,
+}
+
+impl PageJson {
+    const SAVED_SUFFIX: &'static str = ",\"status\":\"saved\"}";
+
+    pub fn new(records: &[SessionRecord], next_cursor: Option<String>) -> Self {
+        let prefixes = records
+            .iter()
+            .map(|r| {
+                let view = SessionView::new(r, Status::Saved, None);
+                let json = serde_json::to_string(&view).expect("a view serialises");
+                json.strip_suffix(Self::SAVED_SUFFIX)
+                    .expect("status is the view's last field")
+                    .to_owned()
+            })
+            .collect();
+        PageJson {
+            ids: records.iter().map(|r| r.session_id.clone()).collect(),
+            prefixes,
+            next_cursor,
+        }
+    }
+
+    /// The page's JSON, with each session's current status from `status_of`.
+    pub fn render(&self, status_of: impl Fn(&str) -> (Status, Option<Activity>)) -> Vec<u8> {
+        let len: usize = self.prefixes.iter().map(|p| p.len() + 48).sum();
+        let mut out = Vec::with_capacity(len + 64);
+        out.extend_from_slice(b"{\"sessions\":[");
+        for (i, (id, prefix)) in self.ids.iter().zip(&self.prefixes).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(prefix.as_bytes());
+            let (status, activity) = status_of(id);
+            out.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut out, &status).expect("a status serialises");
+            if let Some(activity) = activity {
+                out.extend_from_slice(b",\"activity\":");
+                serde_json::to_writer(&mut out, &activity).expect("an activity serialises");
+            }
+            out.push(b'}');
+        }
+        out.push(b']');
+        if let Some(cursor) = &self.next_cursor {
+            out.extend_from_slice(b",\"nextCursor\":");
+            serde_json::to_writer(&mut out, cursor).expect("a cursor serialises");
+        }
+        out.push(b'}');
+        out
+    }
+}
+
 /// `GET /sessions/{id}/status`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -179,21 +244,35 @@ pub struct StatusView {
 
 #[derive(Serialize, Deserialize)]
 struct CursorData {
+    /// [`ListCursor::snapshot`].
+    n: i64,
     u: i64,
     s: String,
+    /// Which query the cursor belongs to: [`query_fingerprint`].
+    q: String,
 }
 
-/// The opaque list cursor: the keyset position of the last row of a page.
-pub fn encode_cursor(updated_at: DateTime<Utc>, session_id: &str) -> String {
+/// A short digest of a list query's filters: a cursor is only valid for the query it came from.
+fn query_fingerprint(query: &ListQuery) -> String {
+    use sha2::{Digest, Sha256};
+    let filters = json!([query.tenant, query.cwd, query.archived.unwrap_or(false)]);
+    let digest = Sha256::digest(filters.to_string().as_bytes());
+    URL_SAFE_NO_PAD.encode(&digest[..9])
+}
+
+/// The opaque list cursor for the page after `next` of `query`.
+pub fn encode_cursor(query: &ListQuery, next: &ListCursor) -> String {
     let data = CursorData {
-        u: updated_at.timestamp_micros(),
-        s: session_id.to_owned(),
+        n: next.snapshot,
+        u: next.updated_at.timestamp_micros(),
+        s: next.session_id.clone(),
+        q: query_fingerprint(query),
     };
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(&data).expect("cursor serialises"))
 }
 
-/// Reads a cursor made by [`encode_cursor`]; anything else is a 400.
-pub fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, String), ApiError> {
+/// Reads a cursor made by [`encode_cursor`] for the same query; anything else is a 400.
+pub fn decode_cursor(query: &ListQuery, cursor: &str) -> Result<ListCursor, ApiError> {
     let bad = || {
         ApiError::BadRequest(
             "invalid cursor: pass nextCursor from a previous page unchanged".into(),
@@ -201,8 +280,22 @@ pub fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, String), ApiError> 
     };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     let data: CursorData = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    let at = DateTime::<Utc>::from_timestamp_micros(data.u).ok_or_else(bad)?;
-    Ok((at, data.s))
+    if data.q != query_fingerprint(query) {
+        return Err(ApiError::BadRequest(
+            "invalid cursor: it belongs to a listing with other filters (cwd, archived) or \
+             another caller"
+                .into(),
+        ));
+    }
+    let updated_at = DateTime::<Utc>::from_timestamp_micros(data.u).ok_or_else(bad)?;
+    if data.n < 0 {
+        return Err(bad());
+    }
+    Ok(ListCursor {
+        snapshot: data.n,
+        updated_at,
+        session_id: data.s,
+    })
 }
 
 /// Applies a `session_info_update` to a cached row: an absent field is unchanged, `null`
@@ -333,6 +426,54 @@ mod tests {
     }
 
     #[test]
+    fn page_json_is_the_serialised_page() {
+        let at = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
+        let record = |id: &str, title: Option<&str>, meta: Option<Value>| SessionRecord {
+            session_id: id.into(),
+            tenant: "t".into(),
+            cwd: "/w \"quoted\"".into(),
+            additional_directories: vec!["/x".into()],
+            title: title.map(str::to_owned),
+            updated_at: at,
+            created_at: at,
+            meta,
+            archived: false,
+            origin: crate::store::Origin::Upstream,
+            deleted_at: None,
+            synced_at: None,
+        };
+        let records = vec![
+            record("a", Some("ünïcode \n title"), Some(json!({"k": [1, null]}))),
+            record("b", None, None),
+            record("c", Some(""), None),
+        ];
+        let statuses = |id: &str| match id {
+            "a" => (Status::Live, Some(Activity::AwaitingPermission)),
+            "b" => (Status::Saved, None),
+            _ => (Status::Live, Some(Activity::Running)),
+        };
+        for cursor in [None, Some("next\"cursor".to_owned())] {
+            let expected = SessionPage {
+                sessions: records
+                    .iter()
+                    .map(|r| {
+                        let (s, a) = statuses(&r.session_id);
+                        SessionView::new(r, s, a)
+                    })
+                    .collect(),
+                next_cursor: cursor.clone(),
+            };
+            let fast = PageJson::new(&records, cursor).render(statuses);
+            assert_eq!(
+                String::from_utf8(fast).unwrap(),
+                serde_json::to_string(&expected).unwrap()
+            );
+        }
+        let empty = PageJson::new(&[], None).render(statuses);
+        assert_eq!(empty, br#"{"sessions":[]}"#);
+    }
+
+    #[test]
     fn ids_paths_and_cursors() {
         assert!(SessionId::parse("sess_abc-123").is_ok());
         assert!(SessionId::parse("").is_err());
@@ -345,9 +486,28 @@ mod tests {
             assert!(validate_abs_path("cwd", bad).is_err(), "{bad:?}");
         }
         let at = now();
-        let c = encode_cursor(at, "sess_1");
-        assert_eq!(decode_cursor(&c).unwrap(), (at, "sess_1".to_owned()));
-        assert!(decode_cursor("garbage!").is_err());
-        assert!(decode_cursor(&URL_SAFE_NO_PAD.encode(b"{}")).is_err());
+        let query = ListQuery {
+            cwd: Some("/w".into()),
+            ..ListQuery::default()
+        };
+        let next = ListCursor {
+            snapshot: 7,
+            updated_at: at,
+            session_id: "sess_1".into(),
+        };
+        let c = encode_cursor(&query, &next);
+        assert_eq!(decode_cursor(&query, &c).unwrap(), next);
+        assert!(decode_cursor(&query, "garbage!").is_err());
+        assert!(decode_cursor(&query, &URL_SAFE_NO_PAD.encode(b"{}")).is_err());
+        let other_cwd = ListQuery {
+            cwd: Some("/x".into()),
+            ..ListQuery::default()
+        };
+        assert!(decode_cursor(&other_cwd, &c).is_err());
+        let other_tenant = ListQuery {
+            tenant: Some("bob".into()),
+            ..query.clone()
+        };
+        assert!(decode_cursor(&other_tenant, &c).is_err());
     }
 }

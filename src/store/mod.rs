@@ -82,10 +82,60 @@ pub struct ListQuery {
     pub cwd: Option<String>,
     /// `None` = only non-archived, `Some(true)` = only archived, `Some(false)` = only non-archived.
     pub archived: Option<bool>,
-    /// Keyset: only rows strictly after this `(updated_at, session_id)` in list order.
-    pub after: Option<(DateTime<Utc>, String)>,
+    /// The position after which the page starts; `None` for the first page.
+    pub after: Option<ListCursor>,
     pub limit: i64,
 }
+
+/// Where a page of the session list ends: the list as it was when its first page was read
+/// (`snapshot`, the newest recorded move of an `updated_at` then) and the keyset position
+/// `(updated_at, session_id)` of the last row in that list. A session whose `updated_at` changes
+/// between pages keeps its first-page position, so paging never skips or repeats a session;
+/// sessions created since may appear on later pages when they sort after the cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub snapshot: i64,
+    pub updated_at: DateTime<Utc>,
+    pub session_id: String,
+}
+
+/// One page of [`Store::list_sessions`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionList {
+    pub sessions: Vec<SessionRecord>,
+    /// Set when more rows follow.
+    pub next: Option<ListCursor>,
+}
+
+/// A listed row and its position: `updated_at` as it was when the listing started.
+pub(crate) struct Listed {
+    pub record: SessionRecord,
+    pub key: DateTime<Utc>,
+}
+
+/// Orders listed rows by position (a later page holds both rows that kept their position and
+/// rows that moved since the snapshot, placed where they were) into a page of at most
+/// `query.limit` rows.
+pub(crate) fn merge_page(query: &ListQuery, snapshot: i64, mut rows: Vec<Listed>) -> SessionList {
+    rows.sort_by(|a, b| (b.key, &b.record.session_id).cmp(&(a.key, &a.record.session_id)));
+    let limit = query.limit.max(1) as usize;
+    let next = (rows.len() > limit).then(|| {
+        let last = &rows[limit - 1];
+        ListCursor {
+            snapshot,
+            updated_at: last.key,
+            session_id: last.record.session_id.clone(),
+        }
+    });
+    rows.truncate(limit);
+    SessionList {
+        sessions: rows.into_iter().map(|l| l.record).collect(),
+        next,
+    }
+}
+
+/// How long list cursors stay stable: the age at which recorded moves are pruned.
+pub const STABLE_CURSOR_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// An event to append to a session's log.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,8 +199,15 @@ pub trait Store: Send + Sync + 'static {
         mutate: SessionMutation<'_>,
     ) -> StoreResult<Option<SessionRecord>>;
 
-    /// One page of non-tombstoned sessions, see [`ListQuery`].
-    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>>;
+    /// One page of non-tombstoned sessions, newest `updated_at` first, see [`ListQuery`] and
+    /// [`ListCursor`]. `limit` must be at least 1.
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList>;
+
+    /// Ids of the live (non-tombstoned) sessions that a sync has seen in the agent's list.
+    async fn synced_session_ids(&self) -> StoreResult<Vec<String>>;
+
+    /// Forgets recorded list moves older than `before` (see [`ListCursor`]); returns how many.
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;
 
     /// Marks the session deleted at `at`. Returns `true` when a live (non-tombstoned) row was
     /// tombstoned now, `false` when it was unknown or already deleted. An unknown id still gets a

@@ -14,8 +14,8 @@ use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::{
-    ListQuery, NewEvent, NewLifecycleEvent, Origin, SessionMutation, SessionRecord, Store,
-    StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, SessionList, SessionMutation,
+    SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
 };
 
 /// Connections in the pool.
@@ -172,6 +172,28 @@ fn session_from_row(row: &PgRow) -> StoreResult<SessionRecord> {
     })
 }
 
+/// A listed row that has not moved: its position is its `updated_at`.
+fn listed_at_updated(row: &PgRow) -> StoreResult<Listed> {
+    let record = session_from_row(row)?;
+    Ok(Listed {
+        key: record.updated_at,
+        record,
+    })
+}
+
+/// `WHERE` for the list queries over `sessions s`: live rows of the query's archive state,
+/// tenant and cwd.
+fn push_list_filters(qb: &mut QueryBuilder<'_, Postgres>, query: &ListQuery) {
+    qb.push(" WHERE s.deleted_at IS NULL AND s.archived = ")
+        .push_bind(query.archived.unwrap_or(false));
+    if let Some(tenant) = &query.tenant {
+        qb.push(" AND s.tenant = ").push_bind(tenant.clone());
+    }
+    if let Some(cwd) = &query.cwd {
+        qb.push(" AND s.cwd = ").push_bind(cwd.clone());
+    }
+}
+
 fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
     Ok(StoredEvent {
         session_id: row.try_get("session_id")?,
@@ -246,30 +268,93 @@ impl Store for PgStore {
         Ok(Some(record))
     }
 
-    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList> {
+        let limit = query.limit.max(1) + 1;
+        let Some(after) = &query.after else {
+            // First page: the rows and the newest move, read by one statement (one snapshot).
+            let mut qb = QueryBuilder::<Postgres>::new(concat!(
+                "SELECT ",
+                session_columns!(),
+                ", (SELECT COALESCE(MAX(id), 0) FROM session_moves) AS snapshot FROM sessions s"
+            ));
+            push_list_filters(&mut qb, query);
+            qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
+                .push_bind(limit);
+            let rows = qb.build().fetch_all(&self.pool).await?;
+            let snapshot = match rows.first() {
+                Some(row) => row.try_get("snapshot")?,
+                None => 0,
+            };
+            let rows = rows
+                .iter()
+                .map(listed_at_updated)
+                .collect::<StoreResult<_>>()?;
+            return Ok(merge_page(query, snapshot, rows));
+        };
+        let at = after.updated_at.trunc_subsecs(6);
+        // One statement, so that both parts see the same database: rows that have not moved
+        // since the snapshot, at their current position, and rows that moved since, at the
+        // position they had then.
         let mut qb = QueryBuilder::<Postgres>::new(concat!(
-            "SELECT ",
+            "SELECT * FROM (SELECT ",
             session_columns!(),
-            " FROM sessions WHERE deleted_at IS NULL AND archived = "
+            ", s.updated_at AS list_key FROM sessions s"
         ));
-        qb.push_bind(query.archived.unwrap_or(false));
-        if let Some(tenant) = &query.tenant {
-            qb.push(" AND tenant = ").push_bind(tenant);
-        }
-        if let Some(cwd) = &query.cwd {
-            qb.push(" AND cwd = ").push_bind(cwd);
-        }
-        if let Some((updated_at, session_id)) = &query.after {
-            qb.push(" AND (updated_at, session_id) < (")
-                .push_bind(updated_at.trunc_subsecs(6))
-                .push(", ")
-                .push_bind(session_id)
-                .push(")");
-        }
-        qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
-            .push_bind(query.limit.max(0));
+        push_list_filters(&mut qb, query);
+        qb.push(" AND (updated_at, session_id) < (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(after.session_id.clone())
+            .push(
+                ") AND NOT EXISTS (SELECT 1 FROM session_moves m \
+                 WHERE m.session_id = s.session_id AND m.id > ",
+            )
+            .push_bind(after.snapshot)
+            .push(") ORDER BY updated_at DESC, session_id DESC LIMIT ")
+            .push_bind(limit)
+            .push(concat!(
+                ") AS kept UNION ALL SELECT * FROM (SELECT ",
+                session_columns!(),
+                ", m.from_updated_at AS list_key FROM (SELECT DISTINCT ON (session_id) session_id, from_updated_at \
+                 FROM session_moves WHERE id > "
+            ))
+            .push_bind(after.snapshot)
+            .push(" ORDER BY session_id, id) m JOIN sessions s USING (session_id)");
+        push_list_filters(&mut qb, query);
+        qb.push(" AND (m.from_updated_at, s.session_id) < (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(after.session_id.clone())
+            .push(") ORDER BY m.from_updated_at DESC, s.session_id DESC LIMIT ")
+            .push_bind(limit)
+            .push(") AS moved");
         let rows = qb.build().fetch_all(&self.pool).await?;
-        rows.iter().map(session_from_row).collect()
+        let rows = rows
+            .iter()
+            .map(|row| {
+                Ok(Listed {
+                    key: row.try_get("list_key")?,
+                    record: session_from_row(row)?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(merge_page(query, after.snapshot, rows))
+    }
+
+    async fn synced_session_ids(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT session_id FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        Ok(sqlx::query("DELETE FROM session_moves WHERE moved_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     async fn tombstone_session(

@@ -27,8 +27,8 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{
-    ListQuery, NewEvent, NewLifecycleEvent, Origin, SessionMutation, SessionRecord, Store,
-    StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, SessionList, SessionMutation,
+    SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
 };
 
 /// Connections in the reader pool of a file database.
@@ -268,6 +268,28 @@ fn bind_session_fields<'q>(
         .bind(p.synced_at)
 }
 
+/// A listed row that has not moved: its position is its `updated_at`.
+fn listed_at_updated(row: &SqliteRow) -> StoreResult<Listed> {
+    let record = session_from_row(row)?;
+    Ok(Listed {
+        key: record.updated_at,
+        record,
+    })
+}
+
+/// `WHERE` for the list queries over `sessions s`: live rows of the query's archive state,
+/// tenant and cwd.
+fn push_list_filters(qb: &mut QueryBuilder<'_, Sqlite>, query: &ListQuery) {
+    qb.push(" WHERE s.deleted_at IS NULL AND s.archived = ")
+        .push_bind(query.archived.unwrap_or(false));
+    if let Some(tenant) = &query.tenant {
+        qb.push(" AND s.tenant = ").push_bind(tenant.clone());
+    }
+    if let Some(cwd) = &query.cwd {
+        qb.push(" AND s.cwd = ").push_bind(cwd.clone());
+    }
+}
+
 fn session_from_row(row: &SqliteRow) -> StoreResult<SessionRecord> {
     let session_id: String = row.try_get("session_id")?;
     let what = format!("session {session_id:?}");
@@ -378,30 +400,94 @@ impl Store for SqliteStore {
         Ok(Some(record))
     }
 
-    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<Vec<SessionRecord>> {
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList> {
+        let limit = query.limit.max(1) + 1;
+        let Some(after) = &query.after else {
+            // First page: the rows and the newest move, read by one statement (one snapshot).
+            let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+                "SELECT ",
+                session_columns!(),
+                ", (SELECT COALESCE(MAX(id), 0) FROM session_moves) AS snapshot FROM sessions s"
+            ));
+            push_list_filters(&mut qb, query);
+            qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
+                .push_bind(limit);
+            let rows = qb.build().fetch_all(&self.reader).await?;
+            let snapshot = match rows.first() {
+                Some(row) => row.try_get("snapshot")?,
+                None => 0,
+            };
+            let rows = rows
+                .iter()
+                .map(listed_at_updated)
+                .collect::<StoreResult<_>>()?;
+            return Ok(merge_page(query, snapshot, rows));
+        };
+        let at = micros(after.updated_at);
+        // One statement, so that both parts see the same database: rows that have not moved
+        // since the snapshot, at their current position, and rows that moved since, at the
+        // position they had then.
+        // (SQLite returns the bare column `from_updated_at` of the row that has the `MIN(id)`.)
         let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-            "SELECT ",
+            "SELECT * FROM (SELECT ",
             session_columns!(),
-            " FROM sessions WHERE deleted_at IS NULL AND archived = "
+            ", s.updated_at AS list_key FROM sessions s"
         ));
-        qb.push_bind(query.archived.unwrap_or(false));
-        if let Some(tenant) = &query.tenant {
-            qb.push(" AND tenant = ").push_bind(tenant);
-        }
-        if let Some(cwd) = &query.cwd {
-            qb.push(" AND cwd = ").push_bind(cwd);
-        }
-        if let Some((updated_at, session_id)) = &query.after {
-            qb.push(" AND (updated_at, session_id) < (")
-                .push_bind(micros(*updated_at))
-                .push(", ")
-                .push_bind(session_id)
-                .push(")");
-        }
-        qb.push(" ORDER BY updated_at DESC, session_id DESC LIMIT ")
-            .push_bind(query.limit.max(0));
+        push_list_filters(&mut qb, query);
+        qb.push(" AND (updated_at, session_id) < (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(after.session_id.clone())
+            .push(
+                ") AND NOT EXISTS (SELECT 1 FROM session_moves m \
+                 WHERE m.session_id = s.session_id AND m.id > ",
+            )
+            .push_bind(after.snapshot)
+            .push(") ORDER BY updated_at DESC, session_id DESC LIMIT ")
+            .push_bind(limit)
+            .push(concat!(
+                ") AS kept UNION ALL SELECT * FROM (SELECT ",
+                session_columns!(),
+                ", m.from_updated_at AS list_key FROM (SELECT session_id, from_updated_at, MIN(id) \
+                 FROM session_moves WHERE id > "
+            ))
+            .push_bind(after.snapshot)
+            .push(" GROUP BY session_id) m JOIN sessions s USING (session_id)");
+        push_list_filters(&mut qb, query);
+        qb.push(" AND (m.from_updated_at, s.session_id) < (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(after.session_id.clone())
+            .push(") ORDER BY m.from_updated_at DESC, s.session_id DESC LIMIT ")
+            .push_bind(limit)
+            .push(") AS moved");
         let rows = qb.build().fetch_all(&self.reader).await?;
-        rows.iter().map(session_from_row).collect()
+        let rows = rows
+            .iter()
+            .map(|row| {
+                Ok(Listed {
+                    key: from_micros(row.try_get("list_key")?, "list_key")?,
+                    record: session_from_row(row)?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(merge_page(query, after.snapshot, rows))
+    }
+
+    async fn synced_session_ids(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT session_id FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL",
+        )
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        Ok(sqlx::query("DELETE FROM session_moves WHERE moved_at < ?")
+            .bind(micros(before))
+            .execute(&self.writer)
+            .await?
+            .rows_affected())
     }
 
     async fn tombstone_session(

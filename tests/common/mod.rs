@@ -560,3 +560,70 @@ pub fn pid_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Another client of the same agent (an editor on the same machine, say): its own echo agent
+/// process on the test's agent state directory, spoken to directly over stdio.
+pub struct DirectClient {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    next_id: u64,
+}
+
+impl DirectClient {
+    /// Starts the agent with capabilities `caps` (as `ECHO_AGENT_CAPS`) and initializes it.
+    pub async fn start(w: &World, caps: &str) -> DirectClient {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(echo_agent())
+            .env("ECHO_AGENT_DIR", w.dir.path().join("agent"))
+            .env("ECHO_AGENT_CAPS", caps)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut c = DirectClient {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+        };
+        c.call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+        c
+    }
+
+    /// Sends a request and returns its result (panics on an error response).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        use tokio::io::AsyncWriteExt;
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        loop {
+            let line = tokio::time::timeout(PATIENCE, self.lines.next_line())
+                .await
+                .expect("agent answers in time")
+                .unwrap()
+                .expect("agent still running");
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            if msg["id"] == json!(id) {
+                assert!(msg.get("error").is_none(), "{method} failed: {msg}");
+                return msg["result"].clone();
+            }
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
