@@ -411,9 +411,10 @@ async fn list_pagination_and_filters(backend: Backend) {
 }
 
 async fn patch_title_and_lifecycle_stream(backend: Backend) {
-    // Without `list`: no sync with the agent's list runs beside the renames (a title cleared
-    // here stays set on an agent that cannot clear titles, and a sync would bring it back).
-    for caps in ["load,delete,resume,close", "load,delete,resume,close,title"] {
+    // With `title`, the agent keeps titles: it trims them and cannot clear one (422, nothing
+    // changed). Without it, the cache is the title's home and `null` clears it.
+    for caps in ["load,delete,resume,close", "load,list,delete,resume,close,title"] {
+        let agent_titles = caps.contains("title");
         let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", caps)).await;
         let gw = w.gw();
         let mut lifecycle = gw.sse("/events", Some(0)).await;
@@ -423,28 +424,25 @@ async fn patch_title_and_lifecycle_stream(backend: Backend) {
             .await;
         assert_eq!(r.status(), 200);
         let v: Value = r.json().await.unwrap();
-        // The echo agent trims titles; a gateway-only rename keeps them as given.
-        let expected = if caps.contains("title") {
-            "My title"
-        } else {
-            "  My title"
-        };
+        let expected = if agent_titles { "My title" } else { "  My title" };
         assert_eq!(v["title"], expected);
-        assert_eq!(
-            w.calls("session/set_title"),
-            usize::from(caps.contains("title"))
-        );
+        assert_eq!(w.calls("session/set_title"), usize::from(agent_titles));
         assert_eq!(gw.json("/sessions").await["sessions"][0]["title"], expected);
         let r = gw
             .patch(&format!("/sessions/{id}"), json!({"title": null}))
             .await;
-        assert_eq!(r.status(), 200);
-        assert!(
-            gw.json(&format!("/sessions/{id}"))
-                .await
-                .get("title")
-                .is_none()
-        );
+        if agent_titles {
+            gw.json("/sessions?refresh=true").await; // the agent's list has the last word
+        }
+        let title_now = gw.json(&format!("/sessions/{id}")).await;
+        if agent_titles {
+            assert_eq!(r.status(), 422);
+            assert_eq!(r.headers()["content-type"], "application/problem+json");
+            assert_eq!(title_now["title"], expected);
+        } else {
+            assert_eq!(r.status(), 200);
+            assert!(title_now.get("title").is_none(), "{title_now}");
+        }
         assert_eq!(
             gw.patch("/sessions/sess_nope", json!({"title": "x"}))
                 .await
@@ -463,8 +461,9 @@ async fn patch_title_and_lifecycle_stream(backend: Backend) {
                 break;
             }
         }
+        let renames = if agent_titles { 1 } else { 2 };
         assert!(
-            kinds.iter().filter(|k| *k == "session_updated").count() >= 2,
+            kinds.iter().filter(|k| *k == "session_updated").count() >= renames,
             "{kinds:?}"
         );
         w.finish().await;

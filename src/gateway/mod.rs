@@ -84,7 +84,8 @@ pub struct CreateSession {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchSession {
-    /// New title; `null` clears it.
+    /// New title; `null` clears it, except on an agent that keeps titles itself
+    /// (`session/set_title` advertised), which cannot clear one: then 422.
     #[schema(value_type = Option<String>)]
     pub title: Option<String>,
 }
@@ -545,6 +546,14 @@ impl Gateway {
     ) -> ApiResult<SessionView> {
         self.record(caller, id).await?;
         let mut title = body.title;
+        if self.caps().set_title && title.is_none() {
+            // session/set_title takes a string, and the agent's list would bring the old
+            // title back at the next sync: clearing it only here would be a lie.
+            return Err(ApiError::Validation(
+                "this agent keeps session titles itself and cannot clear one: set another title"
+                    .into(),
+            ));
+        }
         if let (true, Some(t)) = (self.caps().set_title, &title) {
             let conn = self.conn_for(id.as_str()).ok_or_else(|| self.no_member())?;
             let params = json!({"sessionId": id.as_str(), "title": t});
