@@ -1,0 +1,37 @@
+//! Fuzzes the decoder of the agent's stdout lines (`acp::parse_line`): any bytes an agent
+//! writes must give a message or a reason, never a panic, and a message must be what the
+//! line says.
+#![no_main]
+
+use acp_gateway::acp::{Inbound, parse_line};
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(line) = std::str::from_utf8(data) else {
+        return;
+    };
+    let parsed = parse_line(line);
+    let Ok(json) = serde_json::from_str::<Value>(line) else {
+        assert!(parsed.is_err(), "not JSON, yet parsed: {line:?}");
+        return;
+    };
+    let Ok(inbound) = parsed else {
+        return;
+    };
+    assert_eq!(json["jsonrpc"], "2.0", "{line:?}");
+    match inbound {
+        Inbound::Response { id, .. } => {
+            assert_eq!(json["id"].as_u64(), Some(id));
+            assert!(json.get("method").and_then(Value::as_str).is_none());
+        }
+        Inbound::Notification { method, .. } => {
+            assert_eq!(json["method"].as_str(), Some(method.as_str()));
+            assert!(json.get("id").is_none_or(Value::is_null));
+        }
+        Inbound::Request { id, method, .. } => {
+            assert_eq!(json["method"].as_str(), Some(method.as_str()));
+            assert_eq!(json["id"], id);
+        }
+    }
+});
