@@ -413,7 +413,10 @@ async fn list_pagination_and_filters(backend: Backend) {
 async fn patch_title_and_lifecycle_stream(backend: Backend) {
     // With `title`, the agent keeps titles: it trims them and cannot clear one (422, nothing
     // changed). Without it, the cache is the title's home and `null` clears it.
-    for caps in ["load,delete,resume,close", "load,list,delete,resume,close,title"] {
+    for caps in [
+        "load,delete,resume,close",
+        "load,list,delete,resume,close,title",
+    ] {
         let agent_titles = caps.contains("title");
         let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", caps)).await;
         let gw = w.gw();
@@ -424,7 +427,11 @@ async fn patch_title_and_lifecycle_stream(backend: Backend) {
             .await;
         assert_eq!(r.status(), 200);
         let v: Value = r.json().await.unwrap();
-        let expected = if agent_titles { "My title" } else { "  My title" };
+        let expected = if agent_titles {
+            "My title"
+        } else {
+            "  My title"
+        };
         assert_eq!(v["title"], expected);
         assert_eq!(w.calls("session/set_title"), usize::from(agent_titles));
         assert_eq!(gw.json("/sessions").await["sessions"][0]["title"], expected);

@@ -245,6 +245,12 @@ async fn stalled_subscriber_delays_nobody() {
     let events = reader.until("turn_ended").await;
     assert_eq!(events.len(), chunks + 3);
     assert!(events.iter().enumerate().all(|(i, e)| e.id == i as i64 + 1));
+    let metrics = gw.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("\nacp_gateway_sse_subscribers 2\n"),
+        "both streams are counted: {metrics}"
+    );
+    assert!(metrics.contains("\nacp_gateway_sse_lagged_total "));
     let ids = tokio::task::spawn_blocking(move || read_raw_until(stalled, "turn_ended"))
         .await
         .unwrap();

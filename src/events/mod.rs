@@ -69,6 +69,32 @@ pub struct EventHub {
     tasks: TaskTracker,
     closing: CancellationToken,
     appended: AtomicU64,
+    streams: Arc<StreamStats>,
+}
+
+/// Counters of the SSE streams (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    /// Streams open now.
+    pub open: AtomicU64,
+    /// Times a subscriber fell behind the live broadcast and went back to the log.
+    pub lagged: AtomicU64,
+}
+
+/// Counts one open stream for as long as it lives.
+struct OpenStream(Arc<StreamStats>);
+
+impl OpenStream {
+    fn new(stats: Arc<StreamStats>) -> Self {
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        OpenStream(stats)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 type Reader<T> =
@@ -144,6 +170,7 @@ impl EventHub {
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             appended: AtomicU64::new(0),
+            streams: Arc::default(),
         });
         let writer = hub.clone();
         hub.tasks.spawn(async move { writer.write(rx).await });
@@ -163,6 +190,11 @@ impl EventHub {
     /// Events appended since start (for `/metrics`).
     pub fn appended(&self) -> u64 {
         self.appended.load(Ordering::Relaxed)
+    }
+
+    /// Counters of the SSE streams.
+    pub fn streams(&self) -> &StreamStats {
+        &self.streams
     }
 
     /// Appends to a session's log and waits until it is stored (and broadcast); returns its
@@ -331,7 +363,7 @@ impl EventHub {
                 Ok(page.iter().map(Frame::new).collect())
             })
         });
-        let events = tail(rx, read, cursor, |_| true)
+        let events = tail(rx, read, cursor, |_| true, self.streams.clone())
             .map(|batch| concat(batch.iter().map(|f| f.bytes.clone())));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
@@ -353,7 +385,7 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(rx, read, cursor, keep)
+        let events = tail(rx, read, cursor, keep, self.streams.clone())
             .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
@@ -441,6 +473,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
     read: Reader<T>,
     cursor: i64,
     keep: impl Fn(&T) -> bool + Send + 'static,
+    stats: Arc<StreamStats>,
 ) -> impl Stream<Item = Vec<Arc<T>>> + Send {
     struct State<T, K> {
         rx: broadcast::Receiver<Arc<T>>,
@@ -449,6 +482,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         buf: VecDeque<Arc<T>>,
         live: bool,
         keep: K,
+        open: OpenStream,
     }
     let state = State {
         rx,
@@ -457,6 +491,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         buf: VecDeque::new(),
         live: false,
         keep,
+        open: OpenStream::new(stats),
     };
     futures::stream::unfold(state, |mut s| async move {
         loop {
@@ -506,6 +541,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                         }
                     }
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        s.open.0.lagged.fetch_add(1, Ordering::Relaxed);
                         s.live = false;
                         break;
                     }

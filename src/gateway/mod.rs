@@ -383,6 +383,19 @@ impl Gateway {
             "Session events appended to the log.",
             self.inner.hub.appended(),
         );
+        let streams = self.inner.hub.streams();
+        metric(
+            "acp_gateway_sse_subscribers",
+            "gauge",
+            "SSE streams open now (session and lifecycle).",
+            streams.open.load(Ordering::Relaxed),
+        );
+        metric(
+            "acp_gateway_sse_lagged_total",
+            "counter",
+            "Times an SSE subscriber fell behind the live broadcast and read from the log.",
+            streams.lagged.load(Ordering::Relaxed),
+        );
         metric(
             "acp_gateway_turns_started_total",
             "counter",
