@@ -1,8 +1,19 @@
 # The gateway and the echo agent in one image. Build: docker build -t acp-gateway .
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# Dependencies first, in their own layer: built against stub sources, so this layer is reused
+# until Cargo.toml or Cargo.lock changes.
+COPY Cargo.toml Cargo.lock build.rs ./
+RUN mkdir -p src examples benches migrations \
+    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && echo 'fn main() {}' > examples/echo_agent.rs \
+    && echo 'fn main() {}' > benches/events.rs && echo 'fn main() {}' > benches/sessions.rs \
+    && cargo build --release --locked --bin acp-gateway --example echo_agent \
+    && rm -rf src examples benches
+# Then the project itself (touched, so cargo rebuilds it over the stubs' artifacts).
 COPY . .
-RUN cargo build --release --locked --bin acp-gateway --example echo_agent
+RUN touch build.rs src/lib.rs src/main.rs examples/echo_agent.rs \
+    && cargo build --release --locked --bin acp-gateway --example echo_agent
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

@@ -263,6 +263,9 @@ pub enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Start the agent once, initialize it (and authenticate with --agent-auth-method), print
+    /// its info and capabilities, and exit; non-zero with the reason when it cannot be used.
+    CheckAgent,
 }
 
 /// Who answers `session/request_permission`.

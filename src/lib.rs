@@ -5,6 +5,7 @@
 
 pub mod acp;
 pub mod api;
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -101,8 +102,8 @@ pub fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
-/// Checks the configuration that does not need I/O.
-pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
+/// The agent command line of the configuration, with its environment and directory.
+pub fn agent_command(config: &Config) -> anyhow::Result<AgentCommand> {
     let line = config
         .agent
         .as_deref()
@@ -111,6 +112,12 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
     command.env = config.agent_env.clone();
     command.cwd = config.agent_cwd.clone();
     command.max_line_bytes = config.max_line_bytes;
+    Ok(command)
+}
+
+/// Checks the configuration that does not need I/O.
+pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
+    let command = agent_command(config)?;
     let keys = Keys::from_config(config)?;
     if keys.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
         anyhow::bail!(

@@ -1,4 +1,5 @@
-//! The `acp-gateway` binary: parse the configuration, set up logging, serve until Ctrl-C/SIGTERM.
+//! The `acp-gateway` binary: parse the configuration, set up logging, serve until Ctrl-C/SIGTERM
+//! (or run an operator command: `migrate`, `check-agent`).
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -31,10 +32,17 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
-    if let Some(Command::Migrate) = config.command {
-        acp_gateway::migrate(&config).await?;
-        println!("migrations applied");
-        return Ok(());
+    match config.command {
+        Some(Command::Migrate) => {
+            acp_gateway::migrate(&config).await?;
+            println!("migrations applied");
+            return Ok(());
+        }
+        Some(Command::CheckAgent) => {
+            print!("{}", acp_gateway::check::check_agent(&config).await?);
+            return Ok(());
+        }
+        Some(Command::Serve) | None => {}
     }
     acp_gateway::validate(&config)?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;

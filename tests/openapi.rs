@@ -60,3 +60,54 @@ fn every_route_documents_its_errors() {
         }
     }
 }
+
+/// Lint rules for clients generated from the spec: stable camelCase operationIds, a tag and a
+/// one-line summary on every operation, an example on every request body, and every error
+/// answered as problem+json with the `Problem` schema.
+#[test]
+fn spec_lint() {
+    let doc = serde_json::to_value(acp_gateway::api::openapi()).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let mut ids = std::collections::HashSet::new();
+    for (route, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let at = format!("{method} {route}");
+            let id = op["operationId"].as_str().unwrap_or_default();
+            assert!(
+                id.len() > 2
+                    && id.chars().next().unwrap().is_ascii_lowercase()
+                    && id.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{at}: operationId {id:?} is not camelCase"
+            );
+            assert!(ids.insert(id.to_owned()), "{at}: operationId {id} repeated");
+            assert!(
+                op["tags"].as_array().is_some_and(|t| !t.is_empty()),
+                "{at}: no tag"
+            );
+            let summary = op["summary"].as_str().unwrap_or_default();
+            assert!(
+                !summary.is_empty() && summary.len() <= 100 && !summary.contains('\n'),
+                "{at}: summary must be one short line: {summary:?}"
+            );
+            if let Some(body) = op.get("requestBody") {
+                let media = &body["content"]["application/json"];
+                let schema = media["schema"]["$ref"].as_str().unwrap_or_default();
+                let name = schema.rsplit('/').next().unwrap();
+                assert!(
+                    media.get("example").is_some()
+                        || doc["components"]["schemas"][name].get("example").is_some(),
+                    "{at}: request body has no example"
+                );
+            }
+            for (status, response) in op["responses"].as_object().unwrap() {
+                if status.starts_with('4') || status.starts_with('5') {
+                    let problem = &response["content"]["application/problem+json"]["schema"];
+                    assert_eq!(
+                        problem["$ref"], "#/components/schemas/Problem",
+                        "{at} {status}: not a problem+json Problem"
+                    );
+                }
+            }
+        }
+    }
+}

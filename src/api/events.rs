@@ -55,11 +55,13 @@ fn with_stream_headers(mut res: Response) -> Response {
     res
 }
 
+/// Stream a session's events (SSE).
+///
 /// The session's events as SSE: `id` is the sequence number in the durable log, `event` the ACP
 /// `sessionUpdate` tag or a gateway event (`turn_started`, `turn_ended`, `permission_requested`,
 /// `permission_resolved`, `session_deleted`, `agent_exited`), `data` the JSON payload. Resume with
 /// `Last-Event-ID` or `?after=N`; with neither, the stream starts at the live tail.
-#[utoipa::path(get, path = "/sessions/{id}/events", tag = "events",
+#[utoipa::path(get, operation_id = "streamSessionEvents", path = "/sessions/{id}/events", tag = "events",
     params(("id" = String, Path, description = "Session id"), StreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
@@ -81,7 +83,7 @@ pub async fn session_events(
 }
 
 /// The session's stored events as JSON pages, for scripts.
-#[utoipa::path(get, path = "/sessions/{id}/history", tag = "events",
+#[utoipa::path(get, operation_id = "getSessionHistory", path = "/sessions/{id}/history", tag = "events",
     params(("id" = String, Path, description = "Session id"), HistoryParams),
     responses(
         (status = 200, description = "One page of events", body = HistoryPage),
@@ -102,9 +104,11 @@ pub async fn session_history(
     ))
 }
 
+/// Stream the lifecycle of every session (SSE).
+///
 /// Session lifecycle across sessions as SSE, for session browsers: `session_created`,
 /// `session_updated`, `session_status`, `session_deleted`. Resumable like the session stream.
-#[utoipa::path(get, path = "/events", tag = "events",
+#[utoipa::path(get, operation_id = "streamLifecycleEvents", path = "/events", tag = "events",
     params(StreamParams, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
         (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),

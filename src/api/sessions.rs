@@ -10,12 +10,14 @@ use crate::error::{ApiError, Problem};
 use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
 use crate::gateway::{CreateSession, ListParams, PatchSession};
 
+/// List sessions, newest first.
+///
 /// List sessions from the cache, newest `updatedAt` first, with keyset pagination. Pages are
 /// stable: a session updated while a client pages keeps its first-page position (for an hour),
 /// so no session is skipped or repeated. The cache follows the agent's `session/list` (at start,
 /// every `--sync-interval`, and before answering with `refresh=true`). Recently read pages are
 /// answered from memory until a session changes; `Cache-Control: no-cache` reads the store.
-#[utoipa::path(get, path = "/sessions", tag = "sessions", params(ListParams),
+#[utoipa::path(get, operation_id = "listSessions", path = "/sessions", tag = "sessions", params(ListParams),
     responses(
         (status = 200, description = "One page of sessions", body = SessionPage),
         (status = 400, description = "Malformed cursor or limit, or a cursor of another listing", body = Problem, content_type = "application/problem+json"),
@@ -46,7 +48,7 @@ pub async fn list_sessions(
 }
 
 /// Create a session on the least-loaded ready pool member (`session/new`).
-#[utoipa::path(post, path = "/sessions", tag = "sessions", request_body = CreateSession,
+#[utoipa::path(post, operation_id = "createSession", path = "/sessions", tag = "sessions", request_body = CreateSession,
     responses(
         (status = 201, description = "Created; `Location` names it", body = SessionView),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
@@ -72,7 +74,7 @@ pub async fn create_session(
 }
 
 /// One session from the cache, with its gateway status.
-#[utoipa::path(get, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "getSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session", body = SessionView),
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
@@ -91,7 +93,7 @@ pub async fn get_session(
 }
 
 /// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
-#[utoipa::path(patch, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(patch, operation_id = "updateSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     request_body = PatchSession,
     responses(
         (status = 200, description = "The updated session", body = SessionView),
@@ -112,9 +114,11 @@ pub async fn patch_session(
     ))
 }
 
+/// Delete a session.
+///
 /// Delete a session: closes it if live, calls `session/delete` when advertised, and removes it
 /// from the list at once. Idempotent: an unknown id also answers 204.
-#[utoipa::path(delete, path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(delete, operation_id = "deleteSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Deleted (or never existed)"),
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
@@ -132,7 +136,7 @@ pub async fn delete_session(
 }
 
 /// Whether the session is live, saved or unknown. Never loads, resumes or creates anything.
-#[utoipa::path(get, path = "/sessions/{id}/status", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "getSessionStatus", path = "/sessions/{id}/status", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The status (`not_found` for unknown ids)", body = StatusView),
         (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
@@ -148,7 +152,7 @@ pub async fn session_status(
 }
 
 /// Attach a saved session to a pool member (`session/resume`, else `session/load`).
-#[utoipa::path(post, path = "/sessions/{id}/resume", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "resumeSession", path = "/sessions/{id}/resume", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, now live", body = SessionView),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
@@ -168,7 +172,7 @@ pub async fn resume_session(
 }
 
 /// Free the agent's resources for a live session (`session/close`); it stays listed.
-#[utoipa::path(post, path = "/sessions/{id}/close", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "closeSession", path = "/sessions/{id}/close", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Closed (or was not live)"),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
@@ -184,10 +188,12 @@ pub async fn close_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Archive a session.
+///
 /// Archive a session: it is then listed only with `archived=true` and must be unarchived before
 /// it is prompted or resumed. Through `session/archive` when the agent advertises it (which also
 /// frees the session on the agent), else in the gateway's cache only.
-#[utoipa::path(post, path = "/sessions/{id}/archive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "archiveSession", path = "/sessions/{id}/archive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, archived", body = SessionView),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
@@ -205,7 +211,7 @@ pub async fn archive_session(
 }
 
 /// Unarchive a session (`session/unarchive` when the agent advertises archive).
-#[utoipa::path(post, path = "/sessions/{id}/unarchive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "unarchiveSession", path = "/sessions/{id}/unarchive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, not archived", body = SessionView),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),

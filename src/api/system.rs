@@ -8,21 +8,23 @@ use super::{AppState, Json};
 use crate::error::{ApiError, Problem};
 use crate::gateway::AgentView;
 
+/// The agent behind the gateway and its pool members.
+///
 /// The agent behind the gateway: `initialize` result (agentInfo, protocol version, normalised
 /// capabilities, auth methods) and the pool members.
-#[utoipa::path(get, path = "/agent", tag = "system", responses((status = 200, description = "The agent and its pool", body = AgentView)))]
+#[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The agent and its pool", body = AgentView)))]
 pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
     Json(s.gateway.agent())
 }
 
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "Alive", body = String)))]
+#[utoipa::path(get, operation_id = "getHealth", path = "/healthz", tag = "system", responses((status = 200, description = "Alive", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
 /// Readiness: the store answers and at least one pool member is ready.
-#[utoipa::path(get, path = "/readyz", tag = "system", responses(
+#[utoipa::path(get, operation_id = "getReadiness", path = "/readyz", tag = "system", responses(
     (status = 200, description = "Ready", body = String),
     (status = 503, description = "Not ready, and why", body = Problem, content_type = "application/problem+json"),
 ))]
@@ -32,7 +34,7 @@ pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError>
 }
 
 /// Prometheus metrics.
-#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+#[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -41,13 +43,13 @@ pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 /// This OpenAPI document.
-#[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
+#[utoipa::path(get, operation_id = "getOpenApi", path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
 pub async fn openapi_json() -> impl IntoResponse {
     (StatusCode::OK, axum::Json(super::openapi()))
 }
 
 /// A self-contained page that renders `/openapi.json` (no assets fetched from elsewhere).
-#[utoipa::path(get, path = "/docs", tag = "system", responses((status = 200, description = "HTML", body = String, content_type = "text/html")))]
+#[utoipa::path(get, operation_id = "getDocs", path = "/docs", tag = "system", responses((status = 200, description = "HTML", body = String, content_type = "text/html")))]
 pub async fn docs() -> Html<&'static str> {
     Html(include_str!("docs.html"))
 }

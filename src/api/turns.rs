@@ -10,10 +10,12 @@ use crate::error::{ApiError, Problem};
 use crate::gateway::model::SessionId;
 use crate::gateway::{PermissionAnswer, PermissionView, PromptBody, TurnResult};
 
+/// Send a prompt and wait for the turn to end.
+///
 /// Send a prompt (`session/prompt`) and wait for the turn to end. A saved session is resumed
 /// first. With `Prefer: respond-async` the answer is 202 as soon as the turn has started; follow
 /// it on `GET /sessions/{id}/events`.
-#[utoipa::path(post, path = "/sessions/{id}/prompt", tag = "turns", params(("id" = String, Path, description = "Session id"),
+#[utoipa::path(post, operation_id = "promptSession", path = "/sessions/{id}/prompt", tag = "turns", params(("id" = String, Path, description = "Session id"),
         ("Prefer" = Option<String>, Header, description = "`respond-async` to get 202 without waiting for the turn")),
     request_body = PromptBody,
     responses(
@@ -61,7 +63,7 @@ pub async fn prompt(
 }
 
 /// Cancel the running turn (`session/cancel`); pending permission requests resolve as `cancelled`.
-#[utoipa::path(post, path = "/sessions/{id}/cancel", tag = "turns", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "cancelTurn", path = "/sessions/{id}/cancel", tag = "turns", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Cancel sent (a no-op when no turn runs)"),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
@@ -76,7 +78,7 @@ pub async fn cancel(
 }
 
 /// Pending `session/request_permission` requests of a session.
-#[utoipa::path(get, path = "/sessions/{id}/permissions", tag = "turns", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "listPermissions", path = "/sessions/{id}/permissions", tag = "turns", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "Pending requests, oldest first", body = Vec<PermissionView>),
         (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
@@ -94,7 +96,7 @@ pub async fn list_permissions(
 }
 
 /// Answer a permission request with `{optionId}` or `{outcome: "cancelled"}`.
-#[utoipa::path(post, path = "/sessions/{id}/permissions/{requestId}", tag = "turns",
+#[utoipa::path(post, operation_id = "answerPermission", path = "/sessions/{id}/permissions/{requestId}", tag = "turns",
     params(("id" = String, Path, description = "Session id"), ("requestId" = String, Path, description = "Permission request id")),
     request_body = PermissionAnswer,
     responses(

@@ -68,6 +68,7 @@ pub struct GatewayConfig {
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": []}))]
 pub struct CreateSession {
     /// Absolute, normalised working directory.
     pub cwd: String,
@@ -83,6 +84,7 @@ pub struct CreateSession {
 /// `PATCH /sessions/{id}` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"title": "Fix the flaky login test"}))]
 pub struct PatchSession {
     /// New title; `null` clears it, except on an agent that keeps titles itself
     /// (`session/set_title` advertised), which cannot clear one: then 422.
@@ -109,6 +111,7 @@ pub struct ListParams {
 /// `POST /sessions/{id}/prompt` body: ACP content blocks, or plain text.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"prompt": [{"type": "text", "text": "Explain what src/main.rs does"}]}))]
 pub struct PromptBody {
     /// ACP `ContentBlock[]`.
     #[schema(value_type = Option<Vec<Object>>)]

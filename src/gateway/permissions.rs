@@ -31,6 +31,7 @@ pub struct PermissionView {
 /// `POST /sessions/{id}/permissions/{requestId}` body: `{optionId}` or `{outcome: "cancelled"}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"optionId": "allow-once"}))]
 pub struct PermissionAnswer {
     /// One of the request's `options[].optionId`.
     pub option_id: Option<String>,
