@@ -1,10 +1,15 @@
-//! Command-line configuration (clap derive); every flag also reads an `ACP_GATEWAY_*` variable.
+//! Configuration (clap derive): every flag also reads an `ACP_GATEWAY_*` variable and a key of
+//! the optional `--config` TOML file, in that order of precedence.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// HTTP + Server-Sent Events gateway in front of ACP coding agents.
 #[derive(Debug, Clone, Parser)]
@@ -12,6 +17,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 pub struct Config {
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// A TOML file of settings: the long flag names as keys (`pool-size = 2`,
+    /// `api-key = ["alice:…"]`). Flags and `ACP_GATEWAY_*` variables take precedence.
+    #[arg(long, env = "ACP_GATEWAY_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// Every setting and where it came from, secrets redacted (logged at start).
+    #[arg(skip)]
+    pub effective: Vec<(String, String)>,
 
     /// The agent command line, e.g. "npx -y @agentclientprotocol/claude-agent-acp".
     #[arg(long, env = "ACP_GATEWAY_AGENT", global = true)]
@@ -294,6 +308,33 @@ pub enum LogFormat {
 }
 
 impl Config {
+    /// Reads the command line, the environment and the `--config` file; exits with clap's
+    /// message on a usage error (or after `--help`).
+    pub fn load() -> anyhow::Result<Config> {
+        match Self::load_from(std::env::args_os()) {
+            Err(e) => match e.downcast::<clap::Error>() {
+                Ok(clap_error) => clap_error.exit(),
+                Err(e) => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
+    /// [`Config::load`] from the given arguments (the first is the program name).
+    pub fn load_from(
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> anyhow::Result<Config> {
+        let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let first = Config::command().try_get_matches_from(&args)?;
+        if let Some(path) = first.get_one::<PathBuf>("config") {
+            args.extend(file_args(path, &first)?);
+        }
+        let matches = Config::command().try_get_matches_from(&args)?;
+        let mut config = Config::from_arg_matches(&matches)?;
+        config.effective = effective(&matches);
+        Ok(config)
+    }
+
     pub fn control_timeout(&self) -> Duration {
         Duration::from_secs(self.control_timeout)
     }
@@ -303,5 +344,163 @@ impl Config {
     /// `None` when the flag is 0.
     pub fn secs_or_never(secs: u64) -> Option<Duration> {
         (secs > 0).then(|| Duration::from_secs(secs))
+    }
+}
+
+/// The settings of a `--config` file as arguments, leaving out those the command line or the
+/// environment already set.
+fn file_args(path: &std::path::Path, given: &ArgMatches) -> anyhow::Result<Vec<OsString>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --config {}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("--config {}", path.display()))?;
+    let command = Config::command();
+    let mut out = Vec::new();
+    for (key, value) in table {
+        let long = key.replace('_', "-");
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()) && long != "config")
+            .with_context(|| {
+                format!(
+                    "--config {}: unknown setting {key:?} (the keys are the long flag names of --help)",
+                    path.display()
+                )
+            })?;
+        if matches!(
+            given.value_source(arg.get_id().as_str()),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        ) {
+            continue;
+        }
+        let values = match value {
+            toml::Value::Array(items) => items,
+            one => vec![one],
+        };
+        for value in values {
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Boolean(b) if matches!(arg.get_action(), ArgAction::SetTrue) => {
+                    if b {
+                        out.push(format!("--{long}").into());
+                    }
+                    continue;
+                }
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => anyhow::bail!(
+                    "--config {}: {key} must be a string, number or boolean, not {}",
+                    path.display(),
+                    other.type_str()
+                ),
+            };
+            out.push(format!("--{long}={text}").into());
+        }
+    }
+    Ok(out)
+}
+
+/// Every setting's value as given or defaulted, with API keys, the database password and the
+/// agent's environment values redacted.
+fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for arg in Config::command().get_arguments() {
+        let id = arg.get_id().as_str();
+        let Some(values) = matches.get_raw(id) else {
+            continue;
+        };
+        let values: Vec<String> = values.map(|v| v.to_string_lossy().into_owned()).collect();
+        let shown = match id {
+            "api_keys" | "admin_api_keys" => format!("<{} redacted>", values.len()),
+            "agent_env" => values
+                .iter()
+                .map(|kv| format!("{}=<redacted>", kv.split('=').next().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(","),
+            "database_url" => values.iter().map(|u| redact_password(u)).collect(),
+            _ => values.join(","),
+        };
+        out.push((arg.get_long().unwrap_or(id).to_owned(), shown));
+    }
+    out
+}
+
+/// `scheme://user:secret@host` → `scheme://user:<redacted>@host`.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:<redacted>@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_settings_yield_to_flags_and_show_no_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(
+            &path,
+            r#"
+pool-size = 3
+listen = "127.0.0.1:9000"
+allow_unauthenticated = true
+api-key = ["alice:0123456789abcdef", "bob:fedcba9876543210"]
+database-url = "postgres://gw:hunter2@db/acp"
+agent-env = ["ANTHROPIC_API_KEY=sk-secret"]
+"#,
+        )
+        .unwrap();
+        let config = Config::load_from([
+            "acp-gateway",
+            "--config",
+            path.to_str().unwrap(),
+            "--pool-size",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(config.pool_size, 2, "the flag wins over the file");
+        assert_eq!(config.listen.port(), 9000);
+        assert!(config.allow_unauthenticated);
+        assert_eq!(config.api_keys.len(), 2);
+        assert_eq!(config.database_url, "postgres://gw:hunter2@db/acp");
+        let shown = format!("{:?}", config.effective);
+        for secret in ["0123456789abcdef", "hunter2", "sk-secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let get = |k: &str| {
+            config
+                .effective
+                .iter()
+                .find(|(n, _)| n == k)
+                .unwrap()
+                .1
+                .clone()
+        };
+        assert_eq!(get("database-url"), "postgres://gw:<redacted>@db/acp");
+        assert_eq!(get("agent-env"), "ANTHROPIC_API_KEY=<redacted>");
+        assert_eq!(get("pool-size"), "2");
+    }
+
+    #[test]
+    fn unknown_file_settings_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, "pool-sise = 2\n").unwrap();
+        let err =
+            Config::load_from(["acp-gateway", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("unknown setting \"pool-sise\""),
+            "{err:#}"
+        );
     }
 }

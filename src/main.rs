@@ -1,18 +1,26 @@
 //! The `acp-gateway` binary: parse the configuration, set up logging, serve until Ctrl-C/SIGTERM
 //! (or run an operator command: `migrate`, `check-agent`).
 
-use clap::Parser;
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use acp_gateway::config::{Command, Config, LogFormat};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let config = Config::parse();
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("acp-gateway: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     match config.log_format {
         LogFormat::Pretty => tracing_subscriber::fmt()
             .with_env_filter(filter)
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .init(),
         LogFormat::Json => tracing_subscriber::fmt()
@@ -44,6 +52,12 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
         }
         Some(Command::Serve) | None => {}
     }
+    let effective: serde_json::Map<String, serde_json::Value> = config
+        .effective
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    tracing::info!(config = %serde_json::Value::Object(effective), "effective configuration");
     acp_gateway::validate(&config)?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     // Tests and scripts read this line to find an ephemeral port.
