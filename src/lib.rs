@@ -12,6 +12,7 @@ pub mod events;
 pub mod gateway;
 pub mod pool;
 pub mod store;
+pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -59,7 +60,8 @@ pub fn app(
         .layer(axum::middleware::from_fn_with_state(Limits::new(limits), api::limits::limit))
         .layer(axum::middleware::from_fn_with_state(keys, api::auth::authenticate))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(axum::middleware::from_fn(telemetry::http_metrics));
     // Outermost, so that preflights are answered before authentication.
     match cors {
         Some(cors) => router.layer(cors),
@@ -137,6 +139,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let command = validate(&config)?;
+    // Before anything records a metric.
+    telemetry::handle();
     // Read once: the keys file is I/O, and the gateway and the router both need the result.
     let keys = Keys::from_config(&config)?;
     let store = store::connect(&config.database_url)

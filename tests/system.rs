@@ -33,6 +33,20 @@ async fn agent_health_metrics_docs_and_spec() {
         metrics.contains("acp_gateway_turns_started_total 1"),
         "{metrics}"
     );
+    for line in [
+        r#"acp_gateway_http_requests_total{method="POST",route="/sessions",status="201"} 1"#,
+        r#"acp_gateway_http_requests_total{method="POST",route="/sessions/{id}/prompt",status="200"} 1"#,
+        r#"acp_gateway_members_by_state{state="ready"} 1"#,
+        r#"acp_gateway_upstream_call_duration_seconds_count{method="session/new",outcome="ok"} 1"#,
+        r#"acp_gateway_upstream_call_duration_seconds_count{method="session/prompt",outcome="ok"} 1"#,
+        r#"acp_gateway_http_request_duration_seconds_count{method="POST",route="/sessions"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(r#"acp_gateway_http_request_duration_seconds_bucket{method="POST",route="/sessions",le="0.001"}"#),
+        "latency is a histogram: {metrics}"
+    );
 
     let docs = gw.get("/docs").await;
     assert_eq!(docs.status(), 200);

@@ -77,6 +77,7 @@ pub struct PendingCall {
     rx: oneshot::Receiver<Result<Value, CallError>>,
     pending: Pending,
     started: std::time::Instant,
+    member: Arc<str>,
 }
 
 impl PendingCall {
@@ -88,24 +89,36 @@ impl PendingCall {
             rx,
             pending,
             started,
+            member,
         } = self;
         let waited = match timeout {
             Some(t) => match tokio::time::timeout(t, rx).await {
                 Ok(r) => r,
                 Err(_) => {
                     pending.lock().expect("pending lock").remove(&id);
-                    return Err(CallError::Timeout(method));
+                    Ok(Err(CallError::Timeout(method.clone())))
                 }
             },
             None => rx.await,
         };
+        let result = waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())));
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(CallError::Rpc(_)) => "error",
+            Err(CallError::Timeout(_)) => "timeout",
+            Err(CallError::Closed(_)) => "closed",
+        };
+        let elapsed = started.elapsed();
+        crate::telemetry::upstream_call(&method, outcome, elapsed);
         tracing::debug!(
             method,
             id,
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            %member,
+            outcome,
+            elapsed_ms = elapsed.as_millis() as u64,
             "upstream call"
         );
-        waited.unwrap_or_else(|_| Err(CallError::Closed("the agent exited".into())))
+        result
     }
 }
 
@@ -115,15 +128,18 @@ pub struct Connection {
     out: mpsc::Sender<String>,
     pending: Pending,
     next_id: AtomicU64,
+    /// Which agent process this is (`member-N`), for the logs.
+    member: Arc<str>,
 }
 
 impl Connection {
     /// Wraps the writer half; `out` carries complete lines to the agent's stdin.
-    pub fn new(out: mpsc::Sender<String>) -> Self {
+    pub fn new(out: mpsc::Sender<String>, member: &str) -> Self {
         Connection {
             out,
             pending: Arc::default(),
             next_id: AtomicU64::new(1),
+            member: member.into(),
         }
     }
 
@@ -156,6 +172,7 @@ impl Connection {
             return Err(CallError::Closed("the agent's stdin is closed".into()));
         }
         Ok(PendingCall {
+            member: self.member.clone(),
             id,
             method: method.to_owned(),
             rx,

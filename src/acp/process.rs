@@ -160,7 +160,7 @@ impl AgentProcess {
             }
         });
 
-        let conn = Arc::new(Connection::new(out_tx));
+        let conn = Arc::new(Connection::new(out_tx, label));
         Ok((
             AgentProcess {
                 pid,

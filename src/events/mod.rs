@@ -79,6 +79,8 @@ pub struct StreamStats {
     pub open: AtomicU64,
     /// Times a subscriber fell behind the live broadcast and went back to the log.
     pub lagged: AtomicU64,
+    /// Streams closed because the log could not be read (the client reconnects).
+    pub closed: AtomicU64,
 }
 
 /// Counts one open stream for as long as it lives.
@@ -521,6 +523,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "reading the event log failed; closing the stream");
+                        s.open.0.closed.fetch_add(1, Ordering::Relaxed);
                         return None;
                     }
                 }

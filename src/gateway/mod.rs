@@ -333,6 +333,7 @@ impl Gateway {
 
     /// Prometheus text exposition.
     pub fn metrics(&self) -> String {
+        use metrics::{counter, describe_counter, describe_gauge, gauge};
         let c = &self.inner.counters;
         let live = self
             .inner
@@ -344,86 +345,97 @@ impl Gateway {
             .count();
         let members = self.pool.members();
         let restarts: u32 = members.iter().map(|m| m.restarts).sum();
-        let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-            ));
+        let handle = crate::telemetry::handle();
+        // Values the gateway keeps itself are published as of this scrape.
+        let set_gauge = |name: &'static str, help: &'static str, value: f64| {
+            describe_gauge!(name, help);
+            gauge!(name).set(value);
         };
-        metric(
+        let set_counter = |name: &'static str, help: &'static str, value: u64| {
+            describe_counter!(name, help);
+            counter!(name).absolute(value);
+        };
+        set_gauge(
             "acp_gateway_members",
-            "gauge",
             "Pool members configured.",
-            members.len() as u64,
+            members.len() as f64,
         );
-        metric(
+        set_gauge(
             "acp_gateway_members_ready",
-            "gauge",
             "Pool members ready.",
-            self.pool.ready_count() as u64,
+            self.pool.ready_count() as f64,
         );
-        metric(
+        describe_gauge!("acp_gateway_members_by_state", "Pool members by state.");
+        for state in [
+            crate::pool::MemberState::Starting,
+            crate::pool::MemberState::Ready,
+            crate::pool::MemberState::Restarting,
+            crate::pool::MemberState::CrashLoop,
+            crate::pool::MemberState::Stopped,
+        ] {
+            let n = members.iter().filter(|m| m.state == state).count();
+            let label = serde_json::to_value(state).expect("state serialises");
+            let label = label.as_str().unwrap_or_default().to_owned();
+            gauge!("acp_gateway_members_by_state", "state" => label).set(n as f64);
+        }
+        set_counter(
             "acp_gateway_member_restarts_total",
-            "counter",
             "Member restarts.",
-            restarts as u64,
+            u64::from(restarts),
         );
-        metric(
+        set_counter(
             "acp_gateway_member_exits_total",
-            "counter",
             "Member process exits.",
             c.member_exits.load(Ordering::Relaxed),
         );
-        metric(
+        set_gauge(
             "acp_gateway_sessions_live",
-            "gauge",
             "Sessions loaded in a member.",
-            live as u64,
+            live as f64,
         );
-        metric(
+        set_counter(
             "acp_gateway_events_appended_total",
-            "counter",
             "Session events appended to the log.",
             self.inner.hub.appended(),
         );
         let streams = self.inner.hub.streams();
-        metric(
+        set_gauge(
             "acp_gateway_sse_subscribers",
-            "gauge",
             "SSE streams open now (session and lifecycle).",
-            streams.open.load(Ordering::Relaxed),
+            streams.open.load(Ordering::Relaxed) as f64,
         );
-        metric(
+        set_counter(
             "acp_gateway_sse_lagged_total",
-            "counter",
             "Times an SSE subscriber fell behind the live broadcast and read from the log.",
             streams.lagged.load(Ordering::Relaxed),
         );
-        metric(
+        set_counter(
+            "acp_gateway_sse_closed_total",
+            "SSE streams the gateway closed because the log could not be read (clients reconnect).",
+            streams.closed.load(Ordering::Relaxed),
+        );
+        set_counter(
             "acp_gateway_turns_started_total",
-            "counter",
             "Prompt turns started.",
             c.turns_started.load(Ordering::Relaxed),
         );
-        metric(
+        set_counter(
             "acp_gateway_turns_failed_total",
-            "counter",
             "Prompt turns that ended with an error.",
             c.turns_failed.load(Ordering::Relaxed),
         );
-        metric(
+        set_gauge(
             "acp_gateway_permissions_pending",
-            "gauge",
             "Permission requests awaiting an answer.",
-            self.inner.permissions.pending_count() as u64,
+            self.inner.permissions.pending_count() as f64,
         );
-        metric(
+        set_counter(
             "acp_gateway_agent_garbage_total",
-            "counter",
             "Agent output lines or messages ignored as invalid.",
             crate::acp::garbage_count(),
         );
-        out
+        handle.run_upkeep();
+        handle.render()
     }
 
     fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
