@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 both_backends!(every_event_once_across_disconnects_and_a_restart);
 
@@ -300,4 +300,125 @@ async fn retention_announces_gaps() {
     let e = sse.next().await.unwrap();
     assert_eq!((e.id, e.event.as_str()), (24, "turn_started"));
     w.finish().await;
+}
+
+/// Every payload a real session writes to both streams matches its schema in the OpenAPI
+/// document: required properties present, no undocumented property on the gateway's own
+/// events, and the documented JSON types.
+#[tokio::test]
+async fn stream_payloads_match_the_spec() {
+    let spec = serde_json::to_value(acp_gateway::api::openapi()).unwrap();
+    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let mut lifecycle = gw.sse("/events", Some(0)).await;
+    let id = gw.create("/tmp").await;
+    let mut stream = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    gw.prompt_async(&id, "/permission /unknown hello").await;
+    let mut events = stream.until("permission_requested").await;
+    let request_id = events.last().unwrap().data["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = gw
+        .post(
+            &format!("/sessions/{id}/permissions/{request_id}"),
+            json!({"optionId": "allow"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    events.extend(stream.until("turn_ended").await);
+    gw.prompt_async(&id, "/crash").await;
+    events.extend(stream.until("agent_exited").await);
+    gw.wait_members_ready().await;
+    let r = gw
+        .patch(&format!("/sessions/{id}"), json!({"title": "t"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+
+    events.extend(stream.until("session_deleted").await);
+    let kinds: std::collections::HashSet<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    for kind in [
+        "turn_started",
+        "agent_message_chunk",
+        "future_variant_x",
+        "permission_requested",
+        "permission_resolved",
+        "turn_ended",
+        "agent_exited",
+        "session_deleted",
+    ] {
+        assert!(kinds.contains(kind), "no {kind} in {kinds:?}");
+    }
+    for e in &events {
+        let schema = match e.event.as_str() {
+            "turn_started" => "TurnStarted",
+            "turn_ended" => "TurnEnded",
+            "permission_requested" => "PermissionRequested",
+            "permission_resolved" => "PermissionResolved",
+            "session_deleted" => "SessionDeleted",
+            "agent_exited" => "AgentExited",
+            "gap" => "Gap",
+            _ => "SessionUpdateData",
+        };
+        check_schema(&spec, schema, &e.data, &e.event);
+    }
+    let events = lifecycle.until("session_deleted").await;
+    for e in &events {
+        let schema = match e.event.as_str() {
+            "session_created" | "session_updated" => "LifecycleSession",
+            "session_status" => "LifecycleStatus",
+            "session_deleted" => "SessionDeleted",
+            other => panic!("undocumented lifecycle event {other}"),
+        };
+        check_schema(&spec, schema, &e.data, &e.event);
+    }
+    w.finish().await;
+}
+
+/// A small check of `value` against a component schema of the spec: required properties,
+/// property types, and (except where the agent's own objects pass through) no extras.
+fn check_schema(spec: &Value, name: &str, value: &Value, event: &str) {
+    let schema = &spec["components"]["schemas"][name];
+    let props = schema["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no schema {name}"));
+    let object = value
+        .as_object()
+        .unwrap_or_else(|| panic!("{event}: not an object: {value}"));
+    for required in schema["required"].as_array().into_iter().flatten() {
+        let key = required.as_str().unwrap();
+        assert!(
+            object.contains_key(key),
+            "{event}: {key} missing from {value}"
+        );
+    }
+    for (key, v) in object {
+        let Some(prop) = props.get(key) else {
+            assert_eq!(
+                name, "SessionUpdateData",
+                "{event}: {key} is not in {name}: {value}"
+            );
+            continue;
+        };
+        let types: Vec<&str> = match &prop["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            // `$ref` or `oneOf` (a nested schema, possibly null): objects or null.
+            _ => vec!["object", "null"],
+        };
+        let actual = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        assert!(
+            types.contains(&actual) || (actual == "integer" && types.contains(&"number")),
+            "{event}: {key} is {actual}, documented {types:?}: {value}"
+        );
+    }
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::auth::Caller;
 use super::{AppState, Json, Path, Query};
 use crate::error::{ApiError, Problem};
+use crate::events::payloads::{LifecycleStreamEvent, SessionStreamEvent};
 use crate::events::sse_response;
 use crate::gateway::HistoryPage;
 use crate::gateway::model::SessionId;
@@ -65,7 +66,7 @@ fn with_stream_headers(mut res: Response) -> Response {
     params(("id" = String, Path, description = "Session id"), StreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
-        (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An endless text/event-stream; each event decodes to a SessionStreamEvent", content_type = "text/event-stream", body = SessionStreamEvent),
         (status = 400, description = "Malformed cursor or id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -111,7 +112,7 @@ pub async fn session_history(
 #[utoipa::path(get, operation_id = "streamLifecycleEvents", path = "/events", tag = "events",
     params(StreamParams, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
-        (status = 200, description = "An endless text/event-stream", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An endless text/event-stream; each event decodes to a LifecycleStreamEvent", content_type = "text/event-stream", body = LifecycleStreamEvent),
         (status = 400, description = "Malformed cursor", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn lifecycle_events(

@@ -148,10 +148,15 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
         for op in ops.into_iter().flatten() {
             let mut common = vec![("500", "Internal error (details are only in the log)")];
             if public {
-                op.security = Some(vec![
-                    utoipa::openapi::security::SecurityRequirement::default(),
-                ]);
+                // No security at all (an empty requirement object would mean "optional").
+                op.security = Some(Vec::new());
             } else {
+                // Stated on each operation too: some generators ignore the document's default.
+                op.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new::<
+                    _,
+                    _,
+                    String,
+                >("bearer", [])]);
                 common.push(("401", "Missing or unknown API key"));
                 common.push((
                     "429",

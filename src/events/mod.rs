@@ -9,6 +9,8 @@
 //! stdout is read more slowly, and nothing is dropped. Events older than the retention limits are
 //! pruned; a subscriber whose cursor points into pruned history first gets a `gap` event.
 
+pub mod payloads;
+
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,0 +1,137 @@
+"""Smoke test of the Python client generated from openapi/openapi.json by openapi-python-client.
+
+Run by scripts/clients.sh against a live gateway in front of the echo agent, with the generated
+package (target/clients/python) on PYTHONPATH:
+    python smoke.py http://127.0.0.1:PORT
+Exits non-zero on the first mismatch.
+"""
+
+import sys
+from http import HTTPStatus
+
+from acp_gateway_client import Client
+from acp_gateway_client.api.sessions import (
+    create_session,
+    delete_session,
+    get_session,
+    get_session_status,
+    list_sessions,
+)
+from acp_gateway_client.api.turns import prompt_session
+from acp_gateway_client.models import (
+    Activity,
+    CreateSession,
+    Problem,
+    PromptBody,
+    SessionPage,
+    SessionView,
+    Status,
+    StatusView,
+    TurnResult,
+)
+
+
+class Mismatch(Exception):
+    pass
+
+
+def check(ok: bool, what: str, got: object) -> None:
+    if not ok:
+        raise Mismatch(f"{what}: got {got!r}")
+    print(f"  ok  {what}")
+
+
+def listed_ids(client: Client) -> list[str]:
+    # raise_on_unexpected_status: an undocumented status code fails here.
+    resp = list_sessions.sync_detailed(client=client, limit=200)
+    check(resp.status_code == HTTPStatus.OK, "listSessions answers 200", resp.status_code)
+    check(isinstance(resp.parsed, SessionPage), "listSessions returns a SessionPage", resp.parsed)
+    assert isinstance(resp.parsed, SessionPage)
+    return [s.session_id for s in resp.parsed.sessions]
+
+
+def run(base_url: str) -> str:
+    # No token: a gateway without API keys on loopback needs no auth. The protected operations
+    # accept a plain Client as well as an AuthenticatedClient.
+    client = Client(base_url=base_url, raise_on_unexpected_status=True, timeout=30.0)
+
+    # createSession
+    resp = create_session.sync_detailed(client=client, body=CreateSession(cwd="/tmp"))
+    check(resp.status_code == HTTPStatus.CREATED, "createSession answers 201", resp.status_code)
+    session = resp.parsed
+    check(isinstance(session, SessionView), "createSession returns a SessionView", session)
+    assert isinstance(session, SessionView)
+    sid = session.session_id
+    check(bool(sid), "createSession returns a sessionId", sid)
+    check(session.cwd == "/tmp", f"createSession {sid}: cwd is /tmp", session.cwd)
+    check(session.status == Status.LIVE, f"createSession {sid}: status is live", session.status)
+    check(
+        resp.headers.get("location") == f"/sessions/{sid}",
+        "createSession: Location names the session",
+        resp.headers.get("location"),
+    )
+
+    # promptSession
+    resp = prompt_session.sync_detailed(sid, client=client, body=PromptBody(text="hello"))
+    check(resp.status_code == HTTPStatus.OK, "promptSession answers 200", (resp.status_code, resp.parsed))
+    turn = resp.parsed
+    check(isinstance(turn, TurnResult), "promptSession returns a TurnResult", turn)
+    assert isinstance(turn, TurnResult)
+    check(turn.stop_reason == "end_turn", "promptSession: stopReason is end_turn", turn.stop_reason)
+
+    # listSessions
+    ids = listed_ids(client)
+    check(sid in ids, f"listSessions lists {sid}", ids)
+
+    # getSessionStatus
+    resp = get_session_status.sync_detailed(sid, client=client)
+    check(resp.status_code == HTTPStatus.OK, "getSessionStatus answers 200", resp.status_code)
+    view = resp.parsed
+    check(isinstance(view, StatusView), "getSessionStatus returns a StatusView", view)
+    assert isinstance(view, StatusView)
+    check(view.session_id == sid and view.status == Status.LIVE, "getSessionStatus: live", view)
+    check(view.activity == Activity.IDLE, "getSessionStatus: activity idle after the turn", view.activity)
+
+    # deleteSession
+    resp = delete_session.sync_detailed(sid, client=client)
+    check(resp.status_code == HTTPStatus.NO_CONTENT, "deleteSession answers 204", (resp.status_code, resp.parsed))
+
+    # gone: getSessionStatus says not_found, getSession answers 404, listSessions no longer lists it
+    resp = get_session_status.sync_detailed(sid, client=client)
+    check(resp.status_code == HTTPStatus.OK, "getSessionStatus after delete answers 200", resp.status_code)
+    after = resp.parsed
+    check(
+        isinstance(after, StatusView) and after.status == Status.NOT_FOUND and after.activity is None,
+        "getSessionStatus after delete: not_found",
+        after,
+    )
+    resp = get_session.sync_detailed(sid, client=client)
+    check(resp.status_code == HTTPStatus.NOT_FOUND, "getSession after delete answers 404", resp.status_code)
+    check(
+        isinstance(resp.parsed, Problem) and resp.parsed.status == 404,
+        "getSession after delete: a 404 problem",
+        resp.parsed,
+    )
+    ids = listed_ids(client)
+    check(sid not in ids, "listSessions after delete does not list it", ids)
+    return sid
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: smoke.py BASE_URL", file=sys.stderr)
+        return 2
+    try:
+        sid = run(sys.argv[1])
+    except Exception as e:  # noqa: BLE001 - any failure, including a client exception, fails the run
+        print(f"python client: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(
+        "python client (openapi-python-client): OK: session "
+        f"{sid} created, prompted (end_turn), listed, status live, deleted, gone"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Generated clients against a live gateway: generates a TypeScript client (openapi-typescript types +
+# openapi-fetch, clients/ts) and a Python client (openapi-python-client, clients/python) from the
+# committed openapi/openapi.json into target/clients/, then runs each one's smoke script against a
+# gateway in front of the echo agent: create a session, prompt it (end_turn), list it, read its
+# status (live), delete it (204), and see it gone (status not_found, GET 404, not listed).
+#   bash scripts/clients.sh
+# Installs (npm ci in clients/ts, a venv under target/) only when missing or when their pins changed;
+# the generated code is rebuilt on every run and never committed. CLIENTS_NO_BUILD=1 skips the cargo
+# build and uses the debug binaries already in target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+
+# The TypeScript toolchain, from clients/ts/package-lock.json.
+ts=clients/ts
+stamp="$ts/node_modules/.clients-sh-lock"
+if ! cmp -s "$ts/package-lock.json" "$stamp" 2>/dev/null; then
+  (cd "$ts" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$ts/package-lock.json" "$stamp"
+fi
+
+# openapi-python-client, pinned with all its dependencies in clients/python/requirements.txt.
+venv=target/clients-venv
+if ! cmp -s clients/python/requirements.txt "$venv/requirements.txt" 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r clients/python/requirements.txt
+  cp clients/python/requirements.txt "$venv/requirements.txt"
+fi
+
+[ "${CLIENTS_NO_BUILD:-}" = 1 ] || cargo build -q --bin acp-gateway --example echo_agent
+
+# Generate both clients afresh.
+out=target/clients
+rm -rf "$out/ts" "$out/python"
+mkdir -p "$out/ts"
+"$ts/node_modules/.bin/openapi-typescript" openapi/openapi.json -o "$out/ts/schema.d.ts"
+ln -s "$PWD/$ts/node_modules" "$out/ts/node_modules" # lets build/smoke.js import openapi-fetch
+"$ts/node_modules/.bin/tsc" -p "$ts/tsconfig.schema.json" # the generated declarations are valid
+"$ts/node_modules/.bin/tsc" -p "$ts" # type-checks smoke.ts against them and emits build/smoke.js
+# ruff (a pinned dependency) formats the generated code; it has to be on PATH for that.
+if ! PATH="$PWD/$venv/bin:$PATH" "$venv/bin/openapi-python-client" generate \
+  --path openapi/openapi.json --output-path "$out/python" \
+  --config clients/python/config.yaml --meta setup --fail-on-warning >"$out/python-generate.log" 2>&1; then
+  cat "$out/python-generate.log"
+  echo "openapi-python-client failed (or warned) on openapi/openapi.json"
+  exit 1
+fi
+echo "generated $out/ts and $out/python from openapi/openapi.json"
+
+# A gateway in front of the echo agent on an ephemeral port, with a throwaway SQLite db.
+work=$(mktemp -d)
+pid=
+cleanup() {
+  local rc=$?
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  if [ "$rc" -ne 0 ] && [ -s "$work/log" ]; then
+    echo "--- gateway log (last 40 lines) ---"
+    tail -n 40 "$work/log"
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM # so that the EXIT trap stops the gateway on a signal too
+ECHO_AGENT_DIR="$work/agent" target/debug/acp-gateway \
+  --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
+  --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
+pid=$!
+for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
+url=$(sed -n 's/^listening on //p' "$work/out")
+[ -n "$url" ] || { echo "the gateway did not start"; exit 1; }
+echo "gateway at $url (pid $pid)"
+
+# Each client's smoke script; both run even if the first fails.
+failed=0
+summaries=()
+echo "== typescript client"
+if timeout 120 node "$out/ts/build/smoke.js" "$url" >"$work/ts.out" 2>&1; then
+  summaries+=("$(tail -n 1 "$work/ts.out")")
+  cat "$work/ts.out"
+else
+  cat "$work/ts.out"
+  summaries+=("typescript client: FAILED (see above)")
+  failed=1
+fi
+echo "== python client"
+if PYTHONPATH="$out/python" timeout 120 "$venv/bin/python" clients/python/smoke.py "$url" >"$work/py.out" 2>&1; then
+  summaries+=("$(tail -n 1 "$work/py.out")")
+  cat "$work/py.out"
+else
+  cat "$work/py.out"
+  summaries+=("python client: FAILED (see above)")
+  failed=1
+fi
+
+echo "== summary ($((SECONDS - start))s)"
+printf '%s\n' "${summaries[@]}"
+exit "$failed"

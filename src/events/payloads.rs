@@ -1,0 +1,169 @@
+//! The schemas of the SSE streams' events, for the OpenAPI document: one decoded event is
+//! `{id, event, data}`, and `data` is one of the payloads below, chosen by `event`. These types
+//! only describe what the gateway writes (as JSON built where each event happens); a test reads
+//! real streams and checks every payload against them.
+#![allow(dead_code)] // described, never constructed
+
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::error::Problem;
+use crate::gateway::model::{SessionView, Status};
+
+/// One event of `GET /sessions/{id}/events`, decoded from its SSE fields.
+#[derive(ToSchema)]
+pub struct SessionStreamEvent {
+    /// The SSE `id`: the event's sequence number in the session's log (resume after it).
+    id: i64,
+    /// The SSE `event`: an ACP `sessionUpdate` tag (`agent_message_chunk`, `tool_call`, …) or
+    /// `turn_started`, `turn_ended`, `permission_requested`, `permission_resolved`,
+    /// `session_deleted`, `agent_exited`, `gap`.
+    event: String,
+    /// The SSE `data`, JSON.
+    data: SessionEventData,
+}
+
+/// The `data` of a session event, by `event`.
+#[derive(ToSchema)]
+#[serde(untagged)]
+pub enum SessionEventData {
+    SessionUpdate(SessionUpdateData),
+    TurnStarted(TurnStarted),
+    TurnEnded(TurnEnded),
+    PermissionRequested(PermissionRequested),
+    PermissionResolved(PermissionResolved),
+    SessionDeleted(SessionDeleted),
+    AgentExited(AgentExited),
+    Gap(Gap),
+}
+
+/// Any ACP `sessionUpdate` tag: the agent's `session/update` params as sent, including
+/// variants the gateway does not know.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUpdateData {
+    session_id: String,
+    /// The ACP `SessionUpdate`, tagged by `sessionUpdate`.
+    #[schema(value_type = Object)]
+    update: Value,
+    /// `true` when replayed by `session/load` into an empty log.
+    replay: Option<bool>,
+    #[serde(rename = "_meta")]
+    #[schema(value_type = Option<Object>)]
+    meta: Option<Value>,
+}
+
+/// `turn_started`: a prompt was sent to the agent.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStarted {
+    session_id: String,
+    /// The ACP `ContentBlock[]` sent.
+    #[schema(value_type = Vec<Object>)]
+    prompt: Vec<Value>,
+}
+
+/// `turn_ended`: the agent answered `session/prompt` (`stopReason`) or the turn failed
+/// (`error`).
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnEnded {
+    session_id: String,
+    /// `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled`.
+    stop_reason: Option<String>,
+    error: Option<Problem>,
+}
+
+/// `permission_requested`: the agent asks before a tool call; answer it with
+/// `POST /sessions/{id}/permissions/{requestId}`.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionRequested {
+    session_id: String,
+    request_id: String,
+    /// The ACP `session/request_permission` params (`toolCall`, `options`).
+    #[schema(value_type = Object)]
+    request: Value,
+}
+
+/// `permission_resolved`: how a permission request ended.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionResolved {
+    session_id: String,
+    request_id: String,
+    /// The ACP outcome: `{outcome: "selected", optionId}` or `{outcome: "cancelled"}`.
+    #[schema(value_type = Object)]
+    outcome: Value,
+    /// `answered`, `cancelled`, `timeout` or `policy`.
+    reason: String,
+}
+
+/// `session_deleted`: the session was deleted (through the gateway, or it vanished from the
+/// agent's list: reason `vanished_upstream`). The stream ends after it.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDeleted {
+    session_id: String,
+    reason: Option<String>,
+}
+
+/// `agent_exited`: the agent process holding the session exited; the session is `saved`.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentExited {
+    session_id: String,
+    /// The pool member that held it.
+    member: u32,
+    /// Exit code, when it exited normally.
+    code: Option<i32>,
+    /// Signal number, when it was killed by one.
+    signal: Option<i32>,
+}
+
+/// `gap`: events `from`–`to` were removed by retention before this client read them; its `id`
+/// is `to`, so resuming from it continues with the first event kept.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gap {
+    session_id: String,
+    from: i64,
+    to: i64,
+}
+
+/// One event of `GET /events`, decoded from its SSE fields.
+#[derive(ToSchema)]
+pub struct LifecycleStreamEvent {
+    /// The SSE `id`: the event's sequence number in the lifecycle log (resume after it).
+    id: i64,
+    /// `session_created`, `session_updated`, `session_status` or `session_deleted`.
+    event: String,
+    data: LifecycleEventData,
+}
+
+/// The `data` of a lifecycle event, by `event`.
+#[derive(ToSchema)]
+#[serde(untagged)]
+pub enum LifecycleEventData {
+    Session(LifecycleSession),
+    Status(LifecycleStatus),
+    Deleted(SessionDeleted),
+}
+
+/// `session_created`, `session_updated`: the session as `GET /sessions/{id}` shows it.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleSession {
+    session_id: String,
+    session: SessionView,
+}
+
+/// `session_status`: the session became `live` or `saved` (reason `idle` when the idle
+/// timeout closed it).
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleStatus {
+    session_id: String,
+    status: Status,
+    reason: Option<String>,
+}
