@@ -12,6 +12,7 @@ use crate::store::StoreError;
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"type": "urn:acp-gateway:problem:not-found", "title": "Not found", "status": 404, "detail": "no session sess_nope"}))]
 pub struct Problem {
     /// Stable identifier of the kind of problem.
     #[serde(rename = "type")]

@@ -39,6 +39,10 @@ async fn browser_on_another_origin_uses_fetch_and_eventsource() {
             .arg("run.mjs")
             .current_dir(dir)
             .env("PAGE_URL", format!("{page_origin}/"))
+            .env(
+                "DOCS_URL",
+                format!("{}/docs", gateway_url.trim_end_matches('/')),
+            )
             .kill_on_drop(true)
             .output(),
     )
@@ -54,6 +58,25 @@ async fn browser_on_another_origin_uses_fetch_and_eventsource() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let docs = &report["docs"];
+    assert!(docs["error"].is_null(), "the docs page failed: {docs}");
+    let operations = docs["operations"].as_array().unwrap();
+    for id in [
+        "listSessions",
+        "createSession",
+        "promptSession",
+        "streamSessionEvents",
+    ] {
+        assert!(
+            operations.iter().any(|o| o == id),
+            "/docs lacks {id}: {docs}"
+        );
+    }
+    assert_eq!(
+        docs["elsewhere"],
+        serde_json::json!([]),
+        "/docs fetched from elsewhere"
+    );
     let r = &report["result"];
     assert!(r.get("error").is_none(), "the page failed: {report}");
     let id = r["sessionId"].as_str().unwrap();

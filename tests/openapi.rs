@@ -62,8 +62,8 @@ fn every_route_documents_its_errors() {
 }
 
 /// Lint rules for clients generated from the spec: stable camelCase operationIds, a tag and a
-/// one-line summary on every operation, an example on every request body, and every error
-/// answered as problem+json with the `Problem` schema.
+/// one-line summary on every operation, an example on every request and JSON response body,
+/// and every error answered as problem+json with the `Problem` schema.
 #[test]
 fn spec_lint() {
     let doc = serde_json::to_value(acp_gateway::api::openapi()).unwrap();
@@ -100,6 +100,16 @@ fn spec_lint() {
                 );
             }
             for (status, response) in op["responses"].as_object().unwrap() {
+                for media in response["content"].as_object().into_iter().flatten() {
+                    let schema = media.1["schema"]["$ref"].as_str().unwrap_or_default();
+                    if media.0.ends_with("json") && !schema.is_empty() {
+                        let name = schema.rsplit('/').next().unwrap();
+                        assert!(
+                            doc["components"]["schemas"][name].get("example").is_some(),
+                            "{at} {status}: response schema {name} has no example"
+                        );
+                    }
+                }
                 if status.starts_with('4') || status.starts_with('5') {
                     let problem = &response["content"]["application/problem+json"]["schema"];
                     assert_eq!(

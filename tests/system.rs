@@ -50,7 +50,7 @@ async fn agent_health_metrics_docs_and_spec() {
 
     let docs = gw.get("/docs").await;
     assert_eq!(docs.status(), 200);
-    assert!(docs.text().await.unwrap().contains("/openapi.json"));
+    assert!(docs.text().await.unwrap().contains("href=\"openapi.json\""));
     let served: Value = gw.json("/openapi.json").await;
     let committed: Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json"))

@@ -123,6 +123,7 @@ pub struct PromptBody {
 /// How a turn ended.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"stopReason": "end_turn", "result": {"stopReason": "end_turn"}}))]
 pub struct TurnResult {
     /// `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled`.
     pub stop_reason: String,
@@ -134,6 +135,7 @@ pub struct TurnResult {
 /// What `/agent` shows.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}]}))]
 pub struct AgentView {
     /// `null` until a member has answered `initialize`.
     pub initialize: Option<AgentInit>,
@@ -1578,6 +1580,7 @@ pub struct HistoryEvent {
 /// A page of history.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
 pub struct HistoryPage {
     pub events: Vec<HistoryEvent>,
     /// Pass as `after` for the next page; absent when this page reached the end of the log.

@@ -118,6 +118,7 @@ pub enum Activity {
 /// A session as clients see it: ACP `SessionInfo` plus gateway fields.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}))]
 pub struct SessionView {
     pub session_id: String,
     pub cwd: String,
@@ -165,6 +166,7 @@ impl SessionView {
 /// One page of sessions.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"sessions": [{"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}], "nextCursor": "eyJuIjozLCJ1IjoxNzYzODAwMDAwMDAwMDAwLCJzIjoic2Vzc18xIiwicSI6IlQtc1l0OXpEbDhxeSJ9"}))]
 pub struct SessionPage {
     pub sessions: Vec<SessionView>,
     /// Pass as `cursor` for the next page; absent on the last page.
@@ -235,6 +237,7 @@ impl PageJson {
 /// `GET /sessions/{id}/status`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "status": "live", "activity": "idle"}))]
 pub struct StatusView {
     pub session_id: String,
     pub status: Status,

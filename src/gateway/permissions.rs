@@ -15,6 +15,7 @@ use crate::error::ApiError;
 /// A permission request as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"requestId": "perm_1", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "request": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "toolCall": {"toolCallId": "call_1", "title": "Edit src/main.rs"}, "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}, "createdAt": "2026-11-22T12:47:51.068421Z", "outcome": null}))]
 pub struct PermissionView {
     /// The gateway's id for this request (use it in the answer URL).
     pub request_id: String,
@@ -31,7 +32,7 @@ pub struct PermissionView {
 /// `POST /sessions/{id}/permissions/{requestId}` body: `{optionId}` or `{outcome: "cancelled"}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(example = json!({"optionId": "allow-once"}))]
+#[schema(example = json!({"optionId": "allow"}))]
 pub struct PermissionAnswer {
     /// One of the request's `options[].optionId`.
     pub option_id: Option<String>,
