@@ -6,12 +6,14 @@
 //! set, the gateway figures are also measured on PostgreSQL. Prints a table and writes it to
 //! `bench/results/`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
+use support::{DirectAgent, Gateway, Reader, drop_postgres, fresh_postgres};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHUNKS: usize = 20_000;
@@ -22,184 +24,17 @@ const FANOUT_CHUNKS: usize = 2_000;
 /// Set in the reader child process: "N URL".
 const READERS_ENV: &str = "EVENTS_BENCH_READERS";
 
-fn release_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn echo_agent() -> PathBuf {
-    let p = release_dir().join("examples/echo_agent");
-    assert!(
-        p.exists(),
-        "{} is missing: run bench/events.sh, which builds it",
-        p.display()
-    );
-    p
-}
-
-/// Direct baseline: an ACP client on the agent's stdio that reads stdout in large blocks on its
-/// own thread and only counts update lines — the least work any reader can do.
+/// Direct baseline: updates per second a bare client reads from the agent's stdout.
 fn direct_rate(state: &Path) -> f64 {
-    use std::io::{Read, Write};
-    let mut child = std::process::Command::new(echo_agent())
-        .env("ECHO_AGENT_DIR", state)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut send = |id: u64, method: &str, params: Value| {
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-            .to_string()
-            + "\n";
-        stdin.write_all(line.as_bytes()).unwrap();
-    };
-    let (mut buf, mut pending) = (vec![0u8; 1 << 20], Vec::<u8>::new());
-    // Reads until the response to `id`; returns it and the number of update lines before it.
-    let mut until = |id: u64| -> (Value, usize) {
-        let mut updates = 0;
-        loop {
-            let mut start = 0;
-            while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
-                let line = &pending[start..start + nl];
-                start += nl + 1;
-                if line.windows(16).any(|w| w == b"\"session/update\"") {
-                    updates += 1;
-                } else if let Ok(v) = serde_json::from_slice::<Value>(line)
-                    && v["id"] == id
-                {
-                    pending.drain(..start);
-                    return (v, updates);
-                }
-            }
-            pending.drain(..start);
-            let n = stdout.read(&mut buf).unwrap();
-            assert!(n > 0, "the agent closed stdout");
-            pending.extend_from_slice(&buf[..n]);
-        }
-    };
-    send(
-        1,
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    );
-    until(1);
-    send(2, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
-    let session = until(2).0["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let mut agent = DirectAgent::start(state);
     let mut best: f64 = 0.0;
-    for round in 0..ROUNDS {
-        let id = 10 + round as u64;
+    for _ in 0..ROUNDS {
         let started = Instant::now();
-        let text = format!("/chunks {CHUNKS}");
-        send(
-            id,
-            "session/prompt",
-            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
-        );
-        let (_, updates) = until(id);
+        let updates = agent.prompt(&format!("/chunks {CHUNKS}"));
         assert!(updates >= CHUNKS);
         best = best.max(CHUNKS as f64 / started.elapsed().as_secs_f64());
     }
-    let _ = child.kill();
-    let _ = child.wait();
     best
-}
-
-struct Gateway {
-    base: String,
-    child: tokio::process::Child,
-}
-
-impl Gateway {
-    async fn start(db: &str, state: &Path) -> Gateway {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
-            .args(["--listen", "127.0.0.1:0", "--database-url", db, "--agent"])
-            .arg(echo_agent())
-            .env("ECHO_AGENT_DIR", state)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = out.next_line().await.unwrap().unwrap();
-        let base = first.strip_prefix("listening on ").unwrap().to_owned();
-        let http = reqwest::Client::new();
-        for _ in 0..600 {
-            if http
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return Gateway { base, child };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the gateway did not become ready");
-    }
-
-    async fn stop(mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
-    }
-}
-
-/// An SSE subscriber that, like a browser's EventSource, reconnects with `Last-Event-ID` when
-/// its stream ends, until it has read a `turn_ended`.
-struct Reader {
-    res: reqwest::Response,
-}
-
-impl Reader {
-    async fn open(http: &reqwest::Client, url: &str) -> Reader {
-        Reader {
-            res: http.get(url).send().await.unwrap(),
-        }
-    }
-
-    /// Returns how many events arrived, over all connections. Frames are scanned as bytes in
-    /// place, so a thousand readers cost their clients as little CPU as possible.
-    async fn until_turn_end(self, http: &reqwest::Client, url: &str) -> usize {
-        let frame_end = memchr::memmem::Finder::new(b"\n\n");
-        let (mut res, mut events, mut last) = (self.res, 0usize, None::<String>);
-        loop {
-            let mut body = res.bytes_stream();
-            let mut buf: Vec<u8> = Vec::new();
-            while let Some(Ok(bytes)) = body.next().await {
-                buf.extend_from_slice(&bytes);
-                let mut start = 0;
-                while let Some(end) = frame_end.find(&buf[start..]) {
-                    let frame = &buf[start..start + end];
-                    start += end + 2;
-                    let Some(rest) = frame.strip_prefix(b"id: ") else {
-                        continue; // keep-alive comment
-                    };
-                    let id_end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-                    events += 1;
-                    if rest[id_end..].starts_with(b"\nevent: turn_ended\n") {
-                        return events;
-                    }
-                    last = Some(String::from_utf8_lossy(&rest[..id_end]).into_owned());
-                }
-                buf.drain(..start);
-            }
-            let mut req = http.get(url);
-            if let Some(id) = &last {
-                req = req.header("last-event-id", id);
-            }
-            res = req.send().await.unwrap();
-        }
-    }
 }
 
 /// Subscribers on a session, in a child process at the lowest CPU priority (`nice -n 19`):
@@ -244,7 +79,7 @@ async fn run_readers(spec: &str) {
         let reader = Reader::open(&http, url).await;
         let (http, url) = (http.clone(), url.to_owned());
         readers.push(tokio::spawn(async move {
-            reader.until_turn_end(&http, &url).await
+            reader.until_turns_end(&http, &url, 1).await
         }));
     }
     println!("ready");
@@ -266,16 +101,7 @@ struct GatewayFigures {
 async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     let gw = Gateway::start(db, state).await;
     let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{}/sessions", gw.base))
-        .json(&json!({"cwd": "/tmp"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let id = gw.create(&http).await;
     let events_url = format!("{}/sessions/{id}/events", gw.base);
     let prompt = |chunks: usize| {
         let (http, url) = (http.clone(), format!("{}/sessions/{id}/prompt", gw.base));
@@ -297,7 +123,7 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         let reader = Reader::open(&http, &events_url).await;
         let started = Instant::now();
         let turn = tokio::spawn(prompt(CHUNKS));
-        let events = reader.until_turn_end(&http, &events_url).await;
+        let events = reader.until_turns_end(&http, &events_url, 1).await;
         let elapsed = started.elapsed();
         assert!(events >= CHUNKS);
         best = best.max(CHUNKS as f64 / elapsed.as_secs_f64());
@@ -337,29 +163,6 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     }
 }
 
-async fn fresh_postgres(admin: &str) -> (String, String) {
-    use sqlx::Connection;
-    let name = format!("acpgw_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("DATABASE_URL unreachable");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = admin.rsplit_once('/').unwrap().0;
-    (format!("{base}/{name}"), name)
-}
-
-async fn drop_postgres(admin: &str, name: &str) {
-    use sqlx::Connection;
-    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut conn)
-            .await;
-    }
-}
-
 #[tokio::main]
 async fn main() {
     if let Ok(spec) = std::env::var(READERS_ENV) {
@@ -384,15 +187,7 @@ async fn main() {
         ));
         drop_postgres(&admin, &name).await;
     }
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let (commit, cores) = (support::commit(), support::cores());
     let mut table = format!(
         "Event rate, {CHUNKS} agent_message_chunk updates per turn, best of {ROUNDS}; commit {commit}, {cores} cores\n\n\
          | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | {FANOUT_CHUNKS}-chunk turn, 1 subscriber | same turn, {FANOUT} subscribers | slowdown | subscribers fell behind |\n\

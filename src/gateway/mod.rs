@@ -154,6 +154,8 @@ enum Busy {
 struct Entry {
     /// The pool member holding it live, if any.
     member: Option<usize>,
+    /// The owning tenant, known once attached (lets status answer without the store).
+    tenant: Option<String>,
     busy: Busy,
     /// When it was last attached, prompted or finished a turn (for the idle timeout).
     last_active: Instant,
@@ -165,6 +167,7 @@ impl Entry {
     fn new() -> Self {
         Entry {
             member: None,
+            tenant: None,
             busy: Busy::Idle,
             last_active: Instant::now(),
             turn_done: None,
@@ -552,7 +555,7 @@ impl Gateway {
         self.store().put_session(&record).await?;
         drop(creating);
         self.inner.sessions_changed();
-        self.attach(&session_id, member);
+        self.attach(&record, member);
         self.lifecycle(
             &record,
             "session_created",
@@ -690,6 +693,20 @@ impl Gateway {
             status,
             activity,
         };
+        // A live session's owner is in memory: no store read (the common, hot case).
+        let live_owner = {
+            let sessions = self.inner.sessions.lock().expect("sessions lock");
+            sessions
+                .get(id.as_str())
+                .filter(|e| e.member.is_some())
+                .and_then(|e| e.tenant.clone())
+        };
+        if live_owner.is_some_and(|t| caller.sees(&t)) {
+            let (status, activity) = self.status_of(id.as_str());
+            if status == Status::Live {
+                return Ok(view(status, activity));
+            }
+        }
         let record = self.store().get_session(id.as_str()).await?;
         // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
         // know (sessions only the agent knows belong to the admin).
@@ -860,24 +877,28 @@ impl Gateway {
             .counters
             .turns_started
             .fetch_add(1, Ordering::Relaxed);
-        self.append(
-            id.as_str(),
-            "turn_started",
-            json!({"sessionId": id.as_str(), "prompt": prompt}),
-        )
-        .await;
-        let at = now();
-        let _ = self
-            .inner
-            .update_cached(id.as_str(), &|r| r.updated_at = at)
+        // Queued, not awaited: the log's order is the queue's, so it precedes every update the
+        // agent sends for this turn, and the prompt goes out without waiting for a commit.
+        self.inner
+            .enqueue(
+                id.as_str(),
+                "turn_started",
+                json!({"sessionId": id.as_str(), "prompt": prompt}),
+            )
             .await;
         // The turn runs in its own task so that a client hanging up never leaves it without
         // its `turn_ended` event.
         let this = self.clone();
         let sid = id.as_str().to_owned();
         let params = json!({"sessionId": sid, "prompt": prompt});
+        let at = now();
         let sent = conn.send_request("session/prompt", params).await;
         claim.mark_sent();
+        // While the agent works; never back in time if the agent reported activity first.
+        let _ = self
+            .inner
+            .update_cached(id.as_str(), &|r| r.updated_at = r.updated_at.max(at))
+            .await;
         let turn = self.inner.tasks.spawn(async move {
             let _claim = claim;
             let outcome = match sent {
@@ -1181,18 +1202,19 @@ impl Gateway {
                 "the session is not live and the agent supports neither session/resume nor session/load".into(),
             ));
         }
-        self.attach(id, member);
+        self.attach(record, member);
         self.lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;
         Ok(member)
     }
 
-    fn attach(&self, session_id: &str, member: usize) {
+    fn attach(&self, record: &SessionRecord, member: usize) {
         let mut sessions = self.inner.sessions.lock().expect("sessions lock");
         let entry = sessions
-            .entry(session_id.to_owned())
+            .entry(record.session_id.clone())
             .or_insert_with(Entry::new);
         entry.last_active = Instant::now();
+        entry.tenant = Some(record.tenant.clone());
         if entry.member.is_none() {
             self.pool.adjust_sessions(member, true);
         }

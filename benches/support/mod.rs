@@ -1,0 +1,393 @@
+//! What the benchmarks share: the release binaries, a gateway process, a direct ACP client on
+//! the agent's stdio (the baseline), SSE readers, a closed-loop HTTP load generator, a bare axum
+//! route (the REST baseline), fresh PostgreSQL databases, and the run's commit and core count.
+#![allow(dead_code)] // each benchmark uses part of it
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+pub fn release_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+pub fn echo_agent() -> PathBuf {
+    let p = release_dir().join("examples/echo_agent");
+    assert!(
+        p.exists(),
+        "{} is missing: run the bench/ script, which builds it",
+        p.display()
+    );
+    p
+}
+
+/// The commit measured (`git rev-parse --short HEAD`, `+dirty` with local changes).
+pub fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"]);
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    if dirty { format!("{head}+dirty") } else { head }
+}
+
+pub fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0)
+}
+
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// Resident set size of a process, in KiB (`VmRSS` of `/proc/PID/status`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// The baseline: an ACP client on the echo agent's stdio that reads stdout in large blocks and
+/// only counts update lines — the least work any client can do.
+pub struct DirectAgent {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::process::ChildStdout,
+    buf: Vec<u8>,
+    pending: Vec<u8>,
+    next_id: u64,
+    pub session: String,
+}
+
+impl DirectAgent {
+    /// Starts the agent, initializes it and creates one session.
+    pub fn start(state: &Path) -> DirectAgent {
+        let mut child = std::process::Command::new(echo_agent())
+            .env("ECHO_AGENT_DIR", state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut agent = DirectAgent {
+            stdin: child.stdin.take().unwrap(),
+            stdout: child.stdout.take().unwrap(),
+            child,
+            buf: vec![0u8; 1 << 20],
+            pending: Vec::new(),
+            next_id: 1,
+            session: String::new(),
+        };
+        agent.call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        let created = agent.call("session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+        agent.session = created.0["result"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        agent
+    }
+
+    /// Sends a request and reads until its response; returns it and the update lines before it.
+    pub fn call(&mut self, method: &str, params: Value) -> (Value, usize) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        let mut updates = 0;
+        loop {
+            let mut start = 0;
+            while let Some(nl) = memchr::memchr(b'\n', &self.pending[start..]) {
+                let line = &self.pending[start..start + nl];
+                start += nl + 1;
+                if memchr::memmem::find(line, b"\"session/update\"").is_some() {
+                    updates += 1;
+                } else if let Ok(v) = serde_json::from_slice::<Value>(line)
+                    && v["id"] == id
+                {
+                    self.pending.drain(..start);
+                    return (v, updates);
+                }
+            }
+            self.pending.drain(..start);
+            let n = self.stdout.read(&mut self.buf).unwrap();
+            assert!(n > 0, "the agent closed stdout");
+            self.pending.extend_from_slice(&self.buf[..n]);
+        }
+    }
+
+    /// One prompt with `text`; returns the update lines it produced.
+    pub fn prompt(&mut self, text: &str) -> usize {
+        let params = json!({"sessionId": self.session, "prompt": [{"type": "text", "text": text}]});
+        let (response, updates) = self.call("session/prompt", params);
+        assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+        updates
+    }
+}
+
+impl Drop for DirectAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A release gateway in front of the release echo agent, on an ephemeral loopback port.
+pub struct Gateway {
+    pub base: String,
+    pub child: tokio::process::Child,
+    /// Spawn to `/readyz` 200.
+    pub ready_after: Duration,
+}
+
+impl Gateway {
+    pub async fn start(db: &str, state: &Path) -> Gateway {
+        Self::start_with(db, state, &[]).await
+    }
+
+    pub async fn start_with(db: &str, state: &Path, args: &[&str]) -> Gateway {
+        std::fs::create_dir_all(state).unwrap();
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+            .args(["--listen", "127.0.0.1:0", "--database-url", db, "--agent"])
+            .arg(echo_agent())
+            .args(args)
+            .env("ECHO_AGENT_DIR", state)
+            // tower_http logs the 503s of /readyz while the agent starts as errors.
+            .env("RUST_LOG", "warn,tower_http=off")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = out.next_line().await.unwrap().unwrap();
+        let base = first.strip_prefix("listening on ").unwrap().to_owned();
+        let http = reqwest::Client::new();
+        for _ in 0..30_000 {
+            if http
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                let ready_after = started.elapsed();
+                return Gateway {
+                    base,
+                    child,
+                    ready_after,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the gateway did not become ready");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
+    pub async fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+    }
+
+    /// Creates a session; returns its id.
+    pub async fn create(&self, http: &reqwest::Client) -> String {
+        let created: Value = http
+            .post(format!("{}/sessions", self.base))
+            .json(&json!({"cwd": "/tmp"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        created["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    /// Prompts and waits for the turn; returns how long it took.
+    pub async fn prompt(&self, http: &reqwest::Client, id: &str, text: &str) -> Duration {
+        let started = Instant::now();
+        let r = http
+            .post(format!("{}/sessions/{id}/prompt", self.base))
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+        started.elapsed()
+    }
+}
+
+/// An SSE subscriber that, like a browser's EventSource, reconnects with `Last-Event-ID` when
+/// its stream ends.
+pub struct Reader {
+    res: reqwest::Response,
+}
+
+impl Reader {
+    pub async fn open(http: &reqwest::Client, url: &str) -> Reader {
+        Reader {
+            res: http.get(url).send().await.unwrap(),
+        }
+    }
+
+    /// Reads until `turns` `turn_ended` events have arrived; returns how many events arrived,
+    /// over all connections. Frames are scanned as bytes in place, so that a thousand readers
+    /// cost their clients as little CPU as possible.
+    pub async fn until_turns_end(self, http: &reqwest::Client, url: &str, turns: usize) -> usize {
+        let frame_end = memchr::memmem::Finder::new(b"\n\n");
+        let (mut res, mut events, mut ended, mut last) = (self.res, 0usize, 0, None::<String>);
+        loop {
+            let mut body = res.bytes_stream();
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(Ok(bytes)) = body.next().await {
+                buf.extend_from_slice(&bytes);
+                let mut start = 0;
+                while let Some(end) = frame_end.find(&buf[start..]) {
+                    let frame = &buf[start..start + end];
+                    start += end + 2;
+                    let Some(rest) = frame.strip_prefix(b"id: ") else {
+                        continue; // keep-alive comment
+                    };
+                    let id_end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+                    events += 1;
+                    last = Some(String::from_utf8_lossy(&rest[..id_end]).into_owned());
+                    if rest[id_end..].starts_with(b"\nevent: turn_ended\n") {
+                        ended += 1;
+                        if ended == turns {
+                            return events;
+                        }
+                    }
+                }
+                buf.drain(..start);
+            }
+            let mut req = http.get(url);
+            if let Some(id) = &last {
+                req = req.header("last-event-id", id);
+            }
+            res = req.send().await.unwrap();
+        }
+    }
+}
+
+/// Requests per second of `GET url` from `concurrency` closed-loop clients over `window`,
+/// after `warmup`; every answer must be 200 with a body of `expected_len` bytes.
+pub async fn load(
+    url: &str,
+    expected_len: usize,
+    concurrency: usize,
+    warmup: Duration,
+    window: Duration,
+) -> f64 {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .unwrap();
+    let window_start = Instant::now() + warmup;
+    let window_end = window_start + window;
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (http, url, done) = (http.clone(), url.to_owned(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < window_end {
+                    let r = http.get(&url).send().await.unwrap();
+                    assert_eq!(r.status(), 200, "GET {url}");
+                    assert_eq!(r.bytes().await.unwrap().len(), expected_len, "GET {url}");
+                    let now = Instant::now();
+                    if now >= window_start && now < window_end {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
+/// A bare axum route answering `GET path` with `body` as JSON, on its own multi-threaded tokio
+/// runtime (on its own thread, alive until the process exits).
+pub fn bare_server(path: &'static str, body: Bytes) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let app = axum::Router::new().route(
+                path,
+                axum::routing::get(move || {
+                    let body = body.clone();
+                    async move {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            body,
+                        )
+                    }
+                }),
+            );
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// A new database on the server of `admin`; returns its URL and name.
+pub async fn fresh_postgres(admin: &str) -> (String, String) {
+    use sqlx::Connection;
+    let name = format!("acpgw_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("DATABASE_URL unreachable");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let base = admin.rsplit_once('/').unwrap().0;
+    (format!("{base}/{name}"), name)
+}
+
+pub async fn drop_postgres(admin: &str, name: &str) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await;
+    }
+}
