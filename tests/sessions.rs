@@ -278,6 +278,21 @@ async fn quick_start_flow(backend: Backend) {
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
     assert_eq!(gw.status(&id).await, "not_found");
     assert_eq!(gw.get(&format!("/sessions/{id}")).await.status(), 404);
+    // The answer does not wait for the log's commit, but a read of the log right after it
+    // sees the whole turn, even one whose updates the writer is still storing.
+    let other = gw.create("/tmp/project").await;
+    let (status, _) = gw.prompt(&other, "/chunks 20000").await;
+    assert_eq!(status, 200);
+    let history = gw
+        .json(&format!("/sessions/{other}/history?after=20000"))
+        .await;
+    let last = history["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["event"], "turn_ended", "{history}");
     w.finish().await;
 }
 

@@ -55,7 +55,8 @@ pub struct Retention {
 
 struct Queued {
     session_id: String,
-    event: NewEvent,
+    /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
+    event: Option<NewEvent>,
     done: Option<oneshot::Sender<Result<i64, String>>>,
 }
 
@@ -216,6 +217,19 @@ impl EventHub {
         self.enqueue_with(session_id, event, None).await;
     }
 
+    /// Waits until everything queued so far is stored (read-your-writes for log readers).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        let barrier = Queued {
+            session_id: String::new(),
+            event: None,
+            done: Some(tx),
+        };
+        if self.queue.send(barrier).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     async fn enqueue_with(
         &self,
         session_id: &str,
@@ -224,13 +238,13 @@ impl EventHub {
     ) {
         let item = Queued {
             session_id: session_id.to_owned(),
-            event,
+            event: Some(event),
             done,
         };
         if let Err(mpsc::error::SendError(item)) = self.queue.send(item).await {
             tracing::error!(
                 session = item.session_id,
-                kind = item.event.kind,
+                kind = item.event.map(|e| e.kind),
                 "the event writer has stopped; event not stored"
             );
         }
@@ -263,14 +277,19 @@ impl EventHub {
     async fn write_batch(&self, batch: &mut Vec<Queued>) {
         // Group by session, keeping each session's order (sessions are independent logs).
         let mut groups: Vec<(String, Vec<Queued>)> = Vec::new();
+        let mut barriers = Vec::new();
         for item in batch.drain(..) {
+            if item.event.is_none() {
+                barriers.extend(item.done);
+                continue;
+            }
             match groups.iter_mut().find(|(id, _)| *id == item.session_id) {
                 Some((_, items)) => items.push(item),
                 None => groups.push((item.session_id.clone(), vec![item])),
             }
         }
         for (session_id, items) in groups {
-            let events: Vec<NewEvent> = items.iter().map(|i| i.event.clone()).collect();
+            let events: Vec<NewEvent> = items.iter().filter_map(|i| i.event.clone()).collect();
             match self.store.append_events(&session_id, &events).await {
                 Ok(stored) => {
                     self.appended
@@ -299,6 +318,10 @@ impl EventHub {
                     }
                 }
             }
+        }
+        // Everything queued before the barriers is in this batch or an earlier one: stored.
+        for done in barriers {
+            let _ = done.send(Ok(0));
         }
     }
 
@@ -574,6 +597,31 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `flush` returns once everything queued before it is stored. On this single-threaded
+    /// runtime the writer cannot run between the enqueues and the read unless `flush` waits.
+    #[tokio::test]
+    async fn flush_waits_for_everything_queued_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("t.db").display());
+        let store = crate::store::connect(&url).await.unwrap();
+        let hub = EventHub::new(
+            store.clone(),
+            CancellationToken::new(),
+            Retention::default(),
+        );
+        for i in 0..100 {
+            let payload = serde_json::json!({"i": i});
+            let event = NewEvent {
+                kind: "x".into(),
+                payload,
+            };
+            hub.enqueue("s", event).await;
+        }
+        hub.flush().await;
+        assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
+        hub.close().await;
+    }
 
     #[test]
     fn frames_stay_well_formed_whatever_the_agent_names_its_updates() {

@@ -887,18 +887,24 @@ impl Gateway {
             )
             .await;
         // The turn runs in its own task so that a client hanging up never leaves it without
-        // its `turn_ended` event.
+        // its `turn_ended` event. Its events are queued in order, not awaited: the answer does
+        // not wait for a commit, and log readers (`/history`) flush the queue first.
         let this = self.clone();
         let sid = id.as_str().to_owned();
         let params = json!({"sessionId": sid, "prompt": prompt});
         let at = now();
         let sent = conn.send_request("session/prompt", params).await;
         claim.mark_sent();
-        // While the agent works; never back in time if the agent reported activity first.
-        let _ = self
-            .inner
-            .update_cached(id.as_str(), &|r| r.updated_at = r.updated_at.max(at))
-            .await;
+        // Beside the turn, not before its answer; never back in time if the agent reported
+        // activity first.
+        {
+            let (inner, sid) = (self.inner.clone(), id.as_str().to_owned());
+            self.inner.tasks.spawn(async move {
+                let _ = inner
+                    .update_cached(&sid, &|r| r.updated_at = r.updated_at.max(at))
+                    .await;
+            });
+        }
         let turn = self.inner.tasks.spawn(async move {
             let _claim = claim;
             let outcome = match sent {
@@ -908,12 +914,13 @@ impl Gateway {
             match &outcome {
                 Ok(result) => {
                     let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
-                    this.append(
-                        &sid,
-                        "turn_ended",
-                        json!({"sessionId": sid, "stopReason": stop}),
-                    )
-                    .await;
+                    this.inner
+                        .enqueue(
+                            &sid,
+                            "turn_ended",
+                            json!({"sessionId": sid, "stopReason": stop}),
+                        )
+                        .await;
                 }
                 Err(e) => {
                     this.inner
@@ -921,12 +928,13 @@ impl Gateway {
                         .turns_failed
                         .fetch_add(1, Ordering::Relaxed);
                     let problem = ApiError::from_call(e.clone()).problem();
-                    this.append(
-                        &sid,
-                        "turn_ended",
-                        json!({"sessionId": sid, "error": problem}),
-                    )
-                    .await;
+                    this.inner
+                        .enqueue(
+                            &sid,
+                            "turn_ended",
+                            json!({"sessionId": sid, "error": problem}),
+                        )
+                        .await;
                 }
             }
             outcome
@@ -1652,6 +1660,8 @@ impl Gateway {
             return Err(ApiError::BadRequest("after must be >= 0".into()));
         }
         self.record(caller, id).await?;
+        // Events queued before this request (a turn just answered) are read too.
+        self.inner.hub.flush().await;
         let rows = self
             .store()
             .read_events(id.as_str(), after, limit + 1)
