@@ -217,6 +217,28 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
     for path in ["/sessions", "/sessions?refresh=true"] {
         assert_eq!(listed_ids(&gw.json(path).await), [other.as_str()], "{path}");
     }
+
+    // An agent that can neither archive nor close keeps the session in memory: still no prompt.
+    let r = gw
+        .post(&format!("/sessions/{id}/unarchive"), json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    w.opts = Options::default().env("ECHO_AGENT_CAPS", "load,list,resume");
+    w.restart().await;
+    let gw = w.gw();
+    assert_eq!(gw.prompt(&id, "live once more").await.0, 200);
+    let v: Value = gw
+        .post(&format!("/sessions/{id}/archive"), json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["archived"].clone(), v["status"].clone()),
+        (json!(true), json!("live"))
+    );
+    let (status, body) = gw.prompt(&id, "not while archived").await;
+    assert_eq!(status, 409, "{body}");
     w.finish().await;
 }
 

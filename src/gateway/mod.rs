@@ -1167,13 +1167,15 @@ impl Gateway {
                 .get(id)
                 .and_then(|e| e.member)
         };
-        if let Some(m) = held {
-            return Ok(m);
-        }
+        // Before the live shortcut: an agent that can neither archive nor close keeps an
+        // archived session in memory, and it still must not be prompted.
         if record.archived {
             return Err(ApiError::Conflict(format!(
                 "session {id} is archived: unarchive it (POST /sessions/{id}/unarchive) first"
             )));
+        }
+        if let Some(m) = held {
+            return Ok(m);
         }
         let caps = self.caps();
         let (member, conn) = self.place()?;
