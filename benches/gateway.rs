@@ -52,8 +52,10 @@ async fn rest_ratio(gw: &Gateway, path: &'static str, route: &'static str) -> (f
     let bare_url = format!("http://{bare}{path}");
     let (mut gateway_best, mut bare_best) = (0.0f64, 0.0f64);
     for _ in 0..LOAD_ROUNDS {
-        gateway_best = gateway_best.max(load(&url, body.len(), CONCURRENCY, WARMUP, WINDOW).await);
-        bare_best = bare_best.max(load(&bare_url, body.len(), CONCURRENCY, WARMUP, WINDOW).await);
+        gateway_best =
+            gateway_best.max(load(&url, body.len(), CONCURRENCY, (WARMUP, WINDOW), false).await);
+        bare_best =
+            bare_best.max(load(&bare_url, body.len(), CONCURRENCY, (WARMUP, WINDOW), false).await);
     }
     (gateway_best, bare_best)
 }

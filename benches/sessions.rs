@@ -20,19 +20,17 @@
 //! gateway serves a page it has read before from memory until a session changes; its
 //! throughput with `Cache-Control: no-cache` (a store read per request) is reported too.
 
-use std::net::SocketAddr;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::FutureExt;
 use serde_json::Value;
 use sqlx::Connection;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use support::{Gateway, bare_server, drop_postgres, fresh_postgres, load, percentile};
 
 const SMALL: i64 = 1_000;
 const SMALL_CWDS: i64 = 10;
@@ -88,23 +86,6 @@ fn list_sql(backend: Backend, with_cwd: bool) -> String {
         p(next)
     ));
     sql
-}
-
-fn release_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn echo_agent() -> PathBuf {
-    let p = release_dir().join("examples/echo_agent");
-    assert!(
-        p.exists(),
-        "{} is missing: run bench/sessions.sh, which builds it",
-        p.display()
-    );
-    p
 }
 
 /// Applies the migrations with `acp-gateway migrate`.
@@ -283,50 +264,6 @@ async fn explain(backend: Backend, db: &str) -> Vec<String> {
     lines
 }
 
-struct Gateway {
-    base: String,
-    child: tokio::process::Child,
-}
-
-impl Gateway {
-    async fn start(db: &str, state: &Path) -> Gateway {
-        std::fs::create_dir_all(state).unwrap();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
-            .args(["--listen", "127.0.0.1:0", "--database-url", db, "--agent"])
-            .arg(echo_agent())
-            .env("ECHO_AGENT_DIR", state)
-            // tower_http logs the 503s of /readyz while the agent starts as errors.
-            .env("RUST_LOG", "warn,tower_http=off")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = out.next_line().await.unwrap().unwrap();
-        let base = first.strip_prefix("listening on ").unwrap().to_owned();
-        let http = reqwest::Client::new();
-        for _ in 0..600 {
-            if http
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return Gateway { base, child };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the gateway did not become ready");
-    }
-
-    async fn stop(mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
-    }
-}
-
 /// One GET, body read to the end; checks the status.
 async fn get(http: &reqwest::Client, url: &str) -> Bytes {
     fetch(http, url, false).await
@@ -353,11 +290,6 @@ fn check_page(body: &[u8], cwd: Option<&str>) {
     if let Some(cwd) = cwd {
         assert!(sessions.iter().all(|s| s["cwd"] == cwd));
     }
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 #[derive(Clone, Copy, Default)]
@@ -415,67 +347,6 @@ async fn latencies(small: &Gateway, large: &Gateway) -> [[Latency; 2]; 2] {
     })
 }
 
-/// Requests per second that CONCURRENCY workers complete against `url` in LOAD_WINDOW after
-/// LOAD_WARMUP; every body must be `expected_len` bytes long.
-async fn load(url: &str, expected_len: usize, fresh: bool) -> f64 {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(CONCURRENCY)
-        .build()
-        .unwrap();
-    let window_start = Instant::now() + LOAD_WARMUP;
-    let window_end = window_start + LOAD_WINDOW;
-    let done = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..CONCURRENCY)
-        .map(|_| {
-            let (http, url, done) = (http.clone(), url.to_owned(), done.clone());
-            tokio::spawn(async move {
-                while Instant::now() < window_end {
-                    let body = fetch(&http, &url, fresh).await;
-                    assert_eq!(body.len(), expected_len);
-                    let now = Instant::now();
-                    if now >= window_start && now < window_end {
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / LOAD_WINDOW.as_secs_f64()
-}
-
-/// A bare axum route answering `GET /sessions` with `body` as JSON, on its own multi-threaded
-/// tokio runtime (on its own thread, alive until the process exits).
-fn bare_server(body: Bytes) -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let app = axum::Router::new().route(
-                "/sessions",
-                axum::routing::get(move || {
-                    let body = body.clone();
-                    async move {
-                        (
-                            [(axum::http::header::CONTENT_TYPE, "application/json")],
-                            body,
-                        )
-                    }
-                }),
-            );
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
-}
-
 struct Figures {
     lat: [[Latency; 2]; 2],
     gateway_rps: f64,
@@ -503,23 +374,75 @@ async fn figures(backend: Backend, small_db: &str, large_db: &str, state: &Path)
     let body = get(&reqwest::Client::new(), &url).await;
     check_page(&body, None);
     let body_len = body.len();
-    let bare = format!("http://{}/sessions", bare_server(body.clone()));
+    let bare = format!("http://{}/sessions", bare_server("/sessions", body.clone()));
     assert_eq!(get(&reqwest::Client::new(), &bare).await, body);
     let (mut gateway_rps, mut gateway_fresh_rps, mut bare_rps) = (0.0f64, 0.0f64, 0.0f64);
     // For reference: the gateway's HTTP stack alone (middleware, no store, 2-byte body).
     let healthz = format!("{}/healthz", large.base);
     let healthz_len = get(&reqwest::Client::new(), &healthz).await.len();
-    let healthz_rps = load(&healthz, healthz_len, false).await;
+    let healthz_rps = load(
+        &healthz,
+        healthz_len,
+        CONCURRENCY,
+        (LOAD_WARMUP, LOAD_WINDOW),
+        false,
+    )
+    .await;
     for round in 0..LOAD_ROUNDS {
         if round % 2 == 0 {
-            gateway_rps = gateway_rps.max(load(&url, body_len, false).await);
-            bare_rps = bare_rps.max(load(&bare, body_len, false).await);
+            gateway_rps = gateway_rps.max(
+                load(
+                    &url,
+                    body_len,
+                    CONCURRENCY,
+                    (LOAD_WARMUP, LOAD_WINDOW),
+                    false,
+                )
+                .await,
+            );
+            bare_rps = bare_rps.max(
+                load(
+                    &bare,
+                    body_len,
+                    CONCURRENCY,
+                    (LOAD_WARMUP, LOAD_WINDOW),
+                    false,
+                )
+                .await,
+            );
         } else {
-            bare_rps = bare_rps.max(load(&bare, body_len, false).await);
-            gateway_rps = gateway_rps.max(load(&url, body_len, false).await);
+            bare_rps = bare_rps.max(
+                load(
+                    &bare,
+                    body_len,
+                    CONCURRENCY,
+                    (LOAD_WARMUP, LOAD_WINDOW),
+                    false,
+                )
+                .await,
+            );
+            gateway_rps = gateway_rps.max(
+                load(
+                    &url,
+                    body_len,
+                    CONCURRENCY,
+                    (LOAD_WARMUP, LOAD_WINDOW),
+                    false,
+                )
+                .await,
+            );
         }
     }
-    gateway_fresh_rps = gateway_fresh_rps.max(load(&url, body_len, true).await);
+    gateway_fresh_rps = gateway_fresh_rps.max(
+        load(
+            &url,
+            body_len,
+            CONCURRENCY,
+            (LOAD_WARMUP, LOAD_WINDOW),
+            true,
+        )
+        .await,
+    );
     large.stop().await;
     Figures {
         lat,
@@ -530,27 +453,6 @@ async fn figures(backend: Backend, small_db: &str, large_db: &str, state: &Path)
         body_len,
         fill,
         plans,
-    }
-}
-
-async fn create_postgres(admin: &str) -> (String, String) {
-    let name = format!("acpgw_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("DATABASE_URL unreachable");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = admin.rsplit_once('/').unwrap().0;
-    (format!("{base}/{name}"), name)
-}
-
-async fn drop_postgres(admin: &str, name: &str) {
-    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut conn)
-            .await;
     }
 }
 
@@ -689,8 +591,8 @@ async fn main() {
 
     let mut pg = None;
     if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
-        let (small, small_name) = create_postgres(&admin).await;
-        let (large, large_name) = create_postgres(&admin).await;
+        let (small, small_name) = fresh_postgres(&admin).await;
+        let (large, large_name) = fresh_postgres(&admin).await;
         let state = dir.path().join("pg");
         // Caught, so that the databases are dropped even when a measurement panics.
         let run = std::panic::AssertUnwindSafe(async {
@@ -705,15 +607,7 @@ async fn main() {
         pg = Some(run.unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
     }
 
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let (commit, cores) = (support::commit(), support::cores());
     let mut report = format!(
         "Session list, single tenant; commit {commit}, {cores} cores\n\n\
          Stores: {SMALL} sessions over {SMALL_CWDS} cwds (\"1k\") and {LARGE} over {LARGE_CWDS} \

@@ -74,22 +74,12 @@ async fn describe(
         .await
         .map_err(|e| Failure::Call("initialize", e))?;
     let init = AgentInit::from_result(&result);
-    let offered = auth_method_ids(&init);
     if let Some(method) = &config.agent_auth_method {
-        if !offered.contains(method) {
-            return Err(Failure::Other(anyhow::anyhow!(
-                "the agent does not offer auth method {method:?}; it offers {offered:?}"
-            )));
-        }
-        conn.call(
-            "authenticate",
-            serde_json::json!({"methodId": method}),
-            Some(timeout),
-        )
-        .await
-        .map_err(|e| Failure::Call("authenticate", e))?;
+        crate::pool::authenticate(conn, &init, method, timeout)
+            .await
+            .map_err(|why| Failure::Other(anyhow::anyhow!(why)))?;
     }
-    Ok(table(&init, &offered, config.agent_auth_method.as_deref()))
+    Ok(table(&init, config.agent_auth_method.as_deref()))
 }
 
 fn auth_method_ids(init: &AgentInit) -> Vec<String> {
@@ -101,7 +91,8 @@ fn auth_method_ids(init: &AgentInit) -> Vec<String> {
         .collect()
 }
 
-fn table(init: &AgentInit, auth: &[String], authenticated: Option<&str>) -> String {
+fn table(init: &AgentInit, authenticated: Option<&str>) -> String {
+    let auth = auth_method_ids(init);
     let info = &init.agent_info;
     let text = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("-");
     let c = &init.capabilities;

@@ -301,13 +301,14 @@ impl Reader {
 }
 
 /// Requests per second of `GET url` from `concurrency` closed-loop clients over `window`,
-/// after `warmup`; every answer must be 200 with a body of `expected_len` bytes.
+/// after `warmup`; every answer must be 200 with a body of `expected_len` bytes. `no_cache`
+/// sends `Cache-Control: no-cache` (the gateway then reads its store, not its page cache).
 pub async fn load(
     url: &str,
     expected_len: usize,
     concurrency: usize,
-    warmup: Duration,
-    window: Duration,
+    (warmup, window): (Duration, Duration),
+    no_cache: bool,
 ) -> f64 {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -321,7 +322,11 @@ pub async fn load(
             let (http, url, done) = (http.clone(), url.to_owned(), done.clone());
             tokio::spawn(async move {
                 while Instant::now() < window_end {
-                    let r = http.get(&url).send().await.unwrap();
+                    let mut req = http.get(&url);
+                    if no_cache {
+                        req = req.header("cache-control", "no-cache");
+                    }
+                    let r = req.send().await.unwrap();
                     assert_eq!(r.status(), 200, "GET {url}");
                     assert_eq!(r.bytes().await.unwrap().len(), expected_len, "GET {url}");
                     let now = Instant::now();

@@ -429,7 +429,7 @@ impl Pool {
 }
 
 /// `authenticate {methodId}`, after checking that the agent offers that method.
-async fn authenticate(
+pub(crate) async fn authenticate(
     conn: &Connection,
     init: &AgentInit,
     method: &str,
