@@ -10,10 +10,9 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::json;
-use support::{DirectAgent, Gateway, Reader, drop_postgres, fresh_postgres};
+use support::{Gateway, Reader, drop_postgres, fresh_postgres};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHUNKS: usize = 20_000;
@@ -23,19 +22,6 @@ const FANOUT: usize = 1_000;
 const FANOUT_CHUNKS: usize = 2_000;
 /// Set in the reader child process: "N URL".
 const READERS_ENV: &str = "EVENTS_BENCH_READERS";
-
-/// Direct baseline: updates per second a bare client reads from the agent's stdout.
-fn direct_rate(state: &Path) -> f64 {
-    let mut agent = DirectAgent::start(state);
-    let mut best: f64 = 0.0;
-    for _ in 0..ROUNDS {
-        let started = Instant::now();
-        let updates = agent.prompt(&format!("/chunks {CHUNKS}"));
-        assert!(updates >= CHUNKS);
-        best = best.max(CHUNKS as f64 / started.elapsed().as_secs_f64());
-    }
-    best
-}
 
 /// Subscribers on a session, in a child process at the lowest CPU priority (`nice -n 19`):
 /// in production the clients run elsewhere, so here they only get the CPU the gateway and the
@@ -104,31 +90,13 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     let id = gw.create(&http).await;
     let events_url = format!("{}/sessions/{id}/events", gw.base);
     let prompt = |chunks: usize| {
-        let (http, url) = (http.clone(), format!("{}/sessions/{id}/prompt", gw.base));
-        async move {
-            let started = Instant::now();
-            let r = http
-                .post(url)
-                .json(&json!({"text": format!("/chunks {chunks}")}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            started.elapsed()
-        }
+        support::prompt_at(
+            http.clone(),
+            gw.prompt_url(&id),
+            format!("/chunks {chunks}"),
+        )
     };
-    // One subscriber: agent → gateway → log → SSE, timed from the prompt to the last event read.
-    let mut best = 0.0f64;
-    for _ in 0..ROUNDS {
-        let reader = Reader::open(&http, &events_url).await;
-        let started = Instant::now();
-        let turn = tokio::spawn(prompt(CHUNKS));
-        let events = reader.until_turns_end(&http, &events_url, 1).await;
-        let elapsed = started.elapsed();
-        assert!(events >= CHUNKS);
-        best = best.max(CHUNKS as f64 / elapsed.as_secs_f64());
-        turn.await.unwrap();
-    }
+    let best = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
     // Fan-out: how long the agent's turn takes with one subscriber, and with FANOUT.
     let turn_with = async |subscribers: usize| {
         let readers = Readers::connect(&events_url, subscribers).await;
@@ -136,20 +104,7 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         assert!(readers.finish().await >= FANOUT_CHUNKS);
         took
     };
-    let lagged = async || {
-        let text = http
-            .get(format!("{}/metrics", gw.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("acp_gateway_sse_lagged_total "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .expect("acp_gateway_sse_lagged_total in /metrics")
-    };
+    let lagged = async || gw.metric("acp_gateway_sse_lagged_total").await as u64;
     let turn_one = turn_with(1).await.min(turn_with(1).await);
     let lagged_before = lagged().await;
     let turn_fanout = turn_with(FANOUT).await;
@@ -170,9 +125,11 @@ async fn main() {
     }
     let dir = tempfile::tempdir().unwrap();
     let direct_state = dir.path().join("direct");
-    let direct = tokio::task::spawn_blocking(move || direct_rate(&direct_state))
-        .await
-        .unwrap();
+    let direct = tokio::task::spawn_blocking(move || {
+        support::direct_event_rate(&direct_state, CHUNKS, ROUNDS)
+    })
+    .await
+    .unwrap();
     let mut rows = vec![];
     let sqlite = format!("sqlite:{}", dir.path().join("bench.db").display());
     rows.push((

@@ -44,7 +44,7 @@ struct Row {
 
 /// Requests per second of the gateway's `path` and of a bare route serving the same body,
 /// alternated, best of LOAD_ROUNDS each.
-async fn rest_ratio(gw: &Gateway, path: &'static str, route: &'static str) -> (f64, f64) {
+async fn rest_ratio(gw: &Gateway, path: &str, route: &'static str) -> (f64, f64) {
     let http = reqwest::Client::new();
     let url = format!("{}{path}", gw.base);
     let body: Bytes = http.get(&url).send().await.unwrap().bytes().await.unwrap();
@@ -137,44 +137,11 @@ async fn added_latency(gw: &Gateway, state: &Path) -> (Duration, Duration, Durat
 
 /// Updates per second from the agent to one SSE subscriber, and read directly from stdout.
 async fn event_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
-    let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
-    let events = format!("{}/sessions/{id}/events", gw.base);
-    let text = format!("/chunks {EVENT_CHUNKS}");
-    let mut gateway = 0.0f64;
-    for _ in 0..EVENT_ROUNDS {
-        let reader = Reader::open(&http, &events).await;
-        let started = Instant::now();
-        let turn = {
-            let (http, url, text) = (
-                http.clone(),
-                format!("{}/sessions/{id}/prompt", gw.base),
-                text.clone(),
-            );
-            tokio::spawn(async move {
-                let r = http
-                    .post(url)
-                    .json(&serde_json::json!({"text": text}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-            })
-        };
-        assert!(reader.until_turns_end(&http, &events, 1).await >= EVENT_CHUNKS);
-        gateway = gateway.max(EVENT_CHUNKS as f64 / started.elapsed().as_secs_f64());
-        turn.await.unwrap();
-    }
+    let id = gw.create(&reqwest::Client::new()).await;
+    let gateway = support::sse_event_rate(gw, &id, EVENT_CHUNKS, EVENT_ROUNDS).await;
     let state = state.join("direct-events");
     let direct = tokio::task::spawn_blocking(move || {
-        let mut agent = DirectAgent::start(&state);
-        let mut best = 0.0f64;
-        for _ in 0..EVENT_ROUNDS {
-            let started = Instant::now();
-            assert!(agent.prompt(&text) >= EVENT_CHUNKS);
-            best = best.max(EVENT_CHUNKS as f64 / started.elapsed().as_secs_f64());
-        }
-        best
+        support::direct_event_rate(&state, EVENT_CHUNKS, EVENT_ROUNDS)
     })
     .await
     .unwrap();
@@ -215,25 +182,13 @@ async fn rss_per_stream(gw: &Gateway) -> f64 {
             streams.push(r);
         }
     }
-    let open = metric(gw, "acp_gateway_sse_subscribers").await;
+    let open = gw.metric("acp_gateway_sse_subscribers").await;
     assert!(open >= IDLE_STREAMS as f64, "{open} streams open");
     settle().await;
     let after = rss_kib(gw.pid());
     drop(streams);
     drop(first);
     (after.saturating_sub(before)) as f64 / IDLE_STREAMS as f64
-}
-
-async fn metric(gw: &Gateway, name: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", gw.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 async fn settle() {
@@ -320,9 +275,8 @@ async fn main() {
         session_rss.push(rss_per_session(&gw).await);
         let http = reqwest::Client::new();
         let id = gw.create(&http).await;
-        let status_path: &'static str =
-            Box::leak(format!("/sessions/{id}/status").into_boxed_str());
-        let (status, status_bare) = rest_ratio(&gw, status_path, "/sessions/{id}/status").await;
+        let status_path = format!("/sessions/{id}/status");
+        let (status, status_bare) = rest_ratio(&gw, &status_path, "/sessions/{id}/status").await;
         let (list, list_bare) = rest_ratio(&gw, "/sessions?limit=50", "/sessions").await;
         let (prompts, prompts_direct) = prompt_rates(&gw, &state).await;
         let (g50, g99, d50, d99) = added_latency(&gw, &state).await;

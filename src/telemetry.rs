@@ -8,6 +8,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
+use metrics::Label;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Latency buckets in seconds, for HTTP requests and upstream calls.
@@ -50,26 +51,19 @@ fn describe() {
 /// status. Outermost but for CORS, so 401 and 429 answers are counted too.
 pub async fn http_metrics(req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().as_str().to_owned();
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let mut labels = vec![
+        Label::new("method", req.method().as_str().to_owned()),
+        Label::new("route", route),
+    ];
     let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!(
-        "acp_gateway_http_request_duration_seconds",
-        "method" => method.clone(),
-        "route" => route.clone()
-    )
-    .record(started.elapsed());
-    metrics::counter!(
-        "acp_gateway_http_requests_total",
-        "method" => method,
-        "route" => route,
-        "status" => status
-    )
-    .increment(1);
+    metrics::histogram!("acp_gateway_http_request_duration_seconds", labels.clone())
+        .record(started.elapsed());
+    labels.push(Label::new("status", response.status().as_u16().to_string()));
+    metrics::counter!("acp_gateway_http_requests_total", labels).increment(1);
     response
 }
 

@@ -235,17 +235,74 @@ impl Gateway {
 
     /// Prompts and waits for the turn; returns how long it took.
     pub async fn prompt(&self, http: &reqwest::Client, id: &str, text: &str) -> Duration {
-        let started = Instant::now();
-        let r = http
-            .post(format!("{}/sessions/{id}/prompt", self.base))
-            .json(&json!({"text": text}))
-            .send()
+        prompt_at(http.clone(), self.prompt_url(id), text.to_owned()).await
+    }
+
+    pub fn prompt_url(&self, id: &str) -> String {
+        format!("{}/sessions/{id}/prompt", self.base)
+    }
+
+    /// A value of `/metrics` (an unlabelled series).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200);
-        r.bytes().await.unwrap();
-        started.elapsed()
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
     }
+}
+
+/// Posts a prompt to `url` (a session's prompt route) and waits for the turn; returns how long
+/// it took. Owns its arguments, so that it can be spawned.
+pub async fn prompt_at(http: reqwest::Client, url: String, text: String) -> Duration {
+    let started = Instant::now();
+    let r = http
+        .post(url)
+        .json(&json!({"text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    started.elapsed()
+}
+
+/// Best of `rounds` turns of `chunks` updates: updates per second from the agent to one SSE
+/// subscriber of session `id`, timed from the prompt to the last event read.
+pub async fn sse_event_rate(gw: &Gateway, id: &str, chunks: usize, rounds: usize) -> f64 {
+    let http = reqwest::Client::new();
+    let events = format!("{}/sessions/{id}/events", gw.base);
+    let mut best = 0.0f64;
+    for _ in 0..rounds {
+        let reader = Reader::open(&http, &events).await;
+        let started = Instant::now();
+        let turn = tokio::spawn(prompt_at(
+            http.clone(),
+            gw.prompt_url(id),
+            format!("/chunks {chunks}"),
+        ));
+        assert!(reader.until_turns_end(&http, &events, 1).await >= chunks);
+        best = best.max(chunks as f64 / started.elapsed().as_secs_f64());
+        turn.await.unwrap();
+    }
+    best
+}
+
+/// The baseline of [`sse_event_rate`]: best of `rounds`, updates per second a bare client
+/// reads from the same agent's stdout.
+pub fn direct_event_rate(state: &Path, chunks: usize, rounds: usize) -> f64 {
+    let mut agent = DirectAgent::start(state);
+    let mut best = 0.0f64;
+    for _ in 0..rounds {
+        let started = Instant::now();
+        assert!(agent.prompt(&format!("/chunks {chunks}")) >= chunks);
+        best = best.max(chunks as f64 / started.elapsed().as_secs_f64());
+    }
+    best
 }
 
 /// An SSE subscriber that, like a browser's EventSource, reconnects with `Last-Event-ID` when

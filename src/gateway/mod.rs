@@ -466,7 +466,6 @@ impl Gateway {
 
     // ----- sessions -----
 
-    /// `GET /sessions`.
     /// `GET /sessions`: the page's JSON (a [`SessionPage`]).
     pub async fn list_sessions(
         &self,
@@ -694,18 +693,9 @@ impl Gateway {
             activity,
         };
         // A live session's owner is in memory: no store read (the common, hot case).
-        let live_owner = {
-            let sessions = self.inner.sessions.lock().expect("sessions lock");
-            sessions
-                .get(id.as_str())
-                .filter(|e| e.member.is_some())
-                .and_then(|e| e.tenant.clone())
-        };
-        if live_owner.is_some_and(|t| caller.sees(&t)) {
-            let (status, activity) = self.status_of(id.as_str());
-            if status == Status::Live {
-                return Ok(view(status, activity));
-            }
+        let (status, activity) = self.inner.status_if_owner(id.as_str(), |t| caller.sees(t));
+        if status == Status::Live {
+            return Ok(view(status, activity));
         }
         let record = self.store().get_session(id.as_str()).await?;
         // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
@@ -1372,13 +1362,23 @@ impl Inner {
     }
 
     fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
+        self.status_if_owner(session_id, |_| true)
+    }
+
+    /// The session's status, as live only if it is live and `owner_ok` accepts its owner.
+    fn status_if_owner(
+        &self,
+        session_id: &str,
+        owner_ok: impl FnOnce(&str) -> bool,
+    ) -> (Status, Option<Activity>) {
         let sessions = self.sessions.lock().expect("sessions lock");
         match sessions.get(session_id) {
             Some(Entry {
                 member: Some(_),
+                tenant: Some(tenant),
                 busy,
                 ..
-            }) => {
+            }) if owner_ok(tenant) => {
                 let activity = if self.permissions.has_pending(session_id) {
                     Activity::AwaitingPermission
                 } else if *busy == Busy::Turn {
