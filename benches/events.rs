@@ -20,6 +20,8 @@ const ROUNDS: usize = 3;
 const FANOUT: usize = 1_000;
 /// Chunks per turn in the fan-out comparison (every one is delivered FANOUT times).
 const FANOUT_CHUNKS: usize = 2_000;
+/// Fan-out turns with one subscriber and with FANOUT, alternated (medians compared).
+const FANOUT_ROUNDS: usize = 3;
 /// Set in the reader child process: "N URL".
 const READERS_ENV: &str = "EVENTS_BENCH_READERS";
 
@@ -80,13 +82,20 @@ struct GatewayFigures {
     rate: f64,
     turn_one: Duration,
     turn_fanout: Duration,
-    /// Times a subscriber fell behind the broadcast during the fan-out turn.
+    /// Times a subscriber fell behind the broadcast during the fan-out turns.
     fanout_lagged: u64,
+    /// Group commits (one broadcast frame each) per fan-out turn, on average.
+    fanout_commits: u64,
 }
 
 async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     let gw = Gateway::start(db, state).await;
     let http = reqwest::Client::new();
+    let id = gw.create(&http).await;
+    let best = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
+    // Fan-out, on a fresh session (the echo agent rewrites a session's whole history at each
+    // turn's end, which would otherwise dominate): the agent's turn with one subscriber and
+    // with FANOUT, alternated FANOUT_ROUNDS times; the medians are compared.
     let id = gw.create(&http).await;
     let events_url = format!("{}/sessions/{id}/events", gw.base);
     let prompt = |chunks: usize| {
@@ -96,8 +105,6 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
             format!("/chunks {chunks}"),
         )
     };
-    let best = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
-    // Fan-out: how long the agent's turn takes with one subscriber, and with FANOUT.
     let turn_with = async |subscribers: usize| {
         let readers = Readers::connect(&events_url, subscribers).await;
         let took = prompt(FANOUT_CHUNKS).await;
@@ -105,16 +112,27 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         took
     };
     let lagged = async || gw.metric("acp_gateway_sse_lagged_total").await as u64;
-    let turn_one = turn_with(1).await.min(turn_with(1).await);
-    let lagged_before = lagged().await;
-    let turn_fanout = turn_with(FANOUT).await;
-    let fanout_lagged = lagged().await - lagged_before;
+    let commits = async || gw.metric("acp_gateway_event_commits_total").await as u64;
+    let (mut one, mut many) = (Vec::new(), Vec::new());
+    let (mut fanout_lagged, mut fanout_commits) = (0, 0);
+    for _ in 0..FANOUT_ROUNDS {
+        one.push(turn_with(1).await);
+        let (lagged_before, commits_before) = (lagged().await, commits().await);
+        many.push(turn_with(FANOUT).await);
+        fanout_lagged += lagged().await - lagged_before;
+        fanout_commits += commits().await - commits_before;
+    }
+    one.sort();
+    many.sort();
+    let (turn_one, turn_fanout) = (one[FANOUT_ROUNDS / 2], many[FANOUT_ROUNDS / 2]);
+    let fanout_commits = fanout_commits / FANOUT_ROUNDS as u64;
     gw.stop().await;
     GatewayFigures {
         rate: best,
         turn_one,
         turn_fanout,
         fanout_lagged,
+        fanout_commits,
     }
 }
 
@@ -147,17 +165,18 @@ async fn main() {
     let (commit, cores) = (support::commit(), support::cores());
     let mut table = format!(
         "Event rate, {CHUNKS} agent_message_chunk updates per turn, best of {ROUNDS}; commit {commit}, {cores} cores\n\n\
-         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | {FANOUT_CHUNKS}-chunk turn, 1 subscriber | same turn, {FANOUT} subscribers | slowdown | subscribers fell behind |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | {FANOUT_CHUNKS}-chunk turn, 1 subscriber (median of {FANOUT_ROUNDS}) | same turn, {FANOUT} subscribers (median of {FANOUT_ROUNDS}) | slowdown | log commits (broadcasts) per turn | subscribers fell behind |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
     );
     for (name, f) in &rows {
         table.push_str(&format!(
-            "| {name} | {direct:.0} | {:.0} | {:.2} | {:.0} ms | {:.0} ms | {:.2}× | {} |\n",
+            "| {name} | {direct:.0} | {:.0} | {:.2} | {:.0} ms | {:.0} ms | {:.2}× | {} | {} |\n",
             f.rate,
             f.rate / direct,
             f.turn_one.as_secs_f64() * 1e3,
             f.turn_fanout.as_secs_f64() * 1e3,
             f.turn_fanout.as_secs_f64() / f.turn_one.as_secs_f64(),
+            f.fanout_commits,
             f.fanout_lagged,
         ));
     }

@@ -34,6 +34,8 @@ use crate::store::{
 const LIVE_BUFFER: usize = 1024;
 /// Most frames written to a subscriber in one go.
 const MAX_WRITE: usize = 256;
+/// Subscribers on one session from which live writes are paced (see [`fanout_pace`]).
+const PACED_FROM: usize = 64;
 /// Page size when a subscriber reads the log.
 const PAGE: i64 = 500;
 /// Keep-alive comment interval on every stream.
@@ -72,6 +74,8 @@ pub struct EventHub {
     tasks: TaskTracker,
     closing: CancellationToken,
     appended: AtomicU64,
+    /// Group commits (each one broadcast to live subscribers as one frame).
+    commits: AtomicU64,
     streams: Arc<StreamStats>,
 }
 
@@ -175,6 +179,7 @@ impl EventHub {
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             appended: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
             streams: Arc::default(),
         });
         let writer = hub.clone();
@@ -195,6 +200,11 @@ impl EventHub {
     /// Events appended since start (for `/metrics`).
     pub fn appended(&self) -> u64 {
         self.appended.load(Ordering::Relaxed)
+    }
+
+    /// Group commits since start (for `/metrics`).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Counters of the SSE streams.
@@ -294,6 +304,7 @@ impl EventHub {
                 Ok(stored) => {
                     self.appended
                         .fetch_add(stored.len() as u64, Ordering::Relaxed);
+                    self.commits.fetch_add(1, Ordering::Relaxed);
                     let sender = self
                         .sessions
                         .lock()
@@ -363,12 +374,19 @@ impl EventHub {
         Ok(stored)
     }
 
-    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Frame>> {
+    fn subscribe(
+        &self,
+        session_id: &str,
+    ) -> (
+        broadcast::Sender<Arc<Frame>>,
+        broadcast::Receiver<Arc<Frame>>,
+    ) {
         let mut map = self.sessions.lock().expect("hub lock");
         map.retain(|_, tx| tx.receiver_count() > 0);
-        map.entry(session_id.to_owned())
-            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
-            .subscribe()
+        let tx = map
+            .entry(session_id.to_owned())
+            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0);
+        (tx.clone(), tx.subscribe())
     }
 
     /// The SSE stream of one session from `after` (`None`: from the live tail).
@@ -377,7 +395,7 @@ impl EventHub {
         session_id: &str,
         after: Option<i64>,
     ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
-        let rx = self.subscribe(session_id);
+        let (tx, rx) = self.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
             None => self.store.last_event_seq(session_id).await?,
@@ -390,7 +408,8 @@ impl EventHub {
                 Ok(page.iter().map(Frame::new).collect())
             })
         });
-        let events = tail(rx, read, cursor, |_| true, self.streams.clone())
+        let pace = move || fanout_pace(tx.receiver_count());
+        let events = tail(rx, read, cursor, |_| true, pace, self.streams.clone())
             .map(|batch| concat(batch.iter().map(|f| f.bytes.clone())));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
@@ -412,8 +431,15 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(rx, read, cursor, keep, self.streams.clone())
-            .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
+        let events = tail(
+            rx,
+            read,
+            cursor,
+            keep,
+            || Duration::ZERO,
+            self.streams.clone(),
+        )
+        .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 }
@@ -493,22 +519,39 @@ where
         .expect("static headers")
 }
 
+/// The least time between two live writes to one subscriber of a session with `subscribers`
+/// subscribers. Each write costs the gateway a wake-up and a send whatever its size, so with
+/// many subscribers a fast-streaming agent's commits are delivered a few at a time instead of
+/// one by one: about 20 µs per subscriber (20 ms for 1,000), never more than 50 ms, and no
+/// pacing at all below [`PACED_FROM`] subscribers.
+fn fanout_pace(subscribers: usize) -> Duration {
+    if subscribers < PACED_FROM {
+        return Duration::ZERO;
+    }
+    (Duration::from_micros(20) * subscribers as u32).min(Duration::from_millis(50))
+}
+
 /// Follows a log: reads pages after `cursor`, then the live broadcast, returning to the log on
-/// lag or on a gap in the broadcast. `keep` filters events (the log reader filters likewise).
+/// lag or on a gap in the broadcast. `keep` filters events (the log reader filters likewise);
+/// `pace` is the least time between two live writes.
 fn tail<T: Sequenced + Send + Sync + 'static>(
     rx: broadcast::Receiver<Arc<T>>,
     read: Reader<T>,
     cursor: i64,
     keep: impl Fn(&T) -> bool + Send + 'static,
+    pace: impl Fn() -> Duration + Send + 'static,
     stats: Arc<StreamStats>,
 ) -> impl Stream<Item = Vec<Arc<T>>> + Send {
-    struct State<T, K> {
+    struct State<T, K, P> {
         rx: broadcast::Receiver<Arc<T>>,
         read: Reader<T>,
         cursor: i64,
         buf: VecDeque<Arc<T>>,
         live: bool,
         keep: K,
+        pace: P,
+        /// No live write before this.
+        paced_until: Option<tokio::time::Instant>,
         open: OpenStream,
     }
     let state = State {
@@ -518,6 +561,8 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         buf: VecDeque::new(),
         live: false,
         keep,
+        pace,
+        paced_until: None,
         open: OpenStream::new(stats),
     };
     futures::stream::unfold(state, |mut s| async move {
@@ -526,7 +571,14 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                 let n = s.buf.len().min(MAX_WRITE);
                 let batch: Vec<Arc<T>> = s.buf.drain(..n).collect();
                 s.cursor = batch.last().map_or(s.cursor, |e| e.seq());
+                let pace = (s.pace)();
+                if s.live && !pace.is_zero() {
+                    s.paced_until = Some(tokio::time::Instant::now() + pace);
+                }
                 return Some((batch, s));
+            }
+            if let Some(until) = s.paced_until.take() {
+                tokio::time::sleep_until(until).await;
             }
             if !s.live {
                 // A busy store (e.g. many subscribers catching up at once) gets a few retries

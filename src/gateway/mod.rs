@@ -156,6 +156,9 @@ struct Entry {
     member: Option<usize>,
     /// The owning tenant, known once attached (lets status answer without the store).
     tenant: Option<String>,
+    /// Whether the cached record is archived, kept in step with every record update (lets a
+    /// live session's prompt skip the store read).
+    archived: bool,
     busy: Busy,
     /// When it was last attached, prompted or finished a turn (for the idle timeout).
     last_active: Instant,
@@ -168,6 +171,7 @@ impl Entry {
         Entry {
             member: None,
             tenant: None,
+            archived: false,
             busy: Busy::Idle,
             last_active: Instant::now(),
             turn_done: None,
@@ -402,6 +406,11 @@ impl Gateway {
             "acp_gateway_events_appended_total",
             "Session events appended to the log.",
             self.inner.hub.appended(),
+        );
+        set_counter(
+            "acp_gateway_event_commits_total",
+            "Group commits of session events (appended ÷ commits is the mean batch).",
+            self.inner.hub.commits(),
         );
         let streams = self.inner.hub.streams();
         set_gauge(
@@ -859,9 +868,18 @@ impl Gateway {
                 "every prompt block needs a string `type`".into(),
             ));
         }
-        let record = self.record(caller, id).await?;
+        // A live session's owner and archived flag are in memory: no store read (the hot case).
+        let sees = |t: &str| caller.sees(t);
+        let record = match self.inner.live_member(id.as_str(), sees) {
+            Some(_) => None,
+            None => Some(self.record(caller, id).await?),
+        };
         let claim = self.claim(id.as_str(), Busy::Turn)?;
-        let member = self.ensure_live(&record).await?;
+        let member = match (self.inner.live_member(id.as_str(), sees), record) {
+            (Some(m), _) => m,
+            (None, Some(r)) => self.ensure_live(&r).await?,
+            (None, None) => self.ensure_live(&self.record(caller, id).await?).await?,
+        };
         let conn = self.pool.conn(member).ok_or_else(|| self.no_member())?;
         self.inner
             .counters
@@ -1215,6 +1233,7 @@ impl Gateway {
             .or_insert_with(Entry::new);
         entry.last_active = Instant::now();
         entry.tenant = Some(record.tenant.clone());
+        entry.archived = record.archived;
         if entry.member.is_none() {
             self.pool.adjust_sessions(member, true);
         }
@@ -1317,7 +1336,36 @@ impl Inner {
             .insert(session_id.to_owned(), n);
         let updated = self.store.update_session(session_id, mutate).await;
         self.sessions_changed();
+        if let Ok(Some(r)) = &updated {
+            self.record_changed(r);
+        }
         updated
+    }
+
+    /// Keeps the in-memory entry in step with a changed cached record.
+    fn record_changed(&self, r: &SessionRecord) {
+        if let Some(e) = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get_mut(&r.session_id)
+        {
+            e.archived = r.archived;
+        }
+    }
+
+    /// The member holding a session live, when `owner_ok` accepts its tenant and it is not
+    /// archived: everything a prompt needs to know, without a store read.
+    fn live_member(&self, session_id: &str, owner_ok: impl FnOnce(&str) -> bool) -> Option<usize> {
+        match self.sessions.lock().expect("sessions lock").get(session_id) {
+            Some(Entry {
+                member: Some(m),
+                tenant: Some(tenant),
+                archived: false,
+                ..
+            }) if owner_ok(tenant) => Some(*m),
+            _ => None,
+        }
     }
 
     /// Call after every write to the session cache (once it has committed).

@@ -217,6 +217,7 @@ impl Gateway {
         else {
             return Ok(Upsert::Tombstoned);
         };
+        self.inner.record_changed(&record);
         if changed == existing {
             return Ok(Upsert::Unchanged);
         }
