@@ -205,15 +205,15 @@ pub async fn run(
         },
         cors(&config.cors_origins)?,
     );
-    let server = axum::serve(listener, app).with_graceful_shutdown({
+    let served = api::serve::serve(listener, app, {
         let stop = stop.clone();
         async move {
             shutdown.await;
             tracing::info!("shutting down");
             stop.cancel();
         }
-    });
-    let served = server.await;
+    })
+    .await;
     stop.cancel();
     let _ = stopper.await;
     served.context("serving HTTP")

@@ -4,6 +4,7 @@
 pub mod auth;
 mod events;
 pub mod limits;
+pub mod serve;
 mod sessions;
 mod system;
 mod turns;
