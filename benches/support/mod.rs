@@ -69,6 +69,21 @@ pub fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// CPU time (user + system) a process has used so far.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may contain spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // In clock ticks: USER_HZ, which Linux fixes at 100 for this interface.
+    Duration::from_millis(ticks * 10)
+}
+
 /// The baseline: an ACP client on the echo agent's stdio that reads stdout in large blocks and
 /// only counts update lines — the least work any client can do.
 pub struct DirectAgent {

@@ -34,8 +34,6 @@ use crate::store::{
 const LIVE_BUFFER: usize = 1024;
 /// Most frames written to a subscriber in one go.
 const MAX_WRITE: usize = 256;
-/// Subscribers on one session from which live writes are paced (see [`fanout_pace`]).
-const PACED_FROM: usize = 64;
 /// Page size when a subscriber reads the log.
 const PAGE: i64 = 500;
 /// Keep-alive comment interval on every stream.
@@ -374,19 +372,12 @@ impl EventHub {
         Ok(stored)
     }
 
-    fn subscribe(
-        &self,
-        session_id: &str,
-    ) -> (
-        broadcast::Sender<Arc<Frame>>,
-        broadcast::Receiver<Arc<Frame>>,
-    ) {
+    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Frame>> {
         let mut map = self.sessions.lock().expect("hub lock");
         map.retain(|_, tx| tx.receiver_count() > 0);
-        let tx = map
-            .entry(session_id.to_owned())
-            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0);
-        (tx.clone(), tx.subscribe())
+        map.entry(session_id.to_owned())
+            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
+            .subscribe()
     }
 
     /// The SSE stream of one session from `after` (`None`: from the live tail).
@@ -395,7 +386,7 @@ impl EventHub {
         session_id: &str,
         after: Option<i64>,
     ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
-        let (tx, rx) = self.subscribe(session_id);
+        let rx = self.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
             None => self.store.last_event_seq(session_id).await?,
@@ -408,8 +399,7 @@ impl EventHub {
                 Ok(page.iter().map(Frame::new).collect())
             })
         });
-        let pace = move || fanout_pace(tx.receiver_count());
-        let events = tail(rx, read, cursor, |_| true, pace, self.streams.clone())
+        let events = tail(rx, read, cursor, |_| true, self.streams.clone())
             .map(|batch| concat(batch.iter().map(|f| f.bytes.clone())));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
@@ -431,15 +421,8 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(
-            rx,
-            read,
-            cursor,
-            keep,
-            || Duration::ZERO,
-            self.streams.clone(),
-        )
-        .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
+        let events = tail(rx, read, cursor, keep, self.streams.clone())
+            .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 }
@@ -519,39 +502,22 @@ where
         .expect("static headers")
 }
 
-/// The least time between two live writes to one subscriber of a session with `subscribers`
-/// subscribers. Each write costs the gateway a wake-up and a send whatever its size, so with
-/// many subscribers a fast-streaming agent's commits are delivered a few at a time instead of
-/// one by one: about 20 µs per subscriber (20 ms for 1,000), never more than 50 ms, and no
-/// pacing at all below [`PACED_FROM`] subscribers.
-fn fanout_pace(subscribers: usize) -> Duration {
-    if subscribers < PACED_FROM {
-        return Duration::ZERO;
-    }
-    (Duration::from_micros(20) * subscribers as u32).min(Duration::from_millis(50))
-}
-
 /// Follows a log: reads pages after `cursor`, then the live broadcast, returning to the log on
-/// lag or on a gap in the broadcast. `keep` filters events (the log reader filters likewise);
-/// `pace` is the least time between two live writes.
+/// lag or on a gap in the broadcast. `keep` filters events (the log reader filters likewise).
 fn tail<T: Sequenced + Send + Sync + 'static>(
     rx: broadcast::Receiver<Arc<T>>,
     read: Reader<T>,
     cursor: i64,
     keep: impl Fn(&T) -> bool + Send + 'static,
-    pace: impl Fn() -> Duration + Send + 'static,
     stats: Arc<StreamStats>,
 ) -> impl Stream<Item = Vec<Arc<T>>> + Send {
-    struct State<T, K, P> {
+    struct State<T, K> {
         rx: broadcast::Receiver<Arc<T>>,
         read: Reader<T>,
         cursor: i64,
         buf: VecDeque<Arc<T>>,
         live: bool,
         keep: K,
-        pace: P,
-        /// No live write before this.
-        paced_until: Option<tokio::time::Instant>,
         open: OpenStream,
     }
     let state = State {
@@ -561,8 +527,6 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
         buf: VecDeque::new(),
         live: false,
         keep,
-        pace,
-        paced_until: None,
         open: OpenStream::new(stats),
     };
     futures::stream::unfold(state, |mut s| async move {
@@ -571,14 +535,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                 let n = s.buf.len().min(MAX_WRITE);
                 let batch: Vec<Arc<T>> = s.buf.drain(..n).collect();
                 s.cursor = batch.last().map_or(s.cursor, |e| e.seq());
-                let pace = (s.pace)();
-                if s.live && !pace.is_zero() {
-                    s.paced_until = Some(tokio::time::Instant::now() + pace);
-                }
                 return Some((batch, s));
-            }
-            if let Some(until) = s.paced_until.take() {
-                tokio::time::sleep_until(until).await;
             }
             if !s.live {
                 // A busy store (e.g. many subscribers catching up at once) gets a few retries
