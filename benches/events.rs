@@ -122,10 +122,12 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     let (mut fanout_lagged, mut fanout_commits) = (0, 0);
     for _ in 0..FANOUT_ROUNDS {
         let (took, cpu) = turn_with(1).await;
-        (one.push(took), cpu_one += cpu);
+        one.push(took);
+        cpu_one += cpu;
         let (lagged_before, commits_before) = (lagged().await, commits().await);
         let (took, cpu) = turn_with(FANOUT).await;
-        (many.push(took), cpu_many += cpu);
+        many.push(took);
+        cpu_many += cpu;
         fanout_lagged += lagged().await - lagged_before;
         fanout_commits += commits().await - commits_before;
     }
