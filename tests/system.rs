@@ -225,3 +225,36 @@ async fn shutdown_leaves_no_agent_processes() {
     let _ = waiter.await.unwrap();
     w.finish().await;
 }
+
+/// SQLite stays single-replica: a second gateway on the same database file refuses to serve,
+/// says why, and leaves the first one working; once the first has stopped, another may start.
+#[tokio::test]
+async fn a_second_gateway_on_the_same_sqlite_file_is_refused() {
+    let mut w = World::start(Backend::Sqlite, Options::default()).await;
+    let id = w.gw().create("/tmp").await;
+    let second = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        .arg("--agent")
+        .arg(echo_agent())
+        .args(["--listen", "127.0.0.1:0", "--database-url", &w.db.url])
+        .env("ECHO_AGENT_DIR", w.dir.path().join("agent-2"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), second)
+        .await
+        .expect("the second gateway exits instead of serving")
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another gateway is already serving the SQLite database"),
+        "{stderr}"
+    );
+    assert_eq!(w.gw().get("/readyz").await.status(), 200);
+    w.restart().await;
+    assert_eq!(
+        w.gw().get(&format!("/sessions/{id}/status")).await.status(),
+        200
+    );
+    w.finish().await;
+}

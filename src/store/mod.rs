@@ -14,7 +14,7 @@ mod postgres;
 mod sqlite;
 
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{ReplicaLock, SqliteStore, lock_single_replica};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
 #[derive(Debug, thiserror::Error)]

@@ -165,6 +165,40 @@ impl SqliteStore {
     }
 }
 
+/// Held for as long as one gateway serves an SQLite database file: a second gateway on the same
+/// file is refused, since each gateway assumes it is its database's only writer (the
+/// list-page cache, the event writer). Released when dropped, or when the process ends.
+#[derive(Debug)]
+pub struct ReplicaLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes the [`ReplicaLock`] of the SQLite database `url` names (`None` for an in-memory
+/// database, which no other process can open): an advisory lock on `<database>.gateway-lock`.
+pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
+    let (options, in_memory) = parse_url(url)?;
+    if in_memory {
+        return Ok(None);
+    }
+    let mut path = options.get_filename().as_os_str().to_owned();
+    path.push(".gateway-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(ReplicaLock { _lock: lock })),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
+            "another gateway is already serving the SQLite database {}: SQLite allows one \
+             gateway replica; use PostgreSQL to run several",
+            options.get_filename().display()
+        ),
+        Err((_, e)) => anyhow::bail!("cannot lock {}: {e}", path.display()),
+    }
+}
+
 /// Connect options for `url`, and whether it names an in-memory database.
 fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
     if url == ":memory:" {
