@@ -497,42 +497,23 @@ fn table(sqlite: &Figures, pg: Option<&Figures>) -> String {
     };
     let target = format!("≤ {LATENCY_TARGET}");
     for (q, what) in [(0, "`GET /sessions?limit=50`"), (1, "cwd-filtered page")] {
-        row(
-            &format!("{what} p50, 1k store"),
-            &|f| ms(f.lat[0][q].p50),
-            "",
-            None,
-        );
-        row(
-            &format!("{what} p50, 1M store"),
-            &|f| ms(f.lat[1][q].p50),
-            "",
-            None,
-        );
-        row(
-            &format!("{what} p50 ratio 1M / 1k"),
-            &|f| format!("{:.2}", lat_ratio(f, q, false)),
-            &target,
-            Some(&|f| lat_ratio(f, q, false) <= LATENCY_TARGET),
-        );
-        row(
-            &format!("{what} p99, 1k store"),
-            &|f| ms(f.lat[0][q].p99),
-            "",
-            None,
-        );
-        row(
-            &format!("{what} p99, 1M store"),
-            &|f| ms(f.lat[1][q].p99),
-            "",
-            None,
-        );
-        row(
-            &format!("{what} p99 ratio 1M / 1k"),
-            &|f| format!("{:.2}", lat_ratio(f, q, true)),
-            &target,
-            Some(&|f| lat_ratio(f, q, true) <= LATENCY_TARGET),
-        );
+        for (p99, pct) in [(false, "p50"), (true, "p99")] {
+            let pick = move |l: Latency| if p99 { l.p99 } else { l.p50 };
+            for (store, size) in [(0, "1k"), (1, "1M")] {
+                row(
+                    &format!("{what} {pct}, {size} store"),
+                    &|f| ms(pick(f.lat[store][q])),
+                    "",
+                    None,
+                );
+            }
+            row(
+                &format!("{what} {pct} ratio 1M / 1k"),
+                &|f| format!("{:.2}", lat_ratio(f, q, p99)),
+                &target,
+                Some(&|f| lat_ratio(f, q, p99) <= LATENCY_TARGET),
+            );
+        }
     }
     let tp_ratio = |f: &Figures| f.gateway_rps / f.bare_rps;
     row(

@@ -144,11 +144,7 @@ pub async fn run(
     // Read once: the keys file is I/O, and the gateway and the router both need the result.
     let keys = Keys::from_config(&config)?;
     // Until `run` returns (or the process ends): one gateway per SQLite file.
-    let _replica = if config.database_url.starts_with("postgres") {
-        None
-    } else {
-        store::lock_single_replica(&config.database_url)?
-    };
+    let _replica = store::lock_single_replica(&config.database_url)?;
     let store = store::connect(&config.database_url)
         .await
         .context("opening the database")?;

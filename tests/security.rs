@@ -488,23 +488,11 @@ async fn per_tenant_limits() {
         .unwrap()
         .to_owned();
     // One stream at a time for alice.
-    let first = call(
-        gw,
-        Some(ALICE),
-        Method::GET,
-        &format!("/sessions/{id}/events"),
-        None,
-    )
-    .await;
+    let events = format!("/sessions/{id}/events");
+    let alices_stream = || call(gw, Some(ALICE), Method::GET, &events, None);
+    let first = alices_stream().await;
     assert_eq!(first.status(), 200);
-    let second = call(
-        gw,
-        Some(ALICE),
-        Method::GET,
-        &format!("/sessions/{id}/events"),
-        None,
-    )
-    .await;
+    let second = alices_stream().await;
     assert_eq!(second.status(), 429);
     // (A closed stream's slot is freed when the gateway next writes to it: at the latest after
     // two keep-alive intervals, so the test does not wait for it.)

@@ -74,15 +74,7 @@ async fn sync_follows_the_agents_list(backend: Backend) {
     let mut w = World::start(backend, opts.clone()).await;
     let mine = w.gw().create("/tmp/sync").await;
     let mut editor = DirectClient::start(&w, &format!("{caps},delete")).await;
-    let theirs = editor
-        .call(
-            "session/new",
-            json!({"cwd": "/tmp/editor", "mcpServers": []}),
-        )
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let theirs = editor.new_session("/tmp/editor").await;
 
     let gw = w.gw();
     let page = gw.json("/sessions?refresh=true").await;
@@ -127,15 +119,7 @@ async fn sync_follows_the_agents_list(backend: Backend) {
     // The periodic sync, without refresh; a discovered session can be prompted.
     w.opts = opts.arg("--sync-interval").arg("1");
     w.restart().await;
-    let later = editor
-        .call(
-            "session/new",
-            json!({"cwd": "/tmp/editor", "mcpServers": []}),
-        )
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let later = editor.new_session("/tmp/editor").await;
     let gw = w.gw();
     let want = vec![later.clone()];
     gw.wait_until(|g| {

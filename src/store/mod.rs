@@ -14,7 +14,7 @@ mod postgres;
 mod sqlite;
 
 pub use postgres::PgStore;
-pub use sqlite::{ReplicaLock, SqliteStore, lock_single_replica};
+pub use sqlite::{ReplicaLock, SqliteStore};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
 #[derive(Debug, thiserror::Error)]
@@ -266,11 +266,24 @@ pub trait Store: Send + Sync + 'static {
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
 }
 
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// For a gateway about to serve `url`: on SQLite, the lock that keeps a second gateway off the
+/// same file (see [`ReplicaLock`]); PostgreSQL takes any number of replicas.
+pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
+    if is_postgres(url) {
+        return Ok(None);
+    }
+    sqlite::lock_single_replica(url)
+}
+
 /// Opens the store named by `url` and applies its migrations: `postgres://…` or
 /// `postgresql://…` for PostgreSQL; `sqlite:PATH`, `sqlite://PATH` or a plain file path for
 /// SQLite (the file is created when missing).
 pub async fn connect(url: &str) -> StoreResult<Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if is_postgres(url) {
         Ok(Arc::new(PgStore::connect(url).await?))
     } else {
         Ok(Arc::new(SqliteStore::connect(url).await?))

@@ -600,6 +600,14 @@ impl DirectClient {
     }
 
     /// Sends a request and returns its result (panics on an error response).
+    /// `session/new` in `cwd`; returns the new session's id.
+    pub async fn new_session(&mut self, cwd: &str) -> String {
+        let created = self
+            .call("session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .await;
+        created["sessionId"].as_str().unwrap().to_owned()
+    }
+
     pub async fn call(&mut self, method: &str, params: Value) -> Value {
         use tokio::io::AsyncWriteExt;
         self.next_id += 1;
