@@ -21,7 +21,7 @@ const FANOUT: usize = 1_000;
 /// Chunks per turn in the fan-out comparison (every one is delivered FANOUT times).
 const FANOUT_CHUNKS: usize = 2_000;
 /// Fan-out turns with one subscriber and with FANOUT, alternated (medians compared).
-const FANOUT_ROUNDS: usize = 5;
+const FANOUT_ROUNDS: usize = 11;
 /// Set in the reader child process: "N URL".
 const READERS_ENV: &str = "EVENTS_BENCH_READERS";
 
@@ -80,10 +80,12 @@ async fn run_readers(spec: &str) {
 
 struct GatewayFigures {
     rate: f64,
-    turn_one: Duration,
-    turn_fanout: Duration,
-    /// Least and greatest slowdown of one round (FANOUT subscribers ÷ one, same round).
+    /// The agent's turn by the log (turn_started to turn_ended), medians: one subscriber, FANOUT.
+    agent: (Duration, Duration),
+    /// Least and greatest slowdown of the agent's turn in one round (FANOUT ÷ one, same round).
     slowdown_range: (f64, f64),
+    /// The prompt's round trip as its HTTP client saw it, medians: one subscriber, FANOUT.
+    round_trip: (Duration, Duration),
     /// Gateway CPU time per turn, from the prompt until every subscriber has read it all:
     /// with one subscriber, with FANOUT.
     cpu: (Duration, Duration),
@@ -99,8 +101,7 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
     let id = gw.create(&http).await;
     let best = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
     // Fan-out: the agent's turn with one subscriber and with FANOUT, alternated FANOUT_ROUNDS
-    // times, each on a fresh session (the echo agent rewrites a session's whole history at a
-    // turn's end, which would otherwise grow from turn to turn); the medians are compared.
+    // times, each on a fresh session; the medians are compared.
     let turn_with = async |subscribers: usize| {
         let id = gw.create(&http).await;
         let readers =
@@ -113,20 +114,24 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         )
         .await;
         assert!(readers.finish().await >= FANOUT_CHUNKS);
-        (took, support::cpu_time(gw.pid()) - cpu)
+        let cpu = support::cpu_time(gw.pid()) - cpu;
+        (gw.agent_turn(&id).await, took, cpu)
     };
     let lagged = async || gw.metric("acp_gateway_sse_lagged_total").await as u64;
     let commits = async || gw.metric("acp_gateway_event_commits_total").await as u64;
     let (mut one, mut many) = (Vec::new(), Vec::new());
+    let (mut trip_one, mut trip_many) = (Vec::new(), Vec::new());
     let (mut cpu_one, mut cpu_many) = (Duration::ZERO, Duration::ZERO);
     let (mut fanout_lagged, mut fanout_commits) = (0, 0);
     for _ in 0..FANOUT_ROUNDS {
-        let (took, cpu) = turn_with(1).await;
-        one.push(took);
+        let (agent, took, cpu) = turn_with(1).await;
+        one.push(agent);
+        trip_one.push(took);
         cpu_one += cpu;
         let (lagged_before, commits_before) = (lagged().await, commits().await);
-        let (took, cpu) = turn_with(FANOUT).await;
-        many.push(took);
+        let (agent, took, cpu) = turn_with(FANOUT).await;
+        many.push(agent);
+        trip_many.push(took);
         cpu_many += cpu;
         fanout_lagged += lagged().await - lagged_before;
         fanout_commits += commits().await - commits_before;
@@ -137,16 +142,17 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
         .collect();
     pairs.sort_by(f64::total_cmp);
-    one.sort();
-    many.sort();
-    let (turn_one, turn_fanout) = (one[FANOUT_ROUNDS / 2], many[FANOUT_ROUNDS / 2]);
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[FANOUT_ROUNDS / 2]
+    };
     let fanout_commits = fanout_commits / FANOUT_ROUNDS as u64;
     gw.stop().await;
     GatewayFigures {
         rate: best,
-        turn_one,
-        turn_fanout,
+        agent: (median(one), median(many)),
         slowdown_range: (pairs[0], pairs[FANOUT_ROUNDS - 1]),
+        round_trip: (median(trip_one), median(trip_many)),
         cpu: (
             cpu_one / FANOUT_ROUNDS as u32,
             cpu_many / FANOUT_ROUNDS as u32,
@@ -185,19 +191,21 @@ async fn main() {
     let (commit, cores) = (support::commit(), support::cores());
     let mut table = format!(
         "Event rate, {CHUNKS} agent_message_chunk updates per turn, best of {ROUNDS}; commit {commit}, {cores} cores\n\n\
-         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | {FANOUT_CHUNKS}-chunk turn, 1 subscriber (median of {FANOUT_ROUNDS}) | same turn, {FANOUT} subscribers (median of {FANOUT_ROUNDS}) | slowdown (medians; range of the rounds) | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n"
+         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | agent's {FANOUT_CHUNKS}-chunk turn, 1 subscriber (median of {FANOUT_ROUNDS}) | same turn, {FANOUT} subscribers | agent slowdown (medians; range of the rounds) | prompt round trip, 1 / {FANOUT} subscribers | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for (name, f) in &rows {
         table.push_str(&format!(
-            "| {name} | {direct:.0} | {:.0} | {:.2} | {:.0} ms | {:.0} ms | {:.2}× ({:.2}–{:.2}) | {:.0} / {:.0} ms | {} | {} |\n",
+            "| {name} | {direct:.0} | {:.0} | {:.2} | {:.0} ms | {:.0} ms | {:.2}× ({:.2}–{:.2}) | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {} | {} |\n",
             f.rate,
             f.rate / direct,
-            f.turn_one.as_secs_f64() * 1e3,
-            f.turn_fanout.as_secs_f64() * 1e3,
-            f.turn_fanout.as_secs_f64() / f.turn_one.as_secs_f64(),
+            f.agent.0.as_secs_f64() * 1e3,
+            f.agent.1.as_secs_f64() * 1e3,
+            f.agent.1.as_secs_f64() / f.agent.0.as_secs_f64(),
             f.slowdown_range.0,
             f.slowdown_range.1,
+            f.round_trip.0.as_secs_f64() * 1e3,
+            f.round_trip.1.as_secs_f64() * 1e3,
             f.cpu.0.as_secs_f64() * 1e3,
             f.cpu.1.as_secs_f64() * 1e3,
             f.fanout_commits,

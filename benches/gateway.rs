@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::{DirectAgent, Gateway, Reader, bare_server, load, percentile, rss_kib};
+use support::{DirectAgent, Gateway, Reader, bare_server, best_alternated, percentile, rss_kib};
 
 /// Closed-loop HTTP clients for the throughput figures.
 const CONCURRENCY: usize = 32;
@@ -50,14 +50,15 @@ async fn rest_ratio(gw: &Gateway, path: &str, route: &'static str) -> (f64, f64)
     let body: Bytes = http.get(&url).send().await.unwrap().bytes().await.unwrap();
     let bare = bare_server(route, body.clone());
     let bare_url = format!("http://{bare}{path}");
-    let (mut gateway_best, mut bare_best) = (0.0f64, 0.0f64);
-    for _ in 0..LOAD_ROUNDS {
-        gateway_best =
-            gateway_best.max(load(&url, body.len(), CONCURRENCY, (WARMUP, WINDOW), false).await);
-        bare_best =
-            bare_best.max(load(&bare_url, body.len(), CONCURRENCY, (WARMUP, WINDOW), false).await);
-    }
-    (gateway_best, bare_best)
+    let times = (WARMUP, WINDOW);
+    best_alternated(
+        (&url, &bare_url),
+        body.len(),
+        CONCURRENCY,
+        times,
+        LOAD_ROUNDS,
+    )
+    .await
 }
 
 /// Prompts per second, 20 chunks each: through the gateway with one SSE subscriber reading

@@ -30,7 +30,9 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde_json::Value;
 use sqlx::Connection;
-use support::{Gateway, bare_server, drop_postgres, fresh_postgres, load, percentile};
+use support::{
+    Gateway, bare_server, best_alternated, drop_postgres, fresh_postgres, load, percentile,
+};
 
 const SMALL: i64 = 1_000;
 const SMALL_CWDS: i64 = 10;
@@ -376,73 +378,14 @@ async fn figures(backend: Backend, small_db: &str, large_db: &str, state: &Path)
     let body_len = body.len();
     let bare = format!("http://{}/sessions", bare_server("/sessions", body.clone()));
     assert_eq!(get(&reqwest::Client::new(), &bare).await, body);
-    let (mut gateway_rps, mut gateway_fresh_rps, mut bare_rps) = (0.0f64, 0.0f64, 0.0f64);
     // For reference: the gateway's HTTP stack alone (middleware, no store, 2-byte body).
     let healthz = format!("{}/healthz", large.base);
     let healthz_len = get(&reqwest::Client::new(), &healthz).await.len();
-    let healthz_rps = load(
-        &healthz,
-        healthz_len,
-        CONCURRENCY,
-        (LOAD_WARMUP, LOAD_WINDOW),
-        false,
-    )
-    .await;
-    for round in 0..LOAD_ROUNDS {
-        if round % 2 == 0 {
-            gateway_rps = gateway_rps.max(
-                load(
-                    &url,
-                    body_len,
-                    CONCURRENCY,
-                    (LOAD_WARMUP, LOAD_WINDOW),
-                    false,
-                )
-                .await,
-            );
-            bare_rps = bare_rps.max(
-                load(
-                    &bare,
-                    body_len,
-                    CONCURRENCY,
-                    (LOAD_WARMUP, LOAD_WINDOW),
-                    false,
-                )
-                .await,
-            );
-        } else {
-            bare_rps = bare_rps.max(
-                load(
-                    &bare,
-                    body_len,
-                    CONCURRENCY,
-                    (LOAD_WARMUP, LOAD_WINDOW),
-                    false,
-                )
-                .await,
-            );
-            gateway_rps = gateway_rps.max(
-                load(
-                    &url,
-                    body_len,
-                    CONCURRENCY,
-                    (LOAD_WARMUP, LOAD_WINDOW),
-                    false,
-                )
-                .await,
-            );
-        }
-    }
-    gateway_fresh_rps = gateway_fresh_rps.max(
-        load(
-            &url,
-            body_len,
-            CONCURRENCY,
-            (LOAD_WARMUP, LOAD_WINDOW),
-            true,
-        )
-        .await,
-    );
+    let times = (LOAD_WARMUP, LOAD_WINDOW);
+    let healthz_rps = load(&healthz, healthz_len, CONCURRENCY, times, false).await;
+    let (gateway_rps, bare_rps) =
+        best_alternated((&url, &bare), body_len, CONCURRENCY, times, LOAD_ROUNDS).await;
+    let gateway_fresh_rps = load(&url, body_len, CONCURRENCY, times, true).await;
     large.stop().await;
     Figures {
         lat,

@@ -25,12 +25,13 @@
 //! a `session_info_update` {title, updatedAt}.
 //!
 //! Sessions are JSON files `<dir>/sessions/<sessionId>.json` ({sessionId, cwd,
-//! additionalDirectories, title, updatedAt, history}), written atomically and
-//! shared by every process using the same directory, so a pool of agents sees
-//! the same sessions. `history` holds the raw `update` objects of the turns:
-//! the user's prompt as one `user_message_chunk` (stored, never sent) and
-//! every `agent_message_chunk` (written to the file when the turn ends, so a turn's cost stays
-//! linear in its length). A session is *open* (in memory) in the process
+//! additionalDirectories, title, updatedAt}), written atomically, beside their
+//! history `<sessionId>.history.jsonl`; both are shared by every process using
+//! the same directory, so a pool of agents sees the same sessions. The history
+//! holds the raw `update` objects of the turns, one per line: the user's prompt
+//! as one `user_message_chunk` (stored, never sent) and every
+//! `agent_message_chunk` (appended when the turn ends). It is only appended to,
+//! so a turn's cost stays linear in its own length, not in the session's. A session is *open* (in memory) in the process
 //! that created, loaded or resumed it and has not closed or deleted it.
 //!
 //! | Method | Behaviour |
@@ -327,9 +328,6 @@ struct Record {
     updated_at: DateTime<Utc>,
     #[serde(default)]
     archived: bool,
-    /// The raw `update` objects of the session's `session/update`s, in order.
-    #[serde(default)]
-    history: Vec<Value>,
 }
 
 /// The running turn of an open session: who to tell when it is cancelled.
@@ -562,6 +560,47 @@ impl EchoAgent {
         safe.then(|| self.cfg.sessions_dir.join(format!("{id}.json")))
     }
 
+    /// The history file of session `id` (appended to, one update per line).
+    fn history_path(&self, id: &str) -> Option<PathBuf> {
+        self.path(id).map(|p| p.with_extension("history.jsonl"))
+    }
+
+    /// The session's updates, in order (none when it has no history yet).
+    fn history(&self, id: &str) -> Vec<Value> {
+        let text = self
+            .history_path(id)
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Appends `updates` to the history of session `id`, in one write, if it still exists.
+    fn append_history(
+        &self,
+        id: &str,
+        updates: impl IntoIterator<Item = Value>,
+    ) -> Result<(), Error> {
+        let (Some(record), Some(path)) = (self.path(id), self.history_path(id)) else {
+            return Err(internal("bad session id"));
+        };
+        let _guard = lock(&self.files);
+        if !record.exists() {
+            return Ok(());
+        }
+        let mut lines = String::new();
+        for update in updates {
+            lines.push_str(&update.to_string());
+            lines.push('\n');
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        append_line(&path, &lines)
+            .map_err(|e| internal(format!("cannot write {}: {e}", path.display())))
+    }
+
     fn read(&self, id: &str) -> Option<Record> {
         let text = std::fs::read_to_string(self.path(id)?).ok()?;
         serde_json::from_str(&text).ok()
@@ -735,7 +774,6 @@ impl EchoAgent {
             title: None,
             updated_at: Utc::now(),
             archived: false,
-            history: Vec::new(),
         })?;
         self.open_session(&id);
         Ok(NewSessionResponse::new(id))
@@ -747,8 +785,8 @@ impl EchoAgent {
         let id = &req.session_id;
         self.enter("session/load", Some(id), Some("load"))?;
         self.require_auth()?;
-        let record = self.read(&id.0).ok_or_else(|| not_found(id))?;
-        for update in record.history {
+        self.read(&id.0).ok_or_else(|| not_found(id))?;
+        for update in self.history(&id.0) {
             let params = json!({ "sessionId": id, "update": update });
             cx.send_notification(UntypedMessage::new("session/update", params)?)?;
         }
@@ -855,10 +893,14 @@ impl EchoAgent {
         self.enter("session/delete", Some(id), Some("delete"))?;
         self.close_session(&id.0);
         let _guard = lock(&self.files);
-        match self.path(&id.0).map(std::fs::remove_file) {
-            Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => Err(internal(e)),
-            _ => Ok(DeleteSessionResponse::new()),
+        let files = [self.path(&id.0), self.history_path(&id.0)];
+        for path in files.into_iter().flatten() {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(internal(e)),
+                _ => {}
+            }
         }
+        Ok(DeleteSessionResponse::new())
     }
 
     /// Starts a turn in a spawned task, which answers the request when the
@@ -923,10 +965,8 @@ impl EchoAgent {
             })
             .collect();
         let user = SessionUpdate::UserMessageChunk(ContentChunk::new(text.clone().into()));
-        self.update(&id.0, |r| {
-            r.history.push(to_json(&user));
-            r.updated_at = Utc::now();
-        })?;
+        self.update(&id.0, |r| r.updated_at = Utc::now())?;
+        self.append_history(&id.0, [to_json(&user)])?;
         let (directives, rest) = self.cfg.defaults.parse(&text);
         let stop = self.stream(cx, &id, &directives, rest, turn).await?;
         self.finish(cx, &id, &text)?;
@@ -1057,8 +1097,8 @@ impl EchoAgent {
         let now = Utc::now();
         let mut new_title = None;
         let chunks = lock(&self.unsaved).remove(&*id.0).unwrap_or_default();
+        self.append_history(&id.0, chunks)?;
         self.update(&id.0, |r| {
-            r.history.extend(chunks);
             r.updated_at = now;
             if r.title.is_none() {
                 let head: String = text.trim().chars().take(40).collect();

@@ -442,12 +442,7 @@ async fn shutdown_cancels_closes_and_leaves_no_process() {
     // The cancelled turn's end is in the log.
     w.restart().await;
     let history = w.gw().json(&format!("/sessions/{running}/history")).await;
-    let last = history["events"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let last = last_event(&history);
     assert_eq!(
         (last["event"].as_str(), last["data"]["stopReason"].as_str()),
         (Some("turn_ended"), Some("cancelled"))

@@ -186,16 +186,7 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
     let (status, _) = gw.prompt(&id, "live again").await;
     assert_eq!(status, 200);
     let closes = w.calls("session/close");
-    let v: Value = gw
-        .post(&format!("/sessions/{id}/archive"), json!({}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        (v["archived"].clone(), v["status"].clone()),
-        (json!(true), json!("saved"))
-    );
+    assert_eq!(archive(gw, &id).await, (json!(true), json!("saved")));
     assert_eq!(w.calls("session/archive"), 1, "not advertised, not called");
     assert_eq!(w.calls("session/close"), closes + 1, "closed instead");
     for path in ["/sessions", "/sessions?refresh=true"] {
@@ -211,16 +202,7 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
     w.restart().await;
     let gw = w.gw();
     assert_eq!(gw.prompt(&id, "live once more").await.0, 200);
-    let v: Value = gw
-        .post(&format!("/sessions/{id}/archive"), json!({}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        (v["archived"].clone(), v["status"].clone()),
-        (json!(true), json!("live"))
-    );
+    assert_eq!(archive(gw, &id).await, (json!(true), json!("live")));
     let (status, body) = gw.prompt(&id, "not while archived").await;
     assert_eq!(status, 409, "{body}");
     w.finish().await;
@@ -292,13 +274,7 @@ async fn quick_start_flow(backend: Backend) {
     let history = gw
         .json(&format!("/sessions/{other}/history?after=20000"))
         .await;
-    let last = history["events"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["event"], "turn_ended", "{history}");
+    assert_eq!(last_event(&history)["event"], "turn_ended", "{history}");
     w.finish().await;
 }
 
@@ -535,4 +511,15 @@ async fn restart_keeps_sessions_and_events(backend: Backend) {
     );
     assert_eq!(w.calls("session/resume"), 1);
     w.finish().await;
+}
+
+/// Archives session `id`; returns the answer's `archived` and `status`.
+async fn archive(gw: &Gateway, id: &str) -> (Value, Value) {
+    let v: Value = gw
+        .post(&format!("/sessions/{id}/archive"), json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    (v["archived"].clone(), v["status"].clone())
 }

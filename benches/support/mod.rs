@@ -236,15 +236,11 @@ impl Gateway {
 
     /// Creates a session; returns its id.
     pub async fn create(&self, http: &reqwest::Client) -> String {
-        let created: Value = http
-            .post(format!("{}/sessions", self.base))
-            .json(&json!({"cwd": "/tmp"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let created = send_json(
+            http.post(format!("{}/sessions", self.base))
+                .json(&json!({"cwd": "/tmp"})),
+        )
+        .await;
         created["sessionId"].as_str().unwrap().to_owned()
     }
 
@@ -255,6 +251,37 @@ impl Gateway {
 
     pub fn prompt_url(&self, id: &str) -> String {
         format!("{}/sessions/{id}/prompt", self.base)
+    }
+
+    /// The time from a session's first `turn_started` to its first `turn_ended`, by the log's
+    /// timestamps: how long the agent took as the gateway saw it (both are stored as the
+    /// gateway reads them from the agent, however late its subscribers are).
+    pub async fn agent_turn(&self, id: &str) -> Duration {
+        let http = reqwest::Client::new();
+        let (mut after, mut started, mut ended) = (0, None, None);
+        while ended.is_none() {
+            let url = format!(
+                "{}/sessions/{id}/history?after={after}&limit=1000",
+                self.base
+            );
+            let page = send_json(http.get(url)).await;
+            let events = page["events"].as_array().expect("a history page");
+            assert!(!events.is_empty(), "no turn_ended in the history of {id}");
+            for e in events {
+                let at = || {
+                    chrono::DateTime::parse_from_rfc3339(e["createdAt"].as_str().unwrap()).unwrap()
+                };
+                match e["event"].as_str() {
+                    Some("turn_started") if started.is_none() => started = Some(at()),
+                    Some("turn_ended") if ended.is_none() => ended = Some(at()),
+                    _ => {}
+                }
+                after = e["seq"].as_i64().unwrap();
+            }
+        }
+        (ended.unwrap() - started.expect("turn_started before turn_ended"))
+            .to_std()
+            .unwrap()
     }
 
     /// A value of `/metrics` (an unlabelled series).
@@ -269,6 +296,11 @@ impl Gateway {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name} in /metrics"))
     }
+}
+
+/// Sends `request` and returns its JSON body.
+async fn send_json(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
 }
 
 /// Posts a prompt to `url` (a session's prompt route) and waits for the turn; returns how long
@@ -370,6 +402,29 @@ impl Reader {
             res = req.send().await.unwrap();
         }
     }
+}
+
+/// Requests per second of `gateway` and of `bare` (both answering `expected_len` bytes), each
+/// measured `rounds` times with [`load`], the two alternated and the one going first switched
+/// every round; the best of each.
+pub async fn best_alternated(
+    (gateway, bare): (&str, &str),
+    expected_len: usize,
+    concurrency: usize,
+    times: (Duration, Duration),
+    rounds: usize,
+) -> (f64, f64) {
+    let (mut gateway_best, mut bare_best) = (0.0f64, 0.0f64);
+    for round in 0..rounds {
+        let mut sides = [(gateway, &mut gateway_best), (bare, &mut bare_best)];
+        if round % 2 == 1 {
+            sides.reverse();
+        }
+        for (url, best) in sides {
+            *best = best.max(load(url, expected_len, concurrency, times, false).await);
+        }
+    }
+    (gateway_best, bare_best)
 }
 
 /// Requests per second of `GET url` from `concurrency` closed-loop clients over `window`,

@@ -919,16 +919,10 @@ impl Gateway {
                 Ok(call) => call.wait(None).await,
                 Err(e) => Err(e),
             };
-            match &outcome {
+            let ended = match &outcome {
                 Ok(result) => {
                     let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
-                    this.inner
-                        .enqueue(
-                            &sid,
-                            "turn_ended",
-                            json!({"sessionId": sid, "stopReason": stop}),
-                        )
-                        .await;
+                    json!({"sessionId": sid, "stopReason": stop})
                 }
                 Err(e) => {
                     this.inner
@@ -936,15 +930,10 @@ impl Gateway {
                         .turns_failed
                         .fetch_add(1, Ordering::Relaxed);
                     let problem = ApiError::from_call(e.clone()).problem();
-                    this.inner
-                        .enqueue(
-                            &sid,
-                            "turn_ended",
-                            json!({"sessionId": sid, "error": problem}),
-                        )
-                        .await;
+                    json!({"sessionId": sid, "error": problem})
                 }
-            }
+            };
+            this.inner.enqueue(&sid, "turn_ended", ended).await;
             outcome
         });
         if !wait {

@@ -518,6 +518,14 @@ impl Sse {
     }
 }
 
+/// The last event of a `/history` page.
+pub fn last_event(history: &Value) -> &Value {
+    history["events"]
+        .as_array()
+        .and_then(|events| events.last())
+        .unwrap_or_else(|| panic!("no events in {history}"))
+}
+
 /// The text of agent_message_chunk events, concatenated.
 pub fn chunk_text(events: &[SseEvent]) -> String {
     events
