@@ -301,10 +301,14 @@ impl Pool {
                             inbound,
                         )
                         .await;
+                    // The member stops reporting `ready` before anyone hears of the exit, so a
+                    // client that saw `agent_exited` and then waits for `ready` waits for the
+                    // restarted process.
                     self.set(&member, |s| {
                         s.conn = None;
                         s.pid = None;
                         s.last_exit = Some(exit.clone());
+                        s.state = MemberState::Restarting;
                     });
                     if self.shutdown.is_cancelled() {
                         conn.fail_all(&exit_reason(&exit));
