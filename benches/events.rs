@@ -35,8 +35,16 @@ struct Readers {
 
 impl Readers {
     /// Starts `n` subscribers on `url` and returns once all are connected.
-    async fn connect(url: &str, n: usize) -> Readers {
-        let mut child = tokio::process::Command::new("nice")
+    async fn connect(url: &str, n: usize, cpus: Option<&str>) -> Readers {
+        let mut command = match cpus {
+            Some(cpus) => {
+                let mut c = tokio::process::Command::new("taskset");
+                c.args(["-c", cpus, "nice"]);
+                c
+            }
+            None => tokio::process::Command::new("nice"),
+        };
+        let mut child = command
             .args(["-n", "19"])
             .arg(std::env::current_exe().unwrap())
             .env(READERS_ENV, format!("{n} {url}"))
@@ -78,8 +86,21 @@ async fn run_readers(spec: &str) {
     println!("{fewest}");
 }
 
-struct GatewayFigures {
-    rate: f64,
+/// One measured turn.
+struct Turn {
+    /// By the log: turn_started to turn_ended.
+    agent: Duration,
+    /// The prompt's round trip as its HTTP client saw it.
+    round_trip: Duration,
+    /// Gateway CPU time from the prompt until every subscriber has read it all.
+    cpu: Duration,
+    /// The agent's time writing its stdout (waiting for the gateway to read, when the pipe is
+    /// full), by its own clock.
+    writing: Duration,
+}
+
+/// The fan-out comparison under one CPU placement: medians, one subscriber and FANOUT.
+struct Fanout {
     /// The agent's turn by the log (turn_started to turn_ended), medians: one subscriber, FANOUT.
     agent: (Duration, Duration),
     /// Least and greatest slowdown of the agent's turn in one round (FANOUT ÷ one, same round).
@@ -89,23 +110,57 @@ struct GatewayFigures {
     /// Gateway CPU time per turn, from the prompt until every subscriber has read it all:
     /// with one subscriber, with FANOUT.
     cpu: (Duration, Duration),
+    /// The agent's time writing its stdout per turn: with one subscriber, with FANOUT.
+    writing: (Duration, Duration),
     /// Times a subscriber fell behind the broadcast during the fan-out turns.
-    fanout_lagged: u64,
+    lagged: u64,
     /// Group commits (one broadcast frame each) per fan-out turn, on average.
-    fanout_commits: u64,
+    commits: u64,
 }
 
-async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
-    let gw = Gateway::start(db, state).await;
+struct GatewayFigures {
+    rate: f64,
+    /// Every process free to run on every core.
+    shared: Fanout,
+    /// The agent alone on the first core; the gateway, the subscribers and this process on the
+    /// second (None on a machine with fewer than two cores).
+    pinned: Option<Fanout>,
+}
+
+/// Pins every thread of `pid` to `cpus` (a taskset list such as "0" or "0-1").
+fn pin(pid: u32, cpus: &str) {
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "taskset pins pid {pid} to {cpus}");
+}
+
+/// The agent's turn with one subscriber and with FANOUT, alternated FANOUT_ROUNDS times, each
+/// on a fresh session; the medians are compared. With `pinned`, the agent's process runs alone
+/// on core 0 and everything else on core 1 for the duration.
+async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
     let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
-    let best = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
-    // Fan-out: the agent's turn with one subscriber and with FANOUT, alternated FANOUT_ROUNDS
-    // times, each on a fresh session; the medians are compared.
+    let agent_pid = || async {
+        let agent = support::send_json(http.get(format!("{}/agent", gw.base))).await;
+        agent["members"][0]["pid"]
+            .as_u64()
+            .expect("a running agent") as u32
+    };
+    let all = format!("0-{}", support::cores() - 1);
+    if pinned {
+        pin(agent_pid().await, "0");
+        pin(gw.pid(), "1");
+        pin(std::process::id(), "1");
+    }
+    let readers_cpus = pinned.then_some("1");
+    let probe = gw.prompt_url(&gw.create(&http).await);
     let turn_with = async |subscribers: usize| {
         let id = gw.create(&http).await;
-        let readers =
-            Readers::connect(&format!("{}/sessions/{id}/events", gw.base), subscribers).await;
+        let url = format!("{}/sessions/{id}/events", gw.base);
+        let readers = Readers::connect(&url, subscribers, readers_cpus).await;
+        let writing = support::agent_stdout_writing(&http, &probe).await;
         let cpu = support::cpu_time(gw.pid());
         let took = support::prompt_at(
             http.clone(),
@@ -115,50 +170,69 @@ async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
         .await;
         assert!(readers.finish().await >= FANOUT_CHUNKS);
         let cpu = support::cpu_time(gw.pid()) - cpu;
-        (gw.agent_turn(&id).await, took, cpu)
+        let writing = support::agent_stdout_writing(&http, &probe).await - writing;
+        Turn {
+            agent: gw.agent_turn(&id).await,
+            round_trip: took,
+            cpu,
+            writing,
+        }
     };
     let lagged = async || gw.metric("acp_gateway_sse_lagged_total").await as u64;
     let commits = async || gw.metric("acp_gateway_event_commits_total").await as u64;
     let (mut one, mut many) = (Vec::new(), Vec::new());
-    let (mut trip_one, mut trip_many) = (Vec::new(), Vec::new());
-    let (mut cpu_one, mut cpu_many) = (Duration::ZERO, Duration::ZERO);
     let (mut fanout_lagged, mut fanout_commits) = (0, 0);
     for _ in 0..FANOUT_ROUNDS {
-        let (agent, took, cpu) = turn_with(1).await;
-        one.push(agent);
-        trip_one.push(took);
-        cpu_one += cpu;
+        one.push(turn_with(1).await);
         let (lagged_before, commits_before) = (lagged().await, commits().await);
-        let (agent, took, cpu) = turn_with(FANOUT).await;
-        many.push(agent);
-        trip_many.push(took);
-        cpu_many += cpu;
+        many.push(turn_with(FANOUT).await);
         fanout_lagged += lagged().await - lagged_before;
         fanout_commits += commits().await - commits_before;
+    }
+    if pinned {
+        pin(agent_pid().await, &all);
+        pin(gw.pid(), &all);
+        pin(std::process::id(), &all);
     }
     let mut pairs: Vec<f64> = one
         .iter()
         .zip(&many)
-        .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+        .map(|(a, b)| b.agent.as_secs_f64() / a.agent.as_secs_f64())
         .collect();
     pairs.sort_by(f64::total_cmp);
-    let median = |mut v: Vec<Duration>| {
+    let median = |turns: &[Turn], figure: fn(&Turn) -> Duration| {
+        let mut v: Vec<Duration> = turns.iter().map(figure).collect();
         v.sort();
         v[FANOUT_ROUNDS / 2]
     };
-    let fanout_commits = fanout_commits / FANOUT_ROUNDS as u64;
+    let both = |figure: fn(&Turn) -> Duration| (median(&one, figure), median(&many, figure));
+    Fanout {
+        agent: both(|t| t.agent),
+        slowdown_range: (pairs[0], pairs[FANOUT_ROUNDS - 1]),
+        round_trip: both(|t| t.round_trip),
+        cpu: both(|t| t.cpu),
+        writing: both(|t| t.writing),
+        lagged: fanout_lagged,
+        commits: fanout_commits / FANOUT_ROUNDS as u64,
+    }
+}
+
+async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
+    let gw = Gateway::start(db, state).await;
+    let http = reqwest::Client::new();
+    let id = gw.create(&http).await;
+    let rate = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
+    let shared = fanout(&gw, false).await;
+    let pinned = if support::cores() >= 2 {
+        Some(fanout(&gw, true).await)
+    } else {
+        None
+    };
     gw.stop().await;
     GatewayFigures {
-        rate: best,
-        agent: (median(one), median(many)),
-        slowdown_range: (pairs[0], pairs[FANOUT_ROUNDS - 1]),
-        round_trip: (median(trip_one), median(trip_many)),
-        cpu: (
-            cpu_one / FANOUT_ROUNDS as u32,
-            cpu_many / FANOUT_ROUNDS as u32,
-        ),
-        fanout_lagged,
-        fanout_commits,
+        rate,
+        shared,
+        pinned,
     }
 }
 
@@ -191,26 +265,46 @@ async fn main() {
     let (commit, cores) = (support::commit(), support::cores());
     let mut table = format!(
         "Event rate, {CHUNKS} agent_message_chunk updates per turn, best of {ROUNDS}; commit {commit}, {cores} cores\n\n\
-         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) | agent's {FANOUT_CHUNKS}-chunk turn, 1 subscriber (median of {FANOUT_ROUNDS}) | same turn, {FANOUT} subscribers | agent slowdown (medians; range of the rounds) | prompt round trip, 1 / {FANOUT} subscribers | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n"
+         | backend | direct stdout read (events/s) | agent → SSE (events/s) | ratio (target ≥ 0.50) |\n\
+         |---|---|---|---|\n"
     );
     for (name, f) in &rows {
         table.push_str(&format!(
-            "| {name} | {direct:.0} | {:.0} | {:.2} | {:.0} ms | {:.0} ms | {:.2}× ({:.2}–{:.2}) | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {} | {} |\n",
+            "| {name} | {direct:.0} | {:.0} | {:.2} |\n",
             f.rate,
-            f.rate / direct,
-            f.agent.0.as_secs_f64() * 1e3,
-            f.agent.1.as_secs_f64() * 1e3,
-            f.agent.1.as_secs_f64() / f.agent.0.as_secs_f64(),
-            f.slowdown_range.0,
-            f.slowdown_range.1,
-            f.round_trip.0.as_secs_f64() * 1e3,
-            f.round_trip.1.as_secs_f64() * 1e3,
-            f.cpu.0.as_secs_f64() * 1e3,
-            f.cpu.1.as_secs_f64() * 1e3,
-            f.fanout_commits,
-            f.fanout_lagged,
+            f.rate / direct
         ));
+    }
+    table.push_str(&format!(
+        "\nFan-out: the agent's {FANOUT_CHUNKS}-chunk turn with 1 and with {FANOUT} subscribers on its session, \
+         {FANOUT_ROUNDS} rounds alternated, medians\n\n\
+         | backend | CPUs | agent's turn, 1 subscriber | same turn, {FANOUT} subscribers | agent slowdown (medians; range of the rounds) | agent's time writing stdout per turn, 1 / {FANOUT} subscribers | prompt round trip, 1 / {FANOUT} subscribers | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n"
+    ));
+    for (name, f) in &rows {
+        let placements = [
+            ("all shared", Some(&f.shared)),
+            ("agent alone on one core", f.pinned.as_ref()),
+        ];
+        for (placement, fan) in placements {
+            let Some(f) = fan else { continue };
+            table.push_str(&format!(
+                "| {name} | {placement} | {:.0} ms | {:.0} ms | {:.2}× ({:.2}–{:.2}) | {:.1} / {:.1} ms | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {} | {} |\n",
+                f.agent.0.as_secs_f64() * 1e3,
+                f.agent.1.as_secs_f64() * 1e3,
+                f.agent.1.as_secs_f64() / f.agent.0.as_secs_f64(),
+                f.slowdown_range.0,
+                f.slowdown_range.1,
+                f.writing.0.as_secs_f64() * 1e3,
+                f.writing.1.as_secs_f64() * 1e3,
+                f.round_trip.0.as_secs_f64() * 1e3,
+                f.round_trip.1.as_secs_f64() * 1e3,
+                f.cpu.0.as_secs_f64() * 1e3,
+                f.cpu.1.as_secs_f64() * 1e3,
+                f.commits,
+                f.lagged,
+            ));
+        }
     }
     println!("{table}");
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/results/events.md");

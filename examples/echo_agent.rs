@@ -22,7 +22,10 @@
 //! per word ("hello big world" streams "hello ", "big ", "world"); an empty
 //! prompt gets one chunk "(empty)". After the turn, an untitled session gets
 //! the title "Echo: " + the first 40 characters of the prompt, announced with
-//! a `session_info_update` {title, updatedAt}.
+//! a `session_info_update` {title, updatedAt}. Every prompt's answer carries
+//! `_meta.echoAgent.stdoutWriteMicros`: the time this process has spent
+//! writing to stdout so far, which grows when its client is slow to read (the
+//! event benchmark uses it to see whether the gateway holds the agent up).
 //!
 //! Sessions are JSON files `<dir>/sessions/<sessionId>.json` ({sessionId, cwd,
 //! additionalDirectories, title, updatedAt}), written atomically, beside their
@@ -411,12 +414,28 @@ fn append_line(path: &Path, line: &str) -> io::Result<()> {
     file.flush()
 }
 
+/// Nanoseconds spent in [`write_stdout`] since the start: mostly waiting for
+/// the client to read, once the pipe is full. Every prompt answer carries it.
+static STDOUT_WRITE_NANOS: AtomicU64 = AtomicU64::new(0);
+
 /// Writes `bytes` to stdout in one go while holding the stdout lock, then
 /// flushes. All output to stdout goes through here.
 fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    let started = std::time::Instant::now();
     let mut out = io::stdout().lock();
-    out.write_all(bytes)?;
-    out.flush()
+    let written = out.write_all(bytes).and_then(|()| out.flush());
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    STDOUT_WRITE_NANOS.fetch_add(took, Ordering::Relaxed);
+    written
+}
+
+/// A prompt's answer: the stop reason, and in `_meta.echoAgent.stdoutWriteMicros`
+/// the time this process has spent writing to stdout so far (see
+/// [`STDOUT_WRITE_NANOS`]).
+fn prompt_response(stop: StopReason) -> PromptResponse {
+    let micros = STDOUT_WRITE_NANOS.load(Ordering::Relaxed) / 1_000;
+    let meta = json!({ "echoAgent": { "stdoutWriteMicros": micros } });
+    PromptResponse::new(stop).meta(meta.as_object().cloned())
 }
 
 /// The four lines of `/garbage`, each ending in a newline. The last is an
@@ -920,7 +939,7 @@ impl EchoAgent {
         cx.spawn(async move {
             let result = agent.run_turn(&task_cx, req, &mut turn).await;
             agent.end_turn(&id.0, turn.id);
-            if let Err(err) = responder.respond_with_result(result.map(PromptResponse::new)) {
+            if let Err(err) = responder.respond_with_result(result.map(prompt_response)) {
                 eprintln!("echo-agent: cannot answer session/prompt: {err}");
             }
             Ok(())

@@ -299,7 +299,7 @@ impl Gateway {
 }
 
 /// Sends `request` and returns its JSON body.
-async fn send_json(request: reqwest::RequestBuilder) -> Value {
+pub async fn send_json(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
@@ -316,6 +316,15 @@ pub async fn prompt_at(http: reqwest::Client, url: String, text: String) -> Dura
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
     started.elapsed()
+}
+
+/// The echo agent's time spent writing to its stdout so far, in its answer to a one-word
+/// prompt on session `id` (`_meta.echoAgent.stdoutWriteMicros`; the figure is per process).
+/// Time the agent waited for the gateway to read shows up here.
+pub async fn agent_stdout_writing(http: &reqwest::Client, url: &str) -> Duration {
+    let answer = send_json(http.post(url).json(&json!({"text": "probe"}))).await;
+    let micros = answer["result"]["_meta"]["echoAgent"]["stdoutWriteMicros"].as_u64();
+    Duration::from_micros(micros.unwrap_or_else(|| panic!("no stdoutWriteMicros in {answer}")))
 }
 
 /// Best of `rounds` turns of `chunks` updates: updates per second from the agent to one SSE

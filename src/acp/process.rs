@@ -1,16 +1,24 @@
 //! Spawning an agent process in its own process group, with its three pipes served by tasks:
 //! a writer for stdin, a line reader for stdout, and a drain for stderr that keeps a tail.
+//! The stdout reader runs on a blocking-pool thread of its own, not among the runtime's tasks,
+//! so that however many SSE subscribers the runtime is serving, the agent's pipe is drained as
+//! fast as the agent writes and the agent is never held up by the gateway's fan-out.
 
 use std::collections::VecDeque;
+use std::io::{BufRead, Read};
+use std::os::fd::AsFd;
 use std::process::Stdio;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -80,18 +88,22 @@ impl AgentProcess {
         if let Some(dir) = &cmd.cwd {
             command.current_dir(dir);
         }
+        // stdout is a plain blocking pipe, read by a thread (see the module docs).
+        let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let mut child = command
             .args(&cmd.args)
             .envs(cmd.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+            .stdout(Stdio::from(stdout_w))
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()?;
+        // The command holds our copy of the pipe's write end: without dropping it the reader
+        // would never see EOF.
+        drop(command);
         let pid = child.id().unwrap_or_default();
         let mut stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
         let mut tasks = JoinSet::new();
 
@@ -108,11 +120,15 @@ impl AgentProcess {
         let (in_tx, in_rx) = mpsc::channel::<Inbound>(1024);
         let who = label.to_owned();
         let max_line = cmd.max_line_bytes;
-        tasks.spawn(async move {
-            let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+        tasks.spawn_blocking(move || {
+            let stdout = UntilClosed {
+                file: std::fs::File::from(stdout),
+                receiver_gone: &in_tx,
+            };
+            let mut reader = std::io::BufReader::with_capacity(64 * 1024, stdout);
             let mut buf = Vec::new();
             loop {
-                match read_bounded_line(&mut reader, &mut buf, max_line).await {
+                match read_bounded_line(&mut reader, &mut buf, max_line) {
                     Ok(None) => break,
                     Ok(Some(false)) => {
                         super::count_garbage();
@@ -126,7 +142,7 @@ impl AgentProcess {
                         }
                         match parse_line(line) {
                             Ok(msg) => {
-                                if in_tx.send(msg).await.is_err() {
+                                if in_tx.blocking_send(msg).is_err() {
                                     break;
                                 }
                             }
@@ -217,9 +233,36 @@ impl AgentProcess {
     }
 }
 
+/// The agent's stdout for the reader thread: a read waits for data in slices of
+/// [`POLL_SLICE`] and reports end of file once nobody receives the lines any more, so the
+/// thread ends with its process even if a stray grandchild still holds the pipe open.
+struct UntilClosed<'a> {
+    file: std::fs::File,
+    receiver_gone: &'a mpsc::Sender<Inbound>,
+}
+
+/// How often a waiting stdout reader checks that its lines are still wanted.
+const POLL_SLICE: u16 = 200;
+
+impl Read for UntilClosed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.receiver_gone.is_closed() {
+                return Ok(0);
+            }
+            let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(POLL_SLICE)) {
+                Ok(0) | Err(Errno::EINTR) => continue,
+                Ok(_) => return self.file.read(buf),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
 /// Reads one `\n`-terminated line into `buf` without ever holding more than `max` bytes.
 /// `Ok(None)` at EOF, `Ok(Some(false))` when the line was too long (and was skipped).
-async fn read_bounded_line<R: AsyncBufRead + Unpin>(
+fn read_bounded_line<R: BufRead>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -227,7 +270,7 @@ async fn read_bounded_line<R: AsyncBufRead + Unpin>(
     buf.clear();
     let mut too_long = false;
     loop {
-        let available = reader.fill_buf().await?;
+        let available = reader.fill_buf()?;
         if available.is_empty() {
             return Ok(if buf.is_empty() && !too_long {
                 None
@@ -259,30 +302,21 @@ async fn read_bounded_line<R: AsyncBufRead + Unpin>(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn bounded_lines_skip_overlong_and_keep_going() {
+    #[test]
+    fn bounded_lines_skip_overlong_and_keep_going() {
         let data = b"short\nthis line is far too long\nok\nlast".to_vec();
-        let mut r = BufReader::with_capacity(4, &data[..]);
+        let mut r = std::io::BufReader::with_capacity(4, &data[..]);
         let mut buf = Vec::new();
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
         assert_eq!(buf, b"short");
         assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            read_bounded_line(&mut r, &mut buf, 10).unwrap(),
             Some(false)
         );
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
         assert_eq!(buf, b"ok");
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
         assert_eq!(buf, b"last");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), None);
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), None);
     }
 }

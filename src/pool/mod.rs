@@ -351,7 +351,8 @@ impl Pool {
         self.set(&member, |s| s.state = MemberState::Stopped);
     }
 
-    /// Runs one process from `initialize` to exit; returns how it ended.
+    /// Runs one process from `initialize` to exit; returns how it ended. Everything the agent
+    /// wrote has been dispatched by then, so sessions hear of the exit after its last message.
     async fn run_member(
         &self,
         member: &Member,
@@ -361,12 +362,46 @@ impl Pool {
         conn: Arc<Connection>,
         inbound: mpsc::Receiver<Inbound>,
     ) -> ExitInfo {
-        let dispatch = dispatch(member.index, conn.clone(), handler.clone(), inbound);
-        tokio::pin!(dispatch);
+        // Dispatch runs on a thread of its own (as does the stdout reader): a runtime busy
+        // serving a thousand SSE subscribers must not keep the agent's messages waiting.
+        let stop = CancellationToken::new();
+        let _stop_dispatch = stop.clone().drop_guard();
+        let mut dispatch = {
+            let (runtime, index, stop) = (
+                tokio::runtime::Handle::current(),
+                member.index,
+                stop.clone(),
+            );
+            let (conn, handler) = (conn.clone(), handler.clone());
+            tokio::task::spawn_blocking(move || {
+                runtime.block_on(dispatch(index, conn, handler, inbound, stop))
+            })
+        };
+        let exit = self
+            .drive(member, config, process, conn, &mut dispatch)
+            .await;
+        stop.cancel();
+        // Already awaited to its end when stdout closed (a JoinHandle must not be polled again).
+        if !dispatch.is_finished() {
+            let _ = dispatch.await;
+        }
+        exit
+    }
+
+    /// `initialize` (and `authenticate`), then waits for the end of stdout, a restart or the
+    /// shutdown.
+    async fn drive(
+        &self,
+        member: &Member,
+        config: &PoolConfig,
+        process: &mut AgentProcess,
+        conn: Arc<Connection>,
+        dispatch: &mut tokio::task::JoinHandle<()>,
+    ) -> ExitInfo {
         let init = conn.call("initialize", initialize_params(), Some(config.init_timeout));
         let outcome = tokio::select! {
             r = init => Some(r),
-            _ = &mut dispatch => None,
+            _ = &mut *dispatch => None,
             _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
         };
         match outcome {
@@ -376,7 +411,7 @@ impl Pool {
                     let auth = authenticate(&conn, &init, method, config.init_timeout);
                     let outcome = tokio::select! {
                         r = auth => Some(r),
-                        _ = &mut dispatch => None,
+                        _ = &mut *dispatch => None,
                         _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
                     };
                     match outcome {
@@ -419,7 +454,7 @@ impl Pool {
             }
         }
         tokio::select! {
-            _ = &mut dispatch => {
+            _ = &mut *dispatch => {
                 // stdout closed: give the process a moment to exit on its own, then make sure.
                 match tokio::time::timeout(Duration::from_secs(2), process.wait()).await {
                     Ok(exit) => exit,
@@ -473,14 +508,18 @@ fn exit_reason(exit: &ExitInfo) -> String {
     format!("the agent exited ({how})")
 }
 
-/// Delivers everything the agent writes, in order, until its stdout closes.
+/// Delivers everything the agent writes, in order, until its stdout closes or `stop`.
 async fn dispatch(
     member: usize,
     conn: Arc<Connection>,
     handler: Arc<dyn UpstreamHandler>,
     mut inbound: mpsc::Receiver<Inbound>,
+    stop: CancellationToken,
 ) {
-    while let Some(msg) = inbound.recv().await {
+    while let Some(msg) = tokio::select! {
+        msg = inbound.recv() => msg,
+        _ = stop.cancelled() => None,
+    } {
         match msg {
             Inbound::Response { id, result } => {
                 if !conn.resolve(id, result) {
