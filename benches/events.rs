@@ -278,7 +278,7 @@ async fn main() {
     table.push_str(&format!(
         "\nFan-out: the agent's {FANOUT_CHUNKS}-chunk turn with 1 and with {FANOUT} subscribers on its session, \
          {FANOUT_ROUNDS} rounds alternated, medians\n\n\
-         | backend | CPUs | agent's turn, 1 subscriber | same turn, {FANOUT} subscribers | agent slowdown (medians; range of the rounds) | agent's time writing stdout per turn, 1 / {FANOUT} subscribers | prompt round trip, 1 / {FANOUT} subscribers | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
+         | backend | CPUs | turn as logged (turn_started → turn_ended), 1 subscriber | same, {FANOUT} subscribers | logged turn, {FANOUT} ÷ 1 (medians; range of the rounds) | agent's time writing stdout per turn, 1 / {FANOUT} subscribers | prompt round trip, 1 / {FANOUT} subscribers | gateway CPU per turn, 1 / {FANOUT} subscribers | log commits (broadcasts) per turn | subscribers fell behind |\n\
          |---|---|---|---|---|---|---|---|---|---|\n"
     ));
     for (name, f) in &rows {
