@@ -229,6 +229,22 @@ pub struct Config {
     )]
     pub sync_interval: u64,
 
+    /// The URL other replicas reach this one at, as registered in the shared database.
+    /// Default: `http://` + the address the listener is bound to.
+    #[arg(long, env = "ACP_GATEWAY_ADVERTISE_URL", global = true)]
+    pub advertise_url: Option<String>,
+
+    /// Seconds between this replica's heartbeats in the shared database; a replica silent for
+    /// three intervals is shown as not live.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_HEARTBEAT_INTERVAL",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..),
+        global = true
+    )]
+    pub heartbeat_interval: u64,
+
     /// Seconds that shutdown gives running turns and live sessions to cancel and close before
     /// the agent processes are terminated.
     #[arg(

@@ -6,6 +6,7 @@
 pub mod acp;
 pub mod api;
 pub mod check;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -30,6 +31,7 @@ use tower_http::trace::TraceLayer;
 use crate::acp::AgentCommand;
 use crate::api::auth::Keys;
 use crate::api::limits::{LimitConfig, Limits};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::events::{EventHub, Retention};
@@ -160,9 +162,19 @@ pub async fn run(
         init_timeout: config.init_timeout(),
         auth_method: config.agent_auth_method.clone(),
     };
+    let address = match &config.advertise_url {
+        Some(url) => url.clone(),
+        None => format!("http://{}", listener.local_addr()?),
+    };
+    let cluster = Cluster::new(
+        store.clone(),
+        address,
+        Duration::from_secs(config.heartbeat_interval),
+    );
     let gateway = Gateway::start(
         store,
         hub.clone(),
+        cluster,
         pool,
         GatewayConfig {
             control_timeout: config.control_timeout(),

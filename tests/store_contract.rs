@@ -110,6 +110,73 @@ async fn run_contract(store: Arc<dyn Store>) {
     check_payload_round_trip(store.clone()).await;
     check_lifecycle(store.clone()).await;
     check_prune_events(store.clone()).await;
+    check_replicas(store.clone()).await;
+}
+
+/// Replicas register by heartbeat, are listed oldest first with how long they have been silent,
+/// are forgotten once silent for longer than asked, and unregister.
+async fn check_replicas(store: Arc<dyn Store>) {
+    use std::time::Duration as StdDuration;
+    let hour = StdDuration::from_secs(3600);
+    assert!(store.replicas().await.unwrap().is_empty());
+    store
+        .heartbeat_replica("b", "http://127.0.0.1:2", ts(T0 + 1), 3, hour)
+        .await
+        .unwrap();
+    store
+        .heartbeat_replica("a", "http://127.0.0.1:1", ts(T0), 0, hour)
+        .await
+        .unwrap();
+    let replicas = store.replicas().await.unwrap();
+    let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "oldest start first");
+    assert_eq!(replicas[1].address, "http://127.0.0.1:2");
+    assert_eq!(replicas[1].started_at, ts(T0 + 1));
+    assert_eq!(replicas[1].sessions_live, 3);
+    assert!(
+        replicas
+            .iter()
+            .all(|r| r.silent_for < StdDuration::from_secs(60))
+    );
+    let first_beat = replicas[1].heartbeat_at;
+
+    // A later beat updates the row in place.
+    tokio::time::sleep(StdDuration::from_millis(5)).await;
+    store
+        .heartbeat_replica("b", "http://127.0.0.1:22", ts(T0 + 1), 7, hour)
+        .await
+        .unwrap();
+    let b = store.replicas().await.unwrap().remove(1);
+    assert_eq!(
+        (b.address.as_str(), b.sessions_live),
+        ("http://127.0.0.1:22", 7)
+    );
+    assert!(b.heartbeat_at > first_beat);
+
+    // A beat forgets whoever has been silent longer than asked.
+    tokio::time::sleep(StdDuration::from_millis(20)).await;
+    store
+        .heartbeat_replica(
+            "b",
+            "http://127.0.0.1:22",
+            ts(T0 + 1),
+            7,
+            StdDuration::from_millis(10),
+        )
+        .await
+        .unwrap();
+    let ids: Vec<String> = store
+        .replicas()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, ["b"]);
+
+    assert!(store.remove_replica("b").await.unwrap());
+    assert!(!store.remove_replica("b").await.unwrap());
+    assert!(store.replicas().await.unwrap().is_empty());
 }
 
 async fn check_fresh_database(store: Arc<dyn Store>) {

@@ -258,3 +258,79 @@ async fn a_second_gateway_on_the_same_sqlite_file_is_refused() {
     );
     w.finish().await;
 }
+
+/// Replicas sharing one PostgreSQL database see each other in `GET /agent` and `/metrics`: each
+/// registers with the address it serves on and its live sessions; one that stops cleanly
+/// leaves the view, one killed outright is shown as not live once three heartbeats are missed.
+#[tokio::test]
+async fn replicas_on_one_database_see_each_other() {
+    async fn replicas(g: &Gateway) -> Vec<Value> {
+        g.json("/agent").await["replicas"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+    async fn metrics(g: &Gateway) -> String {
+        g.get("/metrics").await.text().await.unwrap()
+    }
+    if postgres_admin_url().is_none() {
+        eprintln!("SKIPPED replicas_on_one_database_see_each_other: DATABASE_URL is not set");
+        return;
+    }
+    let opts = Options {
+        args: vec!["--heartbeat-interval".into(), "1".into()],
+        ..Options::default()
+    };
+    let w = World::start(Backend::Postgres, opts.clone()).await;
+    let a = w.gw();
+    let (b_dir, c_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut b = Gateway::spawn(&w.db.url, b_dir.path(), &opts).await;
+    let mut c = Gateway::spawn(&w.db.url, c_dir.path(), &opts).await;
+    b.create("/tmp").await;
+
+    // Every replica sees all three, live, itself under the address it serves on.
+    for g in [a, &b, &c] {
+        g.wait_until(|g| async move {
+            let view = replicas(g).await;
+            view.len() == 3 && view.iter().all(|r| r["live"] == true)
+        })
+        .await;
+        let view = replicas(g).await;
+        let this: Vec<&Value> = view.iter().filter(|r| r["this"] == true).collect();
+        assert_eq!(this.len(), 1, "{view:?}");
+        assert_eq!(this[0]["address"].as_str(), Some(g.base.as_str()));
+    }
+    // b's live session shows in a's view once b has beaten since creating it.
+    let b_base = b.base.clone();
+    a.wait_until(|g| {
+        let b_base = b_base.clone();
+        async move {
+            replicas(g)
+                .await
+                .iter()
+                .any(|r| r["address"] == b_base.as_str() && r["sessionsLive"] == 1)
+        }
+    })
+    .await;
+    assert!(metrics(a).await.contains("acp_gateway_replicas_live 3"));
+
+    // A clean stop unregisters; a kill leaves a row that stops being live.
+    assert!(b.stop().success());
+    c.kill();
+    let c_base = c.base.clone();
+    a.wait_until(|g| {
+        let c_base = c_base.clone();
+        async move {
+            let view = replicas(g).await;
+            view.len() == 2
+                && view
+                    .iter()
+                    .any(|r| r["address"] == c_base.as_str() && r["live"] == false)
+        }
+    })
+    .await;
+    let metrics = metrics(a).await;
+    assert!(metrics.contains("acp_gateway_replicas 2"), "{metrics}");
+    assert!(metrics.contains("acp_gateway_replicas_live 1"), "{metrics}");
+    w.finish().await;
+}

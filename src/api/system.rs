@@ -8,11 +8,12 @@ use super::{AppState, Json};
 use crate::error::{ApiError, Problem};
 use crate::gateway::AgentView;
 
-/// The agent behind the gateway and its pool members.
+/// The agent behind the gateway, its pool members and the gateway replicas.
 ///
 /// The agent behind the gateway: `initialize` result (agentInfo, protocol version, normalised
-/// capabilities, auth methods) and the pool members.
-#[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The agent and its pool", body = AgentView)))]
+/// capabilities, auth methods), this replica's pool members, and the gateway replicas sharing
+/// the database (as of this replica's last heartbeat; one unless several serve one PostgreSQL).
+#[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The agent, the pool and the replicas", body = AgentView)))]
 pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
     Json(s.gateway.agent())
 }

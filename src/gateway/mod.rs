@@ -25,6 +25,7 @@ use utoipa::ToSchema;
 use crate::acp::caps::{AgentInit, Capabilities};
 use crate::acp::{Connection, ExitInfo};
 use crate::api::auth::Caller;
+use crate::cluster::{Cluster, ReplicaView};
 use crate::config::PermissionPolicy;
 use crate::error::ApiError;
 use crate::events::EventHub;
@@ -135,11 +136,14 @@ pub struct TurnResult {
 /// What `/agent` shows.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}]}))]
+#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": [{"id": "5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7", "address": "http://127.0.0.1:8080", "startedAt": "2025-01-01T12:00:00Z", "heartbeatAt": "2025-01-01T12:05:00Z", "sessionsLive": 1, "live": true, "this": true}]}))]
 pub struct AgentView {
     /// `null` until a member has answered `initialize`.
     pub initialize: Option<AgentInit>,
     pub members: Vec<MemberView>,
+    /// The gateway replicas sharing the database, this one included (`this`), oldest first, as
+    /// of this replica's last heartbeat.
+    pub replicas: Vec<ReplicaView>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +194,7 @@ pub struct Counters {
 pub(crate) struct Inner {
     store: Arc<dyn Store>,
     hub: Arc<EventHub>,
+    cluster: Cluster,
     sessions: Mutex<HashMap<String, Entry>>,
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
     replaying: Mutex<HashMap<String, bool>>,
@@ -230,12 +235,14 @@ impl Gateway {
     pub fn start(
         store: Arc<dyn Store>,
         hub: Arc<EventHub>,
+        cluster: Cluster,
         pool: PoolConfig,
         config: GatewayConfig,
     ) -> Self {
         let inner = Arc::new(Inner {
             store,
             hub,
+            cluster,
             sessions: Mutex::default(),
             replaying: Mutex::default(),
             permissions: permissions::Permissions::default(),
@@ -257,6 +264,13 @@ impl Gateway {
             .inner
             .tasks
             .spawn(async move { g.sync_forever(every).await });
+        {
+            let g = gateway.clone();
+            gateway
+                .inner
+                .tasks
+                .spawn(async move { g.heartbeat_forever().await });
+        }
         if let Some(idle) = gateway.inner.config.idle_timeout {
             let g = gateway.clone();
             gateway
@@ -337,6 +351,31 @@ impl Gateway {
         AgentView {
             initialize: self.pool.init(),
             members: self.pool.members(),
+            replicas: self.inner.cluster.view(),
+        }
+    }
+
+    /// Sessions held live by a pool member.
+    fn live_sessions(&self) -> usize {
+        let sessions = self.inner.sessions.lock().expect("sessions lock");
+        sessions.values().filter(|e| e.member.is_some()).count()
+    }
+
+    /// Beats in the cluster every heartbeat interval until shutdown, then leaves it.
+    async fn heartbeat_forever(&self) {
+        let cluster = &self.inner.cluster;
+        loop {
+            let live = i64::try_from(self.live_sessions()).unwrap_or(i64::MAX);
+            if let Err(e) = cluster.beat(live).await {
+                tracing::warn!(error = %e, "replica heartbeat failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(cluster.interval()) => {}
+                _ = self.inner.stop.cancelled() => break,
+            }
+        }
+        if let Err(e) = cluster.leave().await {
+            tracing::warn!(error = %e, "could not unregister this replica");
         }
     }
 
@@ -344,14 +383,7 @@ impl Gateway {
     pub fn metrics(&self) -> String {
         use metrics::{counter, describe_counter, describe_gauge, gauge};
         let c = &self.inner.counters;
-        let live = self
-            .inner
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .values()
-            .filter(|e| e.member.is_some())
-            .count();
+        let live = self.live_sessions();
         let members = self.pool.members();
         let restarts: u32 = members.iter().map(|m| m.restarts).sum();
         let handle = crate::telemetry::handle();
@@ -401,6 +433,17 @@ impl Gateway {
             "acp_gateway_sessions_live",
             "Sessions loaded in a member.",
             live as f64,
+        );
+        let replicas = self.inner.cluster.view();
+        set_gauge(
+            "acp_gateway_replicas",
+            "Replicas registered in the database (this one included), as of its last heartbeat.",
+            replicas.len() as f64,
+        );
+        set_gauge(
+            "acp_gateway_replicas_live",
+            "Registered replicas that beat within three heartbeat intervals.",
+            replicas.iter().filter(|r| r.live).count() as f64,
         );
         set_counter(
             "acp_gateway_events_appended_total",

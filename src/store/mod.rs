@@ -164,6 +164,21 @@ pub struct NewLifecycleEvent {
     pub payload: Value,
 }
 
+/// A gateway replica as the shared database knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    pub id: String,
+    /// Where other replicas reach it (`--advertise-url`).
+    pub address: String,
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat, by the database's clock.
+    pub heartbeat_at: DateTime<Utc>,
+    /// Sessions it held live at that heartbeat.
+    pub sessions_live: i64,
+    /// How long ago that heartbeat was, by the database's clock (never negative).
+    pub silent_for: std::time::Duration,
+}
+
 /// A lifecycle event as stored, with its global sequence number.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredLifecycleEvent {
@@ -264,6 +279,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
+
+    /// Records a heartbeat of replica `id` (registering it on the first) stamped with the
+    /// database's clock, and forgets replicas silent for longer than `forget_after`.
+    async fn heartbeat_replica(
+        &self,
+        id: &str,
+        address: &str,
+        started_at: DateTime<Utc>,
+        sessions_live: i64,
+        forget_after: std::time::Duration,
+    ) -> StoreResult<()>;
+
+    /// Every registered replica, oldest first.
+    async fn replicas(&self) -> StoreResult<Vec<Replica>>;
+
+    /// Unregisters replica `id` (at its clean shutdown); false if it was not registered.
+    async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
 }
 
 fn is_postgres(url: &str) -> bool {

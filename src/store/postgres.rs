@@ -14,7 +14,7 @@ use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::{
-    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, SessionList, SessionMutation,
+    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList, SessionMutation,
     SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
 };
 
@@ -538,5 +538,66 @@ impl Store for PgStore {
         Ok(sqlx::query_scalar(LAST_LIFECYCLE_SEQ)
             .fetch_one(&self.pool)
             .await?)
+    }
+
+    async fn heartbeat_replica(
+        &self,
+        id: &str,
+        address: &str,
+        started_at: DateTime<Utc>,
+        sessions_live: i64,
+        forget_after: Duration,
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live) \
+             VALUES ($1, $2, $3, now(), $4) ON CONFLICT (id) DO UPDATE SET \
+             address = excluded.address, heartbeat_at = now(), sessions_live = excluded.sessions_live",
+        )
+        .bind(id)
+        .bind(address)
+        .bind(started_at.trunc_subsecs(6))
+        .bind(sessions_live)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM replicas WHERE heartbeat_at < now() - $1 * interval '1 microsecond'",
+        )
+        .bind(i64::try_from(forget_after.as_micros()).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn replicas(&self) -> StoreResult<Vec<Replica>> {
+        let rows = sqlx::query(
+            "SELECT id, address, started_at, heartbeat_at, sessions_live, \
+             GREATEST(0, (EXTRACT(EPOCH FROM clock_timestamp() - heartbeat_at) * 1000000)::BIGINT) AS silent \
+             FROM replicas ORDER BY started_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Replica {
+                    id: r.try_get("id")?,
+                    address: r.try_get("address")?,
+                    started_at: r.try_get("started_at")?,
+                    heartbeat_at: r.try_get("heartbeat_at")?,
+                    sessions_live: r.try_get("sessions_live")?,
+                    silent_for: Duration::from_micros(r.try_get::<i64, _>("silent")?.max(0) as u64),
+                })
+            })
+            .collect()
+    }
+
+    async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
+        Ok(sqlx::query("DELETE FROM replicas WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            > 0)
     }
 }

@@ -27,7 +27,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{
-    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, SessionList, SessionMutation,
+    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList, SessionMutation,
     SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
 };
 
@@ -700,5 +700,71 @@ impl Store for SqliteStore {
         Ok(sqlx::query_scalar(LAST_LIFECYCLE_SEQ)
             .fetch_one(&self.reader)
             .await?)
+    }
+
+    async fn heartbeat_replica(
+        &self,
+        id: &str,
+        address: &str,
+        started_at: DateTime<Utc>,
+        sessions_live: i64,
+        forget_after: Duration,
+    ) -> StoreResult<()> {
+        let now = Utc::now();
+        let forget_before =
+            now - chrono::Duration::from_std(forget_after).unwrap_or(chrono::TimeDelta::MAX);
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+        sqlx::query(
+            "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+             address = excluded.address, heartbeat_at = excluded.heartbeat_at, \
+             sessions_live = excluded.sessions_live",
+        )
+        .bind(id)
+        .bind(address)
+        .bind(micros(started_at))
+        .bind(micros(now))
+        .bind(sessions_live)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM replicas WHERE heartbeat_at < ?")
+            .bind(micros(forget_before))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn replicas(&self) -> StoreResult<Vec<Replica>> {
+        let rows = sqlx::query(
+            "SELECT id, address, started_at, heartbeat_at, sessions_live FROM replicas \
+             ORDER BY started_at, id",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        let now = Utc::now();
+        rows.iter()
+            .map(|r| {
+                let heartbeat_at =
+                    from_micros(r.try_get("heartbeat_at")?, "replicas.heartbeat_at")?;
+                Ok(Replica {
+                    id: r.try_get("id")?,
+                    address: r.try_get("address")?,
+                    started_at: from_micros(r.try_get("started_at")?, "replicas.started_at")?,
+                    heartbeat_at,
+                    sessions_live: r.try_get("sessions_live")?,
+                    silent_for: (now - heartbeat_at).to_std().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
+        Ok(sqlx::query("DELETE FROM replicas WHERE id = ?")
+            .bind(id)
+            .execute(&self.writer)
+            .await?
+            .rows_affected()
+            > 0)
     }
 }

@@ -277,6 +277,12 @@ impl Gateway {
         self.child.id()
     }
 
+    /// SIGKILL: the gateway dies without any cleanup (its agents exit when their stdin closes).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then wait (bounded) for the gateway to exit; returns how it exited.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);

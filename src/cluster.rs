@@ -1,0 +1,107 @@
+//! The replicas sharing one database. Each gateway registers itself under a fresh id with the
+//! URL other replicas reach it at, beats every heartbeat interval (stamped with the database's
+//! clock, with the number of sessions it holds live), and unregisters at a clean shutdown. Its
+//! latest reading of the table is the cluster view of `GET /agent` and `/metrics`; a replica
+//! silent for three intervals is shown as not live.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::store::{Replica, Store, StoreResult};
+
+/// Heartbeats missed before a replica is shown as not live.
+const LEASE_INTERVALS: u32 = 3;
+/// Silent replicas are forgotten after this.
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// One replica in `GET /agent`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaView {
+    pub id: String,
+    /// The URL other replicas reach it at (`--advertise-url`).
+    pub address: String,
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat, by the database's clock.
+    pub heartbeat_at: DateTime<Utc>,
+    /// Sessions it held live at that heartbeat.
+    pub sessions_live: i64,
+    /// Whether it beat within the last three heartbeat intervals.
+    pub live: bool,
+    /// Whether it is the replica answering.
+    pub this: bool,
+}
+
+/// This replica's membership of the cluster.
+pub struct Cluster {
+    store: Arc<dyn Store>,
+    id: String,
+    address: String,
+    started_at: DateTime<Utc>,
+    interval: Duration,
+    view: Mutex<Vec<ReplicaView>>,
+}
+
+impl Cluster {
+    pub fn new(store: Arc<dyn Store>, address: String, interval: Duration) -> Self {
+        Cluster {
+            store,
+            id: uuid::Uuid::new_v4().to_string(),
+            address,
+            started_at: Utc::now(),
+            interval,
+            view: Mutex::default(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Records a heartbeat and refreshes the view.
+    pub async fn beat(&self, sessions_live: i64) -> StoreResult<()> {
+        self.store
+            .heartbeat_replica(
+                &self.id,
+                &self.address,
+                self.started_at,
+                sessions_live,
+                FORGET_AFTER,
+            )
+            .await?;
+        let replicas = self.store.replicas().await?;
+        let lease = self.interval * LEASE_INTERVALS;
+        let view = replicas
+            .into_iter()
+            .map(|r: Replica| ReplicaView {
+                this: r.id == self.id,
+                live: r.silent_for <= lease,
+                id: r.id,
+                address: r.address,
+                started_at: r.started_at,
+                heartbeat_at: r.heartbeat_at,
+                sessions_live: r.sessions_live,
+            })
+            .collect();
+        *self.view.lock().expect("view lock") = view;
+        Ok(())
+    }
+
+    /// Unregisters this replica (at a clean shutdown).
+    pub async fn leave(&self) -> StoreResult<bool> {
+        self.store.remove_replica(&self.id).await
+    }
+
+    /// The replicas as of the last heartbeat, oldest first.
+    pub fn view(&self) -> Vec<ReplicaView> {
+        self.view.lock().expect("view lock").clone()
+    }
+}
