@@ -2,9 +2,10 @@
 //! URL other replicas reach it at, beats every heartbeat interval (stamped with the database's
 //! clock, with the number of sessions it holds live), and unregisters at a clean shutdown. Its
 //! latest reading of the table is the cluster view of `GET /agent` and `/metrics`; a replica
-//! silent for three intervals is shown as not live.
+//! silent for three intervals is shown as not live. On PostgreSQL every append to a log also
+//! notifies the other replicas, so that their subscribers follow sessions written elsewhere.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -12,6 +13,13 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::store::{Replica, Store, StoreResult};
+
+/// This process's replica id: fresh at every start, shared by its registry row and the
+/// notifications its appends send to the other replicas.
+pub fn replica_id() -> &'static str {
+    static ID: LazyLock<String> = LazyLock::new(|| uuid::Uuid::new_v4().to_string());
+    &ID
+}
 
 /// Heartbeats missed before a replica is shown as not live.
 const LEASE_INTERVALS: u32 = 3;
@@ -50,7 +58,7 @@ impl Cluster {
     pub fn new(store: Arc<dyn Store>, address: String, interval: Duration) -> Self {
         Cluster {
             store,
-            id: uuid::Uuid::new_v4().to_string(),
+            id: replica_id().to_owned(),
             address,
             started_at: Utc::now(),
             interval,

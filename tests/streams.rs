@@ -422,3 +422,59 @@ fn check_schema(spec: &Value, name: &str, value: &Value, event: &str) {
         );
     }
 }
+
+/// Two replicas on one PostgreSQL database: a client of one follows, live, in order and exactly
+/// once, a session that the other creates and prompts, and sees its lifecycle on `GET /events`.
+#[tokio::test]
+async fn subscribers_follow_sessions_another_replica_writes() {
+    if postgres_admin_url().is_none() {
+        eprintln!(
+            "SKIPPED subscribers_follow_sessions_another_replica_writes: DATABASE_URL is not set"
+        );
+        return;
+    }
+    let w = World::start(Backend::Postgres, Options::default()).await;
+    let here = w.gw();
+    let there_dir = tempfile::tempdir().unwrap();
+    let mut there = Gateway::spawn(&w.db.url, there_dir.path(), &Options::default()).await;
+    let mut lifecycle = here.sse("/events", Some(0)).await;
+
+    let id = there.create("/tmp").await;
+    let created = lifecycle.until("session_created").await;
+    assert_eq!(
+        created.last().unwrap().data["session"]["sessionId"],
+        id.as_str()
+    );
+    let mut stream = here.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut seen = Vec::new();
+    for text in ["/chunks 300", "hello from there"] {
+        let (status, body) = there.prompt(&id, text).await;
+        assert_eq!(status, 200, "{body}");
+        seen.extend(stream.until("turn_ended").await);
+    }
+    let seqs: Vec<i64> = seen.iter().map(|e| e.id).collect();
+    assert_eq!(
+        seqs,
+        (1..=seen.len() as i64).collect::<Vec<_>>(),
+        "in order, each once"
+    );
+    let history = there
+        .json(&format!("/sessions/{id}/history?limit=1000"))
+        .await;
+    let logged: Vec<(i64, String)> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_i64().unwrap(),
+                e["event"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let streamed: Vec<(i64, String)> = seen.iter().map(|e| (e.id, e.event.clone())).collect();
+    assert_eq!(streamed, logged);
+    assert_eq!(chunk_text(&seen).matches("c300").count(), 1);
+    there.stop();
+    w.finish().await;
+}

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::store::{
-    NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult, StoredEvent,
+    Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult, StoredEvent,
     StoredLifecycleEvent,
 };
 
@@ -115,6 +115,8 @@ pub trait Sequenced {
     fn first_seq(&self) -> i64 {
         self.seq()
     }
+    /// A wake-up without the events: the log reaches `seq()`, written by another replica.
+    fn is_wake(&self) -> bool;
 }
 
 /// Consecutive session events encoded once as SSE frames, shared by every live subscriber:
@@ -135,6 +137,15 @@ impl Frame {
         }
     }
 
+    /// Another replica appended up to `seq`: subscribers read the log.
+    fn wake(seq: i64) -> Self {
+        Frame {
+            first: seq,
+            seq,
+            bytes: Bytes::new(),
+        }
+    }
+
     /// `events` must be consecutive and non-empty.
     fn run(events: &[StoredEvent]) -> Self {
         Frame {
@@ -152,10 +163,29 @@ impl Sequenced for Frame {
     fn first_seq(&self) -> i64 {
         self.first
     }
+    fn is_wake(&self) -> bool {
+        self.bytes.is_empty()
+    }
 }
 impl Sequenced for StoredLifecycleEvent {
     fn seq(&self) -> i64 {
         self.seq
+    }
+    /// Stored lifecycle events always have a kind; a wake-up has none.
+    fn is_wake(&self) -> bool {
+        self.kind.is_empty()
+    }
+}
+
+/// A lifecycle wake-up (see [`Sequenced::is_wake`]).
+fn lifecycle_wake(seq: i64) -> StoredLifecycleEvent {
+    StoredLifecycleEvent {
+        seq,
+        session_id: String::new(),
+        tenant: String::new(),
+        kind: String::new(),
+        payload: serde_json::Value::Null,
+        created_at: chrono::Utc::now(),
     }
 }
 
@@ -185,7 +215,64 @@ impl EventHub {
         let pruner = hub.clone();
         hub.tasks
             .spawn(async move { pruner.prune(retention).await });
+        let follower = hub.clone();
+        hub.tasks
+            .spawn(async move { follower.follow_other_replicas().await });
         hub
+    }
+
+    /// Wakes local subscribers when another replica appends to a log they follow (PostgreSQL).
+    /// The notification carries only the position; the subscribers read the events from the
+    /// log, as they do after falling behind.
+    async fn follow_other_replicas(&self) {
+        let appended = tokio::select! {
+            r = self.store.appended_elsewhere() => r,
+            _ = self.shutdown.cancelled() => return,
+        };
+        let mut appended = match appended {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for other replicas' appends; subscribers here follow only this replica's");
+                return;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                next = appended.next() => next,
+                _ = self.shutdown.cancelled() => return,
+            };
+            match next {
+                None => return,
+                Some(Appended::Session { session_id, seq }) => {
+                    let sender = self
+                        .sessions
+                        .lock()
+                        .expect("hub lock")
+                        .get(&session_id)
+                        .cloned();
+                    if let Some(tx) = sender {
+                        let _ = tx.send(Arc::new(Frame::wake(seq)));
+                    }
+                }
+                Some(Appended::Lifecycle { seq }) => {
+                    let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
+                }
+                Some(Appended::Lost) => {
+                    let senders: Vec<_> = self
+                        .sessions
+                        .lock()
+                        .expect("hub lock")
+                        .values()
+                        .cloned()
+                        .collect();
+                    for tx in senders {
+                        let _ = tx.send(Arc::new(Frame::wake(i64::MAX)));
+                    }
+                    let _ = self.lifecycle.send(Arc::new(lifecycle_wake(i64::MAX)));
+                }
+            }
+        }
     }
 
     /// Writes what is queued, then stops the writer and the pruner.
@@ -569,6 +656,10 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
             while let Some(received) = next.take() {
                 match received {
                     Ok(e) if e.seq() <= last => {}
+                    Ok(e) if e.is_wake() => {
+                        s.live = false;
+                        break;
+                    }
                     Ok(e) if e.first_seq() == last + 1 => {
                         last = e.seq();
                         if (s.keep)(&e) {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
 use serde_json::Value;
 
 mod postgres;
@@ -296,6 +297,24 @@ pub trait Store: Send + Sync + 'static {
 
     /// Unregisters replica `id` (at its clean shutdown); false if it was not registered.
     async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
+
+    /// Appends that other replicas commit to this database, as they commit (`None` where no
+    /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything
+    /// may have been missed.
+    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
+        Ok(None)
+    }
+}
+
+/// An append by another replica (see [`Store::appended_elsewhere`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Appended {
+    /// A session's log now reaches `seq`.
+    Session { session_id: String, seq: i64 },
+    /// The lifecycle log now reaches `seq`.
+    Lifecycle { seq: i64 },
+    /// Notifications may have been missed.
+    Lost,
 }
 
 fn is_postgres(url: &str) -> bool {

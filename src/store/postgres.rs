@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
+use futures::stream::BoxStream;
 use serde_json::Value;
-use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgListener, PgNotification, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::{
-    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList, SessionMutation,
-    SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
+    Appended, ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
+    SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
+    StoredLifecycleEvent, merge_page,
 };
 
 /// Connections in the pool.
@@ -76,9 +78,18 @@ const INSERT_TOMBSTONE: &str = "INSERT INTO sessions \
      VALUES ($1, $2, '', '[]'::jsonb, NULL, $3, $3, NULL, FALSE, 'upstream', $3, NULL) \
      ON CONFLICT (session_id) DO NOTHING";
 
-const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
+/// Also notifies the other replicas, at commit: "REPLICA SEQ SESSION" on [`EVENTS_CHANNEL`].
+const BUMP_SEQ: &str = "WITH bumped AS (\
+     INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
      ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
-     RETURNING last_seq";
+     RETURNING last_seq) \
+     SELECT last_seq FROM bumped, \
+     pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
+
+/// Where appends to session logs are announced (see [`BUMP_SEQ`]).
+const EVENTS_CHANNEL: &str = "acp_gateway_events";
+/// Where appends to the lifecycle log are announced: "REPLICA SEQ".
+const LIFECYCLE_CHANNEL: &str = "acp_gateway_lifecycle";
 
 const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
      WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
@@ -104,6 +115,26 @@ const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_ev
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// This process's replica id, in its notifications.
+    replica: String,
+}
+
+/// An append announced by another replica; `None` for this replica's own, and for anything
+/// malformed.
+fn parse_notification(me: &str, n: &PgNotification) -> Option<Appended> {
+    let mut parts = n.payload().splitn(3, ' ');
+    let (replica, seq) = (parts.next()?, parts.next()?.parse().ok()?);
+    if replica == me {
+        return None;
+    }
+    match (n.channel(), parts.next()) {
+        (EVENTS_CHANNEL, Some(session_id)) => Some(Appended::Session {
+            session_id: session_id.to_owned(),
+            seq,
+        }),
+        (LIFECYCLE_CHANNEL, None) => Some(Appended::Lifecycle { seq }),
+        _ => None,
+    }
 }
 
 impl PgStore {
@@ -115,7 +146,10 @@ impl PgStore {
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            replica: crate::cluster::replica_id().to_owned(),
+        })
     }
 }
 
@@ -406,6 +440,7 @@ impl Store for PgStore {
         let last: i64 = sqlx::query_scalar(BUMP_SEQ)
             .bind(session_id)
             .bind(count)
+            .bind(&self.replica)
             .fetch_one(&mut *tx)
             .await?;
         let first = last - count + 1;
@@ -505,6 +540,11 @@ impl Store for PgStore {
             .bind(created_at)
             .fetch_one(&mut *tx)
             .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(LIFECYCLE_CHANNEL)
+            .bind(format!("{} {seq}", self.replica))
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(StoredLifecycleEvent {
             seq,
@@ -590,6 +630,36 @@ impl Store for PgStore {
                 })
             })
             .collect()
+    }
+
+    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener
+            .listen_all([EVENTS_CHANNEL, LIFECYCLE_CHANNEL])
+            .await?;
+        let me = self.replica.clone();
+        let stream = futures::stream::unfold(listener, move |mut listener| {
+            let me = me.clone();
+            async move {
+                loop {
+                    // `Ok(None)`: the connection was lost (the listener reconnects on the next
+                    // call); an error: reconnecting failed, so pause before trying again.
+                    let notification = match listener.try_recv().await {
+                        Ok(Some(n)) => n,
+                        Ok(None) => return Some((Appended::Lost, listener)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listening for other replicas' appends failed; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            return Some((Appended::Lost, listener));
+                        }
+                    };
+                    if let Some(appended) = parse_notification(&me, &notification) {
+                        return Some((appended, listener));
+                    }
+                }
+            }
+        });
+        Ok(Some(Box::pin(stream)))
     }
 
     async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
