@@ -47,6 +47,9 @@ pub struct ReplicaView {
 /// This replica's membership of the cluster.
 pub struct Cluster {
     store: Arc<dyn Store>,
+    /// Whether other replicas may use the database (PostgreSQL), so that sessions may be held
+    /// elsewhere.
+    shared: bool,
     id: String,
     address: String,
     started_at: DateTime<Utc>,
@@ -57,6 +60,7 @@ pub struct Cluster {
 impl Cluster {
     pub fn new(store: Arc<dyn Store>, address: String, interval: Duration) -> Self {
         Cluster {
+            shared: store.is_shared(),
             store,
             id: replica_id().to_owned(),
             address,
@@ -86,7 +90,7 @@ impl Cluster {
             )
             .await?;
         let replicas = self.store.replicas().await?;
-        let lease = self.interval * LEASE_INTERVALS;
+        let lease = self.lease();
         let view = replicas
             .into_iter()
             .map(|r: Replica| ReplicaView {
@@ -101,6 +105,37 @@ impl Cluster {
             .collect();
         *self.view.lock().expect("view lock") = view;
         Ok(())
+    }
+
+    /// How long a replica's claims hold after its last heartbeat.
+    pub fn lease(&self) -> Duration {
+        self.interval * LEASE_INTERVALS
+    }
+
+    /// Takes ownership of a session made live here; false if a live replica owns it.
+    pub async fn claim(&self, session_id: &str) -> StoreResult<bool> {
+        self.store
+            .claim_session(session_id, &self.id, self.lease())
+            .await
+    }
+
+    /// Gives up ownership of a session no longer live here.
+    pub async fn release(&self, session_id: &str) -> StoreResult<()> {
+        self.store.release_session(session_id, &self.id).await
+    }
+
+    /// The address of the live replica other than this one that owns `session_id`, if any.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> StoreResult<Option<String>> {
+        if !self.shared {
+            return Ok(None);
+        }
+        let owner = self.store.session_owner(session_id, self.lease()).await?;
+        Ok(owner.and_then(|(id, address)| (id != self.id).then_some(address)))
+    }
+
+    /// Ends the ownerships of replicas whose lease expired; returns their sessions.
+    pub async fn release_orphans(&self) -> StoreResult<Vec<String>> {
+        self.store.release_orphans(self.lease()).await
     }
 
     /// Unregisters this replica (at a clean shutdown).

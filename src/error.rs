@@ -59,6 +59,8 @@ pub enum ApiError {
     AgentTimeout(String),
     #[error("{0}")]
     PoolExhausted(String),
+    #[error("{0}")]
+    ReplicaUnavailable(String),
     #[error("{message}")]
     TooManyRequests {
         message: String,
@@ -123,6 +125,11 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "pool-exhausted",
                 "No agent capacity",
+            ),
+            ReplicaUnavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "replica-unavailable",
+                "The gateway replica holding the session is unavailable",
             ),
             TooManyRequests { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -212,7 +219,7 @@ impl IntoResponse for ApiError {
             HeaderValue::from_static("application/problem+json"),
         );
         match &self {
-            ApiError::PoolExhausted(_) => {
+            ApiError::PoolExhausted(_) | ApiError::ReplicaUnavailable(_) => {
                 res.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }

@@ -50,6 +50,7 @@ pub fn app(
     let router = router
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(gateway.clone(), api::forward::forward))
         .with_state(api::AppState { gateway })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(
@@ -171,6 +172,12 @@ pub async fn run(
         address,
         Duration::from_secs(config.heartbeat_interval),
     );
+    // Registered before anything is served, so that no session is claimed by a replica the
+    // others do not know yet (and take for dead).
+    cluster
+        .beat(0)
+        .await
+        .context("registering this replica in the database")?;
     let gateway = Gateway::start(
         store,
         hub.clone(),

@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod events;
+pub mod forward;
 pub mod limits;
 pub mod serve;
 mod sessions;

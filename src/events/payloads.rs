@@ -113,8 +113,9 @@ pub struct SessionDeleted {
 #[serde(rename_all = "camelCase")]
 pub struct AgentExited {
     session_id: String,
-    /// The pool member that held it.
-    member: u32,
+    /// The pool member that held it; `null` when the gateway replica holding it died (its
+    /// heartbeat lease expired).
+    member: Option<u32>,
     /// Exit code, when it exited normally.
     code: Option<i32>,
     /// Signal number, when it was killed by one.

@@ -195,6 +195,8 @@ pub(crate) struct Inner {
     store: Arc<dyn Store>,
     hub: Arc<EventHub>,
     cluster: Cluster,
+    /// Forwards requests to the replica holding a session.
+    forwarder: reqwest::Client,
     sessions: Mutex<HashMap<String, Entry>>,
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
     replaying: Mutex<HashMap<String, bool>>,
@@ -243,6 +245,7 @@ impl Gateway {
             store,
             hub,
             cluster,
+            forwarder: reqwest::Client::new(),
             sessions: Mutex::default(),
             replaying: Mutex::default(),
             permissions: permissions::Permissions::default(),
@@ -361,6 +364,27 @@ impl Gateway {
         sessions.values().filter(|e| e.member.is_some()).count()
     }
 
+    /// Sessions held by a replica whose lease expired are `saved` now: their logs get
+    /// `agent_exited` (without a member, which was the dead replica's), and the next prompt
+    /// resumes them on whichever replica receives it.
+    async fn take_over_orphans(&self) {
+        let orphans = match self.inner.cluster.release_orphans().await {
+            Ok(orphans) => orphans,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for sessions of replicas that died");
+                return;
+            }
+        };
+        for id in orphans {
+            tracing::warn!(
+                session = id,
+                "the replica holding the session stopped beating; the session is saved"
+            );
+            let payload = json!({"sessionId": id, "member": null, "code": null, "signal": null});
+            self.inner.append(&id, "agent_exited", payload).await;
+        }
+    }
+
     /// Beats in the cluster every heartbeat interval until shutdown, then leaves it.
     async fn heartbeat_forever(&self) {
         let cluster = &self.inner.cluster;
@@ -369,6 +393,7 @@ impl Gateway {
             if let Err(e) = cluster.beat(live).await {
                 tracing::warn!(error = %e, "replica heartbeat failed");
             }
+            self.take_over_orphans().await;
             tokio::select! {
                 _ = tokio::time::sleep(cluster.interval()) => {}
                 _ = self.inner.stop.cancelled() => break,
@@ -607,6 +632,7 @@ impl Gateway {
         drop(creating);
         self.inner.sessions_changed();
         self.attach(&record, member);
+        self.hold(&record.session_id).await;
         self.lifecycle(
             &record,
             "session_created",
@@ -1217,6 +1243,21 @@ impl Gateway {
         if let Some(m) = held {
             return Ok(m);
         }
+        if !self.inner.cluster.claim(id).await? {
+            return Err(ApiError::ReplicaUnavailable(format!(
+                "session {id} is live on another gateway replica; retry"
+            )));
+        }
+        let attached = self.attach_here(record).await;
+        if attached.is_err() {
+            self.release(id).await;
+        }
+        attached
+    }
+
+    /// Resumes (else loads) the session on a member of this replica's pool.
+    async fn attach_here(&self, record: &SessionRecord) -> ApiResult<usize> {
+        let id = record.session_id.as_str();
         let caps = self.caps();
         let (member, conn) = self.place()?;
         let params = json!({"sessionId": id, "cwd": record.cwd, "mcpServers": []});
@@ -1283,7 +1324,47 @@ impl Gateway {
         if entry.busy == Busy::Idle {
             sessions.remove(session_id);
         }
+        drop(sessions);
+        if member.is_some() {
+            let (this, id) = (self.clone(), session_id.to_owned());
+            self.inner
+                .tasks
+                .spawn(async move { this.release(&id).await });
+        }
         member
+    }
+
+    /// Records that this replica holds a session it made live.
+    async fn hold(&self, session_id: &str) {
+        if let Err(e) = self.inner.cluster.claim(session_id).await {
+            tracing::warn!(session = session_id, error = %e, "cannot record that this replica holds the session");
+        }
+    }
+
+    /// Records that this replica no longer holds a session.
+    async fn release(&self, session_id: &str) {
+        if let Err(e) = self.inner.cluster.release(session_id).await {
+            tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
+        }
+    }
+
+    /// The address of the other replica holding `session_id` live, if one does.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> ApiResult<Option<String>> {
+        let here = {
+            let sessions = self.inner.sessions.lock().expect("sessions lock");
+            sessions
+                .get(session_id)
+                .is_some_and(|e| e.member.is_some() || e.busy != Busy::Idle)
+        };
+        if here {
+            return Ok(None);
+        }
+        Ok(self.inner.cluster.owner_elsewhere(session_id).await?)
+    }
+
+    /// The HTTP client that forwards requests to other replicas.
+    pub fn forwarder(&self) -> &reqwest::Client {
+        &self.inner.forwarder
     }
 
     fn conn_if_live(&self, session_id: &str) -> Option<Arc<Connection>> {
@@ -1671,6 +1752,9 @@ impl UpstreamHandler for Inner {
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
             self.append(&id, "agent_exited", payload).await;
+            if let Err(e) = self.cluster.release(&id).await {
+                tracing::warn!(session = id, error = %e, "cannot record that this replica gave the session up");
+            }
         }
     }
 }

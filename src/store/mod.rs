@@ -295,8 +295,35 @@ pub trait Store: Send + Sync + 'static {
     /// Every registered replica, oldest first.
     async fn replicas(&self) -> StoreResult<Vec<Replica>>;
 
-    /// Unregisters replica `id` (at its clean shutdown); false if it was not registered.
+    /// Unregisters replica `id` and ends its ownerships (at its clean shutdown); false if it
+    /// was not registered.
     async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
+
+    /// Whether several gateway replicas may share this database.
+    fn is_shared(&self) -> bool;
+
+    /// Makes `replica` the owner of live session `session_id`, unless another replica owns it
+    /// and beat within `lease`; true if `replica` owns it now.
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        replica: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<bool>;
+
+    /// Ends `replica`'s ownership of `session_id` (nothing if another replica owns it).
+    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()>;
+
+    /// The owner of `session_id` if it beat within `lease`: its id and address.
+    async fn session_owner(
+        &self,
+        session_id: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<Option<(String, String)>>;
+
+    /// Ends the ownerships of replicas silent for longer than `lease` (they have died); returns
+    /// those sessions. Each is returned to one caller only.
+    async fn release_orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
 
     /// Appends that other replicas commit to this database, as they commit (`None` where no
     /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything

@@ -119,6 +119,11 @@ pub struct PgStore {
     replica: String,
 }
 
+/// A duration in whole microseconds, for `$n * interval '1 microsecond'`.
+fn micros_of(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
 /// An append announced by another replica; `None` for this replica's own, and for anything
 /// malformed.
 fn parse_notification(me: &str, n: &PgNotification) -> Option<Appended> {
@@ -663,11 +668,79 @@ impl Store for PgStore {
     }
 
     async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
-        Ok(sqlx::query("DELETE FROM replicas WHERE id = $1")
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM session_owners WHERE replica_id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
+            .await?;
+        let removed = sqlx::query("DELETE FROM replicas WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
             .await?
-            .rows_affected()
-            > 0)
+            .rows_affected();
+        tx.commit().await?;
+        Ok(removed > 0)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        replica: &str,
+        lease: Duration,
+    ) -> StoreResult<bool> {
+        let claimed: Option<String> = sqlx::query_scalar(
+            "INSERT INTO session_owners (session_id, replica_id) VALUES ($1, $2) \
+             ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id \
+             WHERE session_owners.replica_id = excluded.replica_id OR NOT EXISTS (\
+             SELECT 1 FROM replicas r WHERE r.id = session_owners.replica_id \
+             AND r.heartbeat_at >= now() - $3 * interval '1 microsecond') \
+             RETURNING replica_id",
+        )
+        .bind(session_id)
+        .bind(replica)
+        .bind(micros_of(lease))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2")
+            .bind(session_id)
+            .bind(replica)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn session_owner(
+        &self,
+        session_id: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT o.replica_id, r.address FROM session_owners o \
+             JOIN replicas r ON r.id = o.replica_id WHERE o.session_id = $1 \
+             AND r.heartbeat_at >= now() - $2 * interval '1 microsecond'",
+        )
+        .bind(session_id)
+        .bind(micros_of(lease))
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn release_orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "DELETE FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM replicas r \
+             WHERE r.id = o.replica_id AND r.heartbeat_at >= now() - $1 * interval '1 microsecond') \
+             RETURNING o.session_id",
+        )
+        .bind(micros_of(lease))
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

@@ -214,6 +214,14 @@ fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
     Ok((SqliteConnectOptions::from_str(url)?, in_memory))
 }
 
+/// The oldest heartbeat (in microseconds) of a replica still within `lease`.
+fn alive_since(lease: Duration) -> i64 {
+    chrono::Duration::from_std(lease)
+        .ok()
+        .and_then(|lease| Utc::now().checked_sub_signed(lease))
+        .map_or(i64::MIN, micros)
+}
+
 fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
 }
@@ -760,11 +768,79 @@ impl Store for SqliteStore {
     }
 
     async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
-        Ok(sqlx::query("DELETE FROM replicas WHERE id = ?")
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+        sqlx::query("DELETE FROM session_owners WHERE replica_id = ?")
             .bind(id)
-            .execute(&self.writer)
+            .execute(&mut *tx)
+            .await?;
+        let removed = sqlx::query("DELETE FROM replicas WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
             .await?
-            .rows_affected()
-            > 0)
+            .rows_affected();
+        tx.commit().await?;
+        Ok(removed > 0)
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        replica: &str,
+        lease: Duration,
+    ) -> StoreResult<bool> {
+        let claimed: Option<String> = sqlx::query_scalar(
+            "INSERT INTO session_owners (session_id, replica_id) VALUES (?1, ?2) \
+             ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id \
+             WHERE session_owners.replica_id = excluded.replica_id OR NOT EXISTS (\
+             SELECT 1 FROM replicas r WHERE r.id = session_owners.replica_id \
+             AND r.heartbeat_at >= ?3) \
+             RETURNING replica_id",
+        )
+        .bind(session_id)
+        .bind(replica)
+        .bind(alive_since(lease))
+        .fetch_optional(&self.writer)
+        .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM session_owners WHERE session_id = ? AND replica_id = ?")
+            .bind(session_id)
+            .bind(replica)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    async fn session_owner(
+        &self,
+        session_id: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT o.replica_id, r.address FROM session_owners o \
+             JOIN replicas r ON r.id = o.replica_id WHERE o.session_id = ? \
+             AND r.heartbeat_at >= ?",
+        )
+        .bind(session_id)
+        .bind(alive_since(lease))
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    async fn release_orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "DELETE FROM session_owners WHERE NOT EXISTS (SELECT 1 FROM replicas r \
+             WHERE r.id = session_owners.replica_id AND r.heartbeat_at >= ?) \
+             RETURNING session_id",
+        )
+        .bind(alive_since(lease))
+        .fetch_all(&self.writer)
+        .await?)
     }
 }

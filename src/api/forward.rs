@@ -1,0 +1,116 @@
+//! Requests for a session that another live replica holds are forwarded to it: its prompt,
+//! status, permissions and the rest need the agent process that has the session loaded. The
+//! event stream and the history are served here from the shared log. A forwarded request
+//! carries [`FORWARDED`] and is never forwarded again; if the owner cannot be reached the
+//! answer is 503 with `Retry-After` (the session becomes available here once the owner's lease
+//! expires).
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderName, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt;
+
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+
+/// Marks a request one replica forwarded to another.
+pub const FORWARDED: HeaderName = HeaderName::from_static("acp-gateway-forwarded");
+
+/// Hop-by-hop headers, which describe one connection and are not passed on.
+const HOP_BY_HOP: [HeaderName; 5] = [
+    header::CONNECTION,
+    header::HOST,
+    header::TRANSFER_ENCODING,
+    header::CONTENT_LENGTH,
+    header::UPGRADE,
+];
+
+/// The session a request is about, if the request needs the replica that holds it.
+fn session_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/sessions/")?;
+    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let served_from_the_log = matches!(tail, "events" | "history");
+    (!id.is_empty() && !served_from_the_log).then_some(id)
+}
+
+/// Middleware: forwards to the owning replica, else serves here.
+pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -> Response {
+    if req.headers().contains_key(&FORWARDED) {
+        return next.run(req).await;
+    }
+    let Some(id) = session_of(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    match gateway.owner_elsewhere(id).await {
+        Ok(Some(owner)) => proxy(&gateway, &owner, req)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Ok(None) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Sends `req` to `owner` and streams its answer back.
+async fn proxy(gateway: &Gateway, owner: &str, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    // Read as an extractor would, so that the configured body limit applies.
+    let body = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(ApiError::PayloadTooLarge(rejection.body_text()));
+        }
+        Err(rejection) => return Err(ApiError::BadRequest(rejection.body_text())),
+    };
+    let target = format!(
+        "{owner}{}",
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut headers = parts.headers;
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
+    }
+    headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
+    let unreachable = |e: reqwest::Error| {
+        tracing::warn!(owner, error = %e, "the replica holding the session cannot be reached");
+        ApiError::ReplicaUnavailable(
+            "the gateway replica holding this session cannot be reached; retry shortly".into(),
+        )
+    };
+    let answer = gateway
+        .forwarder()
+        .request(parts.method, &target)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(unreachable)?;
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !HOP_BY_HOP.contains(name) {
+            response = response.header(name, value);
+        }
+    }
+    let stream = answer.bytes_stream().map_err(std::io::Error::other);
+    Ok(response
+        .body(Body::from_stream(stream))
+        .expect("headers from a valid response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_of;
+
+    #[test]
+    fn session_routes_that_need_the_owner() {
+        assert_eq!(session_of("/sessions/s1"), Some("s1"));
+        assert_eq!(session_of("/sessions/s1/prompt"), Some("s1"));
+        assert_eq!(session_of("/sessions/s1/permissions/p1"), Some("s1"));
+        assert_eq!(session_of("/sessions/s1/events"), None);
+        assert_eq!(session_of("/sessions/s1/history"), None);
+        assert_eq!(session_of("/sessions"), None);
+        assert_eq!(session_of("/sessions/"), None);
+        assert_eq!(session_of("/agent"), None);
+    }
+}
