@@ -133,6 +133,22 @@ impl Cluster {
         Ok(owner.and_then(|(id, address)| (id != self.id).then_some(address)))
     }
 
+    /// Where a new session should go: the live replica holding the fewest sessions, when that
+    /// is fewer than `live_here` (this replica's count now; the others' are as of their last
+    /// heartbeat, raised here for each session sent their way since). `None`: here.
+    pub fn place_elsewhere(&self, live_here: i64) -> Option<String> {
+        let mut view = self.view.lock().expect("view lock");
+        let least = view
+            .iter_mut()
+            .filter(|r| r.live && !r.this)
+            .min_by_key(|r| r.sessions_live)?;
+        if least.sessions_live >= live_here {
+            return None;
+        }
+        least.sessions_live += 1;
+        Some(least.address.clone())
+    }
+
     /// Ends the ownerships of replicas whose lease expired; returns their sessions.
     pub async fn release_orphans(&self) -> StoreResult<Vec<String>> {
         self.store.release_orphans(self.lease()).await

@@ -166,3 +166,37 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     c.stop();
     w.finish().await;
 }
+
+/// New sessions go to the replica holding the fewest: three created through one replica end up
+/// spread over the cluster, and each is served through the replica that received it.
+#[tokio::test]
+async fn new_sessions_are_spread_by_load() {
+    let Some((w, mut b, mut c)) = three_replicas().await else {
+        return;
+    };
+    let a = w.gw();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(a.create("/tmp").await);
+    }
+    let held = |agent: Value| agent["members"][0]["sessions"].as_u64().unwrap();
+    let counts = [
+        held(a.json("/agent").await),
+        held(b.json("/agent").await),
+        held(c.json("/agent").await),
+    ];
+    assert_eq!(counts.iter().sum::<u64>(), 3, "{counts:?}");
+    assert!(counts.iter().all(|n| *n <= 2), "not spread: {counts:?}");
+    assert!(counts[0] < 3, "all stayed on the replica asked: {counts:?}");
+    for id in &ids {
+        let (status, body) = a.prompt(id, "where am I").await;
+        assert_eq!(
+            (status, body["stopReason"].as_str()),
+            (200, Some("end_turn")),
+            "{body}"
+        );
+    }
+    b.stop();
+    c.stop();
+    w.finish().await;
+}

@@ -1,4 +1,5 @@
-//! Requests for a session that another live replica holds are forwarded to it: its prompt,
+//! A new session is created on the live replica holding the fewest sessions (this one on a
+//! tie). Requests for a session that another live replica holds are forwarded to it: its prompt,
 //! status, permissions and the rest need the agent process that has the session loaded. The
 //! event stream and the history are served here from the shared log. A forwarded request
 //! carries [`FORWARDED`] and is never forwarded again; if the owner cannot be reached the
@@ -7,7 +8,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
@@ -39,6 +40,14 @@ fn session_of(path: &str) -> Option<&str> {
 pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -> Response {
     if req.headers().contains_key(&FORWARDED) {
         return next.run(req).await;
+    }
+    if req.method() == Method::POST && req.uri().path() == "/sessions" {
+        return match gateway.place_elsewhere() {
+            Some(replica) => proxy(&gateway, &replica, req)
+                .await
+                .unwrap_or_else(IntoResponse::into_response),
+            None => next.run(req).await,
+        };
     }
     let Some(id) = session_of(req.uri().path()) else {
         return next.run(req).await;

@@ -1362,6 +1362,12 @@ impl Gateway {
         Ok(self.inner.cluster.owner_elsewhere(session_id).await?)
     }
 
+    /// The other replica a new session should be created on, if one holds fewer sessions.
+    pub fn place_elsewhere(&self) -> Option<String> {
+        let here = i64::try_from(self.live_sessions()).unwrap_or(i64::MAX);
+        self.inner.cluster.place_elsewhere(here)
+    }
+
     /// The HTTP client that forwards requests to other replicas.
     pub fn forwarder(&self) -> &reqwest::Client {
         &self.inner.forwarder
