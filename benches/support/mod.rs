@@ -443,6 +443,22 @@ pub async fn load(
     url: &str,
     expected_len: usize,
     concurrency: usize,
+    times: (Duration, Duration),
+    no_cache: bool,
+) -> f64 {
+    load_spread(
+        &[(url.to_owned(), expected_len)],
+        concurrency,
+        times,
+        no_cache,
+    )
+    .await
+}
+
+/// [`load`] over several `(url, expected_len)` targets: client `k` asks `targets[k % n]`.
+pub async fn load_spread(
+    targets: &[(String, usize)],
+    concurrency: usize,
     (warmup, window): (Duration, Duration),
     no_cache: bool,
 ) -> f64 {
@@ -454,8 +470,9 @@ pub async fn load(
     let window_end = window_start + window;
     let done = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (http, url, done) = (http.clone(), url.to_owned(), done.clone());
+        .map(|k| {
+            let (url, expected_len) = targets[k % targets.len()].clone();
+            let (http, done) = (http.clone(), done.clone());
             tokio::spawn(async move {
                 while Instant::now() < window_end {
                     let mut req = http.get(&url);
