@@ -34,21 +34,6 @@ fn seqs(events: &[SseEvent]) -> Vec<i64> {
     events.iter().map(|e| e.id).collect()
 }
 
-/// The session's whole log, as `/history` pages it.
-async fn history(g: &Gateway, id: &str) -> Vec<(i64, String)> {
-    g.json(&format!("/sessions/{id}/history?limit=1000")).await["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["seq"].as_i64().unwrap(),
-                e["event"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 /// A session created through one replica is prompted, listed, probed, streamed, cancelled
 /// and deleted through the others.
 #[tokio::test]
@@ -104,9 +89,11 @@ async fn any_replica_serves_any_session() {
     let ended = stream.until("turn_ended").await;
     assert_eq!(ended.last().unwrap().data["stopReason"], "cancelled");
     streamed.extend(ended);
-    let logged = history(a, &id).await;
-    let seen: Vec<(i64, String)> = streamed.iter().map(|e| (e.id, e.event.clone())).collect();
-    assert_eq!(seen, logged, "the stream on c is the log, once, in order");
+    assert_eq!(
+        positions(&streamed),
+        a.logged(&id).await,
+        "the stream on c is the log, once, in order"
+    );
 
     assert_eq!(c.delete(&format!("/sessions/{id}")).await.status(), 204);
     stream.until("session_deleted").await;
@@ -138,10 +125,9 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     seen.extend(watcher.until("agent_exited").await);
     let exited = seen.last().unwrap();
     assert_eq!(exited.data["member"], Value::Null, "{:?}", exited.data);
-    let streamed: Vec<(i64, String)> = seen.iter().map(|e| (e.id, e.event.clone())).collect();
     assert_eq!(
-        streamed,
-        history(&c, &id).await,
+        positions(&seen),
+        c.logged(&id).await,
         "every stored event, once, in order"
     );
     assert_eq!(seqs(&seen), (1..=seen.len() as i64).collect::<Vec<_>>());

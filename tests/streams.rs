@@ -458,22 +458,7 @@ async fn subscribers_follow_sessions_another_replica_writes() {
         (1..=seen.len() as i64).collect::<Vec<_>>(),
         "in order, each once"
     );
-    let history = there
-        .json(&format!("/sessions/{id}/history?limit=1000"))
-        .await;
-    let logged: Vec<(i64, String)> = history["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["seq"].as_i64().unwrap(),
-                e["event"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let streamed: Vec<(i64, String)> = seen.iter().map(|e| (e.id, e.event.clone())).collect();
-    assert_eq!(streamed, logged);
+    assert_eq!(positions(&seen), there.logged(&id).await);
     assert_eq!(chunk_text(&seen).matches("c300").count(), 1);
     there.stop();
     w.finish().await;

@@ -245,15 +245,7 @@ impl EventHub {
             match next {
                 None => return,
                 Some(Appended::Session { session_id, seq }) => {
-                    let sender = self
-                        .sessions
-                        .lock()
-                        .expect("hub lock")
-                        .get(&session_id)
-                        .cloned();
-                    if let Some(tx) = sender {
-                        let _ = tx.send(Arc::new(Frame::wake(seq)));
-                    }
+                    self.broadcast(&session_id, Frame::wake(seq));
                 }
                 Some(Appended::Lifecycle { seq }) => {
                     let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
@@ -390,14 +382,8 @@ impl EventHub {
                     self.appended
                         .fetch_add(stored.len() as u64, Ordering::Relaxed);
                     self.commits.fetch_add(1, Ordering::Relaxed);
-                    let sender = self
-                        .sessions
-                        .lock()
-                        .expect("hub lock")
-                        .get(&session_id)
-                        .cloned();
-                    if let (Some(tx), false) = (sender, stored.is_empty()) {
-                        let _ = tx.send(Arc::new(Frame::run(&stored)));
+                    if !stored.is_empty() {
+                        self.broadcast(&session_id, Frame::run(&stored));
                     }
                     for (item, e) in items.into_iter().zip(&stored) {
                         if let Some(done) = item.done {
@@ -457,6 +443,19 @@ impl EventHub {
         let stored = self.store.append_lifecycle(&event).await?;
         let _ = self.lifecycle.send(Arc::new(stored.clone()));
         Ok(stored)
+    }
+
+    /// Sends `frame` to the live subscribers of `session_id`, if it has any.
+    fn broadcast(&self, session_id: &str, frame: Frame) {
+        let sender = self
+            .sessions
+            .lock()
+            .expect("hub lock")
+            .get(session_id)
+            .cloned();
+        if let Some(tx) = sender {
+            let _ = tx.send(Arc::new(frame));
+        }
     }
 
     fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Frame>> {

@@ -370,6 +370,22 @@ impl Gateway {
             .to_owned()
     }
 
+    /// The session's whole log as `/history` pages it: (seq, event) pairs.
+    pub async fn logged(&self, id: &str) -> Vec<(i64, String)> {
+        self.json(&format!("/sessions/{id}/history?limit=1000"))
+            .await["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["seq"].as_i64().unwrap(),
+                    e["event"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
     /// Polls `cond` until it holds (bounded by [`PATIENCE`]).
     pub async fn wait_until<'a, F, Fut>(&'a self, cond: F)
     where
@@ -533,6 +549,11 @@ pub fn last_event(history: &Value) -> &Value {
 }
 
 /// The text of agent_message_chunk events, concatenated.
+/// Streamed events as (id, event) pairs, to compare with [`Gateway::logged`].
+pub fn positions(events: &[SseEvent]) -> Vec<(i64, String)> {
+    events.iter().map(|e| (e.id, e.event.clone())).collect()
+}
+
 pub fn chunk_text(events: &[SseEvent]) -> String {
     events
         .iter()
