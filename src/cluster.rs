@@ -50,7 +50,6 @@ pub struct Cluster {
     /// Whether other replicas may use the database (PostgreSQL), so that sessions may be held
     /// elsewhere.
     shared: bool,
-    id: String,
     address: String,
     started_at: DateTime<Utc>,
     interval: Duration,
@@ -62,16 +61,11 @@ impl Cluster {
         Cluster {
             shared: store.is_shared(),
             store,
-            id: replica_id().to_owned(),
             address,
             started_at: Utc::now(),
             interval,
             view: Mutex::default(),
         }
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
     }
 
     pub fn interval(&self) -> Duration {
@@ -82,7 +76,7 @@ impl Cluster {
     pub async fn beat(&self, sessions_live: i64) -> StoreResult<()> {
         self.store
             .heartbeat_replica(
-                &self.id,
+                replica_id(),
                 &self.address,
                 self.started_at,
                 sessions_live,
@@ -94,7 +88,7 @@ impl Cluster {
         let view = replicas
             .into_iter()
             .map(|r: Replica| ReplicaView {
-                this: r.id == self.id,
+                this: r.id == replica_id(),
                 live: r.silent_for <= lease,
                 id: r.id,
                 address: r.address,
@@ -115,13 +109,13 @@ impl Cluster {
     /// Takes ownership of a session made live here; false if a live replica owns it.
     pub async fn claim(&self, session_id: &str) -> StoreResult<bool> {
         self.store
-            .claim_session(session_id, &self.id, self.lease())
+            .claim_session(session_id, replica_id(), self.lease())
             .await
     }
 
     /// Gives up ownership of a session no longer live here.
     pub async fn release(&self, session_id: &str) -> StoreResult<()> {
-        self.store.release_session(session_id, &self.id).await
+        self.store.release_session(session_id, replica_id()).await
     }
 
     /// The address of the live replica other than this one that owns `session_id`, if any.
@@ -130,7 +124,7 @@ impl Cluster {
             return Ok(None);
         }
         let owner = self.store.session_owner(session_id, self.lease()).await?;
-        Ok(owner.and_then(|(id, address)| (id != self.id).then_some(address)))
+        Ok(owner.and_then(|(id, address)| (id != replica_id()).then_some(address)))
     }
 
     /// Where a new session should go: the live replica holding the fewest sessions, when that
@@ -156,7 +150,7 @@ impl Cluster {
 
     /// Unregisters this replica (at a clean shutdown).
     pub async fn leave(&self) -> StoreResult<bool> {
-        self.store.remove_replica(&self.id).await
+        self.store.remove_replica(replica_id()).await
     }
 
     /// The replicas as of the last heartbeat, oldest first.

@@ -632,7 +632,7 @@ impl Gateway {
         drop(creating);
         self.inner.sessions_changed();
         self.attach(&record, member);
-        self.hold(&record.session_id).await;
+        self.inner.hold(&record.session_id).await;
         self.lifecycle(
             &record,
             "session_created",
@@ -1250,7 +1250,7 @@ impl Gateway {
         }
         let attached = self.attach_here(record).await;
         if attached.is_err() {
-            self.release(id).await;
+            self.inner.release(id).await;
         }
         attached
     }
@@ -1326,26 +1326,12 @@ impl Gateway {
         }
         drop(sessions);
         if member.is_some() {
-            let (this, id) = (self.clone(), session_id.to_owned());
+            let (inner, id) = (self.inner.clone(), session_id.to_owned());
             self.inner
                 .tasks
-                .spawn(async move { this.release(&id).await });
+                .spawn(async move { inner.release(&id).await });
         }
         member
-    }
-
-    /// Records that this replica holds a session it made live.
-    async fn hold(&self, session_id: &str) {
-        if let Err(e) = self.inner.cluster.claim(session_id).await {
-            tracing::warn!(session = session_id, error = %e, "cannot record that this replica holds the session");
-        }
-    }
-
-    /// Records that this replica no longer holds a session.
-    async fn release(&self, session_id: &str) {
-        if let Err(e) = self.inner.cluster.release(session_id).await {
-            tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
-        }
     }
 
     /// The address of the other replica holding `session_id` live, if one does.
@@ -1441,6 +1427,20 @@ impl Drop for Claim {
 }
 
 impl Inner {
+    /// Records that this replica holds a session it made live.
+    async fn hold(&self, session_id: &str) {
+        if let Err(e) = self.cluster.claim(session_id).await {
+            tracing::warn!(session = session_id, error = %e, "cannot record that this replica holds the session");
+        }
+    }
+
+    /// Records that this replica no longer holds a session.
+    async fn release(&self, session_id: &str) {
+        if let Err(e) = self.cluster.release(session_id).await {
+            tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
+        }
+    }
+
     /// Changes a cached session on the gateway's own authority (not from a listing). The
     /// change is noted so that a sync whose listing began earlier does not undo it.
     async fn update_cached(
@@ -1758,9 +1758,7 @@ impl UpstreamHandler for Inner {
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
             self.append(&id, "agent_exited", payload).await;
-            if let Err(e) = self.cluster.release(&id).await {
-                tracing::warn!(session = id, error = %e, "cannot record that this replica gave the session up");
-            }
+            self.release(&id).await;
         }
     }
 }

@@ -14,6 +14,8 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder, Row};
 
+use crate::cluster::replica_id;
+
 use super::{
     Appended, ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
     SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
@@ -115,8 +117,6 @@ const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_ev
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// This process's replica id, in its notifications.
-    replica: String,
 }
 
 /// A duration in whole microseconds, for `$n * interval '1 microsecond'`.
@@ -151,10 +151,7 @@ impl PgStore {
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self {
-            pool,
-            replica: crate::cluster::replica_id().to_owned(),
-        })
+        Ok(Self { pool })
     }
 }
 
@@ -445,7 +442,7 @@ impl Store for PgStore {
         let last: i64 = sqlx::query_scalar(BUMP_SEQ)
             .bind(session_id)
             .bind(count)
-            .bind(&self.replica)
+            .bind(replica_id())
             .fetch_one(&mut *tx)
             .await?;
         let first = last - count + 1;
@@ -547,7 +544,7 @@ impl Store for PgStore {
             .await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(LIFECYCLE_CHANNEL)
-            .bind(format!("{} {seq}", self.replica))
+            .bind(format!("{} {seq}", replica_id()))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -642,9 +639,7 @@ impl Store for PgStore {
         listener
             .listen_all([EVENTS_CHANNEL, LIFECYCLE_CHANNEL])
             .await?;
-        let me = self.replica.clone();
-        let stream = futures::stream::unfold(listener, move |mut listener| {
-            let me = me.clone();
+        let stream = futures::stream::unfold(listener, |mut listener| {
             async move {
                 loop {
                     // `Ok(None)`: the connection was lost (the listener reconnects on the next
@@ -658,7 +653,7 @@ impl Store for PgStore {
                             return Some((Appended::Lost, listener));
                         }
                     };
-                    if let Some(appended) = parse_notification(&me, &notification) {
+                    if let Some(appended) = parse_notification(replica_id(), &notification) {
                         return Some((appended, listener));
                     }
                 }
