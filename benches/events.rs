@@ -127,32 +127,16 @@ struct GatewayFigures {
     pinned: Option<Fanout>,
 }
 
-/// Pins every thread of `pid` to `cpus` (a taskset list such as "0" or "0-1").
-fn pin(pid: u32, cpus: &str) {
-    let status = std::process::Command::new("taskset")
-        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .expect("taskset (util-linux) runs");
-    assert!(status.success(), "taskset pins pid {pid} to {cpus}");
-}
-
 /// The agent's turn with one subscriber and with FANOUT, alternated FANOUT_ROUNDS times, each
 /// on a fresh session; the medians are compared. With `pinned`, the agent's process runs alone
 /// on core 0 and everything else on core 1 for the duration.
 async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
     let http = reqwest::Client::new();
-    let agent_pid = || async {
-        let agent = support::send_json(http.get(format!("{}/agent", gw.base))).await;
-        agent["members"][0]["pid"]
-            .as_u64()
-            .expect("a running agent") as u32
-    };
     let all = format!("0-{}", support::cores() - 1);
     if pinned {
-        pin(agent_pid().await, "0");
-        pin(gw.pid(), "1");
-        pin(std::process::id(), "1");
+        support::pin(gw.agent_pid().await, "0");
+        support::pin(gw.pid(), "1");
+        support::pin(std::process::id(), "1");
     }
     let readers_cpus = pinned.then_some("1");
     let probe = gw.prompt_url(&gw.create(&http).await);
@@ -190,9 +174,9 @@ async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
         fanout_commits += commits().await - commits_before;
     }
     if pinned {
-        pin(agent_pid().await, &all);
-        pin(gw.pid(), &all);
-        pin(std::process::id(), &all);
+        support::pin(gw.agent_pid().await, &all);
+        support::pin(gw.pid(), &all);
+        support::pin(std::process::id(), &all);
     }
     let mut pairs: Vec<f64> = one
         .iter()

@@ -14,13 +14,19 @@ use crate::config::Config;
 /// Runs the check; `Ok` is the description to print, `Err` the reason the agent is unusable.
 pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
     let command = crate::agent_command(config)?;
-    let (mut process, conn, mut inbound) = AgentProcess::spawn(&command, "check")
+    let (mut process, conn, mut stdout) = AgentProcess::spawn(&command, "check")
         .with_context(|| format!("cannot start the agent {:?}", command.program))?;
-    // Answers arrive through the inbound stream; the agent's own requests are refused.
+    // Answers arrive on stdout, read on a thread of its own; the agent's own requests are
+    // refused.
+    let stop = tokio_util::sync::CancellationToken::new();
     let answers = {
-        let conn = conn.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = inbound.recv().await {
+        let (conn, stop, runtime) = (
+            conn.clone(),
+            stop.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        tokio::task::spawn_blocking(move || {
+            while let Some(msg) = stdout.next(&stop) {
                 match msg {
                     Inbound::Response { id, result } => {
                         conn.resolve(id, result);
@@ -31,7 +37,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
                             message: format!("method not found: {method}"),
                             data: None,
                         };
-                        let _ = conn.respond(id, Err(refused)).await;
+                        let _ = runtime.block_on(conn.respond(id, Err(refused)));
                     }
                     Inbound::Notification { .. } => {}
                 }
@@ -42,7 +48,8 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
     let timeout = config.init_timeout();
     let outcome = describe(config, &conn, timeout).await;
     let exit = process.terminate(Duration::from_secs(2)).await;
-    answers.abort();
+    stop.cancel();
+    let _ = answers.await;
     outcome.map_err(|e| match e {
         Failure::Call(step, CallError::Closed(_)) => {
             anyhow::anyhow!("the agent exited before answering {step}{}", how(&exit))

@@ -107,6 +107,7 @@ async fn run_contract(store: Arc<dyn Store>) {
     check_tombstone(store.clone()).await;
     check_append_events(store.clone()).await;
     check_concurrent_appends(store.clone()).await;
+    check_log_writer(store.clone()).await;
     check_payload_round_trip(store.clone()).await;
     check_lifecycle(store.clone()).await;
     check_prune_events(store.clone()).await;
@@ -909,12 +910,18 @@ async fn check_concurrent_appends(store: Arc<dyn Store>) {
     for task in 0..TASKS {
         let store = store.clone();
         tasks.spawn(async move {
+            // Half the appenders use a log writer (a connection of its own), half the store.
+            let mut log = (task % 2 == 0).then(|| store.log_writer());
             let mut seqs = Vec::new();
             for batch in 0..BATCHES {
                 let events: Vec<NewEvent> = (0..PER_BATCH)
                     .map(|i| event("chunk", json!({"task": task, "batch": batch, "i": i})))
                     .collect();
-                let stored = store.append_events(S, &events).await.expect("append");
+                let stored = match &mut log {
+                    Some(log) => log.append(S, &events, None).await,
+                    None => store.append_events(S, &events).await,
+                }
+                .expect("append");
                 assert_eq!(stored.len(), PER_BATCH as usize);
                 for (k, e) in stored.iter().enumerate() {
                     assert_eq!(e.seq, stored[0].seq + k as i64, "a batch is consecutive");
@@ -959,6 +966,111 @@ async fn check_concurrent_appends(store: Arc<dyn Store>) {
         }
     }
     assert_eq!(store.last_event_seq(S).await.unwrap(), total);
+}
+
+/// A log writer's append can raise the session's `updated_at` in the same commit: never back in
+/// time, never on a tombstoned or unknown session, and the list order follows.
+async fn check_log_writer(store: Arc<dyn Store>) {
+    let (a, b) = ("touch-a", "touch-b");
+    for (id, at) in [(a, T0), (b, T0 + 1_000_000)] {
+        let mut r = record(id, "touch");
+        r.updated_at = ts(at);
+        assert!(store.put_session(&r).await.unwrap());
+    }
+    let updated_at = async |id: &str| {
+        let row = store.get_session(id).await.unwrap().expect("a row");
+        row.updated_at
+    };
+    let listed = async || {
+        let query = ListQuery {
+            tenant: Some("touch".into()),
+            ..ListQuery::default()
+        };
+        ids(&paginate(store.as_ref(), query, 10).await)
+    };
+    assert_eq!(listed().await, [b, a]);
+
+    let mut log = store.log_writer();
+    let later = ts(T0 + 5_000_000);
+    let stored = log
+        .append(a, &[event("turn_started", json!({"n": 1}))], Some(later))
+        .await
+        .unwrap();
+    assert_eq!(stored[0].seq, 1);
+    assert_eq!(updated_at(a).await, later, "touched with the append");
+    assert_eq!(
+        listed().await,
+        [a, b],
+        "the touched session moves to the top"
+    );
+
+    log.append(a, &[event("turn_started", json!({"n": 2}))], Some(ts(T0)))
+        .await
+        .unwrap();
+    assert_eq!(updated_at(a).await, later, "never back in time");
+    log.append(a, &[event("chunk", json!({"n": 3}))], None)
+        .await
+        .unwrap();
+    assert_eq!(updated_at(a).await, later, "no touch asked, none made");
+
+    assert!(
+        store
+            .tombstone_session(a, "touch", ts(T0 + 6_000_000))
+            .await
+            .unwrap()
+    );
+    log.append(
+        a,
+        &[event("late", json!({"n": 4}))],
+        Some(ts(T0 + 9_000_000)),
+    )
+    .await
+    .unwrap();
+    let row = store.get_session(a).await.unwrap().expect("the tombstone");
+    assert_eq!(row.updated_at, later, "a tombstone is not touched");
+
+    log.append("touch-unknown", &[event("x", json!(null))], Some(later))
+        .await
+        .unwrap();
+    assert!(
+        store.get_session("touch-unknown").await.unwrap().is_none(),
+        "a touch creates no row"
+    );
+    let back = store.read_events(a, 0, 100).await.unwrap();
+    assert_eq!(
+        back.iter()
+            .map(|e| e.payload["n"].as_i64())
+            .collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(3), Some(4)]
+    );
+    assert_eq!(back.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+}
+
+/// PostgreSQL: the log writer's own connection, closed by the server between two appends (a
+/// restart, `pg_terminate_backend`), is replaced without losing the append.
+async fn check_log_writer_reconnects(store: Arc<dyn Store>, url: &str) {
+    const S: &str = "reconnect-log";
+    let mut log = store.log_writer();
+    log.append(S, &[event("before", json!(1))], None)
+        .await
+        .unwrap();
+    let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1 AND datname = current_database()) t",
+    )
+    .bind(store::PG_LOG_WRITER_NAME)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "the log writer's connection is the one named so");
+    let stored = log
+        .append(S, &[event("after", json!(2))], None)
+        .await
+        .expect("the append goes through on a new connection");
+    assert_eq!(stored[0].seq, 2);
+    let back = store.read_events(S, 0, 10).await.unwrap();
+    assert_eq!(back.len(), 2, "nothing lost, nothing doubled");
 }
 
 async fn check_payload_round_trip(store: Arc<dyn Store>) {
@@ -1360,11 +1472,13 @@ async fn postgres_contract() {
     }
 
     let url = with_database(&admin_url, &database);
+    let admin_of_test = url.clone();
     // Run in a task so that a failed assertion comes back here and the database still gets
     // dropped before the panic is passed on.
     let outcome = tokio::spawn(async move {
         let db = store::connect(&url).await.expect("open postgres");
         run_contract(db.clone()).await;
+        check_log_writer_reconnects(db.clone(), &admin_of_test).await;
         let before = check_reopen_write(db.clone()).await;
         drop(db);
         let db: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.expect("reconnect"));

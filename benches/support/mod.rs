@@ -157,6 +157,10 @@ impl DirectAgent {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// One prompt with `text`; returns the update lines it produced.
     pub fn prompt(&mut self, text: &str) -> usize {
         let params = json!({"sessionId": self.session, "prompt": [{"type": "text", "text": text}]});
@@ -171,6 +175,16 @@ impl Drop for DirectAgent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Pins every thread of `pid` to `cpus` (a taskset list such as "0" or "0-1").
+pub fn pin(pid: u32, cpus: &str) {
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "taskset pins pid {pid} to {cpus}");
 }
 
 /// A release gateway in front of the release echo agent, on an ephemeral loopback port.
@@ -226,6 +240,14 @@ impl Gateway {
 
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap()
+    }
+
+    /// The pid of the gateway's (first) agent process.
+    pub async fn agent_pid(&self) -> u32 {
+        let agent = send_json(reqwest::Client::new().get(format!("{}/agent", self.base))).await;
+        agent["members"][0]["pid"]
+            .as_u64()
+            .expect("a running agent") as u32
     }
 
     pub async fn stop(mut self) {
@@ -496,7 +518,7 @@ pub async fn load_spread(
     done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
 }
 
-/// A bare axum route answering `GET path` with `body` as JSON, on its own multi-threaded tokio
+/// A bare axum route answering `path` (any method) with `body` as JSON, on its own multi-threaded tokio
 /// runtime (on its own thread, alive until the process exits).
 pub fn bare_server(path: &'static str, body: Bytes) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -510,7 +532,7 @@ pub fn bare_server(path: &'static str, body: Bytes) -> SocketAddr {
             tx.send(listener.local_addr().unwrap()).unwrap();
             let app = axum::Router::new().route(
                 path,
-                axum::routing::get(move || {
+                axum::routing::any(move || {
                     let body = body.clone();
                     async move {
                         (

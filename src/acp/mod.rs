@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-pub use process::{AgentCommand, AgentProcess, ExitInfo};
+pub use process::{AgentCommand, AgentProcess, AgentStdout, ExitInfo};
 
 /// Longest line accepted from an agent: base64 images make lines large.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;

@@ -1,8 +1,10 @@
-//! Spawning an agent process in its own process group, with its three pipes served by tasks:
-//! a writer for stdin, a line reader for stdout, and a drain for stderr that keeps a tail.
-//! The stdout reader runs on a blocking-pool thread of its own, not among the runtime's tasks,
-//! so that however many SSE subscribers the runtime is serving, the agent's pipe is drained as
-//! fast as the agent writes and the agent is never held up by the gateway's fan-out.
+//! Spawning an agent process in its own process group: a task writes its stdin, a task drains
+//! its stderr and keeps a tail, and its stdout is handed back as [`AgentStdout`], a blocking
+//! source of parsed messages. The caller reads it on a thread of its own, not among the
+//! runtime's tasks, so that however many SSE subscribers the runtime is serving, the agent's
+//! pipe is drained as fast as the agent writes and the agent is never held up by the gateway's
+//! fan-out; and since that thread also dispatches what it reads, a message reaches its waiter
+//! without another thread hand-off (each costs a wake-up, tens of microseconds on a VM).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Read};
@@ -22,6 +24,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::{Connection, Inbound, MAX_LINE_BYTES, parse_line};
 
@@ -83,7 +86,7 @@ impl AgentProcess {
     pub fn spawn(
         cmd: &AgentCommand,
         label: &str,
-    ) -> std::io::Result<(Self, Arc<Connection>, mpsc::Receiver<Inbound>)> {
+    ) -> std::io::Result<(Self, Arc<Connection>, AgentStdout)> {
         let mut command = Command::new(&cmd.program);
         if let Some(dir) = &cmd.cwd {
             command.current_dir(dir);
@@ -117,49 +120,18 @@ impl AgentProcess {
             }
         });
 
-        let (in_tx, in_rx) = mpsc::channel::<Inbound>(1024);
-        let who = label.to_owned();
-        let max_line = cmd.max_line_bytes;
-        tasks.spawn_blocking(move || {
-            let stdout = UntilClosed {
-                file: std::fs::File::from(stdout),
-                receiver_gone: &in_tx,
-            };
-            let mut reader = std::io::BufReader::with_capacity(64 * 1024, stdout);
-            let mut buf = Vec::new();
-            loop {
-                match read_bounded_line(&mut reader, &mut buf, max_line) {
-                    Ok(None) => break,
-                    Ok(Some(false)) => {
-                        super::count_garbage();
-                        tracing::warn!(member = %who, limit = max_line, "agent wrote an over-long line; dropped");
-                    }
-                    Ok(Some(true)) => {
-                        let line = String::from_utf8_lossy(&buf);
-                        let line = line.trim();
-                        if line.is_empty() {
-                            continue;
-                        }
-                        match parse_line(line) {
-                            Ok(msg) => {
-                                if in_tx.blocking_send(msg).is_err() {
-                                    break;
-                                }
-                            }
-                            Err(why) => {
-                                super::count_garbage();
-                                let shown: String = line.chars().take(200).collect();
-                                tracing::warn!(member = %who, why, line = shown, "agent wrote a line that is not JSON-RPC; ignored");
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(member = %who, error = %e, "reading the agent's stdout failed");
-                        break;
-                    }
-                }
-            }
-        });
+        let stdout = AgentStdout {
+            reader: std::io::BufReader::with_capacity(
+                64 * 1024,
+                UntilStopped {
+                    file: std::fs::File::from(stdout),
+                    stop: None,
+                },
+            ),
+            buf: Vec::new(),
+            max_line: cmd.max_line_bytes,
+            member: label.to_owned(),
+        };
 
         let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let tail_w = tail.clone();
@@ -185,7 +157,7 @@ impl AgentProcess {
                 tasks,
             },
             conn,
-            in_rx,
+            stdout,
         ))
     }
 
@@ -233,21 +205,71 @@ impl AgentProcess {
     }
 }
 
-/// The agent's stdout for the reader thread: a read waits for data in slices of
-/// [`POLL_SLICE`] and reports end of file once nobody receives the lines any more, so the
-/// thread ends with its process even if a stray grandchild still holds the pipe open.
-struct UntilClosed<'a> {
+/// Everything the agent writes to stdout, in order, as parsed messages; a blocking source, read
+/// on a thread of its own. Lines that are not JSON-RPC, or longer than the limit, are counted,
+/// logged and skipped.
+pub struct AgentStdout {
+    reader: std::io::BufReader<UntilStopped>,
+    buf: Vec<u8>,
+    max_line: usize,
+    member: String,
+}
+
+impl AgentStdout {
+    /// The next message; `None` at end of file, on a read error, or (checked every
+    /// [`POLL_SLICE`] ms while waiting) once `stop` is cancelled, so that a stray grandchild
+    /// holding the pipe open cannot keep the reading thread alive after its process ended.
+    pub fn next(&mut self, stop: &CancellationToken) -> Option<Inbound> {
+        self.reader.get_mut().stop = Some(stop.clone());
+        loop {
+            match read_bounded_line(&mut self.reader, &mut self.buf, self.max_line) {
+                Ok(None) => return None,
+                Ok(Some(false)) => {
+                    super::count_garbage();
+                    tracing::warn!(member = %self.member, limit = self.max_line, "agent wrote an over-long line; dropped");
+                }
+                Ok(Some(true)) => {
+                    let line = String::from_utf8_lossy(&self.buf);
+                    let line = line.trim();
+                    if line.is_empty() {
+                        continue;
+                    }
+                    match parse_line(line) {
+                        Ok(msg) => return Some(msg),
+                        Err(why) => {
+                            super::count_garbage();
+                            let shown: String = line.chars().take(200).collect();
+                            tracing::warn!(member = %self.member, why, line = shown, "agent wrote a line that is not JSON-RPC; ignored");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(member = %self.member, error = %e, "reading the agent's stdout failed");
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The agent's stdout pipe: a read waits for data in slices of [`POLL_SLICE`] and reports end
+/// of file once `stop` is cancelled.
+struct UntilStopped {
     file: std::fs::File,
-    receiver_gone: &'a mpsc::Sender<Inbound>,
+    stop: Option<CancellationToken>,
 }
 
 /// How often a waiting stdout reader checks that its lines are still wanted.
 const POLL_SLICE: u16 = 200;
 
-impl Read for UntilClosed<'_> {
+impl Read for UntilStopped {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
-            if self.receiver_gone.is_closed() {
+            if self
+                .stop
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+            {
                 return Ok(0);
             }
             let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];

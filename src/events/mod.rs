@@ -20,14 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::store::{
-    Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult, StoredEvent,
-    StoredLifecycleEvent,
+    Appended, LogWriter, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult,
+    StoredEvent, StoredLifecycleEvent,
 };
 
 /// Events kept in each live broadcast buffer before a subscriber is considered behind.
@@ -57,6 +58,8 @@ struct Queued {
     session_id: String,
     /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
     event: Option<NewEvent>,
+    /// Raise the session's `updated_at` to at least this, with the event.
+    touch: Option<DateTime<Utc>>,
     done: Option<oneshot::Sender<Result<i64, String>>>,
 }
 
@@ -74,6 +77,8 @@ pub struct EventHub {
     appended: AtomicU64,
     /// Group commits (each one broadcast to live subscribers as one frame).
     commits: AtomicU64,
+    /// Commits that raised a session's `updated_at` ([`EventHub::enqueue_touching`]).
+    touches: AtomicU64,
     streams: Arc<StreamStats>,
 }
 
@@ -208,6 +213,7 @@ impl EventHub {
             closing: CancellationToken::new(),
             appended: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            touches: AtomicU64::new(0),
             streams: Arc::default(),
         });
         let writer = hub.clone();
@@ -284,6 +290,11 @@ impl EventHub {
         self.commits.load(Ordering::Relaxed)
     }
 
+    /// Commits that changed the session cache: a session list read before one may be stale.
+    pub fn touches(&self) -> u64 {
+        self.touches.load(Ordering::SeqCst)
+    }
+
     /// Counters of the SSE streams.
     pub fn streams(&self) -> &StreamStats {
         &self.streams
@@ -293,7 +304,7 @@ impl EventHub {
     /// sequence number.
     pub async fn append(&self, session_id: &str, event: NewEvent) -> Result<i64, String> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue_with(session_id, event, Some(tx)).await;
+        self.enqueue_with(session_id, event, None, Some(tx)).await;
         rx.await
             .unwrap_or_else(|_| Err("the event writer has stopped".into()))
     }
@@ -301,7 +312,13 @@ impl EventHub {
     /// Queues an append without waiting for it to be stored. Order is kept: it is written
     /// before anything queued (or appended) later.
     pub async fn enqueue(&self, session_id: &str, event: NewEvent) {
-        self.enqueue_with(session_id, event, None).await;
+        self.enqueue_with(session_id, event, None, None).await;
+    }
+
+    /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
+    /// the same commit; [`EventHub::touches`] counts such commits.
+    pub async fn enqueue_touching(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {
+        self.enqueue_with(session_id, event, Some(at), None).await;
     }
 
     /// Waits until everything queued so far is stored (read-your-writes for log readers).
@@ -310,6 +327,7 @@ impl EventHub {
         let barrier = Queued {
             session_id: String::new(),
             event: None,
+            touch: None,
             done: Some(tx),
         };
         if self.queue.send(barrier).await.is_ok() {
@@ -321,11 +339,13 @@ impl EventHub {
         &self,
         session_id: &str,
         event: NewEvent,
+        touch: Option<DateTime<Utc>>,
         done: Option<oneshot::Sender<Result<i64, String>>>,
     ) {
         let item = Queued {
             session_id: session_id.to_owned(),
             event: Some(event),
+            touch,
             done,
         };
         if let Err(mpsc::error::SendError(item)) = self.queue.send(item).await {
@@ -339,6 +359,7 @@ impl EventHub {
 
     /// The writer: group commit of everything queued, session by session, in queue order.
     async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
+        let mut log = self.store.log_writer();
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
             let first = tokio::select! {
@@ -357,11 +378,11 @@ impl EventHub {
                     Err(_) => break,
                 }
             }
-            self.write_batch(&mut batch).await;
+            self.write_batch(log.as_mut(), &mut batch).await;
         }
     }
 
-    async fn write_batch(&self, batch: &mut Vec<Queued>) {
+    async fn write_batch(&self, log: &mut dyn LogWriter, batch: &mut Vec<Queued>) {
         // Group by session, keeping each session's order (sessions are independent logs).
         let mut groups: Vec<(String, Vec<Queued>)> = Vec::new();
         let mut barriers = Vec::new();
@@ -377,11 +398,15 @@ impl EventHub {
         }
         for (session_id, items) in groups {
             let events: Vec<NewEvent> = items.iter().filter_map(|i| i.event.clone()).collect();
-            match self.store.append_events(&session_id, &events).await {
+            let touch = items.iter().filter_map(|i| i.touch).max();
+            match log.append(&session_id, &events, touch).await {
                 Ok(stored) => {
                     self.appended
                         .fetch_add(stored.len() as u64, Ordering::Relaxed);
                     self.commits.fetch_add(1, Ordering::Relaxed);
+                    if touch.is_some() {
+                        self.touches.fetch_add(1, Ordering::SeqCst);
+                    }
                     if !stored.is_empty() {
                         self.broadcast(&session_id, Frame::run(&stored));
                     }

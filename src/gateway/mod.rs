@@ -955,13 +955,16 @@ impl Gateway {
             .turns_started
             .fetch_add(1, Ordering::Relaxed);
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
-        // agent sends for this turn, and the prompt goes out without waiting for a commit.
+        // agent sends for this turn, and the prompt goes out without waiting for a commit. The
+        // session's `updatedAt` moves with it, in the same commit.
+        self.inner.mark_touched(id.as_str());
+        let started = NewEvent {
+            kind: "turn_started".into(),
+            payload: json!({"sessionId": id.as_str(), "prompt": prompt}),
+        };
         self.inner
-            .enqueue(
-                id.as_str(),
-                "turn_started",
-                json!({"sessionId": id.as_str(), "prompt": prompt}),
-            )
+            .hub
+            .enqueue_touching(id.as_str(), started, now())
             .await;
         // The turn runs in its own task so that a client hanging up never leaves it without
         // its `turn_ended` event. Its events are queued in order, not awaited: the answer does
@@ -969,19 +972,8 @@ impl Gateway {
         let this = self.clone();
         let sid = id.as_str().to_owned();
         let params = json!({"sessionId": sid, "prompt": prompt});
-        let at = now();
         let sent = conn.send_request("session/prompt", params).await;
         claim.mark_sent();
-        // Beside the turn, not before its answer; never back in time if the agent reported
-        // activity first.
-        {
-            let (inner, sid) = (self.inner.clone(), id.as_str().to_owned());
-            self.inner.tasks.spawn(async move {
-                let _ = inner
-                    .update_cached(&sid, &|r| r.updated_at = r.updated_at.max(at))
-                    .await;
-            });
-        }
         let turn = self.inner.tasks.spawn(async move {
             let _claim = claim;
             let outcome = match sent {
@@ -1448,17 +1440,23 @@ impl Inner {
         session_id: &str,
         mutate: crate::store::SessionMutation<'_>,
     ) -> crate::store::StoreResult<Option<SessionRecord>> {
-        let n = self.touches.fetch_add(1, Ordering::SeqCst) + 1;
-        self.touched
-            .lock()
-            .expect("touched lock")
-            .insert(session_id.to_owned(), n);
+        self.mark_touched(session_id);
         let updated = self.store.update_session(session_id, mutate).await;
         self.sessions_changed();
         if let Ok(Some(r)) = &updated {
             self.record_changed(r);
         }
         updated
+    }
+
+    /// Notes a change of the gateway's own to a cached session, before it is written, so that
+    /// a list sync running meanwhile does not undo it with what the agent had before.
+    fn mark_touched(&self, session_id: &str) {
+        let n = self.touches.fetch_add(1, Ordering::SeqCst) + 1;
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .insert(session_id.to_owned(), n);
     }
 
     /// Keeps the in-memory entry in step with a changed cached record.
@@ -1487,6 +1485,12 @@ impl Inner {
         }
     }
 
+    /// Moves after every committed write to the session cache: the gateway's own, counted
+    /// here, and prompts' `updatedAt`, committed by the event writer.
+    fn list_generation(&self) -> u64 {
+        self.list_generation.load(Ordering::SeqCst) + self.hub.touches()
+    }
+
     /// Call after every write to the session cache (once it has committed).
     fn sessions_changed(&self) {
         self.list_generation.fetch_add(1, Ordering::SeqCst);
@@ -1502,7 +1506,7 @@ impl Inner {
         /// Pages kept per generation; beyond it the cache starts over.
         const MAX_PAGES: usize = 1024;
         let key = format!("{query:?}");
-        let generation = self.list_generation.load(Ordering::SeqCst);
+        let generation = self.list_generation();
         if !fresh {
             let pages = self.list_pages.lock().expect("list cache lock");
             if let Some(page) = pages.1.get(&key).filter(|_| pages.0 == generation) {
@@ -1514,7 +1518,7 @@ impl Inner {
         let page = Arc::new(PageJson::new(&list.sessions, next_cursor));
         let mut pages = self.list_pages.lock().expect("list cache lock");
         // Only a page read entirely within one generation may be kept for it.
-        if self.list_generation.load(Ordering::SeqCst) == generation {
+        if self.list_generation() == generation {
             if pages.0 != generation || pages.1.len() >= MAX_PAGES {
                 *pages = (generation, HashMap::new());
             }

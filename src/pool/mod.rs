@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
 use crate::acp::caps::{AgentInit, initialize_params};
-use crate::acp::{AgentCommand, AgentProcess, Connection, ExitInfo, Inbound, RpcError};
+use crate::acp::{
+    AgentCommand, AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError,
+};
 
 /// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
 /// they run on the member's dispatch loop, which preserves the agent's message order.
@@ -288,7 +289,7 @@ impl Pool {
                         s.last_error = Some(format!("cannot start {}: {e}", config.command.program))
                     });
                 }
-                Ok((mut process, conn, inbound)) => {
+                Ok((mut process, conn, stdout)) => {
                     self.set(&member, |s| s.pid = Some(process.pid));
                     tracing::info!(member = member.index, pid = process.pid, "agent started");
                     let exit = self
@@ -298,7 +299,7 @@ impl Pool {
                             &handler,
                             &mut process,
                             conn.clone(),
-                            inbound,
+                            stdout,
                         )
                         .await;
                     // The member stops reporting `ready` before anyone hears of the exit, so a
@@ -360,10 +361,10 @@ impl Pool {
         handler: &Arc<dyn UpstreamHandler>,
         process: &mut AgentProcess,
         conn: Arc<Connection>,
-        inbound: mpsc::Receiver<Inbound>,
+        mut stdout: AgentStdout,
     ) -> ExitInfo {
-        // Dispatch runs on a thread of its own (as does the stdout reader): a runtime busy
-        // serving a thousand SSE subscribers must not keep the agent's messages waiting.
+        // Reading and dispatch run on a thread of their own: a runtime busy serving a thousand
+        // SSE subscribers must not keep the agent's messages waiting.
         let stop = CancellationToken::new();
         let _stop_dispatch = stop.clone().drop_guard();
         let mut dispatch = {
@@ -374,7 +375,9 @@ impl Pool {
             );
             let (conn, handler) = (conn.clone(), handler.clone());
             tokio::task::spawn_blocking(move || {
-                runtime.block_on(dispatch(index, conn, handler, inbound, stop))
+                while let Some(msg) = stdout.next(&stop) {
+                    runtime.block_on(dispatch(index, &conn, &handler, msg));
+                }
             })
         };
         let exit = self
@@ -508,47 +511,42 @@ fn exit_reason(exit: &ExitInfo) -> String {
     format!("the agent exited ({how})")
 }
 
-/// Delivers everything the agent writes, in order, until its stdout closes or `stop`.
+/// Delivers one message the agent wrote: a response to its waiter, a notification or request
+/// to the handler.
 async fn dispatch(
     member: usize,
-    conn: Arc<Connection>,
-    handler: Arc<dyn UpstreamHandler>,
-    mut inbound: mpsc::Receiver<Inbound>,
-    stop: CancellationToken,
+    conn: &Arc<Connection>,
+    handler: &Arc<dyn UpstreamHandler>,
+    msg: Inbound,
 ) {
-    while let Some(msg) = tokio::select! {
-        msg = inbound.recv() => msg,
-        _ = stop.cancelled() => None,
-    } {
-        match msg {
-            Inbound::Response { id, result } => {
-                if !conn.resolve(id, result) {
-                    crate::acp::count_garbage();
-                    tracing::warn!(member, id, "response to an unknown request id; ignored");
-                }
+    match msg {
+        Inbound::Response { id, result } => {
+            if !conn.resolve(id, result) {
+                crate::acp::count_garbage();
+                tracing::warn!(member, id, "response to an unknown request id; ignored");
             }
-            Inbound::Notification { method, params } => {
-                handler.on_notification(member, &method, params).await
-            }
-            Inbound::Request { id, method, params } => {
-                if method == "session/request_permission" {
-                    handler
-                        .clone()
-                        .on_permission_request(member, conn.clone(), id, params)
-                        .await;
-                } else {
-                    tracing::warn!(
-                        member,
-                        method,
-                        "unexpected request from the agent; answering -32601"
-                    );
-                    let err = RpcError {
-                        code: -32601,
-                        message: format!("method not found: {method}"),
-                        data: None,
-                    };
-                    let _ = conn.respond(id, Err(err)).await;
-                }
+        }
+        Inbound::Notification { method, params } => {
+            handler.on_notification(member, &method, params).await
+        }
+        Inbound::Request { id, method, params } => {
+            if method == "session/request_permission" {
+                handler
+                    .clone()
+                    .on_permission_request(member, conn.clone(), id, params)
+                    .await;
+            } else {
+                tracing::warn!(
+                    member,
+                    method,
+                    "unexpected request from the agent; answering -32601"
+                );
+                let err = RpcError {
+                    code: -32601,
+                    message: format!("method not found: {method}"),
+                    data: None,
+                };
+                let _ = conn.respond(id, Err(err)).await;
             }
         }
     }

@@ -14,7 +14,7 @@ use serde_json::Value;
 mod postgres;
 mod sqlite;
 
-pub use postgres::PgStore;
+pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
 pub use sqlite::{ReplicaLock, SqliteStore};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
@@ -26,6 +26,20 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// The connection was found closed or shut down by the server (SQLSTATE classes 08 and
+    /// 57P), before the statement could run: running it again on a new connection is safe.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Io(_)) => true,
+            StoreError::Db(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+            _ => false,
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -194,6 +208,20 @@ pub struct StoredLifecycleEvent {
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
+/// See [`Store::log_writer`].
+#[async_trait]
+pub trait LogWriter: Send {
+    /// As [`Store::append_events`]. With `touch`, the session's `updated_at` is also raised to
+    /// at least `touch` in the same transaction (a prompt's activity, recorded with its
+    /// `turn_started`); a tombstoned or unknown session is left alone.
+    async fn append(
+        &mut self,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Vec<StoredEvent>>;
+}
+
 /// The gateway's use cases against its database.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -242,6 +270,11 @@ pub trait Store: Send + Sync + 'static {
         session_id: &str,
         events: &[NewEvent],
     ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// A writer of the event log with a database connection of its own (opened on first use,
+    /// opened again after an error), for the one task that appends everything the gateway logs:
+    /// an append is then one round trip, with no pool checkout before it or check after it.
+    fn log_writer(&self) -> Box<dyn LogWriter>;
 
     /// Events with `seq > after`, ascending, at most `limit`.
     async fn read_events(

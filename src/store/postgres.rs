@@ -9,16 +9,19 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
-use sqlx::postgres::{PgArguments, PgListener, PgNotification, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{
+    PgArguments, PgConnectOptions, PgConnection, PgListener, PgNotification, PgPool, PgPoolOptions,
+    PgRow,
+};
 use sqlx::query::Query;
 use sqlx::types::Json;
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{ConnectOptions, Postgres, QueryBuilder, Row};
 
 use crate::cluster::replica_id;
 
 use super::{
-    Appended, ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
-    SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
+    Appended, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica,
+    SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
     StoredLifecycleEvent, merge_page,
 };
 
@@ -26,8 +29,6 @@ use super::{
 const MAX_CONNECTIONS: u32 = 10;
 /// How long a query waits for a free connection before failing.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Rows per multi-row `INSERT` (5 parameters each, far below PostgreSQL's 65 535 limit).
-const INSERT_CHUNK: usize = 1000;
 /// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
 const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"
 
@@ -80,15 +81,27 @@ const INSERT_TOMBSTONE: &str = "INSERT INTO sessions \
      VALUES ($1, $2, '', '[]'::jsonb, NULL, $3, $3, NULL, FALSE, 'upstream', $3, NULL) \
      ON CONFLICT (session_id) DO NOTHING";
 
-/// Also notifies the other replicas, at commit: "REPLICA SEQ SESSION" on [`EVENTS_CHANNEL`].
-const BUMP_SEQ: &str = "WITH bumped AS (\
+/// Appends a batch to a session's log in one statement: raises the session's counter by the
+/// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
+/// from the counter's old value, raises the session's `updated_at` to `$7` if given and later,
+/// and notifies the other replicas at commit: "REPLICA SEQ SESSION" on [`EVENTS_CHANNEL`]. The
+/// upsert locks the counter row until commit: a concurrent appender of the same session waits,
+/// then sees our committed total, so sequence numbers are gapless and become visible in order.
+const APPEND: &str = "WITH bumped AS (\
      INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
      ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
-     RETURNING last_seq) \
+     RETURNING last_seq), \
+     inserted AS (\
+     INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
+     SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::jsonb, $4 \
+     FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord)), \
+     touched AS (\
+     UPDATE sessions SET updated_at = $7 \
+     WHERE session_id = $1 AND deleted_at IS NULL AND updated_at < $7) \
      SELECT last_seq FROM bumped, \
      pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
 
-/// Where appends to session logs are announced (see [`BUMP_SEQ`]).
+/// Where appends to session logs are announced (see [`APPEND`]).
 const EVENTS_CHANNEL: &str = "acp_gateway_events";
 /// Where appends to the lifecycle log are announced: "REPLICA SEQ".
 const LIFECYCLE_CHANNEL: &str = "acp_gateway_lifecycle";
@@ -117,6 +130,86 @@ const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_ev
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+}
+
+/// The `application_name` of the log writer's connection (as `pg_stat_activity` shows it).
+pub const PG_LOG_WRITER_NAME: &str = "acp-gateway event log";
+
+/// The log writer of a PostgreSQL store: a connection of its own, outside the pool.
+struct PgLogWriter {
+    options: PgConnectOptions,
+    own: Option<PgConnection>,
+}
+
+#[async_trait]
+impl LogWriter for PgLogWriter {
+    async fn append(
+        &mut self,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        // A connection the server has closed since the last append (a restart, an idle
+        // timeout) is replaced once; any other error drops it too, and the next append opens
+        // another.
+        let mut retried = false;
+        loop {
+            let conn = match &mut self.own {
+                Some(conn) => conn,
+                own => own.insert(self.options.connect().await?),
+            };
+            match append_on(&mut *conn, session_id, events, touch).await {
+                Ok(stored) => return Ok(stored),
+                Err(e) => {
+                    self.own = None;
+                    if retried || !e.is_connection_lost() {
+                        return Err(e);
+                    }
+                    tracing::info!(error = %e, "the event log's connection was lost; reconnecting");
+                    retried = true;
+                }
+            }
+        }
+    }
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) with one statement,
+/// [`APPEND`]: one round trip, atomic without an explicit transaction.
+async fn append_on<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = i64::try_from(events.len())
+        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+    let created_at = Utc::now().trunc_subsecs(6);
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
+    let last: i64 = sqlx::query_scalar(APPEND)
+        .bind(session_id)
+        .bind(count)
+        .bind(replica_id())
+        .bind(created_at)
+        .bind(&kinds)
+        .bind(&payloads)
+        .bind(touch.map(|at| at.trunc_subsecs(6)))
+        .fetch_one(db)
+        .await?;
+    Ok(events
+        .iter()
+        .zip(last - count + 1..)
+        .map(|(event, seq)| StoredEvent {
+            session_id: session_id.to_owned(),
+            seq,
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            created_at,
+        })
+        .collect())
 }
 
 /// A duration in whole microseconds, for `$n * interval '1 microsecond'`.
@@ -429,50 +522,14 @@ impl Store for PgStore {
         session_id: &str,
         events: &[NewEvent],
     ) -> StoreResult<Vec<StoredEvent>> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let count = i64::try_from(events.len())
-            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-        let created_at = Utc::now().trunc_subsecs(6);
-        let mut tx = self.pool.begin().await?;
-        // The upsert locks the counter row until commit: a concurrent appender of the same
-        // session waits here, then sees our committed total. Sequence numbers are therefore
-        // gapless and become visible in order.
-        let last: i64 = sqlx::query_scalar(BUMP_SEQ)
-            .bind(session_id)
-            .bind(count)
-            .bind(replica_id())
-            .fetch_one(&mut *tx)
-            .await?;
-        let first = last - count + 1;
-        let stored: Vec<StoredEvent> = events
-            .iter()
-            .zip(first..)
-            .map(|(event, seq)| StoredEvent {
-                session_id: session_id.to_owned(),
-                seq,
-                kind: event.kind.clone(),
-                payload: event.payload.clone(),
-                created_at,
-            })
-            .collect();
-        for chunk in stored.chunks(INSERT_CHUNK) {
-            let mut qb = QueryBuilder::<Postgres>::new(
-                "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
-            );
-            qb.push_values(chunk, |mut row, event| {
-                row.push_bind(&event.session_id)
-                    .push_bind(event.seq)
-                    .push_bind(&event.kind)
-                    .push_bind(&event.payload)
-                    .push_bind(event.created_at);
-            });
-            // Not prepared for reuse: the text differs with every batch size.
-            qb.build().persistent(false).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(stored)
+        append_on(&self.pool, session_id, events, None).await
+    }
+
+    fn log_writer(&self) -> Box<dyn LogWriter> {
+        let options = (*self.pool.connect_options())
+            .clone()
+            .application_name(PG_LOG_WRITER_NAME);
+        Box::new(PgLogWriter { options, own: None })
     }
 
     async fn read_events(

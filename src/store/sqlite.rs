@@ -21,14 +21,15 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
 
 use super::{
-    ListQuery, Listed, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList, SessionMutation,
-    SessionRecord, Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, merge_page,
+    ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
+    SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
+    StoredLifecycleEvent, merge_page,
 };
 
 /// Connections in the reader pool of a file database.
@@ -41,6 +42,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 const INSERT_CHUNK: usize = 1000;
 /// Opens a write transaction holding SQLite's write lock from the start.
 const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+/// Appends of up to this many events keep their (multi-statement) query prepared.
+const PREPARED_BATCH: usize = 4;
 
 /// The `sessions` columns, in the order [`session_from_row`] and [`bind_session`] use.
 macro_rules! session_columns {
@@ -89,6 +92,17 @@ const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES (
      ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + excluded.last_seq \
      RETURNING last_seq";
 
+/// Followed by `(ordinal, kind, payload)` rows and [`INSERT_EVENTS_TAIL`]; binds the session id,
+/// the batch's event count and `created_at`, then the rows, then the session id again. Row
+/// `ordinal` (from 1) gets sequence number `last_seq - count + ordinal`.
+const INSERT_EVENTS_HEAD: &str = " INSERT INTO session_events \
+     (session_id, seq, kind, payload, created_at) \
+     SELECT ?, s.last_seq - ? + v.column1, v.column2, v.column3, ? FROM (VALUES ";
+const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
+/// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at`.
+const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ? \
+     WHERE session_id = ? AND deleted_at IS NULL AND updated_at < ?;";
+
 const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
      WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
 
@@ -115,6 +129,8 @@ const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_ev
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// One connection serves everything (an in-memory database).
+    in_memory: bool,
 }
 
 impl SqliteStore {
@@ -132,7 +148,7 @@ impl SqliteStore {
         if in_memory {
             // One connection that never closes: the database lives exactly as long as its last
             // connection, and every query must see the same one.
-            let pool = SqlitePoolOptions::new()
+            let pool = pool_options()
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
@@ -144,25 +160,143 @@ impl SqliteStore {
             return Ok(Self {
                 writer: pool.clone(),
                 reader: pool,
+                in_memory: true,
             });
         }
 
         let options = options
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal);
-        let writer = SqlitePoolOptions::new()
+        let writer = pool_options()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&writer).await?;
-        let reader = SqlitePoolOptions::new()
+        let reader = pool_options()
             .max_connections(READER_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
-        Ok(Self { writer, reader })
+        Ok(Self {
+            writer,
+            reader,
+            in_memory: false,
+        })
     }
+}
+
+/// The log writer of an SQLite store: a connection of its own beside the writer pool (SQLite's
+/// write lock serializes the two; appends and metadata writes are short). An in-memory database
+/// has one connection for everything, so there it takes the pool's in turn.
+struct SqliteLogWriter {
+    pool: SqlitePool,
+    /// Use the pool's connection (an in-memory database).
+    shared: bool,
+    own: Option<SqliteConnection>,
+}
+
+#[async_trait]
+impl LogWriter for SqliteLogWriter {
+    async fn append(
+        &mut self,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        if self.shared {
+            let mut conn = self.pool.acquire().await?;
+            return append_on(&mut conn, session_id, events, touch).await;
+        }
+        let conn = match &mut self.own {
+            Some(conn) => conn,
+            own => own.insert(self.pool.connect_options().connect().await?),
+        };
+        let appended = append_on(conn, session_id, events, touch).await;
+        if appended.is_err() {
+            self.own = None;
+        }
+        appended
+    }
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
+/// transaction sent as one command: the connection's thread runs it without coming back
+/// between statements (a round trip costs two thread wake-ups). The inserts number their rows
+/// from the counter the bump has just raised.
+async fn append_on(
+    conn: &mut SqliteConnection,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = i64::try_from(events.len())
+        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+    let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
+    let created_at = Utc::now().trunc_subsecs(6);
+    let created_micros = micros(created_at);
+
+    let mut sql = format!("{BEGIN_IMMEDIATE}; {BUMP_SEQ};");
+    for chunk in events.chunks(INSERT_CHUNK) {
+        sql.push_str(INSERT_EVENTS_HEAD);
+        sql.push_str(&vec!["(?, ?, ?)"; chunk.len()].join(", "));
+        sql.push_str(INSERT_EVENTS_TAIL);
+    }
+    if touch.is_some() {
+        sql.push_str(TOUCH_SESSION);
+    }
+    sql.push_str(" COMMIT");
+    let mut query = sqlx::query(&sql)
+        .persistent(events.len() <= PREPARED_BATCH)
+        .bind(session_id)
+        .bind(count);
+    for (start, chunk) in (0..).step_by(INSERT_CHUNK).zip(events.chunks(INSERT_CHUNK)) {
+        query = query.bind(session_id).bind(count).bind(created_micros);
+        for (k, (event, payload)) in chunk.iter().zip(&payloads[start..]).enumerate() {
+            query = query
+                .bind(i64::try_from(start + k + 1).unwrap_or(i64::MAX))
+                .bind(&event.kind)
+                .bind(payload);
+        }
+        query = query.bind(session_id);
+    }
+    if let Some(at) = touch {
+        let at = micros(at.trunc_subsecs(6));
+        query = query.bind(at).bind(session_id).bind(at);
+    }
+    let rows = match query.fetch_all(&mut *conn).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            // Whichever statement failed, the transaction must not stay open on the connection.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(e.into());
+        }
+    };
+    let last: i64 = rows
+        .first()
+        .ok_or_else(|| StoreError::Corrupt("the sequence bump returned no row".into()))?
+        .try_get(0)?;
+    Ok(events
+        .iter()
+        .zip(last - count + 1..)
+        .map(|(event, seq)| StoredEvent {
+            session_id: session_id.to_owned(),
+            seq,
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            created_at,
+        })
+        .collect())
+}
+
+/// Pool settings shared by every pool. A connection is not pinged before each use: it is a
+/// handle on a local file, not a socket that can go stale, and a ping is a round trip to the
+/// connection's thread (two thread switches) before every query.
+fn pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new().test_before_acquire(false)
 }
 
 /// Held for as long as one gateway serves an SQLite database file: a second gateway on the same
@@ -565,54 +699,16 @@ impl Store for SqliteStore {
         session_id: &str,
         events: &[NewEvent],
     ) -> StoreResult<Vec<StoredEvent>> {
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let count = i64::try_from(events.len())
-            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-        let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
-        let created_at = Utc::now().trunc_subsecs(6);
-        let created_micros = micros(created_at);
+        let mut conn = self.writer.acquire().await?;
+        append_on(&mut conn, session_id, events, None).await
+    }
 
-        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
-        let last: i64 = sqlx::query_scalar(BUMP_SEQ)
-            .bind(session_id)
-            .bind(count)
-            .fetch_one(&mut *tx)
-            .await?;
-        let first = last - count + 1;
-        let rows: Vec<(i64, &NewEvent, &String)> = (first..)
-            .zip(events)
-            .zip(&payloads)
-            .map(|((seq, e), p)| (seq, e, p))
-            .collect();
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut qb = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
-            );
-            qb.push_values(chunk, |mut row, (seq, event, payload)| {
-                row.push_bind(session_id)
-                    .push_bind(*seq)
-                    .push_bind(&event.kind)
-                    .push_bind(*payload)
-                    .push_bind(created_micros);
-            });
-            // Not prepared for reuse: the text differs with every batch size.
-            qb.build().persistent(false).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-
-        Ok(events
-            .iter()
-            .zip(first..)
-            .map(|(event, seq)| StoredEvent {
-                session_id: session_id.to_owned(),
-                seq,
-                kind: event.kind.clone(),
-                payload: event.payload.clone(),
-                created_at,
-            })
-            .collect())
+    fn log_writer(&self) -> Box<dyn LogWriter> {
+        Box::new(SqliteLogWriter {
+            pool: self.writer.clone(),
+            shared: self.in_memory,
+            own: None,
+        })
     }
 
     async fn read_events(
