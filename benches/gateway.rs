@@ -24,7 +24,7 @@ const LOAD_ROUNDS: usize = 2;
 const PROMPTS: usize = 200;
 const PROMPT_CHUNKS: usize = 20;
 /// Sequential one-word prompts for the round-trip latency, per side.
-const LATENCY_SAMPLES: usize = 600;
+const LATENCY_SAMPLES: usize = 1000;
 /// Updates in one turn for the event rate, best of EVENT_ROUNDS.
 const EVENT_CHUNKS: usize = 20_000;
 const EVENT_ROUNDS: usize = 2;
@@ -94,45 +94,15 @@ async fn prompt_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
     (gateway, direct)
 }
 
-/// p50 and p99 of a one-word prompt's round trip through the gateway minus the same directly,
-/// sampled in interleaved blocks so that both sides see the same machine.
-async fn added_latency(gw: &Gateway, state: &Path) -> (Duration, Duration, Duration, Duration) {
-    let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
-    let state = state.join("direct-latency");
-    let agent = std::sync::Arc::new(std::sync::Mutex::new(DirectAgent::start(&state)));
-    let (mut via_gateway, mut direct) = (Vec::new(), Vec::new());
-    for _ in 0..20 {
-        gw.prompt(&http, &id, "warm").await;
-    }
-    const BLOCK: usize = 50;
-    while via_gateway.len() < LATENCY_SAMPLES {
-        for _ in 0..BLOCK {
-            via_gateway.push(gw.prompt(&http, &id, "hello").await);
-        }
-        let agent = agent.clone();
-        direct.extend(
-            tokio::task::spawn_blocking(move || {
-                let mut agent = agent.lock().unwrap();
-                (0..BLOCK)
-                    .map(|_| {
-                        let started = Instant::now();
-                        agent.prompt("hello");
-                        started.elapsed()
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .unwrap(),
-        );
-    }
-    via_gateway.sort();
-    direct.sort();
+/// p50 and p99 of a one-word prompt's round trip through the gateway and directly, sampled
+/// in interleaved blocks (see [`support::prompt_latency`]).
+fn added_latency(gw: &Gateway, state: &Path) -> (Duration, Duration, Duration, Duration) {
+    let s = support::prompt_latency(gw, state, false, LATENCY_SAMPLES);
     (
-        percentile(&via_gateway, 0.5),
-        percentile(&via_gateway, 0.99),
-        percentile(&direct, 0.5),
-        percentile(&direct, 0.99),
+        percentile(&s.gateway, 0.5),
+        percentile(&s.gateway, 0.99),
+        percentile(&s.direct, 0.5),
+        percentile(&s.direct, 0.99),
     )
 }
 
@@ -280,7 +250,7 @@ async fn main() {
         let (status, status_bare) = rest_ratio(&gw, &status_path, "/sessions/{id}/status").await;
         let (list, list_bare) = rest_ratio(&gw, "/sessions?limit=50", "/sessions").await;
         let (prompts, prompts_direct) = prompt_rates(&gw, &state).await;
-        let (g50, g99, d50, d99) = added_latency(&gw, &state).await;
+        let (g50, g99, d50, d99) = added_latency(&gw, &state);
         let (events, events_direct) = event_rates(&gw, &state).await;
         if i == 0 {
             stream_rss = Some(rss_per_stream(&gw).await);
@@ -402,13 +372,14 @@ async fn main() {
     let mut table = format!(
         "Gateway overhead; commit {}, {} cores; one run of `bash bench/run.sh`\n\n\
          Throughput: {CONCURRENCY} closed-loop reqwest clients, {}s windows after {}s warm-up, gateway and bare route alternated, best of {LOAD_ROUNDS}. \
-         Prompts: {PROMPTS} sequential; latency: {LATENCY_SAMPLES} one-word prompts per side in interleaved blocks of 50. \
+         Prompts: {PROMPTS} sequential; latency: {LATENCY_SAMPLES} one-word prompts per side in interleaved blocks of {}, one client thread (`bash bench/latency.sh` breaks it down). \
          Events: one turn of {EVENT_CHUNKS} chunks, best of {EVENT_ROUNDS}. RSS: the gateway process only.\n\n\
          | figure | {} | target | met? |\n|---|{}---|---|\n",
         support::commit(),
         support::cores(),
         WINDOW.as_secs(),
         WARMUP.as_secs(),
+        support::BLOCK,
         names.join(" | "),
         "---|".repeat(names.len()),
     );

@@ -15,106 +15,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::json;
-use support::{DirectAgent, Gateway, bare_server, percentile};
+use support::{BLOCK, Gateway, percentile};
 
-/// Samples per side, taken in blocks of BLOCK, the sides alternating.
+/// Samples per side (see [`support::prompt_latency`]).
 const SAMPLES: usize = 2000;
-const BLOCK: usize = 50;
-const WARMUP: usize = 50;
-
-#[derive(Default)]
-struct Sides {
-    direct: Vec<Duration>,
-    bare: Vec<Duration>,
-    status: Vec<Duration>,
-    gateway: Vec<Duration>,
-}
-
-async fn timed<F: Future>(f: F) -> Duration {
-    let started = Instant::now();
-    f.await;
-    started.elapsed()
-}
-
-async fn measure(gw: &Gateway, state: &std::path::Path, pinned: bool) -> Sides {
-    let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
-    let prompt_url = gw.prompt_url(&id);
-    let answer = http
-        .post(&prompt_url)
-        .json(&json!({"text": "warm"}))
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    let bare = format!("http://{}/prompt", bare_server("/prompt", answer));
-    let status_url = format!("{}/sessions/{id}/status", gw.base);
-    let direct = DirectAgent::start(&state.join(if pinned { "direct-pinned" } else { "direct" }));
-    let all = format!("0-{}", support::cores() - 1);
-    let agents = [direct.pid(), gw.agent_pid().await];
-    let placed = |cpus: &str, rest: &str| {
-        for pid in agents {
-            support::pin(pid, cpus);
-        }
-        support::pin(gw.pid(), rest);
-        support::pin(std::process::id(), rest);
-    };
-    if pinned {
-        placed("0", "1");
-    }
-    let mut direct = direct;
-    let post = |url: &str| {
-        let request = http.post(url).json(&json!({"text": "hello"}));
-        async move {
-            let r = request.send().await.unwrap();
-            assert_eq!(r.status(), 200);
-            r.bytes().await.unwrap();
-        }
-    };
-    let get = |url: &str| {
-        let request = http.get(url);
-        async move {
-            let r = request.send().await.unwrap();
-            assert_eq!(r.status(), 200);
-            r.bytes().await.unwrap();
-        }
-    };
-    for _ in 0..WARMUP {
-        post(&prompt_url).await;
-        post(&bare).await;
-        get(&status_url).await;
-    }
-    let mut s = Sides::default();
-    while s.gateway.len() < SAMPLES {
-        for _ in 0..BLOCK {
-            s.gateway.push(timed(post(&prompt_url)).await);
-        }
-        for _ in 0..BLOCK {
-            s.bare.push(timed(post(&bare)).await);
-        }
-        for _ in 0..BLOCK {
-            s.status.push(timed(get(&status_url)).await);
-        }
-        // Blocking calls on the client's own thread, as a plain stdio client makes them.
-        for _ in 0..BLOCK {
-            let started = Instant::now();
-            direct.prompt("hello");
-            s.direct.push(started.elapsed());
-        }
-    }
-    for v in [&mut s.direct, &mut s.bare, &mut s.status, &mut s.gateway] {
-        v.sort();
-    }
-    if pinned {
-        placed(&all, &all);
-    }
-    s
-}
 
 fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
@@ -150,22 +56,7 @@ async fn main() {
         let gw = Gateway::start(db, &state).await;
         for &(placement, pinned) in placements {
             eprintln!("measuring on {name}, {placement}…");
-            // The client runs on a thread of its own with a single-threaded runtime, so that
-            // its HTTP requests do not hop between threads of its own on the way out and in.
-            let s = tokio::task::block_in_place(|| {
-                std::thread::scope(|scope| {
-                    scope
-                        .spawn(|| {
-                            tokio::runtime::Builder::new_current_thread()
-                                .enable_all()
-                                .build()
-                                .unwrap()
-                                .block_on(measure(&gw, &state, pinned))
-                        })
-                        .join()
-                        .unwrap()
-                })
-            });
+            let s = support::prompt_latency(&gw, &state, pinned, SAMPLES);
             let pair = |v: &[Duration]| {
                 format!("{} / {}", us(percentile(v, 0.5)), us(percentile(v, 0.99)))
             };

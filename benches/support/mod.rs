@@ -187,6 +187,126 @@ pub fn pin(pid: u32, cpus: &str) {
     assert!(status.success(), "taskset pins pid {pid} to {cpus}");
 }
 
+/// Latency samples are taken in blocks of this many per side, the sides alternating.
+pub const BLOCK: usize = 50;
+const WARMUP: usize = 50;
+
+/// Samples `samples` round trips per side (see [`Sides`]) in interleaved blocks, so that every
+/// side sees the same machine. One client thread takes them all: a single-threaded runtime for
+/// HTTP, so that requests do not hop between the client's own threads on the way out and in,
+/// and plain blocking pipe I/O for the direct agent. With `pinned`, both agents run alone on
+/// core 0 and the gateway and this process on core 1 for the duration.
+pub fn prompt_latency(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Sides {
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap()
+                        .block_on(measure(gw, state, pinned, samples))
+                })
+                .join()
+                .unwrap()
+        })
+    })
+}
+
+/// A one-word prompt's round trip (sorted samples): directly on an echo agent's stdio and
+/// through the gateway, beside a bare axum route answering a POST with the gateway's answer
+/// and the gateway's `GET /sessions/{id}/status`.
+#[derive(Default)]
+pub struct Sides {
+    pub direct: Vec<Duration>,
+    pub bare: Vec<Duration>,
+    pub status: Vec<Duration>,
+    pub gateway: Vec<Duration>,
+}
+
+async fn timed<F: Future>(f: F) -> Duration {
+    let started = Instant::now();
+    f.await;
+    started.elapsed()
+}
+
+async fn measure(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Sides {
+    let http = reqwest::Client::new();
+    let id = gw.create(&http).await;
+    let prompt_url = gw.prompt_url(&id);
+    let answer = http
+        .post(&prompt_url)
+        .json(&json!({"text": "warm"}))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let bare = format!("http://{}/prompt", bare_server("/prompt", answer));
+    let status_url = format!("{}/sessions/{id}/status", gw.base);
+    let direct = DirectAgent::start(&state.join(if pinned { "direct-pinned" } else { "direct" }));
+    let all = format!("0-{}", cores() - 1);
+    let agents = [direct.pid(), gw.agent_pid().await];
+    let placed = |cpus: &str, rest: &str| {
+        for pid in agents {
+            pin(pid, cpus);
+        }
+        pin(gw.pid(), rest);
+        pin(std::process::id(), rest);
+    };
+    if pinned {
+        placed("0", "1");
+    }
+    let mut direct = direct;
+    let post = |url: &str| {
+        let request = http.post(url).json(&json!({"text": "hello"}));
+        async move {
+            let r = request.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        }
+    };
+    let get = |url: &str| {
+        let request = http.get(url);
+        async move {
+            let r = request.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        }
+    };
+    for _ in 0..WARMUP {
+        post(&prompt_url).await;
+        post(&bare).await;
+        get(&status_url).await;
+    }
+    let mut s = Sides::default();
+    while s.gateway.len() < samples {
+        for _ in 0..BLOCK {
+            s.gateway.push(timed(post(&prompt_url)).await);
+        }
+        for _ in 0..BLOCK {
+            s.bare.push(timed(post(&bare)).await);
+        }
+        for _ in 0..BLOCK {
+            s.status.push(timed(get(&status_url)).await);
+        }
+        // Blocking calls on the client's own thread, as a plain stdio client makes them.
+        for _ in 0..BLOCK {
+            let started = Instant::now();
+            direct.prompt("hello");
+            s.direct.push(started.elapsed());
+        }
+    }
+    for v in [&mut s.direct, &mut s.bare, &mut s.status, &mut s.gateway] {
+        v.sort();
+    }
+    if pinned {
+        placed(&all, &all);
+    }
+    s
+}
+
 /// A release gateway in front of the release echo agent, on an ephemeral loopback port.
 pub struct Gateway {
     pub base: String,

@@ -182,6 +182,27 @@ impl Sequenced for StoredLifecycleEvent {
     }
 }
 
+/// The niceness of the event log writer's thread, and of the database connection thread it
+/// opens (a new thread inherits it): request handling and agents go first on a busy CPU.
+const LOG_WRITER_NICE: u8 = 5;
+
+/// Lowers the calling thread's CPU priority to [`LOG_WRITER_NICE`]. The writer commits in the
+/// background (no request waits for it; readers of the log flush the queue first), so on a
+/// machine with few cores its commits should not delay a prompt's answer or slow an agent
+/// that shares the cores. Not being allowed to is harmless.
+fn log_writer_priority() {
+    use thread_priority::{ThreadPriority, ThreadPriorityValue, set_current_thread_priority};
+    // The crate maps 0..=99 linearly onto niceness 19..=-20, rounding towards 19.
+    let value = 99 * (19 - u16::from(LOG_WRITER_NICE)) / 39;
+    let set = u8::try_from(value)
+        .ok()
+        .and_then(|v| ThreadPriorityValue::try_from(v).ok())
+        .map(|v| set_current_thread_priority(ThreadPriority::Crossplatform(v)));
+    if !matches!(set, Some(Ok(()))) {
+        tracing::debug!(?set, "cannot lower the event log writer's priority");
+    }
+}
+
 /// A lifecycle wake-up (see [`Sequenced::is_wake`]).
 fn lifecycle_wake(seq: i64) -> StoredLifecycleEvent {
     StoredLifecycleEvent {
@@ -217,7 +238,25 @@ impl EventHub {
             streams: Arc::default(),
         });
         let writer = hub.clone();
-        hub.tasks.spawn(async move { writer.write(rx).await });
+        let (written, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("acp-event-log".into())
+            .spawn(move || {
+                log_writer_priority();
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(writer.write(rx)),
+                    Err(e) => tracing::error!(error = %e, "cannot start the event log writer"),
+                }
+                drop(written);
+            })
+            .expect("the event log writer thread starts");
+        // Tracked like the other tasks: `close` returns once the writer has finished.
+        hub.tasks.spawn(async move {
+            let _ = stopped.await;
+        });
         let pruner = hub.clone();
         hub.tasks
             .spawn(async move { pruner.prune(retention).await });

@@ -10,8 +10,11 @@ mod sync;
 pub use sync::SyncReport;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -966,15 +969,16 @@ impl Gateway {
             .hub
             .enqueue_touching(id.as_str(), started, now())
             .await;
-        // The turn runs in its own task so that a client hanging up never leaves it without
-        // its `turn_ended` event. Its events are queued in order, not awaited: the answer does
-        // not wait for a commit, and log readers (`/history`) flush the queue first.
+        // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
+        // the turn finishes in a task of its own if the request is dropped; not waited for, it
+        // runs in one from the start. Its events are queued in order, not awaited: the answer
+        // does not wait for a commit, and log readers (`/history`) flush the queue first.
         let this = self.clone();
         let sid = id.as_str().to_owned();
         let params = json!({"sessionId": sid, "prompt": prompt});
         let sent = conn.send_request("session/prompt", params).await;
         claim.mark_sent();
-        let turn = self.inner.tasks.spawn(async move {
+        let turn = async move {
             let _claim = claim;
             let outcome = match sent {
                 Ok(call) => call.wait(None).await,
@@ -996,13 +1000,12 @@ impl Gateway {
             };
             this.inner.enqueue(&sid, "turn_ended", ended).await;
             outcome
-        });
+        };
         if !wait {
+            self.inner.tasks.spawn(turn);
             return Ok(None);
         }
-        let result = turn
-            .await
-            .map_err(|e| ApiError::Internal(anyhow::anyhow!("turn task failed: {e}")))??;
+        let result = FinishOnDrop::new(turn, &self.inner.tasks).await?;
         let stop_reason = result
             .get("stopReason")
             .and_then(Value::as_str)
@@ -1377,6 +1380,53 @@ impl Gateway {
 const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
 /// Option kinds chosen when refusing (policy `reject`, or a timeout), in order of preference.
 const REJECT: [&str; 2] = ["reject_once", "reject_always"];
+
+/// A future run by its caller that, if dropped unfinished (the client hung up), is finished in
+/// a task of `tasks` instead. Unlike spawning it from the start, this costs no task and no
+/// wake-up of another runtime thread in the common case.
+struct FinishOnDrop<T: Send + 'static> {
+    future: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    tasks: TaskTracker,
+}
+
+impl<T: Send + 'static> FinishOnDrop<T> {
+    fn new(future: impl Future<Output = T> + Send + 'static, tasks: &TaskTracker) -> Self {
+        FinishOnDrop {
+            future: Some(Box::pin(future)),
+            tasks: tasks.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for FinishOnDrop<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let future = self
+            .future
+            .as_mut()
+            .expect("FinishOnDrop polled after it finished");
+        let out = std::task::ready!(future.as_mut().poll(cx));
+        self.future = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        let (Some(future), Ok(runtime)) =
+            (self.future.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        self.tasks.spawn_on(
+            async move {
+                future.await;
+            },
+            &runtime,
+        );
+    }
+}
 
 /// Frees a session's busy mark when dropped.
 struct Claim {
