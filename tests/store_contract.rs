@@ -1414,6 +1414,41 @@ async fn sqlite_contract() {
     assert_eq!(next[0].seq, 6);
 }
 
+/// SQLite: the log writer's connection leaves WAL checkpoints to a background connection, but
+/// the WAL file still stays bounded under a steady stream of appends (it is started over after
+/// a checkpoint instead of growing by every commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_log_writer_keeps_the_wal_bounded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("wal.db");
+    let db = store::connect(path.to_str().unwrap()).await.expect("open");
+    let mut log = db.log_writer();
+    // Even with the idle-priority checkpointer starved of CPU (the other tests running), the log
+    // writer checkpoints itself within about a thousand appends, a few pages each: far less than
+    // half of what this many appends write.
+    const APPENDS: usize = 12_000;
+    let payload = json!({"text": "x".repeat(3000)});
+    for i in 0..APPENDS {
+        log.append("wal-1", &[event("chunk", payload.clone())], None)
+            .await
+            .unwrap();
+        if i == 0 {
+            // The first append opened the database's WAL.
+            assert!(dir.path().join("wal.db-wal").exists());
+        }
+    }
+    // Each append adds at least one 4 KiB page of payload: without checkpoints the WAL would
+    // hold all of them, more than 49 MB.
+    let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
+        .unwrap()
+        .len();
+    assert!(
+        wal < (APPENDS as u64 * 4096) / 2,
+        "the WAL grew to {wal} bytes over {APPENDS} appends"
+    );
+    assert_eq!(db.last_event_seq("wal-1").await.unwrap(), APPENDS as i64);
+}
+
 #[tokio::test]
 async fn sqlite_memory_contract() {
     let db = store::connect("sqlite::memory:")

@@ -195,8 +195,10 @@ impl SqliteStore {
 /// copying a thousand pages back into the database would land on whichever append crossed the
 /// threshold, and on a small machine take the CPU from a prompt in flight. Every
 /// [`CHECKPOINT_EVERY`] appends it asks a checkpointer instead, a task with a connection whose
-/// thread runs at idle priority (`SCHED_IDLE`): the copying happens when the CPUs have nothing
-/// else to do. The WAL file is only rewound by a transaction that begins once every frame is
+/// thread runs at the lowest priority (nice 19): the copying happens when the CPUs have little
+/// else to do. (Not `SCHED_IDLE`: starved while holding the checkpoint lock, it would keep the
+/// log writer's own checkpoints from running, and the WAL would grow for as long as the CPUs
+/// stay busy.) The WAL file is only rewound by a transaction that begins once every frame is
 /// copied, which a busy log rarely allows; so after each of the checkpointer's passes the log
 /// writer runs one more passive checkpoint itself, right after a commit, copying just the
 /// frames appended since, and its next transaction starts the WAL over. On CPUs busy for so
@@ -265,7 +267,7 @@ impl Checkpointer {
 }
 
 /// A connection whose thread (created by the connect, inheriting the creator's policy) runs
-/// at idle priority: opened from a short-lived thread that lowers its own.
+/// at the lowest priority: opened from a short-lived thread that lowers its own.
 async fn idle_connection(options: SqliteConnectOptions) -> Option<SqliteConnection> {
     let (opened, connection) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -275,9 +277,9 @@ async fn idle_connection(options: SqliteConnectOptions) -> Option<SqliteConnecti
                 NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
                 set_thread_priority_and_policy, thread_native_id,
             };
-            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+            let normal = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other);
             if let Err(e) =
-                set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle)
+                set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, normal)
             {
                 tracing::debug!(error = ?e, "cannot lower the checkpointer's priority");
             }
