@@ -214,15 +214,7 @@ fn raise_fd_limit() {
 async fn main() {
     raise_fd_limit();
     let dir = tempfile::tempdir().unwrap();
-    let mut backends = vec![(
-        "SQLite",
-        format!("sqlite:{}", dir.path().join("bench.db").display()),
-        None,
-    )];
-    if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
-        let (url, name) = support::fresh_postgres(&admin).await;
-        backends.push(("PostgreSQL", url, Some((admin, name))));
-    }
+    let backends = support::backends(dir.path()).await;
     let names: Vec<&str> = backends.iter().map(|b| b.0).collect();
     let mut rows: Vec<Row> = Vec::new();
     let mut push = |figure: String, target: &'static str, values: Vec<(String, bool)>| {

@@ -29,15 +29,7 @@ fn us(d: Duration) -> String {
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let mut backends = vec![(
-        "SQLite",
-        format!("sqlite:{}", dir.path().join("bench.db").display()),
-        None,
-    )];
-    if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
-        let (url, name) = support::fresh_postgres(&admin).await;
-        backends.push(("PostgreSQL", url, Some((admin, name))));
-    }
+    let backends = support::backends(dir.path()).await;
     let mut table = format!(
         "Prompt round trip, one-word prompt, one session, no subscriber; commit {}, {} cores; \
          {SAMPLES} samples per side in interleaved blocks of {BLOCK}\n\n\

@@ -668,6 +668,22 @@ pub fn bare_server(path: &'static str, body: Bytes) -> SocketAddr {
     rx.recv().unwrap()
 }
 
+/// The stores to measure: an SQLite file in `dir`, and with `DATABASE_URL` set a fresh
+/// PostgreSQL database. Each is (name, URL, for PostgreSQL the admin URL and database name to
+/// drop afterwards).
+pub async fn backends(dir: &Path) -> Vec<(&'static str, String, Option<(String, String)>)> {
+    let mut backends = vec![(
+        "SQLite",
+        format!("sqlite:{}", dir.join("bench.db").display()),
+        None,
+    )];
+    if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
+        let (url, name) = fresh_postgres(&admin).await;
+        backends.push(("PostgreSQL", url, Some((admin, name))));
+    }
+    backends
+}
+
 /// A new database on the server of `admin`; returns its URL and name.
 pub async fn fresh_postgres(admin: &str) -> (String, String) {
     use sqlx::Connection;

@@ -208,6 +208,26 @@ pub struct StoredLifecycleEvent {
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
+/// `events` as stored in `session_id`'s log from sequence number `first` on.
+fn numbered(
+    session_id: &str,
+    events: &[NewEvent],
+    first: i64,
+    created_at: DateTime<Utc>,
+) -> Vec<StoredEvent> {
+    events
+        .iter()
+        .zip(first..)
+        .map(|(event, seq)| StoredEvent {
+            session_id: session_id.to_owned(),
+            seq,
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            created_at,
+        })
+        .collect()
+}
+
 /// See [`Store::log_writer`].
 #[async_trait]
 pub trait LogWriter: Send {

@@ -22,7 +22,7 @@ use crate::cluster::replica_id;
 use super::{
     Appended, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica,
     SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, merge_page,
+    StoredLifecycleEvent, merge_page, numbered,
 };
 
 /// Connections in the pool.
@@ -199,17 +199,7 @@ async fn append_on<'e>(
         .bind(touch.map(|at| at.trunc_subsecs(6)))
         .fetch_one(db)
         .await?;
-    Ok(events
-        .iter()
-        .zip(last - count + 1..)
-        .map(|(event, seq)| StoredEvent {
-            session_id: session_id.to_owned(),
-            seq,
-            kind: event.kind.clone(),
-            payload: event.payload.clone(),
-            created_at,
-        })
-        .collect())
+    Ok(numbered(session_id, events, last - count + 1, created_at))
 }
 
 /// A duration in whole microseconds, for `$n * interval '1 microsecond'`.

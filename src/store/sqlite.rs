@@ -14,7 +14,6 @@
 //! connection would not see the same database reliably.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,7 +29,7 @@ use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
 use super::{
     ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
     SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, merge_page,
+    StoredLifecycleEvent, merge_page, numbered,
 };
 
 /// Connections in the reader pool of a file database.
@@ -191,115 +190,23 @@ impl SqliteStore {
 /// write lock serializes the two; appends and metadata writes are short). An in-memory database
 /// has one connection for everything, so there it takes the pool's in turn.
 ///
-/// Its connection does not checkpoint the WAL when it commits (`wal_autocheckpoint = 0`):
-/// copying a thousand pages back into the database would land on whichever append crossed the
-/// threshold, and on a small machine take the CPU from a prompt in flight. Every
-/// [`CHECKPOINT_EVERY`] appends it asks a checkpointer instead, a task with a connection whose
-/// thread runs at the lowest priority (nice 19): the copying happens when the CPUs have little
-/// else to do. (Not `SCHED_IDLE`: starved while holding the checkpoint lock, it would keep the
-/// log writer's own checkpoints from running, and the WAL would grow for as long as the CPUs
-/// stay busy.) The WAL file is only rewound by a transaction that begins once every frame is
-/// copied, which a busy log rarely allows; so after each of the checkpointer's passes the log
-/// writer runs one more passive checkpoint itself, right after a commit, copying just the
-/// frames appended since, and its next transaction starts the WAL over. On CPUs busy for so
-/// long that the checkpointer gets no turn in [`CHECKPOINT_AT_THE_LATEST`] appends, the log
-/// writer checkpoints itself, so the WAL stays bounded.
+/// Its connection does not checkpoint the WAL when a commit crosses SQLite's threshold of a
+/// thousand pages (`wal_autocheckpoint = 0`): copying that much back into the database in one go
+/// would land on one append and, on a small machine, take the CPU from a prompt in flight.
+/// Instead it runs a passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after
+/// a commit, copying a few dozen pages each time; being the only writer, it always copies
+/// everything, and its next transaction starts the WAL file over, so the file stays small.
 struct SqliteLogWriter {
     pool: SqlitePool,
     /// Use the pool's connection (an in-memory database).
     shared: bool,
     own: Option<SqliteConnection>,
-    /// Appends since the checkpointer was last asked, and since it last finished a pass.
+    /// Appends since the last checkpoint.
     appends: u32,
-    unchecked: u32,
-    checkpointer: Option<Checkpointer>,
 }
 
-/// Appends between two requests for a checkpoint.
+/// Appends between two checkpoints of the log writer's connection.
 const CHECKPOINT_EVERY: u32 = 32;
-/// Appends without a checkpointer pass after which the log writer checkpoints itself.
-const CHECKPOINT_AT_THE_LATEST: u32 = 1024;
-
-/// The task running passive WAL checkpoints on request (see [`SqliteLogWriter`]); stopped when
-/// dropped.
-struct Checkpointer {
-    wanted: Arc<tokio::sync::Notify>,
-    /// Set after each of its passes; the log writer finishes the job (see [`SqliteLogWriter`]).
-    passed: Arc<std::sync::atomic::AtomicBool>,
-    _task: tokio_util::task::AbortOnDropHandle<()>,
-}
-
-impl Checkpointer {
-    fn start(options: SqliteConnectOptions) -> Self {
-        let wanted = Arc::new(tokio::sync::Notify::new());
-        let notified = wanted.clone();
-        let passed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let pass = passed.clone();
-        let task = tokio::spawn(async move {
-            let mut conn = None;
-            loop {
-                notified.notified().await;
-                if conn.is_none() {
-                    conn = idle_connection(options.clone()).await;
-                }
-                let Some(c) = conn.as_mut() else { continue };
-                match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
-                    .fetch_one(&mut *c)
-                    .await
-                {
-                    Ok((busy, frames, copied)) => {
-                        tracing::debug!(busy, frames, copied, "WAL checkpoint");
-                        pass.store(true, std::sync::atomic::Ordering::Release);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "WAL checkpoint failed");
-                        conn = None;
-                    }
-                }
-            }
-        });
-        Checkpointer {
-            wanted,
-            passed,
-            _task: tokio_util::task::AbortOnDropHandle::new(task),
-        }
-    }
-}
-
-/// A connection whose thread (created by the connect, inheriting the creator's policy) runs
-/// at the lowest priority: opened from a short-lived thread that lowers its own.
-async fn idle_connection(options: SqliteConnectOptions) -> Option<SqliteConnection> {
-    let (opened, connection) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("acp-wal-checkpoint".into())
-        .spawn(move || {
-            use thread_priority::{
-                NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
-                set_thread_priority_and_policy, thread_native_id,
-            };
-            let normal = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other);
-            if let Err(e) =
-                set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, normal)
-            {
-                tracing::debug!(error = ?e, "cannot lower the checkpointer's priority");
-            }
-            let conn = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-                .and_then(|rt| rt.block_on(options.connect()).map_err(|e| e.to_string()));
-            let _ = opened.send(conn);
-        });
-    let outcome = match spawned {
-        Ok(_) => connection
-            .await
-            .unwrap_or_else(|_| Err("the thread opening it ended".into())),
-        Err(e) => Err(e.to_string()),
-    };
-    outcome
-        .map_err(|e| tracing::warn!(error = %e, "cannot open the WAL checkpointer's connection"))
-        .ok()
-}
 
 #[async_trait]
 impl LogWriter for SqliteLogWriter {
@@ -323,28 +230,18 @@ impl LogWriter for SqliteLogWriter {
             }
         };
         let appended = append_on(conn, session_id, events, touch).await;
-        let passed = self
-            .checkpointer
-            .as_ref()
-            .is_some_and(|c| c.passed.swap(false, std::sync::atomic::Ordering::Acquire));
-        self.unchecked += 1;
-        if (passed || self.unchecked >= CHECKPOINT_AT_THE_LATEST) && appended.is_ok() {
-            self.unchecked = 0;
-            let _ = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+        self.appends += 1;
+        if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
+            self.appends = 0;
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
                 .execute(&mut *conn)
-                .await;
+                .await
+            {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
+            }
         }
         if appended.is_err() {
             self.own = None;
-        }
-        self.appends += 1;
-        if self.appends >= CHECKPOINT_EVERY {
-            self.appends = 0;
-            let options = &self.pool.connect_options();
-            self.checkpointer
-                .get_or_insert_with(|| Checkpointer::start((**options).clone()))
-                .wanted
-                .notify_one();
         }
         appended
     }
@@ -409,17 +306,7 @@ async fn append_on(
         .first()
         .ok_or_else(|| StoreError::Corrupt("the sequence bump returned no row".into()))?
         .try_get(0)?;
-    Ok(events
-        .iter()
-        .zip(last - count + 1..)
-        .map(|(event, seq)| StoredEvent {
-            session_id: session_id.to_owned(),
-            seq,
-            kind: event.kind.clone(),
-            payload: event.payload.clone(),
-            created_at,
-        })
-        .collect())
+    Ok(numbered(session_id, events, last - count + 1, created_at))
 }
 
 /// Pool settings shared by every pool. A connection is not pinged before each use: it is a
@@ -839,8 +726,6 @@ impl Store for SqliteStore {
             shared: self.in_memory,
             own: None,
             appends: 0,
-            unchecked: 0,
-            checkpointer: None,
         })
     }
 
