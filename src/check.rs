@@ -14,7 +14,7 @@ use crate::config::Config;
 /// Runs the check; `Ok` is the description to print, `Err` the reason the agent is unusable.
 pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
     let command = crate::agent_command(config)?;
-    let (mut process, conn, mut stdout) = AgentProcess::spawn(&command, "check")
+    let (mut process, conn, stdout) = AgentProcess::spawn(&command, "check")
         .with_context(|| format!("cannot start the agent {:?}", command.program))?;
     // Answers arrive on stdout, read on a thread of its own; the agent's own requests are
     // refused.
@@ -26,7 +26,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
             tokio::runtime::Handle::current(),
         );
         tokio::task::spawn_blocking(move || {
-            while let Some(msg) = stdout.next(&stop) {
+            for msg in stdout.until(stop) {
                 match msg {
                     Inbound::Response { id, result } => {
                         conn.resolve(id, result);

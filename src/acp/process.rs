@@ -125,7 +125,7 @@ impl AgentProcess {
                 64 * 1024,
                 UntilStopped {
                     file: std::fs::File::from(stdout),
-                    stop: None,
+                    stop: CancellationToken::new(),
                 },
             ),
             buf: Vec::new(),
@@ -216,11 +216,20 @@ pub struct AgentStdout {
 }
 
 impl AgentStdout {
-    /// The next message; `None` at end of file, on a read error, or (checked every
-    /// [`POLL_SLICE`] ms while waiting) once `stop` is cancelled, so that a stray grandchild
-    /// holding the pipe open cannot keep the reading thread alive after its process ended.
-    pub fn next(&mut self, stop: &CancellationToken) -> Option<Inbound> {
-        self.reader.get_mut().stop = Some(stop.clone());
+    /// Ends the messages (checked every [`POLL_SLICE`] ms while waiting) once `stop` is
+    /// cancelled, so that a stray grandchild holding the pipe open cannot keep the reading
+    /// thread alive after its process ended.
+    pub fn until(mut self, stop: CancellationToken) -> Self {
+        self.reader.get_mut().stop = stop;
+        self
+    }
+}
+
+impl Iterator for AgentStdout {
+    type Item = Inbound;
+
+    /// The next message; `None` at end of file, on a read error, or once stopped.
+    fn next(&mut self) -> Option<Inbound> {
         loop {
             match read_bounded_line(&mut self.reader, &mut self.buf, self.max_line) {
                 Ok(None) => return None,
@@ -256,7 +265,7 @@ impl AgentStdout {
 /// of file once `stop` is cancelled.
 struct UntilStopped {
     file: std::fs::File,
-    stop: Option<CancellationToken>,
+    stop: CancellationToken,
 }
 
 /// How often a waiting stdout reader checks that its lines are still wanted.
@@ -265,11 +274,7 @@ const POLL_SLICE: u16 = 200;
 impl Read for UntilStopped {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
-            if self
-                .stop
-                .as_ref()
-                .is_some_and(CancellationToken::is_cancelled)
-            {
+            if self.stop.is_cancelled() {
                 return Ok(0);
             }
             let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];

@@ -960,14 +960,12 @@ impl Gateway {
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
-        self.inner.mark_touched(id.as_str());
-        let started = NewEvent {
-            kind: "turn_started".into(),
-            payload: json!({"sessionId": id.as_str(), "prompt": prompt}),
-        };
         self.inner
-            .hub
-            .enqueue_touching(id.as_str(), started, now())
+            .enqueue_touching(
+                id.as_str(),
+                "turn_started",
+                json!({"sessionId": id.as_str(), "prompt": prompt}),
+            )
             .await;
         // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
         // the turn finishes in a task of its own if the request is dropped; not waited for, it
@@ -1657,6 +1655,17 @@ impl Inner {
             payload,
         };
         self.hub.enqueue(session_id, event).await;
+    }
+
+    /// As [`Inner::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
+    /// change of the gateway's own, see [`Inner::mark_touched`]).
+    async fn enqueue_touching(&self, session_id: &str, kind: &str, payload: Value) {
+        self.mark_touched(session_id);
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        self.hub.enqueue_touching(session_id, event, now()).await;
     }
 
     /// Resolves a still-pending permission request without a client: the first offered option

@@ -361,7 +361,7 @@ impl Pool {
         handler: &Arc<dyn UpstreamHandler>,
         process: &mut AgentProcess,
         conn: Arc<Connection>,
-        mut stdout: AgentStdout,
+        stdout: AgentStdout,
     ) -> ExitInfo {
         // Reading and dispatch run on a thread of their own: a runtime busy serving a thousand
         // SSE subscribers must not keep the agent's messages waiting.
@@ -375,7 +375,7 @@ impl Pool {
             );
             let (conn, handler) = (conn.clone(), handler.clone());
             tokio::task::spawn_blocking(move || {
-                while let Some(msg) = stdout.next(&stop) {
+                for msg in stdout.until(stop) {
                     runtime.block_on(dispatch(index, &conn, &handler, msg));
                 }
             })
