@@ -22,6 +22,9 @@ pub use sqlite::{ReplicaLock, SqliteStore};
 pub enum StoreError {
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    /// From the SQLite event log's own connection (see `sqlite`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row: {0}")]

@@ -24,7 +24,7 @@ use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
     SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{
     ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
@@ -190,23 +190,32 @@ impl SqliteStore {
 /// write lock serializes the two; appends and metadata writes are short). An in-memory database
 /// has one connection for everything, so there it takes the pool's in turn.
 ///
-/// Its connection does not checkpoint the WAL when a commit crosses SQLite's threshold of a
-/// thousand pages (`wal_autocheckpoint = 0`): copying that much back into the database in one go
-/// would land on one append and, on a small machine, take the CPU from a prompt in flight.
-/// Instead it runs a passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after
-/// a commit, copying a few dozen pages each time; being the only writer, it always copies
-/// everything, and its next transaction starts the WAL file over, so the file stays small.
+/// Its own connection is a `rusqlite` one, used on the calling thread: the event log's writer
+/// has a thread to itself (see `events`), and an append there is a few library calls, where an
+/// sqlx connection would hand every command to its worker thread and wake the caller for each
+/// result (a dozen thread switches per prompt, each tens of microseconds of CPU on a VM).
+///
+/// It does not checkpoint the WAL when a commit crosses SQLite's threshold of a thousand pages
+/// (`wal_autocheckpoint = 0`): copying that much back into the database in one go would land on
+/// one append and, on a small machine, take the CPU from a prompt in flight. Instead it runs a
+/// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after a commit, copying
+/// a few dozen pages each time; being the only writer, it always copies everything, and its
+/// next transaction starts the WAL file over, so the file stays small.
 struct SqliteLogWriter {
     pool: SqlitePool,
     /// Use the pool's connection (an in-memory database).
     shared: bool,
-    own: Option<SqliteConnection>,
+    own: Option<rusqlite::Connection>,
     /// Appends since the last checkpoint.
     appends: u32,
 }
 
 /// Appends between two checkpoints of the log writer's connection.
 const CHECKPOINT_EVERY: u32 = 32;
+
+/// One event of an append, numbered by the caller (see [`append_here`]).
+const INSERT_EVENT: &str = "INSERT INTO session_events \
+     (session_id, seq, kind, payload, created_at) VALUES (?, ?, ?, ?, ?)";
 
 #[async_trait]
 impl LogWriter for SqliteLogWriter {
@@ -222,21 +231,15 @@ impl LogWriter for SqliteLogWriter {
         }
         let conn = match &mut self.own {
             Some(conn) => conn,
-            own => {
-                let options = (*self.pool.connect_options())
-                    .clone()
-                    .pragma("wal_autocheckpoint", "0");
-                own.insert(options.connect().await?)
-            }
+            own => own.insert(open_log_connection(
+                self.pool.connect_options().get_filename(),
+            )?),
         };
-        let appended = append_on(conn, session_id, events, touch).await;
+        let appended = append_here(conn, session_id, events, touch);
         self.appends += 1;
         if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
-            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&mut *conn)
-                .await
-            {
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
                 tracing::warn!(error = %e, "WAL checkpoint failed");
             }
         }
@@ -245,6 +248,57 @@ impl LogWriter for SqliteLogWriter {
         }
         appended
     }
+}
+
+/// The log writer's own connection to the database file the pool was opened on (it exists:
+/// the pool has run the migrations), with the pool's busy timeout and durability.
+fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(conn)
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
+/// in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): the bump
+/// returns the new last sequence number, from which the events are numbered.
+fn append_here(
+    conn: &mut rusqlite::Connection,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = i64::try_from(events.len())
+        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+    let created_at = Utc::now().trunc_subsecs(6);
+    let created_micros = micros(created_at);
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let last: i64 = tx
+        .prepare_cached(BUMP_SEQ)?
+        .query_row((session_id, count), |row| row.get(0))?;
+    let first = last - count + 1;
+    {
+        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+        for (seq, event) in (first..).zip(events) {
+            let payload = to_json(&event.payload);
+            insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
+        }
+    }
+    if let Some(at) = touch {
+        let at = micros(at.trunc_subsecs(6));
+        tx.prepare_cached(TOUCH_SESSION)?
+            .execute((at, session_id, at))?;
+    }
+    tx.commit()?;
+    Ok(numbered(session_id, events, first, created_at))
 }
 
 /// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
