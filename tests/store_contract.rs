@@ -1423,7 +1423,7 @@ async fn sqlite_log_writer_keeps_the_wal_bounded() {
     let path = dir.path().join("wal.db");
     let db = store::connect(path.to_str().unwrap()).await.expect("open");
     let mut log = db.log_writer();
-    // The log writer checkpoints every few dozen appends, a few pages each: the WAL never holds
+    // The log writer checkpoints every few appends, a few pages each: the WAL never holds
     // more than a small part of what this many appends write, however loaded the CPUs are.
     const APPENDS: usize = 12_000;
     let payload = json!({"text": "x".repeat(3000)});

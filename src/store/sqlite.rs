@@ -199,7 +199,7 @@ impl SqliteStore {
 /// (`wal_autocheckpoint = 0`): copying that much back into the database in one go would land on
 /// one append and, on a small machine, take the CPU from a prompt in flight. Instead it runs a
 /// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after a commit, copying
-/// a few dozen pages each time; being the only writer, it always copies everything, and its
+/// a dozen pages or so each time; being the only writer, it always copies everything, and its
 /// next transaction starts the WAL file over, so the file stays small.
 struct SqliteLogWriter {
     pool: SqlitePool,
@@ -211,7 +211,12 @@ struct SqliteLogWriter {
 }
 
 /// Appends between two checkpoints of the log writer's connection.
-const CHECKPOINT_EVERY: u32 = 32;
+///
+/// Each checkpoint syncs the WAL and the database file, and what a sync has to write grows with
+/// the appends since the last one; a sync's pause fell on about one prompt in ten at 32, which
+/// showed in the prompt's p99 (1.2–1.4 ms added with the agent alone on a core, 0.5–0.6 ms at 8;
+/// `bench/latency.sh`).
+const CHECKPOINT_EVERY: u32 = 8;
 
 /// One event of an append, numbered by the caller (see [`append_here`]).
 const INSERT_EVENT: &str = "INSERT INTO session_events \
