@@ -1,12 +1,14 @@
 //! The gateway's own JSON-RPC 2.0 client over an agent's stdio (NDJSON), on tokio.
 //!
-//! The gateway assigns its own request ids and keeps a pending map. Everything the agent writes
-//! to stdout is delivered, in order, through one bounded channel as [`Inbound`]; the member's
-//! supervisor resolves responses from it, so a response is never seen before the notifications
-//! that preceded it. Notifications stay raw JSON so unknown `sessionUpdate` variants pass through.
+//! The gateway assigns its own request ids and keeps a pending map. Lines go to the agent's stdin
+//! from the sending task itself (see `stdin`). Everything the agent writes to stdout is read, in
+//! order, as [`Inbound`] by one thread, which resolves responses and dispatches the rest, so a
+//! response is never seen before the notifications that preceded it. Notifications stay raw
+//! JSON so unknown `sessionUpdate` variants pass through.
 
 pub mod caps;
 mod process;
+mod stdin;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 pub use process::{AgentCommand, AgentProcess, AgentStdout, ExitInfo};
 
@@ -125,7 +127,7 @@ impl PendingCall {
 /// The client side of one agent connection. Cheap to share; calls are concurrent.
 #[derive(Debug)]
 pub struct Connection {
-    out: mpsc::Sender<String>,
+    out: Arc<stdin::AgentStdin>,
     pending: Pending,
     next_id: AtomicU64,
     /// Which agent process this is (`member-N`), for the logs.
@@ -133,8 +135,8 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Wraps the writer half; `out` carries complete lines to the agent's stdin.
-    pub fn new(out: mpsc::Sender<String>, member: &str) -> Self {
+    /// Wraps the agent's stdin.
+    fn new(out: Arc<stdin::AgentStdin>, member: &str) -> Self {
         Connection {
             out,
             pending: Arc::default(),
@@ -187,7 +189,7 @@ impl Connection {
         self.out
             .send(line.to_string())
             .await
-            .map_err(|_| CallError::Closed("the agent's stdin is closed".into()))
+            .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
     }
 
     /// Answers a request the agent sent to us.
@@ -203,7 +205,7 @@ impl Connection {
         self.out
             .send(line.to_string())
             .await
-            .map_err(|_| CallError::Closed("the agent's stdin is closed".into()))
+            .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
     }
 
     /// Delivers a response to its waiter. Returns false for an id nobody waits for.

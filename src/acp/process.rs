@@ -1,6 +1,6 @@
-//! Spawning an agent process in its own process group: a task writes its stdin, a task drains
-//! its stderr and keeps a tail, and its stdout is handed back as [`AgentStdout`], a blocking
-//! source of parsed messages. The caller reads it on a thread of its own, not among the
+//! Spawning an agent process in its own process group: its stdin is an [`AgentStdin`], a task
+//! drains its stderr and keeps a tail, and its stdout is handed back as [`AgentStdout`], a
+//! blocking source of parsed messages. The caller reads it on a thread of its own, not among the
 //! runtime's tasks, so that however many SSE subscribers the runtime is serving, the agent's
 //! pipe is drained as fast as the agent writes and the agent is never held up by the gateway's
 //! fan-out; and since that thread also dispatches what it reads, a message reaches its waiter
@@ -20,12 +20,12 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::stdin::AgentStdin;
 use super::{Connection, Inbound, MAX_LINE_BYTES, parse_line};
 
 /// Lines from agents that were not valid JSON-RPC, over all members (for `/metrics`).
@@ -91,34 +91,27 @@ impl AgentProcess {
         if let Some(dir) = &cmd.cwd {
             command.current_dir(dir);
         }
-        // stdout is a plain blocking pipe, read by a thread (see the module docs).
+        // stdout is a plain blocking pipe, read by a thread (see the module docs); our end of
+        // stdin becomes non-blocking (see `AgentStdin`), the agent's end stays as it was.
         let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let (stdin_r, stdin) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let mut child = command
             .args(&cmd.args)
             .envs(cmd.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(stdin_r))
             .stdout(Stdio::from(stdout_w))
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()?;
-        // The command holds our copy of the pipe's write end: without dropping it the reader
-        // would never see EOF.
+        // The command holds our copies of the agent's pipe ends: without dropping them the
+        // reader would never see EOF (nor the agent, on stdin).
         drop(command);
         let pid = child.id().unwrap_or_default();
-        let mut stdin = child.stdin.take().expect("piped stdin");
         let stderr = child.stderr.take().expect("piped stderr");
         let mut tasks = JoinSet::new();
 
-        let (out_tx, mut out_rx) = mpsc::channel::<String>(256);
-        tasks.spawn(async move {
-            while let Some(mut line) = out_rx.recv().await {
-                line.push('\n');
-                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
+        let stdin = AgentStdin::new(stdin, &mut tasks)?;
 
         let stdout = AgentStdout {
             reader: std::io::BufReader::with_capacity(
@@ -148,7 +141,7 @@ impl AgentProcess {
             }
         });
 
-        let conn = Arc::new(Connection::new(out_tx, label));
+        let conn = Arc::new(Connection::new(stdin, label));
         Ok((
             AgentProcess {
                 pid,
