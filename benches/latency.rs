@@ -52,15 +52,22 @@ async fn main() {
             let pair = |v: &[Duration]| {
                 format!("{} / {}", us(percentile(v, 0.5)), us(percentile(v, 0.99)))
             };
-            let added = |q| percentile(&s.gateway, q).saturating_sub(percentile(&s.direct, q));
+            // Signed: with noisy tails the direct side's p99 can be the higher one.
+            let added = |q| {
+                let (g, d) = (percentile(&s.gateway, q), percentile(&s.direct, q));
+                match g.checked_sub(d) {
+                    Some(more) => us(more),
+                    None => format!("−{}", us(d - g)),
+                }
+            };
             table += &format!(
                 "| {name} | {placement} | {} | {} | {} | {} | {} / {} |\n",
                 pair(&s.direct),
                 pair(&s.bare),
                 pair(&s.status),
                 pair(&s.gateway),
-                us(added(0.5)),
-                us(added(0.99)),
+                added(0.5),
+                added(0.99),
             );
         }
         gw.stop().await;
