@@ -214,7 +214,7 @@ struct SqliteLogWriter {
 ///
 /// Each checkpoint syncs the WAL and the database file, and what a sync has to write grows with
 /// the appends since the last one; a sync's pause fell on about one prompt in ten at 32, which
-/// showed in the prompt's p99 (1.2–1.4 ms added with the agent alone on a core, 0.5–0.6 ms at 8;
+/// showed in the prompt's p99 (0.9–1.4 ms added with the agent alone on a core, 0.45–0.6 ms at 8;
 /// `bench/latency.sh`).
 const CHECKPOINT_EVERY: u32 = 8;
 
