@@ -297,6 +297,8 @@ pub trait Store: Send + Sync + 'static {
     /// A writer of the event log with a database connection of its own (opened on first use,
     /// opened again after an error), for the one task that appends everything the gateway logs:
     /// an append is then one round trip, with no pool checkout before it or check after it.
+    /// SQLite's runs on the calling thread and blocks it for the append: call it from a thread
+    /// of its own (the event hub's writer has one).
     fn log_writer(&self) -> Box<dyn LogWriter>;
 
     /// Events with `seq > after`, ascending, at most `limit`.
