@@ -211,6 +211,20 @@ pub struct StoredLifecycleEvent {
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
+/// What every append starts from: `None` for no events, else their count (as the databases'
+/// integer) and the batch's `created_at`, at the microsecond precision both backends store.
+fn batch_of(events: &[NewEvent]) -> StoreResult<Option<(i64, DateTime<Utc>)>> {
+    if events.is_empty() {
+        return Ok(None);
+    }
+    let count = i64::try_from(events.len())
+        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+    Ok(Some((
+        count,
+        chrono::SubsecRound::trunc_subsecs(Utc::now(), 6),
+    )))
+}
+
 /// `events` as stored in `session_id`'s log from sequence number `first` on.
 fn numbered(
     session_id: &str,

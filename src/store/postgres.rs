@@ -22,7 +22,7 @@ use crate::cluster::replica_id;
 use super::{
     Appended, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica,
     SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, merge_page, numbered,
+    StoredLifecycleEvent, batch_of, merge_page, numbered,
 };
 
 /// Connections in the pool.
@@ -181,12 +181,9 @@ async fn append_on<'e>(
     events: &[NewEvent],
     touch: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    if events.is_empty() {
+    let Some((count, created_at)) = batch_of(events)? else {
         return Ok(Vec::new());
-    }
-    let count = i64::try_from(events.len())
-        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-    let created_at = Utc::now().trunc_subsecs(6);
+    };
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
     let last: i64 = sqlx::query_scalar(APPEND)

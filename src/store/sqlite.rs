@@ -29,7 +29,7 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use super::{
     ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
     SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, merge_page, numbered,
+    StoredLifecycleEvent, batch_of, merge_page, numbered,
 };
 
 /// Connections in the reader pool of a file database.
@@ -278,12 +278,9 @@ fn append_here(
     events: &[NewEvent],
     touch: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    if events.is_empty() {
+    let Some((count, created_at)) = batch_of(events)? else {
         return Ok(Vec::new());
-    }
-    let count = i64::try_from(events.len())
-        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-    let created_at = Utc::now().trunc_subsecs(6);
+    };
     let created_micros = micros(created_at);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let last: i64 = tx
@@ -316,13 +313,10 @@ async fn append_on(
     events: &[NewEvent],
     touch: Option<DateTime<Utc>>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    if events.is_empty() {
+    let Some((count, created_at)) = batch_of(events)? else {
         return Ok(Vec::new());
-    }
-    let count = i64::try_from(events.len())
-        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+    };
     let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
-    let created_at = Utc::now().trunc_subsecs(6);
     let created_micros = micros(created_at);
 
     let mut sql = format!("{BEGIN_IMMEDIATE}; {BUMP_SEQ};");
