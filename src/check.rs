@@ -32,11 +32,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
                         conn.resolve(id, result);
                     }
                     Inbound::Request { id, method, .. } => {
-                        let refused = RpcError {
-                            code: -32601,
-                            message: format!("method not found: {method}"),
-                            data: None,
-                        };
+                        let refused = RpcError::method_not_found(&method);
                         let _ = runtime.block_on(conn.respond(id, Err(refused)));
                     }
                     Inbound::Notification { .. } => {}

@@ -33,6 +33,17 @@ pub struct RpcError {
     pub data: Option<Value>,
 }
 
+impl RpcError {
+    /// JSON-RPC's -32601: the answer to a request for a method the gateway does not serve.
+    pub fn method_not_found(method: &str) -> Self {
+        RpcError {
+            code: -32601,
+            message: format!("method not found: {method}"),
+            data: None,
+        }
+    }
+}
+
 /// Why a call to the agent did not produce a result.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {

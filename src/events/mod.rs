@@ -182,8 +182,8 @@ impl Sequenced for StoredLifecycleEvent {
     }
 }
 
-/// The niceness of the event log writer's thread, and of the database connection thread it
-/// opens (a new thread inherits it): request handling and agents go first on a busy CPU.
+/// The niceness of the event log writer's thread: request handling and agents go first on a
+/// busy CPU.
 const LOG_WRITER_NICE: u8 = 5;
 
 /// Lowers the calling thread's CPU priority to [`LOG_WRITER_NICE`]. The writer commits in the

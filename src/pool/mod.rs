@@ -541,11 +541,7 @@ async fn dispatch(
                     method,
                     "unexpected request from the agent; answering -32601"
                 );
-                let err = RpcError {
-                    code: -32601,
-                    message: format!("method not found: {method}"),
-                    data: None,
-                };
+                let err = RpcError::method_not_found(&method);
                 let _ = conn.respond(id, Err(err)).await;
             }
         }

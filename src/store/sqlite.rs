@@ -305,8 +305,10 @@ fn append_here(
 
 /// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
 /// transaction sent as one command: the connection's thread runs it without coming back
-/// between statements (a round trip costs two thread wake-ups). The inserts number their rows
-/// from the counter the bump has just raised.
+/// between statements (a round trip costs two thread wake-ups), and SQLite's write lock is
+/// never held while a task waits to be polled, so a `rusqlite` log writer blocking a runtime
+/// thread on that lock cannot stall it. The inserts number their rows from the counter the bump
+/// has just raised.
 async fn append_on(
     conn: &mut SqliteConnection,
     session_id: &str,
