@@ -208,14 +208,13 @@ mod tests {
             next[s] += 1;
         }
         assert_eq!(next, [LINES; SENDERS]);
-        // The reader has closed its end: the pipe is broken.
-        let mut failed = false;
-        for _ in 0..10 {
-            if stdin.send("late".into()).await.is_err() {
-                failed = true;
-                break;
-            }
-        }
-        assert!(failed, "sending to a closed pipe kept succeeding");
+        // The reader has closed its end: the pipe is broken. A send fails at once, or is queued
+        // until the writer task finds the pipe broken, or waits for room in a full queue,
+        // which that finding ends too.
+        let failed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while stdin.send("late".into()).await.is_ok() {}
+        })
+        .await;
+        assert!(failed.is_ok(), "sending to a closed pipe kept succeeding");
     }
 }
