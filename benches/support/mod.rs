@@ -321,9 +321,20 @@ impl Gateway {
     }
 
     pub async fn start_with(db: &str, state: &Path, args: &[&str]) -> Gateway {
+        Self::start_binary(
+            Path::new(env!("CARGO_BIN_EXE_acp-gateway")),
+            db,
+            state,
+            args,
+        )
+        .await
+    }
+
+    /// As [`Gateway::start_with`], with another build of the gateway.
+    pub async fn start_binary(binary: &Path, db: &str, state: &Path, args: &[&str]) -> Gateway {
         std::fs::create_dir_all(state).unwrap();
         let started = Instant::now();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        let mut child = tokio::process::Command::new(binary)
             .args(["--listen", "127.0.0.1:0", "--database-url", db, "--agent"])
             .arg(echo_agent())
             .args(args)

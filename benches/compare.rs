@@ -1,0 +1,127 @@
+//! Two gateways measured side by side (not a test): the same one-word prompt through gateway A
+//! (this checkout's release build) and gateway B (`GATEWAY_B`, another build; this one when
+//! unset), each in front of its own echo agent on SQLite, and directly on a third echo agent,
+//! sampled in interleaved blocks by one client thread. On a shared, noisy machine the
+//! difference B − A, taken in the same minutes, is what tells whether a change helps: figures
+//! from two separate runs move by more than most changes do. With neither `GATEWAY_B` nor
+//! `GATEWAY_B_ARGS` set, A and B are the same build, and B − A shows the noise.
+//!
+//! `GATEWAY_B_ARGS` adds whitespace-separated flags to B's command line. `SAMPLES` sets the
+//! samples per side (default 3000). Both placements of `bench/latency.sh` are measured.
+//!
+//!   GATEWAY_B=/tmp/other/acp-gateway bash bench/compare.sh
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{BLOCK, DirectAgent, Gateway, cores, percentile, pin};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples: usize = std::env::var("SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let this = PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"));
+    let other = std::env::var_os("GATEWAY_B").map_or_else(|| this.clone(), PathBuf::from);
+    let b_args = std::env::var("GATEWAY_B_ARGS").unwrap_or_default();
+    let b_args: Vec<&str> = b_args.split_whitespace().collect();
+    let db = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
+    let a = Gateway::start(&db("a.db"), &dir.path().join("a")).await;
+    let b = Gateway::start_binary(&other, &db("b.db"), &dir.path().join("b"), &b_args).await;
+    let http = reqwest::Client::new();
+    let urls = [
+        a.prompt_url(&a.create(&http).await),
+        b.prompt_url(&b.create(&http).await),
+    ];
+    let mut direct = DirectAgent::start(&dir.path().join("direct"));
+    let agents = [direct.pid(), a.agent_pid().await, b.agent_pid().await];
+    println!(
+        "A: {}\nB: {} {}\n{samples} prompts per side in interleaved blocks of {BLOCK}, {} cores\n",
+        this.display(),
+        other.display(),
+        b_args.join(" "),
+        cores()
+    );
+    println!("| placement | direct p50 / p90 / p99 | A | B | B − A p50 / p90 / p99 |");
+    println!("|---|---|---|---|---|");
+    let placements: &[(&str, bool)] = if cores() >= 2 {
+        &[("all shared", false), ("agents alone on one core", true)]
+    } else {
+        &[("all shared", false)]
+    };
+    for &(placement, pinned) in placements {
+        let place = |agents_on: &str, rest: &str| {
+            for pid in agents {
+                pin(pid, agents_on);
+            }
+            for pid in [a.pid(), b.pid(), std::process::id()] {
+                pin(pid, rest);
+            }
+        };
+        if pinned {
+            place("0", "1");
+        }
+        let prompt = |url: &str| {
+            let request = http.post(url).json(&json!({"text": "hello"}));
+            async move {
+                let started = Instant::now();
+                let r = request.send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                r.bytes().await.unwrap();
+                started.elapsed()
+            }
+        };
+        for _ in 0..BLOCK {
+            prompt(&urls[0]).await;
+            prompt(&urls[1]).await;
+            direct.prompt("hello");
+        }
+        let mut sides: [Vec<Duration>; 3] = Default::default();
+        while sides[0].len() < samples {
+            for (side, url) in urls.iter().enumerate() {
+                for _ in 0..BLOCK {
+                    sides[side].push(prompt(url).await);
+                }
+            }
+            for _ in 0..BLOCK {
+                let started = Instant::now();
+                direct.prompt("hello");
+                sides[2].push(started.elapsed());
+            }
+        }
+        for side in &mut sides {
+            side.sort();
+        }
+        let qs = [0.5, 0.9, 0.99];
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let row = |s: &[Duration]| {
+            qs.map(|q| format!("{:.0}", us(percentile(s, q))))
+                .join(" / ")
+        };
+        let diff = qs
+            .map(|q| {
+                format!(
+                    "{:+.0}",
+                    us(percentile(&sides[1], q)) - us(percentile(&sides[0], q))
+                )
+            })
+            .join(" / ");
+        println!(
+            "| {placement} | {} µs | {} µs | {} µs | {diff} µs |",
+            row(&sides[2]),
+            row(&sides[0]),
+            row(&sides[1]),
+        );
+        if pinned {
+            let all = format!("0-{}", cores() - 1);
+            place(&all, &all);
+        }
+    }
+    a.stop().await;
+    b.stop().await;
+}
