@@ -16,8 +16,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::{BLOCK, DirectAgent, Gateway, cores, percentile, pin};
+use support::{BLOCK, DirectAgent, Gateway, cores, percentile, pin, prompt_at};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -66,16 +65,7 @@ async fn main() {
         if pinned {
             place("0", "1");
         }
-        let prompt = |url: &str| {
-            let request = http.post(url).json(&json!({"text": "hello"}));
-            async move {
-                let started = Instant::now();
-                let r = request.send().await.unwrap();
-                assert_eq!(r.status(), 200);
-                r.bytes().await.unwrap();
-                started.elapsed()
-            }
-        };
+        let prompt = |url: &str| prompt_at(http.clone(), url.to_owned(), "hello".into());
         for _ in 0..BLOCK {
             prompt(&urls[0]).await;
             prompt(&urls[1]).await;

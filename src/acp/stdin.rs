@@ -73,25 +73,19 @@ impl AgentStdin {
                     return Err(Closed);
                 }
                 if q.lines.is_empty() {
-                    return match self.pipe.try_write(&line) {
-                        Ok(n) if n == line.len() => Ok(()),
-                        Ok(n) => {
-                            q.lines.push_back(line);
-                            q.written = n;
-                            self.wake.queued.notify_one();
-                            Ok(())
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                            q.lines.push_back(line);
-                            q.written = 0;
-                            self.wake.queued.notify_one();
-                            Ok(())
-                        }
+                    let written = match self.pipe.try_write(&line) {
+                        Ok(n) if n == line.len() => return Ok(()),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
                         Err(_) => {
                             q.closed = true;
-                            Err(Closed)
+                            return Err(Closed);
                         }
                     };
+                    q.lines.push_back(line);
+                    q.written = written;
+                    self.wake.queued.notify_one();
+                    return Ok(());
                 }
                 if q.lines.len() < QUEUED_LINES {
                     q.lines.push_back(line);

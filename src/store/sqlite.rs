@@ -295,7 +295,7 @@ fn append_here(
         }
     }
     if let Some(at) = touch {
-        let at = micros(at.trunc_subsecs(6));
+        let at = micros(at);
         tx.prepare_cached(TOUCH_SESSION)?
             .execute((at, session_id, at))?;
     }
@@ -346,7 +346,7 @@ async fn append_on(
         query = query.bind(session_id);
     }
     if let Some(at) = touch {
-        let at = micros(at.trunc_subsecs(6));
+        let at = micros(at);
         query = query.bind(at).bind(session_id).bind(at);
     }
     let rows = match query.fetch_all(&mut *conn).await {
