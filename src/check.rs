@@ -16,24 +16,20 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
     let command = crate::agent_command(config)?;
     let (mut process, conn, stdout) = AgentProcess::spawn(&command, "check")
         .with_context(|| format!("cannot start the agent {:?}", command.program))?;
-    // Answers arrive on stdout, read on a thread of its own; the agent's own requests are
+    // Answers arrive on stdout, read by a task of their own; the agent's own requests are
     // refused.
     let stop = tokio_util::sync::CancellationToken::new();
     let answers = {
-        let (conn, stop, runtime) = (
-            conn.clone(),
-            stop.clone(),
-            tokio::runtime::Handle::current(),
-        );
-        tokio::task::spawn_blocking(move || {
-            for msg in stdout.until(stop) {
+        let (conn, mut stdout) = (conn.clone(), stdout.until(stop.clone()));
+        tokio::spawn(async move {
+            while let Some(msg) = stdout.next().await {
                 match msg {
                     Inbound::Response { id, result } => {
                         conn.resolve(id, result);
                     }
                     Inbound::Request { id, method, .. } => {
                         let refused = RpcError::method_not_found(&method);
-                        let _ = runtime.block_on(conn.respond(id, Err(refused)));
+                        let _ = conn.respond(id, Err(refused)).await;
                     }
                     Inbound::Notification { .. } => {}
                 }

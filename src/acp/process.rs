@@ -1,26 +1,21 @@
 //! Spawning an agent process in its own process group: its stdin is an [`AgentStdin`], a task
-//! drains its stderr and keeps a tail, and its stdout is handed back as [`AgentStdout`], a
-//! blocking source of parsed messages. The caller reads it on a thread of its own, not among the
-//! runtime's tasks, so that however many SSE subscribers the runtime is serving, the agent's
-//! pipe is drained as fast as the agent writes and the agent is never held up by the gateway's
-//! fan-out; and since that thread also dispatches what it reads, a message reaches its waiter
-//! without another thread hand-off (each costs a wake-up, tens of microseconds on a VM).
+//! drains its stderr and keeps a tail, and its stdout is handed back as [`AgentStdout`], the
+//! ordered source of parsed messages, which the caller reads and dispatches in one task (see
+//! `pool`), so that a response reaches its waiter on the same worker thread, without another
+//! wake-up (each costs tens of microseconds on a VM).
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Read};
-use std::os::fd::AsFd;
 use std::process::Stdio;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -91,8 +86,8 @@ impl AgentProcess {
         if let Some(dir) = &cmd.cwd {
             command.current_dir(dir);
         }
-        // stdout is a plain blocking pipe, read by a thread (see the module docs); our end of
-        // stdin becomes non-blocking (see `AgentStdin`), the agent's end stays as it was.
+        // Our ends of both pipes become non-blocking (see `AgentStdin`, and the stdout reader
+        // registers with the runtime); the agent's ends stay as they were.
         let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let (stdin_r, stdin) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let mut child = command
@@ -114,16 +109,11 @@ impl AgentProcess {
         let stdin = AgentStdin::new(stdin, &mut tasks)?;
 
         let stdout = AgentStdout {
-            reader: std::io::BufReader::with_capacity(
-                64 * 1024,
-                UntilStopped {
-                    file: std::fs::File::from(stdout),
-                    stop: CancellationToken::new(),
-                },
-            ),
+            reader: BufReader::with_capacity(64 * 1024, pipe::Receiver::from_owned_fd(stdout)?),
             buf: Vec::new(),
             max_line: cmd.max_line_bytes,
             member: label.to_owned(),
+            stop: CancellationToken::new(),
         };
 
         let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
@@ -198,33 +188,33 @@ impl AgentProcess {
     }
 }
 
-/// Everything the agent writes to stdout, in order, as parsed messages; a blocking source, read
-/// on a thread of its own. Lines that are not JSON-RPC, or longer than the limit, are counted,
-/// logged and skipped.
+/// Everything the agent writes to stdout, in order, as parsed messages. Lines that are not
+/// JSON-RPC, or longer than the limit, are counted, logged and skipped.
 pub struct AgentStdout {
-    reader: std::io::BufReader<UntilStopped>,
+    reader: BufReader<pipe::Receiver>,
     buf: Vec<u8>,
     max_line: usize,
     member: String,
+    stop: CancellationToken,
 }
 
 impl AgentStdout {
-    /// Ends the messages (checked every [`POLL_SLICE`] ms while waiting) once `stop` is
-    /// cancelled, so that a stray grandchild holding the pipe open cannot keep the reading
-    /// thread alive after its process ended.
+    /// Ends the messages once `stop` is cancelled, so that a stray grandchild holding the pipe
+    /// open cannot keep the reader going after its process ended.
     pub fn until(mut self, stop: CancellationToken) -> Self {
-        self.reader.get_mut().stop = stop;
+        self.stop = stop;
         self
     }
-}
-
-impl Iterator for AgentStdout {
-    type Item = Inbound;
 
     /// The next message; `None` at end of file, on a read error, or once stopped.
-    fn next(&mut self) -> Option<Inbound> {
+    pub async fn next(&mut self) -> Option<Inbound> {
         loop {
-            match read_bounded_line(&mut self.reader, &mut self.buf, self.max_line) {
+            let read = tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return None,
+                read = read_bounded_line(&mut self.reader, &mut self.buf, self.max_line) => read,
+            };
+            match read {
                 Ok(None) => return None,
                 Ok(Some(false)) => {
                     super::count_garbage();
@@ -254,35 +244,9 @@ impl Iterator for AgentStdout {
     }
 }
 
-/// The agent's stdout pipe: a read waits for data in slices of [`POLL_SLICE`] and reports end
-/// of file once `stop` is cancelled.
-struct UntilStopped {
-    file: std::fs::File,
-    stop: CancellationToken,
-}
-
-/// How often a waiting stdout reader checks that its lines are still wanted.
-const POLL_SLICE: u16 = 200;
-
-impl Read for UntilStopped {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            if self.stop.is_cancelled() {
-                return Ok(0);
-            }
-            let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(POLL_SLICE)) {
-                Ok(0) | Err(Errno::EINTR) => continue,
-                Ok(_) => return self.file.read(buf),
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-}
-
 /// Reads one `\n`-terminated line into `buf` without ever holding more than `max` bytes.
 /// `Ok(None)` at EOF, `Ok(Some(false))` when the line was too long (and was skipped).
-fn read_bounded_line<R: BufRead>(
+async fn read_bounded_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -290,7 +254,7 @@ fn read_bounded_line<R: BufRead>(
     buf.clear();
     let mut too_long = false;
     loop {
-        let available = reader.fill_buf()?;
+        let available = reader.fill_buf().await?;
         if available.is_empty() {
             return Ok(if buf.is_empty() && !too_long {
                 None
@@ -322,21 +286,30 @@ fn read_bounded_line<R: BufRead>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn bounded_lines_skip_overlong_and_keep_going() {
+    #[tokio::test]
+    async fn bounded_lines_skip_overlong_and_keep_going() {
         let data = b"short\nthis line is far too long\nok\nlast".to_vec();
-        let mut r = std::io::BufReader::with_capacity(4, &data[..]);
+        let mut r = BufReader::with_capacity(4, &data[..]);
         let mut buf = Vec::new();
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"short");
         assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).unwrap(),
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
             Some(false)
         );
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"ok");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), Some(true));
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+            Some(true)
+        );
         assert_eq!(buf, b"last");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).unwrap(), None);
+        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), None);
     }
 }

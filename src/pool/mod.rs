@@ -363,22 +363,25 @@ impl Pool {
         conn: Arc<Connection>,
         stdout: AgentStdout,
     ) -> ExitInfo {
-        // Reading and dispatch run on a thread of their own: a runtime busy serving a thousand
-        // SSE subscribers must not keep the agent's messages waiting.
+        // Reading and dispatch run in one task, so that an answer wakes its request on the same
+        // worker. The task is exempt from tokio's cooperative budget: a budgeted reader is sent
+        // to the back of the run queue every 128 messages, behind a thousand SSE subscribers'
+        // writes, and the agent's pipe fills. It yields once after each answer instead, so the
+        // request it woke runs even while the agent keeps writing.
         let stop = CancellationToken::new();
         let _stop_dispatch = stop.clone().drop_guard();
         let mut dispatch = {
-            let (runtime, index, stop) = (
-                tokio::runtime::Handle::current(),
-                member.index,
-                stop.clone(),
-            );
-            let (conn, handler) = (conn.clone(), handler.clone());
-            tokio::task::spawn_blocking(move || {
-                for msg in stdout.until(stop) {
-                    runtime.block_on(dispatch(index, &conn, &handler, msg));
+            let (index, conn, handler) = (member.index, conn.clone(), handler.clone());
+            let mut stdout = stdout.until(stop.clone());
+            tokio::spawn(tokio::task::unconstrained(async move {
+                while let Some(msg) = stdout.next().await {
+                    let answer = matches!(msg, Inbound::Response { .. });
+                    dispatch(index, &conn, &handler, msg).await;
+                    if answer {
+                        tokio::task::yield_now().await;
+                    }
                 }
-            })
+            }))
         };
         let exit = self
             .drive(member, config, process, conn, &mut dispatch)
