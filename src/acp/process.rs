@@ -209,10 +209,15 @@ impl AgentStdout {
     /// The next message; `None` at end of file, on a read error, or once stopped.
     pub async fn next(&mut self) -> Option<Inbound> {
         loop {
+            // The token is checked before each line, and waited on only while the pipe is
+            // empty: registering a waiter for every line would cost two lock round trips each.
+            if self.stop.is_cancelled() {
+                return None;
+            }
             let read = tokio::select! {
                 biased;
-                _ = self.stop.cancelled() => return None,
                 read = read_bounded_line(&mut self.reader, &mut self.buf, self.max_line) => read,
+                _ = self.stop.cancelled() => return None,
             };
             match read {
                 Ok(None) => return None,

@@ -366,9 +366,9 @@ impl Pool {
         // Reading and dispatch run in one task, so that an answer wakes its request on the same
         // worker. The task is exempt from tokio's cooperative budget: a budgeted reader is sent
         // to the back of the run queue whenever it has spent 128 units (a message costs at
-        // least one), behind a thousand SSE subscribers'
-        // writes, and the agent's pipe fills. It yields once after each answer instead, so the
-        // request it woke runs even while the agent keeps writing.
+        // least one), behind a thousand SSE subscribers' writes, and the agent's pipe fills. It
+        // yields once after each answer instead, so the request it woke runs even while the
+        // agent keeps writing.
         let stop = CancellationToken::new();
         let _stop_dispatch = stop.clone().drop_guard();
         let mut dispatch = {
