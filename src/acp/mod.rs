@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 pub use process::{AgentCommand, AgentProcess, AgentStdout, ExitInfo};
@@ -179,8 +179,8 @@ impl Connection {
             .lock()
             .expect("pending lock")
             .insert(id, (method.to_owned(), tx));
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if self.out.send(line.to_string()).await.is_err() {
+        let line = Outbound::request(&Value::from(id), method, &params).line();
+        if self.out.send(line).await.is_err() {
             self.pending.lock().expect("pending lock").remove(&id);
             return Err(CallError::Closed("the agent's stdin is closed".into()));
         }
@@ -196,9 +196,9 @@ impl Connection {
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), CallError> {
-        let line = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let line = Outbound::notification(method, &params).line();
         self.out
-            .send(line.to_string())
+            .send(line)
             .await
             .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
     }
@@ -209,12 +209,9 @@ impl Connection {
         id: Value,
         result: Result<Value, RpcError>,
     ) -> Result<(), CallError> {
-        let line = match result {
-            Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e}),
-        };
+        let line = Outbound::response(&id, result.as_ref()).line();
         self.out
-            .send(line.to_string())
+            .send(line)
             .await
             .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
     }
@@ -243,32 +240,98 @@ impl Connection {
 /// Parses one line from the agent. `Err` carries a description for the log.
 pub fn parse_line(line: &str) -> Result<Inbound, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = v.as_object().ok_or("not a JSON object")?;
+    let Value::Object(mut obj) = v else {
+        return Err("not a JSON object".into());
+    };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err("missing jsonrpc: \"2.0\"".into());
     }
-    let id = obj.get("id").filter(|i| !i.is_null()).cloned();
-    match (obj.get("method").and_then(Value::as_str), id) {
+    let id = obj.remove("id").filter(|i| !i.is_null());
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => Some(m),
+        _ => None,
+    };
+    match (method, id) {
         (Some(method), None) => Ok(Inbound::Notification {
-            method: method.to_owned(),
-            params: obj.get("params").cloned().unwrap_or(Value::Null),
+            method,
+            params: obj.remove("params").unwrap_or(Value::Null),
         }),
         (Some(method), Some(id)) => Ok(Inbound::Request {
             id,
-            method: method.to_owned(),
-            params: obj.get("params").cloned().unwrap_or(Value::Null),
+            method,
+            params: obj.remove("params").unwrap_or(Value::Null),
         }),
         (None, Some(id)) => {
             let id = id.as_u64().ok_or("response id is not one of ours")?;
-            let result = if let Some(err) = obj.get("error") {
-                Err(serde_json::from_value::<RpcError>(err.clone())
+            let result = if let Some(err) = obj.remove("error") {
+                Err(serde_json::from_value::<RpcError>(err)
                     .map_err(|e| format!("invalid error object: {e}"))?)
             } else {
-                Ok(obj.get("result").cloned().unwrap_or(Value::Null))
+                Ok(obj.remove("result").unwrap_or(Value::Null))
             };
             Ok(Inbound::Response { id, result })
         }
         (None, None) => Err("neither a request, a response nor a notification".into()),
+    }
+}
+
+/// A message for the agent, serialized as one line straight from borrowed parts (building a
+/// `json!` object first would copy the params).
+#[derive(Serialize)]
+struct Outbound<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RpcError>,
+}
+
+impl<'a> Outbound<'a> {
+    const EMPTY: Outbound<'static> = Outbound {
+        jsonrpc: "2.0",
+        id: None,
+        method: None,
+        params: None,
+        result: None,
+        error: None,
+    };
+
+    fn request(id: &'a Value, method: &'a str, params: &'a Value) -> Self {
+        Outbound {
+            id: Some(id),
+            ..Outbound::notification(method, params)
+        }
+    }
+
+    fn notification(method: &'a str, params: &'a Value) -> Self {
+        Outbound {
+            method: Some(method),
+            params: Some(params),
+            ..Self::EMPTY
+        }
+    }
+
+    fn response(id: &'a Value, result: Result<&'a Value, &'a RpcError>) -> Self {
+        let (result, error) = match result {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e)),
+        };
+        Outbound {
+            id: Some(id),
+            result,
+            error,
+            ..Self::EMPTY
+        }
+    }
+
+    fn line(&self) -> String {
+        serde_json::to_string(self).expect("a JSON-RPC message of JSON values serializes")
     }
 }
 

@@ -290,7 +290,7 @@ impl EventHub {
             match next {
                 None => return,
                 Some(Appended::Session { session_id, seq }) => {
-                    self.broadcast(&session_id, Frame::wake(seq));
+                    self.broadcast(&session_id, || Frame::wake(seq));
                 }
                 Some(Appended::Lifecycle { seq }) => {
                     let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
@@ -447,7 +447,7 @@ impl EventHub {
                         self.touches.fetch_add(1, Ordering::SeqCst);
                     }
                     if !stored.is_empty() {
-                        self.broadcast(&session_id, Frame::run(&stored));
+                        self.broadcast(&session_id, || Frame::run(&stored));
                     }
                     for (item, e) in items.into_iter().zip(&stored) {
                         if let Some(done) = item.done {
@@ -509,16 +509,18 @@ impl EventHub {
         Ok(stored)
     }
 
-    /// Sends `frame` to the live subscribers of `session_id`, if it has any.
-    fn broadcast(&self, session_id: &str, frame: Frame) {
+    /// Sends `frame()` to the session's live subscribers; with none, the frame is not built
+    /// (encoding a commit's events is wasted work when nobody follows the session).
+    fn broadcast(&self, session_id: &str, frame: impl FnOnce() -> Frame) {
         let sender = self
             .sessions
             .lock()
             .expect("hub lock")
             .get(session_id)
+            .filter(|tx| tx.receiver_count() > 0)
             .cloned();
         if let Some(tx) = sender {
-            let _ = tx.send(Arc::new(frame));
+            let _ = tx.send(Arc::new(frame()));
         }
     }
 
