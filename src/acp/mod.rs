@@ -370,4 +370,36 @@ mod tests {
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
     }
+
+    #[test]
+    fn outbound_lines_are_json_rpc_messages_that_parse_back() {
+        let params =
+            serde_json::json!({"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]});
+        let request = Outbound::request(&Value::from(3), "session/prompt", &params).line();
+        assert_eq!(
+            serde_json::from_str::<Value>(&request).unwrap(),
+            serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": params})
+        );
+        let note = Outbound::notification("session/cancel", &params).line();
+        assert!(matches!(
+            parse_line(&note),
+            Ok(Inbound::Notification { method, params: p }) if method == "session/cancel" && p == params
+        ));
+        let id = Value::from("req-1");
+        let ok = Outbound::response(&id, Ok(&params)).line();
+        assert_eq!(
+            serde_json::from_str::<Value>(&ok).unwrap(),
+            serde_json::json!({"jsonrpc": "2.0", "id": "req-1", "result": params})
+        );
+        let err = RpcError::method_not_found("fs/write_text_file");
+        let refused = Outbound::response(&id, Err(&err)).line();
+        assert_eq!(
+            serde_json::from_str::<Value>(&refused).unwrap(),
+            serde_json::json!({"jsonrpc": "2.0", "id": "req-1", "error": err})
+        );
+        assert!(
+            !request.contains('\n') && !refused.contains('\n'),
+            "one line each"
+        );
+    }
 }
