@@ -435,8 +435,8 @@ impl EventHub {
                 None => groups.push((item.session_id.clone(), vec![item])),
             }
         }
-        for (session_id, items) in groups {
-            let events: Vec<NewEvent> = items.iter().filter_map(|i| i.event.clone()).collect();
+        for (session_id, mut items) in groups {
+            let events: Vec<NewEvent> = items.iter_mut().filter_map(|i| i.event.take()).collect();
             let touch = items.iter().filter_map(|i| i.touch).max();
             match log.append(&session_id, &events, touch).await {
                 Ok(stored) => {

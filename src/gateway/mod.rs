@@ -1715,10 +1715,13 @@ impl Inner {
                 self.enqueue(&session_id, &kind, payload).await;
                 return;
             }
-            None => self.enqueue(&session_id, &kind, params.clone()).await,
+            None => {}
         }
-        if kind == "session_info_update" {
-            let update = params.get("update").cloned().unwrap_or(Value::Null);
+        // Only an info update is needed after it is queued: the others are moved, not copied.
+        let info = (kind == "session_info_update")
+            .then(|| params.get("update").cloned().unwrap_or(Value::Null));
+        self.enqueue(&session_id, &kind, params).await;
+        if let Some(update) = info {
             let at = now();
             match self
                 .update_cached(&session_id, &|r| apply_info_update(r, &update, at))
