@@ -74,11 +74,8 @@ async fn main() {
         let mut sides: [Vec<Duration>; 3] = Default::default();
         // The side right after the direct block finds its gateway idle (a colder first prompt
         // or two, which is the p99), so A and B take turns being that side.
-        for round in 0.. {
-            if sides[0].len() >= samples {
-                break;
-            }
-            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut order = [0, 1];
+        while sides[0].len() < samples {
             for side in order {
                 for _ in 0..BLOCK {
                     sides[side].push(prompt(&urls[side]).await);
@@ -89,6 +86,7 @@ async fn main() {
                 direct.prompt("hello");
                 sides[2].push(started.elapsed());
             }
+            order.reverse();
         }
         for side in &mut sides {
             side.sort();
