@@ -94,16 +94,11 @@ async fn prompt_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
     (gateway, direct)
 }
 
-/// p50 and p99 of a one-word prompt's round trip through the gateway and directly, sampled
-/// in interleaved blocks (see [`support::prompt_latency`]).
-fn added_latency(gw: &Gateway, state: &Path) -> (Duration, Duration, Duration, Duration) {
+/// p50 and p99 of a one-word prompt's round trip through the gateway, directly, and through a
+/// bare proxy, sampled in interleaved blocks (see [`support::prompt_latency`]).
+fn added_latency(gw: &Gateway, state: &Path) -> [(Duration, Duration); 3] {
     let s = support::prompt_latency(gw, state, false, LATENCY_SAMPLES);
-    (
-        percentile(&s.gateway, 0.5),
-        percentile(&s.gateway, 0.99),
-        percentile(&s.direct, 0.5),
-        percentile(&s.direct, 0.99),
-    )
+    [&s.gateway, &s.direct, &s.proxy].map(|v| (percentile(v, 0.5), percentile(v, 0.99)))
 }
 
 /// Updates per second from the agent to one SSE subscriber, and read directly from stdout.
@@ -242,7 +237,7 @@ async fn main() {
         let (status, status_bare) = rest_ratio(&gw, &status_path, "/sessions/{id}/status").await;
         let (list, list_bare) = rest_ratio(&gw, "/sessions?limit=50", "/sessions").await;
         let (prompts, prompts_direct) = prompt_rates(&gw, &state).await;
-        let (g50, g99, d50, d99) = added_latency(&gw, &state);
+        let [(g50, g99), (d50, d99), (p50, p99)] = added_latency(&gw, &state);
         let (events, events_direct) = event_rates(&gw, &state).await;
         if i == 0 {
             stream_rss = Some(rss_per_stream(&gw).await);
@@ -269,13 +264,15 @@ async fn main() {
             ),
             (
                 format!(
-                    "{} / {} (gateway {} / {}, direct {} / {})",
+                    "{} / {} (gateway {} / {}, direct {} / {}; a bare proxy adds {} / {})",
                     us(g50.saturating_sub(d50)),
                     us(g99.saturating_sub(d99)),
                     us(g50),
                     us(g99),
                     us(d50),
-                    us(d99)
+                    us(d99),
+                    us(p50.saturating_sub(d50)),
+                    us(p99.saturating_sub(d99)),
                 ),
                 g50.saturating_sub(d50) <= Duration::from_micros(150)
                     && g99.saturating_sub(d99) <= Duration::from_millis(1),
@@ -364,7 +361,7 @@ async fn main() {
     let mut table = format!(
         "Gateway overhead; commit {}, {} cores; one run of `bash bench/run.sh`\n\n\
          Throughput: {CONCURRENCY} closed-loop reqwest clients, {}s windows after {}s warm-up, gateway and bare route alternated, best of {LOAD_ROUNDS}. \
-         Prompts: {PROMPTS} sequential; latency: {LATENCY_SAMPLES} one-word prompts per side in interleaved blocks of {}, one client thread (`bash bench/latency.sh` breaks it down). \
+         Prompts: {PROMPTS} sequential; latency: {LATENCY_SAMPLES} one-word prompts per side in interleaved blocks of {}, one client thread; the bare proxy is an axum route that only relays the prompt line and the answer line, the floor of any HTTP front for the agent (`bash bench/latency.sh` breaks it down). \
          Events: one turn of {EVENT_CHUNKS} chunks, best of {EVENT_ROUNDS}. RSS: the gateway process only.\n\n\
          | figure | {} | target | met? |\n|---|{}---|---|\n",
         support::commit(),

@@ -1,8 +1,10 @@
 //! Where a prompt's round trip through the gateway spends its time (not a test): the same
-//! one-word prompt sent directly to the echo agent over stdio and through the gateway, beside
-//! two HTTP-only baselines on the same machine in the same run: a bare axum route answering a
-//! POST with a body the size of the gateway's answer (what HTTP itself costs) and the gateway's
-//! `GET /sessions/{id}/status` (HTTP plus the gateway's middleware, no agent). All four are
+//! one-word prompt sent directly to the echo agent over stdio, through the gateway, and through
+//! a bare proxy (an axum route that only relays the prompt line and the answer line: the floor
+//! of any HTTP front for a stdio agent on this machine), beside two HTTP-only baselines in the
+//! same run: a bare axum route answering a POST with a body the size of the gateway's answer
+//! (what HTTP itself costs) and the gateway's `GET /sessions/{id}/status` (HTTP plus the
+//! gateway's middleware, no agent). All four are
 //! sampled in interleaved blocks so that every side sees the same machine, by one client thread
 //! (a single-threaded runtime for HTTP, plain blocking pipe I/O for the direct agent).
 //!
@@ -33,8 +35,8 @@ async fn main() {
     let mut table = format!(
         "Prompt round trip, one-word prompt, one session, no subscriber; commit {}, {} cores; \
          {SAMPLES} samples per side in interleaved blocks of {BLOCK}\n\n\
-         | backend | placement | direct stdio p50 / p99 | bare axum POST p50 / p99 | gateway status GET p50 / p99 | gateway prompt p50 / p99 | added by the gateway p50 / p99 (target ≤ 150 µs / ≤ 1 ms) |\n\
-         |---|---|---|---|---|---|---|\n",
+         | backend | placement | direct stdio p50 / p99 | bare axum POST p50 / p99 | gateway status GET p50 / p99 | bare proxy prompt p50 / p99 | gateway prompt p50 / p99 | added by the bare proxy p50 / p99 | added by the gateway p50 / p99 (target ≤ 150 µs / ≤ 1 ms) |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
         support::commit(),
         support::cores(),
     );
@@ -53,21 +55,24 @@ async fn main() {
                 format!("{} / {}", us(percentile(v, 0.5)), us(percentile(v, 0.99)))
             };
             // Signed: with noisy tails the direct side's p99 can be the higher one.
-            let added = |q| {
-                let (g, d) = (percentile(&s.gateway, q), percentile(&s.direct, q));
+            let added = |side: &[Duration], q| {
+                let (g, d) = (percentile(side, q), percentile(&s.direct, q));
                 match g.checked_sub(d) {
                     Some(more) => us(more),
                     None => format!("−{}", us(d - g)),
                 }
             };
             table += &format!(
-                "| {name} | {placement} | {} | {} | {} | {} | {} / {} |\n",
+                "| {name} | {placement} | {} | {} | {} | {} | {} | {} / {} | {} / {} |\n",
                 pair(&s.direct),
                 pair(&s.bare),
                 pair(&s.status),
+                pair(&s.proxy),
                 pair(&s.gateway),
-                added(0.5),
-                added(0.99),
+                added(&s.proxy, 0.5),
+                added(&s.proxy, 0.99),
+                added(&s.gateway, 0.5),
+                added(&s.gateway, 0.99),
             );
         }
         gw.stop().await;

@@ -219,6 +219,8 @@ pub fn prompt_latency(gw: &Gateway, state: &Path, pinned: bool, samples: usize) 
 #[derive(Default)]
 pub struct Sides {
     pub direct: Vec<Duration>,
+    /// Through [`BareProxy`]: the least an HTTP front for the agent adds.
+    pub proxy: Vec<Duration>,
     pub bare: Vec<Duration>,
     pub status: Vec<Duration>,
     pub gateway: Vec<Duration>,
@@ -246,8 +248,10 @@ async fn measure(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Si
     let bare = format!("http://{}/prompt", bare_server("/prompt", answer));
     let status_url = format!("{}/sessions/{id}/status", gw.base);
     let direct = DirectAgent::start(&state.join(if pinned { "direct-pinned" } else { "direct" }));
+    let proxy = BareProxy::start(&state.join(if pinned { "proxy-pinned" } else { "proxy" }));
+    let proxy_url = format!("http://{}/prompt", proxy.addr);
     let all = format!("0-{}", cores() - 1);
-    let agents = [direct.pid(), gw.agent_pid().await];
+    let agents = [direct.pid(), proxy.agent_pid, gw.agent_pid().await];
     let placed = |cpus: &str, rest: &str| {
         for pid in agents {
             pin(pid, cpus);
@@ -277,6 +281,7 @@ async fn measure(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Si
     };
     for _ in 0..WARMUP {
         post(&prompt_url).await;
+        post(&proxy_url).await;
         post(&bare).await;
         get(&status_url).await;
     }
@@ -284,6 +289,9 @@ async fn measure(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Si
     while s.gateway.len() < samples {
         for _ in 0..BLOCK {
             s.gateway.push(timed(post(&prompt_url)).await);
+        }
+        for _ in 0..BLOCK {
+            s.proxy.push(timed(post(&proxy_url)).await);
         }
         for _ in 0..BLOCK {
             s.bare.push(timed(post(&bare)).await);
@@ -298,7 +306,13 @@ async fn measure(gw: &Gateway, state: &Path, pinned: bool, samples: usize) -> Si
             s.direct.push(started.elapsed());
         }
     }
-    for v in [&mut s.direct, &mut s.bare, &mut s.status, &mut s.gateway] {
+    for v in [
+        &mut s.direct,
+        &mut s.proxy,
+        &mut s.bare,
+        &mut s.status,
+        &mut s.gateway,
+    ] {
         v.sort();
     }
     if pinned {
@@ -677,6 +691,134 @@ pub fn bare_server(path: &'static str, body: Bytes) -> SocketAddr {
         });
     });
     rx.recv().unwrap()
+}
+
+/// The floor of any HTTP front for a stdio agent, measured beside the gateway: an axum route,
+/// in this process on a runtime of its own, that writes a prompt line to its own echo agent's
+/// stdin and answers with the `result` of the matching response line, skipping update lines
+/// unread. No log, no validation, no state beyond the next request id: what is left is HTTP,
+/// two pipes and the wake-ups between the processes. Stopped, its agent with it, when dropped.
+pub struct BareProxy {
+    pub addr: SocketAddr,
+    pub agent_pid: u32,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The agent behind [`BareProxy`]: its pipes and the next request id.
+struct ProxiedAgent {
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    next_id: u64,
+}
+
+impl ProxiedAgent {
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        use tokio::io::AsyncWriteExt;
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        loop {
+            let line = self
+                .stdout
+                .next_line()
+                .await
+                .unwrap()
+                .expect("agent output");
+            if memchr::memmem::find(line.as_bytes(), b"\"session/update\"").is_some() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+}
+
+impl BareProxy {
+    pub fn start(state: &Path) -> BareProxy {
+        let state = state.to_owned();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut child = tokio::process::Command::new(echo_agent())
+                    .env("ECHO_AGENT_DIR", &state)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let mut agent = ProxiedAgent {
+                    stdin: child.stdin.take().unwrap(),
+                    stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+                    next_id: 1,
+                };
+                agent
+                    .call(
+                        "initialize",
+                        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+                    )
+                    .await;
+                let created = agent
+                    .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+                    .await;
+                let session = created["result"]["sessionId"].clone();
+                let agent = Arc::new(tokio::sync::Mutex::new(agent));
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                ready_tx.send((addr, child.id().unwrap())).unwrap();
+                let app = axum::Router::new().route(
+                    "/prompt",
+                    axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                        let (agent, session) = (agent.clone(), session.clone());
+                        async move {
+                            let params = json!({
+                                "sessionId": session,
+                                "prompt": [{"type": "text", "text": body["text"]}],
+                            });
+                            let answer = agent.lock().await.call("session/prompt", params).await;
+                            axum::Json(answer["result"].clone())
+                        }
+                    }),
+                );
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
+                child.kill().await.unwrap();
+            });
+        });
+        let (addr, agent_pid) = ready_rx.recv().unwrap();
+        BareProxy {
+            addr,
+            agent_pid,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for BareProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The stores to measure: an SQLite file in `dir`, and with `DATABASE_URL` set a fresh

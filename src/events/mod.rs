@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -42,6 +42,14 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Events queued for the writer before appenders wait.
 const QUEUE: usize = 8192;
+/// The least time between the end of one commit of the event log and the start of the next,
+/// unless someone waits for one ([`EventHub::append`], [`EventHub::flush`]) or the last batch
+/// was full: events queued meanwhile gather into one commit, without waking the writer. An
+/// event queued while the writer is idle is committed at once; a streaming turn's are
+/// committed (and reach live subscribers) in batches at most this far apart. On a small
+/// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
+/// the agent the gateway is waiting for (see the README's Performance section).
+const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
 const MAX_BATCH: usize = 2048;
 
@@ -71,6 +79,10 @@ pub struct EventHub {
     /// Ends the SSE streams.
     shutdown: CancellationToken,
     queue: mpsc::Sender<Queued>,
+    /// The writer's pause after each commit ([`COMMIT_PACE`]).
+    pace: Duration,
+    /// Ends the writer's pause: someone waits for a commit.
+    urgent: Notify,
     /// The writer and the pruner; stopped by [`EventHub::close`] after everything is written.
     tasks: TaskTracker,
     closing: CancellationToken,
@@ -223,6 +235,16 @@ impl EventHub {
         shutdown: CancellationToken,
         retention: Retention,
     ) -> Arc<Self> {
+        Self::with_pace(store, shutdown, retention, COMMIT_PACE)
+    }
+
+    /// As [`EventHub::new`], with `pace` between commits instead of [`COMMIT_PACE`].
+    fn with_pace(
+        store: Arc<dyn Store>,
+        shutdown: CancellationToken,
+        retention: Retention,
+        pace: Duration,
+    ) -> Arc<Self> {
         let (queue, rx) = mpsc::channel(QUEUE);
         let hub = Arc::new(EventHub {
             store,
@@ -230,6 +252,8 @@ impl EventHub {
             lifecycle: broadcast::channel(LIVE_BUFFER).0,
             shutdown,
             queue,
+            pace,
+            urgent: Notify::new(),
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             appended: AtomicU64::new(0),
@@ -370,6 +394,7 @@ impl EventHub {
             done: Some(tx),
         };
         if self.queue.send(barrier).await.is_ok() {
+            self.urgent.notify_one();
             let _ = rx.await;
         }
     }
@@ -381,13 +406,18 @@ impl EventHub {
         touch: Option<DateTime<Utc>>,
         done: Option<oneshot::Sender<Result<i64, String>>>,
     ) {
+        let waited_for = done.is_some();
         let item = Queued {
             session_id: session_id.to_owned(),
             event: Some(event),
             touch,
             done,
         };
-        if let Err(mpsc::error::SendError(item)) = self.queue.send(item).await {
+        let sent = self.queue.send(item).await;
+        if waited_for {
+            self.urgent.notify_one();
+        }
+        if let Err(mpsc::error::SendError(item)) = sent {
             tracing::error!(
                 session = item.session_id,
                 kind = item.event.map(|e| e.kind),
@@ -396,7 +426,8 @@ impl EventHub {
         }
     }
 
-    /// The writer: group commit of everything queued, session by session, in queue order.
+    /// The writer: group commit of everything queued, session by session, in queue order, then
+    /// a pause of [`EventHub::pace`] unless someone waits for a commit or the batch was full.
     async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
         let mut log = self.store.log_writer();
         let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -417,7 +448,16 @@ impl EventHub {
                     Err(_) => break,
                 }
             }
+            let full = batch.len() == MAX_BATCH;
             self.write_batch(log.as_mut(), &mut batch).await;
+            if !full {
+                tokio::select! {
+                    biased;
+                    _ = self.urgent.notified() => {}
+                    _ = self.closing.cancelled() => {}
+                    _ = tokio::time::sleep(self.pace) => {}
+                }
+            }
         }
     }
 
@@ -786,6 +826,75 @@ mod tests {
         hub.flush().await;
         assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
         hub.close().await;
+    }
+
+    async fn appended(store: &Arc<dyn Store>, session: &str) -> usize {
+        store.read_events(session, 0, 1000).await.unwrap().len()
+    }
+
+    fn event(i: usize) -> NewEvent {
+        NewEvent {
+            kind: "x".into(),
+            payload: serde_json::json!({"i": i}),
+        }
+    }
+
+    /// After a commit the writer pauses: what is queued meanwhile waits and then goes into one
+    /// commit. An event queued while the writer is idle is committed at once, and a `flush`
+    /// or an awaited `append` ends the pause instead of waiting it out. The pace here is far
+    /// longer than the test, so that no timing decides the outcome.
+    #[tokio::test]
+    async fn events_queued_during_the_pause_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("t.db").display());
+        let store = crate::store::connect(&url).await.unwrap();
+        let pace = Duration::from_secs(600);
+        let hub = EventHub::with_pace(
+            store.clone(),
+            CancellationToken::new(),
+            Retention::default(),
+            pace,
+        );
+        hub.enqueue("s", event(0)).await;
+        let committed = async {
+            while appended(&store, "s").await == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), committed)
+            .await
+            .expect("an event queued while the writer is idle is committed without a pause");
+        assert_eq!(hub.commits(), 1);
+
+        for i in 1..50 {
+            hub.enqueue("s", event(i)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            appended(&store, "s").await,
+            1,
+            "the writer pauses after a commit"
+        );
+        tokio::time::timeout(Duration::from_secs(30), hub.flush())
+            .await
+            .expect("a flush ends the pause");
+        assert_eq!(appended(&store, "s").await, 50);
+        assert_eq!(
+            hub.commits(),
+            2,
+            "what was queued during the pause is one commit"
+        );
+
+        hub.enqueue("s", event(50)).await;
+        let seq = tokio::time::timeout(Duration::from_secs(30), hub.append("s", event(51)))
+            .await
+            .expect("an awaited append ends the pause")
+            .unwrap();
+        assert_eq!(seq, 52);
+        assert_eq!(hub.commits(), 3);
+        tokio::time::timeout(Duration::from_secs(30), hub.close())
+            .await
+            .expect("closing ends the pause");
     }
 
     #[test]
