@@ -1,13 +1,15 @@
 //! Two gateways measured side by side (not a test): the same one-word prompt through gateway A
 //! (this checkout's release build) and gateway B (`GATEWAY_B`, another build; this one when
-//! unset), each in front of its own echo agent on SQLite, and directly on a third echo agent,
+//! unset), each in front of its own echo agent, and directly on a third echo agent,
 //! sampled in interleaved blocks by one client thread. On a shared, noisy machine the
 //! difference B − A, taken in the same minutes, is what tells whether a change helps: figures
 //! from two separate runs move by more than most changes do. With neither `GATEWAY_B` nor
 //! `GATEWAY_B_ARGS` set, A and B are the same build, and B − A shows the noise.
 //!
 //! `GATEWAY_B_ARGS` adds whitespace-separated flags to B's command line. `SAMPLES` sets the
-//! samples per side (default 3000). Both placements of `bench/latency.sh` are measured.
+//! samples per side (default 3000). Both placements of `bench/latency.sh` are measured. Each
+//! gateway logs to an SQLite file of its own, or with `COMPARE_POSTGRES=1` to a fresh database
+//! of its own on the PostgreSQL server of `DATABASE_URL`.
 //!
 //!   GATEWAY_B=/tmp/other/acp-gateway bash bench/compare.sh
 
@@ -29,9 +31,23 @@ async fn main() {
     let other = std::env::var_os("GATEWAY_B").map_or_else(|| this.clone(), PathBuf::from);
     let b_args = std::env::var("GATEWAY_B_ARGS").unwrap_or_default();
     let b_args: Vec<&str> = b_args.split_whitespace().collect();
-    let db = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
-    let a = Gateway::start(&db("a.db"), &dir.path().join("a")).await;
-    let b = Gateway::start_binary(&other, &db("b.db"), &dir.path().join("b"), &b_args).await;
+    // Each side's own database: an SQLite file, or with `COMPARE_POSTGRES` set a fresh
+    // PostgreSQL database on the server of `DATABASE_URL`.
+    let admin = std::env::var("DATABASE_URL").ok();
+    let postgres = std::env::var_os("COMPARE_POSTGRES").is_some();
+    let mut databases = Vec::new();
+    for side in ["a", "b"] {
+        databases.push(match (&admin, postgres) {
+            (Some(admin), true) => support::fresh_postgres(admin).await,
+            (None, true) => panic!("COMPARE_POSTGRES needs DATABASE_URL"),
+            _ => {
+                let file = dir.path().join(format!("{side}.db"));
+                (format!("sqlite://{}", file.display()), String::new())
+            }
+        });
+    }
+    let a = Gateway::start(&databases[0].0, &dir.path().join("a")).await;
+    let b = Gateway::start_binary(&other, &databases[1].0, &dir.path().join("b"), &b_args).await;
     let http = reqwest::Client::new();
     let urls = [
         a.prompt_url(&a.create(&http).await),
@@ -118,4 +134,9 @@ async fn main() {
     }
     a.stop().await;
     b.stop().await;
+    if let (Some(admin), true) = (&admin, postgres) {
+        for (_, name) in &databases {
+            support::drop_postgres(admin, name).await;
+        }
+    }
 }
