@@ -5,7 +5,8 @@
 //!
 //! Appends go through one writer task (group commit): it takes everything queued, in order, and
 //! writes each session's share in one transaction, so a fast-streaming agent costs one commit per
-//! batch rather than one per chunk. The queue is bounded: when the store falls behind, the agent's
+//! batch rather than one per chunk; after each commit it pauses briefly (`COMMIT_PACE`) so that
+//! the next batch gathers without waking it. The queue is bounded: when the store falls behind, the agent's
 //! stdout is read more slowly, and nothing is dropped. Events older than the retention limits are
 //! pruned; a subscriber whose cursor points into pruned history first gets a `gap` event.
 
@@ -46,7 +47,7 @@ const QUEUE: usize = 8192;
 /// unless someone waits for one ([`EventHub::append`], [`EventHub::flush`]) or the last batch
 /// was full: events queued meanwhile gather into one commit, without waking the writer. An
 /// event queued while the writer is idle is committed at once; a streaming turn's are
-/// committed (and reach live subscribers) in batches at most this far apart. On a small
+/// committed (and reach live subscribers) in batches about this far apart. On a small
 /// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
 /// the agent the gateway is waiting for (see the README's Performance section).
 const COMMIT_PACE: Duration = Duration::from_millis(2);
