@@ -6,9 +6,10 @@
 //! Appends go through one writer task (group commit): it takes everything queued, in order, and
 //! writes each session's share in one transaction, so a fast-streaming agent costs one commit per
 //! batch rather than one per chunk; after each commit it pauses briefly (`COMMIT_PACE`) so that
-//! the next batch gathers without waking it. The queue is bounded: when the store falls behind, the agent's
-//! stdout is read more slowly, and nothing is dropped. Events older than the retention limits are
-//! pruned; a subscriber whose cursor points into pruned history first gets a `gap` event.
+//! the next batch gathers without waking it. The queue is bounded: when the store falls behind,
+//! the agent's stdout is read more slowly, and nothing is dropped. Events older than the
+//! retention limits are pruned; a subscriber whose cursor points into pruned history first gets
+//! a `gap` event.
 
 pub mod payloads;
 
