@@ -32,17 +32,19 @@ async fn main() {
     let b_args = std::env::var("GATEWAY_B_ARGS").unwrap_or_default();
     let b_args: Vec<&str> = b_args.split_whitespace().collect();
     // Each side's own database: an SQLite file, or with `COMPARE_POSTGRES` set a fresh
-    // PostgreSQL database on the server of `DATABASE_URL`.
-    let admin = std::env::var("DATABASE_URL").ok();
-    let postgres = std::env::var_os("COMPARE_POSTGRES").is_some();
+    // PostgreSQL database on the server of `DATABASE_URL` (its name kept to drop it after).
+    let admin = std::env::var_os("COMPARE_POSTGRES")
+        .map(|_| std::env::var("DATABASE_URL").expect("COMPARE_POSTGRES needs DATABASE_URL"));
     let mut databases = Vec::new();
     for side in ["a", "b"] {
-        databases.push(match (&admin, postgres) {
-            (Some(admin), true) => support::fresh_postgres(admin).await,
-            (None, true) => panic!("COMPARE_POSTGRES needs DATABASE_URL"),
-            _ => {
+        databases.push(match &admin {
+            Some(admin) => {
+                let (url, name) = support::fresh_postgres(admin).await;
+                (url, Some(name))
+            }
+            None => {
                 let file = dir.path().join(format!("{side}.db"));
-                (format!("sqlite://{}", file.display()), String::new())
+                (format!("sqlite://{}", file.display()), None)
             }
         });
     }
@@ -134,8 +136,8 @@ async fn main() {
     }
     a.stop().await;
     b.stop().await;
-    if let (Some(admin), true) = (&admin, postgres) {
-        for (_, name) in &databases {
+    if let Some(admin) = &admin {
+        for name in databases.iter().filter_map(|(_, name)| name.as_deref()) {
             support::drop_postgres(admin, name).await;
         }
     }

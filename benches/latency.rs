@@ -4,9 +4,9 @@
 //! of any HTTP front for a stdio agent on this machine), beside two HTTP-only baselines in the
 //! same run: a bare axum route answering a POST with a body the size of the gateway's answer
 //! (what HTTP itself costs) and the gateway's `GET /sessions/{id}/status` (HTTP plus the
-//! gateway's middleware, no agent). All four are
-//! sampled in interleaved blocks so that every side sees the same machine, by one client thread
-//! (a single-threaded runtime for HTTP, plain blocking pipe I/O for the direct agent).
+//! gateway's middleware, no agent). All five are sampled in interleaved blocks so that every
+//! side sees the same machine, by one client thread (a single-threaded runtime for HTTP, plain
+//! blocking pipe I/O for the direct agent).
 //!
 //! Two placements: every process free to run on every core, and the agent (the gateway's and
 //! the direct one) alone on core 0 with the gateway and this process on core 1. On two cores

@@ -84,6 +84,28 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// A JSON-RPC request for the agent, as the line to write to its stdin.
+fn request_line(id: u64, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string() + "\n"
+}
+
+/// Whether a line from the agent is a `session/update` notification (found without parsing it).
+fn is_update(line: &[u8]) -> bool {
+    memchr::memmem::find(line, b"\"session/update\"").is_some()
+}
+
+/// The requests that make a fresh echo agent ready for prompts: the handshake, then one session
+/// (its id is in the last response's `result.sessionId`).
+fn handshake() -> [(&'static str, Value); 2] {
+    [
+        (
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        ),
+        ("session/new", json!({"cwd": "/tmp", "mcpServers": []})),
+    ]
+}
+
 /// The baseline: an ACP client on the echo agent's stdio that reads stdout in large blocks and
 /// only counts update lines — the least work any client can do.
 pub struct DirectAgent {
@@ -115,15 +137,11 @@ impl DirectAgent {
             next_id: 1,
             session: String::new(),
         };
-        agent.call(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}}),
-        );
-        let created = agent.call("session/new", json!({"cwd": "/tmp", "mcpServers": []}));
-        agent.session = created.0["result"]["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let mut created = Value::Null;
+        for (method, params) in handshake() {
+            created = agent.call(method, params).0;
+        }
+        agent.session = created["result"]["sessionId"].as_str().unwrap().to_owned();
         agent
     }
 
@@ -131,9 +149,7 @@ impl DirectAgent {
     pub fn call(&mut self, method: &str, params: Value) -> (Value, usize) {
         let id = self.next_id;
         self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-            .to_string()
-            + "\n";
+        let line = request_line(id, method, params);
         self.stdin.write_all(line.as_bytes()).unwrap();
         let mut updates = 0;
         loop {
@@ -141,7 +157,7 @@ impl DirectAgent {
             while let Some(nl) = memchr::memchr(b'\n', &self.pending[start..]) {
                 let line = &self.pending[start..start + nl];
                 start += nl + 1;
-                if memchr::memmem::find(line, b"\"session/update\"").is_some() {
+                if is_update(line) {
                     updates += 1;
                 } else if let Ok(v) = serde_json::from_slice::<Value>(line)
                     && v["id"] == id
@@ -717,9 +733,7 @@ impl ProxiedAgent {
         use tokio::io::AsyncWriteExt;
         let id = self.next_id;
         self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-            .to_string()
-            + "\n";
+        let line = request_line(id, method, params);
         self.stdin.write_all(line.as_bytes()).await.unwrap();
         loop {
             let line = self
@@ -728,7 +742,7 @@ impl ProxiedAgent {
                 .await
                 .unwrap()
                 .expect("agent output");
-            if memchr::memmem::find(line.as_bytes(), b"\"session/update\"").is_some() {
+            if is_update(line.as_bytes()) {
                 continue;
             }
             let v: Value = serde_json::from_str(&line).unwrap();
@@ -763,15 +777,10 @@ impl BareProxy {
                     stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
                     next_id: 1,
                 };
-                agent
-                    .call(
-                        "initialize",
-                        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-                    )
-                    .await;
-                let created = agent
-                    .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
-                    .await;
+                let mut created = Value::Null;
+                for (method, params) in handshake() {
+                    created = agent.call(method, params).await;
+                }
                 let session = created["result"]["sessionId"].clone();
                 let agent = Arc::new(tokio::sync::Mutex::new(agent));
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -797,7 +806,8 @@ impl BareProxy {
                     })
                     .await
                     .unwrap();
-                child.kill().await.unwrap();
+                // Also reaps it; an agent that already exited is fine.
+                let _ = child.kill().await;
             });
         });
         let (addr, agent_pid) = ready_rx.recv().unwrap();

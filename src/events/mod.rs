@@ -395,8 +395,7 @@ impl EventHub {
             touch: None,
             done: Some(tx),
         };
-        if self.queue.send(barrier).await.is_ok() {
-            self.urgent.notify_one();
+        if self.send(barrier).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -408,24 +407,29 @@ impl EventHub {
         touch: Option<DateTime<Utc>>,
         done: Option<oneshot::Sender<Result<i64, String>>>,
     ) {
-        let waited_for = done.is_some();
         let item = Queued {
             session_id: session_id.to_owned(),
             event: Some(event),
             touch,
             done,
         };
-        let sent = self.queue.send(item).await;
-        if waited_for {
-            self.urgent.notify_one();
-        }
-        if let Err(mpsc::error::SendError(item)) = sent {
+        if let Err(mpsc::error::SendError(item)) = self.send(item).await {
             tracing::error!(
                 session = item.session_id,
                 kind = item.event.map(|e| e.kind),
                 "the event writer has stopped; event not stored"
             );
         }
+    }
+
+    /// Queues `item` for the writer; one that someone waits for ends the writer's pause.
+    async fn send(&self, item: Queued) -> Result<(), mpsc::error::SendError<Queued>> {
+        let waited_for = item.done.is_some();
+        self.queue.send(item).await?;
+        if waited_for {
+            self.urgent.notify_one();
+        }
+        Ok(())
     }
 
     /// The writer: group commit of everything queued, session by session, in queue order, then
@@ -858,8 +862,9 @@ mod tests {
             pace,
         );
         hub.enqueue("s", event(0)).await;
+        // The counter moves just after the commit becomes readable: wait for both.
         let committed = async {
-            while appended(&store, "s").await == 0 {
+            while appended(&store, "s").await == 0 || hub.commits() == 0 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
