@@ -29,7 +29,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
                     }
                     Inbound::Request { id, method, .. } => {
                         let refused = RpcError::method_not_found(&method);
-                        let _ = conn.respond(id, Err(refused)).await;
+                        let _ = conn.respond::<serde_json::Value>(&id, Err(&refused)).await;
                     }
                     Inbound::Notification { .. } => {}
                 }
@@ -54,6 +54,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
         Failure::Call(step, CallError::Rpc(e)) => {
             anyhow::anyhow!("{step} failed: agent error {}: {}", e.code, e.message)
         }
+        Failure::Call(step, e @ CallError::Unsupported(_)) => anyhow::anyhow!("{step}: {e}"),
         Failure::Other(e) => e,
     })
 }
@@ -69,7 +70,7 @@ async fn describe(
     timeout: Duration,
 ) -> Result<String, Failure> {
     let result = conn
-        .call("initialize", initialize_params(), Some(timeout))
+        .call("initialize", &initialize_params(), Some(timeout))
         .await
         .map_err(|e| Failure::Call("initialize", e))?;
     let init = AgentInit::from_result(&result);

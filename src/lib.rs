@@ -8,7 +8,6 @@ pub mod api;
 pub mod check;
 pub mod cluster;
 pub mod config;
-pub mod error;
 pub mod events;
 pub mod gateway;
 pub mod pool;
@@ -30,10 +29,10 @@ use tower_http::trace::TraceLayer;
 
 use crate::acp::AgentCommand;
 use crate::api::auth::Keys;
+use crate::api::error::ApiError;
 use crate::api::limits::{LimitConfig, Limits};
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::error::ApiError;
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
@@ -194,12 +193,13 @@ pub async fn run(
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
             workspace_roots: workspace_roots(&config)?,
             upstream_tenant: if keys.is_some() {
-                api::auth::ADMIN_TENANT
+                gateway::ADMIN_TENANT
             } else {
                 gateway::DEFAULT_TENANT
             }
             .to_owned(),
             sync_interval: Config::secs_or_never(config.sync_interval),
+            describe_error: ApiError::problem_json,
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live

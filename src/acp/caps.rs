@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 pub const PROTOCOL_VERSION: u64 = 1;
 
 /// Normalised session capabilities: the gateway never calls a method whose flag is false.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Capabilities {
     pub load: bool,

@@ -53,6 +53,9 @@ pub enum CallError {
     Closed(String),
     #[error("agent did not answer {0} in time")]
     Timeout(String),
+    /// The agent did not advertise the capability the method needs: it was not called.
+    #[error("the agent does not support {0}")]
+    Unsupported(&'static str),
 }
 
 impl CallError {
@@ -120,6 +123,7 @@ impl PendingCall {
             Err(CallError::Rpc(_)) => "error",
             Err(CallError::Timeout(_)) => "timeout",
             Err(CallError::Closed(_)) => "closed",
+            Err(CallError::Unsupported(_)) => "unsupported",
         };
         let elapsed = started.elapsed();
         crate::telemetry::upstream_call(&method, outcome, elapsed);
@@ -157,10 +161,10 @@ impl Connection {
     }
 
     /// Calls `method`, waiting at most `timeout` (`None`: as long as the connection lives).
-    pub async fn call(
+    pub async fn call<P: Serialize + ?Sized>(
         &self,
         method: &str,
-        params: Value,
+        params: &P,
         timeout: Option<Duration>,
     ) -> Result<Value, CallError> {
         self.send_request(method, params).await?.wait(timeout).await
@@ -168,10 +172,10 @@ impl Connection {
 
     /// Sends a request and returns its pending answer. Once this returns, the request is queued
     /// for the agent ahead of anything sent later on this connection.
-    pub async fn send_request(
+    pub async fn send_request<P: Serialize + ?Sized>(
         &self,
         method: &str,
-        params: Value,
+        params: &P,
     ) -> Result<PendingCall, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -179,7 +183,7 @@ impl Connection {
             .lock()
             .expect("pending lock")
             .insert(id, (method.to_owned(), tx));
-        let line = Outbound::request(&Value::from(id), method, &params).line();
+        let line = Outbound::request(&Value::from(id), method, params).line();
         if self.out.send(line).await.is_err() {
             self.pending.lock().expect("pending lock").remove(&id);
             return Err(CallError::Closed("the agent's stdin is closed".into()));
@@ -195,8 +199,12 @@ impl Connection {
     }
 
     /// Sends a notification.
-    pub async fn notify(&self, method: &str, params: Value) -> Result<(), CallError> {
-        let line = Outbound::notification(method, &params).line();
+    pub async fn notify<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(), CallError> {
+        let line = Outbound::notification(method, params).line();
         self.out
             .send(line)
             .await
@@ -204,12 +212,12 @@ impl Connection {
     }
 
     /// Answers a request the agent sent to us.
-    pub async fn respond(
+    pub async fn respond<R: Serialize>(
         &self,
-        id: Value,
-        result: Result<Value, RpcError>,
+        id: &Value,
+        result: Result<&R, &RpcError>,
     ) -> Result<(), CallError> {
-        let line = Outbound::response(&id, result.as_ref()).line();
+        let line = Outbound::response(id, result).line();
         self.out
             .send(line)
             .await
@@ -277,56 +285,54 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
 
 /// A message for the agent, serialized as one line straight from borrowed parts (building a
 /// `json!` object first would copy the params).
+/// One line to the agent. `P` is whatever the params or the result are: a typed ACP request,
+/// or JSON passed through.
 #[derive(Serialize)]
-struct Outbound<'a> {
+struct Outbound<'a, P: ?Sized> {
     jsonrpc: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     method: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a Value>,
+    params: Option<&'a P>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a Value>,
+    result: Option<&'a P>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a RpcError>,
 }
 
-impl<'a> Outbound<'a> {
-    const EMPTY: Outbound<'static> = Outbound {
-        jsonrpc: "2.0",
-        id: None,
-        method: None,
-        params: None,
-        result: None,
-        error: None,
-    };
-
-    fn request(id: &'a Value, method: &'a str, params: &'a Value) -> Self {
+impl<'a, P: Serialize + ?Sized> Outbound<'a, P> {
+    fn request(id: &'a Value, method: &'a str, params: &'a P) -> Self {
         Outbound {
             id: Some(id),
             ..Outbound::notification(method, params)
         }
     }
 
-    fn notification(method: &'a str, params: &'a Value) -> Self {
+    fn notification(method: &'a str, params: &'a P) -> Self {
         Outbound {
+            jsonrpc: "2.0",
+            id: None,
             method: Some(method),
             params: Some(params),
-            ..Self::EMPTY
+            result: None,
+            error: None,
         }
     }
 
-    fn response(id: &'a Value, result: Result<&'a Value, &'a RpcError>) -> Self {
+    fn response(id: &'a Value, result: Result<&'a P, &'a RpcError>) -> Self {
         let (result, error) = match result {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
         Outbound {
+            jsonrpc: "2.0",
             id: Some(id),
+            method: None,
+            params: None,
             result,
             error,
-            ..Self::EMPTY
         }
     }
 
@@ -335,7 +341,6 @@ impl<'a> Outbound<'a> {
     }
 }
 
-/// Counts one line or message from an agent that the gateway had to ignore.
 pub fn count_garbage() {
     process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
@@ -392,7 +397,7 @@ mod tests {
             serde_json::json!({"jsonrpc": "2.0", "id": "req-1", "result": params})
         );
         let err = RpcError::method_not_found("fs/write_text_file");
-        let refused = Outbound::response(&id, Err(&err)).line();
+        let refused = Outbound::<Value>::response(&id, Err(&err)).line();
         assert_eq!(
             serde_json::from_str::<Value>(&refused).unwrap(),
             serde_json::json!({"jsonrpc": "2.0", "id": "req-1", "error": err})

@@ -13,40 +13,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use super::ApiError;
 use crate::config::Config;
-use crate::error::ApiError;
-use crate::gateway::DEFAULT_TENANT;
+use crate::gateway::{ADMIN_TENANT, Caller};
 
-/// The tenant of sessions created with an admin key.
-pub const ADMIN_TENANT: &str = "admin";
-
-/// Who is calling: the tenant new sessions belong to, and whether it sees every tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub tenant: String,
-    pub admin: bool,
-}
-
-impl Caller {
-    /// The only caller of a gateway without keys.
-    pub fn single_tenant() -> Self {
-        Caller {
-            tenant: DEFAULT_TENANT.into(),
-            admin: true,
-        }
-    }
-
-    /// Whether sessions of `tenant` exist for this caller.
-    pub fn sees(&self, tenant: &str) -> bool {
-        self.admin || self.tenant == tenant
-    }
-
-    /// The tenant filter for lists: `None` = every tenant.
-    pub fn scope(&self) -> Option<&str> {
-        (!self.admin).then_some(self.tenant.as_str())
-    }
-}
-
+/// Reads the [`Caller`] that [`authenticate`] identified.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
@@ -253,11 +224,5 @@ mod tests {
         assert!(is_stream(&Method::GET, "/events"));
         assert!(!is_stream(&Method::POST, "/sessions/x/events"));
         assert!(!is_stream(&Method::GET, "/sessions/x/history"));
-        let alice = Caller {
-            tenant: "alice".into(),
-            admin: false,
-        };
-        assert!(alice.sees("alice") && !alice.sees("bob"));
-        assert!(Caller::single_tenant().sees("bob"));
     }
 }

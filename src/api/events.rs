@@ -5,13 +5,12 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::auth::Caller;
+use super::error::{ApiError, Problem};
+use super::event_schemas::{LifecycleStreamEvent, SessionStreamEvent};
 use super::{AppState, Json, Path, Query};
-use crate::error::{ApiError, Problem};
-use crate::events::payloads::{LifecycleStreamEvent, SessionStreamEvent};
 use crate::events::sse_response;
-use crate::gateway::HistoryPage;
 use crate::gateway::model::SessionId;
+use crate::gateway::{Caller, HistoryPage};
 
 /// Where a stream starts.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

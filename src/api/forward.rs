@@ -13,8 +13,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 
-use crate::error::ApiError;
-use crate::gateway::Gateway;
+use super::error::ApiError;
+use crate::gateway::{self, Gateway};
 
 /// Marks a request one replica forwarded to another.
 pub const FORWARDED: HeaderName = HeaderName::from_static("acp-gateway-forwarded");
@@ -57,7 +57,7 @@ pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Ok(None) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -83,9 +83,9 @@ async fn proxy(gateway: &Gateway, owner: &str, req: Request) -> Result<Response,
     headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
     let unreachable = |e: reqwest::Error| {
         tracing::warn!(owner, error = %e, "the replica holding the session cannot be reached");
-        ApiError::ReplicaUnavailable(
+        ApiError::Service(gateway::Error::HeldElsewhere(
             "the gateway replica holding this session cannot be reached; retry shortly".into(),
-        )
+        ))
     };
     let answer = gateway
         .forwarder()

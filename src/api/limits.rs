@@ -12,8 +12,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use super::auth::Caller;
-use crate::error::ApiError;
+use super::error::ApiError;
+use crate::gateway::Caller;
 
 /// The configured limits (0 / `None`: unlimited).
 #[derive(Debug, Clone, Default)]

@@ -2,9 +2,12 @@
 //! extract → validate into domain types → one gateway call → response.
 
 pub mod auth;
+pub mod error;
+mod event_schemas;
 mod events;
 pub mod forward;
 pub mod limits;
+mod metrics;
 pub mod serve;
 mod sessions;
 mod system;
@@ -16,7 +19,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::ApiError;
+use self::error::ApiError;
 use crate::gateway::Gateway;
 
 /// The one state type handlers receive.

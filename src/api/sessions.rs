@@ -4,11 +4,57 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
-use super::auth::Caller;
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path, Query};
-use crate::error::{ApiError, Problem};
 use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
-use crate::gateway::{CreateSession, ListParams, PatchSession};
+use crate::gateway::{Caller, NewSession, SessionFilter};
+
+/// `POST /sessions` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": []}))]
+pub struct CreateSession {
+    /// Absolute, normalised working directory.
+    pub cwd: String,
+    /// ACP `McpServer` objects, passed through; default `[]`.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub mcp_servers: Vec<Value>,
+    /// Extra workspace roots (absolute).
+    #[serde(default)]
+    pub additional_directories: Vec<String>,
+}
+
+/// `PATCH /sessions/{id}` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"title": "Fix the flaky login test"}))]
+pub struct PatchSession {
+    /// New title; `null` clears it, except on an agent that keeps titles itself
+    /// (`session/set_title` advertised), which cannot clear one: then 422.
+    #[schema(value_type = Option<String>)]
+    pub title: Option<String>,
+}
+
+/// `GET /sessions` query.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only sessions with exactly this working directory.
+    pub cwd: Option<String>,
+    /// `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size, 1–200 (default 50).
+    pub limit: Option<i64>,
+    /// `true`: only archived sessions; default: only non-archived.
+    pub archived: Option<bool>,
+    /// `true`: sync the cache with the agent's `session/list` before answering.
+    pub refresh: Option<bool>,
+}
 
 /// List sessions, newest first.
 ///
@@ -40,7 +86,14 @@ pub async fn list_sessions(
             v.split(',')
                 .any(|d| d.trim().eq_ignore_ascii_case("no-cache"))
         });
-    let body = s.gateway.list_sessions(&caller, p, fresh).await?;
+    let filter = SessionFilter {
+        cwd: p.cwd,
+        cursor: p.cursor,
+        limit: p.limit,
+        archived: p.archived,
+        refresh: p.refresh == Some(true),
+    };
+    let body = s.gateway.list_sessions(&caller, filter, fresh).await?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         body,
@@ -64,7 +117,12 @@ pub async fn create_session(
     caller: Caller,
     Json(body): Json<CreateSession>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let view = s.gateway.create_session(&caller, body).await?;
+    let new = NewSession {
+        cwd: body.cwd,
+        additional_directories: body.additional_directories,
+        mcp_servers: body.mcp_servers,
+    };
+    let view = s.gateway.create_session(&caller, new).await?;
     let location = format!("/sessions/{}", view.session_id);
     Ok((
         StatusCode::CREATED,
@@ -109,7 +167,7 @@ pub async fn patch_session(
 ) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(
         s.gateway
-            .patch_session(&caller, &SessionId::parse(&id)?, body)
+            .patch_session(&caller, &SessionId::parse(&id)?, body.title)
             .await?,
     ))
 }

@@ -4,9 +4,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse};
 
+use super::error::{ApiError, Problem};
 use super::{AppState, Json};
-use crate::error::{ApiError, Problem};
-use crate::gateway::AgentView;
+use crate::gateway::{self, AgentView};
 
 /// The agent behind the gateway, its pool members and the gateway replicas.
 ///
@@ -30,7 +30,10 @@ pub async fn healthz() -> &'static str {
     (status = 503, description = "Not ready, and why", body = Problem, content_type = "application/problem+json"),
 ))]
 pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError> {
-    s.gateway.ready().await.map_err(ApiError::PoolExhausted)?;
+    s.gateway
+        .ready()
+        .await
+        .map_err(|why| ApiError::Service(gateway::Error::NoCapacity(why)))?;
     Ok("ready")
 }
 
@@ -39,7 +42,7 @@ pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError>
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.gateway.metrics(),
+        super::metrics::render(&s.gateway.stats()),
     )
 }
 

@@ -4,11 +4,37 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::auth::Caller;
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path};
-use crate::error::{ApiError, Problem};
 use crate::gateway::model::SessionId;
-use crate::gateway::{PermissionAnswer, PermissionView, PromptBody, TurnResult};
+use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
+
+/// `POST /sessions/{id}/prompt` body: ACP content blocks, or plain text.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"prompt": [{"type": "text", "text": "Explain what src/main.rs does"}]}))]
+pub struct PromptBody {
+    /// ACP `ContentBlock[]`.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub prompt: Option<Vec<Value>>,
+    /// Shorthand for one text block.
+    pub text: Option<String>,
+}
+
+/// `POST /sessions/{id}/permissions/{requestId}` body: `{optionId}` or `{outcome: "cancelled"}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"optionId": "allow"}))]
+pub struct PermissionAnswer {
+    /// One of the request's `options[].optionId`.
+    pub option_id: Option<String>,
+    /// `"cancelled"` to refuse without choosing an option.
+    pub outcome: Option<String>,
+}
 
 /// Send a prompt and wait for the turn to end.
 ///
@@ -43,7 +69,12 @@ pub async fn prompt(
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|p| p.trim().eq_ignore_ascii_case("respond-async"));
-    match s.gateway.prompt(&caller, &id, body, !respond_async).await? {
+    let prompt = Prompt::new(body.prompt, body.text)?;
+    match s
+        .gateway
+        .prompt(&caller, &id, prompt, !respond_async)
+        .await?
+    {
         Some(result) => Ok(Json(result).into_response()),
         None => {
             let location = format!("/sessions/{}/events", id.as_str());
@@ -113,7 +144,13 @@ pub async fn answer_permission(
 ) -> Result<Json<PermissionView>, ApiError> {
     Ok(Json(
         s.gateway
-            .answer_permission(&caller, &SessionId::parse(&id)?, &request_id, body)
+            .answer_permission(
+                &caller,
+                &SessionId::parse(&id)?,
+                &request_id,
+                body.option_id,
+                body.outcome.as_deref(),
+            )
             .await?,
     ))
 }

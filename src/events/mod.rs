@@ -11,8 +11,6 @@
 //! retention limits are pruned; a subscriber whose cursor points into pruned history first gets
 //! a `gap` event.
 
-pub mod payloads;
-
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;

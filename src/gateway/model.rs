@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use super::Error;
+use crate::acp::caps::AgentInit;
+use crate::cluster::ReplicaView;
+use crate::pool::MemberView;
 use crate::store::{ListCursor, ListQuery, SessionRecord};
 
 /// Now, at the store's precision (microseconds).
@@ -23,12 +26,12 @@ pub fn now() -> DateTime<Utc> {
 pub struct SessionId(String);
 
 impl SessionId {
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
+    pub fn parse(s: &str) -> Result<Self, Error> {
         let ok = (1..=256).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic());
         if ok {
             Ok(SessionId(s.to_owned()))
         } else {
-            Err(ApiError::BadRequest(
+            Err(Error::Malformed(
                 "invalid session id: expected 1-256 printable ASCII characters without spaces"
                     .into(),
             ))
@@ -39,10 +42,67 @@ impl SessionId {
     }
 }
 
+/// A prompt's ACP content blocks: at least one, each with a string `type`.
+#[derive(Debug, Clone)]
+pub struct Prompt(Vec<Value>);
+
+impl Prompt {
+    /// From a request's `prompt` blocks or its `text` shorthand: exactly one of them.
+    pub fn new(blocks: Option<Vec<Value>>, text: Option<String>) -> Result<Self, Error> {
+        let blocks = match (blocks, text) {
+            (Some(p), None) if !p.is_empty() => p,
+            (None, Some(t)) => vec![json!({"type": "text", "text": t})],
+            _ => {
+                return Err(Error::Invalid(
+                    "give exactly one of `prompt` (non-empty ContentBlock[]) or `text`".into(),
+                ));
+            }
+        };
+        if blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str).is_none())
+        {
+            return Err(Error::Invalid(
+                "every prompt block needs a string `type`".into(),
+            ));
+        }
+        Ok(Prompt(blocks))
+    }
+
+    pub fn into_blocks(self) -> Vec<Value> {
+        self.0
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"stopReason": "end_turn", "result": {"stopReason": "end_turn"}}))]
+pub struct TurnResult {
+    /// `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled`.
+    pub stop_reason: String,
+    /// The agent's whole `session/prompt` result.
+    #[schema(value_type = Object)]
+    pub result: Value,
+}
+
+/// What `/agent` shows.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": [{"id": "5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7", "address": "http://127.0.0.1:8080", "startedAt": "2025-01-01T12:00:00Z", "heartbeatAt": "2025-01-01T12:05:00Z", "sessionsLive": 1, "live": true, "this": true}]}))]
+pub struct AgentView {
+    /// `null` until a member has answered `initialize`.
+    pub initialize: Option<AgentInit>,
+    pub members: Vec<MemberView>,
+    /// The gateway replicas sharing the database, this one included (`this`), oldest first, as
+    /// of this replica's last heartbeat.
+    pub replicas: Vec<ReplicaView>,
+}
+
 /// Checks that `path` is absolute and normalised (no `.`/`..` segments, no empty segments, no
 /// trailing slash, no NUL), as ACP requires for `cwd`.
-pub fn validate_abs_path(field: &str, path: &str) -> Result<(), ApiError> {
-    let bad = |why: &str| Err(ApiError::Validation(format!("{field} {why}: {path:?}")));
+pub fn validate_abs_path(field: &str, path: &str) -> Result<(), Error> {
+    let bad = |why: &str| Err(Error::Invalid(format!("{field} {why}: {path:?}")));
     if !path.starts_with('/') {
         return bad("must be an absolute path");
     }
@@ -61,7 +121,7 @@ pub fn validate_abs_path(field: &str, path: &str) -> Result<(), ApiError> {
 
 /// With workspace roots configured, `path` (already absolute and normalised), with symlinks
 /// resolved as far as it exists, must lie inside one of them.
-pub fn confine(field: &str, path: &str, roots: &[PathBuf]) -> Result<(), ApiError> {
+pub fn confine(field: &str, path: &str, roots: &[PathBuf]) -> Result<(), Error> {
     if roots.is_empty()
         || roots
             .iter()
@@ -69,7 +129,7 @@ pub fn confine(field: &str, path: &str, roots: &[PathBuf]) -> Result<(), ApiErro
     {
         return Ok(());
     }
-    Err(ApiError::Validation(format!(
+    Err(Error::Invalid(format!(
         "{field} is outside the workspace roots this gateway allows: {path:?}"
     )))
 }
@@ -275,16 +335,14 @@ pub fn encode_cursor(query: &ListQuery, next: &ListCursor) -> String {
 }
 
 /// Reads a cursor made by [`encode_cursor`] for the same query; anything else is a 400.
-pub fn decode_cursor(query: &ListQuery, cursor: &str) -> Result<ListCursor, ApiError> {
+pub fn decode_cursor(query: &ListQuery, cursor: &str) -> Result<ListCursor, Error> {
     let bad = || {
-        ApiError::BadRequest(
-            "invalid cursor: pass nextCursor from a previous page unchanged".into(),
-        )
+        Error::Malformed("invalid cursor: pass nextCursor from a previous page unchanged".into())
     };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     let data: CursorData = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     if data.q != query_fingerprint(query) {
-        return Err(ApiError::BadRequest(
+        return Err(Error::Malformed(
             "invalid cursor: it belongs to a listing with other filters (cwd, archived) or \
              another caller"
                 .into(),

@@ -14,10 +14,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::ApiResult;
-use super::Gateway;
 use super::model::now;
-use crate::error::ApiError;
+use super::{Error, Gateway, Result};
 use crate::store::{Origin, SessionRecord};
 
 /// An agent that hands out more pages than this is not listing a finite set: the sync stops
@@ -46,7 +44,7 @@ struct Listed {
 impl Gateway {
     /// Syncs the cache with the agent's `session/list` now (one sync at a time). Without the
     /// capability, nothing to do.
-    pub async fn sync(&self) -> ApiResult<SyncReport> {
+    pub async fn sync(&self) -> Result<SyncReport, Error> {
         let caps = self.caps();
         if !caps.list {
             return Ok(SyncReport::default());
@@ -54,8 +52,8 @@ impl Gateway {
         let _one_at_a_time = self.inner.sync_lock.lock().await;
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
-        let since = self.inner.touches.load(Ordering::SeqCst);
-        let listed = self.list_upstream(caps.archive, None).await?;
+        let since = self.inner.cache.touches.load(Ordering::SeqCst);
+        let listed = self.list_upstream(None).await?;
         // Creates that were under way while the agent listed have stored their rows now.
         drop(self.inner.creating.write().await);
         let mut report = SyncReport {
@@ -80,7 +78,7 @@ impl Gateway {
         let mut missing: HashMap<String, Vec<SessionRecord>> = HashMap::new();
         for id in self.store().synced_session_ids().await? {
             if seen.contains(&id)
-                || self.conn_if_live(&id).is_some()
+                || self.inner.live.member(&id).is_some()
                 || self.touched_since(&id, since)
             {
                 continue;
@@ -91,7 +89,7 @@ impl Gateway {
         }
         for (cwd, records) in missing {
             let again: HashSet<String> = self
-                .list_upstream(caps.archive, Some(&cwd))
+                .list_upstream(Some(&cwd))
                 .await?
                 .into_iter()
                 .map(|l| l.session_id)
@@ -103,6 +101,7 @@ impl Gateway {
             }
         }
         self.inner
+            .cache
             .touched
             .lock()
             .expect("touched lock")
@@ -114,38 +113,18 @@ impl Gateway {
     }
 
     fn touched_since(&self, session_id: &str, since: u64) -> bool {
-        let touched = self.inner.touched.lock().expect("touched lock");
+        let touched = self.inner.cache.touched.lock().expect("touched lock");
         touched.get(session_id).is_some_and(|n| *n > since)
     }
 
     /// Every page of `session/list` (of one `cwd`, if given), archived sessions included when
     /// the agent archives.
-    async fn list_upstream(&self, archive: bool, cwd: Option<&str>) -> ApiResult<Vec<Listed>> {
-        let conn = self
-            .pool
-            .pick()
-            .map(|(_, c)| c)
-            .ok_or_else(|| self.no_member())?;
+    async fn list_upstream(&self, cwd: Option<&str>) -> Result<Vec<Listed>, Error> {
+        let agent = self.any_client()?;
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let mut params = json!({});
-            if archive {
-                params["archived"] = json!("include");
-            }
-            if let Some(cwd) = cwd {
-                params["cwd"] = json!(cwd);
-            }
-            if let Some(c) = &cursor {
-                params["cursor"] = json!(c);
-            }
-            let page = conn
-                .call(
-                    "session/list",
-                    params,
-                    Some(self.inner.config.control_timeout),
-                )
-                .await?;
+            let page = agent.list_sessions(cwd, cursor.as_deref()).await?;
             for info in page
                 .get("sessions")
                 .and_then(Value::as_array)
@@ -166,7 +145,7 @@ impl Gateway {
         Err(agent_error("session/list did not end within 10,000 pages"))
     }
 
-    async fn upsert_listed(&self, l: &Listed, at: DateTime<Utc>) -> ApiResult<Upsert> {
+    async fn upsert_listed(&self, l: &Listed, at: DateTime<Utc>) -> Result<Upsert, Error> {
         let Some(existing) = self.store().get_session(&l.session_id).await? else {
             let mut record = SessionRecord {
                 session_id: l.session_id.clone(),
@@ -188,12 +167,13 @@ impl Gateway {
             if !added {
                 return Ok(Upsert::Tombstoned);
             }
-            self.lifecycle(
-                &record,
-                "session_created",
-                json!({"session": self.view(&record)}),
-            )
-            .await;
+            self.inner
+                .lifecycle(
+                    &record,
+                    "session_created",
+                    json!({"session": self.inner.view(&record)}),
+                )
+                .await;
             return Ok(Upsert::Added);
         };
         if existing.deleted_at.is_some() {
@@ -217,7 +197,7 @@ impl Gateway {
         else {
             return Ok(Upsert::Tombstoned);
         };
-        self.inner.record_changed(&record);
+        self.inner.live.record_changed(&record);
         if changed == existing {
             return Ok(Upsert::Unchanged);
         }
@@ -226,7 +206,7 @@ impl Gateway {
     }
 
     /// Tombstones a session the agent no longer lists; `true` if it was live in the cache.
-    async fn vanish(&self, record: &SessionRecord) -> ApiResult<bool> {
+    async fn vanish(&self, record: &SessionRecord) -> Result<bool> {
         let id = record.session_id.as_str();
         if !self
             .store()
@@ -236,18 +216,20 @@ impl Gateway {
         {
             return Ok(false);
         }
-        self.append(
-            id,
-            "session_deleted",
-            json!({"sessionId": id, "reason": "vanished_upstream"}),
-        )
-        .await;
-        self.lifecycle(
-            record,
-            "session_deleted",
-            json!({"reason": "vanished_upstream"}),
-        )
-        .await;
+        self.inner
+            .append(
+                id,
+                "session_deleted",
+                json!({"sessionId": id, "reason": "vanished_upstream"}),
+            )
+            .await;
+        self.inner
+            .lifecycle(
+                record,
+                "session_deleted",
+                json!({"reason": "vanished_upstream"}),
+            )
+            .await;
         Ok(true)
     }
 
@@ -280,8 +262,8 @@ enum Upsert {
     Tombstoned,
 }
 
-fn agent_error(message: &str) -> ApiError {
-    ApiError::Agent {
+fn agent_error(message: &str) -> Error {
+    Error::Agent {
         code: -32603,
         message: message.into(),
     }

@@ -2,6 +2,8 @@
 //! starts it, initializes it, dispatches what it writes, and restarts it with backoff when it
 //! exits. Placement picks the least-loaded ready member; the gateway pins live sessions to it.
 
+pub mod client;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use crate::acp::caps::{AgentInit, initialize_params};
 use crate::acp::{
     AgentCommand, AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError,
 };
+use client::Incoming;
 
 /// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
 /// they run on the member's dispatch loop, which preserves the agent's message order.
@@ -24,12 +27,11 @@ use crate::acp::{
 pub trait UpstreamHandler: Send + Sync + 'static {
     /// A notification (e.g. `session/update`), raw.
     async fn on_notification(&self, member: usize, method: &str, params: Value);
-    /// A `session/request_permission` request; answer it later through `conn.respond(id, …)`.
+    /// A `session/request_permission` request; answer it later through `request`.
     async fn on_permission_request(
         self: Arc<Self>,
         member: usize,
-        conn: Arc<Connection>,
-        id: Value,
+        request: Incoming,
         params: Value,
     );
     /// The member's process exited; its pending calls fail right after this returns.
@@ -405,7 +407,8 @@ impl Pool {
         conn: Arc<Connection>,
         dispatch: &mut tokio::task::JoinHandle<()>,
     ) -> ExitInfo {
-        let init = conn.call("initialize", initialize_params(), Some(config.init_timeout));
+        let params = initialize_params();
+        let init = conn.call("initialize", &params, Some(config.init_timeout));
         let outcome = tokio::select! {
             r = init => Some(r),
             _ = &mut *dispatch => None,
@@ -497,7 +500,7 @@ pub(crate) async fn authenticate(
     }
     conn.call(
         "authenticate",
-        serde_json::json!({"methodId": method}),
+        &serde_json::json!({"methodId": method}),
         Some(timeout),
     )
     .await
@@ -537,7 +540,7 @@ async fn dispatch(
             if method == "session/request_permission" {
                 handler
                     .clone()
-                    .on_permission_request(member, conn.clone(), id, params)
+                    .on_permission_request(member, Incoming::new(conn.clone(), id), params)
                     .await;
             } else {
                 tracing::warn!(
@@ -546,7 +549,7 @@ async fn dispatch(
                     "unexpected request from the agent; answering -32601"
                 );
                 let err = RpcError::method_not_found(&method);
-                let _ = conn.respond(id, Err(err)).await;
+                let _ = Incoming::new(conn.clone(), id).refuse(err).await;
             }
         }
     }

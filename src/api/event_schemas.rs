@@ -7,7 +7,7 @@
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::error::Problem;
+use super::error::Problem;
 use crate::gateway::model::{SessionView, Status};
 
 /// One event of `GET /sessions/{id}/events`, decoded from its SSE fields.

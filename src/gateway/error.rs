@@ -1,0 +1,71 @@
+//! The service's own error: its variants name kinds of failure, not HTTP statuses (the API
+//! layer maps each kind to a status and a problem type, in one place). An agent's JSON-RPC
+//! error codes become kinds here, in [`From<CallError>`].
+
+use crate::acp::CallError;
+use crate::store::StoreError;
+
+/// Every failure of a use case.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input cannot be read at all (an id, a cursor, a number out of range).
+    #[error("{0}")]
+    Malformed(String),
+    /// The input is well-formed but not acceptable (a path, a prompt, an answer).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is busy, or in a state that does not allow this.
+    #[error("{0}")]
+    Conflict(String),
+    /// The agent does not offer what this needs.
+    #[error("{0}")]
+    NotSupported(String),
+    /// No pool member can take it now.
+    #[error("{0}")]
+    NoCapacity(String),
+    /// Another replica holds the session (or cannot be reached).
+    #[error("{0}")]
+    HeldElsewhere(String),
+    #[error("{0}")]
+    AgentAuthRequired(String),
+    /// The agent answered with an error.
+    #[error("agent error {code}: {message}")]
+    Agent { code: i64, message: String },
+    /// The agent's process is gone (or its pipe closed).
+    #[error("{0}")]
+    AgentGone(String),
+    #[error("{0}")]
+    AgentTimeout(String),
+    /// The database failed (the cause is logged, never shown).
+    #[error("store")]
+    Store(#[from] StoreError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<CallError> for Error {
+    /// The agent's failures, as DESIGN.md's error table says.
+    fn from(err: CallError) -> Self {
+        match err {
+            CallError::Rpc(e) => match e.code {
+                -32002 => Error::NotFound(format!("the agent does not know it: {}", e.message)),
+                -32602 => {
+                    Error::Invalid(format!("the agent rejected the parameters: {}", e.message))
+                }
+                -32000 => Error::AgentAuthRequired(e.message),
+                -32601 => {
+                    Error::NotSupported(format!("the agent does not implement it: {}", e.message))
+                }
+                code => Error::Agent {
+                    code,
+                    message: e.message,
+                },
+            },
+            CallError::Closed(reason) => Error::AgentGone(reason),
+            CallError::Timeout(what) => Error::AgentTimeout(what),
+            unsupported @ CallError::Unsupported(_) => Error::NotSupported(unsupported.to_string()),
+        }
+    }
+}

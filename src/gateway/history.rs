@@ -1,0 +1,157 @@
+//! The logs: what the service appends to a session's log and to the lifecycle log, and the use
+//! cases that read them (the SSE streams and `GET /sessions/{id}/history`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use super::model::{SessionId, now};
+use super::{Caller, Error, Gateway, Inner};
+use crate::store::{NewEvent, NewLifecycleEvent, SessionRecord};
+
+/// One stored event as `GET /sessions/{id}/history` returns it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEvent {
+    /// The event's sequence number (the SSE `id`).
+    pub seq: i64,
+    /// The SSE `event` name.
+    pub event: String,
+    /// The SSE `data`.
+    #[schema(value_type = Object)]
+    pub data: Value,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A page of history.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
+pub struct HistoryPage {
+    pub events: Vec<HistoryEvent>,
+    /// Pass as `after` for the next page; absent when this page reached the end of the log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<i64>,
+}
+
+impl Gateway {
+    /// `GET /sessions/{id}/events`: the SSE stream from `after` (`None`: live tail).
+    pub async fn session_events(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        after: Option<i64>,
+    ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
+        self.record(caller, id).await?;
+        Ok(self.inner.hub.session_sse(id.as_str(), after).await?)
+    }
+
+    /// `GET /events`: lifecycle events from `after` (`None`: live tail).
+    pub async fn lifecycle_events(
+        &self,
+        caller: &Caller,
+        after: Option<i64>,
+    ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
+        Ok(self
+            .inner
+            .hub
+            .lifecycle_sse(caller.scope().map(str::to_owned), after)
+            .await?)
+    }
+
+    /// `GET /sessions/{id}/history`.
+    pub async fn history(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        after: i64,
+        limit: i64,
+    ) -> Result<HistoryPage, Error> {
+        if !(1..=1000).contains(&limit) {
+            return Err(Error::Malformed("limit must be between 1 and 1000".into()));
+        }
+        if after < 0 {
+            return Err(Error::Malformed("after must be >= 0".into()));
+        }
+        self.record(caller, id).await?;
+        // Events queued before this request (a turn just answered) are read too.
+        self.inner.hub.flush().await;
+        let rows = self
+            .store()
+            .read_events(id.as_str(), after, limit + 1)
+            .await?;
+        let more = rows.len() as i64 > limit;
+        let events: Vec<HistoryEvent> = rows
+            .into_iter()
+            .take(limit as usize)
+            .map(|e| HistoryEvent {
+                seq: e.seq,
+                event: e.kind,
+                data: e.payload,
+                created_at: e.created_at,
+            })
+            .collect();
+        let next_after = if more {
+            events.last().map(|e| e.seq)
+        } else {
+            None
+        };
+        Ok(HistoryPage { events, next_after })
+    }
+}
+
+impl Inner {
+    /// The `session_updated` lifecycle event of a changed cached session.
+    pub(super) async fn updated(&self, r: &SessionRecord) {
+        self.lifecycle(r, "session_updated", json!({"session": self.view(r)}))
+            .await;
+    }
+
+    /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
+    pub(super) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
+        let mut payload = json!({"sessionId": r.session_id});
+        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
+            p.extend(e);
+        }
+        let ev = NewLifecycleEvent {
+            session_id: r.session_id.clone(),
+            tenant: r.tenant.clone(),
+            kind: kind.into(),
+            payload,
+        };
+        if let Err(e) = self.hub.lifecycle(ev).await {
+            tracing::error!(error = %e, kind, "cannot append a lifecycle event");
+        }
+    }
+
+    /// Appends to a session's log and waits for the commit.
+    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: Value) {
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        // Errors are logged by the writer.
+        let _ = self.hub.append(session_id, event).await;
+    }
+
+    /// Appends without waiting for the store: used on the dispatch loop so that a streaming
+    /// agent is read at the writer's pace, not one commit per update. Order is kept.
+    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: Value) {
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        self.hub.enqueue(session_id, event).await;
+    }
+
+    /// As [`Inner::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
+    /// change of the gateway's own, see [`Inner::mark_touched`]).
+    pub(super) async fn enqueue_touching(&self, session_id: &str, kind: &str, payload: Value) {
+        self.mark_touched(session_id);
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        self.hub.enqueue_touching(session_id, event, now()).await;
+    }
+}

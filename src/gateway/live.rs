@@ -1,0 +1,306 @@
+//! The live-session table: which sessions this replica holds in a pool member, which are busy
+//! (a turn, or being attached), and since when they are idle. [`LiveTable`] is the only owner of
+//! its lock, and the only place that decides when an entry goes: when it is neither held by a
+//! member nor busy. A [`Claim`] marks a session busy and frees it when dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::model::{Activity, Status};
+use super::{Error, Gateway, Inner};
+use crate::pool::Pool;
+use crate::store::SessionRecord;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Busy {
+    Idle,
+    Attaching,
+    Turn,
+}
+
+/// Where a turn is; the channel closes when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TurnPhase {
+    /// Attaching the session, or not yet sent.
+    Starting,
+    /// `session/prompt` is queued for (or at) the agent.
+    Sent,
+}
+
+/// What the gateway knows of a session it holds or works on.
+#[derive(Debug)]
+struct Entry {
+    /// The pool member holding it live, if any.
+    member: Option<usize>,
+    /// The owning tenant, known once attached (lets status answer without the store).
+    tenant: Option<String>,
+    /// Whether the cached record is archived, kept in step with every record update (lets a
+    /// live session's prompt skip the store read).
+    archived: bool,
+    busy: Busy,
+    /// When it was last attached, prompted or finished a turn (for the idle timeout).
+    last_active: Instant,
+    /// Closed when the running turn ends.
+    turn_done: Option<watch::Receiver<TurnPhase>>,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Entry {
+            member: None,
+            tenant: None,
+            archived: false,
+            busy: Busy::Idle,
+            last_active: Instant::now(),
+            turn_done: None,
+        }
+    }
+
+    /// An entry neither held nor busy says nothing: it is removed.
+    fn needed(&self) -> bool {
+        self.member.is_some() || self.busy != Busy::Idle
+    }
+}
+
+/// The table. Its lock is never held across an await.
+#[derive(Default)]
+pub(super) struct LiveTable {
+    sessions: Mutex<HashMap<String, Entry>>,
+}
+
+impl LiveTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.sessions.lock().expect("live sessions lock")
+    }
+
+    /// Marks the session busy, or fails with 409 if it already is. A turn gets the sender
+    /// whose closing tells `cancel` and shutdown that it ended.
+    fn claim(
+        &self,
+        session_id: &str,
+        what: Busy,
+    ) -> Result<Option<watch::Sender<TurnPhase>>, Error> {
+        let mut sessions = self.lock();
+        let entry = sessions
+            .entry(session_id.to_owned())
+            .or_insert_with(Entry::new);
+        if entry.busy != Busy::Idle {
+            return Err(Error::Conflict(
+                "a turn is already running on this session (or it is being resumed)".into(),
+            ));
+        }
+        entry.busy = what;
+        entry.last_active = Instant::now();
+        Ok((what == Busy::Turn).then(|| {
+            let (tx, rx) = watch::channel(TurnPhase::Starting);
+            entry.turn_done = Some(rx);
+            tx
+        }))
+    }
+
+    fn unclaim(&self, session_id: &str) {
+        let mut sessions = self.lock();
+        if let Some(entry) = sessions.get_mut(session_id) {
+            entry.busy = Busy::Idle;
+            entry.turn_done = None;
+            entry.last_active = Instant::now();
+            if !entry.needed() {
+                sessions.remove(session_id);
+            }
+        }
+    }
+
+    /// Records that `member` holds the session (counted on the member once).
+    pub(super) fn attach(&self, record: &SessionRecord, member: usize, pool: &Pool) {
+        let mut sessions = self.lock();
+        let entry = sessions
+            .entry(record.session_id.clone())
+            .or_insert_with(Entry::new);
+        entry.last_active = Instant::now();
+        entry.tenant = Some(record.tenant.clone());
+        entry.archived = record.archived;
+        if entry.member.is_none() {
+            pool.adjust_sessions(member, true);
+        }
+        entry.member = Some(member);
+    }
+
+    /// Forgets where the session is live; returns the member it was on.
+    pub(super) fn detach(&self, session_id: &str, pool: &Pool) -> Option<usize> {
+        let mut sessions = self.lock();
+        let entry = sessions.get_mut(session_id)?;
+        let member = entry.member.take();
+        if let Some(m) = member {
+            pool.adjust_sessions(m, false);
+        }
+        if !entry.needed() {
+            sessions.remove(session_id);
+        }
+        member
+    }
+
+    /// A member exited: its sessions are held no more. Returns them.
+    pub(super) fn drop_member(&self, member: usize) -> Vec<String> {
+        let mut sessions = self.lock();
+        let ids: Vec<String> = sessions
+            .iter()
+            .filter(|(_, e)| e.member == Some(member))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in &ids {
+            if let Some(e) = sessions.get_mut(id) {
+                e.member = None;
+            }
+        }
+        sessions.retain(|_, e| e.needed());
+        ids
+    }
+
+    /// The member holding the session live.
+    pub(super) fn member(&self, session_id: &str) -> Option<usize> {
+        self.lock().get(session_id).and_then(|e| e.member)
+    }
+
+    /// Whether this replica holds the session or is working on it.
+    pub(super) fn here(&self, session_id: &str) -> bool {
+        self.lock().get(session_id).is_some_and(Entry::needed)
+    }
+
+    /// Sessions held live or running a turn.
+    pub(super) fn active(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.member.is_some() || e.turn_done.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Live sessions that have not been busy for `idle`, with their members.
+    pub(super) fn idle_for(&self, idle: Duration) -> Vec<(String, usize)> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.busy == Busy::Idle && e.last_active.elapsed() >= idle)
+            .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m)))
+            .collect()
+    }
+
+    /// The running turn's end, if a turn runs.
+    pub(super) fn turn_done(&self, session_id: &str) -> Option<watch::Receiver<TurnPhase>> {
+        self.lock().get(session_id)?.turn_done.clone()
+    }
+
+    /// Sessions held live by a pool member.
+    pub(super) fn live_count(&self) -> usize {
+        self.lock().values().filter(|e| e.member.is_some()).count()
+    }
+
+    /// Keeps the entry in step with a changed cached record.
+    pub(super) fn record_changed(&self, r: &SessionRecord) {
+        if let Some(e) = self.lock().get_mut(&r.session_id) {
+            e.archived = r.archived;
+        }
+    }
+
+    /// The member holding a session live, when `owner_ok` accepts its tenant and it is not
+    /// archived: everything a prompt needs to know, without a store read.
+    pub(super) fn live_member(
+        &self,
+        session_id: &str,
+        owner_ok: impl FnOnce(&str) -> bool,
+    ) -> Option<usize> {
+        match self.lock().get(session_id) {
+            Some(Entry {
+                member: Some(m),
+                tenant: Some(tenant),
+                archived: false,
+                ..
+            }) if owner_ok(tenant) => Some(*m),
+            _ => None,
+        }
+    }
+
+    /// The session's status, as live only if it is live and `owner_ok` accepts its owner;
+    /// `awaiting` says whether a permission request is pending.
+    pub(super) fn status_if_owner(
+        &self,
+        session_id: &str,
+        owner_ok: impl FnOnce(&str) -> bool,
+        awaiting: impl FnOnce() -> bool,
+    ) -> (Status, Option<Activity>) {
+        match self.lock().get(session_id) {
+            Some(Entry {
+                member: Some(_),
+                tenant: Some(tenant),
+                busy,
+                ..
+            }) if owner_ok(tenant) => {
+                let activity = if awaiting() {
+                    Activity::AwaitingPermission
+                } else if *busy == Busy::Turn {
+                    Activity::Running
+                } else {
+                    Activity::Idle
+                };
+                (Status::Live, Some(activity))
+            }
+            _ => (Status::Saved, None),
+        }
+    }
+}
+
+/// Frees a session's busy mark when dropped.
+pub(super) struct Claim {
+    inner: Arc<Inner>,
+    session_id: String,
+    /// For a turn: dropping it (after the mark is freed) tells `cancel` and shutdown that the
+    /// turn ended.
+    done: Option<watch::Sender<TurnPhase>>,
+}
+
+impl Claim {
+    /// The turn's `session/prompt` is on its way to the agent: a cancel can follow it now.
+    pub(super) fn mark_sent(&self) {
+        if let Some(tx) = &self.done {
+            tx.send_replace(TurnPhase::Sent);
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.inner.live.unclaim(&self.session_id);
+    }
+}
+
+impl Gateway {
+    /// Marks the session busy (409 if it already is); the guard frees it on drop.
+    pub(super) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+        let done = self.inner.live.claim(session_id, what)?;
+        Ok(Claim {
+            inner: self.inner.clone(),
+            session_id: session_id.to_owned(),
+            done,
+        })
+    }
+
+    /// For a running turn: waits (bounded) until its prompt is on its way to the agent, so that a
+    /// cancel cannot overtake it; returns its member and a receiver that closes when it ends.
+    pub(super) async fn running_turn(
+        &self,
+        session_id: &str,
+    ) -> Option<(usize, watch::Receiver<TurnPhase>)> {
+        let mut done = self.inner.live.turn_done(session_id)?;
+        let bound = self.inner.config.control_timeout;
+        let sent = tokio::time::timeout(bound, done.wait_for(|p| *p == TurnPhase::Sent))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !sent {
+            return None;
+        }
+        let member = self.inner.live.member(session_id)?;
+        Some((member, done))
+    }
+}

@@ -1,0 +1,179 @@
+//! Where a session is live: the member a session goes to when it becomes live (the least-loaded
+//! ready one, within the caps), attaching a saved session (resume, else load), detaching it,
+//! closing idle ones, and which agent client a call about a session goes through.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::live::Busy;
+use super::model::Status;
+use super::{Error, Gateway};
+use crate::pool::client::AgentClient;
+use crate::store::SessionRecord;
+
+impl Gateway {
+    /// Where a session that becomes live goes: the least-loaded ready member below the
+    /// per-member cap, if the global cap allows another live session.
+    pub(super) fn place(&self) -> Result<(usize, AgentClient), Error> {
+        let cfg = &self.inner.config;
+        if cfg.max_sessions > 0 && self.inner.live.live_count() >= cfg.max_sessions {
+            return Err(Error::NoCapacity(format!(
+                "the gateway already holds its maximum of {} live sessions; close some or try again later",
+                cfg.max_sessions
+            )));
+        }
+        let cap = match cfg.max_sessions_per_member {
+            0 => usize::MAX,
+            n => n,
+        };
+        let (member, conn) =
+            self.pool
+                .pick_below(cap)
+                .ok_or_else(|| match self.pool.unready_reason() {
+                    Some(why) => Error::NoCapacity(why),
+                    None => Error::NoCapacity(format!(
+                        "every ready agent member already holds its maximum of {cap} live sessions; close some or try again later"
+                    )),
+                })?;
+        let agent = AgentClient::new(conn, self.caps(), cfg.control_timeout);
+        Ok((member, agent))
+    }
+
+    pub(super) fn no_member(&self) -> Error {
+        Error::NoCapacity(
+            self.pool
+                .unready_reason()
+                .unwrap_or_else(|| "no agent member is ready".into()),
+        )
+    }
+
+    /// Any ready member's client (for calls about sessions no member holds).
+    pub(super) fn any_client(&self) -> Result<AgentClient, Error> {
+        let (_, conn) = self.pool.pick().ok_or_else(|| self.no_member())?;
+        let timeout = self.inner.config.control_timeout;
+        Ok(AgentClient::new(conn, self.caps(), timeout))
+    }
+
+    /// The client of the member holding the session live, if one does.
+    pub(super) fn client_if_live(&self, session_id: &str) -> Option<AgentClient> {
+        self.client(self.inner.live.member(session_id)?)
+    }
+
+    /// The member holding the session, or any ready member.
+    pub(super) fn client_for(&self, session_id: &str) -> Result<AgentClient, Error> {
+        match self.client_if_live(session_id) {
+            Some(agent) => Ok(agent),
+            None => self.any_client(),
+        }
+    }
+
+    /// Returns the member holding the session, attaching it (resume, else load) if needed.
+    /// The caller holds a [`super::live::Claim`].
+    pub(super) async fn ensure_live(&self, record: &SessionRecord) -> Result<usize, Error> {
+        let id = record.session_id.as_str();
+        let held = self.inner.live.member(id);
+        // Before the live shortcut: an agent that can neither archive nor close keeps an
+        // archived session in memory, and it still must not be prompted.
+        if record.archived {
+            return Err(Error::Conflict(format!(
+                "session {id} is archived: unarchive it (POST /sessions/{id}/unarchive) first"
+            )));
+        }
+        if let Some(m) = held {
+            return Ok(m);
+        }
+        if !self.inner.cluster.claim(id).await? {
+            return Err(Error::HeldElsewhere(format!(
+                "session {id} is live on another gateway replica; retry"
+            )));
+        }
+        let attached = self.attach_here(record).await;
+        if attached.is_err() {
+            self.inner.release(id).await;
+        }
+        attached
+    }
+
+    /// Resumes (else loads) the session on a member of this replica's pool.
+    async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
+        let id = record.session_id.as_str();
+        let (member, agent) = self.place()?;
+        let caps = agent.caps();
+        if caps.resume {
+            agent.resume_session(id, &record.cwd).await?;
+        } else if caps.load {
+            let log_empty = self.store().last_event_seq(id).await? == 0;
+            self.inner
+                .replaying
+                .lock()
+                .expect("replaying lock")
+                .insert(id.to_owned(), log_empty);
+            let r = agent.load_session(id, &record.cwd).await;
+            self.inner
+                .replaying
+                .lock()
+                .expect("replaying lock")
+                .remove(id);
+            r?;
+        } else {
+            return Err(Error::NotSupported(
+                "the session is not live and the agent supports neither session/resume nor session/load".into(),
+            ));
+        }
+        self.inner.live.attach(record, member, &self.pool);
+        self.inner
+            .lifecycle(record, "session_status", json!({"status": Status::Live}))
+            .await;
+        Ok(member)
+    }
+
+    /// Forgets where the session is live (and that this replica holds it); returns the member
+    /// it was on.
+    pub(super) fn detach(&self, session_id: &str) -> Option<usize> {
+        let member = self.inner.live.detach(session_id, &self.pool);
+        if member.is_some() {
+            let (inner, id) = (self.inner.clone(), session_id.to_owned());
+            self.inner
+                .tasks
+                .spawn(async move { inner.release(&id).await });
+        }
+        member
+    }
+
+    /// Closes live sessions that have been idle longer than `idle`, when the agent can close.
+    pub(super) async fn reap_idle(&self, idle: Duration) {
+        let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = self.inner.stop.cancelled() => return,
+            }
+            if !self.caps().close {
+                continue;
+            }
+            for (id, member) in self.inner.live.idle_for(idle) {
+                if self.inner.permissions.has_pending(&id) {
+                    continue;
+                }
+                let Ok(_claim) = self.claim(&id, Busy::Attaching) else {
+                    continue;
+                };
+                if let Some(agent) = self.client(member)
+                    && let Err(e) = agent.close_session(&id).await
+                {
+                    tracing::warn!(session = id, error = %e, "closing an idle session failed");
+                    continue;
+                }
+                self.detach(&id);
+                tracing::info!(session = id, "closed an idle session");
+                if let Ok(Some(record)) = self.store().get_session(&id).await {
+                    let status = json!({"status": Status::Saved, "reason": "idle"});
+                    self.inner
+                        .lifecycle(&record, "session_status", status)
+                        .await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Session metadata and lifecycle: list, create, read, rename, delete, status, resume, close,
+//! archive.
+
+use serde_json::{Value, json};
+
+use super::live::Busy;
+use super::model::{
+    Activity, SessionId, SessionView, Status, StatusView, apply_info_update, confine,
+    decode_cursor, now, validate_abs_path,
+};
+use super::{Caller, Error, Gateway, Inner};
+use crate::acp::CallError;
+use crate::store::{ListQuery, Origin, SessionRecord};
+
+/// Which sessions `GET /sessions` lists.
+#[derive(Debug, Default)]
+pub struct SessionFilter {
+    /// Only sessions with exactly this working directory.
+    pub cwd: Option<String>,
+    /// `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size, 1–200 (default 50).
+    pub limit: Option<i64>,
+    /// `true`: only archived sessions; default: only non-archived.
+    pub archived: Option<bool>,
+    /// `true`: sync the cache with the agent's `session/list` first.
+    pub refresh: bool,
+}
+
+/// What `POST /sessions` creates.
+#[derive(Debug)]
+pub struct NewSession {
+    /// Absolute, normalised working directory.
+    pub cwd: String,
+    /// Extra workspace roots (absolute).
+    pub additional_directories: Vec<String>,
+    /// ACP `McpServer` objects, passed through.
+    pub mcp_servers: Vec<Value>,
+}
+
+impl Gateway {
+    /// A known, non-deleted session of the caller's, or 404 (another tenant's session is
+    /// indistinguishable from an unknown one).
+    pub(super) async fn record(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<SessionRecord, Error> {
+        match self.store().get_session(id.as_str()).await? {
+            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => Ok(r),
+            _ => Err(Error::NotFound(format!("no session {}", id.as_str()))),
+        }
+    }
+
+    /// `GET /sessions`: the page's JSON (a `SessionPage`).
+    pub async fn list_sessions(
+        &self,
+        caller: &Caller,
+        filter: SessionFilter,
+        fresh: bool,
+    ) -> Result<Vec<u8>, Error> {
+        let tenant = caller.scope().map(str::to_owned);
+        let limit = filter.limit.unwrap_or(50);
+        if !(1..=200).contains(&limit) {
+            return Err(Error::Malformed("limit must be between 1 and 200".into()));
+        }
+        if let Some(cwd) = &filter.cwd {
+            validate_abs_path("cwd", cwd)?;
+        }
+        if filter.refresh {
+            self.sync().await?;
+        }
+        let mut query = ListQuery {
+            tenant,
+            cwd: filter.cwd,
+            archived: filter.archived,
+            after: None,
+            limit,
+        };
+        query.after = filter
+            .cursor
+            .as_deref()
+            .map(|c| decode_cursor(&query, c))
+            .transpose()?;
+        let page = self.inner.list_page(&query, fresh).await?;
+        Ok(page.render(|id| self.inner.status_of(id)))
+    }
+
+    /// `POST /sessions`.
+    pub async fn create_session(
+        &self,
+        caller: &Caller,
+        new: NewSession,
+    ) -> Result<SessionView, Error> {
+        let roots = &self.inner.config.workspace_roots;
+        validate_abs_path("cwd", &new.cwd)?;
+        confine("cwd", &new.cwd, roots)?;
+        for d in &new.additional_directories {
+            validate_abs_path("additionalDirectories[]", d)?;
+            confine("additionalDirectories[]", d, roots)?;
+        }
+        let (member, agent) = self.place()?;
+        let creating = self.inner.creating.read().await;
+        let session_id = agent
+            .new_session(&new.cwd, &new.additional_directories, &new.mcp_servers)
+            .await?;
+        let at = now();
+        let record = SessionRecord {
+            session_id,
+            tenant: caller.tenant.clone(),
+            cwd: new.cwd,
+            additional_directories: new.additional_directories,
+            title: None,
+            updated_at: at,
+            created_at: at,
+            meta: None,
+            archived: false,
+            origin: Origin::Gateway,
+            deleted_at: None,
+            synced_at: None,
+        };
+        self.store().put_session(&record).await?;
+        drop(creating);
+        self.inner.sessions_changed();
+        self.inner.live.attach(&record, member, &self.pool);
+        self.inner.hold(&record.session_id).await;
+        let view = self.inner.view(&record);
+        self.inner
+            .lifecycle(&record, "session_created", json!({"session": view}))
+            .await;
+        Ok(self.inner.view(&record))
+    }
+
+    /// `GET /sessions/{id}`.
+    pub async fn get_session(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
+        Ok(self.inner.view(&self.record(caller, id).await?))
+    }
+
+    /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.
+    pub async fn patch_session(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        mut title: Option<String>,
+    ) -> Result<SessionView, Error> {
+        self.record(caller, id).await?;
+        let set_title = self.caps().set_title;
+        if set_title && title.is_none() {
+            // session/set_title takes a string, and the agent's list would bring the old
+            // title back at the next sync: clearing it only here would be a lie.
+            return Err(Error::Invalid(
+                "this agent keeps session titles itself and cannot clear one: set another title"
+                    .into(),
+            ));
+        }
+        if let (true, Some(t)) = (set_title, &title) {
+            let agent = self.client_for(id.as_str())?;
+            if let Some(stored) = agent.set_title(id.as_str(), t).await? {
+                title = Some(stored);
+            }
+        }
+        let update = json!({ "title": title });
+        let at = now();
+        let record = self
+            .inner
+            .update_cached(id.as_str(), &|r| apply_info_update(r, &update, at))
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
+        self.inner.updated(&record).await;
+        Ok(self.inner.view(&record))
+    }
+
+    /// `DELETE /sessions/{id}`: idempotent.
+    pub async fn delete_session(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
+        // Another tenant's session, or (for a tenant) an id the cache does not know: exactly
+        // as for an unknown id, 204 and no effect.
+        let existing = self.store().get_session(id.as_str()).await?;
+        match &existing {
+            Some(r) if !caller.sees(&r.tenant) => return Ok(()),
+            None if !caller.admin => return Ok(()),
+            _ => {}
+        }
+        let caps = self.caps();
+        self.resolve_permissions_cancelled(id.as_str()).await;
+        let live = self.detach(id.as_str()).and_then(|m| self.client(m));
+        if let Some(agent) = live {
+            if caps.close {
+                if let Err(e) = agent.close_session(id.as_str()).await {
+                    tracing::warn!(session = id.as_str(), error = %e, "session/close before delete failed");
+                }
+            } else {
+                let _ = agent.cancel(id.as_str()).await;
+            }
+        }
+        let tenant = existing
+            .as_ref()
+            .map_or(caller.tenant.as_str(), |r| r.tenant.as_str());
+        let tombstoned = self
+            .store()
+            .tombstone_session(id.as_str(), tenant, now())
+            .await?;
+        self.inner.sessions_changed();
+        if tombstoned {
+            let payload = json!({"sessionId": id.as_str()});
+            self.inner
+                .append(id.as_str(), "session_deleted", payload)
+                .await;
+            if let Some(r) = &existing {
+                self.inner.lifecycle(r, "session_deleted", json!({})).await;
+            }
+        }
+        if caps.delete {
+            let agent = self.any_client()?;
+            match agent.delete_session(id.as_str()).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `GET /sessions/{id}/status`: never loads, resumes or creates anything.
+    pub async fn status(&self, caller: &Caller, id: &SessionId) -> Result<StatusView, Error> {
+        let view = |status, activity| StatusView {
+            session_id: id.as_str().to_owned(),
+            status,
+            activity,
+        };
+        // A live session's owner is in memory: no store read (the common, hot case).
+        let (status, activity) = self.inner.status_if_owner(id.as_str(), |t| caller.sees(t));
+        if status == Status::Live {
+            return Ok(view(status, activity));
+        }
+        let record = self.store().get_session(id.as_str()).await?;
+        // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
+        // know (sessions only the agent knows belong to the admin).
+        let visible = match &record {
+            Some(r) => caller.sees(&r.tenant),
+            None => caller.admin,
+        };
+        if !visible || record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
+            return Ok(view(Status::NotFound, None));
+        }
+        let (status, activity) = self.inner.status_of(id.as_str());
+        if status == Status::Live {
+            return Ok(view(status, activity));
+        }
+        let probe = self.caps().status.then(|| self.any_client().ok()).flatten();
+        if let Some(agent) = probe {
+            match agent.session_open(id.as_str()).await {
+                Ok(open) => {
+                    let status = if open { Status::Live } else { Status::Saved };
+                    let activity = (status == Status::Live).then_some(Activity::Idle);
+                    return Ok(view(status, activity));
+                }
+                Err(e) if e.is_not_found() => return Ok(view(Status::NotFound, None)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "session/status failed; answering from the cache")
+                }
+            }
+        }
+        Ok(match record {
+            Some(_) => view(Status::Saved, None),
+            None => view(Status::NotFound, None),
+        })
+    }
+
+    /// `POST /sessions/{id}/resume`.
+    pub async fn resume(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
+        let record = self.record(caller, id).await?;
+        if self.inner.status_of(id.as_str()).0 != Status::Live {
+            let _claim = self.claim(id.as_str(), Busy::Attaching)?;
+            self.ensure_live(&record).await?;
+        }
+        Ok(self.inner.view(&record))
+    }
+
+    /// `POST /sessions/{id}/close`.
+    pub async fn close(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
+        let record = self.record(caller, id).await?;
+        let Some(member) = self.inner.live.member(id.as_str()) else {
+            return Ok(());
+        };
+        if !self.caps().close {
+            let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_close;
+            return Err(CallError::Unsupported(method).into());
+        }
+        // Pending permission requests are answered first, so that their `permission_resolved`
+        // comes before the `turn_ended` that closing causes.
+        self.resolve_permissions_cancelled(id.as_str()).await;
+        if let Some(agent) = self.client(member) {
+            agent.close_session(id.as_str()).await?;
+        }
+        self.detach(id.as_str());
+        self.inner
+            .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
+            .await;
+        Ok(())
+    }
+
+    /// `POST /sessions/{id}/archive` and `/unarchive`. Archived sessions are listed only with
+    /// `archived=true` and must be unarchived before they are prompted or resumed. Through
+    /// `session/archive`/`session/unarchive` when the agent advertises them (archiving frees
+    /// the session on the agent, as a close); else in the cache only, a live session being
+    /// closed when the agent can close. A running turn must end first (409).
+    pub async fn set_archived(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        archived: bool,
+    ) -> Result<SessionView, Error> {
+        self.record(caller, id).await?;
+        let _claim = self.claim(id.as_str(), Busy::Attaching)?;
+        let caps = self.caps();
+        let live = self.client_if_live(id.as_str());
+        if archived && live.is_some() {
+            self.resolve_permissions_cancelled(id.as_str()).await;
+        }
+        if caps.archive {
+            let agent = self.client_for(id.as_str())?;
+            agent.set_archived(id.as_str(), archived).await?;
+        } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
+            agent.close_session(id.as_str()).await?;
+        }
+        let freed = archived && (caps.archive || caps.close) && self.detach(id.as_str()).is_some();
+        let record = self
+            .inner
+            .update_cached(id.as_str(), &|r| r.archived = archived)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
+        if freed {
+            self.inner
+                .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
+                .await;
+        }
+        self.inner.updated(&record).await;
+        Ok(self.inner.view(&record))
+    }
+}
+
+impl Inner {
+    pub(super) fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
+        self.status_if_owner(session_id, |_| true)
+    }
+
+    /// The session's status, as live only if it is live and `owner_ok` accepts its owner.
+    pub(super) fn status_if_owner(
+        &self,
+        session_id: &str,
+        owner_ok: impl FnOnce(&str) -> bool,
+    ) -> (Status, Option<Activity>) {
+        self.live.status_if_owner(session_id, owner_ok, || {
+            self.permissions.has_pending(session_id)
+        })
+    }
+
+    pub(super) fn view(&self, r: &SessionRecord) -> SessionView {
+        let (status, activity) = self.status_of(&r.session_id);
+        SessionView::new(r, status, activity)
+    }
+}

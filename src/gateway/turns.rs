@@ -1,0 +1,176 @@
+//! Prompt turns and their cancellation. A turn's `turn_started` and `turn_ended` are queued in
+//! the log's order around the agent's updates; a turn always gets its `turn_ended`, even when its
+//! client hangs up ([`FinishOnDrop`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use serde_json::{Value, json};
+use tokio_util::task::TaskTracker;
+
+use super::live::Busy;
+use super::model::{Prompt, SessionId, TurnResult};
+use super::{Caller, Error, Gateway};
+
+impl Gateway {
+    /// `POST /sessions/{id}/prompt`. With `wait = false` the turn runs in the background and
+    /// this returns once it has started.
+    pub async fn prompt(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        prompt: Prompt,
+        wait: bool,
+    ) -> Result<Option<TurnResult>, Error> {
+        let prompt = prompt.into_blocks();
+        // A live session's owner and archived flag are in memory: no store read (the hot case).
+        let sees = |t: &str| caller.sees(t);
+        let record = match self.inner.live.live_member(id.as_str(), sees) {
+            Some(_) => None,
+            None => Some(self.record(caller, id).await?),
+        };
+        let claim = self.claim(id.as_str(), Busy::Turn)?;
+        let member = match (self.inner.live.live_member(id.as_str(), sees), record) {
+            (Some(m), _) => m,
+            (None, Some(r)) => self.ensure_live(&r).await?,
+            (None, None) => self.ensure_live(&self.record(caller, id).await?).await?,
+        };
+        let agent = self.client(member).ok_or_else(|| self.no_member())?;
+        self.inner
+            .counters
+            .turns_started
+            .fetch_add(1, Ordering::Relaxed);
+        // Queued, not awaited: the log's order is the queue's, so it precedes every update the
+        // agent sends for this turn, and the prompt goes out without waiting for a commit. The
+        // session's `updatedAt` moves with it, in the same commit.
+        self.inner
+            .enqueue_touching(
+                id.as_str(),
+                "turn_started",
+                json!({"sessionId": id.as_str(), "prompt": prompt}),
+            )
+            .await;
+        let sid = id.as_str().to_owned();
+        let sent = agent.prompt(&sid, &prompt).await;
+        claim.mark_sent();
+        // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
+        // the turn finishes in a task of its own if the request is dropped; not waited for, it
+        // runs in one from the start. Its events are queued in order, not awaited: the answer
+        // does not wait for a commit, and log readers (`/history`) flush the queue first.
+        let this = self.clone();
+        let turn = async move {
+            let _claim = claim;
+            let outcome = match sent {
+                Ok(call) => call.wait(None).await,
+                Err(e) => Err(e),
+            };
+            let ended = match &outcome {
+                Ok(result) => {
+                    let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
+                    json!({"sessionId": sid, "stopReason": stop})
+                }
+                Err(e) => {
+                    this.inner
+                        .counters
+                        .turns_failed
+                        .fetch_add(1, Ordering::Relaxed);
+                    let problem = (this.inner.config.describe_error)(&e.clone().into());
+                    json!({"sessionId": sid, "error": problem})
+                }
+            };
+            this.inner.enqueue(&sid, "turn_ended", ended).await;
+            outcome
+        };
+        if !wait {
+            self.inner.tasks.spawn(turn);
+            return Ok(None);
+        }
+        let result = FinishOnDrop::new(turn, &self.inner.tasks).await?;
+        let stop_reason = result
+            .get("stopReason")
+            .and_then(Value::as_str)
+            .unwrap_or("end_turn")
+            .to_owned();
+        Ok(Some(TurnResult {
+            stop_reason,
+            result,
+        }))
+    }
+
+    /// `POST /sessions/{id}/cancel`.
+    pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
+        self.record(caller, id).await?;
+        self.resolve_permissions_cancelled(id.as_str()).await;
+        let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
+            return Ok(());
+        };
+        if let Some(agent) = self.client(member) {
+            agent.cancel(id.as_str()).await?;
+        }
+        // The turn must end promptly: an agent that ignores the cancel is restarted, which
+        // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
+        // that it happens even if this request is dropped (client gone, request timeout).
+        let (pool, grace, bound) = (
+            self.pool.clone(),
+            self.inner.config.cancel_grace,
+            self.inner.config.control_timeout,
+        );
+        let watch = self.inner.tasks.spawn(async move {
+            if tokio::time::timeout(grace, done.changed()).await.is_err() {
+                pool.restart_member(member, "a turn ignored session/cancel");
+                let _ = tokio::time::timeout(bound, done.changed()).await;
+            }
+        });
+        let _ = watch.await;
+        Ok(())
+    }
+}
+
+/// A future run by its caller that, if dropped unfinished (the client hung up), is finished in
+/// a task of `tasks` instead. Unlike spawning it from the start, this costs no task and no
+/// wake-up of another runtime thread in the common case.
+struct FinishOnDrop<T: Send + 'static> {
+    future: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    tasks: TaskTracker,
+}
+
+impl<T: Send + 'static> FinishOnDrop<T> {
+    fn new(future: impl Future<Output = T> + Send + 'static, tasks: &TaskTracker) -> Self {
+        FinishOnDrop {
+            future: Some(Box::pin(future)),
+            tasks: tasks.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for FinishOnDrop<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let future = self
+            .future
+            .as_mut()
+            .expect("FinishOnDrop polled after it finished");
+        let out = std::task::ready!(future.as_mut().poll(cx));
+        self.future = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        let (Some(future), Ok(runtime)) =
+            (self.future.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        self.tasks.spawn_on(
+            async move {
+                future.await;
+            },
+            &runtime,
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! What the agent sends the gateway, as the pool hands it over: `session/update` into the log
+//! (and `session_info_update` into the cache), permission requests into the pending table,
+//! member exits into `agent_exited` events.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::Inner;
+use super::model::{apply_info_update, now};
+use crate::acp::{ExitInfo, RpcError};
+use crate::pool::UpstreamHandler;
+use crate::pool::client::Incoming;
+
+impl Inner {
+    async fn on_session_update(&self, params: Value) {
+        let Some(session_id) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            crate::acp::count_garbage();
+            tracing::warn!("session/update without a sessionId; ignored");
+            return;
+        };
+        let kind = params
+            .pointer("/update/sessionUpdate")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned();
+        let replay = self
+            .replaying
+            .lock()
+            .expect("replaying lock")
+            .get(&session_id)
+            .copied();
+        match replay {
+            Some(false) => return, // already in the log: a load replays what we stored live
+            Some(true) => {
+                let mut payload = params;
+                payload["replay"] = json!(true);
+                self.enqueue(&session_id, &kind, payload).await;
+                return;
+            }
+            None => {}
+        }
+        // Only an info update is needed after it is queued: the others are moved, not copied.
+        let info = (kind == "session_info_update")
+            .then(|| params.get("update").cloned().unwrap_or(Value::Null));
+        self.enqueue(&session_id, &kind, params).await;
+        if let Some(update) = info {
+            let at = now();
+            match self
+                .update_cached(&session_id, &|r| apply_info_update(r, &update, at))
+                .await
+            {
+                Ok(Some(r)) => {
+                    self.updated(&r).await;
+                }
+                Ok(None) => tracing::debug!(
+                    session = session_id,
+                    "session_info_update for a session not in the cache"
+                ),
+                Err(e) => tracing::error!(error = %e, "cannot apply session_info_update"),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl UpstreamHandler for Inner {
+    async fn on_notification(&self, member: usize, method: &str, params: Value) {
+        if method == CLIENT_METHOD_NAMES.session_update {
+            self.on_session_update(params).await;
+        } else {
+            tracing::debug!(member, method, "notification from the agent ignored");
+        }
+    }
+
+    async fn on_permission_request(
+        self: Arc<Self>,
+        member: usize,
+        request: Incoming,
+        params: Value,
+    ) {
+        let Some(session_id) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            let err = RpcError {
+                code: -32602,
+                message: "sessionId is required".into(),
+                data: None,
+            };
+            let _ = request.refuse(err).await;
+            return;
+        };
+        self.permission_requested(member, request, &session_id, params)
+            .await;
+    }
+
+    async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {
+        self.counters.member_exits.fetch_add(1, Ordering::Relaxed);
+        let affected = self.live.drop_member(member);
+        self.drop_member_permissions(member).await;
+        for id in affected {
+            let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
+            self.append(&id, "agent_exited", payload).await;
+            self.release(&id).await;
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The typed agent client: one method per ACP method the gateway calls, with the official
+//! schema crate's request types where they fit. Each method checks the capability it needs
+//! (an agent that did not advertise it is not called: [`CallError::Unsupported`]) and bounds the
+//! call by the control timeout. Raw JSON stays only where the gateway passes through what it
+//! does not interpret: MCP server objects, prompt content blocks, and the results it forwards or
+//! reads leniently (`session/list`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol_schema::v1::{
+    AGENT_METHOD_NAMES, ArchiveSessionRequest, CancelNotification, CloseSessionRequest,
+    DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest, RequestPermissionOutcome,
+    RequestPermissionResponse, ResumeSessionRequest, SessionArchiveFilter, SessionStatusRequest,
+    SetSessionTitleRequest, UnarchiveSessionRequest,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::acp::caps::Capabilities;
+use crate::acp::{CallError, Connection, PendingCall, RpcError};
+
+/// `session/new` params. Not the schema crate's type: `mcpServers` are passed through as the
+/// client sent them, shapes the gateway does not know included.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewSessionParams<'a> {
+    cwd: &'a str,
+    mcp_servers: &'a [Value],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    additional_directories: &'a [String],
+}
+
+/// `session/prompt` params. Not the schema crate's type: content blocks are passed through, and
+/// borrowed rather than copied (the hot path).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptParams<'a> {
+    session_id: &'a str,
+    prompt: &'a [Value],
+}
+
+/// One agent connection through the ACP methods the gateway calls.
+#[derive(Clone)]
+pub struct AgentClient {
+    conn: Arc<Connection>,
+    caps: Capabilities,
+    timeout: Duration,
+}
+
+impl AgentClient {
+    /// `caps` are the agent's, as its `initialize` result said; `timeout` bounds every control
+    /// call (not prompts).
+    pub fn new(conn: Arc<Connection>, caps: Capabilities, timeout: Duration) -> Self {
+        AgentClient {
+            conn,
+            caps,
+            timeout,
+        }
+    }
+
+    /// What the agent advertised.
+    pub fn caps(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn control<P: Serialize>(&self, method: &str, params: &P) -> Result<Value, CallError> {
+        self.conn.call(method, params, Some(self.timeout)).await
+    }
+
+    /// Fails without calling the agent when it did not advertise `method`'s capability.
+    fn needs(&self, advertised: bool, method: &'static str) -> Result<(), CallError> {
+        if advertised {
+            Ok(())
+        } else {
+            Err(CallError::Unsupported(method))
+        }
+    }
+
+    /// `session/new`; returns the new session's id.
+    pub async fn new_session(
+        &self,
+        cwd: &str,
+        additional_directories: &[String],
+        mcp_servers: &[Value],
+    ) -> Result<String, CallError> {
+        let params = NewSessionParams {
+            cwd,
+            mcp_servers,
+            additional_directories,
+        };
+        let result = self
+            .control(AGENT_METHOD_NAMES.session_new, &params)
+            .await?;
+        match result.get("sessionId").and_then(Value::as_str) {
+            Some(id) => Ok(id.to_owned()),
+            None => Err(CallError::Rpc(RpcError {
+                code: -32603,
+                message: "session/new returned no sessionId".into(),
+                data: None,
+            })),
+        }
+    }
+
+    /// `session/resume` (capability `resume`).
+    pub async fn resume_session(&self, session_id: &str, cwd: &str) -> Result<(), CallError> {
+        let method = AGENT_METHOD_NAMES.session_resume;
+        self.needs(self.caps.resume, method)?;
+        let params = ResumeSessionRequest::new(session_id.to_owned(), cwd);
+        self.control(method, &params).await.map(drop)
+    }
+
+    /// `session/load` (capability `load`): the agent replays the session's updates before it
+    /// answers.
+    pub async fn load_session(&self, session_id: &str, cwd: &str) -> Result<(), CallError> {
+        let method = AGENT_METHOD_NAMES.session_load;
+        self.needs(self.caps.load, method)?;
+        let params = LoadSessionRequest::new(session_id.to_owned(), cwd);
+        self.control(method, &params).await.map(drop)
+    }
+
+    /// `session/close` (capability `close`).
+    pub async fn close_session(&self, session_id: &str) -> Result<(), CallError> {
+        let method = AGENT_METHOD_NAMES.session_close;
+        self.needs(self.caps.close, method)?;
+        let params = CloseSessionRequest::new(session_id.to_owned());
+        self.control(method, &params).await.map(drop)
+    }
+
+    /// `session/delete` (capability `delete`).
+    pub async fn delete_session(&self, session_id: &str) -> Result<(), CallError> {
+        let method = AGENT_METHOD_NAMES.session_delete;
+        self.needs(self.caps.delete, method)?;
+        let params = DeleteSessionRequest::new(session_id.to_owned());
+        self.control(method, &params).await.map(drop)
+    }
+
+    /// `session/set_title` (capability `setTitle`); returns the title the agent stored, when it
+    /// says.
+    pub async fn set_title(
+        &self,
+        session_id: &str,
+        title: &str,
+    ) -> Result<Option<String>, CallError> {
+        let method = AGENT_METHOD_NAMES.session_set_title;
+        self.needs(self.caps.set_title, method)?;
+        let params = SetSessionTitleRequest::new(session_id.to_owned(), title);
+        let result = self.control(method, &params).await?;
+        Ok(result
+            .get("title")
+            .and_then(Value::as_str)
+            .map(str::to_owned))
+    }
+
+    /// `session/archive` or `session/unarchive` (capability `archive`).
+    pub async fn set_archived(&self, session_id: &str, archived: bool) -> Result<(), CallError> {
+        let id = session_id.to_owned();
+        if archived {
+            let method = AGENT_METHOD_NAMES.session_archive;
+            self.needs(self.caps.archive, method)?;
+            self.control(method, &ArchiveSessionRequest::new(id)).await
+        } else {
+            let method = AGENT_METHOD_NAMES.session_unarchive;
+            self.needs(self.caps.archive, method)?;
+            self.control(method, &UnarchiveSessionRequest::new(id))
+                .await
+        }
+        .map(drop)
+    }
+
+    /// `session/status` (capability `status`): whether the agent has the session open.
+    pub async fn session_open(&self, session_id: &str) -> Result<bool, CallError> {
+        let method = AGENT_METHOD_NAMES.session_status;
+        self.needs(self.caps.status, method)?;
+        let params = SessionStatusRequest::new(session_id.to_owned());
+        let result = self.control(method, &params).await?;
+        Ok(result.get("status").and_then(Value::as_str) == Some("open"))
+    }
+
+    /// One page of `session/list` (capability `list`), of one `cwd` if given, archived sessions
+    /// included when the agent archives. The page is returned as sent: the gateway reads each
+    /// listed session leniently.
+    pub async fn list_sessions(
+        &self,
+        cwd: Option<&str>,
+        cursor: Option<&str>,
+    ) -> Result<Value, CallError> {
+        let method = AGENT_METHOD_NAMES.session_list;
+        self.needs(self.caps.list, method)?;
+        let params = ListSessionsRequest::new()
+            .cwd(cwd.map(std::path::PathBuf::from))
+            .cursor(cursor.map(str::to_owned))
+            .archived(self.caps.archive.then_some(SessionArchiveFilter::Include));
+        self.control(method, &params).await
+    }
+
+    /// Sends `session/prompt` and returns its pending answer (awaited without a bound: a turn
+    /// takes as long as it takes). Once this returns, the prompt is queued ahead of anything
+    /// sent later, a cancel included.
+    pub async fn prompt(
+        &self,
+        session_id: &str,
+        prompt: &[Value],
+    ) -> Result<PendingCall, CallError> {
+        let params = PromptParams { session_id, prompt };
+        self.conn
+            .send_request(AGENT_METHOD_NAMES.session_prompt, &params)
+            .await
+    }
+
+    /// The `session/cancel` notification.
+    pub async fn cancel(&self, session_id: &str) -> Result<(), CallError> {
+        let params = CancelNotification::new(session_id.to_owned());
+        self.conn
+            .notify(AGENT_METHOD_NAMES.session_cancel, &params)
+            .await
+    }
+}
+
+/// A request the agent sent the gateway, to be answered once.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    conn: Arc<Connection>,
+    id: Value,
+}
+
+impl Incoming {
+    pub fn new(conn: Arc<Connection>, id: Value) -> Self {
+        Incoming { conn, id }
+    }
+
+    /// Answers a `session/request_permission`.
+    pub async fn answer_permission(
+        &self,
+        outcome: RequestPermissionOutcome,
+    ) -> Result<(), CallError> {
+        let response = RequestPermissionResponse::new(outcome);
+        self.conn.respond(&self.id, Ok(&response)).await
+    }
+
+    /// Answers with a JSON-RPC error.
+    pub async fn refuse(&self, error: RpcError) -> Result<(), CallError> {
+        self.conn.respond::<Value>(&self.id, Err(&error)).await
+    }
+}
