@@ -1,7 +1,8 @@
 //! The service the HTTP handlers call: one file per use case on top of the pool, the store and
 //! the event hub. This file defines [`Gateway`], its settings, its start and its shutdown; the
 //! use cases are `sessions` (metadata and lifecycle), `turns` (prompt and cancel),
-//! `permissions`, `history` (the logs), `sync` (the agent's own list); `upstream` handles what
+//! `permissions`, `history` (the logs), `sync` (the agent's own list), `system` (readiness, the
+//! agent, the numbers of `/metrics`); `upstream` handles what
 //! the agent sends; `live` is the table of sessions held by this replica, `placement` decides
 //! where a session becomes live, `replicas` keeps this replica's place in the cluster, and
 //! `cache` the list pages and the gateway's own changes to cached sessions.
@@ -17,6 +18,7 @@ mod placement;
 mod replicas;
 mod sessions;
 mod sync;
+mod system;
 mod turns;
 mod upstream;
 
@@ -27,9 +29,10 @@ pub use model::{AgentView, Prompt, TurnResult};
 pub use permissions::PermissionView;
 pub use sessions::{NewSession, SessionFilter};
 pub use sync::SyncReport;
+pub use system::Stats;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -40,7 +43,7 @@ use crate::cluster::Cluster;
 use crate::config::PermissionPolicy;
 use crate::events::EventHub;
 use crate::pool::client::AgentClient;
-use crate::pool::{MemberView, Pool, PoolConfig};
+use crate::pool::{Pool, PoolConfig};
 use crate::store::Store;
 
 /// Gateway settings.
@@ -113,25 +116,6 @@ pub(crate) struct Inner {
 pub struct Gateway {
     inner: Arc<Inner>,
     pool: Arc<Pool>,
-}
-
-/// What `/metrics` shows of the service, read at once.
-#[derive(Debug)]
-pub struct Stats {
-    pub members: Vec<MemberView>,
-    pub members_ready: usize,
-    pub sessions_live: usize,
-    pub replicas: usize,
-    pub replicas_live: usize,
-    pub events_appended: u64,
-    pub event_commits: u64,
-    pub sse_open: u64,
-    pub sse_lagged: u64,
-    pub sse_closed: u64,
-    pub turns_started: u64,
-    pub turns_failed: u64,
-    pub member_exits: u64,
-    pub permissions_pending: usize,
 }
 
 impl Gateway {
@@ -233,49 +217,5 @@ impl Gateway {
 
     fn store(&self) -> &dyn Store {
         self.inner.store.as_ref()
-    }
-
-    /// Ready = the store answers and at least one member is ready.
-    pub async fn ready(&self) -> Result<(), String> {
-        self.store().ping().await.map_err(|e| {
-            tracing::error!(error = %e, "readiness: the database does not answer");
-            "the database does not answer".to_owned()
-        })?;
-        match self.pool.unready_reason() {
-            Some(why) => Err(why),
-            None => Ok(()),
-        }
-    }
-
-    /// `GET /agent`.
-    pub fn agent(&self) -> AgentView {
-        AgentView {
-            initialize: self.pool.init(),
-            members: self.pool.members(),
-            replicas: self.inner.cluster.view(),
-        }
-    }
-
-    /// The numbers `/metrics` publishes.
-    pub fn stats(&self) -> Stats {
-        let c = &self.inner.counters;
-        let replicas = self.inner.cluster.view();
-        let streams = self.inner.hub.streams();
-        Stats {
-            members: self.pool.members(),
-            members_ready: self.pool.ready_count(),
-            sessions_live: self.inner.live.live_count(),
-            replicas: replicas.len(),
-            replicas_live: replicas.iter().filter(|r| r.live).count(),
-            events_appended: self.inner.hub.appended(),
-            event_commits: self.inner.hub.commits(),
-            sse_open: streams.open.load(Ordering::Relaxed),
-            sse_lagged: streams.lagged.load(Ordering::Relaxed),
-            sse_closed: streams.closed.load(Ordering::Relaxed),
-            turns_started: c.turns_started.load(Ordering::Relaxed),
-            turns_failed: c.turns_failed.load(Ordering::Relaxed),
-            member_exits: c.member_exits.load(Ordering::Relaxed),
-            permissions_pending: self.inner.permissions.pending_count(),
-        }
     }
 }
