@@ -12,7 +12,7 @@ use super::PATIENCE;
 
 /// The directory holding the gateway binary under test, and the examples beside it: Cargo's
 /// `target/debug` for tests, `target/release` for benches.
-pub fn bin_dir() -> PathBuf {
+fn bin_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway"))
         .parent()
         .unwrap()
