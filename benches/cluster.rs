@@ -13,7 +13,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::{Gateway, drop_postgres, fresh_postgres, load_spread};
+use support::{Backend, Database, Gateway, Options, load_spread, postgres};
 
 const CONCURRENCY: usize = 32;
 const TIMES: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3));
@@ -22,23 +22,19 @@ const ROUNDS: usize = 3;
 
 #[tokio::main]
 async fn main() {
-    let admin = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .expect("DATABASE_URL: the replicas share one PostgreSQL database");
-    let (url, name) = fresh_postgres(&admin).await;
+    postgres::admin_url().expect("DATABASE_URL: the replicas share one PostgreSQL database");
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("agent");
-    let args = ["--heartbeat-interval", "1"];
+    let mut db = Database::create(Backend::Postgres, dir.path(), "bench").await;
+    let options = Options::bench().args(&["--heartbeat-interval", "1"]);
     let mut replicas = Vec::new();
     for _ in 0..3 {
-        replicas.push(Gateway::start_with(&url, &state, &args).await);
+        replicas.push(Gateway::spawn(&db.url, dir.path(), &options).await);
     }
     let http = reqwest::Client::new();
     // Wait until every replica knows the others, then give each a session of its own (a
     // replica keeps what it creates while it holds no more than the others).
     for gw in &replicas {
-        while support::send_json(http.get(format!("{}/agent", gw.base))).await["replicas"]
+        while gw.json("/agent").await["replicas"]
             .as_array()
             .map_or(0, Vec::len)
             < 3
@@ -48,7 +44,7 @@ async fn main() {
     }
     let mut sessions = Vec::new();
     for gw in &replicas {
-        sessions.push(gw.create(&http).await);
+        sessions.push(gw.create("/tmp").await);
     }
     let (replicas_ref, sessions_ref, http_ref) = (&replicas, &sessions, &http);
     let target = |replica: usize, session: usize| async move {
@@ -79,7 +75,7 @@ async fn main() {
     for gw in replicas {
         gw.stop().await;
     }
-    drop_postgres(&admin, &name).await;
+    db.remove().await;
     let (commit, cores) = (support::commit(), support::cores());
     let table = format!(
         "`GET /sessions/{{id}}/status` across replicas; commit {commit}, {cores} cores; \

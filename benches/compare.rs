@@ -18,7 +18,10 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use support::{BLOCK, DirectAgent, Gateway, cores, percentile, pin, prompt_at};
+use support::{
+    BLOCK, Backend, Database, DirectAgent, Gateway, Options, cores, percentile, pin, postgres,
+    prompt_at,
+};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -32,28 +35,26 @@ async fn main() {
     let b_args = std::env::var("GATEWAY_B_ARGS").unwrap_or_default();
     let b_args: Vec<&str> = b_args.split_whitespace().collect();
     // Each side's own database: an SQLite file, or with `COMPARE_POSTGRES` set a fresh
-    // PostgreSQL database on the server of `DATABASE_URL` (its name kept to drop it after).
-    let admin = std::env::var_os("COMPARE_POSTGRES")
-        .map(|_| std::env::var("DATABASE_URL").expect("COMPARE_POSTGRES needs DATABASE_URL"));
-    let mut databases = Vec::new();
-    for side in ["a", "b"] {
-        databases.push(match &admin {
-            Some(admin) => {
-                let (url, name) = support::fresh_postgres(admin).await;
-                (url, Some(name))
-            }
-            None => {
-                let file = dir.path().join(format!("{side}.db"));
-                (format!("sqlite://{}", file.display()), None)
-            }
-        });
-    }
-    let a = Gateway::start(&databases[0].0, &dir.path().join("a")).await;
-    let b = Gateway::start_binary(&other, &databases[1].0, &dir.path().join("b"), &b_args).await;
+    // PostgreSQL database on the server of `DATABASE_URL`.
+    let backend = match std::env::var_os("COMPARE_POSTGRES") {
+        Some(_) => {
+            postgres::admin_url().expect("COMPARE_POSTGRES needs DATABASE_URL");
+            Backend::Postgres
+        }
+        None => Backend::Sqlite,
+    };
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let mut databases = [
+        Database::create(backend, &a_dir, "bench").await,
+        Database::create(backend, &b_dir, "bench").await,
+    ];
+    let a = Gateway::spawn(&databases[0].url, &a_dir, &Options::bench()).await;
+    let b_options = Options::bench().binary(&other).args(&b_args);
+    let b = Gateway::spawn(&databases[1].url, &b_dir, &b_options).await;
     let http = reqwest::Client::new();
     let urls = [
-        a.prompt_url(&a.create(&http).await),
-        b.prompt_url(&b.create(&http).await),
+        a.prompt_url(&a.create("/tmp").await),
+        b.prompt_url(&b.create("/tmp").await),
     ];
     let mut direct = DirectAgent::start(&dir.path().join("direct"));
     let agents = [direct.pid(), a.agent_pid().await, b.agent_pid().await];
@@ -136,9 +137,7 @@ async fn main() {
     }
     a.stop().await;
     b.stop().await;
-    if let Some(admin) = &admin {
-        for name in databases.iter().filter_map(|(_, name)| name.as_deref()) {
-            support::drop_postgres(admin, name).await;
-        }
+    for db in &mut databases {
+        db.remove().await;
     }
 }

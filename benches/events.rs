@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::{Gateway, Reader, drop_postgres, fresh_postgres};
+use support::{Backend, Database, Gateway, Options, Sse};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CHUNKS: usize = 20_000;
@@ -72,10 +72,10 @@ async fn run_readers(spec: &str) {
     let http = reqwest::Client::new();
     let mut readers = Vec::new();
     for _ in 0..n.parse::<usize>().unwrap() {
-        let reader = Reader::open(&http, url).await;
+        let reader = Sse::open(&http, url, None).await;
         let (http, url) = (http.clone(), url.to_owned());
         readers.push(tokio::spawn(async move {
-            reader.until_turns_end(&http, &url, 1).await
+            support::until_turns_end(reader, &http, &url, 1).await
         }));
     }
     println!("ready");
@@ -139,10 +139,10 @@ async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
         support::pin(std::process::id(), "1");
     }
     let readers_cpus = pinned.then_some("1");
-    let probe = gw.prompt_url(&gw.create(&http).await);
+    let probe = gw.prompt_url(&gw.create("/tmp").await);
     let turn_with = async |subscribers: usize| {
-        let id = gw.create(&http).await;
-        let url = format!("{}/sessions/{id}/events", gw.base);
+        let id = gw.create("/tmp").await;
+        let url = gw.url(&format!("/sessions/{id}/events"));
         let readers = Readers::connect(&url, subscribers, readers_cpus).await;
         let writing = support::agent_stdout_writing(&http, &probe).await;
         let cpu = support::cpu_time(gw.pid());
@@ -156,7 +156,7 @@ async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
         let cpu = support::cpu_time(gw.pid()) - cpu;
         let writing = support::agent_stdout_writing(&http, &probe).await - writing;
         Turn {
-            agent: gw.agent_turn(&id).await,
+            agent: support::agent_turn(gw, &id).await,
             round_trip: took,
             cpu,
             writing,
@@ -202,9 +202,8 @@ async fn fanout(gw: &Gateway, pinned: bool) -> Fanout {
 }
 
 async fn gateway_figures(db: &str, state: &Path) -> GatewayFigures {
-    let gw = Gateway::start(db, state).await;
-    let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
+    let gw = Gateway::spawn(db, state, &Options::bench()).await;
+    let id = gw.create("/tmp").await;
     let rate = support::sse_event_rate(&gw, &id, CHUNKS, ROUNDS).await;
     let shared = fanout(&gw, false).await;
     let pinned = if support::cores() >= 2 {
@@ -233,18 +232,11 @@ async fn main() {
     .await
     .unwrap();
     let mut rows = vec![];
-    let sqlite = format!("sqlite:{}", dir.path().join("bench.db").display());
-    rows.push((
-        "SQLite",
-        gateway_figures(&sqlite, &dir.path().join("sqlite")).await,
-    ));
-    if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
-        let (url, name) = fresh_postgres(&admin).await;
-        rows.push((
-            "PostgreSQL",
-            gateway_figures(&url, &dir.path().join("pg")).await,
-        ));
-        drop_postgres(&admin, &name).await;
+    for backend in Backend::available() {
+        let state = dir.path().join(backend.name());
+        let mut db = Database::create(backend, &state, "bench").await;
+        rows.push((backend.name(), gateway_figures(&db.url, &state).await));
+        db.remove().await;
     }
     let (commit, cores) = (support::commit(), support::cores());
     let mut table = format!(

@@ -12,7 +12,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::{DirectAgent, Gateway, Reader, bare_server, best_alternated, percentile, rss_kib};
+use support::{
+    Backend, Database, DirectAgent, Gateway, Options, Sse, bare_server, best_alternated,
+    percentile, rss_kib,
+};
 
 /// Closed-loop HTTP clients for the throughput figures.
 const CONCURRENCY: usize = 32;
@@ -65,17 +68,17 @@ async fn rest_ratio(gw: &Gateway, path: &str, route: &'static str) -> (f64, f64)
 /// every event, and directly on the agent's stdio.
 async fn prompt_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
     let http = reqwest::Client::new();
-    let id = gw.create(&http).await;
-    let events = format!("{}/sessions/{id}/events", gw.base);
-    let reader = Reader::open(&http, &events).await;
+    let id = gw.create("/tmp").await;
+    let events = gw.url(&format!("/sessions/{id}/events"));
+    let reader = Sse::open(&http, &events, None).await;
     let subscriber = {
         let (http, events) = (http.clone(), events.clone());
-        tokio::spawn(async move { reader.until_turns_end(&http, &events, PROMPTS).await })
+        tokio::spawn(async move { support::until_turns_end(reader, &http, &events, PROMPTS).await })
     };
     let text = format!("/chunks {PROMPT_CHUNKS}");
     let started = Instant::now();
     for _ in 0..PROMPTS {
-        gw.prompt(&http, &id, &text).await;
+        support::prompt_at(http.clone(), gw.prompt_url(&id), text.clone()).await;
     }
     let read = subscriber.await.unwrap();
     let gateway = PROMPTS as f64 / started.elapsed().as_secs_f64();
@@ -96,14 +99,14 @@ async fn prompt_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
 
 /// p50 and p99 of a one-word prompt's round trip through the gateway, directly, and through a
 /// bare proxy, sampled in interleaved blocks (see [`support::prompt_latency`]).
-fn added_latency(gw: &Gateway, state: &Path) -> [(Duration, Duration); 3] {
-    let s = support::prompt_latency(gw, state, false, LATENCY_SAMPLES);
+async fn added_latency(gw: &Gateway, state: &Path) -> [(Duration, Duration); 3] {
+    let s = support::prompt_latency(gw, state, false, LATENCY_SAMPLES).await;
     [&s.gateway, &s.direct, &s.proxy].map(|v| (percentile(v, 0.5), percentile(v, 0.99)))
 }
 
 /// Updates per second from the agent to one SSE subscriber, and read directly from stdout.
 async fn event_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
-    let id = gw.create(&reqwest::Client::new()).await;
+    let id = gw.create("/tmp").await;
     let gateway = support::sse_event_rate(gw, &id, EVENT_CHUNKS, EVENT_ROUNDS).await;
     let state = state.join("direct-events");
     let direct = tokio::task::spawn_blocking(move || {
@@ -116,13 +119,12 @@ async fn event_rates(gw: &Gateway, state: &Path) -> (f64, f64) {
 
 /// The gateway's RSS growth per live session (the agent is another process).
 async fn rss_per_session(gw: &Gateway) -> f64 {
-    let http = reqwest::Client::new();
     // One first, so that lazily built state (pools, caches) is not charged to sessions.
-    gw.create(&http).await;
+    gw.create("/tmp").await;
     settle().await;
     let before = rss_kib(gw.pid());
     for _ in 0..LIVE_SESSIONS {
-        gw.create(&http).await;
+        gw.create("/tmp").await;
     }
     settle().await;
     (rss_kib(gw.pid()).saturating_sub(before)) as f64 / LIVE_SESSIONS as f64
@@ -174,8 +176,9 @@ fn agent_start(state: &Path) -> Duration {
 async fn startup(dir: &Path) -> (Duration, Duration) {
     let (mut gateway, mut agent) = (Vec::new(), Vec::new());
     for i in 0..STARTS {
-        let db = format!("sqlite:{}", dir.join(format!("start-{i}.db")).display());
-        let gw = Gateway::start(&db, &dir.join(format!("start-{i}"))).await;
+        let state = dir.join(format!("start-{i}"));
+        let db = Database::create(Backend::Sqlite, &state, "bench").await;
+        let gw = Gateway::spawn(&db.url, &state, &Options::bench()).await;
         gateway.push(gw.ready_after);
         gw.stop().await;
         let state = dir.join(format!("agent-start-{i}"));
@@ -209,8 +212,8 @@ fn raise_fd_limit() {
 async fn main() {
     raise_fd_limit();
     let dir = tempfile::tempdir().unwrap();
-    let backends = support::backends(dir.path()).await;
-    let names: Vec<&str> = backends.iter().map(|b| b.0).collect();
+    let backends = Backend::available();
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
     let mut rows: Vec<Row> = Vec::new();
     let mut push = |figure: String, target: &'static str, values: Vec<(String, bool)>| {
         rows.push(Row {
@@ -224,25 +227,26 @@ async fn main() {
     let mut idle_rss = Vec::new();
     let mut session_rss = Vec::new();
     let mut stream_rss = None;
-    for (i, (name, db, _)) in backends.iter().enumerate() {
-        eprintln!("measuring on {name}…");
+    for (i, &backend) in backends.iter().enumerate() {
+        eprintln!("measuring on {}…", backend.name());
         let state = dir.path().join(format!("state-{i}"));
-        let gw = Gateway::start(db, &state).await;
+        let mut db = Database::create(backend, &state, "bench").await;
+        let gw = Gateway::spawn(&db.url, &state, &Options::bench()).await;
         settle().await;
         idle_rss.push(rss_kib(gw.pid()) as f64 / 1024.0);
         session_rss.push(rss_per_session(&gw).await);
-        let http = reqwest::Client::new();
-        let id = gw.create(&http).await;
+        let id = gw.create("/tmp").await;
         let status_path = format!("/sessions/{id}/status");
         let (status, status_bare) = rest_ratio(&gw, &status_path, "/sessions/{id}/status").await;
         let (list, list_bare) = rest_ratio(&gw, "/sessions?limit=50", "/sessions").await;
         let (prompts, prompts_direct) = prompt_rates(&gw, &state).await;
-        let [(g50, g99), (d50, d99), (p50, p99)] = added_latency(&gw, &state);
+        let [(g50, g99), (d50, d99), (p50, p99)] = added_latency(&gw, &state).await;
         let (events, events_direct) = event_rates(&gw, &state).await;
         if i == 0 {
             stream_rss = Some(rss_per_stream(&gw).await);
         }
         gw.stop().await;
+        db.remove().await;
         let figures = [
             (
                 format!(
@@ -352,11 +356,6 @@ async fn main() {
             own <= Duration::from_millis(300),
         )],
     );
-    for (_, _, pg) in &backends {
-        if let Some((admin, name)) = pg {
-            support::drop_postgres(admin, name).await;
-        }
-    }
 
     let mut table = format!(
         "Gateway overhead; commit {}, {} cores; one run of `bash bench/run.sh`\n\n\

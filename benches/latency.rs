@@ -19,7 +19,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{BLOCK, Gateway, percentile};
+use support::{BLOCK, Backend, Database, Gateway, Options, percentile};
 
 /// Samples per side (see [`support::prompt_latency`]).
 const SAMPLES: usize = 2000;
@@ -31,7 +31,6 @@ fn us(d: Duration) -> String {
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let backends = support::backends(dir.path()).await;
     let mut table = format!(
         "Prompt round trip, one-word prompt, one session, no subscriber; commit {}, {} cores; \
          {SAMPLES} samples per side in interleaved blocks of {BLOCK}\n\n\
@@ -45,12 +44,14 @@ async fn main() {
     } else {
         &[("all shared", false)]
     };
-    for (i, (name, db, pg)) in backends.iter().enumerate() {
+    for (i, backend) in Backend::available().into_iter().enumerate() {
+        let name = backend.name();
         let state = dir.path().join(format!("state-{i}"));
-        let gw = Gateway::start(db, &state).await;
+        let mut db = Database::create(backend, &state, "bench").await;
+        let gw = Gateway::spawn(&db.url, &state, &Options::bench()).await;
         for &(placement, pinned) in placements {
             eprintln!("measuring on {name}, {placement}…");
-            let s = support::prompt_latency(&gw, &state, pinned, SAMPLES);
+            let s = support::prompt_latency(&gw, &state, pinned, SAMPLES).await;
             let pair = |v: &[Duration]| {
                 format!("{} / {}", us(percentile(v, 0.5)), us(percentile(v, 0.99)))
             };
@@ -76,9 +77,7 @@ async fn main() {
             );
         }
         gw.stop().await;
-        if let Some((admin, name)) = pg {
-            support::drop_postgres(admin, name).await;
-        }
+        db.remove().await;
     }
     print!("{table}");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/latency.md");

@@ -27,11 +27,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::FutureExt;
 use serde_json::Value;
 use sqlx::Connection;
 use support::{
-    Gateway, bare_server, best_alternated, drop_postgres, fresh_postgres, load, percentile,
+    Backend, Database, Gateway, Options, bare_server, best_alternated, load, percentile,
 };
 
 const SMALL: i64 = 1_000;
@@ -60,12 +59,6 @@ const THROUGHPUT_TARGET: f64 = 0.25;
 /// The columns `list_sessions` selects (`session_columns!` in `src/store/{postgres,sqlite}.rs`).
 const COLUMNS: &str = "session_id, tenant, cwd, additional_directories, title, updated_at, \
      created_at, meta, archived, origin, deleted_at, synced_at";
-
-#[derive(Clone, Copy, PartialEq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 /// The statement `list_sessions` builds for a single-tenant caller, with or without `cwd`.
 fn list_sql(backend: Backend, with_cwd: bool) -> String {
@@ -367,8 +360,8 @@ async fn figures(backend: Backend, small_db: &str, large_db: &str, state: &Path)
     populate(backend, large_db, LARGE, LARGE_CWDS).await;
     let fill = started.elapsed();
     let plans = explain(backend, large_db).await;
-    let small = Gateway::start(small_db, &state.join("small")).await;
-    let large = Gateway::start(large_db, &state.join("large")).await;
+    let small = Gateway::spawn(small_db, &state.join("small"), &Options::bench()).await;
+    let large = Gateway::spawn(large_db, &state.join("large"), &Options::bench()).await;
     let lat = latencies(&small, &large).await;
     small.stop().await;
 
@@ -504,32 +497,27 @@ fn table(sqlite: &Figures, pg: Option<&Figures>) -> String {
     out
 }
 
+/// [`figures`] on two fresh, migrated stores of `backend` in `dir`, dropped afterwards (a
+/// PostgreSQL database also when a measurement panics).
+async fn figures_on(backend: Backend, dir: &Path) -> Figures {
+    let mut small = Database::create(backend, &dir.join("small"), "bench").await;
+    let mut large = Database::create(backend, &dir.join("large"), "bench").await;
+    migrate(&small.url).await;
+    migrate(&large.url).await;
+    let figures = figures(backend, &small.url, &large.url, &dir.join("state")).await;
+    small.remove().await;
+    large.remove().await;
+    figures
+}
+
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite_db = |name: &str| format!("sqlite:{}", dir.path().join(name).display());
-    let (small, large) = (sqlite_db("small.db"), sqlite_db("large.db"));
-    migrate(&small).await;
-    migrate(&large).await;
-    let sqlite = figures(Backend::Sqlite, &small, &large, &dir.path().join("sqlite")).await;
-
-    let mut pg = None;
-    if let Some(admin) = std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()) {
-        let (small, small_name) = fresh_postgres(&admin).await;
-        let (large, large_name) = fresh_postgres(&admin).await;
-        let state = dir.path().join("pg");
-        // Caught, so that the databases are dropped even when a measurement panics.
-        let run = std::panic::AssertUnwindSafe(async {
-            migrate(&small).await;
-            migrate(&large).await;
-            figures(Backend::Postgres, &small, &large, &state).await
-        })
-        .catch_unwind()
-        .await;
-        drop_postgres(&admin, &small_name).await;
-        drop_postgres(&admin, &large_name).await;
-        pg = Some(run.unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-    }
+    let sqlite = figures_on(Backend::Sqlite, &dir.path().join("sqlite")).await;
+    let pg = match support::postgres::admin_url() {
+        Some(_) => Some(figures_on(Backend::Postgres, &dir.path().join("pg")).await),
+        None => None,
+    };
 
     let (commit, cores) = (support::commit(), support::cores());
     let mut report = format!(

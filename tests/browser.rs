@@ -4,10 +4,10 @@
 //! `?access_token=`. Ignored by plain `cargo test` because it needs the browser and
 //! `npm ci` in `tests/browser`; `.ci/run` installs both and runs it with `--ignored`.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::Value;
+use support::*;
 
 const KEY: &str = "alice-browser-key-0123456789";
 

@@ -1,7 +1,7 @@
 //! `acp-gateway check-agent`: describes a working agent as a table, and explains an unusable
 //! one in one line with a non-zero exit.
 
-mod common;
+mod support;
 
 use std::process::{Command, Output};
 
@@ -26,7 +26,7 @@ fn reason(out: &Output) -> String {
 
 #[test]
 fn describes_a_working_agent() {
-    let agent = common::echo_agent();
+    let agent = support::echo_agent();
     let out = check_agent(
         &["--agent", agent.to_str().unwrap()],
         &[("ECHO_AGENT_CAPS", "load,list,title")],
@@ -73,7 +73,7 @@ fn explains_an_unusable_agent_in_one_line() {
         "{silent}"
     );
 
-    let agent = common::echo_agent();
+    let agent = support::echo_agent();
     let auth = reason(&check_agent(
         &[
             "--agent",

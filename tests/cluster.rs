@@ -3,17 +3,14 @@
 //! session, and a replica killed mid-turn loses no stored event. Skipped, loudly, without
 //! `DATABASE_URL`.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::Value;
+use support::*;
 
 /// A PostgreSQL world with replicas `a` (the world's), `b` and `c`, heartbeats every second.
 async fn three_replicas() -> Option<(World, Gateway, Gateway)> {
-    if postgres_admin_url().is_none() {
-        eprintln!("SKIPPED cluster test: DATABASE_URL is not set");
-        return None;
-    }
+    admin_url_or_skip("cluster test")?;
     let opts = Options {
         args: vec!["--heartbeat-interval".into(), "1".into()],
         ..Options::default()
@@ -38,7 +35,7 @@ fn seqs(events: &[SseEvent]) -> Vec<i64> {
 /// and deleted through the others.
 #[tokio::test]
 async fn any_replica_serves_any_session() {
-    let Some((w, mut b, mut c)) = three_replicas().await else {
+    let Some((w, b, c)) = three_replicas().await else {
         return;
     };
     let a = w.gw();
@@ -98,8 +95,8 @@ async fn any_replica_serves_any_session() {
     assert_eq!(c.delete(&format!("/sessions/{id}")).await.status(), 204);
     stream.until("session_deleted").await;
     assert_eq!(b.get(&format!("/sessions/{id}")).await.status(), 404);
-    b.stop();
-    c.stop();
+    b.stop().await;
+    c.stop().await;
     w.finish().await;
 }
 
@@ -109,7 +106,7 @@ async fn any_replica_serves_any_session() {
 /// resumes the session on a live replica.
 #[tokio::test]
 async fn a_replica_killed_mid_turn_loses_no_stored_event() {
-    let Some((w, mut b, mut c)) = three_replicas().await else {
+    let Some((w, mut b, c)) = three_replicas().await else {
         return;
     };
     let a = w.gw();
@@ -120,7 +117,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     for _ in 0..20 {
         seen.push(watcher.next().await.unwrap());
     }
-    b.kill();
+    b.kill().await;
 
     seen.extend(watcher.until("agent_exited").await);
     let exited = seen.last().unwrap();
@@ -149,7 +146,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
         "{body}"
     );
     assert_eq!(a.status(&id).await, "live");
-    c.stop();
+    c.stop().await;
     w.finish().await;
 }
 
@@ -157,7 +154,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]
 async fn new_sessions_are_spread_by_load() {
-    let Some((w, mut b, mut c)) = three_replicas().await else {
+    let Some((w, b, c)) = three_replicas().await else {
         return;
     };
     let a = w.gw();
@@ -182,7 +179,7 @@ async fn new_sessions_are_spread_by_load() {
             "{body}"
         );
     }
-    b.stop();
-    c.stop();
+    b.stop().await;
+    c.stop().await;
     w.finish().await;
 }

@@ -2,10 +2,10 @@
 //! on stdout, unanswered permission requests, logins, capacity, idle sessions, shutdown — each
 //! driven through the echo agent's switches against the real gateway binary.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 both_backends!(member_killed_from_outside_mid_turn);
 
@@ -421,10 +421,8 @@ async fn shutdown_cancels_closes_and_leaves_no_process() {
         processes_with_env(&marker)
     );
 
-    let mut gateway = w.gw.take().unwrap();
-    let status = tokio::task::spawn_blocking(move || gateway.stop())
-        .await
-        .unwrap();
+    let gateway = w.gw.take().unwrap();
+    let status = gateway.stop().await;
     assert!(status.success(), "exit status {status}");
     assert_eq!(
         processes_with_env(&marker),

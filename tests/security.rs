@@ -1,11 +1,11 @@
 //! Keys, tenants and browsers: every route with no key, a wrong key, another tenant's key and
 //! the admin key; the loopback-only default; CORS preflights.
 
-mod common;
+mod support;
 
-use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::*;
 
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";

@@ -1,10 +1,10 @@
 //! End-to-end tests of the session routes against a real gateway and the real echo agent, on
 //! SQLite and on PostgreSQL.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 both_backends!(
     quick_start_flow,
@@ -73,7 +73,7 @@ async fn sync_follows_the_agents_list(backend: Backend) {
     let opts = Options::default().env("ECHO_AGENT_CAPS", caps);
     let mut w = World::start(backend, opts.clone()).await;
     let mine = w.gw().create("/tmp/sync").await;
-    let mut editor = DirectClient::start(&w, &format!("{caps},delete")).await;
+    let mut editor = DirectClient::start(&w.agent_dir(), &format!("{caps},delete")).await;
     let theirs = editor.new_session("/tmp/editor").await;
 
     let gw = w.gw();

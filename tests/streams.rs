@@ -2,15 +2,15 @@
 //! disconnects and a gateway restart; a stalled subscriber slows nobody; retention gaps are
 //! announced, never silent.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 both_backends!(every_event_once_across_disconnects_and_a_restart);
 
@@ -427,16 +427,13 @@ fn check_schema(spec: &Value, name: &str, value: &Value, event: &str) {
 /// once, a session that the other creates and prompts, and sees its lifecycle on `GET /events`.
 #[tokio::test]
 async fn subscribers_follow_sessions_another_replica_writes() {
-    if postgres_admin_url().is_none() {
-        eprintln!(
-            "SKIPPED subscribers_follow_sessions_another_replica_writes: DATABASE_URL is not set"
-        );
+    if admin_url_or_skip("subscribers_follow_sessions_another_replica_writes").is_none() {
         return;
     }
     let w = World::start(Backend::Postgres, Options::default()).await;
     let here = w.gw();
     let there_dir = tempfile::tempdir().unwrap();
-    let mut there = Gateway::spawn(&w.db.url, there_dir.path(), &Options::default()).await;
+    let there = Gateway::spawn(&w.db.url, there_dir.path(), &Options::default()).await;
     let mut lifecycle = here.sse("/events", Some(0)).await;
 
     let id = there.create("/tmp").await;
@@ -460,6 +457,6 @@ async fn subscribers_follow_sessions_another_replica_writes() {
     );
     assert_eq!(positions(&seen), there.logged(&id).await);
     assert_eq!(chunk_text(&seen).matches("c300").count(), 1);
-    there.stop();
+    there.stop().await;
     w.finish().await;
 }

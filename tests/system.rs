@@ -1,10 +1,10 @@
 //! The gateway as operators and careless clients meet it: agent info, health, readiness,
 //! metrics, docs, problem+json for bad input, capabilities the agent lacks, shutdown.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 both_backends!(missing_capabilities_answer_honestly);
 
@@ -213,10 +213,7 @@ async fn shutdown_leaves_no_agent_processes() {
                 .map(|r| r.status().as_u16())
         })
     };
-    let mut gw = w.gw.take().unwrap();
-    tokio::task::spawn_blocking(move || gw.stop())
-        .await
-        .unwrap();
+    w.gw.take().unwrap().stop().await;
     for pid in &pids {
         assert!(!pid_alive(*pid), "agent {pid} survived the gateway");
     }
@@ -273,8 +270,7 @@ async fn replicas_on_one_database_see_each_other() {
     async fn metrics(g: &Gateway) -> String {
         g.get("/metrics").await.text().await.unwrap()
     }
-    if postgres_admin_url().is_none() {
-        eprintln!("SKIPPED replicas_on_one_database_see_each_other: DATABASE_URL is not set");
+    if admin_url_or_skip("replicas_on_one_database_see_each_other").is_none() {
         return;
     }
     let opts = Options {
@@ -284,7 +280,7 @@ async fn replicas_on_one_database_see_each_other() {
     let w = World::start(Backend::Postgres, opts.clone()).await;
     let a = w.gw();
     let (b_dir, c_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut b = Gateway::spawn(&w.db.url, b_dir.path(), &opts).await;
+    let b = Gateway::spawn(&w.db.url, b_dir.path(), &opts).await;
     let mut c = Gateway::spawn(&w.db.url, c_dir.path(), &opts).await;
     b.create("/tmp").await;
 
@@ -315,8 +311,8 @@ async fn replicas_on_one_database_see_each_other() {
     assert!(metrics(a).await.contains("acp_gateway_replicas_live 3"));
 
     // A clean stop unregisters; a kill leaves a row that stops being live.
-    assert!(b.stop().success());
-    c.kill();
+    assert!(b.stop().await.success());
+    c.kill().await;
     let c_base = c.base.clone();
     a.wait_until(|g| {
         let c_base = c_base.clone();

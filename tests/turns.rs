@@ -1,10 +1,10 @@
 //! Turns against the real echo agent: streaming order, async prompts, cancellation, conflicts,
 //! permissions, unknown update variants, load replay, agent crashes and pool placement.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 both_backends!(
     async_prompt_cancel_and_conflict,

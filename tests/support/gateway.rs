@@ -1,0 +1,461 @@
+//! The gateway binary as tests and benches run it: [`Gateway::spawn`] starts it on an
+//! ephemeral loopback port in front of the echo agent, on a [`Database`] of its own, and waits
+//! until it is ready; it is stopped by SIGTERM or killed, and spoken to with the HTTP helpers
+//! here. [`Options`] hold what differs: the tests' defaults record the gateway's log and the
+//! agent's calls in files, [`Options::bench`] records nothing. A test's [`World`] is a temp
+//! dir, a database and one gateway.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::postgres::{Collation, FreshDatabase};
+use super::sse::Sse;
+use super::{Backend, PATIENCE, echo_agent};
+
+/// A gateway's store: an SQLite file, or a fresh PostgreSQL database.
+pub struct Database {
+    pub url: String,
+    postgres: Option<FreshDatabase>,
+}
+
+impl Database {
+    /// SQLite: `dir/gateway.db` (`dir` is created). PostgreSQL: `acpgw_<label>_<random>` on the
+    /// server of `DATABASE_URL` (which must be set).
+    pub async fn create(backend: Backend, dir: &Path, label: &str) -> Database {
+        match backend {
+            Backend::Sqlite => {
+                std::fs::create_dir_all(dir).unwrap();
+                Database {
+                    url: format!("sqlite:{}", dir.join("gateway.db").display()),
+                    postgres: None,
+                }
+            }
+            Backend::Postgres => {
+                let db = FreshDatabase::create(label, Collation::ServerDefault).await;
+                Database {
+                    url: db.url.clone(),
+                    postgres: Some(db),
+                }
+            }
+        }
+    }
+
+    /// Drops a PostgreSQL database (an SQLite file goes with its directory).
+    pub async fn remove(&mut self) {
+        if let Some(db) = self.postgres.take() {
+            db.remove().await;
+        }
+    }
+}
+
+/// How to start a gateway. The default is a test's: the debug build, one agent, the gateway's
+/// log in `DIR/gateway.log` and the agent's calls in `DIR/calls.log`.
+#[derive(Clone)]
+pub struct Options {
+    pub binary: PathBuf,
+    pub pool_size: usize,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub wait_ready: bool,
+    pub rust_log: String,
+    /// Whether the gateway's stderr goes to `DIR/gateway.log` and the agent logs its calls to
+    /// `DIR/calls.log` (what tests read), or stderr stays this process's and nothing is logged.
+    pub record: bool,
+    /// How often readiness is polled.
+    pub ready_poll: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            binary: PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway")),
+            pool_size: 1,
+            env: vec![],
+            args: vec![],
+            wait_ready: true,
+            rust_log: "info,acp_gateway=debug".into(),
+            record: true,
+            ready_poll: Duration::from_millis(50),
+        }
+    }
+}
+
+impl Options {
+    /// A bench's gateway (the release build): warnings only, on this process's stderr, no call
+    /// log in the agent's way, and readiness polled every millisecond, so that
+    /// [`Gateway::ready_after`] is a start-up figure.
+    pub fn bench() -> Self {
+        Options {
+            // tower_http logs the 503s of /readyz while the agent starts as errors.
+            rust_log: "warn,tower_http=off".into(),
+            record: false,
+            ready_poll: Duration::from_millis(1),
+            ..Options::default()
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+    pub fn pool(mut self, n: usize) -> Self {
+        self.pool_size = n;
+        self
+    }
+    pub fn no_wait(mut self) -> Self {
+        self.wait_ready = false;
+        self
+    }
+    /// Another build of the gateway.
+    pub fn binary(mut self, binary: &Path) -> Self {
+        self.binary = binary.to_owned();
+        self
+    }
+}
+
+/// A test's world: temp dir (agent state, call log, SQLite file), database, one gateway.
+pub struct World {
+    // Dropped in this order: the gateway before its database, the database before the dir.
+    pub gw: Option<Gateway>,
+    pub db: Database,
+    pub dir: tempfile::TempDir,
+    pub opts: Options,
+}
+
+impl World {
+    pub async fn start(backend: Backend, opts: Options) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(backend, dir.path(), "it").await;
+        let gw = Gateway::spawn(&db.url, dir.path(), &opts).await;
+        World {
+            gw: Some(gw),
+            db,
+            dir,
+            opts,
+        }
+    }
+
+    pub fn gw(&self) -> &Gateway {
+        self.gw.as_ref().unwrap()
+    }
+
+    /// The echo agent's state directory, shared by every gateway of this world.
+    pub fn agent_dir(&self) -> PathBuf {
+        self.dir.path().join("agent")
+    }
+
+    /// Stops the gateway (SIGTERM) and starts it again on the same database and agent state.
+    pub async fn restart(&mut self) {
+        if let Some(gw) = self.gw.take() {
+            gw.stop().await;
+        }
+        self.gw = Some(Gateway::spawn(&self.db.url, self.dir.path(), &self.opts).await);
+    }
+
+    /// Lines of the agent's call log that start with `method`.
+    pub fn calls(&self, method: &str) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("calls.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.split(' ').next() == Some(method))
+            .count()
+    }
+
+    /// The gateway's log (stderr) so far, over all restarts.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
+    pub async fn finish(mut self) {
+        if let Some(gw) = self.gw.take() {
+            gw.stop().await;
+        }
+        self.db.remove().await;
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- gateway log -----\n{}----- end of gateway log -----",
+                self.log()
+            );
+        }
+    }
+}
+
+/// A running gateway process, killed when dropped.
+pub struct Gateway {
+    pub base: String,
+    pub http: reqwest::Client,
+    /// Spawn to `/readyz` 200 (zero when not waited for).
+    pub ready_after: Duration,
+    child: tokio::process::Child,
+}
+
+impl Gateway {
+    /// Starts a gateway on `db_url` with its agent state in `dir/agent` (`dir` is created);
+    /// returns once it listens, and with `opts.wait_ready` once `/readyz` answers 200.
+    pub async fn spawn(db_url: &str, dir: &Path, opts: &Options) -> Gateway {
+        std::fs::create_dir_all(dir).unwrap();
+        let started = Instant::now();
+        let mut cmd = tokio::process::Command::new(&opts.binary);
+        cmd.arg("--agent")
+            .arg(echo_agent())
+            .args(["--listen", "127.0.0.1:0", "--database-url", db_url])
+            .arg("--pool-size")
+            .arg(opts.pool_size.to_string())
+            .args(&opts.args)
+            .env("ECHO_AGENT_DIR", dir.join("agent"))
+            .env("RUST_LOG", &opts.rust_log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if opts.record {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("gateway.log"))
+                .unwrap();
+            cmd.env("ECHO_AGENT_CALL_LOG", dir.join("calls.log"))
+                .stderr(log);
+        } else {
+            cmd.stderr(Stdio::inherit());
+        }
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+        let mut child = cmd.spawn().expect("start acp-gateway");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("the gateway says where it listens within PATIENCE")
+            .unwrap()
+            .expect("gateway printed nothing");
+        // Keep draining stdout so that the gateway never blocks on it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let mut gw = Gateway {
+            base: first
+                .strip_prefix("listening on ")
+                .expect("listening line")
+                .to_owned(),
+            http: reqwest::Client::new(),
+            ready_after: Duration::ZERO,
+            child,
+        };
+        if opts.wait_ready {
+            let deadline = started + PATIENCE;
+            while !gw
+                .http
+                .get(gw.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                assert!(Instant::now() < deadline, "not ready within {PATIENCE:?}");
+                tokio::time::sleep(opts.ready_poll).await;
+            }
+            gw.ready_after = started.elapsed();
+        }
+        gw
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the gateway is running")
+    }
+
+    /// SIGKILL: the gateway dies without any cleanup (its agents exit when their stdin closes).
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGTERM, then wait (bounded) for the gateway to exit; returns how it exited.
+    pub async fn stop(mut self) -> ExitStatus {
+        if let Some(pid) = self.child.id() {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                panic!("the gateway did not stop within 30 s of SIGTERM");
+            }
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.unwrap()
+    }
+    pub async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+    pub async fn delete(&self, path: &str) -> reqwest::Response {
+        self.http.delete(self.url(path)).send().await.unwrap()
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> reqwest::Response {
+        self.http
+            .patch(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+    pub async fn json(&self, path: &str) -> Value {
+        let r = self.get(path).await;
+        assert_eq!(r.status(), 200, "GET {path}");
+        r.json().await.unwrap()
+    }
+
+    /// Creates a session in `cwd` and returns its id.
+    pub async fn create(&self, cwd: &str) -> String {
+        let r = self.post("/sessions", json!({"cwd": cwd})).await;
+        assert_eq!(r.status(), 201);
+        let v: Value = r.json().await.unwrap();
+        v["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    /// The URL of a session's prompt route.
+    pub fn prompt_url(&self, id: &str) -> String {
+        self.url(&format!("/sessions/{id}/prompt"))
+    }
+
+    /// Prompts and waits for the turn; returns (status, body).
+    pub async fn prompt(&self, id: &str, text: &str) -> (u16, Value) {
+        let r = self
+            .post(&format!("/sessions/{id}/prompt"), json!({"text": text}))
+            .await;
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Starts a turn without waiting (`Prefer: respond-async`).
+    pub async fn prompt_async(&self, id: &str, text: &str) {
+        let r = self
+            .http
+            .post(self.prompt_url(id))
+            .header("prefer", "respond-async")
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+
+    pub async fn status(&self, id: &str) -> String {
+        self.json(&format!("/sessions/{id}/status")).await["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The session's whole log as `/history` pages it: (seq, event) pairs.
+    pub async fn logged(&self, id: &str) -> Vec<(i64, String)> {
+        self.json(&format!("/sessions/{id}/history?limit=1000"))
+            .await["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["seq"].as_i64().unwrap(),
+                    e["event"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Polls `cond` until it holds (bounded by [`PATIENCE`]).
+    pub async fn wait_until<'a, F, Fut>(&'a self, cond: F)
+    where
+        F: Fn(&'a Gateway) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        while !cond(self).await {
+            assert!(
+                Instant::now() < deadline,
+                "condition not reached within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every pool member is ready.
+    pub async fn wait_members_ready(&self) {
+        self.wait_until(|g| async move {
+            g.json("/agent").await["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["state"] == "ready")
+        })
+        .await;
+    }
+
+    /// Waits until member 0 has been restarted at least `n` times.
+    pub async fn wait_restarts(&self, n: u64) {
+        self.wait_until(|g| async move {
+            g.json("/agent").await["members"][0]["restarts"]
+                .as_u64()
+                .unwrap()
+                >= n
+        })
+        .await;
+    }
+
+    /// Member 0's `lastError` from `/agent` (empty when none).
+    pub async fn member_error(&self) -> String {
+        self.json("/agent").await["members"][0]["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// The pid of member 0's agent process.
+    pub async fn agent_pid(&self) -> u32 {
+        self.json("/agent").await["members"][0]["pid"]
+            .as_u64()
+            .expect("a running agent") as u32
+    }
+
+    /// A value of `/metrics` (an unlabelled series).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+
+    /// Opens an SSE stream, checking the status and the headers every stream has.
+    pub async fn sse(&self, path: &str, last_event_id: Option<i64>) -> Sse {
+        let res = Sse::request(&self.http, &self.url(path), last_event_id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "GET {path}");
+        assert_eq!(res.headers()["content-type"], "text/event-stream");
+        assert_eq!(res.headers()["cache-control"], "no-cache");
+        assert_eq!(res.headers()["x-accel-buffering"], "no");
+        Sse::from_response(res)
+    }
+}

@@ -1,0 +1,65 @@
+//! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
+//! PostgreSQL databases ([`postgres`]), the gateway binary and a test's [`World`] around it
+//! ([`gateway`]), one SSE reader ([`sse`]) and what `/proc` says about a process ([`process`]).
+//!
+//! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
+//! what only they need (load generators, baselines, reports) on top of it. Each test and bench
+//! file is a crate of its own that uses part of this (and of the re-exports below), hence
+//! the `allow`.
+#![allow(dead_code, unused_imports)]
+
+pub mod agent;
+pub mod gateway;
+pub mod postgres;
+pub mod process;
+pub mod sse;
+
+use std::time::Duration;
+
+pub use agent::{DirectClient, echo_agent};
+pub use gateway::{Database, Gateway, Options, World};
+pub use postgres::{FreshDatabase, admin_url_or_skip};
+pub use process::{pid_alive, processes_with_env};
+pub use sse::{Sse, SseEvent, chunk_text, last_event, positions};
+
+/// Upper bound for anything a test waits for: a hang fails the test instead of blocking CI.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Which store a gateway runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// The stores to measure or test here: SQLite, and PostgreSQL when `DATABASE_URL` is set.
+    pub fn available() -> Vec<Backend> {
+        let mut backends = vec![Backend::Sqlite];
+        if postgres::admin_url().is_some() {
+            backends.push(Backend::Postgres);
+        }
+        backends
+    }
+
+    /// The name tables and messages use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+}
+
+/// Generates `sqlite::NAME` and `postgres::NAME` tests from `async fn NAME(backend: Backend)`;
+/// the PostgreSQL one is skipped, loudly, without `DATABASE_URL`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::support::Backend::Sqlite).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+            if $crate::support::admin_url_or_skip(concat!("postgres::", stringify!($name))).is_none() { return; }
+            super::$name($crate::support::Backend::Postgres).await
+        } )* }
+    };
+}
