@@ -184,9 +184,9 @@ impl Connection {
             .expect("pending lock")
             .insert(id, (method.to_owned(), tx));
         let line = Outbound::request(&Value::from(id), method, params).line();
-        if self.out.send(line).await.is_err() {
+        if let Err(closed) = self.send_line(line).await {
             self.pending.lock().expect("pending lock").remove(&id);
-            return Err(CallError::Closed("the agent's stdin is closed".into()));
+            return Err(closed);
         }
         Ok(PendingCall {
             member: self.member.clone(),
@@ -204,11 +204,8 @@ impl Connection {
         method: &str,
         params: &P,
     ) -> Result<(), CallError> {
-        let line = Outbound::notification(method, params).line();
-        self.out
-            .send(line)
+        self.send_line(Outbound::notification(method, params).line())
             .await
-            .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
     }
 
     /// Answers a request the agent sent to us.
@@ -217,7 +214,10 @@ impl Connection {
         id: &Value,
         result: Result<&R, &RpcError>,
     ) -> Result<(), CallError> {
-        let line = Outbound::response(id, result).line();
+        self.send_line(Outbound::response(id, result).line()).await
+    }
+
+    async fn send_line(&self, line: String) -> Result<(), CallError> {
         self.out
             .send(line)
             .await

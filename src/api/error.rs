@@ -60,34 +60,83 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The one table: each kind's status, problem type and title.
     fn parts(&self) -> Parts {
+        use ApiError as A;
+        use gateway::Error as E;
         match self {
-            ApiError::Service(e) => service_parts(e),
-            ApiError::BadRequest(_) => BAD_REQUEST,
-            ApiError::Validation(_) => VALIDATION,
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            ApiError::NotFound(_) => NOT_FOUND,
-            ApiError::MethodNotAllowed => (
+            A::BadRequest(_) | A::Service(E::Malformed(_)) => {
+                (StatusCode::BAD_REQUEST, "bad-request", "Bad request")
+            }
+            A::Validation(_) | A::Service(E::Invalid(_)) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation-failed",
+                "Validation failed",
+            ),
+            A::NotFound(_) | A::Service(E::NotFound(_)) => {
+                (StatusCode::NOT_FOUND, "not-found", "Not found")
+            }
+            A::Service(E::Conflict(_)) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            A::Service(E::NotSupported(_)) => (
+                StatusCode::NOT_IMPLEMENTED,
+                "not-supported-by-agent",
+                "The agent does not support this",
+            ),
+            A::Service(E::NoCapacity(_)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool-exhausted",
+                "No agent capacity",
+            ),
+            A::Service(E::HeldElsewhere(_)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "replica-unavailable",
+                "The gateway replica holding the session is unavailable",
+            ),
+            A::Service(E::AgentAuthRequired(_)) => (
+                StatusCode::BAD_GATEWAY,
+                "agent-auth-required",
+                "The agent requires authentication",
+            ),
+            A::Service(E::Agent { .. }) => {
+                (StatusCode::BAD_GATEWAY, "agent-error", "The agent failed")
+            }
+            A::Service(E::AgentGone(_)) => (
+                StatusCode::BAD_GATEWAY,
+                "agent-unavailable",
+                "The agent is unavailable",
+            ),
+            A::Service(E::AgentTimeout(_)) => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "agent-timeout",
+                "The agent did not answer in time",
+            ),
+            A::Service(E::Store(_)) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
+            A::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            A::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method-not-allowed",
                 "Method not allowed",
             ),
-            ApiError::PayloadTooLarge(_) => (
+            A::PayloadTooLarge(_) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Payload too large",
             ),
-            ApiError::UnsupportedMediaType(_) => (
+            A::UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
             ),
-            ApiError::TooManyRequests { .. } => (
+            A::TooManyRequests { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too-many-requests",
                 "Too many requests",
             ),
-            ApiError::RequestTimeout => (
+            A::RequestTimeout => (
                 StatusCode::GATEWAY_TIMEOUT,
                 "request-timeout",
                 "Request timeout",
@@ -110,99 +159,35 @@ impl ApiError {
 
     /// The problem document for this error.
     pub fn problem(&self) -> Problem {
-        match self {
-            ApiError::Service(e) => service_problem(e),
-            other => problem_of(other.parts(), other.to_string(), None),
+        let (status, kind, title) = self.parts();
+        let detail = match self {
+            // The cause is in the log, never in an answer.
+            ApiError::Service(gateway::Error::Store(_)) => {
+                "an internal error occurred; it has been logged".to_owned()
+            }
+            other => other.to_string(),
+        };
+        Problem {
+            kind: format!("urn:acp-gateway:problem:{kind}"),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail,
+            agent_code: match self {
+                ApiError::Service(gateway::Error::Agent { code, .. }) => Some(*code),
+                _ => None,
+            },
         }
     }
 
     /// The problem document of a service error, as JSON: what a failed turn's `turn_ended`
     /// event carries, so that a stream reader sees what the prompt's caller saw.
-    pub fn problem_json(error: &gateway::Error) -> serde_json::Value {
-        serde_json::to_value(service_problem(error)).expect("a problem serialises")
+    pub fn problem_json(error: gateway::Error) -> serde_json::Value {
+        serde_json::to_value(ApiError::Service(error).problem()).expect("a problem serialises")
     }
 }
 
 /// A status, the problem type's last segment and its title.
 type Parts = (StatusCode, &'static str, &'static str);
-
-const BAD_REQUEST: Parts = (StatusCode::BAD_REQUEST, "bad-request", "Bad request");
-const VALIDATION: Parts = (
-    StatusCode::UNPROCESSABLE_ENTITY,
-    "validation-failed",
-    "Validation failed",
-);
-const NOT_FOUND: Parts = (StatusCode::NOT_FOUND, "not-found", "Not found");
-
-/// The kinds of the service's errors, as HTTP.
-fn service_parts(e: &gateway::Error) -> Parts {
-    use gateway::Error as E;
-    match e {
-        E::Malformed(_) => BAD_REQUEST,
-        E::Invalid(_) => VALIDATION,
-        E::NotFound(_) => NOT_FOUND,
-        E::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
-        E::NotSupported(_) => (
-            StatusCode::NOT_IMPLEMENTED,
-            "not-supported-by-agent",
-            "The agent does not support this",
-        ),
-        E::NoCapacity(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "pool-exhausted",
-            "No agent capacity",
-        ),
-        E::HeldElsewhere(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "replica-unavailable",
-            "The gateway replica holding the session is unavailable",
-        ),
-        E::AgentAuthRequired(_) => (
-            StatusCode::BAD_GATEWAY,
-            "agent-auth-required",
-            "The agent requires authentication",
-        ),
-        E::Agent { .. } => (StatusCode::BAD_GATEWAY, "agent-error", "The agent failed"),
-        E::AgentGone(_) => (
-            StatusCode::BAD_GATEWAY,
-            "agent-unavailable",
-            "The agent is unavailable",
-        ),
-        E::AgentTimeout(_) => (
-            StatusCode::GATEWAY_TIMEOUT,
-            "agent-timeout",
-            "The agent did not answer in time",
-        ),
-        E::Store(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal server error",
-        ),
-    }
-}
-
-fn service_problem(e: &gateway::Error) -> Problem {
-    let detail = match e {
-        // The cause is in the log, never in an answer.
-        gateway::Error::Store(_) => "an internal error occurred; it has been logged".to_owned(),
-        other => other.to_string(),
-    };
-    let agent_code = match e {
-        gateway::Error::Agent { code, .. } => Some(*code),
-        _ => None,
-    };
-    problem_of(service_parts(e), detail, agent_code)
-}
-
-fn problem_of((status, kind, title): Parts, detail: String, agent_code: Option<i64>) -> Problem {
-    Problem {
-        kind: format!("urn:acp-gateway:problem:{kind}"),
-        title: title.to_owned(),
-        status: status.as_u16(),
-        detail,
-        agent_code,
-    }
-}
 
 /// An error and its causes, as one line for the log.
 fn chain(e: &dyn std::error::Error) -> String {

@@ -73,7 +73,7 @@ pub struct GatewayConfig {
     pub sync_interval: Option<Duration>,
     /// How a failed turn's error is written into its `turn_ended` event: the API's problem
     /// document, so that a stream reader sees what the prompt's caller saw.
-    pub describe_error: fn(&Error) -> serde_json::Value,
+    pub describe_error: fn(Error) -> serde_json::Value,
 }
 
 /// Counters for `/metrics`.

@@ -76,7 +76,7 @@ impl Gateway {
                         .counters
                         .turns_failed
                         .fetch_add(1, Ordering::Relaxed);
-                    let problem = (this.inner.config.describe_error)(&e.clone().into());
+                    let problem = (this.inner.config.describe_error)(e.clone().into());
                     json!({"sessionId": sid, "error": problem})
                 }
             };
