@@ -148,7 +148,7 @@ pub async fn run(
     let keys = Keys::from_config(&config)?;
     // Until `run` returns (or the process ends): one gateway per SQLite file.
     let _replica = store::lock_single_replica(&config.database_url)?;
-    let store = store::connect(&config.database_url)
+    let store = store::connect(&config.database_url, cluster::replica_id())
         .await
         .context("opening the database")?;
     let stop = CancellationToken::new();
@@ -261,7 +261,7 @@ fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
 
 /// Applies the migrations of the configured database.
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect(&config.database_url)
+    store::connect(&config.database_url, cluster::replica_id())
         .await
         .context("opening the database")?;
     Ok(())

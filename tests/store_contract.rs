@@ -1389,7 +1389,7 @@ async fn sqlite_contract() {
     let path_str = path.to_str().expect("utf-8 temp path");
 
     // `sqlite://PATH` through the dispatching `connect`; the file does not exist yet.
-    let db = store::connect(&format!("sqlite://{path_str}"))
+    let db = store::connect(&format!("sqlite://{path_str}"), "contract")
         .await
         .expect("open sqlite");
     run_contract(db.clone()).await;
@@ -1403,7 +1403,7 @@ async fn sqlite_contract() {
     drop(db);
 
     // And as `sqlite:PATH`: the sequence goes on from where the last run left it.
-    let db = store::connect(&format!("sqlite:{path_str}"))
+    let db = store::connect(&format!("sqlite:{path_str}"), "contract")
         .await
         .expect("reopen again");
     assert_eq!(db.last_event_seq("reopen-1").await.unwrap(), 5);
@@ -1421,7 +1421,9 @@ async fn sqlite_contract() {
 async fn sqlite_log_writer_keeps_the_wal_bounded() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("wal.db");
-    let db = store::connect(path.to_str().unwrap()).await.expect("open");
+    let db = store::connect(path.to_str().unwrap(), "contract")
+        .await
+        .expect("open");
     let mut log = db.log_writer();
     // The log writer checkpoints every few appends, a few pages each: the WAL never holds
     // more than a small part of what this many appends write, however loaded the CPUs are.
@@ -1450,7 +1452,7 @@ async fn sqlite_log_writer_keeps_the_wal_bounded() {
 
 #[tokio::test]
 async fn sqlite_memory_contract() {
-    let db = store::connect("sqlite::memory:")
+    let db = store::connect("sqlite::memory:", "contract")
         .await
         .expect("open in-memory sqlite");
     run_contract(db).await;
@@ -1510,12 +1512,15 @@ async fn postgres_contract() {
     // Run in a task so that a failed assertion comes back here and the database still gets
     // dropped before the panic is passed on.
     let outcome = tokio::spawn(async move {
-        let db = store::connect(&url).await.expect("open postgres");
+        let db = store::connect(&url, "contract")
+            .await
+            .expect("open postgres");
         run_contract(db.clone()).await;
         check_log_writer_reconnects(db.clone(), &admin_of_test).await;
         let before = check_reopen_write(db.clone()).await;
         drop(db);
-        let db: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.expect("reconnect"));
+        let db: Arc<dyn Store> =
+            Arc::new(PgStore::connect(&url, "contract").await.expect("reconnect"));
         check_reopen_read(db, &before).await;
     })
     .await;

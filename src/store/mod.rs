@@ -2,7 +2,8 @@
 //!
 //! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
 //! implementation (`postgres.rs`, `sqlite.rs`) that pass the same contract suite
-//! (`tests/store_contract.rs`). This module depends on nothing else in the crate.
+//! (`tests/store_contract.rs`). This module depends on nothing else in the crate: the replica
+//! id it tags notifications with is given to [`connect`].
 
 use std::sync::Arc;
 
@@ -431,10 +432,11 @@ pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
 
 /// Opens the store named by `url` and applies its migrations: `postgres://…` or
 /// `postgresql://…` for PostgreSQL; `sqlite:PATH`, `sqlite://PATH` or a plain file path for
-/// SQLite (the file is created when missing).
-pub async fn connect(url: &str) -> StoreResult<Arc<dyn Store>> {
+/// SQLite (the file is created when missing). `replica_id` is the id of the gateway replica
+/// the store serves (see [`PgStore::connect`]).
+pub async fn connect(url: &str, replica_id: &str) -> StoreResult<Arc<dyn Store>> {
     if is_postgres(url) {
-        Ok(Arc::new(PgStore::connect(url).await?))
+        Ok(Arc::new(PgStore::connect(url, replica_id).await?))
     } else {
         Ok(Arc::new(SqliteStore::connect(url).await?))
     }

@@ -17,8 +17,6 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{ConnectOptions, Postgres, QueryBuilder, Row};
 
-use crate::cluster::replica_id;
-
 use super::{
     Appended, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica,
     SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
@@ -130,6 +128,9 @@ const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_ev
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// The id of the replica this store serves: the tag of the notifications its appends send,
+    /// by which it knows its own among those it receives.
+    replica: String,
 }
 
 /// The `application_name` of the log writer's connection (as `pg_stat_activity` shows it).
@@ -139,6 +140,8 @@ pub const PG_LOG_WRITER_NAME: &str = "acp-gateway event log";
 struct PgLogWriter {
     options: PgConnectOptions,
     own: Option<PgConnection>,
+    /// See [`PgStore::replica`].
+    replica: String,
 }
 
 #[async_trait]
@@ -158,7 +161,7 @@ impl LogWriter for PgLogWriter {
                 Some(conn) => conn,
                 own => own.insert(self.options.connect().await?),
             };
-            match append_on(&mut *conn, session_id, events, touch).await {
+            match append_on(&mut *conn, &self.replica, session_id, events, touch).await {
                 Ok(stored) => return Ok(stored),
                 Err(e) => {
                     self.own = None;
@@ -174,9 +177,11 @@ impl LogWriter for PgLogWriter {
 }
 
 /// Appends `events` (and applies `touch`, see [`LogWriter::append`]) with one statement,
-/// [`APPEND`]: one round trip, atomic without an explicit transaction.
+/// [`APPEND`]: one round trip, atomic without an explicit transaction. The notification is
+/// tagged with `replica`.
 async fn append_on<'e>(
     db: impl sqlx::PgExecutor<'e>,
+    replica: &str,
     session_id: &str,
     events: &[NewEvent],
     touch: Option<DateTime<Utc>>,
@@ -189,7 +194,7 @@ async fn append_on<'e>(
     let last: i64 = sqlx::query_scalar(APPEND)
         .bind(session_id)
         .bind(count)
-        .bind(replica_id())
+        .bind(replica)
         .bind(created_at)
         .bind(&kinds)
         .bind(&payloads)
@@ -224,14 +229,18 @@ fn parse_notification(me: &str, n: &PgNotification) -> Option<Appended> {
 
 impl PgStore {
     /// Connects to `url` (`postgres://…`) and applies the migrations in `migrations/postgres`.
-    pub async fn connect(url: &str) -> StoreResult<Self> {
+    /// `replica` tags the notifications of this store's appends (see [`Store::appended_elsewhere`]).
+    pub async fn connect(url: &str, replica: &str) -> StoreResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            replica: replica.to_owned(),
+        })
     }
 }
 
@@ -509,14 +518,18 @@ impl Store for PgStore {
         session_id: &str,
         events: &[NewEvent],
     ) -> StoreResult<Vec<StoredEvent>> {
-        append_on(&self.pool, session_id, events, None).await
+        append_on(&self.pool, &self.replica, session_id, events, None).await
     }
 
     fn log_writer(&self) -> Box<dyn LogWriter> {
         let options = (*self.pool.connect_options())
             .clone()
             .application_name(PG_LOG_WRITER_NAME);
-        Box::new(PgLogWriter { options, own: None })
+        Box::new(PgLogWriter {
+            options,
+            own: None,
+            replica: self.replica.clone(),
+        })
     }
 
     async fn read_events(
@@ -588,7 +601,7 @@ impl Store for PgStore {
             .await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(LIFECYCLE_CHANNEL)
-            .bind(format!("{} {seq}", replica_id()))
+            .bind(format!("{} {seq}", self.replica))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -683,22 +696,23 @@ impl Store for PgStore {
         listener
             .listen_all([EVENTS_CHANNEL, LIFECYCLE_CHANNEL])
             .await?;
-        let stream = futures::stream::unfold(listener, |mut listener| {
+        let me = self.replica.clone();
+        let stream = futures::stream::unfold((listener, me), |(mut listener, me)| {
             async move {
                 loop {
                     // `Ok(None)`: the connection was lost (the listener reconnects on the next
                     // call); an error: reconnecting failed, so pause before trying again.
                     let notification = match listener.try_recv().await {
                         Ok(Some(n)) => n,
-                        Ok(None) => return Some((Appended::Lost, listener)),
+                        Ok(None) => return Some((Appended::Lost, (listener, me))),
                         Err(e) => {
                             tracing::warn!(error = %e, "listening for other replicas' appends failed; retrying");
                             tokio::time::sleep(Duration::from_secs(1)).await;
-                            return Some((Appended::Lost, listener));
+                            return Some((Appended::Lost, (listener, me)));
                         }
                     };
-                    if let Some(appended) = parse_notification(replica_id(), &notification) {
-                        return Some((appended, listener));
+                    if let Some(appended) = parse_notification(&me, &notification) {
+                        return Some((appended, (listener, me)));
                     }
                 }
             }
