@@ -148,9 +148,10 @@ pub async fn run(
     let keys = Keys::from_config(&config)?;
     // Until `run` returns (or the process ends): one gateway per SQLite file.
     let _replica = store::lock_single_replica(&config.database_url)?;
-    let store = store::connect(&config.database_url, cluster::replica_id())
-        .await
-        .context("opening the database")?;
+    let store::Database { store, replicas } =
+        store::connect(&config.database_url, cluster::replica_id())
+            .await
+            .context("opening the database")?;
     let stop = CancellationToken::new();
     let retention = Retention {
         max_events: (config.retention_events > 0).then_some(config.retention_events),
@@ -168,7 +169,7 @@ pub async fn run(
         None => format!("http://{}", listener.local_addr()?),
     };
     let cluster = Cluster::new(
-        store.clone(),
+        replicas,
         address,
         Duration::from_secs(config.heartbeat_interval),
     );

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use acp_gateway::store::{
-    self, ListCursor, ListQuery, NewEvent, NewLifecycleEvent, Origin, PgStore, SessionRecord,
-    SqliteStore, Store, StoredEvent,
+    self, HeldSessions, ListCursor, ListQuery, NewEvent, NewLifecycleEvent, Origin, PgStore,
+    ReplicaRegistry, Replicas, SessionRecord, SqliteStore, Store, StoredEvent,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
@@ -111,24 +111,23 @@ async fn run_contract(store: Arc<dyn Store>) {
     check_payload_round_trip(store.clone()).await;
     check_lifecycle(store.clone()).await;
     check_prune_events(store.clone()).await;
-    check_replicas(store.clone()).await;
 }
 
 /// Replicas register by heartbeat, are listed oldest first with how long they have been silent,
 /// are forgotten once silent for longer than asked, and unregister.
-async fn check_replicas(store: Arc<dyn Store>) {
+async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     use std::time::Duration as StdDuration;
     let hour = StdDuration::from_secs(3600);
-    assert!(store.replicas().await.unwrap().is_empty());
-    store
+    assert!(registry.replicas().await.unwrap().is_empty());
+    registry
         .heartbeat_replica("b", "http://127.0.0.1:2", ts(T0 + 1), 3, hour)
         .await
         .unwrap();
-    store
+    registry
         .heartbeat_replica("a", "http://127.0.0.1:1", ts(T0), 0, hour)
         .await
         .unwrap();
-    let replicas = store.replicas().await.unwrap();
+    let replicas = registry.replicas().await.unwrap();
     let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "oldest start first");
     assert_eq!(replicas[1].address, "http://127.0.0.1:2");
@@ -143,11 +142,11 @@ async fn check_replicas(store: Arc<dyn Store>) {
 
     // A later beat updates the row in place.
     tokio::time::sleep(StdDuration::from_millis(5)).await;
-    store
+    registry
         .heartbeat_replica("b", "http://127.0.0.1:22", ts(T0 + 1), 7, hour)
         .await
         .unwrap();
-    let b = store.replicas().await.unwrap().remove(1);
+    let b = registry.replicas().await.unwrap().remove(1);
     assert_eq!(
         (b.address.as_str(), b.sessions_live),
         ("http://127.0.0.1:22", 7)
@@ -156,7 +155,7 @@ async fn check_replicas(store: Arc<dyn Store>) {
 
     // A beat forgets whoever has been silent longer than asked.
     tokio::time::sleep(StdDuration::from_millis(20)).await;
-    store
+    registry
         .heartbeat_replica(
             "b",
             "http://127.0.0.1:22",
@@ -166,7 +165,7 @@ async fn check_replicas(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
-    let ids: Vec<String> = store
+    let ids: Vec<String> = registry
         .replicas()
         .await
         .unwrap()
@@ -175,9 +174,29 @@ async fn check_replicas(store: Arc<dyn Store>) {
         .collect();
     assert_eq!(ids, ["b"]);
 
-    assert!(store.remove_replica("b").await.unwrap());
-    assert!(!store.remove_replica("b").await.unwrap());
-    assert!(store.replicas().await.unwrap().is_empty());
+    assert!(registry.remove_replica("b").await.unwrap());
+    assert!(!registry.remove_replica("b").await.unwrap());
+    assert!(registry.replicas().await.unwrap().is_empty());
+}
+
+/// Alone on its database, a gateway records the sessions it holds live; the next one finds
+/// those a dead one left, once.
+async fn check_held_sessions(held: Arc<dyn HeldSessions>) {
+    held.hold("held-a", "r1").await.unwrap();
+    held.hold("held-b", "r1").await.unwrap();
+    held.hold("held-c", "r2").await.unwrap();
+    // Another replica's release leaves the session to its holder.
+    held.release("held-b", "r2").await.unwrap();
+    assert_eq!(held.release_left("r1").await.unwrap(), ["held-c"]);
+    assert!(held.release_left("r1").await.unwrap().is_empty(), "once");
+    held.release("held-b", "r1").await.unwrap();
+    assert_eq!(held.release_left("r2").await.unwrap(), ["held-a"]);
+    // Holding a session takes it over; a clean shutdown forgets everything held.
+    held.hold("held-d", "r2").await.unwrap();
+    held.hold("held-d", "r1").await.unwrap();
+    held.hold("held-e", "r1").await.unwrap();
+    held.release_all("r1").await.unwrap();
+    assert!(held.release_left("r3").await.unwrap().is_empty());
 }
 
 async fn check_fresh_database(store: Arc<dyn Store>) {
@@ -1389,10 +1408,14 @@ async fn sqlite_contract() {
     let path_str = path.to_str().expect("utf-8 temp path");
 
     // `sqlite://PATH` through the dispatching `connect`; the file does not exist yet.
-    let db = store::connect(&format!("sqlite://{path_str}"), "contract")
+    let opened = store::connect(&format!("sqlite://{path_str}"), "contract")
         .await
         .expect("open sqlite");
+    let (db, Replicas::Alone(held)) = (opened.store, opened.replicas) else {
+        panic!("SQLite has no replica registry");
+    };
     run_contract(db.clone()).await;
+    check_held_sessions(held).await;
     let before = check_reopen_write(db.clone()).await;
     drop(db);
     assert!(path.exists(), "the database file was created");
@@ -1405,7 +1428,8 @@ async fn sqlite_contract() {
     // And as `sqlite:PATH`: the sequence goes on from where the last run left it.
     let db = store::connect(&format!("sqlite:{path_str}"), "contract")
         .await
-        .expect("reopen again");
+        .expect("reopen again")
+        .store;
     assert_eq!(db.last_event_seq("reopen-1").await.unwrap(), 5);
     let next = db
         .append_events("reopen-1", &[event("persist", json!({"i": 5}))])
@@ -1423,7 +1447,8 @@ async fn sqlite_log_writer_keeps_the_wal_bounded() {
     let path = dir.path().join("wal.db");
     let db = store::connect(path.to_str().unwrap(), "contract")
         .await
-        .expect("open");
+        .expect("open")
+        .store;
     let mut log = db.log_writer();
     // The log writer checkpoints every few appends, a few pages each: the WAL never holds
     // more than a small part of what this many appends write, however loaded the CPUs are.
@@ -1452,10 +1477,14 @@ async fn sqlite_log_writer_keeps_the_wal_bounded() {
 
 #[tokio::test]
 async fn sqlite_memory_contract() {
-    let db = store::connect("sqlite::memory:", "contract")
+    let opened = store::connect("sqlite::memory:", "contract")
         .await
         .expect("open in-memory sqlite");
+    let (db, Replicas::Alone(held)) = (opened.store, opened.replicas) else {
+        panic!("SQLite has no replica registry");
+    };
     run_contract(db).await;
+    check_held_sessions(held).await;
 }
 
 /// `admin_url` with its database name replaced by `database`.
@@ -1512,10 +1541,14 @@ async fn postgres_contract() {
     // Run in a task so that a failed assertion comes back here and the database still gets
     // dropped before the panic is passed on.
     let outcome = tokio::spawn(async move {
-        let db = store::connect(&url, "contract")
+        let opened = store::connect(&url, "contract")
             .await
             .expect("open postgres");
+        let (db, Replicas::Shared(registry)) = (opened.store, opened.replicas) else {
+            panic!("PostgreSQL has a replica registry");
+        };
         run_contract(db.clone()).await;
+        check_replicas(registry).await;
         check_log_writer_reconnects(db.clone(), &admin_of_test).await;
         let before = check_reopen_write(db.clone()).await;
         drop(db);

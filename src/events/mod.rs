@@ -815,7 +815,10 @@ mod tests {
     async fn flush_waits_for_everything_queued_before_it() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("t.db").display());
-        let store = crate::store::connect(&url, "test-replica").await.unwrap();
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
         let hub = EventHub::new(
             store.clone(),
             CancellationToken::new(),
@@ -853,7 +856,10 @@ mod tests {
     async fn events_queued_during_the_pause_share_one_commit() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("t.db").display());
-        let store = crate::store::connect(&url, "test-replica").await.unwrap();
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
         let pace = Duration::from_secs(600);
         let hub = EventHub::with_pace(
             store.clone(),

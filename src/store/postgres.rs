@@ -1,4 +1,4 @@
-//! The PostgreSQL implementation of [`Store`]: [`PgStore`].
+//! The PostgreSQL implementation of [`Store`] and [`ReplicaRegistry`]: [`PgStore`].
 //!
 //! Schema: `migrations/postgres`. Timestamps are `timestamptz` (microsecond resolution), JSON is
 //! `jsonb`. All queries are checked at run time (no `DATABASE_URL` is needed to build).
@@ -19,8 +19,8 @@ use sqlx::{ConnectOptions, Postgres, QueryBuilder, Row};
 
 use super::{
     Appended, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica,
-    SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, batch_of, merge_page, numbered,
+    ReplicaRegistry, SessionList, SessionMutation, SessionRecord, Store, StoreError, StoreResult,
+    StoredEvent, StoredLifecycleEvent, batch_of, merge_page, numbered,
 };
 
 /// Connections in the pool.
@@ -639,6 +639,38 @@ impl Store for PgStore {
             .await?)
     }
 
+    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener
+            .listen_all([EVENTS_CHANNEL, LIFECYCLE_CHANNEL])
+            .await?;
+        let me = self.replica.clone();
+        let stream = futures::stream::unfold((listener, me), |(mut listener, me)| {
+            async move {
+                loop {
+                    // `Ok(None)`: the connection was lost (the listener reconnects on the next
+                    // call); an error: reconnecting failed, so pause before trying again.
+                    let notification = match listener.try_recv().await {
+                        Ok(Some(n)) => n,
+                        Ok(None) => return Some((Appended::Lost, (listener, me))),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listening for other replicas' appends failed; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            return Some((Appended::Lost, (listener, me)));
+                        }
+                    };
+                    if let Some(appended) = parse_notification(&me, &notification) {
+                        return Some((appended, (listener, me)));
+                    }
+                }
+            }
+        });
+        Ok(Some(Box::pin(stream)))
+    }
+}
+
+#[async_trait]
+impl ReplicaRegistry for PgStore {
     async fn heartbeat_replica(
         &self,
         id: &str,
@@ -691,35 +723,6 @@ impl Store for PgStore {
             .collect()
     }
 
-    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener
-            .listen_all([EVENTS_CHANNEL, LIFECYCLE_CHANNEL])
-            .await?;
-        let me = self.replica.clone();
-        let stream = futures::stream::unfold((listener, me), |(mut listener, me)| {
-            async move {
-                loop {
-                    // `Ok(None)`: the connection was lost (the listener reconnects on the next
-                    // call); an error: reconnecting failed, so pause before trying again.
-                    let notification = match listener.try_recv().await {
-                        Ok(Some(n)) => n,
-                        Ok(None) => return Some((Appended::Lost, (listener, me))),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "listening for other replicas' appends failed; retrying");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            return Some((Appended::Lost, (listener, me)));
-                        }
-                    };
-                    if let Some(appended) = parse_notification(&me, &notification) {
-                        return Some((appended, (listener, me)));
-                    }
-                }
-            }
-        });
-        Ok(Some(Box::pin(stream)))
-    }
-
     async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM session_owners WHERE replica_id = $1")
@@ -733,10 +736,6 @@ impl Store for PgStore {
             .rows_affected();
         tx.commit().await?;
         Ok(removed > 0)
-    }
-
-    fn is_shared(&self) -> bool {
-        true
     }
 
     async fn claim_session(

@@ -1,4 +1,4 @@
-//! The SQLite implementation of [`Store`]: [`SqliteStore`].
+//! The SQLite implementation of [`Store`] and [`HeldSessions`]: [`SqliteStore`].
 //!
 //! Schema: `migrations/sqlite`. Timestamps are stored as INTEGER unix microseconds (exact
 //! ordering and keyset comparisons, lossless microsecond round trip), JSON as TEXT.
@@ -27,7 +27,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{
-    ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, Replica, SessionList,
+    HeldSessions, ListQuery, Listed, LogWriter, NewEvent, NewLifecycleEvent, Origin, SessionList,
     SessionMutation, SessionRecord, Store, StoreError, StoreResult, StoredEvent,
     StoredLifecycleEvent, batch_of, merge_page, numbered,
 };
@@ -418,14 +418,6 @@ fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
     let (database, params) = rest.split_once('?').unwrap_or((rest, ""));
     let in_memory = database == ":memory:" || params.split('&').any(|p| p == "mode=memory");
     Ok((SqliteConnectOptions::from_str(url)?, in_memory))
-}
-
-/// The oldest heartbeat (in microseconds) of a replica still within `lease`.
-fn alive_since(lease: Duration) -> i64 {
-    chrono::Duration::from_std(lease)
-        .ok()
-        .and_then(|lease| Utc::now().checked_sub_signed(lease))
-        .map_or(i64::MIN, micros)
 }
 
 fn micros(at: DateTime<Utc>) -> i64 {
@@ -878,106 +870,25 @@ impl Store for SqliteStore {
             .fetch_one(&self.reader)
             .await?)
     }
+}
 
-    async fn heartbeat_replica(
-        &self,
-        id: &str,
-        address: &str,
-        started_at: DateTime<Utc>,
-        sessions_live: i64,
-        forget_after: Duration,
-    ) -> StoreResult<()> {
-        let now = Utc::now();
-        let forget_before =
-            now - chrono::Duration::from_std(forget_after).unwrap_or(chrono::TimeDelta::MAX);
-        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
+/// One gateway serves an SQLite database at a time (see [`ReplicaLock`]): its live sessions are
+/// rows of `session_owners`, without the registry's leases.
+#[async_trait]
+impl HeldSessions for SqliteStore {
+    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live) \
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
-             address = excluded.address, heartbeat_at = excluded.heartbeat_at, \
-             sessions_live = excluded.sessions_live",
-        )
-        .bind(id)
-        .bind(address)
-        .bind(micros(started_at))
-        .bind(micros(now))
-        .bind(sessions_live)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM replicas WHERE heartbeat_at < ?")
-            .bind(micros(forget_before))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn replicas(&self) -> StoreResult<Vec<Replica>> {
-        let rows = sqlx::query(
-            "SELECT id, address, started_at, heartbeat_at, sessions_live FROM replicas \
-             ORDER BY started_at, id",
-        )
-        .fetch_all(&self.reader)
-        .await?;
-        let now = Utc::now();
-        rows.iter()
-            .map(|r| {
-                let heartbeat_at =
-                    from_micros(r.try_get("heartbeat_at")?, "replicas.heartbeat_at")?;
-                Ok(Replica {
-                    id: r.try_get("id")?,
-                    address: r.try_get("address")?,
-                    started_at: from_micros(r.try_get("started_at")?, "replicas.started_at")?,
-                    heartbeat_at,
-                    sessions_live: r.try_get("sessions_live")?,
-                    silent_for: (now - heartbeat_at).to_std().unwrap_or_default(),
-                })
-            })
-            .collect()
-    }
-
-    async fn remove_replica(&self, id: &str) -> StoreResult<bool> {
-        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
-        sqlx::query("DELETE FROM session_owners WHERE replica_id = ?")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let removed = sqlx::query("DELETE FROM replicas WHERE id = ?")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(removed > 0)
-    }
-
-    fn is_shared(&self) -> bool {
-        false
-    }
-
-    async fn claim_session(
-        &self,
-        session_id: &str,
-        replica: &str,
-        lease: Duration,
-    ) -> StoreResult<bool> {
-        let claimed: Option<String> = sqlx::query_scalar(
-            "INSERT INTO session_owners (session_id, replica_id) VALUES (?1, ?2) \
-             ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id \
-             WHERE session_owners.replica_id = excluded.replica_id OR NOT EXISTS (\
-             SELECT 1 FROM replicas r WHERE r.id = session_owners.replica_id \
-             AND r.heartbeat_at >= ?3) \
-             RETURNING replica_id",
+            "INSERT INTO session_owners (session_id, replica_id) VALUES (?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id",
         )
         .bind(session_id)
         .bind(replica)
-        .bind(alive_since(lease))
-        .fetch_optional(&self.writer)
+        .execute(&self.writer)
         .await?;
-        Ok(claimed.is_some())
+        Ok(())
     }
 
-    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
+    async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM session_owners WHERE session_id = ? AND replica_id = ?")
             .bind(session_id)
             .bind(replica)
@@ -986,29 +897,19 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn session_owner(
-        &self,
-        session_id: &str,
-        lease: Duration,
-    ) -> StoreResult<Option<(String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT o.replica_id, r.address FROM session_owners o \
-             JOIN replicas r ON r.id = o.replica_id WHERE o.session_id = ? \
-             AND r.heartbeat_at >= ?",
-        )
-        .bind(session_id)
-        .bind(alive_since(lease))
-        .fetch_optional(&self.reader)
-        .await?)
+    async fn release_all(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM session_owners WHERE replica_id = ?")
+            .bind(replica)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
     }
 
-    async fn release_orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
+    async fn release_left(&self, replica: &str) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
-            "DELETE FROM session_owners WHERE NOT EXISTS (SELECT 1 FROM replicas r \
-             WHERE r.id = session_owners.replica_id AND r.heartbeat_at >= ?) \
-             RETURNING session_id",
+            "DELETE FROM session_owners WHERE replica_id <> ? RETURNING session_id",
         )
-        .bind(alive_since(lease))
+        .bind(replica)
         .fetch_all(&self.writer)
         .await?)
     }
