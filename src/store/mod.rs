@@ -1,7 +1,7 @@
 //! The durable store: session metadata cache and the per-session event log.
 //!
 //! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
-//! implementation (`postgres.rs`, `sqlite.rs`) that pass the same contract suite
+//! implementation (`postgres/`, `sqlite/`) that pass the same contract suite
 //! (`tests/store_contract.rs`); beside it, how each records the gateway replicas using it
 //! (`replicas.rs`). This module depends on nothing else in the crate: the replica id it tags
 //! notifications with is given to [`connect`].
@@ -9,9 +9,18 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
+
+/// The `sessions` columns, in the order each backend's `session_from_row` and session binding
+/// use (declared before the backends, so that both see it).
+macro_rules! session_columns {
+    () => {
+        "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+         archived, origin, deleted_at, synced_at"
+    };
+}
 
 mod postgres;
 mod replicas;
@@ -199,6 +208,14 @@ pub struct StoredLifecycleEvent {
 
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
+
+/// Truncates every timestamp of `record` to the microsecond, the precision both backends store.
+fn truncate_timestamps(record: &mut SessionRecord) {
+    record.updated_at = record.updated_at.trunc_subsecs(6);
+    record.created_at = record.created_at.trunc_subsecs(6);
+    record.deleted_at = record.deleted_at.map(|at| at.trunc_subsecs(6));
+    record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
+}
 
 /// What every append starts from: `None` for no events, else their count (as the databases'
 /// integer) and the batch's `created_at`, at the microsecond precision both backends store.
