@@ -4,15 +4,19 @@
 //! latest reading of the table is the cluster view of `GET /agent` and `/metrics`; a replica
 //! silent for three intervals is shown as not live. On PostgreSQL every append to a log also
 //! notifies the other replicas, so that their subscribers follow sessions written elsewhere.
+//!
+//! On SQLite, which one gateway serves at a time, there is no registry: the view is this
+//! replica alone, every claim succeeds, and the sessions it holds live are recorded only so
+//! that, after a crash, the next gateway on the file can tell their clients the agent is gone.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::store::{Replica, Store, StoreResult};
+use crate::store::{Replica, Replicas, StoreResult};
 
 /// This process's replica id: fresh at every start, shared by its registry row and the
 /// notifications its appends send to the other replicas.
@@ -46,10 +50,9 @@ pub struct ReplicaView {
 
 /// This replica's membership of the cluster.
 pub struct Cluster {
-    store: Arc<dyn Store>,
-    /// Whether other replicas may use the database (PostgreSQL), so that sessions may be held
-    /// elsewhere.
-    shared: bool,
+    /// The registry where other replicas may share the database (PostgreSQL), so that sessions
+    /// may be held elsewhere; else the record of the sessions held here (SQLite).
+    replicas: Replicas,
     address: String,
     started_at: DateTime<Utc>,
     interval: Duration,
@@ -57,12 +60,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(store: Arc<dyn Store>, address: String, interval: Duration) -> Self {
+    pub fn new(replicas: Replicas, address: String, interval: Duration) -> Self {
         Cluster {
-            shared: store.is_shared(),
-            store,
+            replicas,
             address,
-            started_at: Utc::now(),
+            // As a database stores it, to the microsecond.
+            started_at: Utc::now().trunc_subsecs(6),
             interval,
             view: Mutex::default(),
         }
@@ -72,9 +75,25 @@ impl Cluster {
         self.interval
     }
 
-    /// Records a heartbeat and refreshes the view.
+    /// Records a heartbeat and refreshes the view. A replica alone on its database is the
+    /// whole view, live, beating now.
     pub async fn beat(&self, sessions_live: i64) -> StoreResult<()> {
-        self.store
+        let registry = match &self.replicas {
+            Replicas::Shared(registry) => registry,
+            Replicas::Alone(_) => {
+                *self.view.lock().expect("view lock") = vec![ReplicaView {
+                    id: replica_id().to_owned(),
+                    address: self.address.clone(),
+                    started_at: self.started_at,
+                    heartbeat_at: Utc::now().trunc_subsecs(6),
+                    sessions_live,
+                    live: true,
+                    this: true,
+                }];
+                return Ok(());
+            }
+        };
+        registry
             .heartbeat_replica(
                 replica_id(),
                 &self.address,
@@ -83,7 +102,7 @@ impl Cluster {
                 FORGET_AFTER,
             )
             .await?;
-        let replicas = self.store.replicas().await?;
+        let replicas = registry.replicas().await?;
         let lease = self.lease();
         let view = replicas
             .into_iter()
@@ -108,22 +127,33 @@ impl Cluster {
 
     /// Takes ownership of a session made live here; false if a live replica owns it.
     pub async fn claim(&self, session_id: &str) -> StoreResult<bool> {
-        self.store
-            .claim_session(session_id, replica_id(), self.lease())
-            .await
+        match &self.replicas {
+            Replicas::Shared(registry) => {
+                registry
+                    .claim_session(session_id, replica_id(), self.lease())
+                    .await
+            }
+            Replicas::Alone(held) => {
+                held.hold(session_id, replica_id()).await?;
+                Ok(true)
+            }
+        }
     }
 
     /// Gives up ownership of a session no longer live here.
     pub async fn release(&self, session_id: &str) -> StoreResult<()> {
-        self.store.release_session(session_id, replica_id()).await
+        match &self.replicas {
+            Replicas::Shared(registry) => registry.release_session(session_id, replica_id()).await,
+            Replicas::Alone(held) => held.release(session_id, replica_id()).await,
+        }
     }
 
     /// The address of the live replica other than this one that owns `session_id`, if any.
     pub async fn owner_elsewhere(&self, session_id: &str) -> StoreResult<Option<String>> {
-        if !self.shared {
+        let Replicas::Shared(registry) = &self.replicas else {
             return Ok(None);
-        }
-        let owner = self.store.session_owner(session_id, self.lease()).await?;
+        };
+        let owner = registry.session_owner(session_id, self.lease()).await?;
         Ok(owner.and_then(|(id, address)| (id != replica_id()).then_some(address)))
     }
 
@@ -143,14 +173,24 @@ impl Cluster {
         Some(least.address.clone())
     }
 
-    /// Ends the ownerships of replicas whose lease expired; returns their sessions.
+    /// Ends the ownerships of replicas whose lease expired; returns their sessions. Alone on
+    /// its database, a replica finds those a gateway that died before it left live.
     pub async fn release_orphans(&self) -> StoreResult<Vec<String>> {
-        self.store.release_orphans(self.lease()).await
+        match &self.replicas {
+            Replicas::Shared(registry) => registry.release_orphans(self.lease()).await,
+            Replicas::Alone(held) => held.release_left(replica_id()).await,
+        }
     }
 
     /// Unregisters this replica (at a clean shutdown).
     pub async fn leave(&self) -> StoreResult<bool> {
-        self.store.remove_replica(replica_id()).await
+        match &self.replicas {
+            Replicas::Shared(registry) => registry.remove_replica(replica_id()).await,
+            Replicas::Alone(held) => {
+                held.release_all(replica_id()).await?;
+                Ok(true)
+            }
+        }
     }
 
     /// The replicas as of the last heartbeat, oldest first.

@@ -147,9 +147,10 @@ pub async fn run(
     let keys = Keys::from_config(&config)?;
     // Until `run` returns (or the process ends): one gateway per SQLite file.
     let _replica = store::lock_single_replica(&config.database_url)?;
-    let store = store::connect(&config.database_url)
-        .await
-        .context("opening the database")?;
+    let store::Database { store, replicas } =
+        store::connect(&config.database_url, cluster::replica_id())
+            .await
+            .context("opening the database")?;
     let stop = CancellationToken::new();
     let retention = Retention {
         max_events: (config.retention_events > 0).then_some(config.retention_events),
@@ -167,7 +168,7 @@ pub async fn run(
         None => format!("http://{}", listener.local_addr()?),
     };
     let cluster = Cluster::new(
-        store.clone(),
+        replicas,
         address,
         Duration::from_secs(config.heartbeat_interval),
     );
@@ -261,7 +262,7 @@ fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
 
 /// Applies the migrations of the configured database.
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect(&config.database_url)
+    store::connect(&config.database_url, cluster::replica_id())
         .await
         .context("opening the database")?;
     Ok(())

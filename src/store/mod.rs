@@ -1,20 +1,33 @@
 //! The durable store: session metadata cache and the per-session event log.
 //!
 //! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
-//! implementation (`postgres.rs`, `sqlite.rs`) that pass the same contract suite
-//! (`tests/store_contract.rs`). This module depends on nothing else in the crate.
+//! implementation (`postgres/`, `sqlite/`) that pass the same contract suite
+//! (`tests/store_contract.rs`); beside it, how each records the gateway replicas using it
+//! (`replicas.rs`). This module depends on nothing else in the crate: the replica id it tags
+//! notifications with is given to [`connect`].
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+/// The `sessions` columns, in the order each backend's `session_from_row` and session binding
+/// use (declared before the backends, so that both see it).
+macro_rules! session_columns {
+    () => {
+        "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
+         archived, origin, deleted_at, synced_at"
+    };
+}
+
 mod postgres;
+mod replicas;
 mod sqlite;
 
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
+pub use replicas::{HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::{ReplicaLock, SqliteStore};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
@@ -182,21 +195,6 @@ pub struct NewLifecycleEvent {
     pub payload: Value,
 }
 
-/// A gateway replica as the shared database knows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Replica {
-    pub id: String,
-    /// Where other replicas reach it (`--advertise-url`).
-    pub address: String,
-    pub started_at: DateTime<Utc>,
-    /// Its last heartbeat, by the database's clock.
-    pub heartbeat_at: DateTime<Utc>,
-    /// Sessions it held live at that heartbeat.
-    pub sessions_live: i64,
-    /// How long ago that heartbeat was, by the database's clock (never negative).
-    pub silent_for: std::time::Duration,
-}
-
 /// A lifecycle event as stored, with its global sequence number.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredLifecycleEvent {
@@ -210,6 +208,14 @@ pub struct StoredLifecycleEvent {
 
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
+
+/// Truncates every timestamp of `record` to the microsecond, the precision both backends store.
+fn truncate_timestamps(record: &mut SessionRecord) {
+    record.updated_at = record.updated_at.trunc_subsecs(6);
+    record.created_at = record.created_at.trunc_subsecs(6);
+    record.deleted_at = record.deleted_at.map(|at| at.trunc_subsecs(6));
+    record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
+}
 
 /// What every append starts from: `None` for no events, else their count (as the databases'
 /// integer) and the batch's `created_at`, at the microsecond precision both backends store.
@@ -353,50 +359,6 @@ pub trait Store: Send + Sync + 'static {
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
 
-    /// Records a heartbeat of replica `id` (registering it on the first) stamped with the
-    /// database's clock, and forgets replicas silent for longer than `forget_after`.
-    async fn heartbeat_replica(
-        &self,
-        id: &str,
-        address: &str,
-        started_at: DateTime<Utc>,
-        sessions_live: i64,
-        forget_after: std::time::Duration,
-    ) -> StoreResult<()>;
-
-    /// Every registered replica, oldest first.
-    async fn replicas(&self) -> StoreResult<Vec<Replica>>;
-
-    /// Unregisters replica `id` and ends its ownerships (at its clean shutdown); false if it
-    /// was not registered.
-    async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
-
-    /// Whether several gateway replicas may share this database.
-    fn is_shared(&self) -> bool;
-
-    /// Makes `replica` the owner of live session `session_id`, unless another replica owns it
-    /// and beat within `lease`; true if `replica` owns it now.
-    async fn claim_session(
-        &self,
-        session_id: &str,
-        replica: &str,
-        lease: std::time::Duration,
-    ) -> StoreResult<bool>;
-
-    /// Ends `replica`'s ownership of `session_id` (nothing if another replica owns it).
-    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()>;
-
-    /// The owner of `session_id` if it beat within `lease`: its id and address.
-    async fn session_owner(
-        &self,
-        session_id: &str,
-        lease: std::time::Duration,
-    ) -> StoreResult<Option<(String, String)>>;
-
-    /// Ends the ownerships of replicas silent for longer than `lease` (they have died); returns
-    /// those sessions. Each is returned to one caller only.
-    async fn release_orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
-
     /// Appends that other replicas commit to this database, as they commit (`None` where no
     /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything
     /// may have been missed.
@@ -429,13 +391,30 @@ pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
     sqlite::lock_single_replica(url)
 }
 
-/// Opens the store named by `url` and applies its migrations: `postgres://…` or
+/// A database opened by [`connect`]: its store, and how it records the gateway processes that
+/// use it.
+#[derive(Clone)]
+pub struct Database {
+    pub store: Arc<dyn Store>,
+    pub replicas: Replicas,
+}
+
+/// Opens the database named by `url` and applies its migrations: `postgres://…` or
 /// `postgresql://…` for PostgreSQL; `sqlite:PATH`, `sqlite://PATH` or a plain file path for
-/// SQLite (the file is created when missing).
-pub async fn connect(url: &str) -> StoreResult<Arc<dyn Store>> {
+/// SQLite (the file is created when missing). `replica_id` is the id of the gateway replica
+/// the store serves (see [`PgStore::connect`]).
+pub async fn connect(url: &str, replica_id: &str) -> StoreResult<Database> {
     if is_postgres(url) {
-        Ok(Arc::new(PgStore::connect(url).await?))
+        let db = Arc::new(PgStore::connect(url, replica_id).await?);
+        Ok(Database {
+            store: db.clone(),
+            replicas: Replicas::Shared(db),
+        })
     } else {
-        Ok(Arc::new(SqliteStore::connect(url).await?))
+        let db = Arc::new(SqliteStore::connect(url).await?);
+        Ok(Database {
+            store: db.clone(),
+            replicas: Replicas::Alone(db),
+        })
     }
 }

@@ -1,0 +1,321 @@
+//! The log writer: one task, on a thread of its own, through which every append to a session's
+//! log goes (group commit, then a pause of [`COMMIT_PACE`]), and the hub's methods that queue
+//! for it.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{EventHub, Frame};
+use crate::store::{LogWriter, NewEvent};
+
+/// Events queued for the writer before appenders wait.
+pub(super) const QUEUE: usize = 8192;
+/// The least time between the end of one commit of the event log and the start of the next,
+/// unless someone waits for one ([`EventHub::append`], [`EventHub::flush`]) or the last batch
+/// was full: events queued meanwhile gather into one commit, without waking the writer. An
+/// event queued while the writer is idle is committed at once; a streaming turn's are
+/// committed (and reach live subscribers) in batches about this far apart. On a small
+/// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
+/// the agent the gateway is waiting for (see the README's Performance section).
+pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
+/// Most events written in one batch.
+const MAX_BATCH: usize = 2048;
+
+pub(super) struct Queued {
+    session_id: String,
+    /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
+    event: Option<NewEvent>,
+    /// Raise the session's `updated_at` to at least this, with the event.
+    touch: Option<DateTime<Utc>>,
+    done: Option<oneshot::Sender<Result<i64, String>>>,
+}
+
+/// The niceness of the event log writer's thread: request handling and agents go first on a
+/// busy CPU.
+const LOG_WRITER_NICE: u8 = 5;
+
+/// Lowers the calling thread's CPU priority to [`LOG_WRITER_NICE`]. The writer commits in the
+/// background (no request waits for it; readers of the log flush the queue first), so on a
+/// machine with few cores its commits should not delay a prompt's answer or slow an agent
+/// that shares the cores. Not being allowed to is harmless.
+pub(super) fn log_writer_priority() {
+    use thread_priority::{ThreadPriority, ThreadPriorityValue, set_current_thread_priority};
+    // The crate maps 0..=99 linearly onto niceness 19..=-20, rounding towards 19.
+    let value = 99 * (19 - u16::from(LOG_WRITER_NICE)) / 39;
+    let set = u8::try_from(value)
+        .ok()
+        .and_then(|v| ThreadPriorityValue::try_from(v).ok())
+        .map(|v| set_current_thread_priority(ThreadPriority::Crossplatform(v)));
+    if !matches!(set, Some(Ok(()))) {
+        tracing::debug!(?set, "cannot lower the event log writer's priority");
+    }
+}
+
+impl EventHub {
+    /// Appends to a session's log and waits until it is stored (and broadcast); returns its
+    /// sequence number.
+    pub async fn append(&self, session_id: &str, event: NewEvent) -> Result<i64, String> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue_with(session_id, event, None, Some(tx)).await;
+        rx.await
+            .unwrap_or_else(|_| Err("the event writer has stopped".into()))
+    }
+
+    /// Queues an append without waiting for it to be stored. Order is kept: it is written
+    /// before anything queued (or appended) later.
+    pub async fn enqueue(&self, session_id: &str, event: NewEvent) {
+        self.enqueue_with(session_id, event, None, None).await;
+    }
+
+    /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
+    /// the same commit; [`EventHub::touches`] counts such commits.
+    pub async fn enqueue_touching(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {
+        self.enqueue_with(session_id, event, Some(at), None).await;
+    }
+
+    /// Waits until everything queued so far is stored (read-your-writes for log readers).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        let barrier = Queued {
+            session_id: String::new(),
+            event: None,
+            touch: None,
+            done: Some(tx),
+        };
+        if self.send(barrier).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    async fn enqueue_with(
+        &self,
+        session_id: &str,
+        event: NewEvent,
+        touch: Option<DateTime<Utc>>,
+        done: Option<oneshot::Sender<Result<i64, String>>>,
+    ) {
+        let item = Queued {
+            session_id: session_id.to_owned(),
+            event: Some(event),
+            touch,
+            done,
+        };
+        if let Err(mpsc::error::SendError(item)) = self.send(item).await {
+            tracing::error!(
+                session = item.session_id,
+                kind = item.event.map(|e| e.kind),
+                "the event writer has stopped; event not stored"
+            );
+        }
+    }
+
+    /// Queues `item` for the writer; one that someone waits for ends the writer's pause.
+    async fn send(&self, item: Queued) -> Result<(), mpsc::error::SendError<Queued>> {
+        let waited_for = item.done.is_some();
+        self.queue.send(item).await?;
+        if waited_for {
+            self.urgent.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The writer: group commit of everything queued, session by session, in queue order, then
+    /// a pause of [`EventHub::pace`] unless someone waits for a commit or the batch was full.
+    pub(super) async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
+        let mut log = self.store.log_writer();
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let first = tokio::select! {
+                biased;
+                item = rx.recv() => item,
+                _ = self.closing.cancelled() => {
+                    rx.close();
+                    rx.recv().await
+                }
+            };
+            let Some(first) = first else { return };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(item) => batch.push(item),
+                    Err(_) => break,
+                }
+            }
+            let full = batch.len() == MAX_BATCH;
+            self.write_batch(log.as_mut(), &mut batch).await;
+            if !full {
+                tokio::select! {
+                    biased;
+                    _ = self.urgent.notified() => {}
+                    _ = self.closing.cancelled() => {}
+                    _ = tokio::time::sleep(self.pace) => {}
+                }
+            }
+        }
+    }
+
+    async fn write_batch(&self, log: &mut dyn LogWriter, batch: &mut Vec<Queued>) {
+        // Group by session, keeping each session's order (sessions are independent logs).
+        let mut groups: Vec<(String, Vec<Queued>)> = Vec::new();
+        let mut barriers = Vec::new();
+        for item in batch.drain(..) {
+            if item.event.is_none() {
+                barriers.extend(item.done);
+                continue;
+            }
+            match groups.iter_mut().find(|(id, _)| *id == item.session_id) {
+                Some((_, items)) => items.push(item),
+                None => groups.push((item.session_id.clone(), vec![item])),
+            }
+        }
+        for (session_id, mut items) in groups {
+            let events: Vec<NewEvent> = items.iter_mut().filter_map(|i| i.event.take()).collect();
+            let touch = items.iter().filter_map(|i| i.touch).max();
+            match log.append(&session_id, &events, touch).await {
+                Ok(stored) => {
+                    self.appended
+                        .fetch_add(stored.len() as u64, Ordering::Relaxed);
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                    if touch.is_some() {
+                        self.touches.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if !stored.is_empty() {
+                        self.broadcast(&session_id, || Frame::run(&stored));
+                    }
+                    for (item, e) in items.into_iter().zip(&stored) {
+                        if let Some(done) = item.done {
+                            let _ = done.send(Ok(e.seq));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(session = session_id, error = %e, events = items.len(), "cannot append to the event log");
+                    for item in items {
+                        if let Some(done) = item.done {
+                            let _ = done.send(Err(e.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        // Everything queued before the barriers is in this batch or an earlier one: stored.
+        for done in barriers {
+            let _ = done.send(Ok(0));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::events::Retention;
+    use crate::store::Store;
+
+    /// `flush` returns once everything queued before it is stored. On this single-threaded
+    /// runtime the writer cannot run between the enqueues and the read unless `flush` waits.
+    #[tokio::test]
+    async fn flush_waits_for_everything_queued_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("t.db").display());
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
+        let hub = EventHub::new(
+            store.clone(),
+            CancellationToken::new(),
+            Retention::default(),
+        );
+        for i in 0..100 {
+            let payload = serde_json::json!({"i": i});
+            let event = NewEvent {
+                kind: "x".into(),
+                payload,
+            };
+            hub.enqueue("s", event).await;
+        }
+        hub.flush().await;
+        assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
+        hub.close().await;
+    }
+
+    async fn appended(store: &Arc<dyn Store>, session: &str) -> usize {
+        store.read_events(session, 0, 1000).await.unwrap().len()
+    }
+
+    fn event(i: usize) -> NewEvent {
+        NewEvent {
+            kind: "x".into(),
+            payload: serde_json::json!({"i": i}),
+        }
+    }
+
+    /// After a commit the writer pauses: what is queued meanwhile waits and then goes into one
+    /// commit. An event queued while the writer is idle is committed at once, and a `flush`
+    /// or an awaited `append` ends the pause instead of waiting it out. The pace here is far
+    /// longer than the test, so that no timing decides the outcome.
+    #[tokio::test]
+    async fn events_queued_during_the_pause_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("t.db").display());
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
+        let pace = Duration::from_secs(600);
+        let hub = EventHub::with_pace(
+            store.clone(),
+            CancellationToken::new(),
+            Retention::default(),
+            pace,
+        );
+        hub.enqueue("s", event(0)).await;
+        // The counter moves just after the commit becomes readable: wait for both.
+        let committed = async {
+            while appended(&store, "s").await == 0 || hub.commits() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), committed)
+            .await
+            .expect("an event queued while the writer is idle is committed without a pause");
+        assert_eq!(hub.commits(), 1);
+
+        for i in 1..50 {
+            hub.enqueue("s", event(i)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            appended(&store, "s").await,
+            1,
+            "the writer pauses after a commit"
+        );
+        tokio::time::timeout(Duration::from_secs(30), hub.flush())
+            .await
+            .expect("a flush ends the pause");
+        assert_eq!(appended(&store, "s").await, 50);
+        assert_eq!(
+            hub.commits(),
+            2,
+            "what was queued during the pause is one commit"
+        );
+
+        hub.enqueue("s", event(50)).await;
+        let seq = tokio::time::timeout(Duration::from_secs(30), hub.append("s", event(51)))
+            .await
+            .expect("an awaited append ends the pause")
+            .unwrap();
+        assert_eq!(seq, 52);
+        assert_eq!(hub.commits(), 3);
+        tokio::time::timeout(Duration::from_secs(30), hub.close())
+            .await
+            .expect("closing ends the pause");
+    }
+}

@@ -1,0 +1,188 @@
+//! The session event logs: appends in one statement that numbers them from the session's
+//! counter (`session_seqs`) and notifies the other replicas, the log writer with its own
+//! connection, reads and retention.
+
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
+use sqlx::{ConnectOptions, Row};
+
+use super::PgStore;
+use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent, batch_of, numbered};
+
+/// Appends a batch to a session's log in one statement: raises the session's counter by the
+/// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
+/// from the counter's old value, raises the session's `updated_at` to `$7` if given and later,
+/// and notifies the other replicas at commit: "REPLICA SEQ SESSION" on
+/// [`EVENTS_CHANNEL`](super::replicas::EVENTS_CHANNEL). The upsert locks the counter row until
+/// commit: a concurrent appender of the same session waits, then sees our committed total, so
+/// sequence numbers are gapless and become visible in order.
+const APPEND: &str = "WITH bumped AS (\
+     INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
+     ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
+     RETURNING last_seq), \
+     inserted AS (\
+     INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
+     SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::jsonb, $4 \
+     FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord)), \
+     touched AS (\
+     UPDATE sessions SET updated_at = $7 \
+     WHERE session_id = $1 AND deleted_at IS NULL AND updated_at < $7) \
+     SELECT last_seq FROM bumped, \
+     pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
+
+const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
+     WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+
+const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \
+     WHERE e.session_id = s.session_id AND e.seq <= s.last_seq - $1";
+const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
+const LAST_EVENT_SEQ: &str =
+    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
+
+/// The `application_name` of the log writer's connection (as `pg_stat_activity` shows it).
+pub const PG_LOG_WRITER_NAME: &str = "acp-gateway event log";
+
+/// The log writer of a PostgreSQL store: a connection of its own, outside the pool.
+struct PgLogWriter {
+    options: PgConnectOptions,
+    own: Option<PgConnection>,
+    /// See [`PgStore::replica`].
+    replica: String,
+}
+
+#[async_trait]
+impl LogWriter for PgLogWriter {
+    async fn append(
+        &mut self,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        // A connection the server has closed since the last append (a restart, an idle
+        // timeout) is replaced once; any other error drops it too, and the next append opens
+        // another.
+        let mut retried = false;
+        loop {
+            let conn = match &mut self.own {
+                Some(conn) => conn,
+                own => own.insert(self.options.connect().await?),
+            };
+            match append_on(&mut *conn, &self.replica, session_id, events, touch).await {
+                Ok(stored) => return Ok(stored),
+                Err(e) => {
+                    self.own = None;
+                    if retried || !e.is_connection_lost() {
+                        return Err(e);
+                    }
+                    tracing::info!(error = %e, "the event log's connection was lost; reconnecting");
+                    retried = true;
+                }
+            }
+        }
+    }
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) with one statement,
+/// [`APPEND`]: one round trip, atomic without an explicit transaction. The notification is
+/// tagged with `replica`.
+async fn append_on<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    replica: &str,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    let Some((count, created_at)) = batch_of(events)? else {
+        return Ok(Vec::new());
+    };
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
+    let last: i64 = sqlx::query_scalar(APPEND)
+        .bind(session_id)
+        .bind(count)
+        .bind(replica)
+        .bind(created_at)
+        .bind(&kinds)
+        .bind(&payloads)
+        .bind(touch.map(|at| at.trunc_subsecs(6)))
+        .fetch_one(db)
+        .await?;
+    Ok(numbered(session_id, events, last - count + 1, created_at))
+}
+
+fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent {
+        session_id: row.try_get("session_id")?,
+        seq: row.try_get("seq")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl PgStore {
+    pub(super) async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>> {
+        append_on(&self.pool, &self.replica, session_id, events, None).await
+    }
+
+    pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {
+        let options = (*self.pool.connect_options())
+            .clone()
+            .application_name(PG_LOG_WRITER_NAME);
+        Box::new(PgLogWriter {
+            options,
+            own: None,
+            replica: self.replica.clone(),
+        })
+    }
+
+    pub(super) async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(READ_EVENTS)
+            .bind(session_id)
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64> {
+        let mut deleted = 0;
+        if let Some(keep) = max_events {
+            deleted += sqlx::query(PRUNE_BY_COUNT)
+                .bind(keep.max(0))
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        if let Some(before) = before {
+            deleted += sqlx::query(PRUNE_BY_AGE)
+                .bind(before)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
+    }
+
+    pub(super) async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
+            .bind(session_id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}

@@ -1,0 +1,101 @@
+//! Who holds what across gateway processes: the [`ReplicaRegistry`] of a database several
+//! replicas share (PostgreSQL), and the [`HeldSessions`] of a database one gateway serves alone
+//! (SQLite, behind its file lock), which [`connect`](super::connect) hands out as [`Replicas`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::StoreResult;
+
+/// A gateway replica as the shared database knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    pub id: String,
+    /// Where other replicas reach it (`--advertise-url`).
+    pub address: String,
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat, by the database's clock.
+    pub heartbeat_at: DateTime<Utc>,
+    /// Sessions it held live at that heartbeat.
+    pub sessions_live: i64,
+    /// How long ago that heartbeat was, by the database's clock (never negative).
+    pub silent_for: std::time::Duration,
+}
+
+/// The registry of the replicas sharing a database: their heartbeats, and which of them holds
+/// each live session, as a lease on its heartbeat. Only a database several gateways can share
+/// has one (PostgreSQL).
+#[async_trait]
+pub trait ReplicaRegistry: Send + Sync + 'static {
+    /// Records a heartbeat of replica `id` (registering it on the first) stamped with the
+    /// database's clock, and forgets replicas silent for longer than `forget_after`.
+    async fn heartbeat_replica(
+        &self,
+        id: &str,
+        address: &str,
+        started_at: DateTime<Utc>,
+        sessions_live: i64,
+        forget_after: std::time::Duration,
+    ) -> StoreResult<()>;
+
+    /// Every registered replica, oldest first.
+    async fn replicas(&self) -> StoreResult<Vec<Replica>>;
+
+    /// Unregisters replica `id` and ends its ownerships (at its clean shutdown); false if it
+    /// was not registered.
+    async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
+
+    /// Makes `replica` the owner of live session `session_id`, unless another replica owns it
+    /// and beat within `lease`; true if `replica` owns it now.
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        replica: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<bool>;
+
+    /// Ends `replica`'s ownership of `session_id` (nothing if another replica owns it).
+    async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()>;
+
+    /// The owner of `session_id` if it beat within `lease`: its id and address.
+    async fn session_owner(
+        &self,
+        session_id: &str,
+        lease: std::time::Duration,
+    ) -> StoreResult<Option<(String, String)>>;
+
+    /// Ends the ownerships of replicas silent for longer than `lease` (they have died); returns
+    /// those sessions. Each is returned to one caller only.
+    async fn release_orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
+}
+
+/// The sessions a gateway that is its database's only replica holds live, recorded so that
+/// the next gateway on the database, after a crash, finds those the dead one left live (and
+/// tells their clients that their agent has gone). There is no lease: while a gateway serves
+/// the database no other one can, so any holder but the caller is dead.
+#[async_trait]
+pub trait HeldSessions: Send + Sync + 'static {
+    /// Records that `replica` holds live session `session_id` (whoever held it before).
+    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<()>;
+
+    /// Forgets that `replica` holds `session_id` (nothing if another replica holds it).
+    async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()>;
+
+    /// Forgets every session `replica` holds (at its clean shutdown).
+    async fn release_all(&self, replica: &str) -> StoreResult<()>;
+
+    /// Forgets the sessions held by replicas other than `replica`, which have died, and
+    /// returns them.
+    async fn release_left(&self, replica: &str) -> StoreResult<Vec<String>>;
+}
+
+/// How a database records the gateway processes that use it.
+#[derive(Clone)]
+pub enum Replicas {
+    /// Several replicas may share the database (PostgreSQL).
+    Shared(Arc<dyn ReplicaRegistry>),
+    /// One gateway serves the database at a time (SQLite).
+    Alone(Arc<dyn HeldSessions>),
+}

@@ -1,0 +1,296 @@
+//! The session event logs: appends numbered from each session's counter (`session_seqs`), the
+//! log writer with its own connection, reads and retention.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+
+use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, from_json, from_micros, micros, to_json};
+use crate::store::{LogWriter, NewEvent, StoreError, StoreResult, StoredEvent, batch_of, numbered};
+
+/// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
+const INSERT_CHUNK: usize = 1000;
+/// Appends of up to this many events keep their (multi-statement) query prepared.
+const PREPARED_BATCH: usize = 4;
+
+const BUMP_SEQ: &str = "INSERT INTO session_seqs (session_id, last_seq) VALUES (?, ?) \
+     ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + excluded.last_seq \
+     RETURNING last_seq";
+
+/// Followed by `(ordinal, kind, payload)` rows and [`INSERT_EVENTS_TAIL`]; binds the session id,
+/// the batch's event count and `created_at`, then the rows, then the session id again. Row
+/// `ordinal` (from 1) gets sequence number `last_seq - count + ordinal`.
+const INSERT_EVENTS_HEAD: &str = " INSERT INTO session_events \
+     (session_id, seq, kind, payload, created_at) \
+     SELECT ?, s.last_seq - ? + v.column1, v.column2, v.column3, ? FROM (VALUES ";
+const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
+/// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at`.
+const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ? \
+     WHERE session_id = ? AND deleted_at IS NULL AND updated_at < ?;";
+
+const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
+     WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
+
+const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
+     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - ?";
+const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < ?";
+const LAST_EVENT_SEQ: &str =
+    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = ?), 0)";
+
+/// The log writer of an SQLite store: a connection of its own beside the writer pool (SQLite's
+/// write lock serializes the two; appends and metadata writes are short). An in-memory database
+/// has one connection for everything, so there it takes the pool's in turn.
+///
+/// Its own connection is a `rusqlite` one, used on the calling thread: the event log's writer
+/// has a thread to itself (see `events`), and an append there is a few library calls, where an
+/// sqlx connection would hand every command to its worker thread and wake the caller for each
+/// result (a dozen thread switches per prompt, each tens of microseconds of CPU on a VM).
+///
+/// It does not checkpoint the WAL when a commit crosses SQLite's threshold of a thousand pages
+/// (`wal_autocheckpoint = 0`): copying that much back into the database in one go would land on
+/// one append and, on a small machine, take the CPU from a prompt in flight. Instead it runs a
+/// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after a commit, copying
+/// a dozen pages or so each time; being the only writer, it always copies everything, and its
+/// next transaction starts the WAL file over, so the file stays small.
+struct SqliteLogWriter {
+    pool: SqlitePool,
+    /// Use the pool's connection (an in-memory database).
+    shared: bool,
+    own: Option<rusqlite::Connection>,
+    /// Appends since the last checkpoint.
+    appends: u32,
+}
+
+/// Appends between two checkpoints of the log writer's connection.
+///
+/// Each checkpoint syncs the WAL and the database file, and what a sync has to write grows with
+/// the appends since the last one; a sync's pause fell on about one prompt in ten at 32, which
+/// showed in the prompt's p99 (0.9–1.4 ms added with the agent alone on a core, 0.45–0.6 ms at 8;
+/// `bench/latency.sh`).
+const CHECKPOINT_EVERY: u32 = 8;
+
+/// One event of an append, numbered by the caller (see [`append_here`]).
+const INSERT_EVENT: &str = "INSERT INTO session_events \
+     (session_id, seq, kind, payload, created_at) VALUES (?, ?, ?, ?, ?)";
+
+#[async_trait]
+impl LogWriter for SqliteLogWriter {
+    async fn append(
+        &mut self,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        if self.shared {
+            let mut conn = self.pool.acquire().await?;
+            return append_on(&mut conn, session_id, events, touch).await;
+        }
+        let conn = match &mut self.own {
+            Some(conn) => conn,
+            own => own.insert(open_log_connection(
+                self.pool.connect_options().get_filename(),
+            )?),
+        };
+        let appended = append_here(conn, session_id, events, touch);
+        self.appends += 1;
+        if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
+            self.appends = 0;
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
+            }
+        }
+        if appended.is_err() {
+            self.own = None;
+        }
+        appended
+    }
+}
+
+/// The log writer's own connection to the database file the pool was opened on (it exists:
+/// the pool has run the migrations), with the pool's busy timeout and durability.
+fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(conn)
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
+/// in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): the bump
+/// returns the new last sequence number, from which the events are numbered.
+fn append_here(
+    conn: &mut rusqlite::Connection,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    let Some((count, created_at)) = batch_of(events)? else {
+        return Ok(Vec::new());
+    };
+    let created_micros = micros(created_at);
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let last: i64 = tx
+        .prepare_cached(BUMP_SEQ)?
+        .query_row((session_id, count), |row| row.get(0))?;
+    let first = last - count + 1;
+    {
+        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+        for (seq, event) in (first..).zip(events) {
+            let payload = to_json(&event.payload);
+            insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
+        }
+    }
+    if let Some(at) = touch {
+        let at = micros(at);
+        tx.prepare_cached(TOUCH_SESSION)?
+            .execute((at, session_id, at))?;
+    }
+    tx.commit()?;
+    Ok(numbered(session_id, events, first, created_at))
+}
+
+/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
+/// transaction sent as one command: the connection's thread runs it without coming back
+/// between statements (a round trip costs two thread wake-ups), and SQLite's write lock is
+/// never held while a task waits to be polled, so a `rusqlite` log writer blocking a runtime
+/// thread on that lock cannot stall it. The inserts number their rows from the counter the bump
+/// has just raised.
+async fn append_on(
+    conn: &mut SqliteConnection,
+    session_id: &str,
+    events: &[NewEvent],
+    touch: Option<DateTime<Utc>>,
+) -> StoreResult<Vec<StoredEvent>> {
+    let Some((count, created_at)) = batch_of(events)? else {
+        return Ok(Vec::new());
+    };
+    let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
+    let created_micros = micros(created_at);
+
+    let mut sql = format!("{BEGIN_IMMEDIATE}; {BUMP_SEQ};");
+    for chunk in events.chunks(INSERT_CHUNK) {
+        sql.push_str(INSERT_EVENTS_HEAD);
+        sql.push_str(&vec!["(?, ?, ?)"; chunk.len()].join(", "));
+        sql.push_str(INSERT_EVENTS_TAIL);
+    }
+    if touch.is_some() {
+        sql.push_str(TOUCH_SESSION);
+    }
+    sql.push_str(" COMMIT");
+    let mut query = sqlx::query(&sql)
+        .persistent(events.len() <= PREPARED_BATCH)
+        .bind(session_id)
+        .bind(count);
+    for (start, chunk) in (0..).step_by(INSERT_CHUNK).zip(events.chunks(INSERT_CHUNK)) {
+        query = query.bind(session_id).bind(count).bind(created_micros);
+        for (k, (event, payload)) in chunk.iter().zip(&payloads[start..]).enumerate() {
+            query = query
+                .bind(i64::try_from(start + k + 1).unwrap_or(i64::MAX))
+                .bind(&event.kind)
+                .bind(payload);
+        }
+        query = query.bind(session_id);
+    }
+    if let Some(at) = touch {
+        let at = micros(at);
+        query = query.bind(at).bind(session_id).bind(at);
+    }
+    let rows = match query.fetch_all(&mut *conn).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            // Whichever statement failed, the transaction must not stay open on the connection.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(e.into());
+        }
+    };
+    let last: i64 = rows
+        .first()
+        .ok_or_else(|| StoreError::Corrupt("the sequence bump returned no row".into()))?
+        .try_get(0)?;
+    Ok(numbered(session_id, events, last - count + 1, created_at))
+}
+
+fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
+    let session_id: String = row.try_get("session_id")?;
+    let seq: i64 = row.try_get("seq")?;
+    let what = format!("event {seq} of session {session_id:?}");
+    let payload: String = row.try_get("payload")?;
+    Ok(StoredEvent {
+        kind: row.try_get("kind")?,
+        payload: from_json(&payload, &what)?,
+        created_at: from_micros(row.try_get("created_at")?, &what)?,
+        session_id,
+        seq,
+    })
+}
+
+impl SqliteStore {
+    pub(super) async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let mut conn = self.writer.acquire().await?;
+        append_on(&mut conn, session_id, events, None).await
+    }
+
+    pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {
+        Box::new(SqliteLogWriter {
+            pool: self.writer.clone(),
+            shared: self.in_memory,
+            own: None,
+            appends: 0,
+        })
+    }
+
+    pub(super) async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(READ_EVENTS)
+            .bind(session_id)
+            .bind(after)
+            .bind(limit.max(0))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64> {
+        let mut deleted = 0;
+        if let Some(keep) = max_events {
+            deleted += sqlx::query(PRUNE_BY_COUNT)
+                .bind(keep.max(0))
+                .execute(&self.writer)
+                .await?
+                .rows_affected();
+        }
+        if let Some(before) = before {
+            deleted += sqlx::query(PRUNE_BY_AGE)
+                .bind(micros(before))
+                .execute(&self.writer)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
+    }
+
+    pub(super) async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
+            .bind(session_id)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+}

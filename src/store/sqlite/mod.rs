@@ -1,0 +1,257 @@
+//! The SQLite implementation of [`Store`] and [`HeldSessions`]: [`SqliteStore`].
+//!
+//! Schema: `migrations/sqlite`. Timestamps are stored as INTEGER unix microseconds (exact
+//! ordering and keyset comparisons, lossless microsecond round trip), JSON as TEXT.
+//!
+//! Concurrency: a file database runs in WAL mode with two pools. All writes go through a
+//! *writer* pool of exactly one connection, so writers of this process queue fairly inside sqlx
+//! instead of racing for SQLite's write lock and polling it through the busy handler; reads use a
+//! separate *reader* pool, which WAL lets run alongside the writer. Multi-statement writes still
+//! open their transaction with `BEGIN IMMEDIATE`: the write lock is taken up front (waiting up to
+//! the busy timeout if another process holds it) rather than on the first write, where a
+//! deferred transaction would fail at once with `SQLITE_BUSY` if another process had written in
+//! between. An in-memory database uses a single connection for everything, since a second
+//! connection would not see the same database reliably.
+//!
+//! Files by use case: `sessions.rs` the session cache and its list, `events.rs` the session
+//! event logs and their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a
+//! file has (its lock and the sessions it holds); here the pools and the column conversions
+//! they share.
+
+mod events;
+mod lifecycle;
+mod replica;
+mod sessions;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::{
+    ListQuery, LogWriter, NewEvent, NewLifecycleEvent, SessionList, SessionMutation, SessionRecord,
+    Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+};
+
+pub use replica::{ReplicaLock, lock_single_replica};
+
+/// Connections in the reader pool of a file database.
+const READER_CONNECTIONS: u32 = 4;
+/// How long SQLite waits for a lock held by another connection before `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a query waits for a free connection of its pool before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Opens a write transaction holding SQLite's write lock from the start.
+const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+
+/// The store on an SQLite database: a single-connection writer pool and a reader pool (see the
+/// module documentation).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    /// One connection serves everything (an in-memory database).
+    in_memory: bool,
+}
+
+impl SqliteStore {
+    /// Opens (creating it when missing) the database named by `url` and applies the migrations
+    /// in `migrations/sqlite`. Accepted forms: `sqlite:PATH`, `sqlite://PATH` (both may carry
+    /// SQLite URI parameters such as `?mode=ro`), `sqlite::memory:` / `:memory:` for a private
+    /// in-memory database, or a plain file path (taken literally).
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let (options, in_memory) = parse_url(url)?;
+        let options = options
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+
+        if in_memory {
+            // One connection that never closes: the database lives exactly as long as its last
+            // connection, and every query must see the same one.
+            let pool = pool_options()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?;
+            sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+            return Ok(Self {
+                writer: pool.clone(),
+                reader: pool,
+                in_memory: true,
+            });
+        }
+
+        let options = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let writer = pool_options()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("migrations/sqlite").run(&writer).await?;
+        let reader = pool_options()
+            .max_connections(READER_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        Ok(Self {
+            writer,
+            reader,
+            in_memory: false,
+        })
+    }
+}
+
+/// Pool settings shared by every pool. A connection is not pinged before each use: it is a
+/// handle on a local file, not a socket that can go stale, and a ping is a round trip to the
+/// connection's thread (two thread switches) before every query.
+fn pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new().test_before_acquire(false)
+}
+
+/// Connect options for `url`, and whether it names an in-memory database.
+fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
+    if url == ":memory:" {
+        return Ok((SqliteConnectOptions::from_str(url)?, true));
+    }
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        return Ok((SqliteConnectOptions::new().filename(url), false));
+    };
+    // The same split as sqlx's own parser, which does the actual work.
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (database, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = database == ":memory:" || params.split('&').any(|p| p == "mode=memory");
+    Ok((SqliteConnectOptions::from_str(url)?, in_memory))
+}
+
+fn micros(at: DateTime<Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+fn from_micros(micros: i64, what: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(micros)
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: timestamp {micros} out of range")))
+}
+
+fn opt_from_micros(micros: Option<i64>, what: &str) -> StoreResult<Option<DateTime<Utc>>> {
+    micros.map(|m| from_micros(m, what)).transpose()
+}
+
+/// A JSON value as stored in a TEXT column (compact; writing a `Value` cannot fail).
+fn to_json(value: &Value) -> String {
+    value.to_string()
+}
+
+fn from_json(text: &str, what: &str) -> StoreResult<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: bad JSON: {e}")))
+}
+
+/// Each method is the inherent one of the same name in the file of its use case (an inherent
+/// method is found before a trait's, so none of these calls itself).
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
+        self.put_session(record).await
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>> {
+        self.get_session(session_id).await
+    }
+
+    async fn update_session(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.update_session(session_id, mutate).await
+    }
+
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList> {
+        self.list_sessions(query).await
+    }
+
+    async fn synced_session_ids(&self) -> StoreResult<Vec<String>> {
+        self.synced_session_ids().await
+    }
+
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        self.prune_moves(before).await
+    }
+
+    async fn tombstone_session(
+        &self,
+        session_id: &str,
+        tenant: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        self.tombstone_session(session_id, tenant, at).await
+    }
+
+    async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>> {
+        self.append_events(session_id, events).await
+    }
+
+    fn log_writer(&self) -> Box<dyn LogWriter> {
+        self.log_writer()
+    }
+
+    async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        self.read_events(session_id, after, limit).await
+    }
+
+    async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64> {
+        self.prune_events(max_events, before).await
+    }
+
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
+        self.last_event_seq(session_id).await
+    }
+
+    async fn append_lifecycle(
+        &self,
+        event: &NewLifecycleEvent,
+    ) -> StoreResult<StoredLifecycleEvent> {
+        self.append_lifecycle(event).await
+    }
+
+    async fn read_lifecycle(
+        &self,
+        tenant: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
+        self.read_lifecycle(tenant, after, limit).await
+    }
+
+    async fn last_lifecycle_seq(&self) -> StoreResult<i64> {
+        self.last_lifecycle_seq().await
+    }
+}

@@ -1,0 +1,471 @@
+//! The session event logs and the lifecycle log: appends (also concurrent), the log writer,
+//! payloads, retention.
+
+use super::*;
+
+pub async fn check_append_events(store: Arc<dyn Store>) {
+    let s = "ev-1";
+    assert_eq!(store.last_event_seq(s).await.unwrap(), 0);
+    let first = store
+        .append_events(
+            s,
+            &[
+                event("agent_message_chunk", json!({"text": "hel"})),
+                event("agent_message_chunk", json!({"text": "lo"})),
+                event("tool_call", json!({"id": "t1", "status": "pending"})),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(first.iter().all(|e| e.session_id == s));
+    assert_eq!(first[2].kind, "tool_call");
+    assert_eq!(first[1].payload, json!({"text": "lo"}));
+    for e in &first {
+        assert_fresh_timestamp(e.created_at);
+    }
+    let second = store
+        .append_events(
+            s,
+            &[
+                event(
+                    "tool_call_update",
+                    json!({"id": "t1", "status": "completed"}),
+                ),
+                event("turn_end", json!({"stopReason": "end_turn"})),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
+    assert!(store.append_events(s, &[]).await.unwrap().is_empty());
+    assert_eq!(store.last_event_seq(s).await.unwrap(), 5);
+
+    // Reading back gives exactly what the appends returned, created_at included.
+    let all: Vec<StoredEvent> = first.iter().chain(&second).cloned().collect();
+    assert_eq!(store.read_events(s, 0, 100).await.unwrap(), all);
+    assert_eq!(
+        store.read_events(s, 2, 2).await.unwrap(),
+        all[2..4].to_vec()
+    );
+    assert_eq!(
+        store.read_events(s, 3, 100).await.unwrap(),
+        all[3..].to_vec()
+    );
+    assert!(store.read_events(s, 5, 100).await.unwrap().is_empty());
+    assert!(store.read_events(s, 0, 0).await.unwrap().is_empty());
+
+    // Another session has its own sequence.
+    let other = store
+        .append_events("ev-2", &[event("x", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(other[0].seq, 1);
+    assert_eq!(other[0].session_id, "ev-2");
+    assert_eq!(store.last_event_seq("ev-2").await.unwrap(), 1);
+    assert_eq!(store.last_event_seq(s).await.unwrap(), 5);
+    assert_eq!(store.read_events("ev-2", 0, 100).await.unwrap(), other);
+
+    // A batch larger than any single-statement chunking stays consecutive and atomic.
+    let big: Vec<NewEvent> = (0..2500).map(|i| event("bulk", json!({"i": i}))).collect();
+    let stored = store.append_events("ev-big", &big).await.unwrap();
+    assert_eq!(
+        stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=2500).collect::<Vec<i64>>()
+    );
+    let back = store.read_events("ev-big", 0, 10_000).await.unwrap();
+    assert_eq!(back, stored);
+    let next = store
+        .append_events("ev-big", &[event("after", json!(null))])
+        .await
+        .unwrap();
+    assert_eq!(next[0].seq, 2501);
+    assert_eq!(store.last_event_seq("ev-big").await.unwrap(), 2501);
+}
+
+/// 8 tasks × 50 batches × 3 events on one session: exactly 1..=1200, no gap, no duplicate.
+pub async fn check_concurrent_appends(store: Arc<dyn Store>) {
+    const S: &str = "ev-concurrent";
+    const TASKS: i64 = 8;
+    const BATCHES: i64 = 50;
+    const PER_BATCH: i64 = 3;
+    let mut tasks = JoinSet::new();
+    for task in 0..TASKS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            // Half the appenders use a log writer (a connection of its own), half the store.
+            let mut log = (task % 2 == 0).then(|| store.log_writer());
+            let mut seqs = Vec::new();
+            for batch in 0..BATCHES {
+                let events: Vec<NewEvent> = (0..PER_BATCH)
+                    .map(|i| event("chunk", json!({"task": task, "batch": batch, "i": i})))
+                    .collect();
+                let stored = match &mut log {
+                    Some(log) => log.append(S, &events, None).await,
+                    None => store.append_events(S, &events).await,
+                }
+                .expect("append");
+                assert_eq!(stored.len(), PER_BATCH as usize);
+                for (k, e) in stored.iter().enumerate() {
+                    assert_eq!(e.seq, stored[0].seq + k as i64, "a batch is consecutive");
+                    assert_eq!(e.payload, events[k].payload);
+                }
+                seqs.extend(stored.iter().map(|e| e.seq));
+            }
+            seqs
+        });
+    }
+    let mut seqs = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        seqs.extend(done.expect("append task panicked"));
+    }
+    let total = TASKS * BATCHES * PER_BATCH;
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=total).collect::<Vec<i64>>(), "returned seqs");
+
+    let back = store.read_events(S, 0, 10_000).await.unwrap();
+    assert_eq!(
+        back.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<i64>>(),
+        "stored seqs"
+    );
+    // Every (task, batch, i) exactly once, and each batch's events adjacent and in order.
+    let mut where_is: BTreeMap<(i64, i64, i64), i64> = BTreeMap::new();
+    for e in &back {
+        let key = (
+            e.payload["task"].as_i64().unwrap(),
+            e.payload["batch"].as_i64().unwrap(),
+            e.payload["i"].as_i64().unwrap(),
+        );
+        assert!(where_is.insert(key, e.seq).is_none(), "duplicate {key:?}");
+    }
+    assert_eq!(where_is.len() as i64, total);
+    for task in 0..TASKS {
+        for batch in 0..BATCHES {
+            let s0 = where_is[&(task, batch, 0)];
+            for i in 1..PER_BATCH {
+                assert_eq!(where_is[&(task, batch, i)], s0 + i);
+            }
+        }
+    }
+    assert_eq!(store.last_event_seq(S).await.unwrap(), total);
+}
+
+/// A log writer's append can raise the session's `updated_at` in the same commit: never back in
+/// time, never on a tombstoned or unknown session, and the list order follows.
+pub async fn check_log_writer(store: Arc<dyn Store>) {
+    let (a, b) = ("touch-a", "touch-b");
+    for (id, at) in [(a, T0), (b, T0 + 1_000_000)] {
+        let mut r = record(id, "touch");
+        r.updated_at = ts(at);
+        assert!(store.put_session(&r).await.unwrap());
+    }
+    let updated_at = async |id: &str| {
+        let row = store.get_session(id).await.unwrap().expect("a row");
+        row.updated_at
+    };
+    let listed = async || {
+        let query = ListQuery {
+            tenant: Some("touch".into()),
+            ..ListQuery::default()
+        };
+        ids(&paginate(store.as_ref(), query, 10).await)
+    };
+    assert_eq!(listed().await, [b, a]);
+
+    let mut log = store.log_writer();
+    let later = ts(T0 + 5_000_000);
+    let stored = log
+        .append(a, &[event("turn_started", json!({"n": 1}))], Some(later))
+        .await
+        .unwrap();
+    assert_eq!(stored[0].seq, 1);
+    assert_eq!(updated_at(a).await, later, "touched with the append");
+    assert_eq!(
+        listed().await,
+        [a, b],
+        "the touched session moves to the top"
+    );
+
+    log.append(a, &[event("turn_started", json!({"n": 2}))], Some(ts(T0)))
+        .await
+        .unwrap();
+    assert_eq!(updated_at(a).await, later, "never back in time");
+    log.append(a, &[event("chunk", json!({"n": 3}))], None)
+        .await
+        .unwrap();
+    assert_eq!(updated_at(a).await, later, "no touch asked, none made");
+
+    assert!(
+        store
+            .tombstone_session(a, "touch", ts(T0 + 6_000_000))
+            .await
+            .unwrap()
+    );
+    log.append(
+        a,
+        &[event("late", json!({"n": 4}))],
+        Some(ts(T0 + 9_000_000)),
+    )
+    .await
+    .unwrap();
+    let row = store.get_session(a).await.unwrap().expect("the tombstone");
+    assert_eq!(row.updated_at, later, "a tombstone is not touched");
+
+    log.append("touch-unknown", &[event("x", json!(null))], Some(later))
+        .await
+        .unwrap();
+    assert!(
+        store.get_session("touch-unknown").await.unwrap().is_none(),
+        "a touch creates no row"
+    );
+    let back = store.read_events(a, 0, 100).await.unwrap();
+    assert_eq!(
+        back.iter()
+            .map(|e| e.payload["n"].as_i64())
+            .collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(3), Some(4)]
+    );
+    assert_eq!(back.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+}
+
+/// PostgreSQL: the log writer's own connection, closed by the server between two appends (a
+/// restart, `pg_terminate_backend`), is replaced without losing the append.
+pub async fn check_log_writer_reconnects(store: Arc<dyn Store>, url: &str) {
+    const S: &str = "reconnect-log";
+    let mut log = store.log_writer();
+    log.append(S, &[event("before", json!(1))], None)
+        .await
+        .unwrap();
+    let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1 AND datname = current_database()) t",
+    )
+    .bind(store::PG_LOG_WRITER_NAME)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "the log writer's connection is the one named so");
+    let stored = log
+        .append(S, &[event("after", json!(2))], None)
+        .await
+        .expect("the append goes through on a new connection");
+    assert_eq!(stored[0].seq, 2);
+    let back = store.read_events(S, 0, 10).await.unwrap();
+    assert_eq!(back.len(), 2, "nothing lost, nothing doubled");
+}
+
+pub async fn check_payload_round_trip(store: Arc<dyn Store>) {
+    let mut deep = json!({"leaf": "bottom"});
+    for level in 0..60 {
+        deep = json!({"level": level, "child": deep, "siblings": [level, [level], {"k": level}]});
+    }
+    let large: String = "αβγ 🦀 ascii \"q\" \\ \n".repeat(60_000); // ~1.3 MB
+    let payloads = vec![
+        deep,
+        json!({
+            "text": "héllo wörld — 日本語 — עברית — العربية — 🦀🚀👩‍💻 — e\u{301} — \u{feff}bom",
+            "escapes": "quote \" backslash \\ slash / newline \n cr \r tab \t ctrl \u{1}\u{1f} del \u{7f}",
+            "keys": {"": "empty key", "ключ": "ünïcode key", "a\"b": "quoted key"},
+        }),
+        json!({"large": large}),
+        json!({
+            "u64_max": u64::MAX,
+            "i64_min": i64::MIN,
+            "zero": 0,
+            "neg": -1,
+            "fractions": [0.1, -2.5, 1e-7, 6.02e23, 1.2345678901234567, 1.0],
+        }),
+        json!(null),
+        json!(true),
+        json!("a bare string"),
+        json!(42),
+        json!([]),
+        json!({}),
+        json!([1, "two", [3], {"four": 4}, null]),
+    ];
+    let events: Vec<NewEvent> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| event(&format!("kind-{i}-ünïcode"), p.clone()))
+        .collect();
+    let stored = store.append_events("payload-1", &events).await.unwrap();
+    let back = store.read_events("payload-1", 0, 100).await.unwrap();
+    assert_eq!(back.len(), payloads.len());
+    for (i, (e, p)) in back.iter().zip(&payloads).enumerate() {
+        assert_eq!(&e.payload, p, "payload {i} changed");
+        assert_eq!(e.kind, events[i].kind);
+    }
+    assert_eq!(back, stored);
+
+    // Session meta and lifecycle payloads go through the same JSON columns.
+    let meta = SessionRecord {
+        meta: Some(payloads[1].clone()),
+        ..record("payload-meta", "tenant-payload")
+    };
+    assert!(store.put_session(&meta).await.unwrap());
+    assert_eq!(store.get_session("payload-meta").await.unwrap(), Some(meta));
+}
+
+/// Retention keeps each session's latest events and recent ones; numbering continues after it.
+pub async fn check_prune_events(store: Arc<dyn Store>) {
+    let (a, b) = ("prune-a", "prune-b");
+    for i in 0..10 {
+        store
+            .append_events(a, &[event("chunk", json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    for i in 0..3 {
+        store
+            .append_events(b, &[event("chunk", json!({"i": i}))])
+            .await
+            .unwrap();
+    }
+    let deleted = store.prune_events(Some(4), None).await.unwrap();
+    assert!(
+        deleted >= 6,
+        "at least a's 6 oldest were deleted, got {deleted}"
+    );
+    let kept: Vec<i64> = store
+        .read_events(a, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(kept, vec![7, 8, 9, 10]);
+    let kept_b = store.read_events(b, 0, 100).await.unwrap().len();
+    assert_eq!(kept_b, 3, "a session under the limit keeps everything");
+    assert_eq!(
+        store.last_event_seq(a).await.unwrap(),
+        10,
+        "the counter survives pruning"
+    );
+    let next = store
+        .append_events(a, &[event("chunk", json!({}))])
+        .await
+        .unwrap();
+    assert_eq!(next[0].seq, 11, "numbering continues after pruned events");
+
+    // By age: everything created before a cut-off goes, whatever the count.
+    let cutoff = chrono::Utc::now() + chrono::Duration::seconds(1);
+    store.prune_events(None, Some(cutoff)).await.unwrap();
+    assert!(store.read_events(a, 0, 100).await.unwrap().is_empty());
+    assert!(store.read_events(b, 0, 100).await.unwrap().is_empty());
+    assert_eq!(store.last_event_seq(a).await.unwrap(), 11);
+    assert_eq!(store.prune_events(Some(1), Some(cutoff)).await.unwrap(), 0);
+}
+
+pub async fn check_lifecycle(store: Arc<dyn Store>) {
+    let base = store.last_lifecycle_seq().await.unwrap();
+    let mut stored = Vec::new();
+    for i in 0..6 {
+        let tenant = if i % 2 == 0 { "lc-a" } else { "lc-b" };
+        let new = NewLifecycleEvent {
+            session_id: format!("lc-session-{i}"),
+            tenant: tenant.to_owned(),
+            kind: ["created", "info_updated", "status_changed", "deleted"][i % 4].to_owned(),
+            payload: json!({"i": i, "title": "ünïcode 🚀", "nested": {"list": [i]}}),
+        };
+        let e = store.append_lifecycle(&new).await.unwrap();
+        assert_eq!(e.session_id, new.session_id);
+        assert_eq!(e.tenant, new.tenant);
+        assert_eq!(e.kind, new.kind);
+        assert_eq!(e.payload, new.payload);
+        assert_fresh_timestamp(e.created_at);
+        stored.push(e);
+    }
+    for pair in stored.windows(2) {
+        assert!(pair[1].seq > pair[0].seq, "lifecycle seqs increase");
+    }
+    assert!(stored[0].seq > base);
+    let last = stored.last().unwrap().seq;
+    assert_eq!(store.last_lifecycle_seq().await.unwrap(), last);
+
+    assert_eq!(store.read_lifecycle(None, base, 100).await.unwrap(), stored);
+    let only_a: Vec<_> = stored
+        .iter()
+        .filter(|e| e.tenant == "lc-a")
+        .cloned()
+        .collect();
+    assert_eq!(
+        store.read_lifecycle(Some("lc-a"), base, 100).await.unwrap(),
+        only_a
+    );
+    assert_eq!(
+        store.read_lifecycle(None, stored[1].seq, 2).await.unwrap(),
+        stored[2..4].to_vec()
+    );
+    assert_eq!(
+        store
+            .read_lifecycle(Some("lc-b"), stored[1].seq, 1)
+            .await
+            .unwrap(),
+        vec![stored[3].clone()]
+    );
+    assert!(
+        store
+            .read_lifecycle(None, last, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .read_lifecycle(None, base, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .read_lifecycle(Some("lc-nobody"), 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Concurrent appenders get distinct numbers, all readable in ascending order.
+    let mut tasks = JoinSet::new();
+    for task in 0..8 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..20 {
+                let e = store
+                    .append_lifecycle(&NewLifecycleEvent {
+                        session_id: format!("lc-conc-{task}"),
+                        tenant: "lc-conc".to_owned(),
+                        kind: "info_updated".to_owned(),
+                        payload: json!({"task": task, "i": i}),
+                    })
+                    .await
+                    .expect("append_lifecycle");
+                seqs.push(e.seq);
+            }
+            seqs
+        });
+    }
+    let mut seqs = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        seqs.extend(done.expect("lifecycle task panicked"));
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 160, "duplicate lifecycle seqs");
+    assert!(seqs[0] > last);
+    let back = store
+        .read_lifecycle(Some("lc-conc"), last, 1000)
+        .await
+        .unwrap();
+    assert_eq!(back.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
+    assert_eq!(
+        store.last_lifecycle_seq().await.unwrap(),
+        *seqs.last().unwrap()
+    );
+}

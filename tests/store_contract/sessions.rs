@@ -1,0 +1,335 @@
+//! The session cache: a fresh database, rows round-tripped, updated (also concurrently) and
+//! tombstoned.
+
+use super::*;
+
+pub async fn check_fresh_database(store: Arc<dyn Store>) {
+    store.ping().await.expect("ping");
+    assert_eq!(store.last_lifecycle_seq().await.unwrap(), 0);
+    assert_eq!(store.last_event_seq("no-such-session").await.unwrap(), 0);
+    assert!(
+        store
+            .read_events("no-such-session", 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.read_lifecycle(None, 0, 100).await.unwrap().is_empty());
+    assert_eq!(store.get_session("no-such-session").await.unwrap(), None);
+    let all = ListQuery {
+        limit: 100,
+        ..ListQuery::default()
+    };
+    assert!(store.list_sessions(&all).await.unwrap().sessions.is_empty());
+}
+
+pub async fn check_session_round_trip(store: Arc<dyn Store>) {
+    // Every field set, with awkward values.
+    let full = SessionRecord {
+        session_id: "rt-full".to_owned(),
+        tenant: "tenant-rt".to_owned(),
+        cwd: "/home/zoë/projects/with space/日本".to_owned(),
+        additional_directories: vec![
+            "/srv/shared".to_owned(),
+            "/home/zoë/notes \"quoted\"".to_owned(),
+            "C:\\Windows\\path".to_owned(),
+        ],
+        title: Some("Fix the \"bug\" — ünïcødé 🚀\nsecond line".to_owned()),
+        updated_at: ts(T0 + 1),
+        created_at: ts(T0 - 3_600_000_000 + 7),
+        meta: Some(json!({
+            "source": "test",
+            "nested": {"list": [1, 2.5, null, true, "x", {"deep": []}], "empty": {}},
+            "emoji": "🦀",
+            "big": u64::MAX,
+            "negative": i64::MIN,
+        })),
+        archived: true,
+        origin: Origin::Upstream,
+        deleted_at: None,
+        synced_at: Some(ts(T0 + 999_999)),
+    };
+    assert!(
+        store.put_session(&full).await.unwrap(),
+        "insert must succeed"
+    );
+    assert_eq!(
+        store.get_session("rt-full").await.unwrap().as_ref(),
+        Some(&full)
+    );
+
+    // The minimal record: options stay `None` (no `Some(Value::Null)`), the list stays empty.
+    let minimal = record("rt-min", "tenant-rt");
+    assert!(store.put_session(&minimal).await.unwrap());
+    assert_eq!(
+        store.get_session("rt-min").await.unwrap().as_ref(),
+        Some(&minimal)
+    );
+
+    // `meta: Some(null)` is not the same as no meta.
+    let null_meta = SessionRecord {
+        meta: Some(Value::Null),
+        ..record("rt-null-meta", "tenant-rt")
+    };
+    assert!(store.put_session(&null_meta).await.unwrap());
+    assert_eq!(
+        store.get_session("rt-null-meta").await.unwrap().as_ref(),
+        Some(&null_meta)
+    );
+
+    // Timestamps keep exactly microseconds: nanoseconds are cut, not rounded.
+    let precise = SessionRecord {
+        updated_at: ts(T0) + Duration::nanoseconds(999),
+        created_at: ts(T0 - 1) + Duration::nanoseconds(1),
+        synced_at: Some(ts(T0 + 5) + Duration::nanoseconds(500)),
+        ..record("rt-nanos", "tenant-rt")
+    };
+    assert!(store.put_session(&precise).await.unwrap());
+    let got = store.get_session("rt-nanos").await.unwrap().unwrap();
+    assert_eq!(got.updated_at, ts(T0));
+    assert_eq!(got.created_at, ts(T0 - 1));
+    assert_eq!(got.synced_at, Some(ts(T0 + 5)));
+
+    // Putting an existing live id replaces the whole row.
+    let replaced = SessionRecord {
+        tenant: "tenant-rt-2".to_owned(),
+        cwd: "/elsewhere".to_owned(),
+        additional_directories: vec!["/only-one".to_owned()],
+        title: None,
+        updated_at: ts(T0 + 10_000_000),
+        meta: None,
+        archived: false,
+        origin: Origin::Gateway,
+        synced_at: None,
+        ..full.clone()
+    };
+    assert!(
+        store.put_session(&replaced).await.unwrap(),
+        "replace a live row"
+    );
+    assert_eq!(
+        store.get_session("rt-full").await.unwrap().as_ref(),
+        Some(&replaced)
+    );
+
+    // Putting a tombstoned id changes nothing and says so.
+    let deleted_at = ts(T0 + 20_000_000);
+    assert!(
+        store
+            .tombstone_session("rt-min", "tenant-rt", deleted_at)
+            .await
+            .unwrap()
+    );
+    let resurrect = SessionRecord {
+        title: Some("I am back".to_owned()),
+        ..minimal.clone()
+    };
+    assert!(
+        !store.put_session(&resurrect).await.unwrap(),
+        "put on a tombstone must return false"
+    );
+    let still_dead = store.get_session("rt-min").await.unwrap().unwrap();
+    assert_eq!(
+        still_dead,
+        SessionRecord {
+            deleted_at: Some(deleted_at),
+            ..minimal
+        }
+    );
+}
+
+pub async fn check_update_session(store: Arc<dyn Store>) {
+    let original = SessionRecord {
+        title: Some("before".to_owned()),
+        ..record("upd-1", "tenant-upd")
+    };
+    assert!(store.put_session(&original).await.unwrap());
+
+    let new_time = ts(T0 + 42_000_000) + Duration::nanoseconds(123);
+    let updated = store
+        .update_session("upd-1", &|r: &mut SessionRecord| {
+            r.title = Some("after".to_owned());
+            r.archived = true;
+            r.updated_at = new_time;
+            r.meta = Some(json!({"step": 2}));
+            r.additional_directories.push("/added".to_owned());
+            // The id is the key; changing it must not move or copy the row.
+            r.session_id = "upd-1-renamed".to_owned();
+        })
+        .await
+        .unwrap()
+        .expect("update of a live row returns it");
+    let expected = SessionRecord {
+        title: Some("after".to_owned()),
+        archived: true,
+        updated_at: ts(T0 + 42_000_000),
+        meta: Some(json!({"step": 2})),
+        additional_directories: vec!["/added".to_owned()],
+        ..original
+    };
+    assert_eq!(updated, expected, "the returned row is the stored row");
+    assert_eq!(store.get_session("upd-1").await.unwrap(), Some(expected));
+    assert_eq!(store.get_session("upd-1-renamed").await.unwrap(), None);
+
+    // Unknown ids.
+    let none = store
+        .update_session("upd-unknown", &|r: &mut SessionRecord| {
+            r.title = Some("x".to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+    assert_eq!(store.get_session("upd-unknown").await.unwrap(), None);
+
+    // Tombstoned ids.
+    let doomed = record("upd-2", "tenant-upd");
+    assert!(store.put_session(&doomed).await.unwrap());
+    assert!(
+        store
+            .tombstone_session("upd-2", "tenant-upd", ts(T0 + 1))
+            .await
+            .unwrap()
+    );
+    let none = store
+        .update_session("upd-2", &|r: &mut SessionRecord| {
+            r.title = Some("zombie".to_owned());
+            r.deleted_at = None;
+        })
+        .await
+        .unwrap();
+    assert_eq!(none, None, "a tombstoned row cannot be updated");
+    let row = store.get_session("upd-2").await.unwrap().unwrap();
+    assert_eq!(row.title, None);
+    assert_eq!(row.deleted_at, Some(ts(T0 + 1)));
+}
+
+/// Read-modify-write through `update_session` from many tasks loses no update.
+pub async fn check_concurrent_updates(store: Arc<dyn Store>) {
+    let counter = SessionRecord {
+        meta: Some(json!({"n": 0})),
+        ..record("upd-counter", "tenant-upd")
+    };
+    assert!(store.put_session(&counter).await.unwrap());
+    let mut tasks = JoinSet::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            for _ in 0..10 {
+                store
+                    .update_session("upd-counter", &|r: &mut SessionRecord| {
+                        let n = r
+                            .meta
+                            .as_ref()
+                            .and_then(|m| m["n"].as_i64())
+                            .unwrap_or(-1000);
+                        r.meta = Some(json!({"n": n + 1}));
+                    })
+                    .await
+                    .expect("update_session")
+                    .expect("row exists");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("update task panicked");
+    }
+    let row = store.get_session("upd-counter").await.unwrap().unwrap();
+    assert_eq!(row.meta, Some(json!({"n": 80})), "lost updates");
+}
+
+pub async fn check_tombstone(store: Arc<dyn Store>) {
+    let live = SessionRecord {
+        title: Some("doomed".to_owned()),
+        ..record("tomb-1", "tomb-t")
+    };
+    assert!(store.put_session(&live).await.unwrap());
+    let at = ts(T0 + 77) + Duration::nanoseconds(900);
+    assert!(
+        store
+            .tombstone_session("tomb-1", "tomb-t", at)
+            .await
+            .unwrap(),
+        "first tombstone of a live row returns true"
+    );
+    assert!(
+        !store
+            .tombstone_session("tomb-1", "tomb-t", ts(T0 + 99_000_000))
+            .await
+            .unwrap(),
+        "second tombstone returns false"
+    );
+    let row = store.get_session("tomb-1").await.unwrap().unwrap();
+    assert_eq!(
+        row,
+        SessionRecord {
+            deleted_at: Some(ts(T0 + 77)),
+            ..live.clone()
+        },
+        "the first deletion time stays, nothing else changes"
+    );
+    assert!(!store.put_session(&live).await.unwrap(), "no resurrection");
+    assert_eq!(
+        store
+            .get_session("tomb-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .deleted_at,
+        Some(ts(T0 + 77))
+    );
+    let listed = store
+        .list_sessions(&ListQuery {
+            tenant: Some("tomb-t".to_owned()),
+            limit: 10,
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap()
+        .sessions;
+    assert!(listed.is_empty());
+
+    // An unknown id gets a bare tombstone that blocks a later put.
+    let at = ts(T0 + 5_000_000);
+    assert!(
+        !store
+            .tombstone_session("tomb-unknown", "tomb-t2", at)
+            .await
+            .unwrap(),
+        "tombstoning an unknown id returns false"
+    );
+    let bare = store
+        .get_session("tomb-unknown")
+        .await
+        .unwrap()
+        .expect("a tombstone row was written");
+    assert_eq!(bare.deleted_at, Some(at));
+    assert_eq!(bare.tenant, "tomb-t2");
+    assert_eq!(bare.cwd, "");
+    let synced = SessionRecord {
+        origin: Origin::Upstream,
+        ..record("tomb-unknown", "tomb-t2")
+    };
+    assert!(
+        !store.put_session(&synced).await.unwrap(),
+        "a sync cannot bring back a deleted id"
+    );
+    let still = store.get_session("tomb-unknown").await.unwrap().unwrap();
+    assert_eq!(still.deleted_at, Some(at));
+    assert_eq!(still.cwd, "");
+    assert!(
+        !store
+            .tombstone_session("tomb-unknown", "tomb-t2", ts(T0 + 6_000_000))
+            .await
+            .unwrap()
+    );
+    let listed = store
+        .list_sessions(&ListQuery {
+            tenant: Some("tomb-t2".to_owned()),
+            limit: 10,
+            ..ListQuery::default()
+        })
+        .await
+        .unwrap()
+        .sessions;
+    assert!(listed.is_empty());
+}
