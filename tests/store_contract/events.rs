@@ -240,7 +240,9 @@ pub async fn check_log_writer_reconnects(store: Arc<dyn Store>, url: &str) {
     log.append(S, &[event("before", json!(1))], None)
         .await
         .unwrap();
-    let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+        .await
+        .unwrap();
     let killed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE application_name = $1 AND datname = current_database()) t",

@@ -6,6 +6,9 @@
 //! replica registry checks run where there is a registry (PostgreSQL), the held-session checks
 //! where there is none (SQLite).
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod events;
 mod listing;
 mod reopen;
@@ -14,7 +17,6 @@ mod sessions;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::io::Write;
 use std::sync::Arc;
 
 use acp_gateway::store::{
@@ -23,7 +25,7 @@ use acp_gateway::store::{
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use sqlx::Connection;
+use support::postgres::{Collation, FreshDatabase};
 use tokio::task::JoinSet;
 
 /// An arbitrary instant with a non-zero microsecond part: 2023-11-14T22:13:20.123456Z.
@@ -133,84 +135,24 @@ where
     check(db, url).await;
 }
 
-/// `admin_url` with its database name replaced by `database`.
-fn with_database(admin_url: &str, database: &str) -> String {
-    let (base, params) = match admin_url.split_once('?') {
-        Some((base, params)) => (base, Some(params)),
-        None => (admin_url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority..].find('/') {
-        Some(slash) => &base[..authority + slash],
-        None => base,
-    };
-    match params {
-        Some(params) => format!("{base}/{database}?{params}"),
-        None => format!("{base}/{database}"),
-    }
-}
-
-/// Runs `check` on a throwaway PostgreSQL database (`acpgw_test_…`) created under
-/// `DATABASE_URL` and dropped afterwards, whether the check passes or not. Without
-/// `DATABASE_URL` the test is skipped, loudly.
+/// Runs `check` on a throwaway PostgreSQL database (`acpgw_test_…`, ordering text by ICU
+/// `en-US` where the server has ICU, to prove the store does not depend on the server's
+/// collation) created under `DATABASE_URL` and dropped afterwards, whether the check passes or
+/// not. Without `DATABASE_URL` the test is skipped, loudly.
 async fn on_postgres<F, Fut>(name: &str, check: F)
 where
-    F: FnOnce(Database, String) -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
+    F: FnOnce(Database, String) -> Fut,
+    Fut: Future<Output = ()>,
 {
-    let admin_url = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => {
-            // Written to the real stderr rather than with `eprintln!`, which the test harness
-            // captures and hides for a passing test: a skip must be seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!! postgres::{name} SKIPPED: DATABASE_URL is not set, the PostgreSQL \
-                 store was NOT tested !!!!!!!!\n"
-            );
-            return;
-        }
-    };
-    let mut admin = sqlx::PgConnection::connect(&admin_url)
+    if support::admin_url_or_skip(&format!("postgres::{name}")).is_none() {
+        return;
+    }
+    let fresh = FreshDatabase::create("test", Collation::IcuEnUs).await;
+    let db = store::connect(&fresh.url, "contract")
         .await
-        .unwrap_or_else(|e| panic!("DATABASE_URL is set but PostgreSQL is unreachable: {e}"));
-    let database = format!("acpgw_test_{}", uuid::Uuid::new_v4().simple());
-    // Prefer a locale whose text order is not byte order ("a" < "B"), to prove the store does
-    // not depend on the server's default collation; fall back where ICU is unavailable.
-    let icu = format!(
-        "CREATE DATABASE {database} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
-    );
-    if let Err(e) = sqlx::query(&icu).execute(&mut admin).await {
-        eprintln!("note: no ICU database ({e}); using the server's default collation");
-        sqlx::query(&format!("CREATE DATABASE {database}"))
-            .execute(&mut admin)
-            .await
-            .expect("create the test database");
-    }
-
-    let url = with_database(&admin_url, &database);
-    // Run in a task so that a failed assertion comes back here and the database still gets
-    // dropped before the panic is passed on.
-    let outcome = tokio::spawn({
-        let url = url.clone();
-        async move {
-            let db = store::connect(&url, "contract")
-                .await
-                .expect("open postgres");
-            check(db, url).await;
-        }
-    })
-    .await;
-
-    if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-    {
-        eprintln!("warning: could not drop test database {database}: {e}");
-    }
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+        .expect("open postgres");
+    check(db, fresh.url.clone()).await;
+    fresh.remove().await;
 }
 
 /// The registry of a database several replicas share.
