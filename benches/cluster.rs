@@ -13,12 +13,10 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::{Backend, Database, Gateway, Options, load_spread, postgres};
+use support::{Backend, Database, Gateway, LoadPlan, Options, load_spread, postgres};
 
-const CONCURRENCY: usize = 32;
-const TIMES: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3));
-/// Each layout measured this many times, the three alternated; the best of each.
-const ROUNDS: usize = 3;
+/// Each layout measured `rounds` times, the three alternated; the best of each.
+const LOAD: LoadPlan = LoadPlan::STANDARD;
 
 #[tokio::main]
 async fn main() {
@@ -65,11 +63,11 @@ async fn main() {
         }
     }
     let mut best = [0.0f64; 3];
-    for round in 0..ROUNDS {
+    for round in 0..LOAD.rounds {
         for k in 0..3 {
             let k = (k + round) % 3;
             let targets = [&alone, &own, &any][k];
-            best[k] = best[k].max(load_spread(targets, CONCURRENCY, TIMES, false).await);
+            best[k] = best[k].max(load_spread(targets, LOAD, false).await);
         }
     }
     for gw in replicas {
@@ -79,11 +77,13 @@ async fn main() {
     let (commit, cores) = (support::commit(), support::cores());
     let table = format!(
         "`GET /sessions/{{id}}/status` across replicas; commit {commit}, {cores} cores; \
-         {CONCURRENCY} closed-loop clients, 3 s windows after 1 s warm-up, layouts alternated, best of {ROUNDS}\n\n\
+         {}, layouts alternated, best of {}\n\n\
          | layout | req/s | ÷ one replica alone |\n|---|---|---|\n\
          | one replica alone, its own session | {:.0} | 1.00 |\n\
          | three replicas, each asked about its own session | {:.0} | {:.2} |\n\
          | three replicas, asked about any session (2 in 3 forwarded) | {:.0} | {:.2} |\n",
+        LOAD.describe(),
+        LOAD.rounds,
         best[0],
         best[1],
         best[1] / best[0],

@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use support::{
-    Backend, Database, DirectAgent, Gateway, Options, Sse, bare_server, best_alternated,
+    Backend, Database, DirectAgent, Gateway, LoadPlan, Options, Sse, bare_server, best_alternated,
     percentile, rss_kib,
 };
 
-/// Closed-loop HTTP clients for the throughput figures.
-const CONCURRENCY: usize = 32;
-const WARMUP: Duration = Duration::from_secs(1);
-const WINDOW: Duration = Duration::from_secs(3);
-/// Gateway and bare route alternated, best of each.
-const LOAD_ROUNDS: usize = 2;
+/// Closed-loop HTTP clients for the throughput figures; gateway and bare route alternated,
+/// best of each.
+const LOAD: LoadPlan = LoadPlan {
+    rounds: 2,
+    ..LoadPlan::STANDARD
+};
 /// Sequential prompts of 20 chunks for the prompt rate.
 const PROMPTS: usize = 200;
 const PROMPT_CHUNKS: usize = 20;
@@ -46,22 +46,14 @@ struct Row {
 }
 
 /// Requests per second of the gateway's `path` and of a bare route serving the same body,
-/// alternated, best of LOAD_ROUNDS each.
+/// alternated, best of `LOAD.rounds` each.
 async fn rest_ratio(gw: &Gateway, path: &str, route: &'static str) -> (f64, f64) {
     let http = reqwest::Client::new();
     let url = format!("{}{path}", gw.base);
     let body: Bytes = http.get(&url).send().await.unwrap().bytes().await.unwrap();
     let bare = bare_server(route, body.clone());
     let bare_url = format!("http://{bare}{path}");
-    let times = (WARMUP, WINDOW);
-    best_alternated(
-        (&url, &bare_url),
-        body.len(),
-        CONCURRENCY,
-        times,
-        LOAD_ROUNDS,
-    )
-    .await
+    best_alternated((&url, &bare_url), body.len(), LOAD).await
 }
 
 /// Prompts per second, 20 chunks each: through the gateway with one SSE subscriber reading
@@ -359,14 +351,14 @@ async fn main() {
 
     let mut table = format!(
         "Gateway overhead; commit {}, {} cores; one run of `bash bench/run.sh`\n\n\
-         Throughput: {CONCURRENCY} closed-loop reqwest clients, {}s windows after {}s warm-up, gateway and bare route alternated, best of {LOAD_ROUNDS}. \
+         Throughput: {} (reqwest), gateway and bare route alternated, best of {}. \
          Prompts: {PROMPTS} sequential; latency: {LATENCY_SAMPLES} one-word prompts per side in interleaved blocks of {}, one client thread; the bare proxy is an axum route that only relays the prompt line and the answer line, the floor of any HTTP front for the agent (`bash bench/latency.sh` breaks it down). \
          Events: one turn of {EVENT_CHUNKS} chunks, best of {EVENT_ROUNDS}. RSS: the gateway process only.\n\n\
          | figure | {} | target | met? |\n|---|{}---|---|\n",
         support::commit(),
         support::cores(),
-        WINDOW.as_secs(),
-        WARMUP.as_secs(),
+        LOAD.describe(),
+        LOAD.rounds,
         support::BLOCK,
         names.join(" | "),
         "---|".repeat(names.len()),

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use sqlx::Connection;
 use support::{
-    Backend, Database, Gateway, Options, bare_server, best_alternated, load, percentile,
+    Backend, Database, Gateway, LoadPlan, Options, bare_server, best_alternated, load, percentile,
 };
 
 const SMALL: i64 = 1_000;
@@ -47,10 +47,10 @@ const WARMUP: usize = 100;
 const SAMPLES: usize = 1_000;
 const ROUNDS: usize = 20;
 /// Throughput: concurrent requests, warm-up, measured window, and alternating rounds (best of).
-const CONCURRENCY: usize = 32;
-const LOAD_WARMUP: Duration = Duration::from_secs(1);
-const LOAD_WINDOW: Duration = Duration::from_secs(5);
-const LOAD_ROUNDS: usize = 3;
+const LOAD: LoadPlan = LoadPlan {
+    window: Duration::from_secs(5),
+    ..LoadPlan::STANDARD
+};
 /// The list-latency ratio (1M store / 1k store) must stay at or below this.
 const LATENCY_TARGET: f64 = 1.5;
 /// Gateway throughput over bare-route throughput must reach this.
@@ -374,11 +374,9 @@ async fn figures(backend: Backend, small_db: &str, large_db: &str, state: &Path)
     // For reference: the gateway's HTTP stack alone (middleware, no store, 2-byte body).
     let healthz = format!("{}/healthz", large.base);
     let healthz_len = get(&reqwest::Client::new(), &healthz).await.len();
-    let times = (LOAD_WARMUP, LOAD_WINDOW);
-    let healthz_rps = load(&healthz, healthz_len, CONCURRENCY, times, false).await;
-    let (gateway_rps, bare_rps) =
-        best_alternated((&url, &bare), body_len, CONCURRENCY, times, LOAD_ROUNDS).await;
-    let gateway_fresh_rps = load(&url, body_len, CONCURRENCY, times, true).await;
+    let healthz_rps = load(&healthz, healthz_len, LOAD, false).await;
+    let (gateway_rps, bare_rps) = best_alternated((&url, &bare), body_len, LOAD).await;
+    let gateway_fresh_rps = load(&url, body_len, LOAD, true).await;
     large.stop().await;
     Figures {
         lat,
@@ -526,11 +524,11 @@ async fn main() {
          cwds (\"1M\"), filled by SQL, then ANALYZE; the cwd-filtered page is \
          `GET /sessions?limit={PAGE}&cwd={CWD}` (a full page in both stores). Latency: \
          {SAMPLES} sequential requests per cell on one keep-alive connection after {WARMUP} \
-         warm-up, the four cells interleaved in {ROUNDS} rounds. Throughput: {CONCURRENCY} \
-         concurrent reqwest requests for {} s after {} s warm-up, gateway and bare route \
-         alternated, best of {LOAD_ROUNDS} each (`/healthz`: one run).\n\n",
-        LOAD_WINDOW.as_secs(),
-        LOAD_WARMUP.as_secs(),
+         warm-up, the four cells interleaved in {ROUNDS} rounds. Throughput: {} \
+         (reqwest), gateway and bare route alternated, best of {} each (`/healthz`: one \
+         run).\n\n",
+        LOAD.describe(),
+        LOAD.rounds,
     );
     report.push_str(&table(&sqlite, pg.as_ref()));
     let mut plans = vec![("SQLite", &sqlite.plans)];

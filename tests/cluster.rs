@@ -40,7 +40,7 @@ async fn any_replica_serves_any_session() {
     };
     let a = w.gw();
     let id = a.create("/tmp").await;
-    let mut stream = c.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut stream = c.events(&id, Some(0)).await;
 
     let (status, body) = b.prompt(&id, "hello from b").await;
     assert_eq!(
@@ -77,12 +77,7 @@ async fn any_replica_serves_any_session() {
     // A running turn is cancelled through another replica.
     b.prompt_async(&id, "/hang").await;
     streamed.extend(stream.until("turn_started").await);
-    assert_eq!(
-        c.post(&format!("/sessions/{id}/cancel"), serde_json::json!({}))
-            .await
-            .status(),
-        204
-    );
+    assert_eq!(c.session_action(&id, "cancel").await.status(), 204);
     let ended = stream.until("turn_ended").await;
     assert_eq!(ended.last().unwrap().data["stopReason"], "cancelled");
     streamed.extend(ended);
@@ -111,7 +106,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     };
     let a = w.gw();
     let id = b.create("/tmp").await;
-    let mut watcher = a.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut watcher = a.events(&id, Some(0)).await;
     c.prompt_async(&id, "/chunks 400 /delay 20").await;
     let mut seen = watcher.until("agent_message_chunk").await;
     for _ in 0..20 {
@@ -131,7 +126,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
 
     // Reconnecting elsewhere from the middle continues exactly.
     let middle = seen[seen.len() / 2].id;
-    let mut resumed = c.sse(&format!("/sessions/{id}/events"), Some(middle)).await;
+    let mut resumed = c.events(&id, Some(middle)).await;
     let rest = resumed.until("agent_exited").await;
     assert_eq!(
         seqs(&rest),

@@ -16,30 +16,19 @@ fn member_pid(agent: &Value, index: usize) -> u32 {
 /// SIGKILL on a member mid-turn: the waiting prompt fails with 502 at once, the stream shows
 /// `agent_exited` then `turn_ended` with the error, the member comes back, the session resumes.
 async fn member_killed_from_outside_mid_turn(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let pid = member_pid(&gw.json("/agent").await, 0);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
-    let waiter = {
-        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .json(&json!({"text": "/hang"}))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        })
-    };
+    let pid = gw.agent_pid().await;
+    let mut sse = gw.events(&id, None).await;
+    let waiter = gw.prompt_in_background(&id, "/hang");
     sse.until("turn_started").await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let (status, body) = waiter.await.unwrap();
+    let r = waiter.await.unwrap().unwrap();
+    let (status, body) = (r.status().as_u16(), r.json::<Value>().await.unwrap());
     assert_eq!(status, 502, "{body}");
     assert!(
         body["detail"].as_str().unwrap().contains("signal 9"),
@@ -51,9 +40,8 @@ async fn member_killed_from_outside_mid_turn(backend: Backend) {
     assert_eq!(events[0].data["signal"], 9);
     assert_eq!(events[1].data["error"]["status"], 502);
     assert_eq!(gw.status(&id).await, "saved");
-    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "ready" })
-        .await;
-    assert_ne!(member_pid(&gw.json("/agent").await, 0), pid);
+    gw.wait_member_state("ready").await;
+    assert_ne!(gw.agent_pid().await, pid);
     let (status, body) = gw.prompt(&id, "still here").await;
     assert_eq!(
         (status, body["stopReason"].as_str()),
@@ -66,23 +54,14 @@ async fn member_killed_from_outside_mid_turn(backend: Backend) {
 /// once the turn has ended.
 #[tokio::test]
 async fn ignored_cancel_restarts_the_member() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--cancel-grace").arg("1"),
-    )
-    .await;
+    let opts = Options::default().args(&["--cancel-grace", "1"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let pid = member_pid(&gw.json("/agent").await, 0);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+    let pid = gw.agent_pid().await;
+    let mut sse = gw.events(&id, None).await;
     gw.prompt_async(&id, "/deaf").await;
     sse.until("turn_started").await;
-    assert_eq!(
-        gw.post(&format!("/sessions/{id}/cancel"), json!({}))
-            .await
-            .status(),
-        204
-    );
+    assert_eq!(gw.session_action(&id, "cancel").await.status(), 204);
     let events = sse.until("turn_ended").await;
     assert!(
         events.iter().any(|e| e.event == "agent_exited"),
@@ -99,8 +78,7 @@ async fn ignored_cancel_restarts_the_member() {
             || member_pid(&agent, 0) != pid,
         "{agent}"
     );
-    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "ready" })
-        .await;
+    gw.wait_member_state("ready").await;
     assert!(!pid_alive(pid));
     assert_eq!(gw.prompt(&id, "again").await.0, 200);
     w.finish().await;
@@ -136,8 +114,7 @@ async fn crash_loop_makes_the_gateway_unready() {
     )
     .await;
     let gw = w.gw();
-    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "crash_loop" })
-        .await;
+    gw.wait_member_state("crash_loop").await;
     let restarts = gw.json("/agent").await["members"][0]["restarts"]
         .as_u64()
         .unwrap();
@@ -162,13 +139,10 @@ async fn crash_loop_makes_the_gateway_unready() {
 /// counted and skipped; the member keeps running and the turn completes.
 #[tokio::test]
 async fn garbage_from_the_agent_is_counted_and_survived() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--max-line-bytes").arg("4096"),
-    )
-    .await;
+    let opts = Options::default().args(&["--max-line-bytes", "4096"]);
+    let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let pid = member_pid(&gw.json("/agent").await, 0);
+    let pid = gw.agent_pid().await;
     let id = gw.create("/tmp").await;
     let (status, body) = gw.prompt(&id, "/garbage still fine").await;
     assert_eq!(
@@ -186,29 +160,20 @@ async fn garbage_from_the_agent_is_counted_and_survived() {
     let agent = gw.json("/agent").await;
     assert_eq!(member_pid(&agent, 0), pid);
     assert_eq!(agent["members"][0]["restarts"], 0);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    assert_eq!(chunk_text(&sse.until("turn_ended").await), "still fine");
+    assert_eq!(chunk_text(&gw.first_turn(&id).await), "still fine");
     w.finish().await;
 }
 
 /// Unanswered permission requests fail closed after --permission-timeout (a reject option).
 #[tokio::test]
 async fn permission_timeout_fails_closed() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--permission-timeout").arg("1"),
-    )
-    .await;
+    let opts = Options::default().args(&["--permission-timeout", "1"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     let (status, _) = gw.prompt(&id, "/permission x").await;
     assert_eq!(status, 200);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    let events = sse.until("turn_ended").await;
-    let resolved = events
-        .iter()
-        .find(|e| e.event == "permission_resolved")
-        .unwrap();
+    let events = gw.first_turn(&id).await;
+    let resolved = find_event(&events, "permission_resolved");
     assert_eq!(resolved.data["reason"], "timeout");
     assert_eq!(
         resolved.data["outcome"],
@@ -222,20 +187,12 @@ async fn permission_timeout_fails_closed() {
 #[tokio::test]
 async fn permission_policies_answer_headlessly() {
     for (policy, option) in [("allow", "allow"), ("reject", "reject")] {
-        let w = World::start(
-            Backend::Sqlite,
-            Options::default().arg("--permission-policy").arg(policy),
-        )
-        .await;
+        let opts = Options::default().args(&["--permission-policy", policy]);
+        let (w, id) = World::with_session(Backend::Sqlite, opts).await;
         let gw = w.gw();
-        let id = gw.create("/tmp").await;
         assert_eq!(gw.prompt(&id, "/permission x").await.0, 200);
-        let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-        let events = sse.until("turn_ended").await;
-        let resolved = events
-            .iter()
-            .find(|e| e.event == "permission_resolved")
-            .unwrap();
+        let events = gw.first_turn(&id).await;
+        let resolved = find_event(&events, "permission_resolved");
         assert_eq!(resolved.data["reason"], "policy");
         assert_eq!(resolved.data["outcome"]["optionId"], option);
         assert!(chunk_text(&events).starts_with(&format!("permission: {option}")));
@@ -249,8 +206,7 @@ async fn permission_policies_answer_headlessly() {
 async fn capacity_caps_answer_503() {
     let opts = Options::default()
         .pool(2)
-        .arg("--max-sessions-per-member")
-        .arg("1");
+        .args(&["--max-sessions-per-member", "1"]);
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     gw.wait_members_ready().await;
@@ -259,32 +215,18 @@ async fn capacity_caps_answer_503() {
     let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
-    assert_eq!(
-        gw.post(&format!("/sessions/{a}/close"), json!({}))
-            .await
-            .status(),
-        204
-    );
+    assert_eq!(gw.session_action(&a, "close").await.status(), 204);
     let _c = gw.create("/tmp").await;
     w.finish().await;
 
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--max-sessions").arg("1"),
-    )
-    .await;
+    let opts = Options::default().args(&["--max-sessions", "1"]);
+    let (w, a) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let a = gw.create("/tmp").await;
     assert_eq!(
         gw.post("/sessions", json!({"cwd": "/tmp"})).await.status(),
         503
     );
-    assert_eq!(
-        gw.post(&format!("/sessions/{a}/close"), json!({}))
-            .await
-            .status(),
-        204
-    );
+    assert_eq!(gw.session_action(&a, "close").await.status(), 204);
     let b = gw.create("/tmp").await;
     // A saved session cannot be resumed while the cap is reached either.
     let r = gw
@@ -299,13 +241,9 @@ async fn capacity_caps_answer_503() {
 /// Live sessions idle longer than --idle-timeout are closed (the agent supports close).
 #[tokio::test]
 async fn idle_sessions_are_closed() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--idle-timeout").arg("1"),
-    )
-    .await;
+    let opts = Options::default().args(&["--idle-timeout", "1"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     let sid = id.clone();
     gw.wait_until(move |g| {
         let sid = sid.clone();
@@ -342,18 +280,15 @@ async fn agent_login() {
 
     let opts = Options::default()
         .env("ECHO_AGENT_AUTH", "echo-login")
-        .arg("--agent-auth-method")
-        .arg("echo-login");
-    let w = World::start(Backend::Sqlite, opts).await;
-    let id = w.gw().create("/tmp").await;
+        .args(&["--agent-auth-method", "echo-login"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     assert_eq!(w.gw().prompt(&id, "hi").await.0, 200);
     assert_eq!(w.calls("authenticate"), 1);
     w.finish().await;
 
     let opts = Options::default()
         .env("ECHO_AGENT_AUTH", "echo-login")
-        .arg("--agent-auth-method")
-        .arg("other")
+        .args(&["--agent-auth-method", "other"])
         .no_wait();
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
@@ -370,16 +305,12 @@ async fn agent_environment_and_cwd() {
     let cwd = tempfile::tempdir().unwrap();
     let cwd_path = cwd.path().canonicalize().unwrap();
     let opts = Options::default()
-        .arg("--agent-env")
-        .arg("GREETING=hello there")
-        .arg("--agent-cwd")
-        .arg(cwd_path.to_str().unwrap());
-    let w = World::start(Backend::Sqlite, opts).await;
+        .args(&["--agent-env", "GREETING=hello there"])
+        .args(&["--agent-cwd", cwd_path.to_str().unwrap()]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "/env GREETING /pwd").await.0, 200);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    let text = chunk_text(&sse.until("turn_ended").await);
+    let text = chunk_text(&gw.first_turn(&id).await);
     assert!(text.contains("GREETING=hello there"), "{text}");
     assert!(text.contains(cwd_path.to_str().unwrap()), "{text}");
     w.finish().await;
@@ -404,7 +335,7 @@ async fn shutdown_cancels_closes_and_leaves_no_process() {
     gw.wait_members_ready().await;
     let running = gw.create("/tmp").await;
     let idle = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{running}/events"), None).await;
+    let mut sse = gw.events(&running, None).await;
     gw.prompt_async(&running, "/hang").await;
     sse.until("turn_started").await;
     let children: Vec<u32> = std::fs::read_to_string(dir.path().join("children"))

@@ -38,6 +38,30 @@ async fn call(
     req.send().await.unwrap()
 }
 
+/// `POST /sessions` (cwd `/tmp`) with `key`.
+async fn create_as(gw: &Gateway, key: &str) -> reqwest::Response {
+    let body = json!({"cwd": "/tmp"});
+    call(gw, Some(key), Method::POST, "/sessions", Some(body)).await
+}
+
+/// The `sessionId` of a create's answer.
+async fn created_id(r: reqwest::Response) -> String {
+    let v: Value = r.json().await.unwrap();
+    v["sessionId"].as_str().unwrap().to_owned()
+}
+
+/// The JSON body of `GET path` with `key`.
+async fn json_as(gw: &Gateway, key: &str, path: &str) -> Value {
+    let r = call(gw, Some(key), Method::GET, path, None).await;
+    r.json().await.unwrap()
+}
+
+/// The status of `GET path` with `key`.
+async fn status_as(gw: &Gateway, key: &str, path: &str) -> u16 {
+    let r = call(gw, Some(key), Method::GET, path, None).await;
+    r.status().as_u16()
+}
+
 /// Every session route, as (method, path, body, what the admin gets).
 fn session_routes(id: &str) -> Vec<(Method, String, Option<Value>, u16)> {
     vec![
@@ -90,17 +114,9 @@ async fn every_route_checks_keys_and_tenants() {
             "{path}"
         );
     }
-    let r = call(
-        gw,
-        Some(ALICE),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
+    let r = create_as(gw, ALICE).await;
     assert_eq!(r.status(), 201);
-    let alice_session: Value = r.json().await.unwrap();
-    let id = alice_session["sessionId"].as_str().unwrap().to_owned();
+    let id = created_id(r).await;
     assert_eq!(
         call(
             gw,
@@ -152,26 +168,8 @@ async fn every_route_checks_keys_and_tenants() {
             assert_eq!(status, 404, "{method} {path}");
         }
     }
-    let unknown = call(
-        gw,
-        Some(BOB),
-        Method::GET,
-        "/sessions/sess_unknown_id",
-        None,
-    )
-    .await;
-    assert_eq!(unknown.status(), 404);
-    let after: Value = call(
-        gw,
-        Some(ALICE),
-        Method::GET,
-        &format!("/sessions/{id}"),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    assert_eq!(status_as(gw, BOB, "/sessions/sess_unknown_id").await, 404);
+    let after = json_as(gw, ALICE, &format!("/sessions/{id}")).await;
     assert_eq!(
         after["title"], "Echo: mine",
         "bob's PATCH did not rename it"
@@ -195,23 +193,11 @@ async fn every_route_checks_keys_and_tenants() {
             .map(|s| s["sessionId"].as_str().unwrap().to_owned())
             .collect()
     };
-    let bob_list = ids(call(gw, Some(BOB), Method::GET, "/sessions", None)
-        .await
-        .json()
-        .await
-        .unwrap());
+    let bob_list = ids(json_as(gw, BOB, "/sessions").await);
     assert!(!bob_list.contains(&id));
-    let admin_list = ids(call(gw, Some(ADMIN), Method::GET, "/sessions", None)
-        .await
-        .json()
-        .await
-        .unwrap());
+    let admin_list = ids(json_as(gw, ADMIN, "/sessions").await);
     assert!(admin_list.contains(&id));
-    let alice_list = ids(call(gw, Some(ALICE), Method::GET, "/sessions", None)
-        .await
-        .json()
-        .await
-        .unwrap());
+    let alice_list = ids(json_as(gw, ALICE, "/sessions").await);
     assert_eq!(alice_list, vec![id.clone()]);
 
     // Browsers' EventSource passes the key as ?access_token= (SSE routes only).
@@ -244,18 +230,7 @@ async fn every_route_checks_keys_and_tenants() {
     )
     .await;
     let mut bob_events = Sse::from_response(r);
-    let bob_created = call(
-        gw,
-        Some(BOB),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
-    let bob_id = bob_created.json::<Value>().await.unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let bob_id = created_id(create_as(gw, BOB).await).await;
     let first = bob_events.next().await.unwrap();
     assert_eq!(
         first.data["sessionId"],
@@ -269,15 +244,7 @@ async fn every_route_checks_keys_and_tenants() {
         assert_eq!(r.status().as_u16(), expected, "admin {method} {path}");
     }
     assert_eq!(
-        call(
-            gw,
-            Some(ALICE),
-            Method::GET,
-            &format!("/sessions/{id}"),
-            None
-        )
-        .await
-        .status(),
+        status_as(gw, ALICE, &format!("/sessions/{id}")).await,
         404,
         "deleted by the admin"
     );
@@ -285,17 +252,7 @@ async fn every_route_checks_keys_and_tenants() {
 }
 
 async fn gw_history_len(gw: &Gateway, id: &str) -> usize {
-    let v: Value = call(
-        gw,
-        Some(ADMIN),
-        Method::GET,
-        &format!("/sessions/{id}/history?limit=1000"),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    let v = json_as(gw, ADMIN, &format!("/sessions/{id}/history?limit=1000")).await;
     v["events"].as_array().unwrap().len()
 }
 
@@ -323,7 +280,7 @@ async fn non_loopback_needs_keys() {
 async fn cors_preflight() {
     let w = World::start(
         Backend::Sqlite,
-        keyed().arg("--cors-origin").arg("http://app.example"),
+        keyed().args(&["--cors-origin", "http://app.example"]),
     )
     .await;
     let gw = w.gw();
@@ -390,9 +347,7 @@ async fn workspace_confinement() {
     std::os::unix::fs::symlink(root_path.join("project"), root_path.join("alias")).unwrap();
     let w = World::start(
         Backend::Sqlite,
-        Options::default()
-            .arg("--workspace-root")
-            .arg(root_path.to_str().unwrap()),
+        Options::default().args(&["--workspace-root", root_path.to_str().unwrap()]),
     )
     .await;
     let gw = w.gw();
@@ -442,7 +397,7 @@ async fn workspace_confinement() {
 /// one tenant's excess never blocks another; ordinary requests time out with 504.
 #[tokio::test]
 async fn per_tenant_limits() {
-    let opts = keyed().arg("--rate-limit").arg("1");
+    let opts = keyed().args(&["--rate-limit", "1"]);
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let burst = (0..20).map(|_| call(gw, Some(ALICE), Method::GET, "/sessions", None));
@@ -454,39 +409,25 @@ async fn per_tenant_limits() {
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     assert_eq!(
-        call(gw, Some(BOB), Method::GET, "/sessions", None)
-            .await
-            .status(),
+        status_as(gw, BOB, "/sessions").await,
         200,
         "bob has his own budget"
     );
     w.finish().await;
 
-    let opts = keyed()
-        .arg("--max-concurrent-requests")
-        .arg("1")
-        .arg("--max-streams")
-        .arg("1")
-        .arg("--request-timeout")
-        .arg("1")
-        .arg("--cancel-grace")
-        .arg("3");
+    let opts = keyed().args(&[
+        "--max-concurrent-requests",
+        "1",
+        "--max-streams",
+        "1",
+        "--request-timeout",
+        "1",
+        "--cancel-grace",
+        "3",
+    ]);
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = call(
-        gw,
-        Some(ALICE),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await
-    .json::<Value>()
-    .await
-    .unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = created_id(create_as(gw, ALICE).await).await;
     // One stream at a time for alice.
     let events = format!("/sessions/{id}/events");
     let alices_stream = || call(gw, Some(ALICE), Method::GET, &events, None);
@@ -498,48 +439,22 @@ async fn per_tenant_limits() {
     // two keep-alive intervals, so the test does not wait for it.)
     drop(first);
     assert_eq!(
-        call(gw, Some(BOB), Method::GET, "/events", None)
-            .await
-            .status(),
+        status_as(gw, BOB, "/events").await,
         200,
         "bob's streams are his own"
     );
     // A waiting prompt holds alice's only request slot (prompts have no timeout).
-    let waiter = {
-        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
-        tokio::spawn(async move {
-            http.post(url)
-                .bearer_auth(ALICE)
-                .json(&json!({"text": "/deaf"}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        })
-    };
+    let prompt = gw.http.post(gw.prompt_url(&id)).bearer_auth(ALICE);
+    let waiter = tokio::spawn(prompt.json(&json!({"text": "/deaf"})).send());
     // Only once the prompt is running (seen with the admin's own budget) is alice's slot
     // surely taken: a request of hers sent earlier could have raced the prompt for it.
     gw.wait_until(|g| {
         let path = format!("/sessions/{id}/status");
-        async move {
-            let r = call(g, Some(ADMIN), Method::GET, &path, None).await;
-            r.json::<Value>().await.unwrap()["activity"] == "running"
-        }
+        async move { json_as(g, ADMIN, &path).await["activity"] == "running" }
     })
     .await;
-    assert_eq!(
-        call(gw, Some(ALICE), Method::GET, "/sessions", None)
-            .await
-            .status(),
-        429
-    );
-    assert_eq!(
-        call(gw, Some(BOB), Method::GET, "/sessions", None)
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(status_as(gw, ALICE, "/sessions").await, 429);
+    assert_eq!(status_as(gw, BOB, "/sessions").await, 200);
     // The admin's cancel waits --cancel-grace (3 s) for a deaf agent: longer than the 1 s
     // request timeout, so it answers 504 (the escalation still happens).
     let r = call(
@@ -553,7 +468,7 @@ async fn per_tenant_limits() {
     assert_eq!(r.status(), 504);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     assert_eq!(
-        waiter.await.unwrap(),
+        waiter.await.unwrap().unwrap().status(),
         502,
         "the ignored cancel restarted the agent, ending the turn"
     );

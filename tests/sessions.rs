@@ -144,7 +144,7 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
     let gw = w.gw();
     let id = gw.create("/tmp/arch").await;
     let other = gw.create("/tmp/arch").await;
-    let r = gw.post(&format!("/sessions/{id}/archive"), json!({})).await;
+    let r = gw.session_action(&id, "archive").await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["archived"], true);
@@ -166,17 +166,13 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
         body["detail"].as_str().unwrap().contains("unarchive"),
         "{body}"
     );
-    let r = gw
-        .post(&format!("/sessions/{id}/unarchive"), json!({}))
-        .await;
+    let r = gw.session_action(&id, "unarchive").await;
     assert_eq!(r.status(), 200);
     assert_eq!(w.calls("session/unarchive"), 1);
     let (status, body) = gw.prompt(&id, "back again").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
-        gw.post("/sessions/sess_nope/archive", json!({}))
-            .await
-            .status(),
+        gw.session_action("sess_nope", "archive").await.status(),
         404
     );
 
@@ -194,9 +190,7 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
     }
 
     // An agent that can neither archive nor close keeps the session in memory: still no prompt.
-    let r = gw
-        .post(&format!("/sessions/{id}/unarchive"), json!({}))
-        .await;
+    let r = gw.session_action(&id, "unarchive").await;
     assert_eq!(r.status(), 200);
     w.opts = Options::default().env("ECHO_AGENT_CAPS", "load,list,resume");
     w.restart().await;
@@ -234,8 +228,7 @@ async fn quick_start_flow(backend: Backend) {
         "Echo: hello big world"
     );
 
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    let events = sse.until("turn_ended").await;
+    let events = gw.first_turn(&id).await;
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(
         names,
@@ -289,12 +282,7 @@ async fn status_never_loads_or_resumes(backend: Backend) {
         let gw = w.gw();
         let live = gw.create("/tmp").await;
         let saved = gw.create("/tmp").await;
-        assert_eq!(
-            gw.post(&format!("/sessions/{saved}/close"), json!({}))
-                .await
-                .status(),
-            204
-        );
+        assert_eq!(gw.session_action(&saved, "close").await.status(), 204);
         for _ in 0..5 {
             assert_eq!(gw.status(&live).await, "live");
             assert_eq!(gw.status(&saved).await, "saved");
@@ -491,19 +479,14 @@ async fn restart_keeps_sessions_and_events(backend: Backend) {
         "Echo: one two"
     );
     assert_eq!(gw.status(&id).await, "saved");
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(n)).await;
+    let mut sse = gw.events(&id, Some(n)).await;
     assert_eq!(gw.prompt(&id, "three").await.0, 200);
     let events = sse.until("turn_ended").await;
     assert_eq!(events[0].id, n + 1, "continues right after Last-Event-ID");
     assert_eq!(events[0].event, "turn_started");
     assert_eq!(chunk_text(&events), "three");
     let after = gw.json(&format!("/sessions/{id}/history?limit=1000")).await;
-    let seqs: Vec<i64> = after["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["seq"].as_i64().unwrap())
-        .collect();
+    let seqs = seqs(&after);
     assert_eq!(
         seqs,
         (1..=seqs.len() as i64).collect::<Vec<_>>(),
@@ -515,11 +498,6 @@ async fn restart_keeps_sessions_and_events(backend: Backend) {
 
 /// Archives session `id`; returns the answer's `archived` and `status`.
 async fn archive(gw: &Gateway, id: &str) -> (Value, Value) {
-    let v: Value = gw
-        .post(&format!("/sessions/{id}/archive"), json!({}))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = gw.session_action(id, "archive").await.json().await.unwrap();
     (v["archived"].clone(), v["status"].clone())
 }

@@ -155,10 +155,7 @@ async fn every_event_once_across_disconnects_and_a_restart(backend: Backend) {
         );
     }
     // What the clients saw is what the log holds: spot-check the content of a reconnecting read.
-    let mut sse = w
-        .gw()
-        .sse(&format!("/sessions/{session}/events"), Some(4999))
-        .await;
+    let mut sse = w.gw().events(&session, Some(4999)).await;
     let e = sse.next().await.unwrap();
     assert_eq!((e.id, e.event.as_str()), (5000, "agent_message_chunk"));
     assert_eq!(e.data["update"]["content"]["text"], "c4999 ");
@@ -231,11 +228,10 @@ fn read_raw_until(stream: std::net::TcpStream, name: &str) -> Vec<i64> {
 /// reads again it continues from the log with nothing missing.
 #[tokio::test]
 async fn stalled_subscriber_delays_nobody() {
-    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let (w, id) = World::with_session(Backend::Sqlite, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     let stalled = stalled_subscriber(&gw.base, &format!("/sessions/{id}/events?after=0"));
-    let mut reader = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut reader = gw.events(&id, Some(0)).await;
     let chunks = 50_000;
     let (status, _) = gw.prompt(&id, &format!("/chunks {chunks}")).await;
     assert_eq!(
@@ -266,13 +262,9 @@ async fn stalled_subscriber_delays_nobody() {
 /// `gap` event {from, to} whose id lets the client resume right after it.
 #[tokio::test]
 async fn retention_announces_gaps() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--retention-events").arg("5"),
-    )
-    .await;
+    let opts = Options::default().args(&["--retention-events", "5"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "/chunks 20").await.0, 200);
     // 1 turn_started + 20 chunks + 1 session_info_update + 1 turn_ended = 23 events; keep 19..=23.
     let path = format!("/sessions/{id}/history");
@@ -281,7 +273,7 @@ async fn retention_announces_gaps() {
         async move { g.json(&path).await["events"].as_array().unwrap().len() == 5 }
     })
     .await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut sse = gw.events(&id, Some(0)).await;
     let gap = sse.next().await.unwrap();
     assert_eq!(gap.event, "gap");
     assert_eq!(gap.id, 18);
@@ -292,11 +284,11 @@ async fn retention_announces_gaps() {
         vec![19, 20, 21, 22, 23]
     );
     // Resuming inside the kept range has no gap.
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(20)).await;
+    let mut sse = gw.events(&id, Some(20)).await;
     assert_eq!(sse.next().await.unwrap().id, 21);
     // New events continue the numbering.
     assert_eq!(gw.prompt(&id, "more").await.0, 200);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(23)).await;
+    let mut sse = gw.events(&id, Some(23)).await;
     let e = sse.next().await.unwrap();
     assert_eq!((e.id, e.event.as_str()), (24, "turn_started"));
     w.finish().await;
@@ -312,7 +304,7 @@ async fn stream_payloads_match_the_spec() {
     let gw = w.gw();
     let mut lifecycle = gw.sse("/events", Some(0)).await;
     let id = gw.create("/tmp").await;
-    let mut stream = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut stream = gw.events(&id, Some(0)).await;
     gw.prompt_async(&id, "/permission /unknown hello").await;
     let mut events = stream.until("permission_requested").await;
     let request_id = events.last().unwrap().data["requestId"]
@@ -442,7 +434,7 @@ async fn subscribers_follow_sessions_another_replica_writes() {
         created.last().unwrap().data["session"]["sessionId"],
         id.as_str()
     );
-    let mut stream = here.sse(&format!("/sessions/{id}/events"), Some(0)).await;
+    let mut stream = here.events(&id, Some(0)).await;
     let mut seen = Vec::new();
     for text in ["/chunks 300", "hello from there"] {
         let (status, body) = there.prompt(&id, text).await;

@@ -65,11 +65,8 @@ async fn agent_health_metrics_docs_and_spec() {
 
 #[tokio::test]
 async fn bad_input_gets_problem_json() {
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().arg("--max-body-bytes").arg("1024"),
-    )
-    .await;
+    let opts = Options::default().args(&["--max-body-bytes", "1024"]);
+    let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let check = |r: reqwest::Response, status: u16| async move {
         assert_eq!(r.status(), status);
@@ -142,11 +139,11 @@ async fn bad_input_gets_problem_json() {
 /// An agent that advertises nothing optional: delete still removes from the list (without
 /// calling session/delete), status answers from the cache, close and resume say 501.
 async fn missing_capabilities_answer_honestly(backend: Backend) {
-    let w = World::start(backend, Options::default().env("ECHO_AGENT_CAPS", "")).await;
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "");
+    let (w, id) = World::with_session(backend, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "x").await.0, 200);
-    let r = gw.post(&format!("/sessions/{id}/close"), json!({})).await;
+    let r = gw.session_action(&id, "close").await;
     assert_eq!(r.status(), 501);
     let p: Value = r.json().await.unwrap();
     assert!(
@@ -176,12 +173,7 @@ async fn missing_capabilities_answer_honestly(backend: Backend) {
         .post(&format!("/sessions/{id2}/prompt"), json!({"text": "x"}))
         .await;
     assert_eq!(r.status(), 501);
-    assert_eq!(
-        gw.post(&format!("/sessions/{id2}/resume"), json!({}))
-            .await
-            .status(),
-        501
-    );
+    assert_eq!(gw.session_action(&id2, "resume").await.status(), 501);
     w.finish().await;
 }
 
@@ -200,19 +192,10 @@ async fn shutdown_leaves_no_agent_processes() {
     assert_eq!(pids.len(), 3);
     assert!(pids.iter().all(|p| pid_alive(*p)));
     let id = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+    let mut sse = gw.events(&id, None).await;
     gw.prompt_async(&id, "/hang").await;
     sse.until("turn_started").await;
-    let waiter = {
-        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
-        tokio::spawn(async move {
-            http.post(url)
-                .json(&json!({"text": "x"}))
-                .send()
-                .await
-                .map(|r| r.status().as_u16())
-        })
-    };
+    let waiter = gw.prompt_in_background(&id, "x");
     w.gw.take().unwrap().stop().await;
     for pid in &pids {
         assert!(!pid_alive(*pid), "agent {pid} survived the gateway");

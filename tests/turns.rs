@@ -21,22 +21,19 @@ both_backends!(
 /// The gateway declares no fs capability and answers any other agent request with -32601; the
 /// turn goes on.
 async fn agent_requests_outside_permission_get_method_not_found(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     let (status, _) = gw.prompt(&id, "/fs after").await;
     assert_eq!(status, 200);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    let events = sse.until("turn_ended").await;
+    let events = gw.first_turn(&id).await;
     assert_eq!(chunk_text(&events), "fs: error -32601 after");
     w.finish().await;
 }
 
 async fn async_prompt_cancel_and_conflict(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+    let mut sse = gw.events(&id, None).await;
     gw.prompt_async(&id, "/hang").await;
     let started = sse.until("turn_started").await;
     assert_eq!(
@@ -51,12 +48,7 @@ async fn async_prompt_cancel_and_conflict(backend: Backend) {
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["status"], 409);
 
-    assert_eq!(
-        gw.post(&format!("/sessions/{id}/cancel"), json!({}))
-            .await
-            .status(),
-        204
-    );
+    assert_eq!(gw.session_action(&id, "cancel").await.status(), 204);
     let ended = sse.until("turn_ended").await;
     assert_eq!(ended.last().unwrap().data["stopReason"], "cancelled");
     assert_eq!(w.calls("session/cancel"), 1);
@@ -88,20 +80,10 @@ async fn async_prompt_cancel_and_conflict(backend: Backend) {
 }
 
 async fn permission_round_trip(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
-    let turn = {
-        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{id}/prompt")));
-        tokio::spawn(async move {
-            http.post(url)
-                .json(&json!({"text": "/permission please"}))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let mut sse = gw.events(&id, None).await;
+    let turn = gw.prompt_in_background(&id, "/permission please");
     let requested = sse.until("permission_requested").await;
     let request_id = requested.last().unwrap().data["requestId"]
         .as_str()
@@ -140,13 +122,10 @@ async fn permission_round_trip(backend: Backend) {
         409
     );
 
-    let res = turn.await.unwrap();
+    let res = turn.await.unwrap().unwrap();
     assert_eq!(res.status(), 200);
     let events = sse.until("turn_ended").await;
-    let resolved = events
-        .iter()
-        .find(|e| e.event == "permission_resolved")
-        .expect("permission_resolved");
+    let resolved = find_event(&events, "permission_resolved");
     assert_eq!(resolved.data["reason"], "answered");
     assert!(
         chunk_text(&events).starts_with("permission: allow"),
@@ -167,19 +146,15 @@ async fn permission_round_trip(backend: Backend) {
 /// cancelled, and the turn ends cancelled.
 async fn cancel_resolves_pending_permission(backend: Backend) {
     for route in ["cancel", "close"] {
-        let w = World::start(backend, Options::default()).await;
+        let (w, id) = World::with_session(backend, Options::default()).await;
         let gw = w.gw();
-        let id = gw.create("/tmp").await;
-        let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+        let mut sse = gw.events(&id, None).await;
         gw.prompt_async(&id, "/permission").await;
         sse.until("permission_requested").await;
-        let r = gw.post(&format!("/sessions/{id}/{route}"), json!({})).await;
+        let r = gw.session_action(&id, route).await;
         assert_eq!(r.status(), 204, "{route}");
         let events = sse.until("turn_ended").await;
-        let resolved = events
-            .iter()
-            .find(|e| e.event == "permission_resolved")
-            .unwrap();
+        let resolved = find_event(&events, "permission_resolved");
         assert_eq!(resolved.data["reason"], "cancelled", "{route}");
         assert_eq!(resolved.data["outcome"], json!({"outcome": "cancelled"}));
         assert_eq!(
@@ -194,16 +169,11 @@ async fn cancel_resolves_pending_permission(backend: Backend) {
 }
 
 async fn unknown_update_variant_passes_through(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "/unknown hi").await.0, 200);
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), Some(0)).await;
-    let events = sse.until("turn_ended").await;
-    let unknown = events
-        .iter()
-        .find(|e| e.event == "future_variant_x")
-        .expect("unknown variant forwarded");
+    let events = gw.first_turn(&id).await;
+    let unknown = find_event(&events, "future_variant_x");
     assert_eq!(
         unknown.data["update"],
         json!({"sessionUpdate": "future_variant_x", "payload": {"n": 1}})
@@ -214,45 +184,27 @@ async fn unknown_update_variant_passes_through(backend: Backend) {
 /// Without session/resume the gateway loads; the agent's replay of a session the log already
 /// holds is not appended again.
 async fn load_replay_is_not_logged_twice(backend: Backend) {
-    let w = World::start(
-        backend,
-        Options::default().env("ECHO_AGENT_CAPS", "load,list,delete,close"),
-    )
-    .await;
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "load,list,delete,close");
+    let (w, id) = World::with_session(backend, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "a b c").await.0, 200);
-    let before = gw.json(&format!("/sessions/{id}/history")).await["events"]
-        .as_array()
-        .unwrap()
-        .len();
-    assert_eq!(
-        gw.post(&format!("/sessions/{id}/close"), json!({}))
-            .await
-            .status(),
-        204
-    );
+    let before = gw.history_len(&id).await;
+    assert_eq!(gw.session_action(&id, "close").await.status(), 204);
     assert_eq!(gw.status(&id).await, "saved");
-    let r = gw.post(&format!("/sessions/{id}/resume"), json!({})).await;
+    let r = gw.session_action(&id, "resume").await;
     assert_eq!(r.status(), 200);
     assert_eq!(w.calls("session/load"), 1);
     assert_eq!(gw.status(&id).await, "live");
-    let after = gw.json(&format!("/sessions/{id}/history")).await["events"]
-        .as_array()
-        .unwrap()
-        .len();
+    let after = gw.history_len(&id).await;
     assert_eq!(before, after, "replayed updates are not appended again");
     w.finish().await;
 }
 
 async fn crash_mid_turn_fails_fast_and_recovers(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
-    let pid_before = gw.json("/agent").await["members"][0]["pid"]
-        .as_u64()
-        .unwrap() as u32;
-    let mut sse = gw.sse(&format!("/sessions/{id}/events"), None).await;
+    let pid_before = gw.agent_pid().await;
+    let mut sse = gw.events(&id, None).await;
     let (status, body) = gw.prompt(&id, "/crash").await;
     assert_eq!(status, 502, "{body}");
     assert!(
@@ -290,8 +242,7 @@ async fn crash_mid_turn_fails_fast_and_recovers(backend: Backend) {
             true
         }
     );
-    gw.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == "ready" })
-        .await;
+    gw.wait_member_state("ready").await;
     let agent = gw.json("/agent").await;
     assert!(agent["members"][0]["restarts"].as_u64().unwrap() >= 1);
     assert_eq!(agent["members"][0]["lastExit"]["code"], 3);
@@ -328,35 +279,23 @@ async fn pool_places_on_least_loaded_member(backend: Backend) {
 }
 
 async fn live_tail_and_after_cursor(backend: Backend) {
-    let w = World::start(backend, Options::default()).await;
+    let (w, id) = World::with_session(backend, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "/chunks 5").await.0, 200);
-    let total = gw.json(&format!("/sessions/{id}/history")).await["events"]
-        .as_array()
-        .unwrap()
-        .len() as i64;
+    let total = gw.history_len(&id).await as i64;
     // ?after=N and Last-Event-ID: N both resume with N+1.
     let mut a = gw
         .sse(&format!("/sessions/{id}/events?after=3"), None)
         .await;
     assert_eq!(a.next().await.unwrap().id, 4);
-    let mut b = gw
-        .sse(&format!("/sessions/{id}/events"), Some(total - 1))
-        .await;
+    let mut b = gw.events(&id, Some(total - 1)).await;
     let last = b.next().await.unwrap();
     assert_eq!((last.id, last.event.as_str()), (total, "turn_ended"));
     // History pages.
     let page = gw
         .json(&format!("/sessions/{id}/history?after=2&limit=2"))
         .await;
-    let seqs: Vec<i64> = page["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["seq"].as_i64().unwrap())
-        .collect();
-    assert_eq!(seqs, [3, 4]);
+    assert_eq!(seqs(&page), [3, 4]);
     assert_eq!(page["nextAfter"], 4);
     assert_eq!(
         gw.get(&format!("/sessions/{id}/history?limit=0"))

@@ -6,55 +6,75 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// How a bench applies closed-loop load: `concurrency` clients, requests counted over `window`
+/// after `warmup`; where sides are compared, each is measured `rounds` times, alternated, and
+/// the best kept.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadPlan {
+    pub concurrency: usize,
+    pub warmup: Duration,
+    pub window: Duration,
+    pub rounds: usize,
+}
+
+impl LoadPlan {
+    /// What the benches use unless they say otherwise: 32 clients, 1 s warm-up, 3 s windows,
+    /// best of 3.
+    pub const STANDARD: LoadPlan = LoadPlan {
+        concurrency: 32,
+        warmup: Duration::from_secs(1),
+        window: Duration::from_secs(3),
+        rounds: 3,
+    };
+
+    /// The plan in words, for the reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} closed-loop clients, {} s windows after {} s warm-up",
+            self.concurrency,
+            self.window.as_secs(),
+            self.warmup.as_secs()
+        )
+    }
+}
+
 /// Requests per second of `gateway` and of `bare` (both answering `expected_len` bytes), each
-/// measured `rounds` times with [`load`], the two alternated and the one going first switched
-/// every round; the best of each.
+/// measured `plan.rounds` times with [`load`], the two alternated and the one going first
+/// switched every round; the best of each.
 pub async fn best_alternated(
     (gateway, bare): (&str, &str),
     expected_len: usize,
-    concurrency: usize,
-    times: (Duration, Duration),
-    rounds: usize,
+    plan: LoadPlan,
 ) -> (f64, f64) {
     let (mut gateway_best, mut bare_best) = (0.0f64, 0.0f64);
-    for round in 0..rounds {
+    for round in 0..plan.rounds {
         let mut sides = [(gateway, &mut gateway_best), (bare, &mut bare_best)];
         if round % 2 == 1 {
             sides.reverse();
         }
         for (url, best) in sides {
-            *best = best.max(load(url, expected_len, concurrency, times, false).await);
+            *best = best.max(load(url, expected_len, plan, false).await);
         }
     }
     (gateway_best, bare_best)
 }
 
-/// Requests per second of `GET url` from `concurrency` closed-loop clients over `window`,
-/// after `warmup`; every answer must be 200 with a body of `expected_len` bytes. `no_cache`
-/// sends `Cache-Control: no-cache` (the gateway then reads its store, not its page cache).
-pub async fn load(
-    url: &str,
-    expected_len: usize,
-    concurrency: usize,
-    times: (Duration, Duration),
-    no_cache: bool,
-) -> f64 {
-    load_spread(
-        &[(url.to_owned(), expected_len)],
-        concurrency,
-        times,
-        no_cache,
-    )
-    .await
+/// Requests per second of `GET url` from `plan.concurrency` closed-loop clients over
+/// `plan.window`, after `plan.warmup` (one run: `plan.rounds` is not used); every answer must
+/// be 200 with a body of `expected_len` bytes. `no_cache` sends `Cache-Control: no-cache` (the
+/// gateway then reads its store, not its page cache).
+pub async fn load(url: &str, expected_len: usize, plan: LoadPlan, no_cache: bool) -> f64 {
+    load_spread(&[(url.to_owned(), expected_len)], plan, no_cache).await
 }
 
 /// [`load`] over several `(url, expected_len)` targets: client `k` asks `targets[k % n]`.
-pub async fn load_spread(
-    targets: &[(String, usize)],
-    concurrency: usize,
-    (warmup, window): (Duration, Duration),
-    no_cache: bool,
-) -> f64 {
+pub async fn load_spread(targets: &[(String, usize)], plan: LoadPlan, no_cache: bool) -> f64 {
+    let LoadPlan {
+        concurrency,
+        warmup,
+        window,
+        ..
+    } = plan;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()

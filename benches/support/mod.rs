@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 pub use baselines::{BareProxy, DirectAgent, bare_server};
 pub use latency::{BLOCK, Sides, prompt_latency};
-pub use load::{best_alternated, load, load_spread};
+pub use load::{LoadPlan, best_alternated, load, load_spread};
 pub use shared::process::{cores, cpu_time, pin, rss_kib};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
 

@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::task::JoinHandle;
 
 use super::postgres::{Collation, FreshDatabase};
-use super::sse::Sse;
+use super::sse::{Sse, SseEvent};
 use super::{Backend, PATIENCE, echo_agent};
 
 /// A gateway's store: an SQLite file, or a fresh PostgreSQL database.
@@ -145,6 +147,13 @@ impl World {
             dir,
             opts,
         }
+    }
+
+    /// Starts a world and creates one session in `/tmp`; returns the world and the session.
+    pub async fn with_session(backend: Backend, opts: Options) -> (World, String) {
+        let w = World::start(backend, opts).await;
+        let id = w.gw().create("/tmp").await;
+        (w, id)
     }
 
     pub fn gw(&self) -> &Gateway {
@@ -302,23 +311,27 @@ impl Gateway {
         self.http.get(self.url(path)).send().await.unwrap()
     }
     pub async fn post(&self, path: &str, body: Value) -> reqwest::Response {
-        self.http
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+        self.send_json(Method::POST, path, body).await
     }
     pub async fn delete(&self, path: &str) -> reqwest::Response {
         self.http.delete(self.url(path)).send().await.unwrap()
     }
     pub async fn patch(&self, path: &str, body: Value) -> reqwest::Response {
+        self.send_json(Method::PATCH, path, body).await
+    }
+    /// `method path` with a JSON body.
+    pub async fn send_json(&self, method: Method, path: &str, body: Value) -> reqwest::Response {
         self.http
-            .patch(self.url(path))
+            .request(method, self.url(path))
             .json(&body)
             .send()
             .await
             .unwrap()
+    }
+    /// `POST /sessions/{id}/{action}` with an empty object: cancel, close, resume, archive, ….
+    pub async fn session_action(&self, id: &str, action: &str) -> reqwest::Response {
+        self.post(&format!("/sessions/{id}/{action}"), json!({}))
+            .await
     }
     pub async fn json(&self, path: &str) -> Value {
         let r = self.get(path).await;
@@ -361,6 +374,20 @@ impl Gateway {
         assert_eq!(r.status(), 202);
     }
 
+    /// Sends a prompt from a task of its own, so that the test can act while the turn runs;
+    /// the handle yields the answer once the turn has ended (or the gateway has gone).
+    pub fn prompt_in_background(
+        &self,
+        id: &str,
+        text: &str,
+    ) -> JoinHandle<reqwest::Result<reqwest::Response>> {
+        let request = self
+            .http
+            .post(self.prompt_url(id))
+            .json(&json!({"text": text}));
+        tokio::spawn(request.send())
+    }
+
     pub async fn status(&self, id: &str) -> String {
         self.json(&format!("/sessions/{id}/status")).await["status"]
             .as_str()
@@ -382,6 +409,14 @@ impl Gateway {
                 )
             })
             .collect()
+    }
+
+    /// How many events `/history` returns on its first page.
+    pub async fn history_len(&self, id: &str) -> usize {
+        self.json(&format!("/sessions/{id}/history")).await["events"]
+            .as_array()
+            .unwrap()
+            .len()
     }
 
     /// Polls `cond` until it holds (bounded by [`PATIENCE`]).
@@ -410,6 +445,12 @@ impl Gateway {
                 .all(|m| m["state"] == "ready")
         })
         .await;
+    }
+
+    /// Waits until member 0 is in `state` (`ready`, `crash_loop`, …).
+    pub async fn wait_member_state(&self, state: &str) {
+        self.wait_until(|g| async move { g.json("/agent").await["members"][0]["state"] == state })
+            .await;
     }
 
     /// Waits until member 0 has been restarted at least `n` times.
@@ -457,5 +498,17 @@ impl Gateway {
         assert_eq!(res.headers()["cache-control"], "no-cache");
         assert_eq!(res.headers()["x-accel-buffering"], "no");
         Sse::from_response(res)
+    }
+
+    /// Opens session `id`'s event stream ([`Gateway::sse`]): from the live tail, or after
+    /// `last_event_id`.
+    pub async fn events(&self, id: &str, last_event_id: Option<i64>) -> Sse {
+        self.sse(&format!("/sessions/{id}/events"), last_event_id)
+            .await
+    }
+
+    /// Session `id`'s events from its first one through its first `turn_ended`.
+    pub async fn first_turn(&self, id: &str) -> Vec<SseEvent> {
+        self.events(id, Some(0)).await.until("turn_ended").await
     }
 }

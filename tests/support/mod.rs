@@ -20,7 +20,7 @@ pub use agent::{DirectClient, echo_agent};
 pub use gateway::{Database, Gateway, Options, World};
 pub use postgres::{FreshDatabase, admin_url_or_skip};
 pub use process::{pid_alive, processes_with_env};
-pub use sse::{Sse, SseEvent, chunk_text, last_event, positions};
+pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};
 
 /// Upper bound for anything a test waits for: a hang fails the test instead of blocking CI.
 pub const PATIENCE: Duration = Duration::from_secs(60);

@@ -148,6 +148,24 @@ pub fn last_event(history: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no events in {history}"))
 }
 
+/// The first of `events` named `name`; panics when there is none.
+pub fn find_event<'a>(events: &'a [SseEvent], name: &str) -> &'a SseEvent {
+    events
+        .iter()
+        .find(|e| e.event == name)
+        .unwrap_or_else(|| panic!("no {name} in {events:?}"))
+}
+
+/// The `seq` of every event of a `/history` page, in page order.
+pub fn seqs(history: &Value) -> Vec<i64> {
+    history["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events in {history}"))
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect()
+}
+
 /// Streamed events as (id, event) pairs, to compare with [`super::Gateway::logged`].
 pub fn positions(events: &[SseEvent]) -> Vec<(i64, String)> {
     events.iter().map(|e| (e.id, e.event.clone())).collect()
