@@ -202,7 +202,7 @@ impl Gateway {
     }
 
     fn caps(&self) -> Capabilities {
-        self.pool.init().map(|i| i.capabilities).unwrap_or_default()
+        self.pool.caps()
     }
 
     /// The typed client of pool member `member`, if it is running.

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
-use crate::acp::caps::{AgentInit, initialize_params};
+use crate::acp::caps::{AgentInit, Capabilities, initialize_params};
 use crate::acp::{
     AgentCommand, AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError,
 };
@@ -146,6 +146,13 @@ impl Pool {
     /// What the agent said in `initialize` (from the first member that answered).
     pub fn init(&self) -> Option<AgentInit> {
         self.init.lock().expect("init lock").clone()
+    }
+
+    /// The agent's normalised capabilities (none until a member has answered `initialize`),
+    /// without copying the rest of its `initialize` result.
+    pub fn caps(&self) -> Capabilities {
+        let init = self.init.lock().expect("init lock");
+        init.as_ref().map(|i| i.capabilities).unwrap_or_default()
     }
 
     /// The connection of member `index` if it is ready.
