@@ -206,6 +206,7 @@ async fn archive_flows_through_or_stays_in_the_cache(backend: Backend) {
 async fn quick_start_flow(backend: Backend) {
     let w = World::start(backend, Options::default()).await;
     let gw = w.gw();
+    std::fs::create_dir_all("/tmp/project").unwrap();
     let r = gw.post("/sessions", json!({"cwd": "/tmp/project"})).await;
     assert_eq!(r.status(), 201);
     let location = r.headers()["location"].to_str().unwrap().to_owned();
@@ -392,6 +393,13 @@ async fn list_pagination_and_filters(backend: Backend) {
         assert!(p["type"].as_str().unwrap().ends_with("bad-request"));
     }
     assert_eq!(gw.get("/sessions?cwd=relative").await.status(), 422);
+    // A session works in an existing directory: neither a missing path nor a file will do.
+    for cwd in ["/does/not/exist", "/etc/passwd"] {
+        let r = gw.post("/sessions", json!({"cwd": cwd})).await;
+        assert_eq!(r.status(), 422, "{cwd}");
+        let p: Value = r.json().await.unwrap();
+        assert!(p["detail"].as_str().unwrap().contains("not an existing directory"), "{p}");
+    }
     w.finish().await;
 }
 

@@ -18,7 +18,7 @@ use crate::gateway::{Caller, NewSession, SessionFilter};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": []}))]
 pub struct CreateSession {
-    /// Absolute, normalised working directory.
+    /// Absolute, normalised path of an existing directory: where the agent works.
     pub cwd: String,
     /// ACP `McpServer` objects, passed through; default `[]`.
     #[serde(default)]

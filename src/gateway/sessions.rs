@@ -95,6 +95,14 @@ impl Gateway {
         let roots = &self.inner.config.workspace_roots;
         validate_abs_path("cwd", &new.cwd)?;
         confine("cwd", &new.cwd, roots)?;
+        // The agent would start its tools there: a path that is not a directory would fail
+        // them later, or, created by the agent, silently be a different project.
+        if !tokio::fs::metadata(&new.cwd).await.is_ok_and(|m| m.is_dir()) {
+            return Err(Error::Invalid(format!(
+                "cwd is not an existing directory: {:?}",
+                new.cwd
+            )));
+        }
         for d in &new.additional_directories {
             validate_abs_path("additionalDirectories[]", d)?;
             confine("additionalDirectories[]", d, roots)?;

@@ -341,6 +341,8 @@ impl Gateway {
 
     /// Creates a session in `cwd` and returns its id.
     pub async fn create(&self, cwd: &str) -> String {
+        // The gateway accepts only an existing directory.
+        std::fs::create_dir_all(cwd).unwrap();
         let r = self.post("/sessions", json!({"cwd": cwd})).await;
         assert_eq!(r.status(), 201);
         let v: Value = r.json().await.unwrap();
