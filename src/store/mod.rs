@@ -22,6 +22,8 @@ macro_rules! session_columns {
     };
 }
 
+#[macro_use]
+mod forward;
 mod postgres;
 mod replicas;
 mod sqlite;

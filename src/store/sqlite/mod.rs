@@ -26,17 +26,13 @@ mod sessions;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::{
-    ListQuery, LogWriter, NewEvent, NewLifecycleEvent, SessionList, SessionMutation, SessionRecord,
-    Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
-};
+use super::{StoreError, StoreResult};
 
 pub use replica::{ReplicaLock, lock_single_replica};
 
@@ -156,102 +152,12 @@ fn from_json(text: &str, what: &str) -> StoreResult<Value> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: bad JSON: {e}")))
 }
 
-/// Each method is the inherent one of the same name in the file of its use case (an inherent
-/// method is found before a trait's, so none of these calls itself).
-#[async_trait]
-impl Store for SqliteStore {
+impl SqliteStore {
+    /// See [`Store::ping`](super::Store::ping).
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         Ok(())
     }
-
-    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
-        self.put_session(record).await
-    }
-
-    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>> {
-        self.get_session(session_id).await
-    }
-
-    async fn update_session(
-        &self,
-        session_id: &str,
-        mutate: SessionMutation<'_>,
-    ) -> StoreResult<Option<SessionRecord>> {
-        self.update_session(session_id, mutate).await
-    }
-
-    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList> {
-        self.list_sessions(query).await
-    }
-
-    async fn synced_session_ids(&self) -> StoreResult<Vec<String>> {
-        self.synced_session_ids().await
-    }
-
-    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        self.prune_moves(before).await
-    }
-
-    async fn tombstone_session(
-        &self,
-        session_id: &str,
-        tenant: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        self.tombstone_session(session_id, tenant, at).await
-    }
-
-    async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
-        self.append_events(session_id, events).await
-    }
-
-    fn log_writer(&self) -> Box<dyn LogWriter> {
-        self.log_writer()
-    }
-
-    async fn read_events(
-        &self,
-        session_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        self.read_events(session_id, after, limit).await
-    }
-
-    async fn prune_events(
-        &self,
-        max_events: Option<i64>,
-        before: Option<DateTime<Utc>>,
-    ) -> StoreResult<u64> {
-        self.prune_events(max_events, before).await
-    }
-
-    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
-        self.last_event_seq(session_id).await
-    }
-
-    async fn append_lifecycle(
-        &self,
-        event: &NewLifecycleEvent,
-    ) -> StoreResult<StoredLifecycleEvent> {
-        self.append_lifecycle(event).await
-    }
-
-    async fn read_lifecycle(
-        &self,
-        tenant: Option<&str>,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
-        self.read_lifecycle(tenant, after, limit).await
-    }
-
-    async fn last_lifecycle_seq(&self) -> StoreResult<i64> {
-        self.last_lifecycle_seq().await
-    }
 }
+
+forward_store!(SqliteStore);
