@@ -2,9 +2,11 @@
 //!
 //! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
 //! implementation (`postgres/`, `sqlite/`) that pass the same contract suite
-//! (`tests/store_contract.rs`); beside it, how each records the gateway replicas using it
-//! (`replicas.rs`). This module depends on nothing else in the crate: the replica id it tags
-//! notifications with is given to [`connect`].
+//! (`tests/store_contract/`); beside it, how each records the gateway replicas using it
+//! (`replicas.rs`). What the two run alike is written once: the shared SQL and the `impl Store`
+//! of both (`common.rs`), the mapping of rows to records (`rows.rs`) and the session list's
+//! statement and pages (`listing.rs`). This module depends on nothing else in the crate: the
+//! replica id it tags notifications with is given to [`connect`].
 
 use std::sync::Arc;
 
@@ -13,8 +15,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-/// The `sessions` columns, in the order each backend's `session_from_row` and session binding
-/// use (declared before the backends, so that both see it).
+/// The `sessions` columns, in the order `rows::session_from`, the session binds and the shared
+/// statements use (declared before the modules that use it, so that they all see it).
 macro_rules! session_columns {
     () => {
         "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
@@ -23,9 +25,11 @@ macro_rules! session_columns {
 }
 
 #[macro_use]
-mod forward;
+mod common;
+mod listing;
 mod postgres;
 mod replicas;
+mod rows;
 mod sqlite;
 
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
@@ -140,33 +144,6 @@ pub struct SessionList {
     pub next: Option<ListCursor>,
 }
 
-/// A listed row and its position: `updated_at` as it was when the listing started.
-pub(crate) struct Listed {
-    pub record: SessionRecord,
-    pub key: DateTime<Utc>,
-}
-
-/// Orders listed rows by position (a later page holds both rows that kept their position and
-/// rows that moved since the snapshot, placed where they were) into a page of at most
-/// `query.limit` rows.
-pub(crate) fn merge_page(query: &ListQuery, snapshot: i64, mut rows: Vec<Listed>) -> SessionList {
-    rows.sort_by(|a, b| (b.key, &b.record.session_id).cmp(&(a.key, &a.record.session_id)));
-    let limit = query.limit.max(1) as usize;
-    let next = (rows.len() > limit).then(|| {
-        let last = &rows[limit - 1];
-        ListCursor {
-            snapshot,
-            updated_at: last.key,
-            session_id: last.record.session_id.clone(),
-        }
-    });
-    rows.truncate(limit);
-    SessionList {
-        sessions: rows.into_iter().map(|l| l.record).collect(),
-        next,
-    }
-}
-
 /// How long list cursors stay stable: the age at which recorded moves are pruned.
 pub const STABLE_CURSOR_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -208,6 +185,20 @@ pub struct StoredLifecycleEvent {
     pub created_at: DateTime<Utc>,
 }
 
+impl NewLifecycleEvent {
+    /// This event as stored with number `seq` at `created_at`.
+    fn stored(&self, seq: i64, created_at: DateTime<Utc>) -> StoredLifecycleEvent {
+        StoredLifecycleEvent {
+            seq,
+            session_id: self.session_id.clone(),
+            tenant: self.tenant.clone(),
+            kind: self.kind.clone(),
+            payload: self.payload.clone(),
+            created_at,
+        }
+    }
+}
+
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
@@ -217,6 +208,21 @@ fn truncate_timestamps(record: &mut SessionRecord) {
     record.created_at = record.created_at.trunc_subsecs(6);
     record.deleted_at = record.deleted_at.map(|at| at.trunc_subsecs(6));
     record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
+}
+
+/// What [`Store::update_session`] writes back over `current`, the row read for `session_id`:
+/// `current` changed by `mutate`; `None` when there is no live row.
+fn apply_mutation(
+    current: Option<SessionRecord>,
+    session_id: &str,
+    mutate: SessionMutation<'_>,
+) -> Option<SessionRecord> {
+    let mut record = current.filter(|record| record.deleted_at.is_none())?;
+    mutate(&mut record);
+    // The id is the row's key: a mutation cannot move the row to another id.
+    record.session_id = session_id.to_owned();
+    truncate_timestamps(&mut record);
+    Some(record)
 }
 
 /// What every append starts from: `None` for no events, else their count (as the databases'

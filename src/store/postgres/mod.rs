@@ -3,9 +3,11 @@
 //! Schema: `migrations/postgres`. Timestamps are `timestamptz` (microsecond resolution), JSON is
 //! `jsonb`. All queries are checked at run time (no `DATABASE_URL` is needed to build).
 //!
-//! Files by use case: `sessions.rs` the session cache and its list, `events.rs` the session
-//! event logs and their writer, `lifecycle.rs` the lifecycle log, `replicas.rs` what crosses
-//! replicas (the registry, and the notifications of each other's appends); here the pool.
+//! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
+//! their writer, `lifecycle.rs` the lifecycle log, `replicas.rs` what crosses replicas (the
+//! registry, and the notifications of each other's appends); here the pool and how its rows
+//! read. What runs alike on SQLite (reads, retention, the list's statement, the row mapping) is
+//! written once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
 mod events;
 mod lifecycle;
@@ -14,9 +16,13 @@ mod sessions;
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
+use super::rows::{Columns, Native};
 use super::{Appended, StoreResult};
 
 pub use events::PG_LOG_WRITER_NAME;
@@ -52,15 +58,32 @@ impl PgStore {
     }
 }
 
-impl PgStore {
-    /// See [`Store::ping`](super::Store::ping).
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+/// Timestamps come back as stored (`timestamptz`); JSON comes back as `jsonb`.
+impl Columns for PgRow {
+    fn get<T: Native>(&self, name: &str) -> StoreResult<T> {
+        Ok(self.try_get(name)?)
+    }
+    fn time(&self, name: &str) -> StoreResult<DateTime<Utc>> {
+        Ok(self.try_get(name)?)
+    }
+    fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(self.try_get(name)?)
+    }
+    fn json(&self, name: &str) -> StoreResult<Value> {
+        Ok(self.try_get(name)?)
+    }
+    fn opt_json(&self, name: &str) -> StoreResult<Option<Value>> {
+        Ok(self.try_get(name)?)
     }
 }
 
-forward_store!(PgStore {
+impl_store!(PgStore {
+    reads: pool,
+    writes: pool,
+    time: std::convert::identity,
+    prune_events_by_count: events::PRUNE_BY_COUNT,
+    first_moves: sessions::FIRST_MOVES,
+} {
     async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
         self.appended_elsewhere().await
     }

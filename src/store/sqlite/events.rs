@@ -1,12 +1,12 @@
 //! The session event logs: appends numbered from each session's counter (`session_seqs`), the
-//! log writer with its own connection, reads and retention.
+//! log writer with its own connection, and how retention prunes by count.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
-use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, from_json, from_micros, micros, to_json};
+use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros, to_json};
 use crate::store::{LogWriter, NewEvent, StoreError, StoreResult, StoredEvent, batch_of, numbered};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
@@ -29,15 +29,9 @@ const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
 const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ? \
      WHERE session_id = ? AND deleted_at IS NULL AND updated_at < ?;";
 
-const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
-     WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
-
-const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
-     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - ?";
-const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < ?";
-const LAST_EVENT_SEQ: &str =
-    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = ?), 0)";
-
+/// Deletes, in every session, the events beyond the latest `$1`.
+pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
+     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - $1";
 /// The log writer of an SQLite store: a connection of its own beside the writer pool (SQLite's
 /// write lock serializes the two; appends and metadata writes are short). An in-memory database
 /// has one connection for everything, so there it takes the pool's in turn.
@@ -216,20 +210,6 @@ async fn append_on(
     Ok(numbered(session_id, events, last - count + 1, created_at))
 }
 
-fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
-    let session_id: String = row.try_get("session_id")?;
-    let seq: i64 = row.try_get("seq")?;
-    let what = format!("event {seq} of session {session_id:?}");
-    let payload: String = row.try_get("payload")?;
-    Ok(StoredEvent {
-        kind: row.try_get("kind")?,
-        payload: from_json(&payload, &what)?,
-        created_at: from_micros(row.try_get("created_at")?, &what)?,
-        session_id,
-        seq,
-    })
-}
-
 impl SqliteStore {
     pub(super) async fn append_events(
         &self,
@@ -247,50 +227,5 @@ impl SqliteStore {
             own: None,
             appends: 0,
         })
-    }
-
-    pub(super) async fn read_events(
-        &self,
-        session_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        let rows = sqlx::query(READ_EVENTS)
-            .bind(session_id)
-            .bind(after)
-            .bind(limit.max(0))
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(event_from_row).collect()
-    }
-
-    pub(super) async fn prune_events(
-        &self,
-        max_events: Option<i64>,
-        before: Option<DateTime<Utc>>,
-    ) -> StoreResult<u64> {
-        let mut deleted = 0;
-        if let Some(keep) = max_events {
-            deleted += sqlx::query(PRUNE_BY_COUNT)
-                .bind(keep.max(0))
-                .execute(&self.writer)
-                .await?
-                .rows_affected();
-        }
-        if let Some(before) = before {
-            deleted += sqlx::query(PRUNE_BY_AGE)
-                .bind(micros(before))
-                .execute(&self.writer)
-                .await?
-                .rows_affected();
-        }
-        Ok(deleted)
-    }
-
-    pub(super) async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
-            .bind(session_id)
-            .fetch_one(&self.reader)
-            .await?)
     }
 }

@@ -13,10 +13,11 @@
 //! between. An in-memory database uses a single connection for everything, since a second
 //! connection would not see the same database reliably.
 //!
-//! Files by use case: `sessions.rs` the session cache and its list, `events.rs` the session
-//! event logs and their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a
-//! file has (its lock and the sessions it holds); here the pools and the column conversions
-//! they share.
+//! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
+//! their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
+//! lock and the sessions it holds); here the pools and the column conversions they share. What
+//! runs alike on PostgreSQL (reads, retention, the list's statement, the row mapping) is written
+//! once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
 mod events;
 mod lifecycle;
@@ -28,10 +29,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 
+use super::rows::{Columns, Native};
 use super::{StoreError, StoreResult};
 
 pub use replica::{ReplicaLock, lock_single_replica};
@@ -139,10 +143,6 @@ fn from_micros(micros: i64, what: &str) -> StoreResult<DateTime<Utc>> {
         .ok_or_else(|| StoreError::Corrupt(format!("{what}: timestamp {micros} out of range")))
 }
 
-fn opt_from_micros(micros: Option<i64>, what: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    micros.map(|m| from_micros(m, what)).transpose()
-}
-
 /// A JSON value as stored in a TEXT column (compact; writing a `Value` cannot fail).
 fn to_json(value: &Value) -> String {
     value.to_string()
@@ -152,12 +152,31 @@ fn from_json(text: &str, what: &str) -> StoreResult<Value> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: bad JSON: {e}")))
 }
 
-impl SqliteStore {
-    /// See [`Store::ping`](super::Store::ping).
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
+/// Timestamps are INTEGER unix microseconds; JSON is text.
+impl Columns for SqliteRow {
+    fn get<T: Native>(&self, name: &str) -> StoreResult<T> {
+        Ok(self.try_get(name)?)
+    }
+    fn time(&self, name: &str) -> StoreResult<DateTime<Utc>> {
+        from_micros(self.try_get(name)?, name)
+    }
+    fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        let micros: Option<i64> = self.try_get(name)?;
+        micros.map(|m| from_micros(m, name)).transpose()
+    }
+    fn json(&self, name: &str) -> StoreResult<Value> {
+        from_json(self.try_get(name)?, name)
+    }
+    fn opt_json(&self, name: &str) -> StoreResult<Option<Value>> {
+        let text: Option<&str> = self.try_get(name)?;
+        text.map(|t| from_json(t, name)).transpose()
     }
 }
 
-forward_store!(SqliteStore);
+impl_store!(SqliteStore {
+    reads: reader,
+    writes: writer,
+    time: micros,
+    prune_events_by_count: events::PRUNE_BY_COUNT,
+    first_moves: sessions::FIRST_MOVES,
+} {});
