@@ -66,18 +66,24 @@ pub(crate) const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM l
 pub(crate) const RELEASE_SESSION: &str =
     "DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2";
 
-/// `impl_store!(Backend { reads: R, writes: W, time: T, prune_events_by_count: P, first_moves: M
-/// } { items })` implements [`Store`](crate::store::Store) for `Backend`: the shared use cases
-/// read through the pool `self.R` and write through `self.W`, bind a timestamp as `T(at)`,
-/// prune events beyond a count with the statement `P` (its `$1`: how many to keep) and find
-/// the moves of listed sessions with `M` (see [`FirstMoves`](crate::store::listing::FirstMoves));
-/// `items` are the trait's provided methods the backend overrides.
+/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::Store) for
+/// `Backend`. Its shared use cases read through the pool `self.reads` and write through
+/// `self.writes`, open a writing transaction with `self.writes.begin_write`, bind a timestamp
+/// as `time(at)` and the session columns with `bind_session(query, record)`, read a row to
+/// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
+/// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
+/// keep) and find the moves of listed sessions with `first_moves` (see
+/// [`FirstMoves`](crate::store::listing::FirstMoves)). `items` are the trait's provided methods
+/// the backend overrides.
 macro_rules! impl_store {
     (
         $backend:ty {
             reads: $reads:ident,
             writes: $writes:ident,
+            begin_write: $begin:ident($($begin_arg:expr)?),
             time: $time:path,
+            bind_session: $bind_session:path,
+            lock_session: $lock_session:path,
             prune_events_by_count: $prune_by_count:path,
             first_moves: $first_moves:path $(,)?
         } { $($extra:tt)* }
@@ -93,7 +99,11 @@ macro_rules! impl_store {
                 &self,
                 record: &$crate::store::SessionRecord,
             ) -> $crate::store::StoreResult<bool> {
-                self.put_session(record).await
+                // One statement: the upsert's `WHERE` leaves a tombstoned row untouched.
+                let done = $bind_session(sqlx::query($crate::store::common::PUT_SESSION), record)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
             }
 
             async fn get_session(
@@ -112,7 +122,21 @@ macro_rules! impl_store {
                 session_id: &str,
                 mutate: $crate::store::SessionMutation<'_>,
             ) -> $crate::store::StoreResult<Option<$crate::store::SessionRecord>> {
-                self.update_session(session_id, mutate).await
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                let row = sqlx::query($lock_session)
+                    .bind(session_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let current = row.as_ref().map($crate::store::rows::session_from).transpose()?;
+                let Some(record) = $crate::store::apply_mutation(current, session_id, mutate)
+                else {
+                    return Ok(None);
+                };
+                $bind_session(sqlx::query($crate::store::common::UPDATE_SESSION), &record)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Some(record))
             }
 
             async fn list_sessions(
@@ -161,7 +185,10 @@ macro_rules! impl_store {
                 session_id: &str,
                 events: &[$crate::store::NewEvent],
             ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
-                self.append_events(session_id, events).await
+                match $crate::store::Batch::new(session_id, events, None)? {
+                    Some(batch) => self.append_batch(&batch).await,
+                    None => Ok(Vec::new()),
+                }
             }
 
             fn log_writer(&self) -> Box<dyn $crate::store::LogWriter> {

@@ -225,38 +225,58 @@ fn apply_mutation(
     Some(record)
 }
 
-/// What every append starts from: `None` for no events, else their count (as the databases'
-/// integer) and the batch's `created_at`, at the microsecond precision both backends store.
-fn batch_of(events: &[NewEvent]) -> StoreResult<Option<(i64, DateTime<Utc>)>> {
-    if events.is_empty() {
-        return Ok(None);
-    }
-    let count = i64::try_from(events.len())
-        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-    Ok(Some((
-        count,
-        chrono::SubsecRound::trunc_subsecs(Utc::now(), 6),
-    )))
+/// One append to a session's log, as every backend starts it: its events (never none), their
+/// count (as the databases' integer), the `created_at` they share, at the microsecond precision
+/// both backends store, and the `touch` of [`LogWriter::append`].
+pub struct Batch<'a> {
+    session_id: &'a str,
+    events: &'a [NewEvent],
+    count: i64,
+    created_at: DateTime<Utc>,
+    touch: Option<DateTime<Utc>>,
 }
 
-/// `events` as stored in `session_id`'s log from sequence number `first` on.
-fn numbered(
-    session_id: &str,
-    events: &[NewEvent],
-    first: i64,
-    created_at: DateTime<Utc>,
-) -> Vec<StoredEvent> {
-    events
-        .iter()
-        .zip(first..)
-        .map(|(event, seq)| StoredEvent {
-            session_id: session_id.to_owned(),
-            seq,
-            kind: event.kind.clone(),
-            payload: event.payload.clone(),
-            created_at,
-        })
-        .collect()
+impl<'a> Batch<'a> {
+    /// `None` for no events: nothing to append.
+    fn new(
+        session_id: &'a str,
+        events: &'a [NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Option<Self>> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let count = i64::try_from(events.len())
+            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+        Ok(Some(Batch {
+            session_id,
+            events,
+            count,
+            created_at: Utc::now().trunc_subsecs(6),
+            touch,
+        }))
+    }
+
+    /// The sequence number of the first event when the log's counter, raised by the batch,
+    /// reads `last`.
+    fn first(&self, last: i64) -> i64 {
+        last - self.count + 1
+    }
+
+    /// The events as stored, once the log's counter, raised by the batch, reads `last`.
+    fn stored(&self, last: i64) -> Vec<StoredEvent> {
+        self.events
+            .iter()
+            .zip(self.first(last)..)
+            .map(|(event, seq)| StoredEvent {
+                session_id: self.session_id.to_owned(),
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                created_at: self.created_at,
+            })
+            .collect()
+    }
 }
 
 /// See [`Store::log_writer`].
@@ -270,7 +290,15 @@ pub trait LogWriter: Send {
         session_id: &str,
         events: &[NewEvent],
         touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>>;
+    ) -> StoreResult<Vec<StoredEvent>> {
+        match Batch::new(session_id, events, touch)? {
+            Some(batch) => self.append_batch(&batch).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Appends a batch (see [`LogWriter::append`]), which only the store can make.
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>>;
 }
 
 /// The gateway's use cases against its database.

@@ -3,12 +3,12 @@
 //! connection, and how retention prunes by count.
 
 use async_trait::async_trait;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::SubsecRound;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::PgStore;
-use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent, batch_of, numbered};
+use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
 /// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
@@ -47,12 +47,7 @@ struct PgLogWriter {
 
 #[async_trait]
 impl LogWriter for PgLogWriter {
-    async fn append(
-        &mut self,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         // A connection the server has closed since the last append (a restart, an idle
         // timeout) is replaced once; any other error drops it too, and the next append opens
         // another.
@@ -62,7 +57,7 @@ impl LogWriter for PgLogWriter {
                 Some(conn) => conn,
                 own => own.insert(self.options.connect().await?),
             };
-            match append_on(&mut *conn, &self.replica, session_id, events, touch).await {
+            match append_on(&mut *conn, &self.replica, batch).await {
                 Ok(stored) => return Ok(stored),
                 Err(e) => {
                     self.own = None;
@@ -77,41 +72,33 @@ impl LogWriter for PgLogWriter {
     }
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) with one statement,
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) with one statement,
 /// [`APPEND`]: one round trip, atomic without an explicit transaction. The notification is
 /// tagged with `replica`.
 async fn append_on<'e>(
     db: impl sqlx::PgExecutor<'e>,
     replica: &str,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
+    let events = batch.events;
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
     let last: i64 = sqlx::query_scalar(APPEND)
-        .bind(session_id)
-        .bind(count)
+        .bind(batch.session_id)
+        .bind(batch.count)
         .bind(replica)
-        .bind(created_at)
+        .bind(batch.created_at)
         .bind(&kinds)
         .bind(&payloads)
-        .bind(touch.map(|at| at.trunc_subsecs(6)))
+        .bind(batch.touch.map(|at| at.trunc_subsecs(6)))
         .fetch_one(db)
         .await?;
-    Ok(numbered(session_id, events, last - count + 1, created_at))
+    Ok(batch.stored(last))
 }
 
 impl PgStore {
-    pub(super) async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
-        append_on(&self.pool, &self.replica, session_id, events, None).await
+    pub(super) async fn append_batch(&self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
+        append_on(&self.pool, &self.replica, batch).await
     }
 
     pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {

@@ -80,7 +80,10 @@ impl Columns for PgRow {
 impl_store!(PgStore {
     reads: pool,
     writes: pool,
+    begin_write: begin(),
     time: std::convert::identity,
+    bind_session: sessions::bind_session,
+    lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
 } {

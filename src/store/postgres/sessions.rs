@@ -8,12 +8,14 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 
 use super::PgStore;
-use crate::store::common::{PUT_SESSION, TOMBSTONE_LIVE, UPDATE_SESSION};
+use crate::store::common::TOMBSTONE_LIVE;
 use crate::store::listing::FirstMoves;
-use crate::store::rows::session_from;
-use crate::store::{SessionMutation, SessionRecord, StoreResult, apply_mutation};
+use crate::store::{SessionRecord, StoreResult};
 
-const LOCK_SESSION: &str = concat!(
+/// The row [`Store::update_session`](crate::store::Store::update_session) changes: `FOR UPDATE`
+/// holds it until commit, so concurrent updates of one session queue up instead of overwriting
+/// each other's changes.
+pub(super) const LOCK_SESSION: &str = concat!(
     "SELECT ",
     session_columns!(),
     " FROM sessions WHERE session_id = $1 FOR UPDATE"
@@ -35,7 +37,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
 };
 
 /// Binds the twelve session columns ($1…$12) in [`session_columns!`] order.
-fn bind_session<'q>(
+pub(super) fn bind_session<'q>(
     query: Query<'q, Postgres, PgArguments>,
     record: &'q SessionRecord,
 ) -> Query<'q, Postgres, PgArguments> {
@@ -55,37 +57,6 @@ fn bind_session<'q>(
 }
 
 impl PgStore {
-    pub(super) async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
-        // One statement: the upsert's `WHERE` leaves a tombstoned row untouched (0 rows).
-        let done = bind_session(sqlx::query(PUT_SESSION), record)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub(super) async fn update_session(
-        &self,
-        session_id: &str,
-        mutate: SessionMutation<'_>,
-    ) -> StoreResult<Option<SessionRecord>> {
-        let mut tx = self.pool.begin().await?;
-        // `FOR UPDATE` holds the row until commit, so concurrent updates of one session queue
-        // up instead of overwriting each other's changes.
-        let row = sqlx::query(LOCK_SESSION)
-            .bind(session_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let current = row.as_ref().map(session_from).transpose()?;
-        let Some(record) = apply_mutation(current, session_id, mutate) else {
-            return Ok(None);
-        };
-        bind_session(sqlx::query(UPDATE_SESSION), &record)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Some(record))
-    }
-
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,

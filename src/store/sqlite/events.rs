@@ -2,12 +2,11 @@
 //! log writer with its own connection, and how retention prunes by count.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros, to_json};
-use crate::store::{LogWriter, NewEvent, StoreError, StoreResult, StoredEvent, batch_of, numbered};
+use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
 const INSERT_CHUNK: usize = 1000;
@@ -70,15 +69,10 @@ const INSERT_EVENT: &str = "INSERT INTO session_events \
 
 #[async_trait]
 impl LogWriter for SqliteLogWriter {
-    async fn append(
-        &mut self,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         if self.shared {
             let mut conn = self.pool.acquire().await?;
-            return append_on(&mut conn, session_id, events, touch).await;
+            return append_on(&mut conn, batch).await;
         }
         let conn = match &mut self.own {
             Some(conn) => conn,
@@ -86,7 +80,7 @@ impl LogWriter for SqliteLogWriter {
                 self.pool.connect_options().get_filename(),
             )?),
         };
-        let appended = append_here(conn, session_id, events, touch);
+        let appended = append_here(conn, batch);
         self.appends += 1;
         if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
@@ -115,41 +109,36 @@ fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connecti
     Ok(conn)
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
 /// in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): the bump
 /// returns the new last sequence number, from which the events are numbered.
 fn append_here(
     conn: &mut rusqlite::Connection,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
-    let created_micros = micros(created_at);
+    let session_id = batch.session_id;
+    let created_micros = micros(batch.created_at);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let last: i64 = tx
         .prepare_cached(BUMP_SEQ)?
-        .query_row((session_id, count), |row| row.get(0))?;
-    let first = last - count + 1;
+        .query_row((session_id, batch.count), |row| row.get(0))?;
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
-        for (seq, event) in (first..).zip(events) {
+        for (seq, event) in (batch.first(last)..).zip(batch.events) {
             let payload = to_json(&event.payload);
             insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
         }
     }
-    if let Some(at) = touch {
+    if let Some(at) = batch.touch {
         let at = micros(at);
         tx.prepare_cached(TOUCH_SESSION)?
             .execute((at, session_id, at))?;
     }
     tx.commit()?;
-    Ok(numbered(session_id, events, first, created_at))
+    Ok(batch.stored(last))
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) on `conn`, in one
 /// transaction sent as one command: the connection's thread runs it without coming back
 /// between statements (a round trip costs two thread wake-ups), and SQLite's write lock is
 /// never held while a task waits to be polled, so a `rusqlite` log writer blocking a runtime
@@ -157,13 +146,15 @@ fn append_here(
 /// has just raised.
 async fn append_on(
     conn: &mut SqliteConnection,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
+    let Batch {
+        session_id,
+        events,
+        count,
+        created_at,
+        touch,
+    } = *batch;
     let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
     let created_micros = micros(created_at);
 
@@ -207,17 +198,13 @@ async fn append_on(
         .first()
         .ok_or_else(|| StoreError::Corrupt("the sequence bump returned no row".into()))?
         .try_get(0)?;
-    Ok(numbered(session_id, events, last - count + 1, created_at))
+    Ok(batch.stored(last))
 }
 
 impl SqliteStore {
-    pub(super) async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
+    pub(super) async fn append_batch(&self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         let mut conn = self.writer.acquire().await?;
-        append_on(&mut conn, session_id, events, None).await
+        append_on(&mut conn, batch).await
     }
 
     pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {

@@ -176,7 +176,10 @@ impl Columns for SqliteRow {
 impl_store!(SqliteStore {
     reads: reader,
     writes: writer,
+    begin_write: begin_with(BEGIN_IMMEDIATE),
     time: micros,
+    bind_session: sessions::bind_session,
+    lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
 } {});

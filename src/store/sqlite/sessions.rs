@@ -8,10 +8,14 @@ use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
 
 use super::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
-use crate::store::common::{GET_SESSION, PUT_SESSION, TOMBSTONE_LIVE, UPDATE_SESSION};
+use crate::store::common::{GET_SESSION, TOMBSTONE_LIVE};
 use crate::store::listing::FirstMoves;
-use crate::store::rows::session_from;
-use crate::store::{SessionMutation, SessionRecord, StoreResult, apply_mutation};
+use crate::store::{SessionRecord, StoreResult};
+
+/// The row [`Store::update_session`](crate::store::Store::update_session) changes. Its
+/// transaction is an immediate one, which holds the write lock from this read to the commit, so
+/// no other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
+pub(super) const LOCK_SESSION: &str = GET_SESSION;
 
 /// A bare tombstone for an id the cache does not know. Such an id can only have come from the
 /// agent, hence `origin = 'upstream'`.
@@ -30,7 +34,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
 
 /// Binds the twelve session columns ($1…$12) in [`session_columns!`] order, in their column
 /// representation.
-fn bind_session<'q>(
+pub(super) fn bind_session<'q>(
     query: Query<'q, Sqlite, SqliteArguments<'q>>,
     record: &'q SessionRecord,
 ) -> Query<'q, Sqlite, SqliteArguments<'q>> {
@@ -52,37 +56,6 @@ fn bind_session<'q>(
 }
 
 impl SqliteStore {
-    pub(super) async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
-        // One statement: the upsert's `WHERE` leaves a tombstoned row untouched (0 changes).
-        let done = bind_session(sqlx::query(PUT_SESSION), record)
-            .execute(&self.writer)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub(super) async fn update_session(
-        &self,
-        session_id: &str,
-        mutate: SessionMutation<'_>,
-    ) -> StoreResult<Option<SessionRecord>> {
-        // The immediate transaction holds the write lock from the read to the commit, so no
-        // other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
-        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
-        let row = sqlx::query(GET_SESSION)
-            .bind(session_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let current = row.as_ref().map(session_from).transpose()?;
-        let Some(record) = apply_mutation(current, session_id, mutate) else {
-            return Ok(None);
-        };
-        bind_session(sqlx::query(UPDATE_SESSION), &record)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Some(record))
-    }
-
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,
