@@ -7,7 +7,9 @@
 //! (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the macro
 //! joins them into the trait impl. An inherent method is found before a trait's, so none of the
 //! forwarding methods calls itself. What differs between the backends in the shared use cases
-//! is a parameter of the macro: which pool reads and which writes, and how a timestamp is bound.
+//! is a parameter of the macro: which pool reads and which writes, how a writing transaction
+//! begins, how a timestamp and the session columns are bound, and the few statements each
+//! writes in its own dialect.
 
 /// The session row, inserted or (unless tombstoned) replaced: `$1`…`$12` in
 /// [`session_columns!`] order.
