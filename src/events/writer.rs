@@ -218,28 +218,30 @@ mod tests {
     use crate::events::Retention;
     use crate::store::Store;
 
-    /// `flush` returns once everything queued before it is stored. On this single-threaded
-    /// runtime the writer cannot run between the enqueues and the read unless `flush` waits.
-    #[tokio::test]
-    async fn flush_waits_for_everything_queued_before_it() {
+    /// A store on an SQLite file of its own (a file, so that the log writer has its own
+    /// connection, as in production), and the directory to keep while it is used.
+    async fn file_store() -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("t.db").display());
         let store = crate::store::connect(&url, "test-replica")
             .await
             .unwrap()
             .store;
+        (dir, store)
+    }
+
+    /// `flush` returns once everything queued before it is stored. On this single-threaded
+    /// runtime the writer cannot run between the enqueues and the read unless `flush` waits.
+    #[tokio::test]
+    async fn flush_waits_for_everything_queued_before_it() {
+        let (_dir, store) = file_store().await;
         let hub = EventHub::new(
             store.clone(),
             CancellationToken::new(),
             Retention::default(),
         );
         for i in 0..100 {
-            let payload = serde_json::json!({"i": i});
-            let event = NewEvent {
-                kind: "x".into(),
-                payload,
-            };
-            hub.enqueue("s", event).await;
+            hub.enqueue("s", event(i)).await;
         }
         hub.flush().await;
         assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
@@ -263,12 +265,7 @@ mod tests {
     /// longer than the test, so that no timing decides the outcome.
     #[tokio::test]
     async fn events_queued_during_the_pause_share_one_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("t.db").display());
-        let store = crate::store::connect(&url, "test-replica")
-            .await
-            .unwrap()
-            .store;
+        let (_dir, store) = file_store().await;
         let pace = Duration::from_secs(600);
         let hub = EventHub::with_pace(
             store.clone(),

@@ -2,9 +2,11 @@
 //!
 //! One [`Store`] trait at the level of the gateway's use cases, with a PostgreSQL and an SQLite
 //! implementation (`postgres/`, `sqlite/`) that pass the same contract suite
-//! (`tests/store_contract.rs`); beside it, how each records the gateway replicas using it
-//! (`replicas.rs`). This module depends on nothing else in the crate: the replica id it tags
-//! notifications with is given to [`connect`].
+//! (`tests/store_contract/`); beside it, how each records the gateway replicas using it
+//! (`replicas.rs`). What the two run alike is written once: the shared SQL and the `impl Store`
+//! of both (`common.rs`), the mapping of rows to records (`rows.rs`) and the session list's
+//! statement and pages (`listing.rs`). This module depends on nothing else in the crate: the
+//! replica id it tags notifications with is given to [`connect`].
 
 use std::sync::Arc;
 
@@ -13,8 +15,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-/// The `sessions` columns, in the order each backend's `session_from_row` and session binding
-/// use (declared before the backends, so that both see it).
+/// The `sessions` columns, in the order `rows::session_from`, the session binds and the shared
+/// statements use (declared before the modules that use it, so that they all see it).
 macro_rules! session_columns {
     () => {
         "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
@@ -22,8 +24,12 @@ macro_rules! session_columns {
     };
 }
 
+#[macro_use]
+mod common;
+mod listing;
 mod postgres;
 mod replicas;
+mod rows;
 mod sqlite;
 
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
@@ -138,33 +144,6 @@ pub struct SessionList {
     pub next: Option<ListCursor>,
 }
 
-/// A listed row and its position: `updated_at` as it was when the listing started.
-pub(crate) struct Listed {
-    pub record: SessionRecord,
-    pub key: DateTime<Utc>,
-}
-
-/// Orders listed rows by position (a later page holds both rows that kept their position and
-/// rows that moved since the snapshot, placed where they were) into a page of at most
-/// `query.limit` rows.
-pub(crate) fn merge_page(query: &ListQuery, snapshot: i64, mut rows: Vec<Listed>) -> SessionList {
-    rows.sort_by(|a, b| (b.key, &b.record.session_id).cmp(&(a.key, &a.record.session_id)));
-    let limit = query.limit.max(1) as usize;
-    let next = (rows.len() > limit).then(|| {
-        let last = &rows[limit - 1];
-        ListCursor {
-            snapshot,
-            updated_at: last.key,
-            session_id: last.record.session_id.clone(),
-        }
-    });
-    rows.truncate(limit);
-    SessionList {
-        sessions: rows.into_iter().map(|l| l.record).collect(),
-        next,
-    }
-}
-
 /// How long list cursors stay stable: the age at which recorded moves are pruned.
 pub const STABLE_CURSOR_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -206,6 +185,20 @@ pub struct StoredLifecycleEvent {
     pub created_at: DateTime<Utc>,
 }
 
+impl NewLifecycleEvent {
+    /// This event as stored with number `seq` at `created_at`.
+    fn stored(&self, seq: i64, created_at: DateTime<Utc>) -> StoredLifecycleEvent {
+        StoredLifecycleEvent {
+            seq,
+            session_id: self.session_id.clone(),
+            tenant: self.tenant.clone(),
+            kind: self.kind.clone(),
+            payload: self.payload.clone(),
+            created_at,
+        }
+    }
+}
+
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
@@ -217,38 +210,73 @@ fn truncate_timestamps(record: &mut SessionRecord) {
     record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
 }
 
-/// What every append starts from: `None` for no events, else their count (as the databases'
-/// integer) and the batch's `created_at`, at the microsecond precision both backends store.
-fn batch_of(events: &[NewEvent]) -> StoreResult<Option<(i64, DateTime<Utc>)>> {
-    if events.is_empty() {
-        return Ok(None);
-    }
-    let count = i64::try_from(events.len())
-        .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-    Ok(Some((
-        count,
-        chrono::SubsecRound::trunc_subsecs(Utc::now(), 6),
-    )))
+/// What [`Store::update_session`] writes back over `current`, the row read for `session_id`:
+/// `current` changed by `mutate`; `None` when there is no live row.
+fn apply_mutation(
+    current: Option<SessionRecord>,
+    session_id: &str,
+    mutate: SessionMutation<'_>,
+) -> Option<SessionRecord> {
+    let mut record = current.filter(|record| record.deleted_at.is_none())?;
+    mutate(&mut record);
+    // The id is the row's key: a mutation cannot move the row to another id.
+    record.session_id = session_id.to_owned();
+    truncate_timestamps(&mut record);
+    Some(record)
 }
 
-/// `events` as stored in `session_id`'s log from sequence number `first` on.
-fn numbered(
-    session_id: &str,
-    events: &[NewEvent],
-    first: i64,
+/// One append to a session's log, as every backend starts it: its events (never none), their
+/// count (as the databases' integer), the `created_at` they share, at the microsecond precision
+/// both backends store, and the `touch` of [`LogWriter::append`].
+pub struct Batch<'a> {
+    session_id: &'a str,
+    events: &'a [NewEvent],
+    count: i64,
     created_at: DateTime<Utc>,
-) -> Vec<StoredEvent> {
-    events
-        .iter()
-        .zip(first..)
-        .map(|(event, seq)| StoredEvent {
-            session_id: session_id.to_owned(),
-            seq,
-            kind: event.kind.clone(),
-            payload: event.payload.clone(),
-            created_at,
-        })
-        .collect()
+    touch: Option<DateTime<Utc>>,
+}
+
+impl<'a> Batch<'a> {
+    /// `None` for no events: nothing to append.
+    fn new(
+        session_id: &'a str,
+        events: &'a [NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> StoreResult<Option<Self>> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let count = i64::try_from(events.len())
+            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
+        Ok(Some(Batch {
+            session_id,
+            events,
+            count,
+            created_at: Utc::now().trunc_subsecs(6),
+            touch,
+        }))
+    }
+
+    /// The sequence number of the first event when the log's counter, raised by the batch,
+    /// reads `last`.
+    fn first(&self, last: i64) -> i64 {
+        last - self.count + 1
+    }
+
+    /// The events as stored, once the log's counter, raised by the batch, reads `last`.
+    fn stored(&self, last: i64) -> Vec<StoredEvent> {
+        self.events
+            .iter()
+            .zip(self.first(last)..)
+            .map(|(event, seq)| StoredEvent {
+                session_id: self.session_id.to_owned(),
+                seq,
+                kind: event.kind.clone(),
+                payload: event.payload.clone(),
+                created_at: self.created_at,
+            })
+            .collect()
+    }
 }
 
 /// See [`Store::log_writer`].
@@ -262,7 +290,15 @@ pub trait LogWriter: Send {
         session_id: &str,
         events: &[NewEvent],
         touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>>;
+    ) -> StoreResult<Vec<StoredEvent>> {
+        match Batch::new(session_id, events, touch)? {
+            Some(batch) => self.append_batch(&batch).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Appends a batch (see [`LogWriter::append`]), which only the store can make.
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>>;
 }
 
 /// The gateway's use cases against its database.

@@ -94,6 +94,16 @@ async fn paginate(store: &dyn Store, mut query: ListQuery, limit: i64) -> Vec<Se
     all
 }
 
+/// The first page (up to 100) of `tenant`'s live, non-archived sessions.
+async fn listed(store: &dyn Store, tenant: &str) -> Vec<SessionRecord> {
+    let query = ListQuery {
+        tenant: Some(tenant.to_owned()),
+        limit: 100,
+        ..ListQuery::default()
+    };
+    store.list_sessions(&query).await.unwrap().sessions
+}
+
 fn assert_fresh_timestamp(at: DateTime<Utc>) {
     let skew = (Utc::now() - at).num_seconds().abs();
     assert!(skew < 300, "created_at {at} is not close to now");
@@ -155,6 +165,11 @@ where
     fresh.remove().await;
 }
 
+/// The store of a database.
+fn store(db: Database) -> Arc<dyn Store> {
+    db.store
+}
+
 /// The registry of a database several replicas share.
 fn registry(db: Database) -> Arc<dyn ReplicaRegistry> {
     match db.replicas {
@@ -175,14 +190,17 @@ fn held(db: Database) -> Arc<dyn HeldSessions> {
 // The suite: one test per check and backend
 // ------------------------------------------------------------------------------------------
 
-/// One `#[tokio::test]` per `module::check`, each on a fresh database from `$open`.
+/// One `#[tokio::test]` per `module::check`, each on a fresh database from `$open`, checking
+/// the part of it `$part` takes (its store, its registry, its held sessions).
 macro_rules! store_tests {
-    ($open:ident: $($module:ident::$check:ident),+ $(,)?) => {
+    ($open:ident, $part:ident: $($module:ident::$check:ident),+ $(,)?) => {
         $(
             #[tokio::test]
             async fn $check() {
-                crate::$open(stringify!($check), |db, _url| crate::$module::$check(db.store))
-                    .await;
+                crate::$open(stringify!($check), |db, _url| {
+                    crate::$module::$check(crate::$part(db))
+                })
+                .await;
             }
         )+
     };
@@ -191,7 +209,7 @@ macro_rules! store_tests {
 /// Every check against `dyn Store`, on the backend `$open` opens.
 macro_rules! store_contract {
     ($open:ident) => {
-        store_tests!($open:
+        store_tests!($open, store:
             sessions::check_fresh_database,
             sessions::check_session_round_trip,
             sessions::check_update_session,
@@ -213,14 +231,7 @@ mod sqlite {
     use super::*;
 
     store_contract!(on_sqlite);
-
-    #[tokio::test]
-    async fn check_held_sessions() {
-        on_sqlite("check_held_sessions", |db, _url| {
-            replicas::check_held_sessions(held(db))
-        })
-        .await;
-    }
+    store_tests!(on_sqlite, held: replicas::check_held_sessions);
 
     /// What one connection wrote, the next reads, whichever form of URL names the file.
     #[tokio::test]
@@ -295,31 +306,15 @@ mod sqlite {
 }
 
 mod sqlite_memory {
-    use super::*;
-
     store_contract!(on_sqlite_memory);
-
-    #[tokio::test]
-    async fn check_held_sessions() {
-        on_sqlite_memory("check_held_sessions", |db, _url| {
-            replicas::check_held_sessions(held(db))
-        })
-        .await;
-    }
+    store_tests!(on_sqlite_memory, held: replicas::check_held_sessions);
 }
 
 mod postgres {
     use super::*;
 
     store_contract!(on_postgres);
-
-    #[tokio::test]
-    async fn check_replicas() {
-        on_postgres("check_replicas", |db, _url| {
-            replicas::check_replicas(registry(db))
-        })
-        .await;
-    }
+    store_tests!(on_postgres, registry: replicas::check_replicas);
 
     #[tokio::test]
     async fn check_log_writer_reconnects() {

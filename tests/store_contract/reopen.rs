@@ -10,6 +10,16 @@ pub struct Reopen {
     concurrent_last: i64,
 }
 
+/// A lifecycle event of the session this check keeps.
+fn lifecycle(kind: &str) -> NewLifecycleEvent {
+    NewLifecycleEvent {
+        session_id: "reopen-1".to_owned(),
+        tenant: "tenant-reopen".to_owned(),
+        kind: kind.to_owned(),
+        payload: json!({}),
+    }
+}
+
 pub async fn check_reopen_write(store: Arc<dyn Store>) -> Reopen {
     let session = SessionRecord {
         title: Some("survives".to_owned()),
@@ -29,12 +39,7 @@ pub async fn check_reopen_write(store: Arc<dyn Store>) -> Reopen {
         .unwrap();
     assert_eq!(events.last().unwrap().seq, 4);
     let lifecycle_seq = store
-        .append_lifecycle(&NewLifecycleEvent {
-            session_id: "reopen-1".to_owned(),
-            tenant: "tenant-reopen".to_owned(),
-            kind: "created".to_owned(),
-            payload: json!({}),
-        })
+        .append_lifecycle(&lifecycle("created"))
         .await
         .unwrap()
         .seq;
@@ -78,12 +83,7 @@ pub async fn check_reopen_read(store: Arc<dyn Store>, before: &Reopen) {
         before.lifecycle_seq
     );
     let lc = store
-        .append_lifecycle(&NewLifecycleEvent {
-            session_id: "reopen-1".to_owned(),
-            tenant: "tenant-reopen".to_owned(),
-            kind: "info_updated".to_owned(),
-            payload: json!({}),
-        })
+        .append_lifecycle(&lifecycle("info_updated"))
         .await
         .unwrap();
     assert!(lc.seq > before.lifecycle_seq);

@@ -1,14 +1,14 @@
 //! The session event logs: appends in one statement that numbers them from the session's
 //! counter (`session_seqs`) and notifies the other replicas, the log writer with its own
-//! connection, reads and retention.
+//! connection, and how retention prunes by count.
 
 use async_trait::async_trait;
-use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
-use sqlx::{ConnectOptions, Row};
+use chrono::SubsecRound;
+use sqlx::ConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::PgStore;
-use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent, batch_of, numbered};
+use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
 /// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
@@ -31,15 +31,9 @@ const APPEND: &str = "WITH bumped AS (\
      SELECT last_seq FROM bumped, \
      pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
 
-const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
-     WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
-
-const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \
+/// Deletes, in every session, the events beyond the latest `$1`.
+pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \
      WHERE e.session_id = s.session_id AND e.seq <= s.last_seq - $1";
-const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
-const LAST_EVENT_SEQ: &str =
-    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
-
 /// The `application_name` of the log writer's connection (as `pg_stat_activity` shows it).
 pub const PG_LOG_WRITER_NAME: &str = "acp-gateway event log";
 
@@ -53,12 +47,7 @@ struct PgLogWriter {
 
 #[async_trait]
 impl LogWriter for PgLogWriter {
-    async fn append(
-        &mut self,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         // A connection the server has closed since the last append (a restart, an idle
         // timeout) is replaced once; any other error drops it too, and the next append opens
         // another.
@@ -68,7 +57,7 @@ impl LogWriter for PgLogWriter {
                 Some(conn) => conn,
                 own => own.insert(self.options.connect().await?),
             };
-            match append_on(&mut *conn, &self.replica, session_id, events, touch).await {
+            match append_on(&mut *conn, &self.replica, batch).await {
                 Ok(stored) => return Ok(stored),
                 Err(e) => {
                     self.own = None;
@@ -83,51 +72,33 @@ impl LogWriter for PgLogWriter {
     }
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) with one statement,
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) with one statement,
 /// [`APPEND`]: one round trip, atomic without an explicit transaction. The notification is
 /// tagged with `replica`.
 async fn append_on<'e>(
     db: impl sqlx::PgExecutor<'e>,
     replica: &str,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
+    let events = batch.events;
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
     let last: i64 = sqlx::query_scalar(APPEND)
-        .bind(session_id)
-        .bind(count)
+        .bind(batch.session_id)
+        .bind(batch.count)
         .bind(replica)
-        .bind(created_at)
+        .bind(batch.created_at)
         .bind(&kinds)
         .bind(&payloads)
-        .bind(touch.map(|at| at.trunc_subsecs(6)))
+        .bind(batch.touch.map(|at| at.trunc_subsecs(6)))
         .fetch_one(db)
         .await?;
-    Ok(numbered(session_id, events, last - count + 1, created_at))
-}
-
-fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
-    Ok(StoredEvent {
-        session_id: row.try_get("session_id")?,
-        seq: row.try_get("seq")?,
-        kind: row.try_get("kind")?,
-        payload: row.try_get("payload")?,
-        created_at: row.try_get("created_at")?,
-    })
+    Ok(batch.stored(last))
 }
 
 impl PgStore {
-    pub(super) async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
-        append_on(&self.pool, &self.replica, session_id, events, None).await
+    pub(super) async fn append_batch(&self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
+        append_on(&self.pool, &self.replica, batch).await
     }
 
     pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {
@@ -139,50 +110,5 @@ impl PgStore {
             own: None,
             replica: self.replica.clone(),
         })
-    }
-
-    pub(super) async fn read_events(
-        &self,
-        session_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        let rows = sqlx::query(READ_EVENTS)
-            .bind(session_id)
-            .bind(after)
-            .bind(limit.max(0))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(event_from_row).collect()
-    }
-
-    pub(super) async fn prune_events(
-        &self,
-        max_events: Option<i64>,
-        before: Option<DateTime<Utc>>,
-    ) -> StoreResult<u64> {
-        let mut deleted = 0;
-        if let Some(keep) = max_events {
-            deleted += sqlx::query(PRUNE_BY_COUNT)
-                .bind(keep.max(0))
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-        }
-        if let Some(before) = before {
-            deleted += sqlx::query(PRUNE_BY_AGE)
-                .bind(before)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-        }
-        Ok(deleted)
-    }
-
-    pub(super) async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
-            .bind(session_id)
-            .fetch_one(&self.pool)
-            .await?)
     }
 }

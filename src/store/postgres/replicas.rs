@@ -7,10 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
-use sqlx::Row;
 use sqlx::postgres::{PgListener, PgNotification};
 
 use super::PgStore;
+use crate::store::common::RELEASE_SESSION;
+use crate::store::rows::Columns;
 use crate::store::{Appended, Replica, ReplicaRegistry, StoreResult};
 
 /// Where appends to session logs are announced (see the append in `events.rs`).
@@ -116,13 +117,14 @@ impl ReplicaRegistry for PgStore {
         .await?;
         rows.iter()
             .map(|r| {
+                let silent: i64 = r.get("silent")?;
                 Ok(Replica {
-                    id: r.try_get("id")?,
-                    address: r.try_get("address")?,
-                    started_at: r.try_get("started_at")?,
-                    heartbeat_at: r.try_get("heartbeat_at")?,
-                    sessions_live: r.try_get("sessions_live")?,
-                    silent_for: Duration::from_micros(r.try_get::<i64, _>("silent")?.max(0) as u64),
+                    id: r.get("id")?,
+                    address: r.get("address")?,
+                    started_at: r.time("started_at")?,
+                    heartbeat_at: r.time("heartbeat_at")?,
+                    sessions_live: r.get("sessions_live")?,
+                    silent_for: Duration::from_micros(silent.max(0) as u64),
                 })
             })
             .collect()
@@ -166,7 +168,7 @@ impl ReplicaRegistry for PgStore {
     }
 
     async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2")
+        sqlx::query(RELEASE_SESSION)
             .bind(session_id)
             .bind(replica)
             .execute(&self.pool)

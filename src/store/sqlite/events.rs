@@ -1,13 +1,12 @@
 //! The session event logs: appends numbered from each session's counter (`session_seqs`), the
-//! log writer with its own connection, reads and retention.
+//! log writer with its own connection, and how retention prunes by count.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
-use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, from_json, from_micros, micros, to_json};
-use crate::store::{LogWriter, NewEvent, StoreError, StoreResult, StoredEvent, batch_of, numbered};
+use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros, to_json};
+use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
 const INSERT_CHUNK: usize = 1000;
@@ -29,15 +28,9 @@ const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
 const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ? \
      WHERE session_id = ? AND deleted_at IS NULL AND updated_at < ?;";
 
-const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at FROM session_events \
-     WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?";
-
-const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
-     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - ?";
-const PRUNE_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < ?";
-const LAST_EVENT_SEQ: &str =
-    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = ?), 0)";
-
+/// Deletes, in every session, the events beyond the latest `$1`.
+pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <= \
+     (SELECT s.last_seq FROM session_seqs s WHERE s.session_id = session_events.session_id) - $1";
 /// The log writer of an SQLite store: a connection of its own beside the writer pool (SQLite's
 /// write lock serializes the two; appends and metadata writes are short). An in-memory database
 /// has one connection for everything, so there it takes the pool's in turn.
@@ -76,15 +69,10 @@ const INSERT_EVENT: &str = "INSERT INTO session_events \
 
 #[async_trait]
 impl LogWriter for SqliteLogWriter {
-    async fn append(
-        &mut self,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         if self.shared {
             let mut conn = self.pool.acquire().await?;
-            return append_on(&mut conn, session_id, events, touch).await;
+            return append_on(&mut conn, batch).await;
         }
         let conn = match &mut self.own {
             Some(conn) => conn,
@@ -92,7 +80,7 @@ impl LogWriter for SqliteLogWriter {
                 self.pool.connect_options().get_filename(),
             )?),
         };
-        let appended = append_here(conn, session_id, events, touch);
+        let appended = append_here(conn, batch);
         self.appends += 1;
         if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
@@ -121,41 +109,36 @@ fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connecti
     Ok(conn)
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
 /// in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): the bump
 /// returns the new last sequence number, from which the events are numbered.
 fn append_here(
     conn: &mut rusqlite::Connection,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
-    let created_micros = micros(created_at);
+    let session_id = batch.session_id;
+    let created_micros = micros(batch.created_at);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let last: i64 = tx
         .prepare_cached(BUMP_SEQ)?
-        .query_row((session_id, count), |row| row.get(0))?;
-    let first = last - count + 1;
+        .query_row((session_id, batch.count), |row| row.get(0))?;
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
-        for (seq, event) in (first..).zip(events) {
+        for (seq, event) in (batch.first(last)..).zip(batch.events) {
             let payload = to_json(&event.payload);
             insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
         }
     }
-    if let Some(at) = touch {
+    if let Some(at) = batch.touch {
         let at = micros(at);
         tx.prepare_cached(TOUCH_SESSION)?
             .execute((at, session_id, at))?;
     }
     tx.commit()?;
-    Ok(numbered(session_id, events, first, created_at))
+    Ok(batch.stored(last))
 }
 
-/// Appends `events` (and applies `touch`, see [`LogWriter::append`]) on `conn`, in one
+/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) on `conn`, in one
 /// transaction sent as one command: the connection's thread runs it without coming back
 /// between statements (a round trip costs two thread wake-ups), and SQLite's write lock is
 /// never held while a task waits to be polled, so a `rusqlite` log writer blocking a runtime
@@ -163,13 +146,15 @@ fn append_here(
 /// has just raised.
 async fn append_on(
     conn: &mut SqliteConnection,
-    session_id: &str,
-    events: &[NewEvent],
-    touch: Option<DateTime<Utc>>,
+    batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
-    let Some((count, created_at)) = batch_of(events)? else {
-        return Ok(Vec::new());
-    };
+    let Batch {
+        session_id,
+        events,
+        count,
+        created_at,
+        touch,
+    } = *batch;
     let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
     let created_micros = micros(created_at);
 
@@ -213,31 +198,13 @@ async fn append_on(
         .first()
         .ok_or_else(|| StoreError::Corrupt("the sequence bump returned no row".into()))?
         .try_get(0)?;
-    Ok(numbered(session_id, events, last - count + 1, created_at))
-}
-
-fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
-    let session_id: String = row.try_get("session_id")?;
-    let seq: i64 = row.try_get("seq")?;
-    let what = format!("event {seq} of session {session_id:?}");
-    let payload: String = row.try_get("payload")?;
-    Ok(StoredEvent {
-        kind: row.try_get("kind")?,
-        payload: from_json(&payload, &what)?,
-        created_at: from_micros(row.try_get("created_at")?, &what)?,
-        session_id,
-        seq,
-    })
+    Ok(batch.stored(last))
 }
 
 impl SqliteStore {
-    pub(super) async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
+    pub(super) async fn append_batch(&self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
         let mut conn = self.writer.acquire().await?;
-        append_on(&mut conn, session_id, events, None).await
+        append_on(&mut conn, batch).await
     }
 
     pub(super) fn log_writer(&self) -> Box<dyn LogWriter> {
@@ -247,50 +214,5 @@ impl SqliteStore {
             own: None,
             appends: 0,
         })
-    }
-
-    pub(super) async fn read_events(
-        &self,
-        session_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        let rows = sqlx::query(READ_EVENTS)
-            .bind(session_id)
-            .bind(after)
-            .bind(limit.max(0))
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(event_from_row).collect()
-    }
-
-    pub(super) async fn prune_events(
-        &self,
-        max_events: Option<i64>,
-        before: Option<DateTime<Utc>>,
-    ) -> StoreResult<u64> {
-        let mut deleted = 0;
-        if let Some(keep) = max_events {
-            deleted += sqlx::query(PRUNE_BY_COUNT)
-                .bind(keep.max(0))
-                .execute(&self.writer)
-                .await?
-                .rows_affected();
-        }
-        if let Some(before) = before {
-            deleted += sqlx::query(PRUNE_BY_AGE)
-                .bind(micros(before))
-                .execute(&self.writer)
-                .await?
-                .rows_affected();
-        }
-        Ok(deleted)
-    }
-
-    pub(super) async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(LAST_EVENT_SEQ)
-            .bind(session_id)
-            .fetch_one(&self.reader)
-            .await?)
     }
 }

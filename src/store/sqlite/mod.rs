@@ -13,10 +13,11 @@
 //! between. An in-memory database uses a single connection for everything, since a second
 //! connection would not see the same database reliably.
 //!
-//! Files by use case: `sessions.rs` the session cache and its list, `events.rs` the session
-//! event logs and their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a
-//! file has (its lock and the sessions it holds); here the pools and the column conversions
-//! they share.
+//! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
+//! their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
+//! lock and the sessions it holds); here the pools and the column conversions they share. What
+//! runs alike on PostgreSQL (reads, retention, the list's statement, the row mapping) is written
+//! once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
 mod events;
 mod lifecycle;
@@ -26,17 +27,16 @@ mod sessions;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 
-use super::{
-    ListQuery, LogWriter, NewEvent, NewLifecycleEvent, SessionList, SessionMutation, SessionRecord,
-    Store, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
-};
+use super::rows::{Columns, Native};
+use super::{StoreError, StoreResult};
 
 pub use replica::{ReplicaLock, lock_single_replica};
 
@@ -143,10 +143,6 @@ fn from_micros(micros: i64, what: &str) -> StoreResult<DateTime<Utc>> {
         .ok_or_else(|| StoreError::Corrupt(format!("{what}: timestamp {micros} out of range")))
 }
 
-fn opt_from_micros(micros: Option<i64>, what: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    micros.map(|m| from_micros(m, what)).transpose()
-}
-
 /// A JSON value as stored in a TEXT column (compact; writing a `Value` cannot fail).
 fn to_json(value: &Value) -> String {
     value.to_string()
@@ -156,102 +152,34 @@ fn from_json(text: &str, what: &str) -> StoreResult<Value> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: bad JSON: {e}")))
 }
 
-/// Each method is the inherent one of the same name in the file of its use case (an inherent
-/// method is found before a trait's, so none of these calls itself).
-#[async_trait]
-impl Store for SqliteStore {
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
+/// Timestamps are INTEGER unix microseconds; JSON is text.
+impl Columns for SqliteRow {
+    fn get<T: Native>(&self, name: &str) -> StoreResult<T> {
+        Ok(self.try_get(name)?)
     }
-
-    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
-        self.put_session(record).await
+    fn time(&self, name: &str) -> StoreResult<DateTime<Utc>> {
+        from_micros(self.try_get(name)?, name)
     }
-
-    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>> {
-        self.get_session(session_id).await
+    fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        let micros: Option<i64> = self.try_get(name)?;
+        micros.map(|m| from_micros(m, name)).transpose()
     }
-
-    async fn update_session(
-        &self,
-        session_id: &str,
-        mutate: SessionMutation<'_>,
-    ) -> StoreResult<Option<SessionRecord>> {
-        self.update_session(session_id, mutate).await
+    fn json(&self, name: &str) -> StoreResult<Value> {
+        from_json(self.try_get(name)?, name)
     }
-
-    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList> {
-        self.list_sessions(query).await
-    }
-
-    async fn synced_session_ids(&self) -> StoreResult<Vec<String>> {
-        self.synced_session_ids().await
-    }
-
-    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        self.prune_moves(before).await
-    }
-
-    async fn tombstone_session(
-        &self,
-        session_id: &str,
-        tenant: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        self.tombstone_session(session_id, tenant, at).await
-    }
-
-    async fn append_events(
-        &self,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Vec<StoredEvent>> {
-        self.append_events(session_id, events).await
-    }
-
-    fn log_writer(&self) -> Box<dyn LogWriter> {
-        self.log_writer()
-    }
-
-    async fn read_events(
-        &self,
-        session_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        self.read_events(session_id, after, limit).await
-    }
-
-    async fn prune_events(
-        &self,
-        max_events: Option<i64>,
-        before: Option<DateTime<Utc>>,
-    ) -> StoreResult<u64> {
-        self.prune_events(max_events, before).await
-    }
-
-    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64> {
-        self.last_event_seq(session_id).await
-    }
-
-    async fn append_lifecycle(
-        &self,
-        event: &NewLifecycleEvent,
-    ) -> StoreResult<StoredLifecycleEvent> {
-        self.append_lifecycle(event).await
-    }
-
-    async fn read_lifecycle(
-        &self,
-        tenant: Option<&str>,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
-        self.read_lifecycle(tenant, after, limit).await
-    }
-
-    async fn last_lifecycle_seq(&self) -> StoreResult<i64> {
-        self.last_lifecycle_seq().await
+    fn opt_json(&self, name: &str) -> StoreResult<Option<Value>> {
+        let text: Option<&str> = self.try_get(name)?;
+        text.map(|t| from_json(t, name)).transpose()
     }
 }
+
+impl_store!(SqliteStore {
+    reads: reader,
+    writes: writer,
+    begin_write: begin_with(BEGIN_IMMEDIATE),
+    time: micros,
+    bind_session: sessions::bind_session,
+    lock_session: sessions::LOCK_SESSION,
+    prune_events_by_count: events::PRUNE_BY_COUNT,
+    first_moves: sessions::FIRST_MOVES,
+} {});

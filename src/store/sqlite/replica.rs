@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::{SqliteStore, parse_url};
+use crate::store::common::RELEASE_SESSION;
 use crate::store::{HeldSessions, StoreResult};
 
 /// Held for as long as one gateway serves an SQLite database file: a second gateway on the same
@@ -57,7 +58,7 @@ impl HeldSessions for SqliteStore {
     }
 
     async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM session_owners WHERE session_id = ? AND replica_id = ?")
+        sqlx::query(RELEASE_SESSION)
             .bind(session_id)
             .bind(replica)
             .execute(&self.writer)

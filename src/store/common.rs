@@ -1,0 +1,279 @@
+//! What both backends run alike: the SQL text they share (numbered `$n` parameters, which
+//! SQLite takes too), and their `impl Store`, written once by [`impl_store!`]: the use cases
+//! whose SQL, binds and mapping are the same on both, and a forward to the backend's inherent
+//! method of the same name for the others.
+//!
+//! A trait impl cannot span files, but a backend's own use cases are spread over a file each
+//! (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the macro
+//! joins them into the trait impl. An inherent method is found before a trait's, so none of the
+//! forwarding methods calls itself. What differs between the backends in the shared use cases
+//! is a parameter of the macro: which pool reads and which writes, how a writing transaction
+//! begins, how a timestamp and the session columns are bound, and the few statements each
+//! writes in its own dialect.
+
+/// The session row, inserted or (unless tombstoned) replaced: `$1`…`$12` in
+/// [`session_columns!`] order.
+pub(crate) const PUT_SESSION: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (session_id) DO UPDATE SET \
+     tenant = excluded.tenant, cwd = excluded.cwd, \
+     additional_directories = excluded.additional_directories, title = excluded.title, \
+     updated_at = excluded.updated_at, created_at = excluded.created_at, meta = excluded.meta, \
+     archived = excluded.archived, origin = excluded.origin, deleted_at = excluded.deleted_at, \
+     synced_at = excluded.synced_at \
+     WHERE sessions.deleted_at IS NULL"
+);
+
+pub(crate) const GET_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE session_id = $1"
+);
+
+/// Same parameters as [`PUT_SESSION`]; `session_id` ($1) is the key and is not changed.
+pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = $3, \
+     additional_directories = $4, title = $5, updated_at = $6, created_at = $7, meta = $8, \
+     archived = $9, origin = $10, deleted_at = $11, synced_at = $12 WHERE session_id = $1";
+
+pub(crate) const TOMBSTONE_LIVE: &str =
+    "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
+
+pub(crate) const SYNCED_SESSION_IDS: &str =
+    "SELECT session_id FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL";
+
+pub(crate) const PRUNE_MOVES: &str = "DELETE FROM session_moves WHERE moved_at < $1";
+
+pub(crate) const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at \
+     FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+
+pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
+
+pub(crate) const LAST_EVENT_SEQ: &str =
+    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
+
+pub(crate) const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
+     (session_id, tenant, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING seq";
+
+pub(crate) const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, \
+     created_at FROM lifecycle_events WHERE seq > $1 ORDER BY seq LIMIT $2";
+
+pub(crate) const READ_LIFECYCLE_TENANT: &str = "SELECT seq, session_id, tenant, kind, payload, \
+     created_at FROM lifecycle_events WHERE tenant = $3 AND seq > $1 ORDER BY seq LIMIT $2";
+
+pub(crate) const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_events";
+
+/// Ends `$2`'s hold on session `$1` (nothing if another replica holds it).
+pub(crate) const RELEASE_SESSION: &str =
+    "DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2";
+
+/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::Store) for
+/// `Backend`. Its shared use cases read through the pool `self.reads` and write through
+/// `self.writes`, open a writing transaction with `self.writes.begin_write`, bind a timestamp
+/// as `time(at)` and the session columns with `bind_session(query, record)`, read a row to
+/// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
+/// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
+/// keep) and find the moves of listed sessions with `first_moves` (see
+/// [`FirstMoves`](crate::store::listing::FirstMoves)). `items` are the trait's provided methods
+/// the backend overrides.
+macro_rules! impl_store {
+    (
+        $backend:ty {
+            reads: $reads:ident,
+            writes: $writes:ident,
+            begin_write: $begin:ident($($begin_arg:expr)?),
+            time: $time:path,
+            bind_session: $bind_session:path,
+            lock_session: $lock_session:path,
+            prune_events_by_count: $prune_by_count:path,
+            first_moves: $first_moves:path $(,)?
+        } { $($extra:tt)* }
+    ) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $backend {
+            async fn ping(&self) -> $crate::store::StoreResult<()> {
+                sqlx::query("SELECT 1").execute(&self.$reads).await?;
+                Ok(())
+            }
+
+            async fn put_session(
+                &self,
+                record: &$crate::store::SessionRecord,
+            ) -> $crate::store::StoreResult<bool> {
+                // One statement: the upsert's `WHERE` leaves a tombstoned row untouched.
+                let done = $bind_session(sqlx::query($crate::store::common::PUT_SESSION), record)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn get_session(
+                &self,
+                session_id: &str,
+            ) -> $crate::store::StoreResult<Option<$crate::store::SessionRecord>> {
+                let row = sqlx::query($crate::store::common::GET_SESSION)
+                    .bind(session_id)
+                    .fetch_optional(&self.$reads)
+                    .await?;
+                row.as_ref().map($crate::store::rows::session_from).transpose()
+            }
+
+            async fn update_session(
+                &self,
+                session_id: &str,
+                mutate: $crate::store::SessionMutation<'_>,
+            ) -> $crate::store::StoreResult<Option<$crate::store::SessionRecord>> {
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                let row = sqlx::query($lock_session)
+                    .bind(session_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let current = row.as_ref().map($crate::store::rows::session_from).transpose()?;
+                let Some(record) = $crate::store::apply_mutation(current, session_id, mutate)
+                else {
+                    return Ok(None);
+                };
+                $bind_session(sqlx::query($crate::store::common::UPDATE_SESSION), &record)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Some(record))
+            }
+
+            async fn list_sessions(
+                &self,
+                query: &$crate::store::ListQuery,
+            ) -> $crate::store::StoreResult<$crate::store::SessionList> {
+                use chrono::SubsecRound;
+                let later = query.after.as_ref().map(|after| {
+                    // At the precision both backends store.
+                    (after, $time(after.updated_at.trunc_subsecs(6)))
+                });
+                let mut qb = sqlx::QueryBuilder::new("");
+                $crate::store::listing::push_page_query(&mut qb, query, later, &$first_moves);
+                let rows = qb.build().fetch_all(&self.$reads).await?;
+                $crate::store::listing::page_of(query, &rows)
+            }
+
+            async fn synced_session_ids(&self) -> $crate::store::StoreResult<Vec<String>> {
+                Ok(sqlx::query_scalar($crate::store::common::SYNCED_SESSION_IDS)
+                    .fetch_all(&self.$reads)
+                    .await?)
+            }
+
+            async fn prune_moves(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<u64> {
+                Ok(sqlx::query($crate::store::common::PRUNE_MOVES)
+                    .bind($time(before))
+                    .execute(&self.$writes)
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn tombstone_session(
+                &self,
+                session_id: &str,
+                tenant: &str,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                self.tombstone_session(session_id, tenant, at).await
+            }
+
+            async fn append_events(
+                &self,
+                session_id: &str,
+                events: &[$crate::store::NewEvent],
+            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
+                match $crate::store::Batch::new(session_id, events, None)? {
+                    Some(batch) => self.append_batch(&batch).await,
+                    None => Ok(Vec::new()),
+                }
+            }
+
+            fn log_writer(&self) -> Box<dyn $crate::store::LogWriter> {
+                self.log_writer()
+            }
+
+            async fn read_events(
+                &self,
+                session_id: &str,
+                after: i64,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
+                let rows = sqlx::query($crate::store::common::READ_EVENTS)
+                    .bind(session_id)
+                    .bind(after)
+                    .bind(limit.max(0))
+                    .fetch_all(&self.$reads)
+                    .await?;
+                rows.iter().map($crate::store::rows::event_from).collect()
+            }
+
+            async fn prune_events(
+                &self,
+                max_events: Option<i64>,
+                before: Option<chrono::DateTime<chrono::Utc>>,
+            ) -> $crate::store::StoreResult<u64> {
+                let mut deleted = 0;
+                if let Some(keep) = max_events {
+                    deleted += sqlx::query($prune_by_count)
+                        .bind(keep.max(0))
+                        .execute(&self.$writes)
+                        .await?
+                        .rows_affected();
+                }
+                if let Some(before) = before {
+                    deleted += sqlx::query($crate::store::common::PRUNE_EVENTS_BY_AGE)
+                        .bind($time(before))
+                        .execute(&self.$writes)
+                        .await?
+                        .rows_affected();
+                }
+                Ok(deleted)
+            }
+
+            async fn last_event_seq(&self, session_id: &str) -> $crate::store::StoreResult<i64> {
+                Ok(sqlx::query_scalar($crate::store::common::LAST_EVENT_SEQ)
+                    .bind(session_id)
+                    .fetch_one(&self.$reads)
+                    .await?)
+            }
+
+            async fn append_lifecycle(
+                &self,
+                event: &$crate::store::NewLifecycleEvent,
+            ) -> $crate::store::StoreResult<$crate::store::StoredLifecycleEvent> {
+                self.append_lifecycle(event).await
+            }
+
+            async fn read_lifecycle(
+                &self,
+                tenant: Option<&str>,
+                after: i64,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
+                let query = match tenant {
+                    None => sqlx::query($crate::store::common::READ_LIFECYCLE_ALL),
+                    Some(_) => sqlx::query($crate::store::common::READ_LIFECYCLE_TENANT),
+                };
+                let mut query = query.bind(after).bind(limit.max(0));
+                if let Some(tenant) = tenant {
+                    query = query.bind(tenant);
+                }
+                let rows = query.fetch_all(&self.$reads).await?;
+                rows.iter().map($crate::store::rows::lifecycle_from).collect()
+            }
+
+            async fn last_lifecycle_seq(&self) -> $crate::store::StoreResult<i64> {
+                Ok(sqlx::query_scalar($crate::store::common::LAST_LIFECYCLE_SEQ)
+                    .fetch_one(&self.$reads)
+                    .await?)
+            }
+
+            $($extra)*
+        }
+    };
+}

@@ -1,0 +1,97 @@
+//! Fetched rows as the store's records, mapped once for both backends: [`Columns`] reads a row
+//! by column name in the backend's own representation (PostgreSQL: `timestamptz` and `jsonb`;
+//! SQLite: INTEGER unix microseconds and JSON text), and the mappers here build the records
+//! from it.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{Decode, Postgres, Sqlite, Type};
+
+use super::{Origin, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent};
+
+/// A column type both backends store as the Rust type itself: text, integers, booleans, and
+/// their `Option`s for nullable columns.
+pub(crate) trait Native:
+    for<'r> Decode<'r, Postgres> + Type<Postgres> + for<'r> Decode<'r, Sqlite> + Type<Sqlite>
+{
+}
+
+impl<T> Native for T where
+    T: for<'r> Decode<'r, Postgres> + Type<Postgres> + for<'r> Decode<'r, Sqlite> + Type<Sqlite>
+{
+}
+
+/// A fetched row, read by column name; a value the backend cannot map is
+/// [`StoreError::Corrupt`], naming the column.
+pub(crate) trait Columns {
+    fn get<T: Native>(&self, name: &str) -> StoreResult<T>;
+    fn time(&self, name: &str) -> StoreResult<DateTime<Utc>>;
+    fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>>;
+    fn json(&self, name: &str) -> StoreResult<Value>;
+    fn opt_json(&self, name: &str) -> StoreResult<Option<Value>>;
+}
+
+impl StoreError {
+    /// `self`, a corrupt value's message saying which row it was read from.
+    fn in_row(self, row: std::fmt::Arguments<'_>) -> Self {
+        match self {
+            StoreError::Corrupt(message) => StoreError::Corrupt(format!("{row}: {message}")),
+            other => other,
+        }
+    }
+}
+
+/// A row of `sessions` (its [`session_columns!`]).
+pub(crate) fn session_from(row: &impl Columns) -> StoreResult<SessionRecord> {
+    let session_id: String = row.get("session_id")?;
+    let at = |e: StoreError| e.in_row(format_args!("session {session_id:?}"));
+    let dirs = row.json("additional_directories").map_err(at)?;
+    let additional_directories = serde_json::from_value(dirs).map_err(|e| {
+        at(StoreError::Corrupt(format!(
+            "additional_directories is not an array of strings: {e}"
+        )))
+    })?;
+    let origin: String = row.get("origin")?;
+    Ok(SessionRecord {
+        tenant: row.get("tenant")?,
+        cwd: row.get("cwd")?,
+        additional_directories,
+        title: row.get("title")?,
+        updated_at: row.time("updated_at").map_err(at)?,
+        created_at: row.time("created_at").map_err(at)?,
+        meta: row.opt_json("meta").map_err(at)?,
+        archived: row.get("archived")?,
+        origin: Origin::parse(&origin)?,
+        deleted_at: row.opt_time("deleted_at").map_err(at)?,
+        synced_at: row.opt_time("synced_at").map_err(at)?,
+        session_id,
+    })
+}
+
+/// A row of `session_events`.
+pub(crate) fn event_from(row: &impl Columns) -> StoreResult<StoredEvent> {
+    let session_id: String = row.get("session_id")?;
+    let seq: i64 = row.get("seq")?;
+    let at = |e: StoreError| e.in_row(format_args!("event {seq} of session {session_id:?}"));
+    Ok(StoredEvent {
+        kind: row.get("kind")?,
+        payload: row.json("payload").map_err(at)?,
+        created_at: row.time("created_at").map_err(at)?,
+        session_id,
+        seq,
+    })
+}
+
+/// A row of `lifecycle_events`.
+pub(crate) fn lifecycle_from(row: &impl Columns) -> StoreResult<StoredLifecycleEvent> {
+    let seq: i64 = row.get("seq")?;
+    let at = |e: StoreError| e.in_row(format_args!("lifecycle event {seq}"));
+    Ok(StoredLifecycleEvent {
+        seq,
+        session_id: row.get("session_id")?,
+        tenant: row.get("tenant")?,
+        kind: row.get("kind")?,
+        payload: row.json("payload").map_err(at)?,
+        created_at: row.time("created_at").map_err(at)?,
+    })
+}
