@@ -95,6 +95,40 @@ async fn any_replica_serves_any_session() {
     w.finish().await;
 }
 
+/// A replica that has answered the session list before lists, within a second, a session
+/// another replica created: its page cache follows the other replicas' writes.
+#[tokio::test]
+async fn a_replica_lists_what_another_created_within_a_second() {
+    let Some((w, b, c)) = three_replicas().await else {
+        return;
+    };
+    let listed = |page: &Value, id: &str| {
+        page["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["sessionId"] == id)
+    };
+    let first = b.json("/sessions").await;
+    assert_eq!(first["sessions"].as_array().unwrap().len(), 0, "{first}");
+    let id = w.gw().create("/tmp").await;
+    let created = std::time::Instant::now();
+    loop {
+        let page = b.json("/sessions").await;
+        if listed(&page, &id) {
+            break;
+        }
+        assert!(
+            created.elapsed() < std::time::Duration::from_secs(1),
+            "a second after a created {id}, b still lists {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    b.stop().await;
+    c.stop().await;
+    w.finish().await;
+}
+
 /// The replica holding a session is killed mid-turn. A client streaming from another replica
 /// gets every stored event once and then `agent_exited` when the dead replica's lease expires;
 /// a client reconnecting to a third with `Last-Event-ID` continues exactly; the next prompt

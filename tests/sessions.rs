@@ -398,7 +398,13 @@ async fn list_pagination_and_filters(backend: Backend) {
         let r = gw.post("/sessions", json!({"cwd": cwd})).await;
         assert_eq!(r.status(), 422, "{cwd}");
         let p: Value = r.json().await.unwrap();
-        assert!(p["detail"].as_str().unwrap().contains("not an existing directory"), "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains("not an existing directory"),
+            "{p}"
+        );
     }
     w.finish().await;
 }

@@ -66,7 +66,8 @@ pub struct EventHub {
     appended: AtomicU64,
     /// Group commits (each one broadcast to live subscribers as one frame).
     commits: AtomicU64,
-    /// Commits that raised a session's `updated_at` ([`EventHub::enqueue_touching`]).
+    /// Commits that raised a session's `updated_at` ([`EventHub::enqueue_touching`]), and every
+    /// append another replica announced (it may have changed any cached session).
     touches: AtomicU64,
     streams: Arc<StreamStats>,
 }
@@ -166,6 +167,11 @@ impl EventHub {
                 next = appended.next() => next,
                 _ = self.shutdown.cancelled() => return,
             };
+            if next.is_some() {
+                // Another replica's write may have created, changed or moved a session in the
+                // list: a page this replica read before it is stale now.
+                self.touches.fetch_add(1, Ordering::SeqCst);
+            }
             match next {
                 None => return,
                 Some(Appended::Session { session_id, seq }) => {
@@ -208,7 +214,8 @@ impl EventHub {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Commits that changed the session cache: a session list read before one may be stale.
+    /// Commits that changed the session cache, here or (PostgreSQL) on another replica: a
+    /// session list read before one may be stale.
     pub fn touches(&self) -> u64 {
         self.touches.load(Ordering::SeqCst)
     }

@@ -22,8 +22,8 @@ pub(super) struct Cache {
     /// Bumped after every write to the session cache; invalidates `list_pages`.
     list_generation: AtomicU64,
     /// Recently read list pages (rows only: status is added per request) of the current
-    /// `list_generation`. The gateway is the only writer of its store, so a page stays true
-    /// until the generation moves.
+    /// `list_generation`. Every write to the cache, this replica's or (announced through the
+    /// store) another's, moves the generation, so a page stays true until it moves.
     list_pages: Mutex<(u64, HashMap<String, Arc<PageJson>>)>,
 }
 

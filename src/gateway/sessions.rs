@@ -97,7 +97,10 @@ impl Gateway {
         confine("cwd", &new.cwd, roots)?;
         // The agent would start its tools there: a path that is not a directory would fail
         // them later, or, created by the agent, silently be a different project.
-        if !tokio::fs::metadata(&new.cwd).await.is_ok_and(|m| m.is_dir()) {
+        if !tokio::fs::metadata(&new.cwd)
+            .await
+            .is_ok_and(|m| m.is_dir())
+        {
             return Err(Error::Invalid(format!(
                 "cwd is not an existing directory: {:?}",
                 new.cwd
