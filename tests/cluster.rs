@@ -151,6 +151,10 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     seen.extend(watcher.until("agent_exited").await);
     let exited = seen.last().unwrap();
     assert_eq!(exited.data["member"], Value::Null, "{:?}", exited.data);
+    // The turn the dead replica was running ends, with an error, in the log.
+    seen.extend(watcher.until("turn_ended").await);
+    let ended = seen.last().unwrap();
+    assert_eq!(ended.data["error"]["status"], 502, "{:?}", ended.data);
     assert_eq!(
         positions(&seen),
         c.logged(&id).await,
@@ -161,7 +165,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     // Reconnecting elsewhere from the middle continues exactly.
     let middle = seen[seen.len() / 2].id;
     let mut resumed = c.events(&id, Some(middle)).await;
-    let rest = resumed.until("agent_exited").await;
+    let rest = resumed.until("turn_ended").await;
     assert_eq!(
         seqs(&rest),
         (middle + 1..=seen.len() as i64).collect::<Vec<_>>()

@@ -25,6 +25,22 @@ impl Gateway {
             );
             let payload = json!({"sessionId": id, "member": null, "code": null, "signal": null});
             self.inner.append(&id, "agent_exited", payload).await;
+            // A turn the dead replica was running never gets its end from it: its clients and
+            // any later replay see it end here, as a member's crash ends one.
+            match self.store().turn_open(&id).await {
+                Ok(true) => {
+                    let gone = Error::AgentGone(
+                        "the gateway replica running the turn stopped before it ended".into(),
+                    );
+                    let error = (self.inner.config.describe_error)(gone);
+                    let payload = json!({"sessionId": id, "error": error});
+                    self.inner.append(&id, "turn_ended", payload).await;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(session = id, error = %e, "cannot tell whether a turn was left running")
+                }
+            }
         }
     }
 

@@ -53,6 +53,10 @@ pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM session_events WHERE c
 pub(crate) const LAST_EVENT_SEQ: &str =
     "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
 
+/// The kind of a session's latest turn event, if any.
+pub(crate) const LAST_TURN_EVENT: &str = "SELECT kind FROM session_events \
+     WHERE session_id = $1 AND kind IN ('turn_started', 'turn_ended') ORDER BY seq DESC LIMIT 1";
+
 pub(crate) const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
      (session_id, tenant, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING seq";
 
@@ -240,6 +244,14 @@ macro_rules! impl_store {
                     .bind(session_id)
                     .fetch_one(&self.$reads)
                     .await?)
+            }
+
+            async fn turn_open(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+                let kind: Option<String> = sqlx::query_scalar($crate::store::common::LAST_TURN_EVENT)
+                    .bind(session_id)
+                    .fetch_optional(&self.$reads)
+                    .await?;
+                Ok(kind.as_deref() == Some("turn_started"))
             }
 
             async fn append_lifecycle(

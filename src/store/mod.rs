@@ -378,6 +378,10 @@ pub trait Store: Send + Sync + 'static {
     /// that event is still retained.
     async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
 
+    /// Whether the session's log shows a turn that started and has not ended (its latest
+    /// `turn_started` has no `turn_ended` after it).
+    async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
+
     /// Appends a lifecycle event with the next global sequence number.
     async fn append_lifecycle(
         &self,

@@ -87,6 +87,41 @@ pub async fn check_append_events(store: Arc<dyn Store>) {
 }
 
 /// 8 tasks × 50 batches × 3 events on one session: exactly 1..=1200, no gap, no duplicate.
+/// A turn is open from its `turn_started` until a `turn_ended`, whatever comes between; each
+/// session has its own.
+pub async fn check_turn_open(store: Arc<dyn Store>) {
+    let (s, other) = ("turns-1", "turns-2");
+    assert!(
+        !store.turn_open(s).await.unwrap(),
+        "an empty log has no turn"
+    );
+    let append = |kind: &'static str, session: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append_events(session, &[event(kind, json!({"sessionId": session}))])
+                .await
+                .unwrap();
+        }
+    };
+    append("turn_started", s).await;
+    assert!(store.turn_open(s).await.unwrap());
+    append("agent_message_chunk", s).await;
+    append("agent_exited", s).await;
+    assert!(
+        store.turn_open(s).await.unwrap(),
+        "other events do not end it"
+    );
+    assert!(
+        !store.turn_open(other).await.unwrap(),
+        "another session's turn"
+    );
+    append("turn_ended", s).await;
+    assert!(!store.turn_open(s).await.unwrap());
+    append("turn_started", s).await;
+    assert!(store.turn_open(s).await.unwrap(), "the next turn");
+}
+
 pub async fn check_concurrent_appends(store: Arc<dyn Store>) {
     const S: &str = "ev-concurrent";
     const TASKS: i64 = 8;

@@ -218,6 +218,7 @@ macro_rules! store_contract {
             listing::check_stable_pagination,
             sessions::check_tombstone,
             events::check_append_events,
+            events::check_turn_open,
             events::check_concurrent_appends,
             events::check_log_writer,
             events::check_payload_round_trip,
