@@ -183,6 +183,55 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     w.finish().await;
 }
 
+/// Once a dead replica's lease has expired, none of its sessions is held anywhere: after one of
+/// them has been prompted elsewhere, another is probed and deleted through a third replica
+/// (not forwarded to the dead one, not 503).
+#[tokio::test]
+async fn a_dead_replicas_sessions_are_served_after_its_lease() {
+    let Some((w, mut b, c)) = three_replicas().await else {
+        return;
+    };
+    let a = w.gw();
+    // Both on b: marked as forwarded already, a create is not placed on another replica.
+    let create_on_b = || async {
+        let r = reqwest::Client::new()
+            .post(b.url("/sessions"))
+            .header("acp-gateway-forwarded", "1")
+            .json(&serde_json::json!({"cwd": "/tmp"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        r.json::<Value>().await.unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let first = create_on_b().await;
+    let second = create_on_b().await;
+    assert_eq!(b.json("/agent").await["members"][0]["sessions"], 2);
+    b.kill().await;
+    // The prompt succeeds once the lease has expired (503 `replica-unavailable` before).
+    let started = std::time::Instant::now();
+    loop {
+        let (status, body) = c.prompt(&first, "after the lease").await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(started.elapsed() < PATIENCE, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let status = a.get(&format!("/sessions/{second}/status")).await;
+    assert_eq!(status.status(), 200);
+    let status: Value = status.json().await.unwrap();
+    assert_eq!(status["status"], "saved", "{status}");
+    assert_eq!(a.delete(&format!("/sessions/{second}")).await.status(), 204);
+    assert_eq!(c.status(&second).await, "not_found");
+    c.stop().await;
+    w.finish().await;
+}
+
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]
