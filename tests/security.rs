@@ -336,7 +336,8 @@ async fn cors_preflight() {
 }
 
 /// --workspace-root confines cwd and additionalDirectories: relative paths, `..`, symlinks out of
-/// the root and paths elsewhere are 422; paths inside (existing or not yet) are fine.
+/// the root and paths elsewhere are 422; paths inside are fine (an extra directory need not
+/// exist yet; the cwd must).
 #[tokio::test]
 async fn workspace_confinement() {
     let outside = tempfile::tempdir().unwrap();
@@ -361,14 +362,14 @@ async fn workspace_confinement() {
         .status()
         .as_u16()
     };
-    for ok in [
-        r.to_owned(),
-        format!("{r}/project"),
-        format!("{r}/project/new-dir"),
-        format!("{r}/alias"),
-    ] {
+    for ok in [r.to_owned(), format!("{r}/project"), format!("{r}/alias")] {
         assert_eq!(create(ok.clone(), vec![]).await, 201, "{ok}");
     }
+    // A directory not made yet is confined too: fine as an extra directory, not as the cwd,
+    // which must exist.
+    let new_dir = format!("{r}/project/new-dir");
+    assert_eq!(create(r.to_owned(), vec![new_dir.clone()]).await, 201);
+    assert_eq!(create(new_dir, vec![]).await, 422);
     let outside_path = outside.path().to_str().unwrap().to_owned();
     for bad in [
         "relative/path".to_owned(),
