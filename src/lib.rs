@@ -208,11 +208,13 @@ pub async fn run(
     // waiting; then let the server finish the requests still in flight.
     let stopper = {
         let (stop, gateway, hub) = (stop.clone(), gateway.clone(), hub.clone());
+        let shutdown_timeout = Duration::from_secs(config.shutdown_timeout);
         tokio::spawn(async move {
             stop.cancelled().await;
             gateway.shutdown().await;
-            // Everything the turns and agents produced is in the log before we exit.
-            hub.close().await;
+            // Everything the turns and agents produced is in the log before we exit (unless the
+            // store stays down longer than the shutdown timeout).
+            hub.close(shutdown_timeout).await;
         })
     };
     let app = app(

@@ -48,27 +48,18 @@ struct PgLogWriter {
 #[async_trait]
 impl LogWriter for PgLogWriter {
     async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
-        // A connection the server has closed since the last append (a restart, an idle
-        // timeout) is replaced once; any other error drops it too, and the next append opens
-        // another.
-        let mut retried = false;
-        loop {
-            let conn = match &mut self.own {
-                Some(conn) => conn,
-                own => own.insert(self.options.connect().await?),
-            };
-            match append_on(&mut *conn, &self.replica, batch).await {
-                Ok(stored) => return Ok(stored),
-                Err(e) => {
-                    self.own = None;
-                    if retried || !e.is_connection_lost() {
-                        return Err(e);
-                    }
-                    tracing::info!(error = %e, "the event log's connection was lost; reconnecting");
-                    retried = true;
-                }
-            }
+        // A failed append drops the connection, and the next one opens another. It is not
+        // retried here: after a lost connection the append may have committed, and the event
+        // hub's writer, which retries, first checks the log for it.
+        let conn = match &mut self.own {
+            Some(conn) => conn,
+            own => own.insert(self.options.connect().await?),
+        };
+        let appended = append_on(&mut *conn, &self.replica, batch).await;
+        if appended.is_err() {
+            self.own = None;
         }
+        appended
     }
 }
 
