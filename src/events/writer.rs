@@ -83,7 +83,12 @@ impl EventHub {
     }
 
     /// Waits until everything queued so far is stored (read-your-writes for log readers).
+    /// Returns at once while the writer retries a failed append (the store is down): a reader
+    /// then gets what is stored, or the store's error, instead of waiting for the outage.
     pub async fn flush(&self) {
+        if self.log_failing() {
+            return;
+        }
         let (tx, rx) = oneshot::channel();
         let barrier = Queued {
             session_id: String::new(),
@@ -331,6 +336,8 @@ impl EventHub {
                             queued = self.queued(),
                             "cannot append to the event log; retrying until it can (appenders wait)"
                         );
+                    } else {
+                        tracing::debug!(session = session_id, error = %e, failures, "cannot append to the event log; still retrying");
                     }
                     self.wait_to_retry(&mut pause).await?;
                 }
