@@ -86,9 +86,14 @@ impl EventHub {
     /// Returns at once while the writer retries a failed append (the store is down): a reader
     /// then gets what is stored, or the store's error, instead of waiting for the outage.
     pub async fn flush(&self) {
-        if self.log_failing() {
-            return;
+        if !self.log_failing() {
+            self.stored().await;
         }
+    }
+
+    /// Waits until everything queued so far is stored, however long the store is down (until
+    /// a shutdown gives up on it).
+    pub async fn stored(&self) {
         let (tx, rx) = oneshot::channel();
         let barrier = Queued {
             session_id: String::new(),
@@ -325,7 +330,7 @@ impl EventHub {
                 }
                 Err(e) => {
                     failures += 1;
-                    unsure = e.is_connection_lost();
+                    unsure = e.is_connection_lost() && !e.is_shut_down_by_server();
                     self.failing.store(true, Ordering::SeqCst);
                     if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(

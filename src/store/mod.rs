@@ -64,6 +64,17 @@ impl StoreError {
         }
     }
 
+    /// The server reported the connection shut down (SQLSTATE classes 08 and 57P) in answer to
+    /// a statement: it did not commit.
+    pub fn is_shut_down_by_server(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+            _ => false,
+        }
+    }
+
     /// The database cannot be reached or cannot write now, and may again later: a lost
     /// connection, no connection from the pool in time, or an SQLite file that is busy,
     /// read-only, full or failing I/O. A request failing so answers 503 with `Retry-After`.

@@ -48,18 +48,30 @@ struct PgLogWriter {
 #[async_trait]
 impl LogWriter for PgLogWriter {
     async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
-        // A failed append drops the connection, and the next one opens another. It is not
-        // retried here: after a lost connection the append may have committed, and the event
-        // hub's writer, which retries, first checks the log for it.
-        let conn = match &mut self.own {
-            Some(conn) => conn,
-            own => own.insert(self.options.connect().await?),
-        };
-        let appended = append_on(&mut *conn, &self.replica, batch).await;
-        if appended.is_err() {
-            self.own = None;
+        // A failed append drops the connection, and the next one opens another. The server
+        // saying the connection is shut down (SQLSTATE 57P or 08: a restart, an idle timeout,
+        // `pg_terminate_backend`) means the statement did not commit, so it is sent once more
+        // on a new connection. An I/O error is not retried here: the append may have
+        // committed before the answer was lost, and the event hub's writer, which retries,
+        // first checks the log for it.
+        let mut retried = false;
+        loop {
+            let conn = match &mut self.own {
+                Some(conn) => conn,
+                own => own.insert(self.options.connect().await?),
+            };
+            match append_on(&mut *conn, &self.replica, batch).await {
+                Ok(stored) => return Ok(stored),
+                Err(e) => {
+                    self.own = None;
+                    if retried || !e.is_shut_down_by_server() {
+                        return Err(e);
+                    }
+                    tracing::info!(error = %e, "the event log's connection was closed by the server; reconnecting");
+                    retried = true;
+                }
+            }
         }
-        appended
     }
 }
 
