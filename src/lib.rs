@@ -211,10 +211,13 @@ pub async fn run(
         let shutdown_timeout = Duration::from_secs(config.shutdown_timeout);
         tokio::spawn(async move {
             stop.cancelled().await;
+            // A store outage holds the log (and agents waiting on its queue) no longer than the
+            // turns' window and as long again.
+            hub.give_up_after(shutdown_timeout * 2);
             gateway.shutdown().await;
             // Everything the turns and agents produced is in the log before we exit (unless the
             // store stays down longer than the shutdown timeout).
-            hub.close(shutdown_timeout).await;
+            hub.close().await;
         })
     };
     let app = app(

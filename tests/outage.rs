@@ -421,3 +421,44 @@ async fn an_sqlite_write_failure_mid_turn_loses_no_event() {
     );
     w.finish().await;
 }
+
+/// A shutdown while the database is down ends within its bound (`--shutdown-timeout` for the
+/// turns, again for the event log) and logs how many events of the session were not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_during_an_outage_ends_and_says_what_was_not_stored() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "outage::a_shutdown_during_an_outage_ends_and_says_what_was_not_stored",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default().args(&["--shutdown-timeout", "2"]);
+    let gw = Gateway::spawn(&cluster.url(), dir.path(), &opts).await;
+    let turn = Turn::start(&gw).await;
+    let id = turn.id.clone();
+    cluster.pg_ctl("stop");
+    wait_status(&gw, "/readyz", 503).await;
+
+    let stopping = Instant::now();
+    let status = gw.stop().await;
+    let took = stopping.elapsed();
+    let log = std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
+    let lost: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("these events are not stored"))
+        .collect();
+    eprintln!("the gateway stopped in {took:?} ({status}); it logged:");
+    for line in &lost {
+        eprintln!("  {line}");
+    }
+    drop(turn);
+    // `stop` kills after 30 s: an exit of its own, well within that.
+    assert!(
+        status.success(),
+        "the gateway exits 0, not killed: {status}"
+    );
+    assert!(
+        lost.iter().any(|l| l.contains(&id)),
+        "the session's unstored events are logged"
+    );
+}

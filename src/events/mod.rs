@@ -70,6 +70,8 @@ pub struct EventHub {
     abandon: CancellationToken,
     /// The writer's last append failed, and it is retrying.
     failing: AtomicBool,
+    /// The writer has finished.
+    finished: CancellationToken,
     appended: AtomicU64,
     /// Group commits (each one broadcast to live subscribers as one frame).
     commits: AtomicU64,
@@ -121,6 +123,7 @@ impl EventHub {
             closing: CancellationToken::new(),
             abandon: CancellationToken::new(),
             failing: AtomicBool::new(false),
+            finished: CancellationToken::new(),
             appended: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             touches: AtomicU64::new(0),
@@ -143,8 +146,10 @@ impl EventHub {
             })
             .expect("the event log writer thread starts");
         // Tracked like the other tasks: `close` returns once the writer has finished.
+        let finished = hub.finished.clone();
         hub.tasks.spawn(async move {
             let _ = stopped.await;
+            finished.cancel();
         });
         let pruner = hub.clone();
         hub.tasks
@@ -206,22 +211,32 @@ impl EventHub {
         }
     }
 
-    /// Writes what is queued, then stops the writer and the pruner. If the store fails for
-    /// longer than `limit`, the writer gives up and logs, per session, what was not stored.
-    pub async fn close(&self, limit: Duration) {
+    /// Writes what is queued, then stops the writer and the pruner. During a store outage this
+    /// waits until the store is back or the bound set by [`EventHub::give_up_after`] passes.
+    pub async fn close(&self) {
         self.closing.cancel();
         self.tasks.close();
-        if tokio::time::timeout(limit, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::error!(
-                ?limit,
-                "the event log could not be written within the shutdown timeout; giving up"
-            );
-            self.abandon.cancel();
-            self.tasks.wait().await;
-        }
+        self.tasks.wait().await;
+    }
+
+    /// Bounds a shutdown during a store outage: `limit` from now, the writer stops retrying,
+    /// fails whoever waits, and logs, per session, how many queued events were not stored.
+    /// Armed when shutdown begins, because until then appenders (an agent's dispatch, which
+    /// stopping the pool waits for) may be waiting on the full queue.
+    pub fn give_up_after(&self, limit: Duration) {
+        let (abandon, finished) = (self.abandon.clone(), self.finished.clone());
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(limit) => {
+                    tracing::error!(
+                        ?limit,
+                        "the event log could not be written within the shutdown's bound; giving up"
+                    );
+                    abandon.cancel();
+                }
+                _ = finished.cancelled() => {}
+            }
+        });
     }
 
     /// The writer's last append failed and it is retrying (the store is down or cannot write):

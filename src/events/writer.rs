@@ -483,7 +483,7 @@ mod tests {
         }
         hub.flush().await;
         assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
-        hub.close(Duration::from_secs(30)).await;
+        hub.close().await;
     }
 
     async fn appended(store: &Arc<dyn Store>, session: &str) -> usize {
@@ -549,7 +549,7 @@ mod tests {
             .unwrap();
         assert_eq!(seq, 52);
         assert_eq!(hub.commits(), 3);
-        tokio::time::timeout(Duration::from_secs(30), hub.close(Duration::from_secs(30)))
+        tokio::time::timeout(Duration::from_secs(30), hub.close())
             .await
             .expect("closing ends the pause");
     }
