@@ -208,10 +208,15 @@ pub async fn run(
     // waiting; then let the server finish the requests still in flight.
     let stopper = {
         let (stop, gateway, hub) = (stop.clone(), gateway.clone(), hub.clone());
+        let shutdown_timeout = Duration::from_secs(config.shutdown_timeout);
         tokio::spawn(async move {
             stop.cancelled().await;
+            // A store outage holds the log (and agents waiting on its queue) no longer than the
+            // turns' window and as long again.
+            hub.give_up_after(shutdown_timeout * 2);
             gateway.shutdown().await;
-            // Everything the turns and agents produced is in the log before we exit.
+            // Everything the turns and agents produced is in the log before we exit (unless the
+            // store stays down longer than the shutdown timeout).
             hub.close().await;
         })
     };

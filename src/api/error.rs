@@ -110,6 +110,11 @@ impl ApiError {
                 "agent-timeout",
                 "The agent did not answer in time",
             ),
+            A::Service(E::StoreUnavailable(_)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "The gateway's database is unavailable",
+            ),
             A::Service(E::Store(_)) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -147,9 +152,11 @@ impl ApiError {
     /// Seconds a client should wait before retrying, for the kinds that pass.
     fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::Service(gateway::Error::NoCapacity(_) | gateway::Error::HeldElsewhere(_)) => {
-                Some(5)
-            }
+            ApiError::Service(
+                gateway::Error::NoCapacity(_)
+                | gateway::Error::HeldElsewhere(_)
+                | gateway::Error::StoreUnavailable(_),
+            ) => Some(5),
             ApiError::TooManyRequests {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),
@@ -164,6 +171,9 @@ impl ApiError {
             // The cause is in the log, never in an answer.
             ApiError::Service(gateway::Error::Store(_)) => {
                 "an internal error occurred; it has been logged".to_owned()
+            }
+            ApiError::Service(gateway::Error::StoreUnavailable(_)) => {
+                "the gateway's database cannot be reached now; retry later".to_owned()
             }
             other => other.to_string(),
         };
@@ -203,8 +213,14 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Service(e @ gateway::Error::Store(_)) = &self {
-            tracing::error!(error = chain(e), "internal error");
+        match &self {
+            ApiError::Service(gateway::Error::Store(e)) => {
+                tracing::error!(error = chain(e), "internal error");
+            }
+            ApiError::Service(gateway::Error::StoreUnavailable(e)) => {
+                tracing::warn!(error = chain(e), "the database is unavailable");
+            }
+            _ => {}
         }
         let problem = self.problem();
         let status =

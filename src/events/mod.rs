@@ -7,7 +7,10 @@
 //! writes each session's share in one transaction, so a fast-streaming agent costs one commit per
 //! batch rather than one per chunk; after each commit it pauses briefly (`COMMIT_PACE`) so that
 //! the next batch gathers without waking it. The queue is bounded: when the store falls behind,
-//! the agent's stdout is read more slowly, and nothing is dropped. Events older than the
+//! the agent's stdout is read more slowly, and nothing is dropped. So too when the store fails:
+//! the writer retries the failed append with backoff and takes nothing more from the queue
+//! until it succeeds, so appenders wait (an agent blocks on its pipe) with memory bounded by the
+//! queue; only a shutdown that outlasts its timeout gives up, and logs what was not stored. Events older than the
 //! retention limits are pruned; a subscriber whose cursor points into pruned history first gets
 //! a `gap` event.
 //!
@@ -19,7 +22,7 @@ mod sse;
 mod writer;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,6 +66,12 @@ pub struct EventHub {
     /// The writer and the pruner; stopped by [`EventHub::close`] after everything is written.
     tasks: TaskTracker,
     closing: CancellationToken,
+    /// Ends the writer's retries of a failing append: shutdown has waited long enough.
+    abandon: CancellationToken,
+    /// The writer's last append failed, and it is retrying.
+    failing: AtomicBool,
+    /// The writer has finished.
+    finished: CancellationToken,
     appended: AtomicU64,
     /// Group commits (each one broadcast to live subscribers as one frame).
     commits: AtomicU64,
@@ -112,6 +121,9 @@ impl EventHub {
             urgent: Notify::new(),
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
+            abandon: CancellationToken::new(),
+            failing: AtomicBool::new(false),
+            finished: CancellationToken::new(),
             appended: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             touches: AtomicU64::new(0),
@@ -134,8 +146,10 @@ impl EventHub {
             })
             .expect("the event log writer thread starts");
         // Tracked like the other tasks: `close` returns once the writer has finished.
+        let finished = hub.finished.clone();
         hub.tasks.spawn(async move {
             let _ = stopped.await;
+            finished.cancel();
         });
         let pruner = hub.clone();
         hub.tasks
@@ -197,11 +211,38 @@ impl EventHub {
         }
     }
 
-    /// Writes what is queued, then stops the writer and the pruner.
+    /// Writes what is queued, then stops the writer and the pruner. During a store outage this
+    /// waits until the store is back or the bound set by [`EventHub::give_up_after`] passes.
     pub async fn close(&self) {
         self.closing.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+    }
+
+    /// Bounds a shutdown during a store outage: `limit` from now, the writer stops retrying,
+    /// fails whoever waits, and logs, per session, how many queued events were not stored.
+    /// Armed when shutdown begins, because until then appenders (an agent's dispatch, which
+    /// stopping the pool waits for) may be waiting on the full queue.
+    pub fn give_up_after(&self, limit: Duration) {
+        let (abandon, finished) = (self.abandon.clone(), self.finished.clone());
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(limit) => {
+                    tracing::error!(
+                        ?limit,
+                        "the event log could not be written within the shutdown's bound; giving up"
+                    );
+                    abandon.cancel();
+                }
+                _ = finished.cancelled() => {}
+            }
+        });
+    }
+
+    /// The writer's last append failed and it is retrying (the store is down or cannot write):
+    /// appenders wait.
+    pub fn log_failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
     }
 
     /// Events appended since start (for `/metrics`).

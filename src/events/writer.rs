@@ -2,6 +2,7 @@
 //! log goes (group commit, then a pause of [`COMMIT_PACE`]), and the hub's methods that queue
 //! for it.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{EventHub, Frame};
-use crate::store::{LogWriter, NewEvent};
+use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent};
 
 /// Events queued for the writer before appenders wait.
 pub(super) const QUEUE: usize = 8192;
@@ -23,6 +24,11 @@ pub(super) const QUEUE: usize = 8192;
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
 const MAX_BATCH: usize = 2048;
+/// The first pause before an append that failed is tried again; it doubles up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two tries of a failing append.
+const RETRY_MAX: Duration = Duration::from_secs(2);
 
 pub(super) struct Queued {
     session_id: String,
@@ -77,7 +83,17 @@ impl EventHub {
     }
 
     /// Waits until everything queued so far is stored (read-your-writes for log readers).
+    /// Returns at once while the writer retries a failed append (the store is down): a reader
+    /// then gets what is stored, or the store's error, instead of waiting for the outage.
     pub async fn flush(&self) {
+        if !self.log_failing() {
+            self.stored().await;
+        }
+    }
+
+    /// Waits until everything queued so far is stored, however long the store is down (until
+    /// a shutdown gives up on it).
+    pub async fn stored(&self) {
         let (tx, rx) = oneshot::channel();
         let barrier = Queued {
             session_id: String::new(),
@@ -124,8 +140,11 @@ impl EventHub {
 
     /// The writer: group commit of everything queued, session by session, in queue order, then
     /// a pause of [`EventHub::pace`] unless someone waits for a commit or the batch was full.
+    /// An append that fails is retried until it succeeds (see [`EventHub::append_group`]);
+    /// meanwhile nothing more is taken from the queue, so appenders wait when it is full.
     pub(super) async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
         let mut log = self.store.log_writer();
+        let mut known = KnownSeqs::default();
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
             let first = tokio::select! {
@@ -145,7 +164,10 @@ impl EventHub {
                 }
             }
             let full = batch.len() == MAX_BATCH;
-            self.write_batch(log.as_mut(), &mut batch).await;
+            if let Err(left) = self.write_batch(log.as_mut(), &mut known, &mut batch).await {
+                give_up(left, rx).await;
+                return;
+            }
             if !full {
                 tokio::select! {
                     biased;
@@ -157,7 +179,14 @@ impl EventHub {
         }
     }
 
-    async fn write_batch(&self, log: &mut dyn LogWriter, batch: &mut Vec<Queued>) {
+    /// Writes `batch`, each session's share in one append. `Err`: the hub gave up during an
+    /// outage (shutdown), with the items not written.
+    async fn write_batch(
+        &self,
+        log: &mut dyn LogWriter,
+        known: &mut KnownSeqs,
+        batch: &mut Vec<Queued>,
+    ) -> Result<(), Vec<Queued>> {
         // Group by session, keeping each session's order (sessions are independent logs).
         let mut groups: Vec<(String, Vec<Queued>)> = Vec::new();
         let mut barriers = Vec::new();
@@ -171,10 +200,27 @@ impl EventHub {
                 None => groups.push((item.session_id.clone(), vec![item])),
             }
         }
-        for (session_id, mut items) in groups {
+        let mut groups = groups.into_iter();
+        while let Some((session_id, mut items)) = groups.next() {
             let events: Vec<NewEvent> = items.iter_mut().filter_map(|i| i.event.take()).collect();
             let touch = items.iter().filter_map(|i| i.touch).max();
-            match log.append(&session_id, &events, touch).await {
+            let stored = match self
+                .append_group(log, known, &session_id, &events, touch)
+                .await
+            {
+                Ok(stored) => stored,
+                Err(Abandoned) => {
+                    // Put the events back, for the account of what was lost.
+                    for (item, event) in items.iter_mut().zip(events) {
+                        item.event = Some(event);
+                    }
+                    return Err(items
+                        .into_iter()
+                        .chain(groups.flat_map(|(_, items)| items))
+                        .collect());
+                }
+            };
+            match stored {
                 Ok(stored) => {
                     self.appended
                         .fetch_add(stored.len() as u64, Ordering::Relaxed);
@@ -192,10 +238,9 @@ impl EventHub {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(session = session_id, error = %e, events = items.len(), "cannot append to the event log");
                     for item in items {
                         if let Some(done) = item.done {
-                            let _ = done.send(Err(e.to_string()));
+                            let _ = done.send(Err(e.clone()));
                         }
                     }
                 }
@@ -205,6 +250,199 @@ impl EventHub {
         for done in barriers {
             let _ = done.send(Ok(0));
         }
+        Ok(())
+    }
+
+    /// Appends one session's events, retrying with backoff ([`RETRY_FIRST`] doubling to
+    /// [`RETRY_MAX`]) for as long as the store fails, until the hub gives up ([`Abandoned`],
+    /// at shutdown). The inner `Err`: the store refused the data itself, which no retry
+    /// changes (logged; the events are not stored).
+    ///
+    /// After a lost connection the append may have committed before the answer was lost; so
+    /// before appending again it reads the session's log after the last sequence number this
+    /// writer stored there, and takes an exact match of the batch as the commit (no
+    /// duplicate). For a session this writer has not yet stored anything in since start, it
+    /// cannot tell, and appends again.
+    async fn append_group(
+        &self,
+        log: &mut dyn LogWriter,
+        known: &mut KnownSeqs,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+    ) -> Result<Result<Vec<StoredEvent>, String>, Abandoned> {
+        let mut pause = RETRY_FIRST;
+        let mut failures: u32 = 0;
+        let since = std::time::Instant::now();
+        let mut unsure = false;
+        loop {
+            let found = if unsure {
+                let check = tokio::select! {
+                    found = self.already_stored(known, session_id, events) => found,
+                    _ = self.abandon.cancelled() => return Err(Abandoned),
+                };
+                match check {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::debug!(session = session_id, error = %e, "cannot read the event log yet");
+                        self.wait_to_retry(&mut pause).await?;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let attempt = match found {
+                Some(stored) => {
+                    tracing::info!(
+                        session = session_id,
+                        events = events.len(),
+                        "an append whose answer was lost had been committed; not appending it again"
+                    );
+                    Ok(stored)
+                }
+                None => tokio::select! {
+                    r = log.append(session_id, events, touch) => r,
+                    _ = self.abandon.cancelled() => return Err(Abandoned),
+                },
+            };
+            match attempt {
+                Ok(stored) => {
+                    if failures > 0 {
+                        self.failing.store(false, Ordering::SeqCst);
+                        tracing::warn!(
+                            session = session_id,
+                            events = events.len(),
+                            failures,
+                            after = ?since.elapsed(),
+                            queued = self.queued(),
+                            "the event log is written again"
+                        );
+                    }
+                    if let Some(last) = stored.last() {
+                        known.insert(session_id, last.seq);
+                    }
+                    return Ok(Ok(stored));
+                }
+                Err(e) if e.is_about_the_data() => {
+                    tracing::error!(session = session_id, error = %e, events = events.len(), "the store refused these events; they are not stored");
+                    return Ok(Err(e.to_string()));
+                }
+                Err(e) => {
+                    failures += 1;
+                    unsure = e.is_connection_lost() && !e.is_shut_down_by_server();
+                    self.failing.store(true, Ordering::SeqCst);
+                    if failures == 1 || failures.is_multiple_of(20) {
+                        tracing::warn!(
+                            session = session_id,
+                            error = %e,
+                            events = events.len(),
+                            failures,
+                            queued = self.queued(),
+                            "cannot append to the event log; retrying until it can (appenders wait)"
+                        );
+                    } else {
+                        tracing::debug!(session = session_id, error = %e, failures, "cannot append to the event log; still retrying");
+                    }
+                    self.wait_to_retry(&mut pause).await?;
+                }
+            }
+        }
+    }
+
+    /// Events (and barriers) waiting in the queue.
+    fn queued(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
+    }
+
+    /// Sleeps `pause`, then doubles it up to [`RETRY_MAX`].
+    async fn wait_to_retry(&self, pause: &mut Duration) -> Result<(), Abandoned> {
+        tokio::select! {
+            _ = tokio::time::sleep(*pause) => {}
+            _ = self.abandon.cancelled() => return Err(Abandoned),
+        }
+        *pause = (*pause * 2).min(RETRY_MAX);
+        Ok(())
+    }
+
+    /// `events` as stored right after the last sequence number this writer stored in the
+    /// session, if that is exactly what the log holds there; `None` when it holds something
+    /// else or nothing, or this writer has not stored in the session yet.
+    async fn already_stored(
+        &self,
+        known: &KnownSeqs,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some(last) = known.get(session_id) else {
+            return Ok(None);
+        };
+        let limit = i64::try_from(events.len())
+            .unwrap_or(i64::MAX)
+            .saturating_add(1);
+        let after = self.store.read_events(session_id, last, limit).await?;
+        let same = after.len() == events.len()
+            && after
+                .iter()
+                .zip(events)
+                .all(|(s, e)| s.kind == e.kind && s.payload == e.payload);
+        Ok(same.then_some(after))
+    }
+}
+
+/// The hub gave up writing (shutdown during an outage).
+struct Abandoned;
+
+/// The last sequence number this writer stored in each session (a bounded number of them).
+#[derive(Default)]
+struct KnownSeqs(HashMap<String, i64>);
+
+impl KnownSeqs {
+    /// Sessions remembered; past it the map starts over (a session forgotten is one whose
+    /// next lost append, if any, cannot be checked).
+    const MAX: usize = 10_000;
+
+    fn get(&self, session_id: &str) -> Option<i64> {
+        self.0.get(session_id).copied()
+    }
+
+    fn insert(&mut self, session_id: &str, seq: i64) {
+        if self.0.len() >= Self::MAX && !self.0.contains_key(session_id) {
+            self.0.clear();
+        }
+        self.0.insert(session_id.to_owned(), seq);
+    }
+}
+
+/// After the hub gave up: fails whoever waits for `left` and for what is still queued, and
+/// logs, per session, how many events were not stored.
+async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
+    rx.close();
+    let mut lost: Vec<(String, usize)> = Vec::new();
+    let mut count = |item: Queued| {
+        if let Some(done) = item.done {
+            let _ = done.send(Err(
+                "the event log could not be written before shutdown".into()
+            ));
+        }
+        if item.event.is_none() {
+            return;
+        }
+        match lost.iter_mut().find(|(id, _)| *id == item.session_id) {
+            Some((_, n)) => *n += 1,
+            None => lost.push((item.session_id, 1)),
+        }
+    };
+    left.into_iter().for_each(&mut count);
+    while let Some(item) = rx.recv().await {
+        count(item);
+    }
+    for (session, events) in lost {
+        tracing::error!(
+            session,
+            events,
+            "shutting down while the event log cannot be written: these events are not stored"
+        );
     }
 }
 

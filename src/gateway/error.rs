@@ -38,9 +38,24 @@ pub enum Error {
     AgentGone(String),
     #[error("{0}")]
     AgentTimeout(String),
-    /// The database failed (the cause is logged, never shown).
+    /// The database cannot be reached or cannot write now (a lost connection, a restart): it
+    /// may work again shortly. The cause is logged, never shown.
+    #[error("store unavailable")]
+    StoreUnavailable(StoreError),
+    /// The database failed otherwise (the cause is logged, never shown).
     #[error("store")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for Error {
+    /// An outage is a kind of its own ([`Error::StoreUnavailable`]): the client may retry.
+    fn from(err: StoreError) -> Self {
+        if err.is_unavailable() {
+            Error::StoreUnavailable(err)
+        } else {
+            Error::Store(err)
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

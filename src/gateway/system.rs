@@ -7,6 +7,9 @@ use super::Gateway;
 use super::model::AgentView;
 use crate::pool::MemberView;
 
+/// How long `/readyz` waits for the database to answer a ping.
+const READY_PING: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What `/metrics` shows of the service, read at once.
 #[derive(Debug)]
 pub struct Stats {
@@ -27,12 +30,25 @@ pub struct Stats {
 }
 
 impl Gateway {
-    /// Ready = the store answers and at least one member is ready.
+    /// Ready = the store answers, the event log is written (not retrying a failed append) and
+    /// at least one member is ready.
     pub async fn ready(&self) -> Result<(), String> {
-        self.store().ping().await.map_err(|e| {
-            tracing::error!(error = %e, "readiness: the database does not answer");
-            "the database does not answer".to_owned()
-        })?;
+        // Bounded: while the server is down the pool waits for a connection (its acquire
+        // timeout), longer than a probe should.
+        match tokio::time::timeout(READY_PING, self.store().ping()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "readiness: the database does not answer");
+                return Err("the database does not answer".to_owned());
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?READY_PING, "readiness: the database does not answer");
+                return Err("the database does not answer in time".to_owned());
+            }
+        }
+        if self.inner.hub.log_failing() {
+            return Err("the event log cannot be written; appends are retried".to_owned());
+        }
         match self.pool.unready_reason() {
             Some(why) => Err(why),
             None => Ok(()),

@@ -81,6 +81,11 @@ impl Gateway {
                 }
             };
             this.inner.enqueue(&sid, "turn_ended", ended).await;
+            // During a store outage the answer waits until the turn is in the log: a client
+            // told the turn ended must find it there, and not before the store is back.
+            if this.inner.hub.log_failing() {
+                this.inner.hub.stored().await;
+            }
             outcome
         };
         if !wait {

@@ -48,9 +48,12 @@ struct PgLogWriter {
 #[async_trait]
 impl LogWriter for PgLogWriter {
     async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
-        // A connection the server has closed since the last append (a restart, an idle
-        // timeout) is replaced once; any other error drops it too, and the next append opens
-        // another.
+        // A failed append drops the connection, and the next one opens another. The server
+        // saying the connection is shut down (SQLSTATE 57P or 08: a restart, an idle timeout,
+        // `pg_terminate_backend`) means the statement did not commit, so it is sent once more
+        // on a new connection. An I/O error is not retried here: the append may have
+        // committed before the answer was lost, and the event hub's writer, which retries,
+        // first checks the log for it.
         let mut retried = false;
         loop {
             let conn = match &mut self.own {
@@ -61,10 +64,10 @@ impl LogWriter for PgLogWriter {
                 Ok(stored) => return Ok(stored),
                 Err(e) => {
                     self.own = None;
-                    if retried || !e.is_connection_lost() {
+                    if retried || !e.is_shut_down_by_server() {
                         return Err(e);
                     }
-                    tracing::info!(error = %e, "the event log's connection was lost; reconnecting");
+                    tracing::info!(error = %e, "the event log's connection was closed by the server; reconnecting");
                     retried = true;
                 }
             }
