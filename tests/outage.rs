@@ -164,15 +164,10 @@ async fn follow(http: reqwest::Client, url: String) -> Vec<SseEvent> {
     let mut connects = 0;
     while Instant::now() < deadline {
         let last = seen.last().map_or(0, |e| e.id);
-        let res = match Sse::request(&http, &url, Some(last)).send().await {
-            Ok(r) if r.status() == 200 => r,
-            _ => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+        let Some(mut sse) = Sse::reopen(&http, &url, last).await else {
+            continue;
         };
         connects += 1;
-        let mut sse = Sse::from_response(res);
         while let Ok(Some(e)) = tokio::time::timeout(QUIET, sse.next()).await {
             let ended = e.event == "turn_ended";
             seen.push(e);

@@ -56,20 +56,10 @@ async fn client(
             return (seen, connects);
         }
         let url = format!("{}/sessions/{session}/events", base.read().unwrap());
-        let res = match http
-            .get(&url)
-            .header("last-event-id", last.to_string())
-            .send()
-            .await
-        {
-            Ok(r) if r.status() == 200 => r,
-            _ => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+        let Some(mut sse) = Sse::reopen(&http, &url, last).await else {
+            continue;
         };
         connects += 1;
-        let mut sse = Sse::from_response(res);
         loop {
             let fin = final_seq.load(Ordering::SeqCst);
             if fin > 0 && last == fin {

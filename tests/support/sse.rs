@@ -50,6 +50,18 @@ impl Sse {
         }
     }
 
+    /// Opens the stream at `url` after `last`, for a follower that reconnects until a deadline:
+    /// `None`, after a short pause, when it cannot be opened now (a replica or the store down).
+    pub async fn reopen(http: &reqwest::Client, url: &str, last: i64) -> Option<Sse> {
+        match Sse::request(http, url, Some(last)).send().await {
+            Ok(r) if r.status() == 200 => Some(Sse::from_response(r)),
+            _ => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                None
+            }
+        }
+    }
+
     /// Opens [`Sse::request`] without looking at the status (an error body ends at once).
     pub async fn open(http: &reqwest::Client, url: &str, last_event_id: Option<i64>) -> Sse {
         Sse::from_response(Sse::request(http, url, last_event_id).send().await.unwrap())
