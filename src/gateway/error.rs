@@ -63,7 +63,7 @@ impl From<CallError> for Error {
                     message: e.message,
                 },
             },
-            CallError::Closed(reason) => Error::AgentGone(reason),
+            CallError::Closed(reason) | CallError::NotSent(reason) => Error::AgentGone(reason),
             CallError::Timeout(what) => Error::AgentTimeout(what),
             unsupported @ CallError::Unsupported(_) => Error::NotSupported(unsupported.to_string()),
         }
