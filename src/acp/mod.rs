@@ -403,6 +403,47 @@ mod tests {
         assert!(parse_line(r#"[1,2]"#).is_err());
     }
 
+    /// A request to an agent whose stdin has no reader any more fails as never sent, and the
+    /// connection says it is gone, so that placement skips it and the call can go elsewhere.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_pipe_fails_calls_as_not_sent_and_marks_the_connection_gone() {
+        use std::io::{BufRead, BufReader};
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        let gone = CancellationToken::new();
+        let stdin = stdin::AgentStdin::new(write, &mut tasks, gone.clone()).unwrap();
+        let conn = Connection::new(stdin, gone, "member-0");
+        // A first line goes through, as `initialize` does: the pipe is known to be writable.
+        conn.notify("hello", &serde_json::json!({})).await.unwrap();
+        let first = tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(std::fs::File::from(read));
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            line
+        });
+        let first = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .expect("the first line arrives")
+            .unwrap();
+        assert!(first.contains("hello"), "{first}");
+        // The reader is gone with its thread: the agent has exited.
+        assert!(!conn.is_gone());
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.call("session/new", &serde_json::json!({}), None),
+        )
+        .await
+        .expect("a call on a broken pipe fails at once");
+        assert!(matches!(r, Err(CallError::NotSent(_))), "{r:?}");
+        assert!(conn.is_gone());
+        assert!(
+            conn.pending.lock().unwrap().is_empty(),
+            "nothing left waiting"
+        );
+        let again = conn.notify("session/cancel", &serde_json::json!({})).await;
+        assert!(matches!(again, Err(CallError::NotSent(_))), "{again:?}");
+    }
+
     #[test]
     fn outbound_lines_are_json_rpc_messages_that_parse_back() {
         let params =

@@ -25,6 +25,13 @@ pub enum Error {
     /// No pool member can take it now.
     #[error("{0}")]
     NoCapacity(String),
+    /// No pool member is ready, and none became ready within the acquire timeout (or none
+    /// could: crash-looping, backing off); `retry_after` is the time to the next restart attempt.
+    #[error("{reason}")]
+    NoMember {
+        reason: String,
+        retry_after: std::time::Duration,
+    },
     /// Another replica holds the session (or cannot be reached).
     #[error("{0}")]
     HeldElsewhere(String),

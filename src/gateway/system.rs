@@ -30,7 +30,7 @@ impl Gateway {
     /// Ready = the store answers and at least one member is ready.
     pub async fn ready(&self) -> Result<(), String> {
         self.store().ping().await.map_err(|e| {
-            tracing::error!(error = %e, "readiness: the database does not answer");
+            tracing::warn!(error = %e, "readiness: the database does not answer");
             "the database does not answer".to_owned()
         })?;
         match self.pool.unready_reason() {

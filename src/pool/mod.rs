@@ -1,9 +1,13 @@
 //! The agent pool: N identical agent processes ("members"), each run by a supervisor task that
 //! starts it, initializes it, dispatches what it writes, and restarts it with backoff when it
-//! exits. Placement picks the least-loaded ready member; the gateway pins live sessions to it.
+//! exits (`supervisor`). Placement picks the least-loaded ready member, waiting a bounded time
+//! for a starting one (`acquire`); the gateway pins live sessions to it.
 
+mod acquire;
 pub mod client;
 mod supervisor;
+
+pub use acquire::Unavailable;
 
 pub(crate) use supervisor::authenticate;
 
@@ -75,6 +79,10 @@ struct Slot {
     restarts: u32,
     last_exit: Option<ExitInfo>,
     last_error: Option<String>,
+    /// Failed starts (or short runs) in a row: [`CRASH_LOOP_AFTER`] of them is a crash loop.
+    failures: u32,
+    /// While the member waits out its restart backoff: when it starts again.
+    next_attempt: Option<std::time::Instant>,
 }
 
 /// One agent process slot.
@@ -105,6 +113,8 @@ pub struct MemberView {
 pub struct Pool {
     members: Vec<Arc<Member>>,
     init: Mutex<Option<AgentInit>>,
+    /// Notified whenever a member's state changes: requests waiting for a member wake on it.
+    changed: tokio::sync::Notify,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -123,6 +133,8 @@ impl Pool {
                         restarts: 0,
                         last_exit: None,
                         last_error: None,
+                        failures: 0,
+                        next_attempt: None,
                     }),
                     sessions: AtomicUsize::new(0),
                     restart: tokio::sync::Notify::new(),
@@ -132,6 +144,7 @@ impl Pool {
         let pool = Arc::new(Pool {
             members,
             init: Mutex::new(None),
+            changed: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -156,32 +169,14 @@ impl Pool {
         init.as_ref().map(|i| i.capabilities).unwrap_or_default()
     }
 
-    /// The connection of member `index` if it is ready.
+    /// The connection of member `index` if it is ready: not once its connection is gone
+    /// (stdin broken, stdout ended), even before the supervisor has heard of it.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
         let slot = self.members.get(index)?.slot.lock().expect("slot lock");
         (slot.state == MemberState::Ready)
             .then(|| slot.conn.clone())
             .flatten()
-    }
-
-    /// The least-loaded ready member.
-    pub fn pick(&self) -> Option<(usize, Arc<Connection>)> {
-        self.pick_below(usize::MAX)
-    }
-
-    /// The least-loaded ready member holding fewer than `cap` live sessions.
-    pub fn pick_below(&self, cap: usize) -> Option<(usize, Arc<Connection>)> {
-        self.members
-            .iter()
-            .filter_map(|m| {
-                let load = m.sessions.load(Ordering::Relaxed);
-                (load < cap)
-                    .then(|| self.conn(m.index))
-                    .flatten()
-                    .map(|c| (load, m.index, c))
-            })
-            .min_by_key(|(load, index, _)| (*load, *index))
-            .map(|(_, index, c)| (index, c))
+            .filter(|c| !c.is_gone())
     }
 
     /// Kills member `index` (its whole process group); the supervisor restarts it.
@@ -194,34 +189,6 @@ impl Pool {
             // No stored permit: a later process must not be killed for an old request.
             m.restart.notify_waiters();
         }
-    }
-
-    /// Why the pool is not ready, when no member is.
-    pub fn unready_reason(&self) -> Option<String> {
-        if self.ready_count() > 0 {
-            return None;
-        }
-        let members = self.members();
-        let looping = members
-            .iter()
-            .filter(|m| m.state == MemberState::CrashLoop)
-            .count();
-        let last = members.iter().find_map(|m| {
-            m.last_error.clone().or_else(|| {
-                m.last_exit
-                    .as_ref()
-                    .map(|e| format!("last exit: code {:?}, signal {:?}", e.code, e.signal))
-            })
-        });
-        Some(match (looping, last) {
-            (0, None) => "no agent member is ready yet".to_owned(),
-            (0, Some(l)) => format!("no agent member is ready ({l})"),
-            (n, l) => format!(
-                "{n} of {} agent members are crash-looping ({}); see /agent",
-                members.len(),
-                l.unwrap_or_default()
-            ),
-        })
     }
 
     /// Counts a live session on member `index` (+1 or -1).
@@ -271,7 +238,9 @@ impl Pool {
         self.tasks.wait().await;
     }
 
+    /// Changes a member's slot and wakes the requests waiting for a member.
     fn set(&self, member: &Member, f: impl FnOnce(&mut Slot)) {
         f(&mut member.slot.lock().expect("slot lock"));
+        self.changed.notify_waiters();
     }
 }

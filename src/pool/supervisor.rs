@@ -31,7 +31,8 @@ impl Pool {
                     MemberState::Starting
                 } else {
                     MemberState::Restarting
-                }
+                };
+                s.next_attempt = None;
             });
             let started = Instant::now();
             match AgentProcess::spawn(&config.command, &label) {
@@ -88,6 +89,8 @@ impl Pool {
                     MemberState::Restarting
                 };
                 s.restarts += 1;
+                s.failures = failures;
+                s.next_attempt = Some(Instant::now() + backoff);
             });
             if failures == CRASH_LOOP_AFTER {
                 tracing::error!(
@@ -134,6 +137,8 @@ impl Pool {
                         tokio::task::yield_now().await;
                     }
                 }
+                // No answer can come any more: out of placement now, not once the exit is known.
+                conn.set_gone();
             }))
         };
         let exit = self
@@ -147,8 +152,8 @@ impl Pool {
         exit
     }
 
-    /// `initialize` (and `authenticate`), then waits for the end of stdout, a restart or the
-    /// shutdown.
+    /// `initialize` (and `authenticate`), then waits for the connection to go (stdout ended or
+    /// stdin broke), a restart or the shutdown.
     async fn drive(
         &self,
         member: &Member,
@@ -213,18 +218,46 @@ impl Pool {
                 return process.terminate(Duration::from_secs(2)).await;
             }
         }
-        tokio::select! {
-            _ = &mut *dispatch => {
-                // stdout closed: give the process a moment to exit on its own, then make sure.
-                match tokio::time::timeout(Duration::from_secs(2), process.wait()).await {
+        let end = tokio::select! {
+            _ = &mut *dispatch => End::Gone,
+            _ = conn.gone() => End::Gone,
+            _ = member.restart.notified() => End::Stop,
+            _ = self.shutdown.cancelled() => End::Stop,
+        };
+        // Out of placement at once, before the exit is known: a write found stdin broken, or
+        // stdout ended, and nothing sent now could be answered.
+        conn.set_gone();
+        self.set(member, |s| {
+            s.conn = None;
+            s.state = MemberState::Restarting;
+        });
+        match end {
+            End::Gone => {
+                // Give the process a moment to exit on its own, then make sure.
+                let exit = match tokio::time::timeout(Duration::from_secs(2), process.wait()).await
+                {
                     Ok(exit) => exit,
                     Err(_) => process.terminate(Duration::from_secs(1)).await,
+                };
+                // What it wrote before it went is dispatched before anyone hears of the exit
+                // (stdout is still open when the break was found on stdin). A JoinHandle that
+                // has finished must not be polled again.
+                if !dispatch.is_finished() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), &mut *dispatch).await;
                 }
+                exit
             }
-            _ = member.restart.notified() => process.terminate(Duration::from_secs(2)).await,
-            _ = self.shutdown.cancelled() => process.terminate(Duration::from_secs(2)).await,
+            End::Stop => process.terminate(Duration::from_secs(2)).await,
         }
     }
+}
+
+/// Why a ready member's process is ending.
+enum End {
+    /// Its connection is gone: stdin broke or stdout ended (usually it exited).
+    Gone,
+    /// The gateway restarts it, or shuts down.
+    Stop,
 }
 
 /// `authenticate {methodId}`, after checking that the agent offers that method.
