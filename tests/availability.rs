@@ -10,6 +10,34 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::*;
 
+/// Waits until a SIGKILLed process has closed its files: every thread of it has exited (a
+/// multi-threaded process's leader shows as a zombie while other threads still hold its file
+/// table, and so its pipes). A request written into the pipe of a process still dying has
+/// reached it as far as the gateway can tell; this is about the process that is gone.
+async fn wait_torn_down(pid: u32) {
+    let deadline = Instant::now() + PATIENCE;
+    let running = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().any(|t| {
+                    std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                        !stat.rsplit(')').next().is_some_and(|rest| {
+                            matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))
+                        })
+                    })
+                })
+            })
+            .unwrap_or(false)
+    };
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "SIGKILL did not end process {pid}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 both_backends!(
     killed_member_leaves_placement_at_once,
     create_right_after_the_port_opens_waits_for_a_member,
@@ -28,13 +56,7 @@ async fn killed_member_leaves_placement_at_once(backend: Backend) {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    // Until the kernel has torn the process down (its pipes closed): a request written into
-    // the pipe of a process still dying has reached it as far as the gateway can tell.
-    let deadline = Instant::now() + PATIENCE;
-    while pid_alive(pid as u32) {
-        assert!(Instant::now() < deadline, "SIGKILL did not end the member");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    wait_torn_down(pid as u32).await;
     let creates = (0..6).map(|_| gw.post("/sessions", json!({"cwd": "/tmp"})));
     let answers = futures::future::join_all(creates).await;
     let mut statuses = Vec::new();
@@ -116,5 +138,26 @@ async fn a_pool_that_cannot_start_answers_503_within_the_acquire_timeout() {
         p["detail"].as_str().unwrap().contains("crash-looping"),
         "{p}"
     );
+    w.finish().await;
+}
+
+/// Pool of 1: a create sent right after the only member was SIGKILLed waits for its restart
+/// (about 200 ms of backoff) instead of failing.
+#[tokio::test]
+async fn a_create_while_the_only_member_restarts_waits_for_it() {
+    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let pid = gw.agent_pid().await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_torn_down(pid).await;
+    let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 201, "{body}");
+    assert_ne!(gw.agent_pid().await, pid);
     w.finish().await;
 }

@@ -16,9 +16,9 @@ use crate::store::SessionRecord;
 
 impl Gateway {
     /// Where a session that becomes live goes: the least-loaded ready member below the
-    /// per-member cap, other than `skip`, if the global cap allows another live session. While
-    /// members start or restart, waits up to `--acquire-timeout` for one of them.
-    pub(super) async fn place(&self, skip: &[usize]) -> Result<(usize, AgentClient), Error> {
+    /// per-member cap, if the global cap allows another live session. While members start or
+    /// restart, waits up to `--acquire-timeout` for one of them.
+    pub(super) async fn place(&self) -> Result<(usize, AgentClient), Error> {
         let cfg = &self.inner.config;
         if cfg.max_sessions > 0 && self.inner.live.live_count() >= cfg.max_sessions {
             return Err(Error::NoCapacity(format!(
@@ -30,7 +30,7 @@ impl Gateway {
             0 => usize::MAX,
             n => n,
         };
-        let (member, conn) = self.acquire(cap, skip).await?;
+        let (member, conn) = self.acquire(cap).await?;
         let agent = AgentClient::new(conn, self.caps(), cfg.control_timeout);
         Ok((member, agent))
     }
@@ -38,10 +38,9 @@ impl Gateway {
     async fn acquire(
         &self,
         cap: usize,
-        skip: &[usize],
     ) -> Result<(usize, std::sync::Arc<crate::acp::Connection>), Error> {
         let wait = self.inner.config.acquire_timeout;
-        self.pool.acquire(cap, skip, wait).await.map_err(|no| {
+        self.pool.acquire(cap, wait).await.map_err(|no| {
             if no.full {
                 Error::NoCapacity(no.reason)
             } else {
@@ -51,6 +50,16 @@ impl Gateway {
                 }
             }
         })
+    }
+
+    /// Whether a create or an attach whose request never reached the agent (its connection was
+    /// gone: `CallError::NotSent`) is tried again; counts the retry. That connection is never
+    /// picked again, so each retry goes to another member's process, or to a restarted one;
+    /// at most one per member. A request that did reach the agent is never repeated: it may
+    /// have had effects.
+    pub(super) fn retry_unsent(&self, retries: &mut usize) -> bool {
+        *retries += 1;
+        *retries <= self.pool.size()
     }
 
     pub(super) fn no_member(&self) -> Error {
@@ -64,7 +73,7 @@ impl Gateway {
     /// Any ready member's client (for calls about sessions no member holds), waiting like
     /// [`Gateway::place`] for a starting one.
     pub(super) async fn any_client(&self) -> Result<AgentClient, Error> {
-        let (_, conn) = self.acquire(usize::MAX, &[]).await?;
+        let (_, conn) = self.acquire(usize::MAX).await?;
         let timeout = self.inner.config.control_timeout;
         Ok(AgentClient::new(conn, self.caps(), timeout))
     }
@@ -116,23 +125,21 @@ impl Gateway {
         attached
     }
 
-    /// Resumes (else loads) the session on a member of this replica's pool; on another member
-    /// when the request never reached the one placed on (its pipe was already broken), once per
-    /// member.
+    /// Resumes (else loads) the session on a member of this replica's pool; again, on another
+    /// ready process, when the request never reached the agent (see [`Gateway::retry_unsent`]).
     async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
-        let mut tried = Vec::new();
+        let mut retries = 0;
         let member = loop {
-            let (member, agent) = self.place(&tried).await?;
+            let (member, agent) = self.place().await?;
             match self.resume_or_load(&agent, record).await? {
-                Err(CallError::NotSent(why)) => {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
                     tracing::warn!(
                         session = id,
                         member,
                         why,
                         "attach never reached the agent; trying another member"
                     );
-                    tried.push(member);
                 }
                 attached => {
                     attached?;

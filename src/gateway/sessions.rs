@@ -99,23 +99,21 @@ impl Gateway {
             validate_abs_path("additionalDirectories[]", d)?;
             confine("additionalDirectories[]", d, roots)?;
         }
-        // A create whose request never reached the agent (its pipe was already broken) goes to
-        // another member, once per member; one that did reach it may have had effects.
-        let mut tried = Vec::new();
+        // Again on another process when the request never reached the agent (`retry_unsent`).
+        let mut retries = 0;
         let (member, session_id, creating) = loop {
-            let (member, agent) = self.place(&tried).await?;
+            let (member, agent) = self.place().await?;
             let creating = self.inner.creating.read().await;
             let created = agent
                 .new_session(&new.cwd, &new.additional_directories, &new.mcp_servers)
                 .await;
             match created {
-                Err(CallError::NotSent(why)) => {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
                     tracing::warn!(
                         member,
                         why,
                         "session/new never reached the agent; trying another member"
                     );
-                    tried.push(member);
                 }
                 created => break (member, created?, creating),
             }

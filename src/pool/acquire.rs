@@ -29,14 +29,15 @@ pub struct Unavailable {
 impl Pool {
     /// The least-loaded ready member.
     pub fn pick(&self) -> Option<(usize, Arc<Connection>)> {
-        self.pick_below(usize::MAX, &[])
+        self.pick_below(usize::MAX)
     }
 
-    /// The least-loaded ready member holding fewer than `cap` live sessions, other than `skip`.
-    pub fn pick_below(&self, cap: usize, skip: &[usize]) -> Option<(usize, Arc<Connection>)> {
+    /// The least-loaded ready member holding fewer than `cap` live sessions. A member whose
+    /// connection is gone is not ready: a request that found it broken is never sent to that
+    /// process again, but is to the member's next one.
+    pub fn pick_below(&self, cap: usize) -> Option<(usize, Arc<Connection>)> {
         self.members
             .iter()
-            .filter(|m| !skip.contains(&m.index))
             .filter_map(|m| {
                 let load = m.sessions.load(Ordering::Relaxed);
                 (load < cap)
@@ -48,13 +49,12 @@ impl Pool {
             .map(|(_, index, c)| (index, c))
     }
 
-    /// A ready member below `cap` other than `skip`, waiting at most `timeout` for one that is
-    /// starting or restarting. Answers at once when no member can become ready in time: every
-    /// one is full, crash-looping, stopped, or backing off past the deadline.
+    /// A ready member below `cap`, waiting at most `timeout` for one that is starting or
+    /// restarting. Answers at once when no member can become ready in time: every one is full,
+    /// crash-looping, stopped, or backing off past the deadline.
     pub async fn acquire(
         &self,
         cap: usize,
-        skip: &[usize],
         timeout: Duration,
     ) -> Result<(usize, Arc<Connection>), Unavailable> {
         let deadline = Instant::now() + timeout;
@@ -63,34 +63,38 @@ impl Pool {
             let changed = self.changed.notified();
             let mut changed = std::pin::pin!(changed);
             changed.as_mut().enable();
-            if let Some(found) = self.pick_below(cap, skip) {
+            if let Some(found) = self.pick_below(cap) {
                 return Ok(found);
             }
             let now = Instant::now();
-            match self.next_chance(skip) {
+            match self.next_chance() {
                 Some(at) if at < deadline && now < deadline => {}
-                _ => return Err(self.unavailable(cap, skip)),
+                _ => return Err(self.unavailable(cap)),
             }
             tokio::select! {
                 _ = changed => {}
                 _ = tokio::time::sleep_until(deadline.into()) => {}
-                _ = self.shutdown.cancelled() => return Err(self.unavailable(cap, skip)),
+                _ = self.shutdown.cancelled() => return Err(self.unavailable(cap)),
             }
         }
     }
 
-    /// The earliest moment one of the members other than `skip` may become ready: now for one
-    /// being started, the end of its backoff for one restarting. Crash-looping members are not
+    /// The earliest moment a member may become ready: now for one
+    /// being started (or whose connection just went), the end of its backoff for one
+    /// restarting. Crash-looping members are not
     /// counted while they back off: their next start is as likely to fail.
-    fn next_chance(&self, skip: &[usize]) -> Option<Instant> {
+    fn next_chance(&self) -> Option<Instant> {
         let now = Instant::now();
         self.members
             .iter()
-            .filter(|m| !skip.contains(&m.index))
             .filter_map(|m| {
                 let s = m.slot.lock().expect("slot lock");
                 match (s.state, s.next_attempt) {
                     (MemberState::Starting | MemberState::Restarting, None) => Some(now),
+                    // Gone, and its supervisor about to hear of it: it restarts next.
+                    (MemberState::Ready, _) if s.conn.as_ref().is_some_and(|c| c.is_gone()) => {
+                        Some(now)
+                    }
                     (MemberState::Restarting, Some(at)) if s.failures < CRASH_LOOP_AFTER => {
                         Some(at)
                     }
@@ -100,10 +104,9 @@ impl Pool {
             .min()
     }
 
-    /// Why no member other than `skip` can take a request now, and when to try again.
-    fn unavailable(&self, cap: usize, skip: &[usize]) -> Unavailable {
-        let others = || self.members.iter().filter(|m| !skip.contains(&m.index));
-        if others().any(|m| self.conn(m.index).is_some()) {
+    /// Why no member can take a request now, and when to try again.
+    fn unavailable(&self, cap: usize) -> Unavailable {
+        if self.ready_count() > 0 {
             return Unavailable {
                 reason: format!(
                     "every ready agent member already holds its maximum of {cap} live sessions; close some or try again later"
@@ -113,19 +116,19 @@ impl Pool {
             };
         }
         let now = Instant::now();
-        let next = others()
+        let next = self
+            .members
+            .iter()
             .filter_map(|m| m.slot.lock().expect("slot lock").next_attempt)
             .min()
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         // Whole seconds (Retry-After has no fraction), rounded up, at least one.
         let retry_after = Duration::from_secs(next.as_secs() + u64::from(next.subsec_nanos() > 0))
             .max(Duration::from_secs(1));
-        let reason = match self.unready_reason() {
-            Some(why) => why,
-            None => "no other agent member is ready; the one this request went to is gone".into(),
-        };
         Unavailable {
-            reason,
+            reason: self
+                .unready_reason()
+                .unwrap_or_else(|| "no agent member is ready".into()),
             retry_after,
             full: false,
         }

@@ -157,6 +157,11 @@ impl Pool {
         pool
     }
 
+    /// How many members the pool has.
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
     /// What the agent said in `initialize` (from the first member that answered).
     pub fn init(&self) -> Option<AgentInit> {
         self.init.lock().expect("init lock").clone()
