@@ -3,6 +3,7 @@
 //! session (resume, else load; on another member when the request never reached the agent),
 //! detaching it, closing idle ones, and which agent client a call about a session goes through.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -10,7 +11,7 @@ use serde_json::json;
 use super::live::Busy;
 use super::model::Status;
 use super::{Error, Gateway};
-use crate::acp::CallError;
+use crate::acp::{CallError, Connection};
 use crate::pool::client::AgentClient;
 use crate::store::SessionRecord;
 
@@ -35,10 +36,10 @@ impl Gateway {
         Ok((member, agent))
     }
 
-    async fn acquire(
-        &self,
-        cap: usize,
-    ) -> Result<(usize, std::sync::Arc<crate::acp::Connection>), Error> {
+    /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
+    /// capacity cap (`NoCapacity`), or no member ready in time (`NoMember`, with the time to
+    /// the next restart attempt).
+    async fn acquire(&self, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
         let wait = self.inner.config.acquire_timeout;
         self.pool.acquire(cap, wait).await.map_err(|no| {
             if no.full {
