@@ -43,7 +43,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
     stop.cancel();
     let _ = answers.await;
     outcome.map_err(|e| match e {
-        Failure::Call(step, CallError::Closed(_)) => {
+        Failure::Call(step, CallError::Closed(_) | CallError::NotSent(_)) => {
             anyhow::anyhow!("the agent exited before answering {step}{}", how(&exit))
         }
         Failure::Call(step, CallError::Timeout(_)) => anyhow::anyhow!(

@@ -159,6 +159,16 @@ pub struct Config {
     )]
     pub control_timeout: u64,
 
+    /// Seconds a request that needs an agent member waits for one that is starting or
+    /// restarting to become ready, before 503 (0: no wait).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_ACQUIRE_TIMEOUT",
+        default_value_t = 5,
+        global = true
+    )]
+    pub acquire_timeout: u64,
+
     /// Seconds a starting agent has to answer `initialize` before it is killed and restarted.
     #[arg(
         long,
@@ -356,6 +366,9 @@ impl Config {
     }
     pub fn init_timeout(&self) -> Duration {
         Duration::from_secs(self.init_timeout)
+    }
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_secs(self.acquire_timeout)
     }
     /// `None` when the flag is 0.
     pub fn secs_or_never(secs: u64) -> Option<Duration> {

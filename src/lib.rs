@@ -21,8 +21,10 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::StatusCode;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -57,7 +59,8 @@ pub fn app(
                 let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
                 let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                 tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
-            }),
+            })
+            .on_failure(log_failure),
         )
         .layer(axum::middleware::from_fn_with_state(Limits::new(limits), api::limits::limit))
         .layer(axum::middleware::from_fn_with_state(keys, api::auth::authenticate))
@@ -68,6 +71,19 @@ pub fn app(
     match cors {
         Some(cors) => router.layer(cors),
         None => router,
+    }
+}
+
+/// A failed response, for the log: a 503 says "not now, retry later" (a pool that is starting,
+/// full or crash-looping; readiness probes while the agents start), its cause logged where it
+/// arises, so it is not an error of its own; anything else 5xx is.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    let latency_ms = latency.as_millis() as u64;
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::info!(latency_ms, "service unavailable (503)")
+        }
+        class => tracing::error!(classification = %class, latency_ms, "response failed"),
     }
 }
 
@@ -185,6 +201,7 @@ pub async fn run(
         pool,
         GatewayConfig {
             control_timeout: config.control_timeout(),
+            acquire_timeout: config.acquire_timeout(),
             cancel_grace: Duration::from_secs(config.cancel_grace),
             permission_timeout: Config::secs_or_never(config.permission_timeout),
             permission_policy: config.permission_policy,

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 pub use process::{AgentCommand, AgentProcess, AgentStdout, ExitInfo};
 
@@ -49,8 +50,13 @@ impl RpcError {
 pub enum CallError {
     #[error("agent error {}: {}", .0.code, .0.message)]
     Rpc(RpcError),
+    /// The connection ended while the call waited: the request may have reached the agent.
     #[error("agent connection closed: {0}")]
     Closed(String),
+    /// The request never reached the agent: its connection was already gone (stdin broken,
+    /// stdout ended, or the process exited). Safe to send to another agent process.
+    #[error("agent connection closed: {0}")]
+    NotSent(String),
     #[error("agent did not answer {0} in time")]
     Timeout(String),
     /// The agent did not advertise the capability the method needs: it was not called.
@@ -122,7 +128,7 @@ impl PendingCall {
             Ok(_) => "ok",
             Err(CallError::Rpc(_)) => "error",
             Err(CallError::Timeout(_)) => "timeout",
-            Err(CallError::Closed(_)) => "closed",
+            Err(CallError::Closed(_) | CallError::NotSent(_)) => "closed",
             Err(CallError::Unsupported(_)) => "unsupported",
         };
         let elapsed = started.elapsed();
@@ -147,17 +153,38 @@ pub struct Connection {
     next_id: AtomicU64,
     /// Which agent process this is (`member-N`), for the logs.
     member: Arc<str>,
+    /// Cancelled once nothing sent can be answered any more: the stdin pipe broke, stdout
+    /// ended, or the process exited (see [`Connection::is_gone`]).
+    gone: CancellationToken,
 }
 
 impl Connection {
-    /// Wraps the agent's stdin.
-    fn new(out: Arc<stdin::AgentStdin>, member: &str) -> Self {
+    /// Wraps the agent's stdin; `gone` is the token the stdin cancels when its pipe breaks.
+    fn new(out: Arc<stdin::AgentStdin>, gone: CancellationToken, member: &str) -> Self {
         Connection {
             out,
             pending: Arc::default(),
             next_id: AtomicU64::new(1),
             member: member.into(),
+            gone,
         }
+    }
+
+    /// True once the agent can no longer answer: a write found its stdin broken (EPIPE), its
+    /// stdout ended, or its process exited — whichever was first. Nothing is sent any more
+    /// ([`CallError::NotSent`]).
+    pub fn is_gone(&self) -> bool {
+        self.gone.is_cancelled()
+    }
+
+    /// Resolves when the connection is gone (see [`Connection::is_gone`]).
+    pub async fn gone(&self) {
+        self.gone.cancelled().await
+    }
+
+    /// Marks the connection gone: its stdout ended or its process exited.
+    pub fn set_gone(&self) {
+        self.gone.cancel()
     }
 
     /// Calls `method`, waiting at most `timeout` (`None`: as long as the connection lives).
@@ -221,7 +248,7 @@ impl Connection {
         self.out
             .send(line)
             .await
-            .map_err(|stdin::Closed| CallError::Closed("the agent's stdin is closed".into()))
+            .map_err(|stdin::Closed| CallError::NotSent("the agent's stdin is closed".into()))
     }
 
     /// Delivers a response to its waiter. Returns false for an id nobody waits for.
@@ -374,6 +401,47 @@ mod tests {
         assert!(parse_line("hello").is_err());
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+
+    /// A request to an agent whose stdin has no reader any more fails as never sent, and the
+    /// connection says it is gone, so that placement skips it and the call can go elsewhere.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broken_pipe_fails_calls_as_not_sent_and_marks_the_connection_gone() {
+        use std::io::{BufRead, BufReader};
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        let gone = CancellationToken::new();
+        let stdin = stdin::AgentStdin::new(write, &mut tasks, gone.clone()).unwrap();
+        let conn = Connection::new(stdin, gone, "member-0");
+        // A first line goes through, as `initialize` does: the pipe is known to be writable.
+        conn.notify("hello", &serde_json::json!({})).await.unwrap();
+        let first = tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(std::fs::File::from(read));
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            line
+        });
+        let first = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .expect("the first line arrives")
+            .unwrap();
+        assert!(first.contains("hello"), "{first}");
+        // The reader is gone with its thread: the agent has exited.
+        assert!(!conn.is_gone());
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.call("session/new", &serde_json::json!({}), None),
+        )
+        .await
+        .expect("a call on a broken pipe fails at once");
+        assert!(matches!(r, Err(CallError::NotSent(_))), "{r:?}");
+        assert!(conn.is_gone());
+        assert!(
+            conn.pending.lock().unwrap().is_empty(),
+            "nothing left waiting"
+        );
+        let again = conn.notify("session/cancel", &serde_json::json!({})).await;
+        assert!(matches!(again, Err(CallError::NotSent(_))), "{again:?}");
     }
 
     #[test]

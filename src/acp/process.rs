@@ -72,7 +72,10 @@ pub struct AgentProcess {
     pub pid: u32,
     child: Child,
     tail: Arc<Mutex<VecDeque<String>>>,
+    /// The stdin writer: it ends only when the connection is dropped, so nobody waits for it.
     tasks: JoinSet<()>,
+    /// The stderr reader: it ends at EOF, once the process group's writers are gone.
+    stderr: JoinSet<()>,
 }
 
 impl AgentProcess {
@@ -106,7 +109,8 @@ impl AgentProcess {
         let stderr = child.stderr.take().expect("piped stderr");
         let mut tasks = JoinSet::new();
 
-        let stdin = AgentStdin::new(stdin, &mut tasks)?;
+        let gone = CancellationToken::new();
+        let stdin = AgentStdin::new(stdin, &mut tasks, gone.clone())?;
 
         let stdout = AgentStdout {
             reader: BufReader::with_capacity(64 * 1024, pipe::Receiver::from_owned_fd(stdout)?),
@@ -119,7 +123,8 @@ impl AgentProcess {
         let tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let tail_w = tail.clone();
         let who = label.to_owned();
-        tasks.spawn(async move {
+        let mut stderr_reader = JoinSet::new();
+        stderr_reader.spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "agent_stderr", member = %who, "{line}");
@@ -131,27 +136,31 @@ impl AgentProcess {
             }
         });
 
-        let conn = Arc::new(Connection::new(stdin, label));
+        let conn = Arc::new(Connection::new(stdin, gone, label));
         Ok((
             AgentProcess {
                 pid,
                 child,
                 tail,
                 tasks,
+                stderr: stderr_reader,
             },
             conn,
             stdout,
         ))
     }
 
-    /// Waits for the process to exit and for its pipes to drain.
+    /// Waits for the process to exit and for its stderr to drain.
     pub async fn wait(&mut self) -> ExitInfo {
         let status = self.child.wait().await;
         // stderr reaches EOF once the process group's writers are gone; do not wait forever.
+        // (Waiting for the stdin writer too cost every exit a whole second: it only ends when
+        // the connection is dropped.)
         let _ = tokio::time::timeout(Duration::from_secs(1), async {
-            while self.tasks.join_next().await.is_some() {}
+            while self.stderr.join_next().await.is_some() {}
         })
         .await;
+        self.stderr.abort_all();
         self.tasks.abort_all();
         use std::os::unix::process::ExitStatusExt;
         let (code, signal) = match status {

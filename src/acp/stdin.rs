@@ -5,6 +5,10 @@
 //!
 //! Order is kept: a line goes straight to the pipe only when nothing is queued, and the rest of
 //! a partly written line is queued first. The queue is bounded; a sender waits for room.
+//!
+//! A broken pipe (EPIPE: the agent exited or closed its stdin) is reported through the
+//! [`CancellationToken`] the stdin is made with, the moment a write finds it: the pool takes the
+//! member out of placement then, without waiting to hear of the exit.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -13,6 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::net::unix::pipe;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// Lines queued behind a pipe that is full before a sender waits.
 const QUEUED_LINES: usize = 256;
@@ -24,6 +29,9 @@ pub struct AgentStdin {
     state: Mutex<Queue>,
     /// Shared with the writer task, which must hear of the drop.
     wake: Arc<Wake>,
+    /// Cancelled when the pipe breaks; cancelled by others (the connection is gone), it makes
+    /// every send fail, waiting ones included.
+    broken: CancellationToken,
 }
 
 #[derive(Debug, Default)]
@@ -50,18 +58,24 @@ pub struct Closed;
 impl AgentStdin {
     /// Takes the write end of the agent's stdin pipe (made non-blocking here) and spawns, on the
     /// current runtime into `tasks`, the writer task for what the pipe cannot take at once.
-    pub fn new(fd: OwnedFd, tasks: &mut tokio::task::JoinSet<()>) -> std::io::Result<Arc<Self>> {
+    /// `broken` is cancelled when a write finds the pipe broken.
+    pub fn new(
+        fd: OwnedFd,
+        tasks: &mut tokio::task::JoinSet<()>,
+        broken: CancellationToken,
+    ) -> std::io::Result<Arc<Self>> {
         let stdin = Arc::new(AgentStdin {
             pipe: pipe::Sender::from_owned_fd(fd)?,
             state: Mutex::default(),
             wake: Arc::default(),
+            broken,
         });
         tasks.spawn(write_queued(Arc::downgrade(&stdin), stdin.wake.clone()));
         Ok(stdin)
     }
 
     /// Sends one line (a newline is added). Once this returns, the line is ahead of anything
-    /// sent later.
+    /// sent later. `Err(Closed)`: no byte of the line was written.
     pub async fn send(&self, line: String) -> Result<(), Closed> {
         let mut line = line.into_bytes();
         line.push(b'\n');
@@ -69,7 +83,7 @@ impl AgentStdin {
             let room = self.wake.room.notified();
             {
                 let mut q = self.state.lock().expect("stdin lock");
-                if q.closed {
+                if q.closed || self.broken.is_cancelled() {
                     return Err(Closed);
                 }
                 if q.lines.is_empty() {
@@ -79,6 +93,7 @@ impl AgentStdin {
                         Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
                         Err(_) => {
                             q.closed = true;
+                            self.broken.cancel();
                             return Err(Closed);
                         }
                     };
@@ -92,7 +107,10 @@ impl AgentStdin {
                     return Ok(());
                 }
             }
-            room.await;
+            tokio::select! {
+                _ = room => {}
+                _ = self.broken.cancelled() => return Err(Closed),
+            }
         }
     }
 
@@ -115,6 +133,7 @@ impl AgentStdin {
         let mut q = self.state.lock().expect("stdin lock");
         q.closed = true;
         q.lines.clear();
+        self.broken.cancel();
         self.wake.room.notify_waiters();
     }
 }
@@ -160,7 +179,8 @@ mod tests {
     async fn queued_lines_arrive_whole_and_in_order() {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
         let mut tasks = tokio::task::JoinSet::new();
-        let stdin = AgentStdin::new(write, &mut tasks).unwrap();
+        let broken = CancellationToken::new();
+        let stdin = AgentStdin::new(write, &mut tasks, broken.clone()).unwrap();
         const SENDERS: usize = 4;
         const LINES: usize = 50;
         let reader = std::thread::spawn(move || {
@@ -210,5 +230,6 @@ mod tests {
         })
         .await;
         assert!(failed.is_ok(), "sending to a closed pipe kept succeeding");
+        assert!(broken.is_cancelled(), "the broken pipe is reported");
     }
 }

@@ -82,7 +82,7 @@ impl ApiError {
                 "not-supported-by-agent",
                 "The agent does not support this",
             ),
-            A::Service(E::NoCapacity(_)) => (
+            A::Service(E::NoCapacity(_) | E::NoMember { .. }) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "pool-exhausted",
                 "No agent capacity",
@@ -157,6 +157,10 @@ impl ApiError {
                 | gateway::Error::HeldElsewhere(_)
                 | gateway::Error::StoreUnavailable(_),
             ) => Some(5),
+            // The time to the pool's next restart attempt.
+            ApiError::Service(gateway::Error::NoMember { retry_after, .. }) => {
+                Some(retry_after.as_secs().max(1))
+            }
             ApiError::TooManyRequests {
                 retry_after_secs, ..
             } => Some(*retry_after_secs),

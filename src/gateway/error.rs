@@ -25,6 +25,13 @@ pub enum Error {
     /// No pool member can take it now.
     #[error("{0}")]
     NoCapacity(String),
+    /// No pool member is ready, and none became ready within the acquire timeout (or none
+    /// could: crash-looping, backing off); `retry_after` is the time to the next restart attempt.
+    #[error("{reason}")]
+    NoMember {
+        reason: String,
+        retry_after: std::time::Duration,
+    },
     /// Another replica holds the session (or cannot be reached).
     #[error("{0}")]
     HeldElsewhere(String),
@@ -78,7 +85,7 @@ impl From<CallError> for Error {
                     message: e.message,
                 },
             },
-            CallError::Closed(reason) => Error::AgentGone(reason),
+            CallError::Closed(reason) | CallError::NotSent(reason) => Error::AgentGone(reason),
             CallError::Timeout(what) => Error::AgentTimeout(what),
             unsupported @ CallError::Unsupported(_) => Error::NotSupported(unsupported.to_string()),
         }

@@ -51,6 +51,8 @@ use crate::store::Store;
 pub struct GatewayConfig {
     /// Bound on every upstream control call (new, load, resume, list, delete, status, close…).
     pub control_timeout: Duration,
+    /// How long a request that needs a member waits for a starting or restarting one.
+    pub acquire_timeout: Duration,
     /// How long a cancelled turn may take to end before its member is restarted.
     pub cancel_grace: Duration,
     /// How long a permission request waits for an answer (`None`: forever).

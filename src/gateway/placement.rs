@@ -1,7 +1,9 @@
 //! Where a session is live: the member a session goes to when it becomes live (the least-loaded
-//! ready one, within the caps), attaching a saved session (resume, else load), detaching it,
-//! closing idle ones, and which agent client a call about a session goes through.
+//! ready one, within the caps, waiting a bounded time for a starting one), attaching a saved
+//! session (resume, else load; on another member when the request never reached the agent),
+//! detaching it, closing idle ones, and which agent client a call about a session goes through.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -9,13 +11,15 @@ use serde_json::json;
 use super::live::Busy;
 use super::model::Status;
 use super::{Error, Gateway};
+use crate::acp::{CallError, Connection};
 use crate::pool::client::AgentClient;
 use crate::store::SessionRecord;
 
 impl Gateway {
     /// Where a session that becomes live goes: the least-loaded ready member below the
-    /// per-member cap, if the global cap allows another live session.
-    pub(super) fn place(&self) -> Result<(usize, AgentClient), Error> {
+    /// per-member cap, if the global cap allows another live session. While members start or
+    /// restart, waits up to `--acquire-timeout` for one of them.
+    pub(super) async fn place(&self) -> Result<(usize, AgentClient), Error> {
         let cfg = &self.inner.config;
         if cfg.max_sessions > 0 && self.inner.live.live_count() >= cfg.max_sessions {
             return Err(Error::NoCapacity(format!(
@@ -27,17 +31,36 @@ impl Gateway {
             0 => usize::MAX,
             n => n,
         };
-        let (member, conn) =
-            self.pool
-                .pick_below(cap)
-                .ok_or_else(|| match self.pool.unready_reason() {
-                    Some(why) => Error::NoCapacity(why),
-                    None => Error::NoCapacity(format!(
-                        "every ready agent member already holds its maximum of {cap} live sessions; close some or try again later"
-                    )),
-                })?;
+        let (member, conn) = self.acquire(cap).await?;
         let agent = AgentClient::new(conn, self.caps(), cfg.control_timeout);
         Ok((member, agent))
+    }
+
+    /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
+    /// capacity cap (`NoCapacity`), or no member ready in time (`NoMember`, with the time to
+    /// the next restart attempt).
+    async fn acquire(&self, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
+        let wait = self.inner.config.acquire_timeout;
+        self.pool.acquire(cap, wait).await.map_err(|no| {
+            if no.full {
+                Error::NoCapacity(no.reason)
+            } else {
+                Error::NoMember {
+                    reason: no.reason,
+                    retry_after: no.retry_after,
+                }
+            }
+        })
+    }
+
+    /// Whether a create or an attach whose request never reached the agent (its connection was
+    /// gone: `CallError::NotSent`) is tried again; counts the retry. That connection is never
+    /// picked again, so each retry goes to another member's process, or to a restarted one;
+    /// at most one per member. A request that did reach the agent is never repeated: it may
+    /// have had effects.
+    pub(super) fn retry_unsent(&self, retries: &mut usize) -> bool {
+        *retries += 1;
+        *retries <= self.pool.size()
     }
 
     pub(super) fn no_member(&self) -> Error {
@@ -48,11 +71,19 @@ impl Gateway {
         )
     }
 
-    /// Any ready member's client (for calls about sessions no member holds).
-    pub(super) fn any_client(&self) -> Result<AgentClient, Error> {
-        let (_, conn) = self.pool.pick().ok_or_else(|| self.no_member())?;
+    /// Any ready member's client (for calls about sessions no member holds), waiting like
+    /// [`Gateway::place`] for a starting one.
+    pub(super) async fn any_client(&self) -> Result<AgentClient, Error> {
+        let (_, conn) = self.acquire(usize::MAX).await?;
         let timeout = self.inner.config.control_timeout;
         Ok(AgentClient::new(conn, self.caps(), timeout))
+    }
+
+    /// A ready member's client now, if one is (for answers that must not wait).
+    pub(super) fn ready_client(&self) -> Option<AgentClient> {
+        let (_, conn) = self.pool.pick()?;
+        let timeout = self.inner.config.control_timeout;
+        Some(AgentClient::new(conn, self.caps(), timeout))
     }
 
     /// The client of the member holding the session live, if one does.
@@ -61,10 +92,10 @@ impl Gateway {
     }
 
     /// The member holding the session, or any ready member.
-    pub(super) fn client_for(&self, session_id: &str) -> Result<AgentClient, Error> {
+    pub(super) async fn client_for(&self, session_id: &str) -> Result<AgentClient, Error> {
         match self.client_if_live(session_id) {
             Some(agent) => Ok(agent),
-            None => self.any_client(),
+            None => self.any_client().await,
         }
     }
 
@@ -95,13 +126,46 @@ impl Gateway {
         attached
     }
 
-    /// Resumes (else loads) the session on a member of this replica's pool.
+    /// Resumes (else loads) the session on a member of this replica's pool; again, on another
+    /// ready process, when the request never reached the agent (see [`Gateway::retry_unsent`]).
     async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
-        let (member, agent) = self.place()?;
+        let mut retries = 0;
+        let member = loop {
+            let (member, agent) = self.place().await?;
+            match self.resume_or_load(&agent, record).await? {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
+                    tracing::warn!(
+                        session = id,
+                        member,
+                        why,
+                        "attach never reached the agent; trying another member"
+                    );
+                }
+                attached => {
+                    attached?;
+                    break member;
+                }
+            }
+        };
+        self.inner.live.attach(record, member, &self.pool);
+        self.inner
+            .lifecycle(record, "session_status", json!({"status": Status::Live}))
+            .await;
+        Ok(member)
+    }
+
+    /// `session/resume`, else `session/load`, through `agent`. The outer error is the gateway's
+    /// own (the store, a missing capability), the inner one the agent call's.
+    async fn resume_or_load(
+        &self,
+        agent: &AgentClient,
+        record: &SessionRecord,
+    ) -> Result<Result<(), CallError>, Error> {
+        let id = record.session_id.as_str();
         let caps = agent.caps();
         if caps.resume {
-            agent.resume_session(id, &record.cwd).await?;
+            Ok(agent.resume_session(id, &record.cwd).await)
         } else if caps.load {
             let log_empty = self.store().last_event_seq(id).await? == 0;
             self.inner
@@ -115,17 +179,12 @@ impl Gateway {
                 .lock()
                 .expect("replaying lock")
                 .remove(id);
-            r?;
+            Ok(r)
         } else {
-            return Err(Error::NotSupported(
+            Err(Error::NotSupported(
                 "the session is not live and the agent supports neither session/resume nor session/load".into(),
-            ));
+            ))
         }
-        self.inner.live.attach(record, member, &self.pool);
-        self.inner
-            .lifecycle(record, "session_status", json!({"status": Status::Live}))
-            .await;
-        Ok(member)
     }
 
     /// Forgets where the session is live (and that this replica holds it); returns the member

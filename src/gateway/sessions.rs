@@ -110,11 +110,25 @@ impl Gateway {
             validate_abs_path("additionalDirectories[]", d)?;
             confine("additionalDirectories[]", d, roots)?;
         }
-        let (member, agent) = self.place()?;
-        let creating = self.inner.creating.read().await;
-        let session_id = agent
-            .new_session(&new.cwd, &new.additional_directories, &new.mcp_servers)
-            .await?;
+        // Again on another process when the request never reached the agent (`retry_unsent`).
+        let mut retries = 0;
+        let (member, session_id, creating) = loop {
+            let (member, agent) = self.place().await?;
+            let creating = self.inner.creating.read().await;
+            let created = agent
+                .new_session(&new.cwd, &new.additional_directories, &new.mcp_servers)
+                .await;
+            match created {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
+                    tracing::warn!(
+                        member,
+                        why,
+                        "session/new never reached the agent; trying another member"
+                    );
+                }
+                created => break (member, created?, creating),
+            }
+        };
         let at = now();
         let record = SessionRecord {
             session_id,
@@ -165,7 +179,7 @@ impl Gateway {
             ));
         }
         if let (true, Some(t)) = (set_title, &title) {
-            let agent = self.client_for(id.as_str())?;
+            let agent = self.client_for(id.as_str()).await?;
             if let Some(stored) = agent.set_title(id.as_str(), t).await? {
                 title = Some(stored);
             }
@@ -221,7 +235,7 @@ impl Gateway {
             }
         }
         if caps.delete {
-            let agent = self.any_client()?;
+            let agent = self.any_client().await?;
             match agent.delete_session(id.as_str()).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -257,7 +271,7 @@ impl Gateway {
         if status == Status::Live {
             return Ok(view(status, activity));
         }
-        let probe = self.caps().status.then(|| self.any_client().ok()).flatten();
+        let probe = self.caps().status.then(|| self.ready_client()).flatten();
         if let Some(agent) = probe {
             match agent.session_open(id.as_str()).await {
                 Ok(open) => {
@@ -329,7 +343,7 @@ impl Gateway {
             self.resolve_permissions_cancelled(id.as_str()).await;
         }
         if caps.archive {
-            let agent = self.client_for(id.as_str())?;
+            let agent = self.client_for(id.as_str()).await?;
             agent.set_archived(id.as_str(), archived).await?;
         } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
             agent.close_session(id.as_str()).await?;

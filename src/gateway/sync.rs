@@ -120,7 +120,7 @@ impl Gateway {
     /// Every page of `session/list` (of one `cwd`, if given), archived sessions included when
     /// the agent archives.
     async fn list_upstream(&self, cwd: Option<&str>) -> Result<Vec<Listed>, Error> {
-        let agent = self.any_client()?;
+        let agent = self.any_client().await?;
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {

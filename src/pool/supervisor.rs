@@ -1,0 +1,339 @@
+//! A member's supervisor: it starts the agent process, initializes (and authenticates) it,
+//! dispatches what it writes in order, takes the member out of placement the moment its
+//! connection is gone, reports the exit, and restarts it with backoff.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::client::Incoming;
+use super::{
+    CRASH_LOOP_AFTER, HEALTHY_AFTER, Member, MemberState, Pool, PoolConfig, UpstreamHandler,
+};
+use crate::acp::caps::{AgentInit, initialize_params};
+use crate::acp::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
+
+impl Pool {
+    pub(super) async fn supervise(
+        &self,
+        member: Arc<Member>,
+        config: PoolConfig,
+        handler: Arc<dyn UpstreamHandler>,
+    ) {
+        let label = format!("member-{}", member.index);
+        let mut failures: u32 = 0;
+        while !self.shutdown.is_cancelled() {
+            self.set(&member, |s| {
+                s.state = if s.restarts == 0 {
+                    MemberState::Starting
+                } else {
+                    MemberState::Restarting
+                };
+                s.next_attempt = None;
+            });
+            let started = Instant::now();
+            match AgentProcess::spawn(&config.command, &label) {
+                Err(e) => {
+                    tracing::error!(member = member.index, error = %e, program = %config.command.program, "cannot start the agent");
+                    self.set(&member, |s| {
+                        s.last_error = Some(format!("cannot start {}: {e}", config.command.program))
+                    });
+                }
+                Ok((mut process, conn, stdout)) => {
+                    self.set(&member, |s| s.pid = Some(process.pid));
+                    tracing::info!(member = member.index, pid = process.pid, "agent started");
+                    let exit = self
+                        .run_member(
+                            &member,
+                            &config,
+                            &handler,
+                            &mut process,
+                            conn.clone(),
+                            stdout,
+                        )
+                        .await;
+                    // The member stops reporting `ready` before anyone hears of the exit, so a
+                    // client that saw `agent_exited` and then waits for `ready` waits for the
+                    // restarted process.
+                    self.set(&member, |s| {
+                        s.conn = None;
+                        s.pid = None;
+                        s.last_exit = Some(exit.clone());
+                        s.state = MemberState::Restarting;
+                    });
+                    if self.shutdown.is_cancelled() {
+                        conn.fail_all(&exit_reason(&exit));
+                        break;
+                    }
+                    tracing::warn!(member = member.index, code = ?exit.code, signal = ?exit.signal, stderr = ?exit.stderr_tail, "agent exited");
+                    member.sessions.store(0, Ordering::Relaxed);
+                    // Sessions learn of the exit before their waiting calls fail, so a stream
+                    // shows `agent_exited` before the `turn_ended` it causes.
+                    handler.on_member_exit(member.index, &exit).await;
+                    conn.fail_all(&exit_reason(&exit));
+                }
+            }
+            if started.elapsed() > HEALTHY_AFTER {
+                failures = 0;
+            }
+            failures = failures.saturating_add(1);
+            let backoff =
+                Duration::from_millis(100u64 << failures.min(9)).min(Duration::from_secs(30));
+            self.set(&member, |s| {
+                s.state = if failures >= CRASH_LOOP_AFTER {
+                    MemberState::CrashLoop
+                } else {
+                    MemberState::Restarting
+                };
+                s.restarts += 1;
+                s.failures = failures;
+                s.next_attempt = Some(Instant::now() + backoff);
+            });
+            if failures == CRASH_LOOP_AFTER {
+                tracing::error!(
+                    member = member.index,
+                    failures,
+                    "agent member is crash-looping; retrying with backoff up to 30 s"
+                );
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+        }
+        self.set(&member, |s| s.state = MemberState::Stopped);
+    }
+
+    /// Runs one process from `initialize` to exit; returns how it ended. Everything the agent
+    /// wrote has been dispatched by then, so sessions hear of the exit after its last message.
+    async fn run_member(
+        &self,
+        member: &Member,
+        config: &PoolConfig,
+        handler: &Arc<dyn UpstreamHandler>,
+        process: &mut AgentProcess,
+        conn: Arc<Connection>,
+        stdout: AgentStdout,
+    ) -> ExitInfo {
+        // Reading and dispatch run in one task, so that an answer wakes its request on the same
+        // worker. The task is exempt from tokio's cooperative budget: a budgeted reader is sent
+        // to the back of the run queue whenever it has spent 128 units (a message costs at
+        // least one), behind a thousand SSE subscribers' writes, and the agent's pipe fills. It
+        // yields once after each answer instead, so the request it woke runs even while the
+        // agent keeps writing.
+        let stop = CancellationToken::new();
+        let _stop_dispatch = stop.clone().drop_guard();
+        let mut dispatch = {
+            let (index, conn, handler) = (member.index, conn.clone(), handler.clone());
+            let mut stdout = stdout.until(stop.clone());
+            tokio::spawn(tokio::task::unconstrained(async move {
+                while let Some(msg) = stdout.next().await {
+                    let answer = matches!(msg, Inbound::Response { .. });
+                    dispatch(index, &conn, &handler, msg).await;
+                    if answer {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                // No answer can come any more: out of placement now, not once the exit is known.
+                conn.set_gone();
+            }))
+        };
+        let exit = self
+            .drive(member, config, process, conn, &mut dispatch)
+            .await;
+        stop.cancel();
+        // Already awaited to its end when stdout closed (a JoinHandle must not be polled again).
+        if !dispatch.is_finished() {
+            let _ = dispatch.await;
+        }
+        exit
+    }
+
+    /// `initialize` (and `authenticate`), then waits for the connection to go (stdout ended or
+    /// stdin broke), a restart or the shutdown.
+    async fn drive(
+        &self,
+        member: &Member,
+        config: &PoolConfig,
+        process: &mut AgentProcess,
+        conn: Arc<Connection>,
+        dispatch: &mut tokio::task::JoinHandle<()>,
+    ) -> ExitInfo {
+        let params = initialize_params();
+        let init = conn.call("initialize", &params, Some(config.init_timeout));
+        let outcome = tokio::select! {
+            r = init => Some(r),
+            _ = &mut *dispatch => None,
+            _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+        };
+        match outcome {
+            Some(Ok(result)) => {
+                let init = AgentInit::from_result(&result);
+                if let Some(method) = &config.auth_method {
+                    let auth = authenticate(&conn, &init, method, config.init_timeout);
+                    let outcome = tokio::select! {
+                        r = auth => Some(r),
+                        _ = &mut *dispatch => None,
+                        _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+                    };
+                    match outcome {
+                        Some(Ok(())) => {}
+                        Some(Err(why)) => {
+                            tracing::error!(member = member.index, why, "authenticate failed");
+                            self.set(member, |s| s.last_error = Some(why));
+                            self.init.lock().expect("init lock").get_or_insert(init);
+                            return process.terminate(Duration::from_secs(2)).await;
+                        }
+                        None => {
+                            self.set(member, |s| {
+                                s.last_error =
+                                    Some("the agent closed stdout during authenticate".into())
+                            });
+                            return process.terminate(Duration::from_secs(2)).await;
+                        }
+                    }
+                }
+                self.init.lock().expect("init lock").get_or_insert(init);
+                self.set(member, |s| {
+                    s.state = MemberState::Ready;
+                    s.conn = Some(conn.clone());
+                    s.last_error = None;
+                });
+                tracing::info!(member = member.index, "agent ready");
+            }
+            Some(Err(e)) => {
+                tracing::error!(member = member.index, error = %e, "initialize failed");
+                self.set(member, |s| {
+                    s.last_error = Some(format!("initialize failed: {e}"))
+                });
+                return process.terminate(Duration::from_secs(2)).await;
+            }
+            None => {
+                self.set(member, |s| {
+                    s.last_error = Some("the agent closed stdout before initialize".into())
+                });
+                return process.terminate(Duration::from_secs(2)).await;
+            }
+        }
+        let end = tokio::select! {
+            _ = &mut *dispatch => End::Gone,
+            _ = conn.gone() => End::Gone,
+            _ = member.restart.notified() => End::Stop,
+            _ = self.shutdown.cancelled() => End::Stop,
+        };
+        // Out of placement at once, before the exit is known: a write found stdin broken, or
+        // stdout ended, and nothing sent now could be answered.
+        conn.set_gone();
+        self.set(member, |s| {
+            s.conn = None;
+            s.state = MemberState::Restarting;
+        });
+        match end {
+            End::Gone => {
+                // Give the process a moment to exit on its own, then make sure.
+                let exit = match tokio::time::timeout(Duration::from_secs(2), process.wait()).await
+                {
+                    Ok(exit) => exit,
+                    Err(_) => process.terminate(Duration::from_secs(1)).await,
+                };
+                // What it wrote before it went is dispatched before anyone hears of the exit
+                // (stdout is still open when the break was found on stdin). A JoinHandle that
+                // has finished must not be polled again.
+                if !dispatch.is_finished() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), &mut *dispatch).await;
+                }
+                exit
+            }
+            End::Stop => process.terminate(Duration::from_secs(2)).await,
+        }
+    }
+}
+
+/// Why a ready member's process is ending.
+enum End {
+    /// Its connection is gone: stdin broke or stdout ended (usually it exited).
+    Gone,
+    /// The gateway restarts it, or shuts down.
+    Stop,
+}
+
+/// `authenticate {methodId}`, after checking that the agent offers that method.
+pub(crate) async fn authenticate(
+    conn: &Connection,
+    init: &AgentInit,
+    method: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let offered: Vec<&str> = init
+        .auth_methods
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .filter_map(|m| m.get("id").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !offered.contains(&method) {
+        return Err(format!(
+            "the agent does not offer auth method {method:?}; it offers {offered:?}"
+        ));
+    }
+    conn.call(
+        "authenticate",
+        &serde_json::json!({"methodId": method}),
+        Some(timeout),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("authenticate with {method:?} failed: {e}"))
+}
+
+fn exit_reason(exit: &ExitInfo) -> String {
+    let how = match (exit.code, exit.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".into(),
+    };
+    // stderr stays in the log and in /agent: it can hold paths or secrets, so never in a body.
+    format!("the agent exited ({how})")
+}
+
+/// Delivers one message the agent wrote: a response to its waiter, a notification or request
+/// to the handler.
+async fn dispatch(
+    member: usize,
+    conn: &Arc<Connection>,
+    handler: &Arc<dyn UpstreamHandler>,
+    msg: Inbound,
+) {
+    match msg {
+        Inbound::Response { id, result } => {
+            if !conn.resolve(id, result) {
+                crate::acp::count_garbage();
+                tracing::warn!(member, id, "response to an unknown request id; ignored");
+            }
+        }
+        Inbound::Notification { method, params } => {
+            handler.on_notification(member, &method, params).await
+        }
+        Inbound::Request { id, method, params } => {
+            if method == "session/request_permission" {
+                handler
+                    .clone()
+                    .on_permission_request(member, Incoming::new(conn.clone(), id), params)
+                    .await;
+            } else {
+                tracing::warn!(
+                    member,
+                    method,
+                    "unexpected request from the agent; answering -32601"
+                );
+                let err = RpcError::method_not_found(&method);
+                let _ = Incoming::new(conn.clone(), id).refuse(err).await;
+            }
+        }
+    }
+}
