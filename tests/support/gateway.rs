@@ -92,7 +92,7 @@ impl Options {
     /// [`Gateway::ready_after`] is a start-up figure.
     pub fn bench() -> Self {
         Options {
-            // tower_http logs the 503s of /readyz while the agent starts as errors.
+            // No per-request lines in the measurements' way.
             rust_log: "warn,tower_http=off".into(),
             record: false,
             ready_poll: Duration::from_millis(1),
