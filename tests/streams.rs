@@ -12,7 +12,33 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::*;
 
-both_backends!(every_event_once_across_disconnects_and_a_restart);
+both_backends!(
+    every_event_once_across_disconnects_and_a_restart,
+    a_nul_the_agent_sends_is_stored_and_streamed
+);
+
+/// U+0000 in what the agent sends (here, echoed back from the prompt) is stored and read back
+/// as sent, on PostgreSQL too (whose `jsonb` refuses it).
+async fn a_nul_the_agent_sends_is_stored_and_streamed(backend: Backend) {
+    let w = World::start(backend, Options::default()).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    let text = "before\u{0}after";
+    let (status, body) = gw.prompt(&id, text).await;
+    assert_eq!(status, 200, "{body}");
+    let history = gw.json(&format!("/sessions/{id}/history")).await;
+    let chunks: String = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "agent_message_chunk")
+        .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(chunks, text, "{history}");
+    let streamed = gw.first_turn(&id).await;
+    assert_eq!(chunk_text(&streamed), text);
+    w.finish().await;
+}
 
 /// A small deterministic PRNG (xorshift64*) so that disconnect points are random but repeatable.
 struct Rng(u64);

@@ -348,6 +348,43 @@ pub async fn check_payload_round_trip(store: Arc<dyn Store>) {
     assert_eq!(store.get_session("payload-meta").await.unwrap(), Some(meta));
 }
 
+/// U+0000, which PostgreSQL's `jsonb` refuses, round-trips in events, lifecycle payloads and
+/// session meta, as does a text that merely spells its escape.
+pub async fn check_nul_round_trip(store: Arc<dyn Store>) {
+    let payloads = [
+        json!({"sessionId": "nul-1", "update": {"content": {"text": "a\u{0}b"}}}),
+        json!(["\u{0}", {"k\u{0}": "\u{0}\u{0}"}]),
+        json!({"spelled": "a \\u0000 is not a NUL"}),
+        json!({"acp-gateway:json-with-nul": 1}),
+    ];
+    let events: Vec<NewEvent> = payloads.iter().map(|p| event("x", p.clone())).collect();
+    let stored = store.append_events("nul-1", &events).await.unwrap();
+    let back = store.read_events("nul-1", 0, 10).await.unwrap();
+    let read: Vec<&Value> = back.iter().map(|e| &e.payload).collect();
+    assert_eq!(read, payloads.iter().collect::<Vec<_>>());
+    assert_eq!(back, stored);
+
+    let lifecycle = NewLifecycleEvent {
+        session_id: "nul-1".into(),
+        tenant: "t".into(),
+        kind: "session_updated".into(),
+        payload: payloads[0].clone(),
+    };
+    let appended = store.append_lifecycle(&lifecycle).await.unwrap();
+    let listed = store
+        .read_lifecycle(None, appended.seq - 1, 1)
+        .await
+        .unwrap();
+    assert_eq!(listed[0].payload, payloads[0]);
+
+    let meta = SessionRecord {
+        meta: Some(payloads[1].clone()),
+        ..record("nul-meta", "t")
+    };
+    assert!(store.put_session(&meta).await.unwrap());
+    assert_eq!(store.get_session("nul-meta").await.unwrap(), Some(meta));
+}
+
 /// Retention keeps each session's latest events and recent ones; numbering continues after it.
 pub async fn check_prune_events(store: Arc<dyn Store>) {
     let (a, b) = ("prune-a", "prune-b");

@@ -7,7 +7,7 @@ use chrono::SubsecRound;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use super::PgStore;
+use super::{PgStore, nul_safe_text};
 use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
@@ -85,7 +85,7 @@ async fn append_on<'e>(
 ) -> StoreResult<Vec<StoredEvent>> {
     let events = batch.events;
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
+    let payloads: Vec<String> = events.iter().map(|e| nul_safe_text(&e.payload)).collect();
     let last: i64 = sqlx::query_scalar(APPEND)
         .bind(batch.session_id)
         .bind(batch.count)

@@ -30,7 +30,7 @@ impl PgStore {
             .bind(&event.session_id)
             .bind(&event.tenant)
             .bind(&event.kind)
-            .bind(&event.payload)
+            .bind(super::nul_safe(&event.payload).as_ref())
             .bind(created_at)
             .fetch_one(&mut *tx)
             .await?;

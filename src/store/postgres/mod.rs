@@ -70,10 +70,50 @@ impl Columns for PgRow {
         Ok(self.try_get(name)?)
     }
     fn json(&self, name: &str) -> StoreResult<Value> {
-        Ok(self.try_get(name)?)
+        unwrap_nul(self.try_get(name)?)
     }
     fn opt_json(&self, name: &str) -> StoreResult<Option<Value>> {
-        Ok(self.try_get(name)?)
+        self.try_get::<Option<Value>, _>(name)?
+            .map(unwrap_nul)
+            .transpose()
+    }
+}
+
+/// The key of the wrapper that carries, as its JSON text, a value holding U+0000, which `jsonb`
+/// refuses. Reserved: a stored value that is exactly such an object is read as its text.
+const NUL_SAFE: &str = "acp-gateway:json-with-nul";
+
+/// `value` as `jsonb` takes it: itself, or, when it holds U+0000, wrapped as its JSON text (a
+/// string of escapes, no NUL in it). A false positive (a literal `\u0000` in a string) is
+/// wrapped too, which is harmless: reading unwraps it exactly.
+pub(super) fn nul_safe(value: &Value) -> std::borrow::Cow<'_, Value> {
+    let text = value.to_string();
+    if text.contains("\\u0000") {
+        std::borrow::Cow::Owned(serde_json::json!({ NUL_SAFE: text }))
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
+/// The JSON text of `value` for a `::jsonb` cast, wrapped as [`nul_safe`] says.
+pub(super) fn nul_safe_text(value: &Value) -> String {
+    let text = value.to_string();
+    if text.contains("\\u0000") {
+        serde_json::json!({ NUL_SAFE: text }).to_string()
+    } else {
+        text
+    }
+}
+
+fn unwrap_nul(value: Value) -> StoreResult<Value> {
+    match &value {
+        Value::Object(o) if o.len() == 1 => match o.get(NUL_SAFE) {
+            Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
+                crate::store::StoreError::Corrupt(format!("a wrapped JSON value: {e}"))
+            }),
+            _ => Ok(value),
+        },
+        _ => Ok(value),
     }
 }
 
