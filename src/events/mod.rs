@@ -223,18 +223,30 @@ impl EventHub {
     /// fails whoever waits, and logs, per session, how many queued events were not stored.
     /// Armed when shutdown begins, because until then appenders (an agent's dispatch, which
     /// stopping the pool waits for) may be waiting on the full queue.
-    pub fn give_up_after(&self, limit: Duration) {
+    pub fn give_up_after(self: &Arc<Self>, limit: Duration) {
         let (abandon, finished) = (self.abandon.clone(), self.finished.clone());
+        let hub = self.clone();
         self.tasks.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(limit) => {
+            let deadline = tokio::time::Instant::now() + limit;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = finished.cancelled() => return,
+                }
+                // Only an outage is given up on: a healthy writer still draining is left to
+                // finish (each of its appends is bounded by the store's own timeouts).
+                if hub.failing.load(Ordering::SeqCst) {
                     tracing::error!(
                         ?limit,
                         "the event log could not be written within the shutdown's bound; giving up"
                     );
                     abandon.cancel();
+                    return;
                 }
-                _ = finished.cancelled() => {}
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = finished.cancelled() => return,
+                }
             }
         });
     }

@@ -278,6 +278,7 @@ impl EventHub {
         loop {
             let found = if unsure {
                 let check = tokio::select! {
+                    biased;
                     found = self.already_stored(known, session_id, events) => found,
                     _ = self.abandon.cancelled() => return Err(Abandoned),
                 };
@@ -302,6 +303,7 @@ impl EventHub {
                     Ok(stored)
                 }
                 None => tokio::select! {
+                    biased;
                     r = log.append(session_id, events, touch) => r,
                     _ = self.abandon.cancelled() => return Err(Abandoned),
                 },
@@ -325,6 +327,10 @@ impl EventHub {
                     return Ok(Ok(stored));
                 }
                 Err(e) if e.is_about_the_data() => {
+                    if failures > 0 {
+                        // The store answers again, if only to refuse these: not failing now.
+                        self.failing.store(false, Ordering::SeqCst);
+                    }
                     tracing::error!(session = session_id, error = %e, events = events.len(), "the store refused these events; they are not stored");
                     return Ok(Err(e.to_string()));
                 }

@@ -265,7 +265,7 @@ impl Gateway {
             let _ = request.answer_permission(outcome.clone()).await;
             let payload = json!({"sessionId": session_id, "requestId": request_id, "outcome": shown(&outcome), "reason": "cancelled"});
             self.inner
-                .append(session_id, "permission_resolved", payload)
+                .enqueue(session_id, "permission_resolved", payload)
                 .await;
         }
     }
@@ -329,7 +329,7 @@ impl Inner {
         let shown = shown(&outcome);
         let _ = request.answer_permission(outcome).await;
         let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "outcome": shown, "reason": reason});
-        self.append(&view.session_id, "permission_resolved", payload)
+        self.enqueue(&view.session_id, "permission_resolved", payload)
             .await;
     }
 
@@ -337,7 +337,7 @@ impl Inner {
     pub(super) async fn drop_member_permissions(&self, member: usize) {
         for (session_id, request_id) in self.permissions.drop_member(member) {
             let payload = json!({"sessionId": session_id, "requestId": request_id, "outcome": {"outcome": "cancelled"}, "reason": "cancelled"});
-            self.append(&session_id, "permission_resolved", payload)
+            self.enqueue(&session_id, "permission_resolved", payload)
                 .await;
         }
     }

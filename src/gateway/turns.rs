@@ -61,7 +61,7 @@ impl Gateway {
         // does not wait for a commit, and log readers (`/history`) flush the queue first.
         let this = self.clone();
         let turn = async move {
-            let _claim = claim;
+            let claim = claim;
             let outcome = match sent {
                 Ok(call) => call.wait(None).await,
                 Err(e) => Err(e),
@@ -81,6 +81,9 @@ impl Gateway {
                 }
             };
             this.inner.enqueue(&sid, "turn_ended", ended).await;
+            // The turn has ended: the session is free (a next turn's events queue after this
+            // one's end) before the answer waits for the store, if it must.
+            drop(claim);
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
             if this.inner.hub.log_failing() {

@@ -109,7 +109,9 @@ impl UpstreamHandler for Inner {
         self.drop_member_permissions(member).await;
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
-            self.append(&id, "agent_exited", payload).await;
+            // Queued, not awaited: the member's calls fail and it restarts right after this
+            // returns, store outage or not; the queue keeps this before their `turn_ended`.
+            self.enqueue(&id, "agent_exited", payload).await;
             self.release(&id).await;
         }
     }
