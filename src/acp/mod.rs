@@ -89,7 +89,7 @@ pub enum Inbound {
     },
 }
 
-type Pending = Arc<Mutex<HashMap<u64, (String, oneshot::Sender<Result<Value, CallError>>)>>>;
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, CallError>>>>>;
 
 /// A request sent to the agent whose answer has not been awaited yet.
 #[derive(Debug)]
@@ -206,10 +206,7 @@ impl Connection {
     ) -> Result<PendingCall, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("pending lock")
-            .insert(id, (method.to_owned(), tx));
+        self.pending.lock().expect("pending lock").insert(id, tx);
         let line = Outbound::request(&Value::from(id), method, params).line();
         if let Err(closed) = self.send_line(line).await {
             self.pending.lock().expect("pending lock").remove(&id);
@@ -255,7 +252,7 @@ impl Connection {
     pub fn resolve(&self, id: u64, result: Result<Value, RpcError>) -> bool {
         let waiter = self.pending.lock().expect("pending lock").remove(&id);
         match waiter {
-            Some((_, tx)) => {
+            Some(tx) => {
                 let _ = tx.send(result.map_err(CallError::Rpc));
                 true
             }
@@ -266,7 +263,7 @@ impl Connection {
     /// Fails every pending call: the agent is gone.
     pub fn fail_all(&self, reason: &str) {
         let waiters: Vec<_> = self.pending.lock().expect("pending lock").drain().collect();
-        for (_, (_, tx)) in waiters {
+        for (_, tx) in waiters {
             let _ = tx.send(Err(CallError::Closed(reason.to_owned())));
         }
     }
@@ -310,10 +307,9 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
     }
 }
 
-/// A message for the agent, serialized as one line straight from borrowed parts (building a
-/// `json!` object first would copy the params).
-/// One line to the agent. `P` is whatever the params or the result are: a typed ACP request,
-/// or JSON passed through.
+/// One line to the agent, serialized straight from borrowed parts (building a `json!` object
+/// first would copy the params). `P` is whatever the params or the result are: a typed ACP
+/// request, or JSON passed through.
 #[derive(Serialize)]
 struct Outbound<'a, P: ?Sized> {
     jsonrpc: &'static str,
@@ -368,6 +364,7 @@ impl<'a, P: Serialize + ?Sized> Outbound<'a, P> {
     }
 }
 
+/// Counts one line or message from an agent that the gateway had to ignore.
 pub fn count_garbage() {
     process::GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }

@@ -47,8 +47,6 @@ struct Queue {
     /// Lines (with their newline) not yet written; the front one from `written` on.
     lines: VecDeque<Vec<u8>>,
     written: usize,
-    /// The pipe broke: nothing more can be sent.
-    closed: bool,
 }
 
 /// The agent's stdin is closed (the agent exited or closed it).
@@ -83,7 +81,7 @@ impl AgentStdin {
             let room = self.wake.room.notified();
             {
                 let mut q = self.state.lock().expect("stdin lock");
-                if q.closed || self.broken.is_cancelled() {
+                if self.broken.is_cancelled() {
                     return Err(Closed);
                 }
                 if q.lines.is_empty() {
@@ -92,7 +90,6 @@ impl AgentStdin {
                         Ok(n) => n,
                         Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
                         Err(_) => {
-                            q.closed = true;
                             self.broken.cancel();
                             return Err(Closed);
                         }
@@ -131,7 +128,6 @@ impl AgentStdin {
 
     fn close(&self) {
         let mut q = self.state.lock().expect("stdin lock");
-        q.closed = true;
         q.lines.clear();
         self.broken.cancel();
         self.wake.room.notify_waiters();

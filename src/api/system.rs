@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json};
-use crate::gateway::{self, AgentView};
+use crate::gateway::AgentView;
 
 /// The agent behind the gateway, its pool members and the gateway replicas.
 ///
@@ -30,10 +30,7 @@ pub async fn healthz() -> &'static str {
     (status = 503, description = "Not ready, and why", body = Problem, content_type = "application/problem+json"),
 ))]
 pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError> {
-    s.gateway
-        .ready()
-        .await
-        .map_err(|why| ApiError::Service(gateway::Error::NoCapacity(why)))?;
+    s.gateway.ready().await?;
     Ok("ready")
 }
 

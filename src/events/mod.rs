@@ -181,20 +181,18 @@ impl EventHub {
                 next = appended.next() => next,
                 _ = self.shutdown.cancelled() => return,
             };
-            if next.is_some() {
-                // Another replica's write may have created, changed or moved a session in the
-                // list: a page this replica read before it is stale now.
-                self.touches.fetch_add(1, Ordering::SeqCst);
-            }
-            match next {
-                None => return,
-                Some(Appended::Session { session_id, seq }) => {
+            let Some(appended) = next else { return };
+            // Another replica's write may have created, changed or moved a session in the
+            // list: a page this replica read before it is stale now.
+            self.touches.fetch_add(1, Ordering::SeqCst);
+            match appended {
+                Appended::Session { session_id, seq } => {
                     self.broadcast(&session_id, || Frame::wake(seq));
                 }
-                Some(Appended::Lifecycle { seq }) => {
+                Appended::Lifecycle { seq } => {
                     let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
                 }
-                Some(Appended::Lost) => {
+                Appended::Lost => {
                     let senders: Vec<_> = self
                         .sessions
                         .lock()
@@ -224,29 +222,25 @@ impl EventHub {
     /// Armed when shutdown begins, because until then appenders (an agent's dispatch, which
     /// stopping the pool waits for) may be waiting on the full queue.
     pub fn give_up_after(self: &Arc<Self>, limit: Duration) {
-        let (abandon, finished) = (self.abandon.clone(), self.finished.clone());
         let hub = self.clone();
         self.tasks.spawn(async move {
-            let deadline = tokio::time::Instant::now() + limit;
+            let mut at = tokio::time::Instant::now() + limit;
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => {}
-                    _ = finished.cancelled() => return,
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = hub.finished.cancelled() => return,
                 }
                 // Only an outage is given up on: a healthy writer still draining is left to
                 // finish (each of its appends is bounded by the store's own timeouts).
-                if hub.failing.load(Ordering::SeqCst) {
+                if hub.log_failing() {
                     tracing::error!(
                         ?limit,
                         "the event log could not be written within the shutdown's bound; giving up"
                     );
-                    abandon.cancel();
+                    hub.abandon.cancel();
                     return;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                    _ = finished.cancelled() => return,
-                }
+                at += Duration::from_millis(100);
             }
         });
     }

@@ -213,10 +213,11 @@ async fn read_with_gap(
 /// One SSE frame: `id`, `event` and one `data` line (JSON never contains a raw newline).
 fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
     // The event name comes from the agent: keep it on one line whatever it sends.
-    let kind: String = kind
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { '_' } else { c })
-        .collect();
+    let kind = if kind.contains(['\n', '\r']) {
+        std::borrow::Cow::Owned(kind.replace(['\n', '\r'], "_"))
+    } else {
+        std::borrow::Cow::Borrowed(kind)
+    };
     Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {payload}\n\n"))
 }
 

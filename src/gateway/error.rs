@@ -65,8 +65,6 @@ impl From<StoreError> for Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
 impl From<CallError> for Error {
     /// The agent's failures, as DESIGN.md's error table says.
     fn from(err: CallError) -> Self {

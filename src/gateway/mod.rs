@@ -23,7 +23,7 @@ mod turns;
 mod upstream;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
-pub use error::{Error, Result};
+pub use error::Error;
 pub use history::{HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
 pub use permissions::PermissionView;
@@ -147,24 +147,15 @@ impl Gateway {
         });
         let pool = Pool::start(pool, inner.clone());
         let gateway = Gateway { inner, pool };
-        let (g, every) = (gateway.clone(), gateway.inner.config.sync_interval);
-        gateway
-            .inner
-            .tasks
-            .spawn(async move { g.sync_forever(every).await });
-        {
-            let g = gateway.clone();
-            gateway
-                .inner
-                .tasks
-                .spawn(async move { g.heartbeat_forever().await });
-        }
+        let tasks = &gateway.inner.tasks;
+        let g = gateway.clone();
+        let every = gateway.inner.config.sync_interval;
+        tasks.spawn(async move { g.sync_forever(every).await });
+        let g = gateway.clone();
+        tasks.spawn(async move { g.heartbeat_forever().await });
         if let Some(idle) = gateway.inner.config.idle_timeout {
             let g = gateway.clone();
-            gateway
-                .inner
-                .tasks
-                .spawn(async move { g.reap_idle(idle).await });
+            tasks.spawn(async move { g.reap_idle(idle).await });
         }
         gateway
     }
@@ -209,12 +200,12 @@ impl Gateway {
 
     /// The typed client of pool member `member`, if it is running.
     fn client(&self, member: usize) -> Option<AgentClient> {
-        let conn = self.pool.conn(member)?;
-        Some(AgentClient::new(
-            conn,
-            self.caps(),
-            self.inner.config.control_timeout,
-        ))
+        self.pool.conn(member).map(|conn| self.client_of(conn))
+    }
+
+    /// The typed client of an agent connection: the agent's capabilities, the control timeout.
+    fn client_of(&self, conn: std::sync::Arc<crate::acp::Connection>) -> AgentClient {
+        AgentClient::new(conn, self.caps(), self.inner.config.control_timeout)
     }
 
     fn store(&self) -> &dyn Store {

@@ -32,8 +32,7 @@ impl Gateway {
             n => n,
         };
         let (member, conn) = self.acquire(cap).await?;
-        let agent = AgentClient::new(conn, self.caps(), cfg.control_timeout);
-        Ok((member, agent))
+        Ok((member, self.client_of(conn)))
     }
 
     /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
@@ -75,15 +74,13 @@ impl Gateway {
     /// [`Gateway::place`] for a starting one.
     pub(super) async fn any_client(&self) -> Result<AgentClient, Error> {
         let (_, conn) = self.acquire(usize::MAX).await?;
-        let timeout = self.inner.config.control_timeout;
-        Ok(AgentClient::new(conn, self.caps(), timeout))
+        Ok(self.client_of(conn))
     }
 
     /// A ready member's client now, if one is (for answers that must not wait).
     pub(super) fn ready_client(&self) -> Option<AgentClient> {
         let (_, conn) = self.pool.pick()?;
-        let timeout = self.inner.config.control_timeout;
-        Some(AgentClient::new(conn, self.caps(), timeout))
+        Some(self.client_of(conn))
     }
 
     /// The client of the member holding the session live, if one does.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::model::now;
-use super::{Error, Gateway, Result};
+use super::{Error, Gateway};
 use crate::store::{Origin, SessionRecord};
 
 /// An agent that hands out more pages than this is not listing a finite set: the sync stops
@@ -206,7 +206,7 @@ impl Gateway {
     }
 
     /// Tombstones a session the agent no longer lists; `true` if it was live in the cache.
-    async fn vanish(&self, record: &SessionRecord) -> Result<bool> {
+    async fn vanish(&self, record: &SessionRecord) -> Result<bool, Error> {
         let id = record.session_id.as_str();
         if !self
             .store()

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Gateway;
 use super::model::AgentView;
+use super::{Error, Gateway};
 use crate::pool::MemberView;
 
 /// How long `/readyz` waits for the database to answer a ping.
@@ -32,27 +32,31 @@ pub struct Stats {
 impl Gateway {
     /// Ready = the store answers, the event log is written (not retrying a failed append) and
     /// at least one member is ready.
-    pub async fn ready(&self) -> Result<(), String> {
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.unready_reason()
+            .await
+            .map_or(Ok(()), |why| Err(Error::NoCapacity(why)))
+    }
+
+    /// Why the gateway is not ready, if it is not.
+    async fn unready_reason(&self) -> Option<String> {
         // Bounded: while the server is down the pool waits for a connection (its acquire
         // timeout), longer than a probe should.
         match tokio::time::timeout(READY_PING, self.store().ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "readiness: the database does not answer");
-                return Err("the database does not answer".to_owned());
+                return Some("the database does not answer".to_owned());
             }
             Err(_) => {
                 tracing::warn!(timeout = ?READY_PING, "readiness: the database does not answer");
-                return Err("the database does not answer in time".to_owned());
+                return Some("the database does not answer in time".to_owned());
             }
         }
         if self.inner.hub.log_failing() {
-            return Err("the event log cannot be written; appends are retried".to_owned());
+            return Some("the event log cannot be written; appends are retried".to_owned());
         }
-        match self.pool.unready_reason() {
-            Some(why) => Err(why),
-            None => Ok(()),
-        }
+        self.pool.unready_reason()
     }
 
     /// `GET /agent`.

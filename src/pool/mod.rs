@@ -7,8 +7,6 @@ mod acquire;
 pub mod client;
 mod supervisor;
 
-pub use acquire::Unavailable;
-
 pub(crate) use supervisor::authenticate;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,7 +110,7 @@ pub struct MemberView {
 /// The pool of agent processes.
 pub struct Pool {
     members: Vec<Arc<Member>>,
-    init: Mutex<Option<AgentInit>>,
+    init: std::sync::OnceLock<AgentInit>,
     /// Notified whenever a member's state changes: requests waiting for a member wake on it.
     changed: tokio::sync::Notify,
     shutdown: CancellationToken,
@@ -143,7 +141,7 @@ impl Pool {
             .collect();
         let pool = Arc::new(Pool {
             members,
-            init: Mutex::new(None),
+            init: std::sync::OnceLock::new(),
             changed: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -164,14 +162,13 @@ impl Pool {
 
     /// What the agent said in `initialize` (from the first member that answered).
     pub fn init(&self) -> Option<AgentInit> {
-        self.init.lock().expect("init lock").clone()
+        self.init.get().cloned()
     }
 
     /// The agent's normalised capabilities (none until a member has answered `initialize`),
     /// without copying the rest of its `initialize` result.
     pub fn caps(&self) -> Capabilities {
-        let init = self.init.lock().expect("init lock");
-        init.as_ref().map(|i| i.capabilities).unwrap_or_default()
+        self.init.get().map(|i| i.capabilities).unwrap_or_default()
     }
 
     /// The connection of member `index` if it is ready: not once its connection is gone

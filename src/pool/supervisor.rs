@@ -184,7 +184,7 @@ impl Pool {
                         Some(Err(why)) => {
                             tracing::error!(member = member.index, why, "authenticate failed");
                             self.set(member, |s| s.last_error = Some(why));
-                            self.init.lock().expect("init lock").get_or_insert(init);
+                            let _ = self.init.set(init);
                             return process.terminate(Duration::from_secs(2)).await;
                         }
                         None => {
@@ -196,7 +196,7 @@ impl Pool {
                         }
                     }
                 }
-                self.init.lock().expect("init lock").get_or_insert(init);
+                let _ = self.init.set(init);
                 self.set(member, |s| {
                     s.state = MemberState::Ready;
                     s.conn = Some(conn.clone());

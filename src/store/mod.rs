@@ -55,13 +55,7 @@ impl StoreError {
     /// 57P, or an I/O error). The statement may or may not have run: an I/O error while its
     /// answer was on the way leaves a commit unknown.
     pub fn is_connection_lost(&self) -> bool {
-        match self {
-            StoreError::Db(sqlx::Error::Io(_)) => true,
-            StoreError::Db(sqlx::Error::Database(e)) => e
-                .code()
-                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
-            _ => false,
-        }
+        matches!(self, StoreError::Db(sqlx::Error::Io(_))) || self.is_shut_down_by_server()
     }
 
     /// The server reported the connection shut down (SQLSTATE classes 08 and 57P) in answer to

@@ -83,25 +83,28 @@ impl Columns for PgRow {
 /// refuses. Reserved: a stored value that is exactly such an object is read as its text.
 const NUL_SAFE: &str = "acp-gateway:json-with-nul";
 
-/// `value` as `jsonb` takes it: itself, or, when it holds U+0000, wrapped as its JSON text (a
-/// string of escapes, no NUL in it). A false positive (a literal `\u0000` in a string) is
-/// wrapped too, which is harmless: reading unwraps it exactly.
+/// `text` (a value's JSON) wrapped under [`NUL_SAFE`] when it holds U+0000; `None` otherwise. A
+/// false positive (a literal `\u0000` in a string) is wrapped too, which is harmless: reading
+/// unwraps it exactly.
+fn wrap_nul(text: &str) -> Option<Value> {
+    text.contains("\\u0000")
+        .then(|| serde_json::json!({ NUL_SAFE: text }))
+}
+
+/// `value` as `jsonb` takes it: itself, or wrapped as its JSON text ([`wrap_nul`]).
 pub(super) fn nul_safe(value: &Value) -> std::borrow::Cow<'_, Value> {
-    let text = value.to_string();
-    if text.contains("\\u0000") {
-        std::borrow::Cow::Owned(serde_json::json!({ NUL_SAFE: text }))
-    } else {
-        std::borrow::Cow::Borrowed(value)
+    match wrap_nul(&value.to_string()) {
+        Some(wrapped) => std::borrow::Cow::Owned(wrapped),
+        None => std::borrow::Cow::Borrowed(value),
     }
 }
 
-/// The JSON text of `value` for a `::jsonb` cast, wrapped as [`nul_safe`] says.
+/// The JSON text of `value` for a `::jsonb` cast, wrapped as [`wrap_nul`] says.
 pub(super) fn nul_safe_text(value: &Value) -> String {
     let text = value.to_string();
-    if text.contains("\\u0000") {
-        serde_json::json!({ NUL_SAFE: text }).to_string()
-    } else {
-        text
+    match wrap_nul(&text) {
+        Some(wrapped) => wrapped.to_string(),
+        None => text,
     }
 }
 

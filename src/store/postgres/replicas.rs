@@ -100,7 +100,7 @@ impl ReplicaRegistry for PgStore {
         sqlx::query(
             "DELETE FROM replicas WHERE heartbeat_at < now() - $1 * interval '1 microsecond'",
         )
-        .bind(i64::try_from(forget_after.as_micros()).unwrap_or(i64::MAX))
+        .bind(micros_of(forget_after))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -49,12 +49,7 @@ pub(super) fn bind_session<'q>(
         .bind(&record.title)
         .bind(record.updated_at.trunc_subsecs(6))
         .bind(record.created_at.trunc_subsecs(6))
-        .bind(
-            record
-                .meta
-                .as_ref()
-                .map(|m| super::nul_safe(m).into_owned()),
-        )
+        .bind(record.meta.as_ref().map(|m| Json(super::nul_safe(m))))
         .bind(record.archived)
         .bind(record.origin.as_str())
         .bind(record.deleted_at.map(|at| at.trunc_subsecs(6)))
