@@ -95,10 +95,12 @@ async fn any_replica_serves_any_session() {
     w.finish().await;
 }
 
-/// A replica that has answered the session list before lists, within a second, a session
-/// another replica created: its page cache follows the other replicas' writes.
+/// A replica that has answered the session list before lists a session another replica
+/// created: its page cache follows the other replicas' writes (before, it listed none until it
+/// wrote something itself). How long that took is printed, not asserted: the machine's load
+/// decides it.
 #[tokio::test]
-async fn a_replica_lists_what_another_created_within_a_second() {
+async fn a_replica_lists_what_another_created() {
     let Some((w, b, c)) = three_replicas().await else {
         return;
     };
@@ -116,11 +118,12 @@ async fn a_replica_lists_what_another_created_within_a_second() {
     loop {
         let page = b.json("/sessions").await;
         if listed(&page, &id) {
+            eprintln!("b listed it {:?} after a created it", created.elapsed());
             break;
         }
         assert!(
-            created.elapsed() < std::time::Duration::from_secs(1),
-            "a second after a created {id}, b still lists {page}"
+            created.elapsed() < PATIENCE,
+            "{PATIENCE:?} after a created {id}, b still lists {page}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
