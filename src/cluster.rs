@@ -10,13 +10,13 @@
 //! that, after a crash, the next gateway on the file can tell their clients the agent is gone.
 
 use std::sync::{LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::store::{Replica, Replicas, StoreResult};
+use crate::store::{Claimed, Replica, Replicas, StoreResult};
 
 /// This process's replica id: fresh at every start, shared by its registry row and the
 /// notifications its appends send to the other replicas.
@@ -57,6 +57,9 @@ pub struct Cluster {
     started_at: DateTime<Utc>,
     interval: Duration,
     view: Mutex<Vec<ReplicaView>>,
+    /// This replica's unbroken run of heartbeats: when it began and the latest (see
+    /// [`Cluster::may_take_orphans`]).
+    streak: Mutex<Option<(Instant, Instant)>>,
 }
 
 impl Cluster {
@@ -68,6 +71,7 @@ impl Cluster {
             started_at: Utc::now().trunc_subsecs(6),
             interval,
             view: Mutex::default(),
+            streak: Mutex::default(),
         }
     }
 
@@ -78,6 +82,43 @@ impl Cluster {
     /// Records a heartbeat and refreshes the view. A replica alone on its database is the
     /// whole view, live, beating now.
     pub async fn beat(&self, sessions_live: i64) -> StoreResult<()> {
+        let started = Instant::now();
+        let beat = self.beat_once(sessions_live).await;
+        let now = Instant::now();
+        // A beat that waited for the database (through an outage) breaks the run as a failed
+        // one does; so does a long gap since the last.
+        let prompt = now - started <= self.interval;
+        let mut streak = self.streak.lock().expect("streak lock");
+        *streak = match (*streak, &beat) {
+            (_, Err(_)) => None,
+            (Some((first, last)), Ok(())) if prompt && now - last <= 2 * self.interval => {
+                Some((first, now))
+            }
+            (_, Ok(())) => Some((now, now)),
+        };
+        beat
+    }
+
+    /// Whether this replica may take the sessions of replicas whose lease has expired: only
+    /// once its own heartbeats have gone through, unbroken, for a whole lease. A replica that
+    /// could not beat (the database restarting, or this process stalled) cannot tell a dead
+    /// replica from one that could not beat either; so after a database outage every replica
+    /// first beats again for a lease, and none takes a live one's sessions. Alone on its
+    /// database, a replica may always: any other holder is dead.
+    pub fn may_take_orphans(&self) -> bool {
+        if matches!(self.replicas, Replicas::Alone(_)) {
+            return true;
+        }
+        let now = Instant::now();
+        self.streak
+            .lock()
+            .expect("streak lock")
+            .is_some_and(|(first, last)| {
+                now - last <= 2 * self.interval && now - first >= self.lease()
+            })
+    }
+
+    async fn beat_once(&self, sessions_live: i64) -> StoreResult<()> {
         let registry = match &self.replicas {
             Replicas::Shared(registry) => registry,
             Replicas::Alone(_) => {
@@ -125,18 +166,26 @@ impl Cluster {
         self.interval * LEASE_INTERVALS
     }
 
-    /// Takes ownership of a session made live here; false if a live replica owns it.
-    pub async fn claim(&self, session_id: &str) -> StoreResult<bool> {
+    /// Takes ownership of a session made live here, unless a live replica owns it (or, while
+    /// this replica [may not take orphans](Cluster::may_take_orphans), any replica it has not
+    /// forgotten).
+    pub async fn claim(&self, session_id: &str) -> StoreResult<Claimed> {
         match &self.replicas {
             Replicas::Shared(registry) => {
+                let lease = if self.may_take_orphans() {
+                    self.lease()
+                } else {
+                    FORGET_AFTER
+                };
                 registry
-                    .claim_session(session_id, replica_id(), self.lease())
+                    .claim_session(session_id, replica_id(), lease)
                     .await
             }
-            Replicas::Alone(held) => {
-                held.hold(session_id, replica_id()).await?;
-                Ok(true)
-            }
+            Replicas::Alone(held) => Ok(if held.hold(session_id, replica_id()).await? {
+                Claimed::Orphan
+            } else {
+                Claimed::Taken
+            }),
         }
     }
 
@@ -173,12 +222,13 @@ impl Cluster {
         Some(least.address.clone())
     }
 
-    /// Ends the ownerships of replicas whose lease expired; returns their sessions. Alone on
-    /// its database, a replica finds those a gateway that died before it left live.
-    pub async fn release_orphans(&self) -> StoreResult<Vec<String>> {
+    /// The sessions of replicas whose lease expired (to be claimed, as [`Claimed::Orphan`], by
+    /// one replica). Alone on its database, a replica finds those a gateway that died before
+    /// it left live.
+    pub async fn orphans(&self) -> StoreResult<Vec<String>> {
         match &self.replicas {
-            Replicas::Shared(registry) => registry.release_orphans(self.lease()).await,
-            Replicas::Alone(held) => held.release_left(replica_id()).await,
+            Replicas::Shared(registry) => registry.orphans(self.lease()).await,
+            Replicas::Alone(held) => held.left(replica_id()).await,
         }
     }
 

@@ -6,9 +6,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -16,144 +13,6 @@ use support::*;
 
 /// Chunks of the long turn (the user's report: 20,000).
 const CHUNKS: usize = 20_000;
-
-/// A PostgreSQL cluster in a temp dir, on a port of its own; stopped (immediately) when
-/// dropped, also when the test panics.
-struct Cluster {
-    bin: PathBuf,
-    data: PathBuf,
-    options: String,
-    /// As root, the cluster's commands run as `postgres` (initdb refuses root).
-    run_as: Option<String>,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    /// The newest `/usr/lib/postgresql/*/bin` with an `initdb`.
-    fn bin_dir() -> Option<PathBuf> {
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin"))
-            .filter(|bin| bin.join("initdb").is_file())
-            .collect();
-        dirs.sort_by_key(|d| {
-            d.parent()
-                .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
-                .unwrap_or(0)
-        });
-        dirs.pop()
-    }
-
-    /// Creates and starts a cluster, or `None` after saying loudly that `test` was skipped
-    /// (no `initdb` on this machine).
-    fn start_or_skip(test: &str) -> Option<Cluster> {
-        let Some(bin) = Self::bin_dir() else {
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!! {test} SKIPPED: no initdb under /usr/lib/postgresql/*/bin, the store outage was NOT tested !!!!!!!!\n"
-            );
-            return None;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
-        let run_as = (String::from_utf8_lossy(&uid).trim() == "0").then(|| "postgres".to_owned());
-        if let Some(user) = &run_as {
-            let id = |flag: &str| -> u32 {
-                let out = Command::new("id").args([flag, user]).output().unwrap();
-                String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-            };
-            std::os::unix::fs::chown(dir.path(), Some(id("-u")), Some(id("-g"))).unwrap();
-        }
-        let data = dir.path().join("data");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            dir.path().display()
-        );
-        let cluster = Cluster {
-            bin,
-            data,
-            options,
-            run_as,
-            port,
-            _dir: dir,
-        };
-        let data = cluster.data.display().to_string();
-        cluster.run(
-            "initdb",
-            &["-D", &data, "-U", "postgres", "-A", "trust", "--no-sync"],
-        );
-        cluster.pg_ctl("start");
-        Some(cluster)
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// Runs one of the cluster's programs; panics unless it succeeds.
-    fn run(&self, program: &str, args: &[&str]) {
-        let out = self.command(program, args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{program} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn command(&self, program: &str, args: &[&str]) -> Command {
-        let path = self.bin.join(program);
-        let mut cmd = match &self.run_as {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--"]).arg(path);
-                c
-            }
-            None => Command::new(path),
-        };
-        cmd.args(args);
-        cmd
-    }
-
-    /// `pg_ctl start|stop|restart`, waiting until it is done; fast shutdown.
-    fn pg_ctl(&self, action: &str) {
-        let data = self.data.display().to_string();
-        let log = self.data.with_file_name("server.log").display().to_string();
-        self.run(
-            "pg_ctl",
-            &[
-                action,
-                "-D",
-                &data,
-                "-l",
-                &log,
-                "-m",
-                "fast",
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                &self.options,
-            ],
-        );
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let data = self.data.display().to_string();
-        let _ = self
-            .command("pg_ctl", &["stop", "-D", &data, "-m", "immediate", "-w"])
-            .output();
-    }
-}
 
 /// Follows a session's stream as a reconnecting client does (from `Last-Event-ID`, again after
 /// the stream ends, stays quiet for a while, or the gateway answers an error) until
@@ -183,22 +42,6 @@ async fn follow(http: reqwest::Client, url: String) -> Vec<SseEvent> {
 
 /// How long the follower waits for an event before it reconnects.
 const QUIET: Duration = Duration::from_secs(10);
-
-/// The session's whole log, paged through `/history`.
-async fn history(gw: &Gateway, id: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = gw
-            .json(&format!("/sessions/{id}/history?after={after}&limit=1000"))
-            .await;
-        events.extend(page["events"].as_array().unwrap().iter().cloned());
-        match page["nextAfter"].as_i64() {
-            Some(next) => after = next,
-            None => return events,
-        }
-    }
-}
 
 fn chunk_of(data: &Value) -> Option<&str> {
     (data["update"]["sessionUpdate"] == "agent_message_chunk")
@@ -262,7 +105,7 @@ impl Turn {
         let answer_status = answer.status().as_u16();
         let answer: Value = answer.json().await.unwrap();
         let streamed = self.follower.await.unwrap();
-        let logged = history(gw, &self.id).await;
+        let logged = gw.history(&self.id).await;
 
         assert_eq!(answer_status, 200, "the prompt's answer: {answer}");
         assert_eq!(answer["stopReason"], "end_turn");
@@ -325,7 +168,7 @@ fn writer_lines(log: &str) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restart_mid_turn_loses_no_event() {
     let Some(cluster) =
-        Cluster::start_or_skip("outage::a_database_restart_mid_turn_loses_no_event")
+        PgCluster::start_or_skip("outage::a_database_restart_mid_turn_loses_no_event")
     else {
         return;
     };
@@ -421,7 +264,7 @@ async fn an_sqlite_write_failure_mid_turn_loses_no_event() {
 /// turns, again for the event log) and logs how many events of the session were not stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_during_an_outage_ends_and_says_what_was_not_stored() {
-    let Some(cluster) = Cluster::start_or_skip(
+    let Some(cluster) = PgCluster::start_or_skip(
         "outage::a_shutdown_during_an_outage_ends_and_says_what_was_not_stored",
     ) else {
         return;
@@ -456,4 +299,49 @@ async fn a_shutdown_during_an_outage_ends_and_says_what_was_not_stored() {
         lost.iter().any(|l| l.contains(&id)),
         "the session's unstored events are logged"
     );
+}
+
+/// A lifecycle event that cannot be stored is kept and stored once the store writes again:
+/// an idle session is closed while another connection holds SQLite's write lock past the busy
+/// timeout, and `GET /events` gets its `session_status` once the lock is released (before,
+/// the event was dropped with an error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_event_during_a_write_failure_is_stored_later() {
+    let opts = Options::default().args(&["--idle-timeout", "1"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let file = w.db.url.strip_prefix("sqlite:").unwrap().to_owned();
+    let mut lifecycle = gw.sse("/events", None).await;
+
+    let locker = rusqlite::Connection::open(&file).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let failed = |log: &str| {
+        log.contains("cannot append to the lifecycle log")
+            || log.contains("cannot append a lifecycle event")
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while !failed(&w.log()) {
+        assert!(
+            Instant::now() < deadline,
+            "no lifecycle append failed within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    let status = tokio::time::timeout(Duration::from_secs(20), lifecycle.until("session_status"))
+        .await
+        .expect("the session_status event arrives once the store writes again");
+    let status = status.last().unwrap();
+    assert_eq!(
+        (
+            status.data["sessionId"].as_str(),
+            status.data["status"].as_str(),
+            status.data["reason"].as_str()
+        ),
+        (Some(id.as_str()), Some("saved"), Some("idle")),
+        "{:?}",
+        status.data
+    );
+    w.finish().await;
 }

@@ -15,9 +15,11 @@
 //! a `gap` event.
 //!
 //! Here the hub itself: its broadcast channels, its tasks, retention and the wake-ups from other
-//! replicas; `writer.rs` is the log writer task that every append goes through, `sse.rs` the
-//! subscribers' side (following a log, SSE framing).
+//! replicas; `writer.rs` is the log writer task that every append goes through, `lifecycle.rs`
+//! the lifecycle log's (queued and retried the same way), `sse.rs` the subscribers' side
+//! (following a log, SSE framing).
 
+mod lifecycle;
 mod sse;
 mod writer;
 
@@ -31,9 +33,7 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::store::{
-    Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoreResult, StoredLifecycleEvent,
-};
+use crate::store::{Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoredLifecycleEvent};
 
 use sse::lifecycle_wake;
 pub use sse::{Frame, KEEP_ALIVE, Sequenced, sse_response};
@@ -56,6 +56,8 @@ pub struct EventHub {
     store: Arc<dyn Store>,
     sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Frame>>>>,
     lifecycle: broadcast::Sender<Arc<StoredLifecycleEvent>>,
+    /// Lifecycle events waiting for their writer (`lifecycle.rs`).
+    lifecycle_queue: mpsc::Sender<NewLifecycleEvent>,
     /// Ends the SSE streams.
     shutdown: CancellationToken,
     queue: mpsc::Sender<Queued>,
@@ -111,10 +113,12 @@ impl EventHub {
         pace: Duration,
     ) -> Arc<Self> {
         let (queue, rx) = mpsc::channel(QUEUE);
+        let (lifecycle_queue, lifecycle_rx) = mpsc::channel(lifecycle::LIFECYCLE_QUEUE);
         let hub = Arc::new(EventHub {
             store,
             sessions: Mutex::default(),
             lifecycle: broadcast::channel(LIVE_BUFFER).0,
+            lifecycle_queue,
             shutdown,
             queue,
             pace,
@@ -151,6 +155,9 @@ impl EventHub {
             let _ = stopped.await;
             finished.cancel();
         });
+        let lifecycle = hub.clone();
+        hub.tasks
+            .spawn(async move { lifecycle.write_lifecycle(lifecycle_rx).await });
         let pruner = hub.clone();
         hub.tasks
             .spawn(async move { pruner.prune(retention).await });
@@ -301,13 +308,6 @@ impl EventHub {
                 tracing::warn!(error = %e, "pruning list moves failed");
             }
         }
-    }
-
-    /// Appends a lifecycle event, then wakes `GET /events` subscribers.
-    pub async fn lifecycle(&self, event: NewLifecycleEvent) -> StoreResult<StoredLifecycleEvent> {
-        let stored = self.store.append_lifecycle(&event).await?;
-        let _ = self.lifecycle.send(Arc::new(stored.clone()));
-        Ok(stored)
     }
 
     /// Sends `frame()` to the session's live subscribers; with none, the frame is not built

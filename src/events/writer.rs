@@ -26,7 +26,7 @@ pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 const MAX_BATCH: usize = 2048;
 /// The first pause before an append that failed is tried again; it doubles up to
 /// [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(50);
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest pause between two tries of a failing append.
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -362,7 +362,7 @@ impl EventHub {
     }
 
     /// Sleeps `pause`, then doubles it up to [`RETRY_MAX`].
-    async fn wait_to_retry(&self, pause: &mut Duration) -> Result<(), Abandoned> {
+    pub(super) async fn wait_to_retry(&self, pause: &mut Duration) -> Result<(), Abandoned> {
         tokio::select! {
             _ = tokio::time::sleep(*pause) => {}
             _ = self.abandon.cancelled() => return Err(Abandoned),
@@ -397,7 +397,7 @@ impl EventHub {
 }
 
 /// The hub gave up writing (shutdown during an outage).
-struct Abandoned;
+pub(super) struct Abandoned;
 
 /// The last sequence number this writer stored in each session (a bounded number of them).
 #[derive(Default)]

@@ -119,9 +119,7 @@ impl Inner {
             kind: kind.into(),
             payload,
         };
-        if let Err(e) = self.hub.lifecycle(ev).await {
-            tracing::error!(error = %e, kind, "cannot append a lifecycle event");
-        }
+        self.hub.lifecycle(ev).await;
     }
 
     /// Appends to a session's log and waits for the commit.

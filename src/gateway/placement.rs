@@ -13,7 +13,7 @@ use super::model::Status;
 use super::{Error, Gateway};
 use crate::acp::{CallError, Connection};
 use crate::pool::client::AgentClient;
-use crate::store::SessionRecord;
+use crate::store::{Claimed, SessionRecord};
 
 impl Gateway {
     /// Where a session that becomes live goes: the least-loaded ready member below the
@@ -111,10 +111,14 @@ impl Gateway {
         if let Some(m) = held {
             return Ok(m);
         }
-        if !self.inner.cluster.claim(id).await? {
-            return Err(Error::HeldElsewhere(format!(
-                "session {id} is live on another gateway replica; retry"
-            )));
+        match self.inner.cluster.claim(id).await? {
+            Claimed::Refused => {
+                return Err(Error::HeldElsewhere(format!(
+                    "session {id} is live on another gateway replica; retry"
+                )));
+            }
+            Claimed::Orphan => self.inner.close_orphan(id).await,
+            Claimed::Taken => {}
         }
         let attached = self.attach_here(record).await;
         if attached.is_err() {

@@ -4,14 +4,20 @@
 
 use serde_json::json;
 
+use super::live::Busy;
 use super::{Error, Gateway, Inner};
+use crate::store::Claimed;
 
 impl Gateway {
-    /// Sessions held by a replica whose lease expired are `saved` now: their logs get
-    /// `agent_exited` (without a member, which was the dead replica's), and the next prompt
-    /// resumes them on whichever replica receives it.
+    /// Sessions held by a replica whose lease expired are `saved` now: this replica claims each
+    /// (one replica wins it; a prompt making it live elsewhere may win first and closes it
+    /// itself), closes what the dead one left open ([`Inner::close_orphan`]) and lets it go.
+    /// The next prompt resumes it on whichever replica receives it.
     async fn take_over_orphans(&self) {
-        let orphans = match self.inner.cluster.release_orphans().await {
+        if !self.inner.cluster.may_take_orphans() {
+            return;
+        }
+        let orphans = match self.inner.cluster.orphans().await {
             Ok(orphans) => orphans,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot look for sessions of replicas that died");
@@ -19,26 +25,22 @@ impl Gateway {
             }
         };
         for id in orphans {
-            tracing::warn!(
-                session = id,
-                "the replica holding the session stopped beating; the session is saved"
-            );
-            let payload = json!({"sessionId": id, "member": null, "code": null, "signal": null});
-            self.inner.append(&id, "agent_exited", payload).await;
-            // A turn the dead replica was running never gets its end from it: its clients and
-            // any later replay see it end here, as a member's crash ends one.
-            match self.store().turn_open(&id).await {
-                Ok(true) => {
-                    let gone = Error::AgentGone(
-                        "the gateway replica running the turn stopped before it ended".into(),
-                    );
-                    let error = (self.inner.config.describe_error)(gone);
-                    let payload = json!({"sessionId": id, "error": error});
-                    self.inner.append(&id, "turn_ended", payload).await;
+            // Busy here: a request for it is making it live, and closes it if it must.
+            let Ok(_busy) = self.claim(&id, Busy::Attaching) else {
+                continue;
+            };
+            if self.inner.live.member(&id).is_some() {
+                continue;
+            }
+            match self.inner.cluster.claim(&id).await {
+                Ok(Claimed::Orphan) => {
+                    self.inner.close_orphan(&id).await;
+                    self.inner.release(&id).await;
                 }
-                Ok(false) => {}
+                Ok(Claimed::Taken) => self.inner.release(&id).await,
+                Ok(Claimed::Refused) => {}
                 Err(e) => {
-                    tracing::warn!(session = id, error = %e, "cannot tell whether a turn was left running")
+                    tracing::warn!(session = id, error = %e, "cannot take over the session of a replica that died")
                 }
             }
         }
@@ -84,6 +86,35 @@ impl Gateway {
 }
 
 impl Inner {
+    /// Closes what a replica that died holding `session_id` left open, for the replica that
+    /// claimed it from the dead one ([`Claimed::Orphan`]), before anything else happens in it:
+    /// its log gets `agent_exited` (without a member, which was the dead replica's), and a turn
+    /// the log shows started and not ended gets its `turn_ended`, with an error, as a member's
+    /// crash ends one.
+    pub(super) async fn close_orphan(&self, session_id: &str) {
+        tracing::warn!(
+            session = session_id,
+            "the replica holding the session stopped beating; the session is saved"
+        );
+        let payload =
+            json!({"sessionId": session_id, "member": null, "code": null, "signal": null});
+        self.append(session_id, "agent_exited", payload).await;
+        match self.store.turn_open(session_id).await {
+            Ok(true) => {
+                let gone = Error::AgentGone(
+                    "the gateway replica running the turn stopped before it ended".into(),
+                );
+                let error = (self.config.describe_error)(gone);
+                let payload = json!({"sessionId": session_id, "error": error});
+                self.append(session_id, "turn_ended", payload).await;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "cannot tell whether a turn was left running")
+            }
+        }
+    }
+
     /// Records that this replica holds a session it made live.
     pub(super) async fn hold(&self, session_id: &str) {
         if let Err(e) = self.cluster.claim(session_id).await {

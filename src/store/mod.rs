@@ -33,7 +33,7 @@ mod rows;
 mod sqlite;
 
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
-pub use replicas::{HeldSessions, Replica, ReplicaRegistry, Replicas};
+pub use replicas::{Claimed, HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::{ReplicaLock, SqliteStore};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.

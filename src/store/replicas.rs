@@ -48,13 +48,14 @@ pub trait ReplicaRegistry: Send + Sync + 'static {
     async fn remove_replica(&self, id: &str) -> StoreResult<bool>;
 
     /// Makes `replica` the owner of live session `session_id`, unless another replica owns it
-    /// and beat within `lease`; true if `replica` owns it now.
+    /// and beat within `lease`. Of concurrent claims of a dead replica's session, one only gets
+    /// [`Claimed::Orphan`].
     async fn claim_session(
         &self,
         session_id: &str,
         replica: &str,
         lease: std::time::Duration,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<Claimed>;
 
     /// Ends `replica`'s ownership of `session_id` (nothing if another replica owns it).
     async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()>;
@@ -66,9 +67,20 @@ pub trait ReplicaRegistry: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> StoreResult<Option<(String, String)>>;
 
-    /// Ends the ownerships of replicas silent for longer than `lease` (they have died); returns
-    /// those sessions. Each is returned to one caller only.
-    async fn release_orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
+    /// The sessions owned by replicas silent for longer than `lease` (they have died).
+    async fn orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
+}
+
+/// What a claim of a session found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// Another replica holds it, alive.
+    Refused,
+    /// The claimer holds it now; nobody else did (or it already did).
+    Taken,
+    /// The claimer holds it now, taken from a replica that died holding it: whatever that one
+    /// left unfinished in the session (a turn's end) is the claimer's to close.
+    Orphan,
 }
 
 /// The sessions a gateway that is its database's only replica holds live, recorded so that
@@ -77,8 +89,9 @@ pub trait ReplicaRegistry: Send + Sync + 'static {
 /// the database no other one can, so any holder but the caller is dead.
 #[async_trait]
 pub trait HeldSessions: Send + Sync + 'static {
-    /// Records that `replica` holds live session `session_id` (whoever held it before).
-    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<()>;
+    /// Records that `replica` holds live session `session_id`, whoever held it before: true
+    /// when another replica did (it has died).
+    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<bool>;
 
     /// Forgets that `replica` holds `session_id` (nothing if another replica holds it).
     async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()>;
@@ -86,9 +99,8 @@ pub trait HeldSessions: Send + Sync + 'static {
     /// Forgets every session `replica` holds (at its clean shutdown).
     async fn release_all(&self, replica: &str) -> StoreResult<()>;
 
-    /// Forgets the sessions held by replicas other than `replica`, which have died, and
-    /// returns them.
-    async fn release_left(&self, replica: &str) -> StoreResult<Vec<String>>;
+    /// The sessions held by replicas other than `replica`, which have died.
+    async fn left(&self, replica: &str) -> StoreResult<Vec<String>>;
 }
 
 /// How a database records the gateway processes that use it.

@@ -20,8 +20,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use acp_gateway::store::{
-    self, Database, HeldSessions, ListCursor, ListQuery, NewEvent, NewLifecycleEvent, Origin,
-    PgStore, ReplicaRegistry, Replicas, SessionRecord, SqliteStore, Store, StoredEvent,
+    self, Claimed, Database, HeldSessions, ListCursor, ListQuery, NewEvent, NewLifecycleEvent,
+    Origin, PgStore, ReplicaRegistry, Replicas, SessionRecord, SqliteStore, Store, StoredEvent,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
@@ -316,7 +316,7 @@ mod postgres {
     use super::*;
 
     store_contract!(on_postgres);
-    store_tests!(on_postgres, registry: replicas::check_replicas);
+    store_tests!(on_postgres, registry: replicas::check_replicas, replicas::check_claims);
 
     #[tokio::test]
     async fn check_log_writer_reconnects() {

@@ -69,22 +69,83 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     assert!(registry.replicas().await.unwrap().is_empty());
 }
 
+/// Claims of live sessions: one replica owns a session while it beats; once its lease is
+/// over, the session is an orphan, taken by one claimer only, which is told so.
+pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
+    use std::time::Duration as StdDuration;
+    let hour = StdDuration::from_secs(3600);
+    for id in ["a", "b"] {
+        registry
+            .heartbeat_replica(id, "http://127.0.0.1:1", ts(T0), 0, hour)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        registry.claim_session("s1", "a", hour).await.unwrap(),
+        Claimed::Taken
+    );
+    assert_eq!(
+        registry.claim_session("s1", "a", hour).await.unwrap(),
+        Claimed::Taken
+    );
+    assert_eq!(
+        registry.claim_session("s1", "b", hour).await.unwrap(),
+        Claimed::Refused
+    );
+    let owner = registry.session_owner("s1", hour).await.unwrap();
+    assert_eq!(owner.map(|(id, _)| id).as_deref(), Some("a"));
+    assert!(registry.orphans(hour).await.unwrap().is_empty());
+
+    // a's lease (as short as asked) is over: s1 is an orphan until one claim takes it.
+    tokio::time::sleep(StdDuration::from_millis(20)).await;
+    let short = StdDuration::from_millis(10);
+    assert_eq!(registry.session_owner("s1", short).await.unwrap(), None);
+    assert_eq!(registry.orphans(short).await.unwrap(), ["s1"]);
+    registry
+        .heartbeat_replica("b", "http://127.0.0.1:1", ts(T0), 0, hour)
+        .await
+        .unwrap();
+    assert_eq!(
+        registry.claim_session("s1", "b", short).await.unwrap(),
+        Claimed::Orphan
+    );
+    assert_eq!(
+        registry.claim_session("s1", "b", short).await.unwrap(),
+        Claimed::Taken
+    );
+    let owner = registry.session_owner("s1", hour).await.unwrap();
+    assert_eq!(owner.map(|(id, _)| id).as_deref(), Some("b"));
+    // Released, it is nobody's: the next claim takes it plainly.
+    registry.release_session("s1", "a").await.unwrap();
+    assert_eq!(
+        registry.claim_session("s1", "a", hour).await.unwrap(),
+        Claimed::Refused
+    );
+    registry.release_session("s1", "b").await.unwrap();
+    assert_eq!(
+        registry.claim_session("s1", "a", hour).await.unwrap(),
+        Claimed::Taken
+    );
+}
+
 /// Alone on its database, a gateway records the sessions it holds live; the next one finds
-/// those a dead one left, once.
+/// those a dead one left, and holding one of them says it was another's.
 pub async fn check_held_sessions(held: Arc<dyn HeldSessions>) {
-    held.hold("held-a", "r1").await.unwrap();
-    held.hold("held-b", "r1").await.unwrap();
-    held.hold("held-c", "r2").await.unwrap();
+    assert!(!held.hold("held-a", "r1").await.unwrap());
+    assert!(!held.hold("held-b", "r1").await.unwrap());
+    assert!(!held.hold("held-c", "r2").await.unwrap());
     // Another replica's release leaves the session to its holder.
     held.release("held-b", "r2").await.unwrap();
-    assert_eq!(held.release_left("r1").await.unwrap(), ["held-c"]);
-    assert!(held.release_left("r1").await.unwrap().is_empty(), "once");
+    assert_eq!(held.left("r1").await.unwrap(), ["held-c"]);
+    assert!(held.hold("held-c", "r1").await.unwrap(), "taken from r2");
+    assert!(!held.hold("held-c", "r1").await.unwrap(), "already r1's");
+    assert!(held.left("r1").await.unwrap().is_empty());
     held.release("held-b", "r1").await.unwrap();
-    assert_eq!(held.release_left("r2").await.unwrap(), ["held-a"]);
-    // Holding a session takes it over; a clean shutdown forgets everything held.
-    held.hold("held-d", "r2").await.unwrap();
-    held.hold("held-d", "r1").await.unwrap();
+    let mut left = held.left("r2").await.unwrap();
+    left.sort();
+    assert_eq!(left, ["held-a", "held-c"]);
+    // A clean shutdown forgets everything held.
     held.hold("held-e", "r1").await.unwrap();
     held.release_all("r1").await.unwrap();
-    assert!(held.release_left("r3").await.unwrap().is_empty());
+    assert!(held.left("r3").await.unwrap().is_empty());
 }

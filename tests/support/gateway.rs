@@ -413,6 +413,22 @@ impl Gateway {
             .collect()
     }
 
+    /// The session's whole log, every page of `/history`: the events as JSON.
+    pub async fn history(&self, id: &str) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .json(&format!("/sessions/{id}/history?after={after}&limit=1000"))
+                .await;
+            events.extend(page["events"].as_array().unwrap().iter().cloned());
+            match page["nextAfter"].as_i64() {
+                Some(next) => after = next,
+                None => return events,
+            }
+        }
+    }
+
     /// How many events `/history` returns on its first page.
     pub async fn history_len(&self, id: &str) -> usize {
         self.json(&format!("/sessions/{id}/history")).await["events"]

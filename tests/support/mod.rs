@@ -1,5 +1,5 @@
 //! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
-//! PostgreSQL databases ([`postgres`]), the gateway binary and a test's [`World`] around it
+//! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway binary and a test's [`World`] around it
 //! ([`gateway`]), one SSE reader ([`sse`]) and what `/proc` says about a process ([`process`]).
 //!
 //! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod gateway;
+pub mod pgcluster;
 pub mod postgres;
 pub mod process;
 pub mod sse;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 pub use agent::{DirectClient, echo_agent};
 pub use gateway::{Database, Gateway, Options, World};
+pub use pgcluster::PgCluster;
 pub use postgres::{FreshDatabase, admin_url_or_skip};
 pub use process::{pid_alive, processes_with_env};
 pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};

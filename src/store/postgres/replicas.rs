@@ -12,7 +12,7 @@ use sqlx::postgres::{PgListener, PgNotification};
 use super::PgStore;
 use crate::store::common::RELEASE_SESSION;
 use crate::store::rows::Columns;
-use crate::store::{Appended, Replica, ReplicaRegistry, StoreResult};
+use crate::store::{Appended, Claimed, Replica, ReplicaRegistry, StoreResult};
 
 /// Where appends to session logs are announced (see the append in `events.rs`).
 pub(super) const EVENTS_CHANNEL: &str = "acp_gateway_events";
@@ -150,7 +150,15 @@ impl ReplicaRegistry for PgStore {
         session_id: &str,
         replica: &str,
         lease: Duration,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Claimed> {
+        // The owner as it was, its row locked: a concurrent claim waits, then finds it taken.
+        let mut tx = self.pool.begin().await?;
+        let before: Option<String> = sqlx::query_scalar(
+            "SELECT replica_id FROM session_owners WHERE session_id = $1 FOR UPDATE",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         let claimed: Option<String> = sqlx::query_scalar(
             "INSERT INTO session_owners (session_id, replica_id) VALUES ($1, $2) \
              ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id \
@@ -162,9 +170,14 @@ impl ReplicaRegistry for PgStore {
         .bind(session_id)
         .bind(replica)
         .bind(micros_of(lease))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(claimed.is_some())
+        tx.commit().await?;
+        Ok(match (claimed, before) {
+            (None, _) => Claimed::Refused,
+            (Some(_), Some(before)) if before != replica => Claimed::Orphan,
+            (Some(_), _) => Claimed::Taken,
+        })
     }
 
     async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
@@ -192,11 +205,10 @@ impl ReplicaRegistry for PgStore {
         .await?)
     }
 
-    async fn release_orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
+    async fn orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
-            "DELETE FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM replicas r \
-             WHERE r.id = o.replica_id AND r.heartbeat_at >= now() - $1 * interval '1 microsecond') \
-             RETURNING o.session_id",
+            "SELECT o.session_id FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM replicas r \
+             WHERE r.id = o.replica_id AND r.heartbeat_at >= now() - $1 * interval '1 microsecond')",
         )
         .bind(micros_of(lease))
         .fetch_all(&self.pool)

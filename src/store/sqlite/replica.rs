@@ -45,16 +45,23 @@ pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
 /// rows of `session_owners`, without the registry's leases.
 #[async_trait]
 impl HeldSessions for SqliteStore {
-    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<()> {
+    async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let before: Option<String> =
+            sqlx::query_scalar("SELECT replica_id FROM session_owners WHERE session_id = ?")
+                .bind(session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
         sqlx::query(
             "INSERT INTO session_owners (session_id, replica_id) VALUES (?, ?) \
              ON CONFLICT (session_id) DO UPDATE SET replica_id = excluded.replica_id",
         )
         .bind(session_id)
         .bind(replica)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(before.is_some_and(|b| b != replica))
     }
 
     async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()> {
@@ -74,12 +81,12 @@ impl HeldSessions for SqliteStore {
         Ok(())
     }
 
-    async fn release_left(&self, replica: &str) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "DELETE FROM session_owners WHERE replica_id <> ? RETURNING session_id",
+    async fn left(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT session_id FROM session_owners WHERE replica_id <> ?")
+                .bind(replica)
+                .fetch_all(&self.writer)
+                .await?,
         )
-        .bind(replica)
-        .fetch_all(&self.writer)
-        .await?)
     }
 }
