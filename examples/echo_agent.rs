@@ -12,6 +12,12 @@
 //! writes). That is what lets `/garbage` write raw lines that can never land
 //! inside a message.
 //!
+//! The transport also lets the agent hold a lone UTF-16 surrogate, as a
+//! JavaScript agent can (`JSON.stringify` of a string cut inside a surrogate
+//! pair writes `"\ud83d"`), which a Rust string cannot: U+D83D alone is
+//! held as the noncharacter U+FDD0, written `\ud83d` in every line it sends,
+//! and a lone `\ud83d` in a line it receives is read as U+FDD0.
+//!
 //! ```text
 //! cargo run --example echo_agent
 //! ```
@@ -99,10 +105,11 @@
 //! | `/fs` | First call the client's `fs/read_text_file` (which a client without the fs capability must refuse) and stream one chunk `"fs: ok"` or `"fs: error <code>"`. |
 //! | `/deaf` | Never answer, whatever happens: `session/cancel` (still written to the call log), `$/cancel_request` and closing or deleting the session are ignored; only the end of the process ends the turn. |
 //! | `/garbage` | Before anything else of the turn, write four raw lines straight to stdout: `this is not json`, `{"foo":1}`, `{"jsonrpc":"2.0","id":987654321,"result":{}}` and an `echo/padding` notification `{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":"xxx…"}}` padded to exactly `ECHO_AGENT_LONG_LINE_BYTES` bytes; then continue normally. |
+//! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //!
-//! A turn does its parts in this order: `/garbage`, `/unknown`, `/fs`, each
+//! A turn does its parts in this order: `/garbage`, `/surrogate`, `/unknown`, `/fs`, each
 //! `/env` in prompt order, `/pwd`, `/permission`, `/crash`, `/deaf`, `/hang`,
 //! then the reply.
 //!
@@ -180,6 +187,8 @@ struct Directives {
     deaf: bool,
     /// `/garbage`: write non-protocol lines straight to stdout first.
     garbage: bool,
+    /// `/surrogate`: send a lone surrogate in a chunk and in the title.
+    surrogate: bool,
     /// `/env NAME`: report these environment variables, in order.
     env: Vec<String>,
     /// `/pwd`: report the current working directory.
@@ -204,6 +213,7 @@ impl Directives {
                 ("/fs", _) => d.fs = true,
                 ("/deaf", _) => d.deaf = true,
                 ("/garbage", _) => d.garbage = true,
+                ("/surrogate", _) => d.surrogate = true,
                 ("/pwd", _) => d.pwd = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
@@ -454,13 +464,56 @@ fn garbage(long_line_bytes: usize) -> String {
     lines.iter().map(|line| format!("{line}\n")).collect()
 }
 
+/// How this agent holds a lone U+D83D in a Rust string (see the module
+/// documentation): a noncharacter, which no test sends for itself.
+const LONE_D83D: char = '\u{FDD0}';
+
+/// A line to send: [`LONE_D83D`] written as the lone surrogate it stands for.
+fn surrogates_out(line: String) -> String {
+    if line.contains(LONE_D83D) {
+        line.replace(LONE_D83D, "\\ud83d")
+    } else {
+        line
+    }
+}
+
+/// A received line: each lone `\ud83d` escape (not preceded by an escaping
+/// backslash, nor followed by a low surrogate's escape) read as [`LONE_D83D`].
+fn surrogates_in(line: String) -> String {
+    const ESCAPE: &str = "\\ud83d";
+    if !line.contains(ESCAPE) {
+        return line;
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line.as_str();
+    while let Some(at) = rest.find(ESCAPE) {
+        let backslashes = rest[..at].bytes().rev().take_while(|b| *b == b'\\').count();
+        let after = &rest[at + ESCAPE.len()..];
+        let paired = after.get(..4).is_some_and(|next| {
+            ["\\udc", "\\udd", "\\ude", "\\udf"]
+                .iter()
+                .any(|low| next.eq_ignore_ascii_case(low))
+        });
+        out.push_str(&rest[..at]);
+        if backslashes % 2 == 0 && !paired {
+            out.push(LONE_D83D);
+        } else {
+            out.push_str(ESCAPE);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Newline-delimited JSON-RPC over stdin/stdout for the SDK.
 ///
 /// A thread reads stdin lines into a channel. Another thread writes each
 /// outgoing line, newline included, with one `write_stdout` call: whole and
 /// flushed under the stdout lock. A line handed to the sink counts as sent only
 /// once that is done, so (as with the SDK's `Stdio`) a flushed sink means the
-/// bytes are out.
+/// bytes are out. Lone surrogates go through [`surrogates_in`] and
+/// [`surrogates_out`].
 fn stdio_transport() -> Lines<
     impl futures::Sink<String, Error = io::Error> + Send + 'static,
     impl futures::Stream<Item = io::Result<String>> + Send + 'static,
@@ -469,7 +522,7 @@ fn stdio_transport() -> Lines<
     std::thread::spawn(move || {
         for line in io::stdin().lock().lines() {
             let failed = line.is_err();
-            if line_tx.blocking_send(line).is_err() || failed {
+            if line_tx.blocking_send(line.map(surrogates_in)).is_err() || failed {
                 break;
             }
         }
@@ -482,7 +535,8 @@ fn stdio_transport() -> Lines<
     type Written = oneshot::Sender<io::Result<()>>;
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<(String, Written)>();
     std::thread::spawn(move || {
-        while let Some((mut line, done)) = out_rx.blocking_recv() {
+        while let Some((line, done)) = out_rx.blocking_recv() {
+            let mut line = surrogates_out(line);
             line.push('\n');
             // The sender may have given up waiting; nothing to tell then.
             let _ = done.send(write_stdout(line.as_bytes()));
@@ -1011,6 +1065,14 @@ impl EchoAgent {
                 .await
                 .map_err(internal)?
                 .map_err(internal)?;
+        }
+
+        if d.surrogate {
+            self.chunk(cx, id, format!("ab{LONE_D83D}"))?;
+            let title = format!("cut {LONE_D83D}");
+            self.update(&id.0, |r| r.title = Some(title.clone()))?;
+            let update = SessionUpdate::SessionInfoUpdate(SessionInfoUpdate::new().title(title));
+            cx.send_notification(SessionNotification::new(id.clone(), update))?;
         }
 
         if d.unknown {

@@ -12,6 +12,7 @@ pub mod events;
 pub mod gateway;
 pub mod pool;
 pub mod store;
+pub mod surrogates;
 pub mod telemetry;
 
 use std::future::Future;
@@ -51,6 +52,7 @@ pub fn app(
     let router = router
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn(api::restore_surrogates))
         .layer(axum::middleware::from_fn_with_state(gateway.clone(), api::forward::forward))
         .with_state(api::AppState { gateway })
         .layer(DefaultBodyLimit::max(max_body_bytes))

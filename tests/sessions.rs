@@ -15,6 +15,7 @@ both_backends!(
     sync_follows_the_agents_list,
     archive_flows_through_or_stays_in_the_cache,
     creates_racing_syncs_stay_the_gateways,
+    any_character_a_client_sends_is_kept_as_sent,
 );
 
 fn listed_ids(page: &Value) -> Vec<String> {
@@ -24,6 +25,79 @@ fn listed_ids(page: &Value) -> Vec<String> {
         .iter()
         .map(|s| s["sessionId"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// `method path` with `body` as the JSON text sent (any escape, even one no JSON serializer
+/// writes), returning the status and the body's text.
+async fn send_raw(gw: &Gateway, method: reqwest::Method, path: &str, body: &str) -> (u16, String) {
+    let r = gw
+        .http
+        .request(method, gw.url(path))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// What a client sends is stored and served as sent, whatever its characters, on both backends
+/// and after a restart: in a title a U+0000 (which PostgreSQL's `text` refuses), a lone
+/// surrogate, and U+10FFFF followed by a character of the range the gateway holds lone
+/// surrogates with; a lone surrogate in a prompt reaches the agent as the same escape (the echo
+/// agent streams it back and titles the session with it).
+async fn any_character_a_client_sends_is_kept_as_sent(backend: Backend) {
+    // Without `list` and `title`, the gateway's cache is the titles' home: no sync after the
+    // restart overwrites them.
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "load,delete,resume,close");
+    let mut w = World::start(backend, opts).await;
+    let prompted = w.gw().create("/tmp").await;
+    let (status, answer) = send_raw(
+        w.gw(),
+        reqwest::Method::POST,
+        &format!("/sessions/{prompted}/prompt"),
+        r#"{"text":"cut \ud83d"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let titled = w.gw().create("/tmp").await;
+    let title = "\"title\":\"nul\\u0000 lone\\udc00 mark\u{10FFFF}\u{10F000} pair\u{1F600}\"";
+    let (status, view) = send_raw(
+        w.gw(),
+        reqwest::Method::PATCH,
+        &format!("/sessions/{titled}"),
+        r#"{"title":"nul\u0000 lone\udc00 mark\udbff\udfff\udbfc\udc00 pair\ud83d\ude00"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+    assert!(view.contains(title), "{view}");
+    for restarted in [false, true] {
+        if restarted {
+            w.restart().await;
+        }
+        let gw = w.gw();
+        let text = async |path: &str| {
+            let r = gw.get(path).await;
+            assert_eq!(r.status(), 200, "GET {path}");
+            r.text().await.unwrap()
+        };
+        let view = text(&format!("/sessions/{titled}")).await;
+        assert!(view.contains(title), "restarted: {restarted}: {view}");
+        let listed = text("/sessions").await;
+        assert!(listed.contains(title), "restarted: {restarted}: {listed}");
+        let echoed = text(&format!("/sessions/{prompted}")).await;
+        assert!(
+            echoed.contains(r#""title":"Echo: cut \ud83d""#),
+            "restarted: {restarted}: {echoed}"
+        );
+        let history = text(&format!("/sessions/{prompted}/history")).await;
+        assert!(
+            history.contains(r#""text":"\ud83d""#),
+            "restarted: {restarted}: {history}"
+        );
+    }
+    assert_eq!(w.gw().metric("acp_gateway_agent_garbage_total").await, 0.0);
+    w.finish().await;
 }
 
 /// A session the agent lists while the gateway is still storing its create is the gateway's

@@ -269,9 +269,11 @@ impl Connection {
     }
 }
 
-/// Parses one line from the agent. `Err` carries a description for the log.
+/// Parses one line from the agent. `Err` carries a description for the log. Lone UTF-16
+/// surrogates in its strings are kept (see [`crate::surrogates`]).
 pub fn parse_line(line: &str) -> Result<Inbound, String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let line = crate::surrogates::escape(line);
+    let v: Value = serde_json::from_str(&line).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(mut obj) = v else {
         return Err("not a JSON object".into());
     };
@@ -359,8 +361,11 @@ impl<'a, P: Serialize + ?Sized> Outbound<'a, P> {
         }
     }
 
+    /// The line, with the lone surrogates its strings hold written as the escapes they came as.
     fn line(&self) -> String {
-        serde_json::to_string(self).expect("a JSON-RPC message of JSON values serializes")
+        let line =
+            serde_json::to_string(self).expect("a JSON-RPC message of JSON values serializes");
+        crate::surrogates::restore_string(line)
     }
 }
 
@@ -398,6 +403,18 @@ mod tests {
         assert!(parse_line("hello").is_err());
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+
+    /// A lone surrogate (a JavaScript agent's string cut inside a pair) is no garbage, and goes
+    /// back to the agent as the escape it came as.
+    #[test]
+    fn a_lone_surrogate_is_parsed_and_written_back_as_it_came() {
+        let line = r#"{"jsonrpc":"2.0","method":"session/update","params":{"text":"ab\ud83d"}}"#;
+        let Ok(Inbound::Notification { params, .. }) = parse_line(line) else {
+            panic!("not parsed: {line}");
+        };
+        let out = Outbound::notification("session/update", &params).line();
+        assert_eq!(out, line);
     }
 
     /// A request to an agent whose stdin has no reader any more fails as never sent, and the

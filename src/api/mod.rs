@@ -13,8 +13,13 @@ mod sessions;
 mod system;
 mod turns;
 
-use axum::extract::FromRequest;
-use axum::extract::FromRequestParts;
+use std::borrow::Cow;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -28,15 +33,73 @@ pub struct AppState {
     pub gateway: Gateway,
 }
 
-/// JSON body extractor whose rejection is a problem+json [`ApiError`].
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// JSON body extractor whose rejection is a problem+json [`ApiError`]. Lone UTF-16 surrogates
+/// in the body's strings are kept ([`crate::surrogates::escape`]) and come back as sent (see
+/// [`restore_surrogates`]), and so does a U+10FFFF, which would otherwise be read as a mark.
 pub struct Json<T>(pub T);
 
-impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
-    fn into_response(self) -> axum::response::Response {
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        // Read as axum's `Json` would (the body limit applies), and handed to it escaped.
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(JsonRejection::from)?;
+        let escaped = match std::str::from_utf8(&bytes).map(crate::surrogates::escape) {
+            Ok(Cow::Owned(text)) => Some(Bytes::from(text)),
+            _ => None, // unchanged, or not UTF-8 (which the parser refuses)
+        };
+        let body = Body::from(escaped.unwrap_or(bytes));
+        let axum::Json(value) =
+            axum::Json::from_request(Request::from_parts(parts, body), state).await?;
+        Ok(Json(value))
+    }
+}
+
+impl<T: serde::Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
     }
+}
+
+/// The layer under which every JSON response body (`application/json`, `…+json`) writes lone
+/// surrogates as the escapes they came as ([`crate::surrogates::restore`]). Only a body holding
+/// an escape mark is copied; other bodies are passed on as they are (a JSON body is in one piece
+/// already), and event streams are not touched (their frames are restored as they are encoded).
+/// Responses of other replicas, forwarded, were restored there: this layer runs inside
+/// `forward`.
+pub async fn restore_surrogates(req: Request, next: axum::middleware::Next) -> Response {
+    let res = next.run(req).await;
+    let json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            let v = v.trim();
+            v.eq_ignore_ascii_case("application/json") || v.ends_with("+json")
+        });
+    if !json {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            tracing::error!(error = %e, "a JSON response body failed");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let body = match crate::surrogates::restore(&bytes) {
+        Cow::Borrowed(_) => Body::from(bytes),
+        Cow::Owned(restored) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Body::from(restored)
+        }
+    };
+    Response::from_parts(parts, body)
 }
 
 /// Path extractor whose rejection is a problem+json [`ApiError`].

@@ -210,7 +210,8 @@ async fn read_with_gap(
     Ok(page)
 }
 
-/// One SSE frame: `id`, `event` and one `data` line (JSON never contains a raw newline).
+/// One SSE frame: `id`, `event` and one `data` line (JSON never contains a raw newline). Lone
+/// surrogates are written as the escapes they came as ([`crate::surrogates`]).
 fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
     // The event name comes from the agent: keep it on one line whatever it sends.
     let kind = if kind.contains(['\n', '\r']) {
@@ -218,7 +219,8 @@ fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
     } else {
         std::borrow::Cow::Borrowed(kind)
     };
-    Bytes::from(format!("id: {seq}\nevent: {kind}\ndata: {payload}\n\n"))
+    let frame = format!("id: {seq}\nevent: {kind}\ndata: {payload}\n\n");
+    Bytes::from(crate::surrogates::restore_string(frame))
 }
 
 /// Frames delivered together become one write.

@@ -29,6 +29,14 @@ pub(crate) trait Columns {
     fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>>;
     fn json(&self, name: &str) -> StoreResult<Value>;
     fn opt_json(&self, name: &str) -> StoreResult<Option<Value>>;
+    /// A text column holding what came from outside (a title, an event's kind), which a
+    /// backend may have had to escape (PostgreSQL: U+0000).
+    fn text(&self, name: &str) -> StoreResult<String> {
+        self.get(name)
+    }
+    fn opt_text(&self, name: &str) -> StoreResult<Option<String>> {
+        self.get(name)
+    }
 }
 
 impl StoreError {
@@ -56,7 +64,7 @@ pub(crate) fn session_from(row: &impl Columns) -> StoreResult<SessionRecord> {
         tenant: row.get("tenant")?,
         cwd: row.get("cwd")?,
         additional_directories,
-        title: row.get("title")?,
+        title: row.opt_text("title").map_err(at)?,
         updated_at: row.time("updated_at").map_err(at)?,
         created_at: row.time("created_at").map_err(at)?,
         meta: row.opt_json("meta").map_err(at)?,
@@ -74,7 +82,7 @@ pub(crate) fn event_from(row: &impl Columns) -> StoreResult<StoredEvent> {
     let seq: i64 = row.get("seq")?;
     let at = |e: StoreError| e.in_row(format_args!("event {seq} of session {session_id:?}"));
     Ok(StoredEvent {
-        kind: row.get("kind")?,
+        kind: row.text("kind").map_err(at)?,
         payload: row.json("payload").map_err(at)?,
         created_at: row.time("created_at").map_err(at)?,
         session_id,

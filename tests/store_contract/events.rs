@@ -385,6 +385,65 @@ pub async fn check_nul_round_trip(store: Arc<dyn Store>) {
     assert_eq!(store.get_session("nul-meta").await.unwrap(), Some(meta));
 }
 
+/// U+0000, which PostgreSQL's `text` refuses, round-trips in a session's title and extra
+/// directories (written by insert and by update, read by id and by the list) and in an event's
+/// kind, as does U+10FFFF, the character the PostgreSQL store escapes U+0000 with, whatever
+/// follows it.
+pub async fn check_nul_in_text_round_trip(store: Arc<dyn Store>) {
+    let texts = [
+        "a\u{0}b",
+        "\u{0}",
+        "\u{0}\u{0}",
+        "\u{10FFFF}",
+        "\u{10FFFF}0",
+        "\u{10FFFF}\u{10FFFF}\u{0}\u{10FFFF}",
+        "x\u{10FFFF}\u{10F03D}y",
+        "a \\u0000 is not a NUL",
+    ];
+    let mut expected = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let id = format!("text-{i}");
+        let inserted = SessionRecord {
+            title: Some((*text).to_owned()),
+            additional_directories: vec![format!("/d/{text}"), "/plain".to_owned()],
+            ..record(&id, "text")
+        };
+        assert!(store.put_session(&inserted).await.unwrap());
+        assert_eq!(
+            store.get_session(&id).await.unwrap().as_ref(),
+            Some(&inserted)
+        );
+        let doubled = format!("{text}|{text}");
+        let updated = store
+            .update_session(&id, &|r: &mut SessionRecord| {
+                r.title = Some(doubled.clone())
+            })
+            .await
+            .unwrap()
+            .expect("a live row");
+        assert_eq!(updated.title.as_deref(), Some(doubled.as_str()));
+        assert_eq!(
+            store.get_session(&id).await.unwrap().as_ref(),
+            Some(&updated)
+        );
+        expected.push(updated);
+
+        let stored = store
+            .append_events(&id, &[event(text, json!({"text": text}))])
+            .await
+            .unwrap();
+        let written = store
+            .log_writer()
+            .append(&id, &[event(text, json!(null))], None)
+            .await
+            .unwrap();
+        let back = store.read_events(&id, 0, 10).await.unwrap();
+        assert_eq!(back, [stored, written].concat());
+        assert!(back.iter().all(|e| e.kind == *text), "{back:?}");
+    }
+    assert_eq!(listed(store.as_ref(), "text").await, list_order(expected));
+}
+
 /// Retention keeps each session's latest events and recent ones; numbering continues after it.
 pub async fn check_prune_events(store: Arc<dyn Store>) {
     let (a, b) = ("prune-a", "prune-b");

@@ -223,6 +223,7 @@ macro_rules! store_contract {
             events::check_log_writer,
             events::check_payload_round_trip,
             events::check_nul_round_trip,
+            events::check_nul_in_text_round_trip,
             events::check_lifecycle,
             events::check_prune_events,
         );

@@ -7,7 +7,7 @@ use chrono::SubsecRound;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use super::{PgStore, nul_safe_text};
+use super::{PgStore, nul_safe_text, text_in};
 use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
@@ -84,7 +84,8 @@ async fn append_on<'e>(
     batch: &Batch<'_>,
 ) -> StoreResult<Vec<StoredEvent>> {
     let events = batch.events;
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let kinds: Vec<_> = events.iter().map(|e| text_in(&e.kind)).collect();
+    let kinds: Vec<&str> = kinds.iter().map(AsRef::as_ref).collect();
     let payloads: Vec<String> = events.iter().map(|e| nul_safe_text(&e.payload)).collect();
     let last: i64 = sqlx::query_scalar(APPEND)
         .bind(batch.session_id)

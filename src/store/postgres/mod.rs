@@ -2,6 +2,10 @@
 //!
 //! Schema: `migrations/postgres`. Timestamps are `timestamptz` (microsecond resolution), JSON is
 //! `jsonb`. All queries are checked at run time (no `DATABASE_URL` is needed to build).
+//! PostgreSQL refuses U+0000 in `text` and `jsonb`, which SQLite stores: a JSON value holding
+//! one is kept as its JSON text ([`nul_safe`]), a title or an event's kind escaped
+//! ([`text_in`]), so that both backends keep whatever they are given. (A cwd never holds one:
+//! paths are checked before they are stored.)
 //!
 //! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
 //! their writer, `lifecycle.rs` the lifecycle log, `replicas.rs` what crosses replicas (the
@@ -14,6 +18,7 @@ mod lifecycle;
 mod replicas;
 mod sessions;
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -77,6 +82,57 @@ impl Columns for PgRow {
             .map(unwrap_nul)
             .transpose()
     }
+    fn text(&self, name: &str) -> StoreResult<String> {
+        Ok(text_out(self.try_get(name)?))
+    }
+    fn opt_text(&self, name: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get::<Option<String>, _>(name)?.map(text_out))
+    }
+}
+
+/// The escape mark in `text` columns: U+10FFFF, a noncharacter (reserved by Unicode for such
+/// internal use). [`text_in`] writes U+0000 as the mark and `0`, and the mark itself twice.
+const TEXT_MARK: char = '\u{10FFFF}';
+
+/// `text` as a `text` column takes it (see [`TEXT_MARK`]); borrowed when it holds neither
+/// U+0000 nor the mark.
+pub(super) fn text_in(text: &str) -> Cow<'_, str> {
+    if !text.contains(['\0', TEXT_MARK]) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\0' => out.extend([TEXT_MARK, '0']),
+            TEXT_MARK => out.extend([TEXT_MARK, TEXT_MARK]),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// What [`text_in`] wrote, read back. A mark followed by anything else (a value stored before
+/// there was an escape) is kept as it is.
+fn text_out(text: String) -> String {
+    if !text.contains(TEXT_MARK) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            (TEXT_MARK, Some('0')) => {
+                chars.next();
+                out.push('\0');
+            }
+            (TEXT_MARK, Some(&TEXT_MARK)) => {
+                chars.next();
+                out.push(TEXT_MARK);
+            }
+            (c, _) => out.push(c),
+        }
+    }
+    out
 }
 
 /// The key of the wrapper that carries, as its JSON text, a value holding U+0000, which `jsonb`
@@ -97,6 +153,28 @@ pub(super) fn nul_safe(value: &Value) -> std::borrow::Cow<'_, Value> {
         Some(wrapped) => std::borrow::Cow::Owned(wrapped),
         None => std::borrow::Cow::Borrowed(value),
     }
+}
+
+/// A list of strings as `jsonb` takes it: itself, or its JSON text wrapped ([`wrap_nul`]) when
+/// one holds U+0000.
+pub(super) fn nul_safe_strings(list: &[String]) -> sqlx::types::Json<NulSafeStrings<'_>> {
+    let wrapped = list
+        .iter()
+        .any(|s| s.contains('\0'))
+        .then(|| wrap_nul(&serde_json::to_string(list).expect("strings serialize")))
+        .flatten();
+    sqlx::types::Json(match wrapped {
+        Some(wrapped) => NulSafeStrings::Wrapped(wrapped),
+        None => NulSafeStrings::List(list),
+    })
+}
+
+/// See [`nul_safe_strings`].
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub(super) enum NulSafeStrings<'a> {
+    List(&'a [String]),
+    Wrapped(Value),
 }
 
 /// The JSON text of `value` for a `::jsonb` cast, wrapped as [`wrap_nul`] says.
