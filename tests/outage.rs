@@ -345,3 +345,30 @@ async fn a_lifecycle_event_during_a_write_failure_is_stored_later() {
     );
     w.finish().await;
 }
+
+/// A create whose session cannot be stored fails whole: 503 with `Retry-After`, and the
+/// agent's new session is deleted again, so no later sync brings it back as a session nobody
+/// created (before, the agent kept it and the next listing showed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_cannot_be_stored_is_undone_at_the_agent() {
+    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let file = w.db.url.strip_prefix("sqlite:").unwrap().to_owned();
+    let locker = rusqlite::Connection::open(&file).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let r = gw
+        .post("/sessions", serde_json::json!({"cwd": "/tmp"}))
+        .await;
+    let (status, retry_after) = (r.status().as_u16(), r.headers().get("retry-after").cloned());
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    locker.execute_batch("ROLLBACK").unwrap();
+
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["type"], "urn:acp-gateway:problem:store-unavailable");
+    assert!(retry_after.is_some(), "503 with Retry-After");
+    assert_eq!(w.calls("session/new"), 1);
+    assert_eq!(w.calls("session/delete"), 1, "undone at the agent");
+    let listed = gw.json("/sessions?refresh=true").await;
+    assert_eq!(listed["sessions"], serde_json::json!([]), "{listed}");
+    w.finish().await;
+}

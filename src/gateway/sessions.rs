@@ -112,7 +112,7 @@ impl Gateway {
         }
         // Again on another process when the request never reached the agent (`retry_unsent`).
         let mut retries = 0;
-        let (member, session_id, creating) = loop {
+        let (member, session_id, creating, agent) = loop {
             let (member, agent) = self.place().await?;
             let creating = self.inner.creating.read().await;
             let created = agent
@@ -126,7 +126,7 @@ impl Gateway {
                         "session/new never reached the agent; trying another member"
                     );
                 }
-                created => break (member, created?, creating),
+                created => break (member, created?, creating, agent),
             }
         };
         let at = now();
@@ -144,7 +144,18 @@ impl Gateway {
             deleted_at: None,
             synced_at: None,
         };
-        self.store().put_session(&record).await?;
+        if let Err(e) = self.store().put_session(&record).await {
+            // Not recorded, so not created: the agent's session is undone as far as the agent
+            // allows (deleted, else closed), and the client retries the whole create, instead
+            // of a session the gateway does not know turning up at the next sync.
+            let id = record.session_id.as_str();
+            let undone = match agent.delete_session(id).await {
+                Err(CallError::Unsupported(_)) => agent.close_session(id).await,
+                deleted => deleted,
+            };
+            tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be stored; undone at the agent");
+            return Err(e.into());
+        }
         drop(creating);
         self.inner.sessions_changed();
         self.inner.live.attach(&record, member, &self.pool);
