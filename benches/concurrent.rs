@@ -11,15 +11,17 @@
 //!   session's updates, so they get one subscriber in all (N on the same stream would read
 //!   every event N times).
 //!
-//! Every front starts afresh for each N: its own agent process, state and database. Reported:
-//! prompts per second and the prompt's round trip (p50 / p99) over the window; the time from
-//! sending a prompt to its subscriber reading the turn's last chunk; and CPU time from `/proc`
-//! over the window: the front's per prompt and per event its subscribers read, the agent's per
-//! prompt, and this process's (the load generator) per prompt.
+//! Every front starts afresh for each N and round: its own agent process, state and database.
+//! Reported: prompts per second and the prompt's round trip (p50 / p99) over the window; the
+//! time from sending a prompt to its subscriber reading the turn's last chunk; and CPU time from
+//! `/proc` over the window: the front's per prompt and per event its subscribers read, the
+//! agent's per prompt, and this process's (the load generator) per prompt.
 //!
 //! Run with `bash bench/concurrent.sh` (or as part of `bash bench/run.sh`), which builds the
 //! release binaries and installs the peers first. `CONCURRENT_SECS` sets the window (default
-//! 5 s, after 1 s of warm-up), `CONCURRENT_SESSIONS` the session counts (default `8,64`).
+//! 5 s, after 1 s of warm-up), `CONCURRENT_SESSIONS` the session counts (default `8,64`),
+//! `CONCURRENT_ROUNDS` how many times each front is measured, afresh, in alternating order
+//! (default 2; the samples are pooled).
 //! Writes `bench/results/concurrent.md`.
 
 mod support;
@@ -190,11 +192,11 @@ impl Usage {
 
 /// One front's figures at one session count.
 struct Figures {
-    prompts_per_sec: f64,
-    /// Sorted round trips of the prompts answered in the window.
+    /// Measuring time, over all rounds.
+    secs: f64,
+    /// Round trips of the prompts answered in the windows.
     latency: Vec<Duration>,
-    /// Sorted times from sending a prompt to reading its last chunk; `None` without a
-    /// subscriber.
+    /// Times from sending a prompt to reading its last chunk; `None` without a subscriber.
     delivery: Option<Vec<Duration>>,
     /// Turns whose last chunk no subscriber read (within [`CATCH_UP`]), and events missing.
     undelivered: usize,
@@ -203,6 +205,38 @@ struct Figures {
     prompts: usize,
     usage: Usage,
     has_front_process: bool,
+}
+
+impl Figures {
+    fn prompts_per_sec(&self) -> f64 {
+        self.prompts as f64 / self.secs
+    }
+
+    /// Pools another round's figures into these.
+    fn absorb(&mut self, other: Figures) {
+        self.secs += other.secs;
+        self.latency.extend(other.latency);
+        if let (Some(mine), Some(theirs)) = (&mut self.delivery, other.delivery) {
+            mine.extend(theirs);
+        }
+        self.undelivered += other.undelivered;
+        self.lost += other.lost;
+        self.events += other.events;
+        self.prompts += other.prompts;
+        self.usage = Usage {
+            front: self.usage.front + other.usage.front,
+            agent: self.usage.agent + other.usage.agent,
+            client: self.usage.client + other.usage.client,
+            direct_updates: self.usage.direct_updates + other.usage.direct_updates,
+        };
+    }
+
+    fn sort(&mut self) {
+        self.latency.sort();
+        if let Some(delivery) = &mut self.delivery {
+            delivery.sort();
+        }
+    }
 }
 
 /// Runs the load on `front`'s `sessions`: subscribers first, then one closed-loop client per
@@ -332,8 +366,6 @@ fn figures(
             }
         }
     }
-    latency.sort();
-    delivered.sort();
     let prompts = latency.len();
     let events = if subscribed {
         delivery.events.load(Ordering::Relaxed)
@@ -341,7 +373,7 @@ fn figures(
         usage.direct_updates
     };
     Figures {
-        prompts_per_sec: prompts as f64 / window.secs(),
+        secs: window.secs(),
         latency,
         delivery: subscribed.then_some(delivered),
         undelivered: if subscribed { undelivered } else { 0 },
@@ -398,7 +430,7 @@ fn row(n: usize, name: &str, f: &Figures) -> String {
     };
     format!(
         "| {n} | {name} | {:.0} | {} | {delivery} | {:.1} | {front_prompt} | {front_event} | {} | {} |\n",
-        f.prompts_per_sec,
+        f.prompts_per_sec(),
         pair(&f.latency),
         f.events as f64 / f.prompts.max(1) as f64,
         us(f.usage.agent, f.prompts),
@@ -426,6 +458,7 @@ fn load_average() -> String {
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let secs: u64 = env_or("CONCURRENT_SECS", 5);
+    let rounds: usize = env_or("CONCURRENT_ROUNDS", 2);
     let counts: Vec<usize> = env_or::<String>("CONCURRENT_SESSIONS", "8,64".into())
         .split(',')
         .map(|n| n.trim().parse().expect("CONCURRENT_SESSIONS: numbers"))
@@ -447,23 +480,41 @@ async fn main() {
             window: Duration::from_secs(secs),
             rounds: 1,
         };
-        let mut rates: Vec<(String, &Which, f64)> = Vec::new();
-        for (i, (name, which)) in fronts.iter().enumerate() {
-            let state = dir.path().join(format!("{n}-{i}"));
-            let front = Front::start(which, &state).await;
-            let name = match &front {
-                Front::Peer(peer) => peer.name.clone(),
-                _ => name.clone(),
-            };
-            eprintln!("{n} sessions: {name}…");
-            let mut sessions = Vec::with_capacity(n);
-            for _ in 0..n {
-                sessions.push(front.new_session().await);
+        // Each round starts every front afresh, in the reverse order of the round before, so
+        // that no front always runs at the same point of the machine's other work.
+        let mut results: Vec<Option<(String, Figures)>> = fronts.iter().map(|_| None).collect();
+        for round in 0..rounds {
+            let mut order: Vec<usize> = (0..fronts.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
             }
-            let f = measure(&front, &sessions, plan).await;
-            front.stop().await;
+            for i in order {
+                let (name, which) = &fronts[i];
+                let state = dir.path().join(format!("{n}-{round}-{i}"));
+                let front = Front::start(which, &state).await;
+                let name = match &front {
+                    Front::Peer(peer) => peer.name.clone(),
+                    _ => name.clone(),
+                };
+                eprintln!("{n} sessions, round {}: {name}…", round + 1);
+                let mut sessions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    sessions.push(front.new_session().await);
+                }
+                let f = measure(&front, &sessions, plan).await;
+                front.stop().await;
+                match &mut results[i] {
+                    Some((_, pooled)) => pooled.absorb(f),
+                    slot => *slot = Some((name, f)),
+                }
+            }
+        }
+        let mut rates: Vec<(String, &Which, f64)> = Vec::new();
+        for ((_, which), result) in fronts.iter().zip(results) {
+            let (name, mut f) = result.expect("every front measured");
+            f.sort();
             table += &row(n, &name, &f);
-            rates.push((name, which, f.prompts_per_sec));
+            rates.push((name, which, f.prompts_per_sec()));
         }
         let best_peer = rates
             .iter()
@@ -482,7 +533,8 @@ async fn main() {
          (other work shares the machine); one run of `bash bench/concurrent.sh`\n\n\
          One echo agent per front, N sessions on it, one closed-loop client per session sending \
          `{PROMPT}` (20 chunks) for {secs} s after 1 s of warm-up; every front started afresh \
-         for each N. Subscribers: one SSE stream per session on the gateway; one stream in all on \
+         for each N and each of {rounds} rounds (the fronts in the reverse order every other \
+         round), the rounds' samples pooled. Subscribers: one SSE stream per session on the gateway; one stream in all on \
          each peer (theirs carry every session); none on the direct client, which counts the \
          update lines it reads. Delivery: prompt sent → its subscriber reads the turn's last \
          chunk. CPU from /proc over the window: the front's process (per prompt, and per event \
