@@ -1,16 +1,23 @@
 //! The baselines the gateway is measured against, in the same run: a direct ACP client on an
-//! echo agent's stdio ([`DirectAgent`]), a bare axum route serving fixed bytes
-//! ([`bare_server`]) and a bare proxy relaying prompts to an agent ([`BareProxy`]).
+//! echo agent's stdio ([`DirectAgent`], and [`MultiplexedAgent`] for many callers at once), a
+//! bare axum route serving fixed bytes ([`bare_server`]) and a bare proxy relaying prompts to
+//! an agent ([`BareProxy`]).
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::shared::agent::{AgentPipes, echo_agent_command, handshake, is_update, request_line};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use super::shared::agent::{
+    AgentPipes, echo_agent_command, handshake, initialize, is_update, request_line,
+};
 
 /// The baseline: an ACP client on the echo agent's stdio that reads stdout in large blocks and
 /// only counts update lines — the least work any client can do.
@@ -90,6 +97,114 @@ impl Drop for DirectAgent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+type Waiting = Arc<std::sync::Mutex<HashMap<u64, tokio::sync::oneshot::Sender<Value>>>>;
+
+/// The concurrent baseline: one echo agent whose stdio is shared by every caller, as an ACP
+/// client multiplexes requests on one connection. Requests are written whole under a lock; one
+/// task reads stdout, counts update lines without parsing them and hands each response to the
+/// caller waiting for its id. The agent is killed when this is dropped.
+pub struct MultiplexedAgent {
+    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    waiting: Waiting,
+    next_id: AtomicU64,
+    updates: Arc<AtomicU64>,
+    pid: u32,
+    _child: tokio::process::Child,
+}
+
+impl MultiplexedAgent {
+    /// Starts the agent on `state` and initializes it.
+    pub async fn start(state: &Path) -> MultiplexedAgent {
+        let mut child = tokio::process::Command::from(echo_agent_command(state))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the agent");
+        let waiting = Waiting::default();
+        let updates = Arc::new(AtomicU64::new(0));
+        let stdout = tokio::io::BufReader::with_capacity(1 << 16, child.stdout.take().unwrap());
+        tokio::spawn(read_responses(stdout, waiting.clone(), updates.clone()));
+        let agent = MultiplexedAgent {
+            stdin: tokio::sync::Mutex::new(child.stdin.take().unwrap()),
+            waiting,
+            next_id: AtomicU64::new(1),
+            updates,
+            pid: child.id().expect("the agent is running"),
+            _child: child,
+        };
+        let (method, params) = initialize();
+        agent.call(method, params).await;
+        agent
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Update lines read so far.
+    pub fn updates(&self) -> u64 {
+        self.updates.load(Ordering::Relaxed)
+    }
+
+    /// Sends a request and waits for its response; returns its `result` (panics on an error).
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, tx);
+        let line = request_line(id, method, params);
+        self.stdin
+            .lock()
+            .await
+            .write_all(line.as_bytes())
+            .await
+            .unwrap();
+        let response = rx.await.expect("the agent answers before closing stdout");
+        assert!(response.get("error").is_none(), "{method}: {response}");
+        response["result"].clone()
+    }
+
+    /// `session/new` in `/tmp`; returns the session's id.
+    pub async fn new_session(&self) -> String {
+        let created = self
+            .call("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+            .await;
+        created["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    /// One prompt with `text` on `session`, answered `end_turn`.
+    pub async fn prompt(&self, session: &str, text: &str) {
+        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        let result = self.call("session/prompt", params).await;
+        assert_eq!(result["stopReason"], "end_turn", "{result}");
+    }
+}
+
+async fn read_responses(
+    mut stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+    waiting: Waiting,
+    updates: Arc<AtomicU64>,
+) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if stdout.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        if is_update(&line) {
+            updates.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        let waiter = message["id"]
+            .as_u64()
+            .and_then(|id| waiting.lock().unwrap().remove(&id));
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(message);
+        }
     }
 }
 

@@ -1,9 +1,9 @@
-//! Closed-loop HTTP load: `concurrency` clients, each sending its next request when its last
-//! answer has arrived, counted over a window after a warm-up; and the gateway against a bare
-//! route measured alternately, best of each.
+//! Closed-loop load: `concurrency` clients, each sending its next request when its last
+//! answer has arrived, counted over a window after a warm-up ([`closed_loop`], and
+//! [`load`] for HTTP GETs); and the gateway against a bare route measured alternately, best of
+//! each.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How a bench applies closed-loop load: `concurrency` clients, requests counted over `window`
@@ -36,6 +36,66 @@ impl LoadPlan {
             self.warmup.as_secs()
         )
     }
+
+    /// The measuring window of a run starting now: `warmup` from now, `window` long.
+    pub fn window_from_now(&self) -> Window {
+        let start = Instant::now() + self.warmup;
+        Window {
+            start,
+            end: start + self.window,
+        }
+    }
+}
+
+/// When a run's calls count: those that end in `start..end`.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+impl Window {
+    pub fn contains(&self, t: Instant) -> bool {
+        t >= self.start && t < self.end
+    }
+
+    pub fn secs(&self) -> f64 {
+        (self.end - self.start).as_secs_f64()
+    }
+}
+
+/// One client's calls in order, each as (started, ended).
+pub type Calls = Vec<(Instant, Instant)>;
+
+/// `clients` closed-loop clients: client `k` awaits `call(k)`, and again as soon as it has
+/// returned, until `window.end` (a call started before then is finished); returns each
+/// client's calls, the warm-up's included. A call panics on a wrong answer.
+pub async fn closed_loop<F, Fut>(clients: usize, window: Window, call: F) -> Vec<Calls>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let workers: Vec<_> = (0..clients)
+        .map(|k| {
+            let call = call.clone();
+            tokio::spawn(async move {
+                let mut calls = Calls::new();
+                let mut started = Instant::now();
+                while started < window.end {
+                    call(k).await;
+                    let ended = Instant::now();
+                    calls.push((started, ended));
+                    started = ended;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(clients);
+    for w in workers {
+        out.push(w.await.unwrap());
+    }
+    out
 }
 
 /// Requests per second of `gateway` and of `bare` (both answering `expected_len` bytes), each
@@ -69,42 +129,30 @@ pub async fn load(url: &str, expected_len: usize, plan: LoadPlan, no_cache: bool
 
 /// [`load`] over several `(url, expected_len)` targets: client `k` asks `targets[k % n]`.
 pub async fn load_spread(targets: &[(String, usize)], plan: LoadPlan, no_cache: bool) -> f64 {
-    let LoadPlan {
-        concurrency,
-        warmup,
-        window,
-        ..
-    } = plan;
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
+        .pool_max_idle_per_host(plan.concurrency)
         .build()
         .unwrap();
-    let window_start = Instant::now() + warmup;
-    let window_end = window_start + window;
-    let done = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..concurrency)
-        .map(|k| {
-            let (url, expected_len) = targets[k % targets.len()].clone();
-            let (http, done) = (http.clone(), done.clone());
-            tokio::spawn(async move {
-                while Instant::now() < window_end {
-                    let mut req = http.get(&url);
-                    if no_cache {
-                        req = req.header("cache-control", "no-cache");
-                    }
-                    let r = req.send().await.unwrap();
-                    assert_eq!(r.status(), 200, "GET {url}");
-                    assert_eq!(r.bytes().await.unwrap().len(), expected_len, "GET {url}");
-                    let now = Instant::now();
-                    if now >= window_start && now < window_end {
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+    let targets = Arc::new(targets.to_vec());
+    let window = plan.window_from_now();
+    let calls = closed_loop(plan.concurrency, window, move |k| {
+        let (http, targets) = (http.clone(), targets.clone());
+        async move {
+            let (url, expected_len) = &targets[k % targets.len()];
+            let mut req = http.get(url);
+            if no_cache {
+                req = req.header("cache-control", "no-cache");
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200, "GET {url}");
+            assert_eq!(r.bytes().await.unwrap().len(), *expected_len, "GET {url}");
+        }
+    })
+    .await;
+    let done = calls
+        .iter()
+        .flatten()
+        .filter(|(_, ended)| window.contains(*ended))
+        .count();
+    done as f64 / window.secs()
 }

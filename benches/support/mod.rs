@@ -1,7 +1,8 @@
 //! What only the benchmarks need, on top of what they share with the tests (`tests/support`,
 //! included here as [`shared`] and re-exported): baselines to measure the gateway against
-//! ([`baselines`]), the interleaved prompt round trip ([`latency`]), closed-loop HTTP load
-//! ([`load`]), event rates, and the run's commit for the reports.
+//! ([`baselines`], and the peers installed by `bench/peers.sh`: [`peers`]), the interleaved
+//! prompt round trip ([`latency`]), closed-loop load ([`load`]), event rates, and the run's
+//! commit for the reports.
 //!
 //! Each bench includes it with `mod support;`. A bench uses part of it, hence the `allow`.
 #![allow(dead_code, unused_imports)]
@@ -12,15 +13,16 @@ pub mod shared;
 pub mod baselines;
 pub mod latency;
 pub mod load;
+pub mod peers;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub use baselines::{BareProxy, DirectAgent, bare_server};
+pub use baselines::{BareProxy, DirectAgent, MultiplexedAgent, bare_server};
 pub use latency::{BLOCK, Sides, prompt_latency};
-pub use load::{LoadPlan, best_alternated, load, load_spread};
+pub use load::{Calls, LoadPlan, Window, best_alternated, closed_loop, load, load_spread};
 pub use shared::process::{cores, cpu_time, pin, rss_kib};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
 

@@ -20,11 +20,8 @@ pub fn pid_alive(pid: u32) -> bool {
 /// directory): every process a test's gateway started, children and grandchildren alike.
 pub fn processes_with_env(needle: &str) -> Vec<u32> {
     let mut out = vec![];
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+    for (pid, dir) in processes() {
+        let Ok(env) = std::fs::read(dir.join("environ")) else {
             continue;
         };
         if pid_alive(pid) && String::from_utf8_lossy(&env).contains(needle) {
@@ -32,6 +29,14 @@ pub fn processes_with_env(needle: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Every process's pid and `/proc` directory.
+fn processes() -> impl Iterator<Item = (u32, std::path::PathBuf)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| Some((entry.file_name().to_str()?.parse().ok()?, entry.path())))
 }
 
 /// Resident set size of a process, in KiB (`VmRSS` of `/proc/PID/status`).
@@ -74,4 +79,55 @@ pub fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0)
+}
+
+/// Pid and command name (`comm`) of each live child of `pid`.
+pub fn children(pid: u32) -> Vec<(u32, String)> {
+    let mut out = vec![];
+    for (child, dir) in processes() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`; the name may contain spaces and parentheses.
+        let (Some((_, rest)), Some(open), Some(close)) =
+            (stat.rsplit_once(')'), stat.find('('), stat.rfind(')'))
+        else {
+            continue;
+        };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if ppid == Some(pid) && pid_alive(child) {
+            out.push((child, stat[open + 1..close].to_owned()));
+        }
+    }
+    out
+}
+
+/// The TCP port `pid` listens on (the first, IPv4 or IPv6), found through its sockets in
+/// `/proc`: for a server told to listen on port 0 that does not say which port it got.
+pub fn listening_port(pid: u32) -> Option<u16> {
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    ["tcp", "tcp6"].into_iter().find_map(|table| {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+        // `sl local_address rem_address st … uid timeout inode …`, addresses as HEX:PORT;
+        // state 0A is LISTEN.
+        table.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = fields.get(3) == Some(&"0A");
+            let ours = fields
+                .get(9)
+                .is_some_and(|inode| sockets.iter().any(|s| s == inode));
+            if !(listening && ours) {
+                return None;
+            }
+            u16::from_str_radix(fields[1].rsplit_once(':')?.1, 16).ok()
+        })
+    })
 }

@@ -150,6 +150,11 @@ impl<'a> Frame<'a> {
     pub fn data(&self) -> String {
         self.field("data").collect()
     }
+
+    /// The whole frame as it arrived, for a reader that only searches it.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.0
+    }
 }
 
 /// The last event of a `/history` page.
