@@ -20,6 +20,7 @@
 //! (following a log, SSE framing).
 
 mod lifecycle;
+mod retry;
 mod sse;
 mod writer;
 

@@ -2,15 +2,15 @@
 //! log goes (group commit, then a pause of [`COMMIT_PACE`]), and the hub's methods that queue
 //! for it.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use super::retry::{Abandoned, KnownSeqs, give_up};
 use super::{EventHub, Frame};
-use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent};
+use crate::store::{LogWriter, NewEvent, StoredEvent};
 
 /// Events queued for the writer before appenders wait.
 pub(super) const QUEUE: usize = 8192;
@@ -28,15 +28,35 @@ const MAX_BATCH: usize = 2048;
 /// [`RETRY_MAX`].
 pub(super) const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest pause between two tries of a failing append.
-const RETRY_MAX: Duration = Duration::from_secs(2);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
 
 pub(super) struct Queued {
-    session_id: String,
+    pub(super) session_id: String,
     /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
-    event: Option<NewEvent>,
+    pub(super) event: Option<NewEvent>,
     /// Raise the session's `updated_at` to at least this, with the event.
     touch: Option<DateTime<Utc>>,
-    done: Option<oneshot::Sender<Result<i64, String>>>,
+    pub(super) done: Option<oneshot::Sender<Result<i64, String>>>,
+}
+
+/// One session's share of a batch: its items (their events taken out, in order) and the
+/// latest `touch` among them.
+struct Share {
+    session_id: String,
+    items: Vec<Queued>,
+    events: Vec<NewEvent>,
+    touch: Option<DateTime<Utc>>,
+}
+
+impl Share {
+    /// The items with their events put back (for the account of what was not stored).
+    fn into_items(self) -> Vec<Queued> {
+        let mut items = self.items;
+        for (item, event) in items.iter_mut().zip(self.events) {
+            item.event = Some(event);
+        }
+        items
+    }
 }
 
 /// The niceness of the event log writer's thread: request handling and agents go first on a
@@ -179,8 +199,9 @@ impl EventHub {
         }
     }
 
-    /// Writes `batch`, each session's share in one append. `Err`: the hub gave up during an
-    /// outage (shutdown), with the items not written.
+    /// Writes `batch`: every session's share in one transaction when the store can, else (or
+    /// when that fails) each session's share in one append of its own, retried. `Err`: the hub
+    /// gave up during an outage (shutdown), with the items not written.
     async fn write_batch(
         &self,
         log: &mut dyn LogWriter,
@@ -188,61 +209,81 @@ impl EventHub {
         batch: &mut Vec<Queued>,
     ) -> Result<(), Vec<Queued>> {
         // Group by session, keeping each session's order (sessions are independent logs).
-        let mut groups: Vec<(String, Vec<Queued>)> = Vec::new();
+        let mut shares: Vec<Share> = Vec::new();
         let mut barriers = Vec::new();
-        for item in batch.drain(..) {
-            if item.event.is_none() {
+        for mut item in batch.drain(..) {
+            let Some(event) = item.event.take() else {
                 barriers.extend(item.done);
                 continue;
-            }
-            match groups.iter_mut().find(|(id, _)| *id == item.session_id) {
-                Some((_, items)) => items.push(item),
-                None => groups.push((item.session_id.clone(), vec![item])),
-            }
-        }
-        let mut groups = groups.into_iter();
-        while let Some((session_id, mut items)) = groups.next() {
-            let events: Vec<NewEvent> = items.iter_mut().filter_map(|i| i.event.take()).collect();
-            let touch = items.iter().filter_map(|i| i.touch).max();
-            let stored = match self
-                .append_group(log, known, &session_id, &events, touch)
-                .await
+            };
+            let share = match shares
+                .iter_mut()
+                .position(|s| s.session_id == item.session_id)
             {
-                Ok(stored) => stored,
-                Err(Abandoned) => {
-                    // Put the events back, for the account of what was lost.
-                    for (item, event) in items.iter_mut().zip(events) {
-                        item.event = Some(event);
-                    }
-                    return Err(items
-                        .into_iter()
-                        .chain(groups.flat_map(|(_, items)| items))
-                        .collect());
+                Some(i) => &mut shares[i],
+                None => {
+                    shares.push(Share {
+                        session_id: item.session_id.clone(),
+                        items: Vec::new(),
+                        events: Vec::new(),
+                        touch: None,
+                    });
+                    shares.last_mut().expect("just pushed")
                 }
             };
-            match stored {
-                Ok(stored) => {
-                    self.appended
-                        .fetch_add(stored.len() as u64, Ordering::Relaxed);
+            share.touch = share.touch.max(item.touch);
+            share.events.push(event);
+            share.items.push(item);
+        }
+        let mut unsure = false;
+        if shares.len() > 1 {
+            let all: Vec<_> = shares
+                .iter()
+                .map(|s| (s.session_id.as_str(), s.events.as_slice(), s.touch))
+                .collect();
+            match log.append_all(&all).await {
+                Some(Ok(stored)) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
-                    if touch.is_some() {
-                        self.touches.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if !stored.is_empty() {
-                        self.broadcast(&session_id, || Frame::run(&stored));
-                    }
-                    for (item, e) in items.into_iter().zip(&stored) {
-                        if let Some(done) = item.done {
-                            let _ = done.send(Ok(e.seq));
+                    for (share, stored) in shares.into_iter().zip(stored) {
+                        if let Some(last) = stored.last() {
+                            known.insert(&share.session_id, last.seq);
                         }
+                        self.written(share, Ok(stored));
                     }
+                    shares = Vec::new();
                 }
-                Err(e) => {
-                    for item in items {
-                        if let Some(done) = item.done {
-                            let _ = done.send(Err(e.clone()));
-                        }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "appending every session's share at once failed; appending each alone");
+                    unsure = e.is_connection_lost() && !e.is_shut_down_by_server();
+                }
+                None => {}
+            }
+        }
+        let mut shares = shares.into_iter();
+        while let Some(share) = shares.next() {
+            let appended = self
+                .append_group(
+                    log,
+                    known,
+                    &share.session_id,
+                    &share.events,
+                    share.touch,
+                    unsure,
+                )
+                .await;
+            match appended {
+                Ok(stored) => {
+                    if stored.is_ok() {
+                        self.commits.fetch_add(1, Ordering::Relaxed);
                     }
+                    self.written(share, stored);
+                }
+                Err(Abandoned) => {
+                    // Put the events back, for the account of what was lost.
+                    return Err(std::iter::once(share)
+                        .chain(shares)
+                        .flat_map(Share::into_items)
+                        .collect());
                 }
             }
         }
@@ -253,202 +294,38 @@ impl EventHub {
         Ok(())
     }
 
-    /// Appends one session's events, retrying with backoff ([`RETRY_FIRST`] doubling to
-    /// [`RETRY_MAX`]) for as long as the store fails, until the hub gives up ([`Abandoned`],
-    /// at shutdown). The inner `Err`: the store refused the data itself, which no retry
-    /// changes (logged; the events are not stored).
-    ///
-    /// After a lost connection the append may have committed before the answer was lost; so
-    /// before appending again it reads the session's log after the last sequence number this
-    /// writer stored there, and takes an exact match of the batch as the commit (no
-    /// duplicate). For a session this writer has not yet stored anything in since start, it
-    /// cannot tell, and appends again.
-    async fn append_group(
-        &self,
-        log: &mut dyn LogWriter,
-        known: &mut KnownSeqs,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> Result<Result<Vec<StoredEvent>, String>, Abandoned> {
-        let mut pause = RETRY_FIRST;
-        let mut failures: u32 = 0;
-        let since = std::time::Instant::now();
-        let mut unsure = false;
-        loop {
-            let found = if unsure {
-                let check = tokio::select! {
-                    biased;
-                    found = self.already_stored(known, session_id, events) => found,
-                    _ = self.abandon.cancelled() => return Err(Abandoned),
-                };
-                match check {
-                    Ok(found) => found,
-                    Err(e) => {
-                        tracing::debug!(session = session_id, error = %e, "cannot read the event log yet");
-                        self.wait_to_retry(&mut pause).await?;
-                        continue;
+    /// Counts the events of a session's share that was written (or refused), broadcasts it and
+    /// answers whoever waits for it.
+    fn written(&self, share: Share, stored: Result<Vec<StoredEvent>, String>) {
+        match stored {
+            Ok(stored) => {
+                self.appended
+                    .fetch_add(stored.len() as u64, Ordering::Relaxed);
+                if share.touch.is_some() {
+                    self.touches.fetch_add(1, Ordering::SeqCst);
+                }
+                if !stored.is_empty() {
+                    self.broadcast(&share.session_id, || Frame::run(&stored));
+                }
+                for (item, e) in share.items.into_iter().zip(&stored) {
+                    if let Some(done) = item.done {
+                        let _ = done.send(Ok(e.seq));
                     }
                 }
-            } else {
-                None
-            };
-            let attempt = match found {
-                Some(stored) => {
-                    tracing::info!(
-                        session = session_id,
-                        events = events.len(),
-                        "an append whose answer was lost had been committed; not appending it again"
-                    );
-                    Ok(stored)
-                }
-                None => tokio::select! {
-                    biased;
-                    r = log.append(session_id, events, touch) => r,
-                    _ = self.abandon.cancelled() => return Err(Abandoned),
-                },
-            };
-            match attempt {
-                Ok(stored) => {
-                    if failures > 0 {
-                        self.failing.store(false, Ordering::SeqCst);
-                        tracing::warn!(
-                            session = session_id,
-                            events = events.len(),
-                            failures,
-                            after = ?since.elapsed(),
-                            queued = self.queued(),
-                            "the event log is written again"
-                        );
+            }
+            Err(e) => {
+                for item in share.items {
+                    if let Some(done) = item.done {
+                        let _ = done.send(Err(e.clone()));
                     }
-                    if let Some(last) = stored.last() {
-                        known.insert(session_id, last.seq);
-                    }
-                    return Ok(Ok(stored));
-                }
-                Err(e) if e.is_about_the_data() => {
-                    if failures > 0 {
-                        // The store answers again, if only to refuse these: not failing now.
-                        self.failing.store(false, Ordering::SeqCst);
-                    }
-                    tracing::error!(session = session_id, error = %e, events = events.len(), "the store refused these events; they are not stored");
-                    return Ok(Err(e.to_string()));
-                }
-                Err(e) => {
-                    failures += 1;
-                    unsure = e.is_connection_lost() && !e.is_shut_down_by_server();
-                    self.failing.store(true, Ordering::SeqCst);
-                    if failures == 1 || failures.is_multiple_of(20) {
-                        tracing::warn!(
-                            session = session_id,
-                            error = %e,
-                            events = events.len(),
-                            failures,
-                            queued = self.queued(),
-                            "cannot append to the event log; retrying until it can (appenders wait)"
-                        );
-                    } else {
-                        tracing::debug!(session = session_id, error = %e, failures, "cannot append to the event log; still retrying");
-                    }
-                    self.wait_to_retry(&mut pause).await?;
                 }
             }
         }
     }
 
     /// Events (and barriers) waiting in the queue.
-    fn queued(&self) -> usize {
+    pub(super) fn queued(&self) -> usize {
         self.queue.max_capacity() - self.queue.capacity()
-    }
-
-    /// Sleeps `pause`, then doubles it up to [`RETRY_MAX`].
-    pub(super) async fn wait_to_retry(&self, pause: &mut Duration) -> Result<(), Abandoned> {
-        tokio::select! {
-            _ = tokio::time::sleep(*pause) => {}
-            _ = self.abandon.cancelled() => return Err(Abandoned),
-        }
-        *pause = (*pause * 2).min(RETRY_MAX);
-        Ok(())
-    }
-
-    /// `events` as stored right after the last sequence number this writer stored in the
-    /// session, if that is exactly what the log holds there; `None` when it holds something
-    /// else or nothing, or this writer has not stored in the session yet.
-    async fn already_stored(
-        &self,
-        known: &KnownSeqs,
-        session_id: &str,
-        events: &[NewEvent],
-    ) -> StoreResult<Option<Vec<StoredEvent>>> {
-        let Some(last) = known.get(session_id) else {
-            return Ok(None);
-        };
-        let limit = i64::try_from(events.len())
-            .unwrap_or(i64::MAX)
-            .saturating_add(1);
-        let after = self.store.read_events(session_id, last, limit).await?;
-        let same = after.len() == events.len()
-            && after
-                .iter()
-                .zip(events)
-                .all(|(s, e)| s.kind == e.kind && s.payload == e.payload);
-        Ok(same.then_some(after))
-    }
-}
-
-/// The hub gave up writing (shutdown during an outage).
-pub(super) struct Abandoned;
-
-/// The last sequence number this writer stored in each session (a bounded number of them).
-#[derive(Default)]
-struct KnownSeqs(HashMap<String, i64>);
-
-impl KnownSeqs {
-    /// Sessions remembered; past it the map starts over (a session forgotten is one whose
-    /// next lost append, if any, cannot be checked).
-    const MAX: usize = 10_000;
-
-    fn get(&self, session_id: &str) -> Option<i64> {
-        self.0.get(session_id).copied()
-    }
-
-    fn insert(&mut self, session_id: &str, seq: i64) {
-        if self.0.len() >= Self::MAX && !self.0.contains_key(session_id) {
-            self.0.clear();
-        }
-        self.0.insert(session_id.to_owned(), seq);
-    }
-}
-
-/// After the hub gave up: fails whoever waits for `left` and for what is still queued, and
-/// logs, per session, how many events were not stored.
-async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
-    rx.close();
-    let mut lost: Vec<(String, usize)> = Vec::new();
-    let mut count = |item: Queued| {
-        if let Some(done) = item.done {
-            let _ = done.send(Err(
-                "the event log could not be written before shutdown".into()
-            ));
-        }
-        if item.event.is_none() {
-            return;
-        }
-        match lost.iter_mut().find(|(id, _)| *id == item.session_id) {
-            Some((_, n)) => *n += 1,
-            None => lost.push((item.session_id, 1)),
-        }
-    };
-    left.into_iter().for_each(&mut count);
-    while let Some(item) = rx.recv().await {
-        count(item);
-    }
-    for (session, events) in lost {
-        tracing::error!(
-            session,
-            events,
-            "shutting down while the event log cannot be written: these events are not stored"
-        );
     }
 }
 

@@ -354,6 +354,32 @@ pub trait LogWriter: Send {
 
     /// Appends a batch (see [`LogWriter::append`]), which only the store can make.
     async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Appends several sessions' events, each as [`LogWriter::append`] would, in one
+    /// transaction: all or none, one commit for them all. `None`: this writer cannot (or a
+    /// group is empty), and each is appended alone.
+    async fn append_all(
+        &mut self,
+        groups: &[(&str, &[NewEvent], Option<DateTime<Utc>>)],
+    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+        let mut batches = Vec::with_capacity(groups.len());
+        for &(session_id, events, touch) in groups {
+            match Batch::new(session_id, events, touch) {
+                Ok(Some(batch)) => batches.push(batch),
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        self.append_batches(&batches).await
+    }
+
+    /// [`LogWriter::append_all`] of batches; `None` by default (a writer that cannot).
+    async fn append_batches(
+        &mut self,
+        _batches: &[Batch<'_>],
+    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+        None
+    }
 }
 
 /// The gateway's use cases against its database.

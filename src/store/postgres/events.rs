@@ -73,6 +73,41 @@ impl LogWriter for PgLogWriter {
             }
         }
     }
+
+    async fn append_batches(
+        &mut self,
+        batches: &[Batch<'_>],
+    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+        Some(self.append_together(batches).await)
+    }
+}
+
+impl PgLogWriter {
+    /// [`LogWriter::append_batches`]: the batches' statements in one transaction. After a
+    /// failure the connection is dropped (the hub's writer then appends each alone, retrying).
+    async fn append_together(
+        &mut self,
+        batches: &[Batch<'_>],
+    ) -> StoreResult<Vec<Vec<StoredEvent>>> {
+        let conn = match &mut self.own {
+            Some(conn) => conn,
+            own => own.insert(self.options.connect().await?),
+        };
+        let appended = async {
+            let mut tx = sqlx::Connection::begin(conn).await?;
+            let mut stored = Vec::with_capacity(batches.len());
+            for batch in batches {
+                stored.push(append_on(&mut *tx, &self.replica, batch).await?);
+            }
+            tx.commit().await?;
+            Ok(stored)
+        }
+        .await;
+        if appended.is_err() {
+            self.own = None;
+        }
+        appended
+    }
 }
 
 /// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) with one statement,

@@ -74,13 +74,38 @@ impl LogWriter for SqliteLogWriter {
             let mut conn = self.pool.acquire().await?;
             return append_on(&mut conn, batch).await;
         }
+        let appended = self.append_batches(std::slice::from_ref(batch)).await;
+        appended
+            .unwrap_or_else(|| Err(StoreError::Corrupt("no own connection".into())))
+            .map(|mut all| all.remove(0))
+    }
+
+    async fn append_batches(
+        &mut self,
+        batches: &[Batch<'_>],
+    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+        if self.shared {
+            return None;
+        }
         let conn = match &mut self.own {
             Some(conn) => conn,
-            own => own.insert(open_log_connection(
-                self.pool.connect_options().get_filename(),
-            )?),
+            own => match open_log_connection(self.pool.connect_options().get_filename()) {
+                Ok(conn) => own.insert(conn),
+                Err(e) => return Some(Err(e)),
+            },
         };
-        let appended = append_here(conn, batch);
+        let appended = append_here(conn, batches);
+        Some(self.appended(appended))
+    }
+}
+
+impl SqliteLogWriter {
+    /// Counts an append on the own connection, checkpoints every [`CHECKPOINT_EVERY`], and
+    /// drops the connection after a failure.
+    fn appended<T>(&mut self, appended: StoreResult<T>) -> StoreResult<T> {
+        let Some(conn) = &mut self.own else {
+            return appended;
+        };
         self.appends += 1;
         if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
@@ -109,16 +134,26 @@ fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connecti
     Ok(conn)
 }
 
-/// Appends `batch` (and applies its `touch`, see [`LogWriter::append`]) on `conn`, on this thread,
-/// in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): the bump
-/// returns the new last sequence number, from which the events are numbered.
+/// Appends `batches` (and applies their `touch`, see [`LogWriter::append`]) on `conn`, on this
+/// thread, in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): for
+/// each, the bump returns the new last sequence number, from which its events are numbered.
 fn append_here(
     conn: &mut rusqlite::Connection,
-    batch: &Batch<'_>,
-) -> StoreResult<Vec<StoredEvent>> {
+    batches: &[Batch<'_>],
+) -> StoreResult<Vec<Vec<StoredEvent>>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let stored = batches
+        .iter()
+        .map(|batch| append_in(&tx, batch))
+        .collect::<StoreResult<_>>()?;
+    tx.commit()?;
+    Ok(stored)
+}
+
+/// One batch of [`append_here`], in its transaction.
+fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
     let session_id = batch.session_id;
     let created_micros = micros(batch.created_at);
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let last: i64 = tx
         .prepare_cached(BUMP_SEQ)?
         .query_row((session_id, batch.count), |row| row.get(0))?;
@@ -134,7 +169,6 @@ fn append_here(
         tx.prepare_cached(TOUCH_SESSION)?
             .execute((at, session_id, at))?;
     }
-    tx.commit()?;
     Ok(batch.stored(last))
 }
 

@@ -1,0 +1,210 @@
+//! What the log writer does when an append fails: retry it with backoff until the store takes
+//! it (or the store refuses the data itself), check after a lost connection whether it had
+//! committed unseen, and, when a shutdown gives up on the store, account for what was not
+//! stored.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+
+use super::EventHub;
+use super::writer::{Queued, RETRY_FIRST, RETRY_MAX};
+use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent};
+
+impl EventHub {
+    /// Appends one session's events, retrying with backoff ([`RETRY_FIRST`] doubling to
+    /// [`RETRY_MAX`]) for as long as the store fails, until the hub gives up ([`Abandoned`],
+    /// at shutdown). The inner `Err`: the store refused the data itself, which no retry
+    /// changes (logged; the events are not stored).
+    ///
+    /// After a lost connection the append may have committed before the answer was lost; so
+    /// before appending again it reads the session's log after the last sequence number this
+    /// writer stored there, and takes an exact match of the batch as the commit (no
+    /// duplicate). For a session this writer has not yet stored anything in since start, it
+    /// cannot tell, and appends again.
+    pub(super) async fn append_group(
+        &self,
+        log: &mut dyn LogWriter,
+        known: &mut KnownSeqs,
+        session_id: &str,
+        events: &[NewEvent],
+        touch: Option<DateTime<Utc>>,
+        mut unsure: bool,
+    ) -> Result<Result<Vec<StoredEvent>, String>, Abandoned> {
+        let mut pause = RETRY_FIRST;
+        let mut failures: u32 = 0;
+        let since = std::time::Instant::now();
+        loop {
+            let found = if unsure {
+                let check = tokio::select! {
+                    biased;
+                    found = self.already_stored(known, session_id, events) => found,
+                    _ = self.abandon.cancelled() => return Err(Abandoned),
+                };
+                match check {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::debug!(session = session_id, error = %e, "cannot read the event log yet");
+                        self.wait_to_retry(&mut pause).await?;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let attempt = match found {
+                Some(stored) => {
+                    tracing::info!(
+                        session = session_id,
+                        events = events.len(),
+                        "an append whose answer was lost had been committed; not appending it again"
+                    );
+                    Ok(stored)
+                }
+                None => tokio::select! {
+                    biased;
+                    r = log.append(session_id, events, touch) => r,
+                    _ = self.abandon.cancelled() => return Err(Abandoned),
+                },
+            };
+            match attempt {
+                Ok(stored) => {
+                    if failures > 0 {
+                        self.failing.store(false, Ordering::SeqCst);
+                        tracing::warn!(
+                            session = session_id,
+                            events = events.len(),
+                            failures,
+                            after = ?since.elapsed(),
+                            queued = self.queued(),
+                            "the event log is written again"
+                        );
+                    }
+                    if let Some(last) = stored.last() {
+                        known.insert(session_id, last.seq);
+                    }
+                    return Ok(Ok(stored));
+                }
+                Err(e) if e.is_about_the_data() => {
+                    if failures > 0 {
+                        // The store answers again, if only to refuse these: not failing now.
+                        self.failing.store(false, Ordering::SeqCst);
+                    }
+                    tracing::error!(session = session_id, error = %e, events = events.len(), "the store refused these events; they are not stored");
+                    return Ok(Err(e.to_string()));
+                }
+                Err(e) => {
+                    failures += 1;
+                    unsure = e.is_connection_lost() && !e.is_shut_down_by_server();
+                    self.failing.store(true, Ordering::SeqCst);
+                    if failures == 1 || failures.is_multiple_of(20) {
+                        tracing::warn!(
+                            session = session_id,
+                            error = %e,
+                            events = events.len(),
+                            failures,
+                            queued = self.queued(),
+                            "cannot append to the event log; retrying until it can (appenders wait)"
+                        );
+                    } else {
+                        tracing::debug!(session = session_id, error = %e, failures, "cannot append to the event log; still retrying");
+                    }
+                    self.wait_to_retry(&mut pause).await?;
+                }
+            }
+        }
+    }
+
+    /// Sleeps `pause`, then doubles it up to [`RETRY_MAX`].
+    pub(super) async fn wait_to_retry(&self, pause: &mut Duration) -> Result<(), Abandoned> {
+        tokio::select! {
+            _ = tokio::time::sleep(*pause) => {}
+            _ = self.abandon.cancelled() => return Err(Abandoned),
+        }
+        *pause = (*pause * 2).min(RETRY_MAX);
+        Ok(())
+    }
+
+    /// `events` as stored right after the last sequence number this writer stored in the
+    /// session, if that is exactly what the log holds there; `None` when it holds something
+    /// else or nothing, or this writer has not stored in the session yet.
+    async fn already_stored(
+        &self,
+        known: &KnownSeqs,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some(last) = known.get(session_id) else {
+            return Ok(None);
+        };
+        let limit = i64::try_from(events.len())
+            .unwrap_or(i64::MAX)
+            .saturating_add(1);
+        let after = self.store.read_events(session_id, last, limit).await?;
+        let same = after.len() == events.len()
+            && after
+                .iter()
+                .zip(events)
+                .all(|(s, e)| s.kind == e.kind && s.payload == e.payload);
+        Ok(same.then_some(after))
+    }
+}
+
+/// The hub gave up writing (shutdown during an outage).
+pub(super) struct Abandoned;
+
+/// The last sequence number this writer stored in each session (a bounded number of them).
+#[derive(Default)]
+pub(super) struct KnownSeqs(HashMap<String, i64>);
+
+impl KnownSeqs {
+    /// Sessions remembered; past it the map starts over (a session forgotten is one whose
+    /// next lost append, if any, cannot be checked).
+    const MAX: usize = 10_000;
+
+    pub(super) fn get(&self, session_id: &str) -> Option<i64> {
+        self.0.get(session_id).copied()
+    }
+
+    pub(super) fn insert(&mut self, session_id: &str, seq: i64) {
+        if self.0.len() >= Self::MAX && !self.0.contains_key(session_id) {
+            self.0.clear();
+        }
+        self.0.insert(session_id.to_owned(), seq);
+    }
+}
+
+/// After the hub gave up: fails whoever waits for `left` and for what is still queued, and
+/// logs, per session, how many events were not stored.
+pub(super) async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
+    rx.close();
+    let mut lost: Vec<(String, usize)> = Vec::new();
+    let mut count = |item: Queued| {
+        if let Some(done) = item.done {
+            let _ = done.send(Err(
+                "the event log could not be written before shutdown".into()
+            ));
+        }
+        if item.event.is_none() {
+            return;
+        }
+        match lost.iter_mut().find(|(id, _)| *id == item.session_id) {
+            Some((_, n)) => *n += 1,
+            None => lost.push((item.session_id, 1)),
+        }
+    };
+    left.into_iter().for_each(&mut count);
+    while let Some(item) = rx.recv().await {
+        count(item);
+    }
+    for (session, events) in lost {
+        tracing::error!(
+            session,
+            events,
+            "shutting down while the event log cannot be written: these events are not stored"
+        );
+    }
+}
