@@ -20,7 +20,7 @@ pub(super) const QUEUE: usize = 8192;
 /// event queued while the writer is idle is committed at once; a streaming turn's are
 /// committed (and reach live subscribers) in batches about this far apart. On a small
 /// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
-/// the agent the gateway is waiting for (see the README's Performance section).
+/// the agent the gateway is waiting for (see `bench/README.md`).
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
 const MAX_BATCH: usize = 2048;
