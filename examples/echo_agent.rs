@@ -43,6 +43,15 @@
 //! so a turn's cost stays linear in its own length, not in the session's. A session is *open* (in memory) in the process
 //! that created, loaded or resumed it and has not closed or deleted it.
 //!
+//! For benchmarks of the gateway's list sync, which a listing read from a
+//! million files would measure less than the agent: with a file
+//! `<dir>/synthetic-sessions` holding a number N (read at every call, so it
+//! may change while the agent runs), `session/list` also lists N synthetic
+//! sessions, made up as they are listed, after the real ones: ids
+//! `synthetic_000000000`, `synthetic_000000001`…, cwd `/synthetic`, titles
+//! `Synthetic <i>`, `updatedAt` i milliseconds before 2000-01-01, never
+//! archived. They are only listed: every other method takes them for unknown.
+//!
 //! | Method | Behaviour |
 //! |---|---|
 //! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`, authMethods per `ECHO_AGENT_AUTH` (else none). |
@@ -397,6 +406,19 @@ fn timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
+/// The cwd of every synthetic session.
+const SYNTHETIC_CWD: &str = "/synthetic";
+
+/// Synthetic session `i`, made up as it is listed (no file): `synthetic_` + `i` in 9 digits,
+/// in [`SYNTHETIC_CWD`], titled `Synthetic i`, updated `i` milliseconds before 2000-01-01.
+fn synthetic_session(i: usize) -> SessionInfo {
+    let updated = DateTime::<Utc>::from_timestamp_millis(946_684_800_000 - i as i64)
+        .expect("a timestamp in range");
+    SessionInfo::new(format!("synthetic_{i:09}"), PathBuf::from(SYNTHETIC_CWD))
+        .title(Some(format!("Synthetic {i}")))
+        .updated_at(timestamp(updated))
+}
+
 /// `-32602` with `message` as the error message.
 fn invalid(message: &str) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, message)
@@ -712,6 +734,18 @@ impl EchoAgent {
     }
 
     /// Every readable session file.
+    /// How many synthetic sessions to list: the number in `<dir>/synthetic-sessions`, read at
+    /// every call so that it can change while the agent runs; 0 without the file.
+    fn synthetic_sessions(&self) -> usize {
+        let Some(dir) = self.cfg.sessions_dir.parent() else {
+            return 0;
+        };
+        std::fs::read_to_string(dir.join("synthetic-sessions"))
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     fn all(&self) -> Vec<Record> {
         let Ok(entries) = std::fs::read_dir(&self.cfg.sessions_dir) else {
             return Vec::new();
@@ -905,16 +939,24 @@ impl EchoAgent {
             _ => records.retain(|r| !r.archived),
         }
         records.sort_by(|a, b| (b.updated_at, &b.session_id).cmp(&(a.updated_at, &a.session_id)));
-        let end = offset.saturating_add(self.cfg.page_size);
-        let page = records.iter().skip(offset).take(self.cfg.page_size);
-        let page = page.map(|r| {
-            SessionInfo::new(r.session_id.clone(), r.cwd.clone())
+        // Synthetic sessions are older than any real one: they come after them.
+        let only_archived = archive && matches!(req.archived, Some(SessionArchiveFilter::Only));
+        let synthetic = match &req.cwd {
+            _ if only_archived => 0,
+            Some(cwd) if cwd != Path::new(SYNTHETIC_CWD) => 0,
+            _ => self.synthetic_sessions(),
+        };
+        let total = records.len() + synthetic;
+        let end = offset.saturating_add(self.cfg.page_size).min(total);
+        let page = (offset.min(end)..end).map(|i| match records.get(i) {
+            Some(r) => SessionInfo::new(r.session_id.clone(), r.cwd.clone())
                 .additional_directories(r.additional_directories.clone())
                 .title(r.title.clone())
                 .updated_at(timestamp(r.updated_at))
-                .archived(archive.then_some(r.archived))
+                .archived(archive.then_some(r.archived)),
+            None => synthetic_session(i - records.len()).archived(archive.then_some(false)),
         });
-        let next = (end < records.len()).then(|| URL_SAFE_NO_PAD.encode(end.to_string()));
+        let next = (end < total).then(|| URL_SAFE_NO_PAD.encode(end.to_string()));
         Ok(ListSessionsResponse::new(page.collect()).next_cursor(next))
     }
 

@@ -9,10 +9,12 @@ use tokio::sync::mpsc;
 
 use super::EventHub;
 use super::writer::RETRY_FIRST;
-use crate::store::NewLifecycleEvent;
+use crate::store::{NewLifecycleEvent, StoreError};
 
 /// Lifecycle events waiting to be stored; past it, whoever emits one waits.
 pub(super) const LIFECYCLE_QUEUE: usize = 1024;
+/// Lifecycle events stored in one append at most.
+const LIFECYCLE_BATCH: usize = LIFECYCLE_QUEUE;
 
 impl EventHub {
     /// Queues a lifecycle event; subscribers are woken once it is stored.
@@ -27,7 +29,9 @@ impl EventHub {
     }
 
     /// Stores the queued lifecycle events until [`EventHub::close`], and what was queued by
-    /// then; during an outage, until the store is back or the shutdown gives up on it.
+    /// then; during an outage, until the store is back or the shutdown gives up on it. What
+    /// has queued up meanwhile is stored in one append (a list sync announcing thousands of
+    /// sessions costs a transaction per thousand, not per session).
     pub(super) async fn write_lifecycle(
         self: Arc<Self>,
         mut rx: mpsc::Receiver<NewLifecycleEvent>,
@@ -39,8 +43,15 @@ impl EventHub {
                 _ = self.closing.cancelled() => rx.try_recv().ok(),
             };
             let Some(event) = next else { return };
-            if !self.store_lifecycle(&event).await {
-                let mut lost = 1;
+            let mut batch = vec![event];
+            while batch.len() < LIFECYCLE_BATCH {
+                match rx.try_recv() {
+                    Ok(event) => batch.push(event),
+                    Err(_) => break,
+                }
+            }
+            if !self.store_lifecycle(&batch).await {
+                let mut lost = batch.len();
                 while rx.try_recv().is_ok() {
                     lost += 1;
                 }
@@ -53,35 +64,67 @@ impl EventHub {
         }
     }
 
-    /// Stores one lifecycle event, retrying while the store is unavailable, then wakes the
-    /// subscribers. False when the shutdown gave up waiting for the store. (A retry after a
-    /// connection lost mid-commit may store the event twice.)
-    async fn store_lifecycle(&self, event: &NewLifecycleEvent) -> bool {
+    /// Stores lifecycle events, then wakes the subscribers; one the store refuses is lost
+    /// alone. False when the shutdown gave up waiting for the store.
+    async fn store_lifecycle(&self, events: &[NewLifecycleEvent]) -> bool {
+        let refused = match self.append_lifecycle(events).await {
+            Outcome::Stored => return true,
+            Outcome::GaveUp => return false,
+            Outcome::Refused(e) if events.len() == 1 => vec![(e, &events[0])],
+            Outcome::Refused(_) => {
+                let mut refused = Vec::new();
+                for event in events {
+                    match self.append_lifecycle(std::slice::from_ref(event)).await {
+                        Outcome::Stored => {}
+                        Outcome::GaveUp => return false,
+                        Outcome::Refused(e) => refused.push((e, event)),
+                    }
+                }
+                refused
+            }
+        };
+        for (e, event) in refused {
+            tracing::error!(error = %e, session = event.session_id, kind = event.kind, "the store refused this lifecycle event; it is not stored");
+        }
+        true
+    }
+
+    /// One append of lifecycle events, retried while the store is unavailable. (A retry after a
+    /// connection lost mid-commit may store the events twice.)
+    async fn append_lifecycle(&self, events: &[NewLifecycleEvent]) -> Outcome {
         let mut pause = RETRY_FIRST;
         let mut failures: u32 = 0;
         loop {
-            match self.store.append_lifecycle(event).await {
+            match self.store.append_lifecycle(events).await {
                 Ok(stored) => {
                     if failures > 0 {
                         tracing::warn!(failures, "the lifecycle log is written again");
                     }
-                    let _ = self.lifecycle.send(Arc::new(stored));
-                    return true;
+                    for event in stored {
+                        let _ = self.lifecycle.send(Arc::new(event));
+                    }
+                    return Outcome::Stored;
                 }
-                Err(e) if e.is_about_the_data() => {
-                    tracing::error!(error = %e, session = event.session_id, kind = event.kind, "the store refused this lifecycle event; it is not stored");
-                    return true;
-                }
+                Err(e) if e.is_about_the_data() => return Outcome::Refused(e),
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %e, failures, "cannot append to the lifecycle log; retrying until it can");
                     }
                     if self.wait_to_retry(&mut pause).await.is_err() {
-                        return false;
+                        return Outcome::GaveUp;
                     }
                 }
             }
         }
     }
+}
+
+/// How an append of lifecycle events ended.
+enum Outcome {
+    Stored,
+    /// The store refused the data: appending it again fails again.
+    Refused(StoreError),
+    /// The shutdown gave up waiting for the store.
+    GaveUp,
 }

@@ -426,6 +426,7 @@ mod tests {
             origin: Origin::Gateway,
             deleted_at: None,
             synced_at: None,
+            listed: None,
         }
     }
 
@@ -502,6 +503,7 @@ mod tests {
             origin: crate::store::Origin::Upstream,
             deleted_at: None,
             synced_at: None,
+            listed: None,
         };
         let records = vec![
             record("a", Some("ünïcode \n title"), Some(json!({"k": [1, null]}))),

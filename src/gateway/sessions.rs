@@ -143,6 +143,7 @@ impl Gateway {
             origin: Origin::Gateway,
             deleted_at: None,
             synced_at: None,
+            listed: None,
         };
         if let Err(e) = self.store().put_session(&record).await {
             // Not recorded, so not created: the agent's session is undone as far as the agent

@@ -5,6 +5,12 @@
 //! a session the agent listed before and lists no more has been deleted by another client and is
 //! tombstoned; a tombstoned id is never brought back. Agents without `session/list` have
 //! nothing to sync: the cache of the gateway's own sessions is the list.
+//!
+//! Each page is compared with the cache as it comes, by the digest of each listed
+//! `SessionInfo` against the digest a sync last stored with the row (which any other write to
+//! the row clears): one query for the page answers the sessions that are new or may have
+//! changed, with their rows, and one statement writes those that did. An unchanged list costs a
+//! query per page, not per session; while a page is compared, the next one is being listed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -13,10 +19,12 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
 use super::model::now;
 use super::{Error, Gateway};
-use crate::store::{Origin, SessionRecord};
+use crate::pool::client::AgentClient;
+use crate::store::{ListedSession, Origin, SessionRecord};
 
 /// An agent that hands out more pages than this is not listing a finite set: the sync stops
 /// without marking anything vanished.
@@ -35,10 +43,24 @@ pub struct SyncReport {
     pub vanished: usize,
 }
 
-/// One `SessionInfo` as listed, checked.
+/// One `SessionInfo` as listed, checked, and its digest.
 struct Listed {
     session_id: String,
     info: Value,
+    digest: i64,
+}
+
+/// What writing a listed session's row means for the cache.
+#[derive(Clone, Copy)]
+enum Change {
+    /// A session new to the cache.
+    Added,
+    /// A cached session whose metadata changed.
+    Updated,
+    /// A cached session of the gateway's own, listed for the first time: only `synced_at`.
+    Sighted,
+    /// Nothing the cache shows: the row records the listing's digest.
+    Digest,
 }
 
 impl Gateway {
@@ -53,47 +75,53 @@ impl Gateway {
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
         let since = self.inner.cache.touches.load(Ordering::SeqCst);
-        let listed = self.list_upstream(None).await?;
-        // Creates that were under way while the agent listed have stored their rows now.
-        drop(self.inner.creating.write().await);
-        let mut report = SyncReport {
-            listed: listed.len(),
-            ..SyncReport::default()
-        };
-        let mut seen = HashSet::with_capacity(listed.len());
-        for l in listed {
-            seen.insert(l.session_id.clone());
-            if self.touched_since(&l.session_id, since) {
-                continue;
-            }
-            match self.upsert_listed(&l, started).await? {
-                Upsert::Added => report.added += 1,
-                Upsert::Updated => report.updated += 1,
-                Upsert::Unchanged | Upsert::Tombstoned => {}
-            }
+        let mut report = SyncReport::default();
+        let mut seen = HashSet::new();
+        let mut pages = Pages::new(self.any_client().await?, None);
+        let mut next = pages.next().await?;
+        while let Some(page) = next {
+            // Creates that were under way while the agent listed the page have stored their
+            // rows now.
+            drop(self.inner.creating.write().await);
+            report.listed += page.len();
+            // An id listed twice (pages shift while sessions change) counts once.
+            let page = page
+                .into_iter()
+                .filter(|l| seen.insert(l.session_id.clone()))
+                .collect();
+            let (listed, synced) = tokio::join!(
+                pages.next(),
+                self.sync_page(page, since, started, &mut report)
+            );
+            synced?;
+            next = listed?;
         }
         // Sessions listed before and missing now. A live one is in the agent's memory whatever
         // its list says. An agent's pages are not always stable while its sessions change, so
         // a miss is confirmed by listing the session's cwd again before it counts.
-        let mut missing: HashMap<String, Vec<SessionRecord>> = HashMap::new();
-        for id in self.store().synced_session_ids().await? {
-            if seen.contains(&id)
-                || self.inner.live.member(&id).is_some()
-                || self.touched_since(&id, since)
-            {
-                continue;
-            }
+        let missing: Vec<String> = self
+            .store()
+            .synced_session_ids()
+            .await?
+            .into_iter()
+            .filter(|id| {
+                !seen.contains(id)
+                    && self.inner.live.member(id).is_none()
+                    && !self.touched_since(id, since)
+            })
+            .collect();
+        let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
+        for id in missing {
             if let Some(r) = self.store().get_session(&id).await? {
-                missing.entry(r.cwd.clone()).or_default().push(r);
+                by_cwd.entry(r.cwd.clone()).or_default().push(r);
             }
         }
-        for (cwd, records) in missing {
-            let again: HashSet<String> = self
-                .list_upstream(Some(&cwd))
-                .await?
-                .into_iter()
-                .map(|l| l.session_id)
-                .collect();
+        for (cwd, records) in by_cwd {
+            let mut again = HashSet::new();
+            let mut pages = Pages::new(self.any_client().await?, Some(cwd));
+            while let Some(page) = pages.next().await? {
+                again.extend(page.into_iter().map(|l| l.session_id));
+            }
             for r in records {
                 if !again.contains(&r.session_id) && self.vanish(&r).await? {
                     report.vanished += 1;
@@ -117,92 +145,120 @@ impl Gateway {
         touched.get(session_id).is_some_and(|n| *n > since)
     }
 
-    /// Every page of `session/list` (of one `cwd`, if given), archived sessions included when
-    /// the agent archives.
-    async fn list_upstream(&self, cwd: Option<&str>) -> Result<Vec<Listed>, Error> {
-        let agent = self.any_client().await?;
-        let mut out = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let page = agent.list_sessions(cwd, cursor.as_deref()).await?;
-            for info in page
-                .get("sessions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                match checked(info) {
-                    Some(l) => out.push(l),
-                    None => tracing::warn!(%info, "session/list returned an unusable session"),
-                }
-            }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
-                Some(_) => return Err(agent_error("session/list repeated its cursor")),
-                None => return Ok(out),
-            }
+    /// `items` without those whose session the gateway has changed on its own authority
+    /// since change `since`: that change is newer than the listing.
+    fn untouched<T>(&self, mut items: Vec<T>, id: impl Fn(&T) -> &str, since: u64) -> Vec<T> {
+        let touched = self.inner.cache.touched.lock().expect("touched lock");
+        if touched.values().any(|n| *n > since) {
+            items.retain(|item| touched.get(id(item)).is_none_or(|n| *n <= since));
         }
-        Err(agent_error("session/list did not end within 10,000 pages"))
+        items
     }
 
-    async fn upsert_listed(&self, l: &Listed, at: DateTime<Utc>) -> Result<Upsert, Error> {
-        let Some(existing) = self.store().get_session(&l.session_id).await? else {
-            let mut record = SessionRecord {
+    /// Brings one listed page into the cache: the sessions that are new or may have changed
+    /// found in one query, those that did written in one statement, then announced.
+    async fn sync_page(
+        &self,
+        page: Vec<Listed>,
+        since: u64,
+        at: DateTime<Utc>,
+        report: &mut SyncReport,
+    ) -> Result<(), Error> {
+        let page = self.untouched(page, |l| &l.session_id, since);
+        let listed: Vec<ListedSession> = page
+            .iter()
+            .map(|l| ListedSession {
                 session_id: l.session_id.clone(),
-                tenant: self.inner.config.upstream_tenant.clone(),
-                cwd: String::new(),
-                additional_directories: Vec::new(),
-                title: None,
-                updated_at: at,
-                created_at: at,
-                meta: None,
-                archived: false,
-                origin: Origin::Upstream,
-                deleted_at: None,
-                synced_at: Some(at),
-            };
-            apply_listed(&mut record, &l.info);
-            let added = self.store().put_session(&record).await?;
-            self.inner.sessions_changed();
-            if !added {
-                return Ok(Upsert::Tombstoned);
-            }
-            self.inner
-                .lifecycle(
-                    &record,
-                    "session_created",
-                    json!({"session": self.inner.view(&record)}),
-                )
-                .await;
-            return Ok(Upsert::Added);
-        };
-        if existing.deleted_at.is_some() {
-            return Ok(Upsert::Tombstoned);
-        }
-        let mut changed = existing.clone();
-        apply_listed(&mut changed, &l.info);
-        let first_sighting = existing.synced_at.is_none();
-        if changed == existing && !first_sighting {
-            return Ok(Upsert::Unchanged);
-        }
-        let info = l.info.clone();
-        let Some(record) = self
-            .store()
-            .update_session(&l.session_id, &|r| {
-                apply_listed(r, &info);
-                r.synced_at = Some(at);
+                digest: l.digest,
             })
+            .collect();
+        let to_sync = self.store().sessions_to_sync(&listed).await?;
+        if to_sync.is_empty() {
+            return Ok(());
+        }
+        let mut page: HashMap<String, Listed> = page
+            .into_iter()
+            .map(|l| (l.session_id.clone(), l))
+            .collect();
+        let mut writes = Vec::with_capacity(to_sync.len());
+        for t in to_sync {
+            let Some(l) = page.remove(&t.session_id) else {
+                continue;
+            };
+            let Some(existing) = t.cached else {
+                writes.push((self.discovered(&l, at), Change::Added));
+                continue;
+            };
+            let mut record = existing.clone();
+            apply_listed(&mut record, &l.info);
+            let change = if record != existing {
+                Change::Updated
+            } else if existing.synced_at.is_none() {
+                Change::Sighted
+            } else {
+                Change::Digest
+            };
+            record.synced_at = Some(at);
+            record.listed = Some(l.digest);
+            writes.push((record, change));
+        }
+        // A change of the gateway's own noted while the page was compared wins too.
+        let writes = self.untouched(writes, |(r, _)| &r.session_id, since);
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let (records, changes): (Vec<SessionRecord>, Vec<Change>) = writes.into_iter().unzip();
+        let written: HashSet<String> = self
+            .store()
+            .put_sessions(&records)
             .await
             .inspect(|_| self.inner.sessions_changed())?
-        else {
-            return Ok(Upsert::Tombstoned);
-        };
-        self.inner.live.record_changed(&record);
-        if changed == existing {
-            return Ok(Upsert::Unchanged);
+            .into_iter()
+            .collect();
+        // Ids missing from `written` were tombstoned meanwhile: they stay deleted.
+        for (record, change) in records.iter().zip(changes) {
+            if !written.contains(&record.session_id) {
+                continue;
+            }
+            match change {
+                Change::Added => {
+                    report.added += 1;
+                    let view = self.inner.view(record);
+                    self.inner
+                        .lifecycle(record, "session_created", json!({"session": view}))
+                        .await;
+                }
+                Change::Updated => {
+                    report.updated += 1;
+                    self.inner.live.record_changed(record);
+                    self.inner.updated(record).await;
+                }
+                Change::Sighted => self.inner.live.record_changed(record),
+                Change::Digest => {}
+            }
         }
-        self.inner.updated(&record).await;
-        Ok(Upsert::Updated)
+        Ok(())
+    }
+
+    /// The row of a listed session new to the cache: origin `upstream`, owned by the admin.
+    fn discovered(&self, l: &Listed, at: DateTime<Utc>) -> SessionRecord {
+        let mut record = SessionRecord {
+            session_id: l.session_id.clone(),
+            tenant: self.inner.config.upstream_tenant.clone(),
+            cwd: String::new(),
+            additional_directories: Vec::new(),
+            title: None,
+            updated_at: at,
+            created_at: at,
+            meta: None,
+            archived: false,
+            origin: Origin::Upstream,
+            deleted_at: None,
+            synced_at: Some(at),
+            listed: Some(l.digest),
+        };
+        apply_listed(&mut record, &l.info);
+        record
     }
 
     /// Tombstones a session the agent no longer lists; `true` if it was live in the cache.
@@ -255,13 +311,6 @@ impl Gateway {
     }
 }
 
-enum Upsert {
-    Added,
-    Updated,
-    Unchanged,
-    Tombstoned,
-}
-
 fn agent_error(message: &str) -> Error {
     Error::Agent {
         code: -32603,
@@ -269,16 +318,86 @@ fn agent_error(message: &str) -> Error {
     }
 }
 
+/// One walk through the pages of `session/list` (of one `cwd`, if given), archived sessions
+/// included when the agent archives.
+struct Pages {
+    agent: AgentClient,
+    cwd: Option<String>,
+    cursor: Option<String>,
+    read: usize,
+    done: bool,
+}
+
+impl Pages {
+    fn new(agent: AgentClient, cwd: Option<String>) -> Self {
+        Pages {
+            agent,
+            cwd,
+            cursor: None,
+            read: 0,
+            done: false,
+        }
+    }
+
+    /// The next page's usable sessions; `None` after the last page.
+    async fn next(&mut self) -> Result<Option<Vec<Listed>>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.read == MAX_PAGES {
+            return Err(agent_error("session/list did not end within 10,000 pages"));
+        }
+        let mut page = self
+            .agent
+            .list_sessions(self.cwd.as_deref(), self.cursor.as_deref())
+            .await?;
+        self.read += 1;
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if self.cursor.as_deref() != Some(next) => {
+                self.cursor = Some(next.to_owned())
+            }
+            Some(_) => return Err(agent_error("session/list repeated its cursor")),
+            None => self.done = true,
+        }
+        let sessions = match page.get_mut("sessions").map(Value::take) {
+            Some(Value::Array(sessions)) => sessions,
+            _ => Vec::new(),
+        };
+        Ok(Some(sessions.into_iter().filter_map(checked).collect()))
+    }
+}
+
 /// A listed `SessionInfo` the cache can hold: a valid id and an absolute cwd.
-fn checked(info: &Value) -> Option<Listed> {
-    let id = info.get("sessionId")?.as_str()?;
-    super::model::SessionId::parse(id).ok()?;
-    let cwd = info.get("cwd")?.as_str()?;
-    super::model::validate_abs_path("cwd", cwd).ok()?;
-    Some(Listed {
-        session_id: id.to_owned(),
-        info: info.clone(),
-    })
+fn checked(info: Value) -> Option<Listed> {
+    let usable = |info: &Value| {
+        let id = info.get("sessionId")?.as_str()?;
+        super::model::SessionId::parse(id).ok()?;
+        let cwd = info.get("cwd")?.as_str()?;
+        super::model::validate_abs_path("cwd", cwd).ok()?;
+        Some(id.to_owned())
+    };
+    match usable(&info) {
+        Some(session_id) => Some(Listed {
+            session_id,
+            digest: digest(&info),
+            info,
+        }),
+        None => {
+            tracing::warn!(%info, "session/list returned an unusable session");
+            None
+        }
+    }
+}
+
+/// The digest of a listed `SessionInfo`: the first 8 bytes of the SHA-256 of its JSON text,
+/// after a version of what [`apply_listed`] makes of it, so that a gateway that applies
+/// listings otherwise does not take the digests of an older one for its own.
+fn digest(info: &Value) -> i64 {
+    let mut hash = Sha256::new();
+    hash.update(b"apply_listed v1\n");
+    serde_json::to_writer(&mut hash, info).expect("a JSON value serializes");
+    let digest = hash.finalize();
+    i64::from_be_bytes(digest[..8].try_into().expect("8 of 32 bytes"))
 }
 
 /// Applies a listed `SessionInfo` to a cached row. A listing describes the session as it is,
@@ -334,6 +453,7 @@ mod tests {
             origin: Origin::Gateway,
             deleted_at: None,
             synced_at: None,
+            listed: None,
         }
     }
 
@@ -394,10 +514,10 @@ mod tests {
 
     #[test]
     fn unusable_listings_are_skipped() {
-        assert!(checked(&json!({"sessionId": "ok", "cwd": "/w"})).is_some());
-        assert!(checked(&json!({"sessionId": "has space", "cwd": "/w"})).is_none());
-        assert!(checked(&json!({"sessionId": "ok", "cwd": "relative"})).is_none());
-        assert!(checked(&json!({"sessionId": "ok"})).is_none());
-        assert!(checked(&json!({"cwd": "/w"})).is_none());
+        assert!(checked(json!({"sessionId": "ok", "cwd": "/w"})).is_some());
+        assert!(checked(json!({"sessionId": "has space", "cwd": "/w"})).is_none());
+        assert!(checked(json!({"sessionId": "ok", "cwd": "relative"})).is_none());
+        assert!(checked(json!({"sessionId": "ok"})).is_none());
+        assert!(checked(json!({"cwd": "/w"})).is_none());
     }
 }

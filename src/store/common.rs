@@ -11,37 +11,66 @@
 //! begins, how a timestamp and the session columns are bound, and the few statements each
 //! writes in its own dialect.
 
-/// The session row, inserted or (unless tombstoned) replaced: `$1`…`$12` in
-/// [`session_columns!`] order.
-pub(crate) const PUT_SESSION: &str = concat!(
-    "INSERT INTO sessions (",
-    session_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-     ON CONFLICT (session_id) DO UPDATE SET \
-     tenant = excluded.tenant, cwd = excluded.cwd, \
-     additional_directories = excluded.additional_directories, title = excluded.title, \
-     updated_at = excluded.updated_at, created_at = excluded.created_at, meta = excluded.meta, \
-     archived = excluded.archived, origin = excluded.origin, deleted_at = excluded.deleted_at, \
-     synced_at = excluded.synced_at \
-     WHERE sessions.deleted_at IS NULL"
-);
-
+/// One session's row, tombstoned or not.
 pub(crate) const GET_SESSION: &str = concat!(
     "SELECT ",
     session_columns!(),
     " FROM sessions WHERE session_id = $1"
 );
 
-/// Same parameters as [`PUT_SESSION`]; `session_id` ($1) is the key and is not changed.
+/// The session columns as `$1`…`$13`, in [`session_columns!`] order; `session_id` ($1) is the
+/// key and is not changed.
 pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = $3, \
      additional_directories = $4, title = $5, updated_at = $6, created_at = $7, meta = $8, \
-     archived = $9, origin = $10, deleted_at = $11, synced_at = $12 WHERE session_id = $1";
+     archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13 \
+     WHERE session_id = $1";
+
+/// What an upsert of session rows does with an id that exists: replaces every column unless
+/// the row is tombstoned; then answers the ids written.
+macro_rules! replace_unless_tombstoned {
+    () => {
+        " ON CONFLICT (session_id) DO UPDATE SET \
+         tenant = excluded.tenant, cwd = excluded.cwd, \
+         additional_directories = excluded.additional_directories, title = excluded.title, \
+         updated_at = excluded.updated_at, created_at = excluded.created_at, \
+         meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
+         deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
+         listed = excluded.listed \
+         WHERE sessions.deleted_at IS NULL RETURNING session_id"
+    };
+}
+
+/// `sessions_to_sync`'s statement, given the `FROM` item that makes the page a table `l` of
+/// columns `id` and `digest`: each listed id the cache does not know (its row all NULL) or
+/// holds live with another digest (with its row).
+macro_rules! sessions_to_sync {
+    ($page:expr) => {
+        concat!(
+            "SELECT l.id AS listed_id, ",
+            session_columns!(),
+            " FROM ",
+            $page,
+            " LEFT JOIN sessions ON sessions.session_id = l.id \
+             WHERE sessions.session_id IS NULL \
+             OR (sessions.deleted_at IS NULL AND sessions.listed IS DISTINCT FROM l.digest)"
+        )
+    };
+}
 
 pub(crate) const TOMBSTONE_LIVE: &str =
     "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
 
-pub(crate) const SYNCED_SESSION_IDS: &str =
-    "SELECT session_id FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL";
+/// The ids of the live rows a sync has seen listed (`synced_session_ids`), aggregated by the
+/// backend's `$json_array_of_ids` into one JSON array: one value to fetch, not a row each.
+macro_rules! synced_session_ids {
+    ($json_array_of_ids:literal) => {
+        concat!(
+            "SELECT ",
+            $json_array_of_ids,
+            " FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL"
+        )
+    };
+}
 
 pub(crate) const PRUNE_MOVES: &str = "DELETE FROM session_moves WHERE moved_at < $1";
 
@@ -56,9 +85,6 @@ pub(crate) const LAST_EVENT_SEQ: &str =
 /// The kind of a session's latest turn event, if any.
 pub(crate) const LAST_TURN_EVENT: &str = "SELECT kind FROM session_events \
      WHERE session_id = $1 AND kind IN ('turn_started', 'turn_ended') ORDER BY seq DESC LIMIT 1";
-
-pub(crate) const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
-     (session_id, tenant, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING seq";
 
 pub(crate) const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, \
      created_at FROM lifecycle_events WHERE seq > $1 ORDER BY seq LIMIT $2";
@@ -78,9 +104,10 @@ pub(crate) const RELEASE_SESSION: &str =
 /// as `time(at)` and the session columns with `bind_session(query, record)`, read a row to
 /// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
 /// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
-/// keep) and find the moves of listed sessions with `first_moves` (see
-/// [`FirstMoves`](crate::store::listing::FirstMoves)). `items` are the trait's provided methods
-/// the backend overrides.
+/// keep), find the moves of listed sessions with `first_moves` (see
+/// [`FirstMoves`](crate::store::listing::FirstMoves)) and the ids of the synced sessions with
+/// `synced_session_ids` (its one value: their JSON array as text). `items` are the trait's
+/// provided methods the backend overrides.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -91,7 +118,8 @@ macro_rules! impl_store {
             bind_session: $bind_session:path,
             lock_session: $lock_session:path,
             prune_events_by_count: $prune_by_count:path,
-            first_moves: $first_moves:path $(,)?
+            first_moves: $first_moves:path,
+            synced_session_ids: $synced_session_ids:expr $(,)?
         } { $($extra:tt)* }
     ) => {
         #[async_trait::async_trait]
@@ -101,15 +129,14 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            async fn put_session(
+            async fn put_sessions(
                 &self,
-                record: &$crate::store::SessionRecord,
-            ) -> $crate::store::StoreResult<bool> {
-                // One statement: the upsert's `WHERE` leaves a tombstoned row untouched.
-                let done = $bind_session(sqlx::query($crate::store::common::PUT_SESSION), record)
-                    .execute(&self.$writes)
-                    .await?;
-                Ok(done.rows_affected() == 1)
+                records: &[$crate::store::SessionRecord],
+            ) -> $crate::store::StoreResult<Vec<String>> {
+                if records.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.put_sessions(records).await
             }
 
             async fn get_session(
@@ -121,6 +148,16 @@ macro_rules! impl_store {
                     .fetch_optional(&self.$reads)
                     .await?;
                 row.as_ref().map($crate::store::rows::session_from).transpose()
+            }
+
+            async fn sessions_to_sync(
+                &self,
+                listed: &[$crate::store::ListedSession],
+            ) -> $crate::store::StoreResult<Vec<$crate::store::ToSync>> {
+                if listed.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.sessions_to_sync(listed).await
             }
 
             async fn update_session(
@@ -161,9 +198,12 @@ macro_rules! impl_store {
             }
 
             async fn synced_session_ids(&self) -> $crate::store::StoreResult<Vec<String>> {
-                Ok(sqlx::query_scalar($crate::store::common::SYNCED_SESSION_IDS)
-                    .fetch_all(&self.$reads)
-                    .await?)
+                let ids: String = sqlx::query_scalar($synced_session_ids)
+                    .fetch_one(&self.$reads)
+                    .await?;
+                serde_json::from_str(&ids).map_err(|e| {
+                    $crate::store::StoreError::Corrupt(format!("synced session ids: {e}"))
+                })
             }
 
             async fn prune_moves(
@@ -256,9 +296,12 @@ macro_rules! impl_store {
 
             async fn append_lifecycle(
                 &self,
-                event: &$crate::store::NewLifecycleEvent,
-            ) -> $crate::store::StoreResult<$crate::store::StoredLifecycleEvent> {
-                self.append_lifecycle(event).await
+                events: &[$crate::store::NewLifecycleEvent],
+            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
+                if events.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.append_lifecycle(events).await
             }
 
             async fn read_lifecycle(

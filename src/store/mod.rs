@@ -20,7 +20,7 @@ use serde_json::Value;
 macro_rules! session_columns {
     () => {
         "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
-         archived, origin, deleted_at, synced_at"
+         archived, origin, deleted_at, synced_at, listed"
     };
 }
 
@@ -163,6 +163,24 @@ pub struct SessionRecord {
     /// Set when the session was deleted: a tombstone that keeps a sync from resurrecting it.
     pub deleted_at: Option<DateTime<Utc>>,
     pub synced_at: Option<DateTime<Utc>>,
+    /// The digest of the agent's `SessionInfo` that a sync last made the row from, as long as
+    /// nothing else has changed the row since (see [`Store::sessions_to_sync`]); `None` then.
+    pub listed: Option<i64>,
+}
+
+/// A session on a page of the agent's list: its id and the digest of its `SessionInfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSession {
+    pub session_id: String,
+    pub digest: i64,
+}
+
+/// A listed session a sync has to look at (see [`Store::sessions_to_sync`]): its id and its
+/// live row, `None` when the cache does not know it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToSync {
+    pub session_id: String,
+    pub cached: Option<SessionRecord>,
 }
 
 /// A page request for [`Store::list_sessions`]; newest `updated_at` first, ties by `session_id` descending.
@@ -252,6 +270,29 @@ impl NewLifecycleEvent {
             created_at,
         }
     }
+
+    /// `events` as stored at `created_at` by one insert that answered `seqs`: the numbers the
+    /// database handed out in the order the rows were inserted, ascending, which a backend's
+    /// `RETURNING` need not answer in that order.
+    fn stored_all(
+        events: &[Self],
+        mut seqs: Vec<i64>,
+        created_at: DateTime<Utc>,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
+        if seqs.len() != events.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{} lifecycle events inserted, {} numbers returned",
+                events.len(),
+                seqs.len()
+            )));
+        }
+        seqs.sort_unstable();
+        Ok(events
+            .iter()
+            .zip(seqs)
+            .map(|(e, seq)| e.stored(seq, created_at))
+            .collect())
+    }
 }
 
 /// A mutation applied to one session row inside a transaction (see [`Store::update_session`]).
@@ -276,6 +317,7 @@ fn apply_mutation(
     mutate(&mut record);
     // The id is the row's key: a mutation cannot move the row to another id.
     record.session_id = session_id.to_owned();
+    record.listed = None;
     truncate_timestamps(&mut record);
     Some(record)
 }
@@ -388,15 +430,24 @@ pub trait Store: Send + Sync + 'static {
     /// Cheap round trip, for `/readyz`.
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Inserts a session, or, if the id exists and is not tombstoned, replaces its row.
-    /// Returns `false` (and changes nothing) when the id is tombstoned.
-    async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool>;
+    /// Writes sessions, each inserted or, if its id exists and is not tombstoned, replacing its
+    /// row; a tombstoned id is left as it is. Returns the ids written, in no particular order.
+    /// The ids must differ. A list sync writes the changes of a page in one statement
+    /// (PostgreSQL: any number of rows; SQLite: one per 2,520, its limit on bound parameters).
+    async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>>;
 
     /// The row for `session_id`, tombstoned or not.
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>>;
 
+    /// Of a page of the agent's list, the sessions a sync has to look at, in one query: those
+    /// the cache does not know (with no row) and those whose live row is not what this very
+    /// listing made it ([`SessionRecord::listed`] differs), with their row. Tombstoned ids are
+    /// left out: nothing brings them back. The ids must differ.
+    async fn sessions_to_sync(&self, listed: &[ListedSession]) -> StoreResult<Vec<ToSync>>;
+
     /// Reads the row, applies `mutate`, writes it back, in one transaction (row locked on
-    /// PostgreSQL). Returns the new row; `None` when the id is unknown or tombstoned.
+    /// PostgreSQL). Returns the new row; `None` when the id is unknown or tombstoned. The row
+    /// is no longer what a listing made it: its [`SessionRecord::listed`] is cleared.
     async fn update_session(
         &self,
         session_id: &str,
@@ -463,11 +514,12 @@ pub trait Store: Send + Sync + 'static {
     /// `turn_started` has no `turn_ended` after it).
     async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
 
-    /// Appends a lifecycle event with the next global sequence number.
+    /// Appends lifecycle events, in one transaction, numbered in their order with the next
+    /// global sequence numbers; returns them as stored, in the same order.
     async fn append_lifecycle(
         &self,
-        event: &NewLifecycleEvent,
-    ) -> StoreResult<StoredLifecycleEvent>;
+        events: &[NewLifecycleEvent],
+    ) -> StoreResult<Vec<StoredLifecycleEvent>>;
 
     /// Lifecycle events with `seq > after`, ascending, at most `limit`; `tenant = None` = all.
     async fn read_lifecycle(
@@ -485,6 +537,15 @@ pub trait Store: Send + Sync + 'static {
     /// may have been missed.
     async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
         Ok(None)
+    }
+}
+
+impl dyn Store {
+    /// Inserts a session, or, if the id exists and is not tombstoned, replaces its row.
+    /// Returns `false` (and changes nothing) when the id is tombstoned.
+    pub async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
+        let written = self.put_sessions(std::slice::from_ref(record)).await?;
+        Ok(!written.is_empty())
     }
 }
 

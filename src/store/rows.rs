@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 
-use super::{Origin, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent};
+use super::{
+    Origin, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, ToSync,
+};
 
 /// A column type both backends store as the Rust type itself: text, integers, booleans, and
 /// their `Option`s for nullable columns.
@@ -72,7 +74,17 @@ pub(crate) fn session_from(row: &impl Columns) -> StoreResult<SessionRecord> {
         origin: Origin::parse(&origin)?,
         deleted_at: row.opt_time("deleted_at").map_err(at)?,
         synced_at: row.opt_time("synced_at").map_err(at)?,
+        listed: row.get("listed")?,
         session_id,
+    })
+}
+
+/// A row of `sessions_to_sync`: the listed id, and its row unless all NULL (an unknown id).
+pub(crate) fn to_sync_from(row: &impl Columns) -> StoreResult<ToSync> {
+    let known: Option<String> = row.get("session_id")?;
+    Ok(ToSync {
+        session_id: row.get("listed_id")?,
+        cached: known.map(|_| session_from(row)).transpose()?,
     })
 }
 

@@ -370,7 +370,11 @@ pub async fn check_nul_round_trip(store: Arc<dyn Store>) {
         kind: "session_updated".into(),
         payload: payloads[0].clone(),
     };
-    let appended = store.append_lifecycle(&lifecycle).await.unwrap();
+    let appended = store
+        .append_lifecycle(&[lifecycle])
+        .await
+        .unwrap()
+        .remove(0);
     let listed = store
         .read_lifecycle(None, appended.seq - 1, 1)
         .await
@@ -505,7 +509,11 @@ pub async fn check_lifecycle(store: Arc<dyn Store>) {
             kind: ["created", "info_updated", "status_changed", "deleted"][i % 4].to_owned(),
             payload: json!({"i": i, "title": "ünïcode 🚀", "nested": {"list": [i]}}),
         };
-        let e = store.append_lifecycle(&new).await.unwrap();
+        let e = store
+            .append_lifecycle(std::slice::from_ref(&new))
+            .await
+            .unwrap()
+            .remove(0);
         assert_eq!(e.session_id, new.session_id);
         assert_eq!(e.tenant, new.tenant);
         assert_eq!(e.kind, new.kind);
@@ -571,15 +579,15 @@ pub async fn check_lifecycle(store: Arc<dyn Store>) {
             let mut seqs = Vec::new();
             for i in 0..20 {
                 let e = store
-                    .append_lifecycle(&NewLifecycleEvent {
+                    .append_lifecycle(&[NewLifecycleEvent {
                         session_id: format!("lc-conc-{task}"),
                         tenant: "lc-conc".to_owned(),
                         kind: "info_updated".to_owned(),
                         payload: json!({"task": task, "i": i}),
-                    })
+                    }])
                     .await
                     .expect("append_lifecycle");
-                seqs.push(e.seq);
+                seqs.push(e[0].seq);
             }
             seqs
         });
@@ -597,8 +605,33 @@ pub async fn check_lifecycle(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(back.iter().map(|e| e.seq).collect::<Vec<_>>(), seqs);
-    assert_eq!(
-        store.last_lifecycle_seq().await.unwrap(),
-        *seqs.last().unwrap()
+    let last = *seqs.last().unwrap();
+    assert_eq!(store.last_lifecycle_seq().await.unwrap(), last);
+
+    // Many in one append (more than one SQLite statement binds): numbered in their order,
+    // after everything before, and returned in that order.
+    let many: Vec<NewLifecycleEvent> = (0..7_000)
+        .map(|i| NewLifecycleEvent {
+            session_id: format!("lc-many-{i}"),
+            tenant: "lc-many".to_owned(),
+            kind: "session_created".to_owned(),
+            payload: json!({"i": i}),
+        })
+        .collect();
+    let stored = store.append_lifecycle(&many).await.unwrap();
+    assert_eq!(stored.len(), many.len());
+    for (e, new) in stored.iter().zip(&many) {
+        assert_eq!((&e.session_id, &e.payload), (&new.session_id, &new.payload));
+    }
+    assert!(stored[0].seq > last);
+    assert!(
+        stored.windows(2).all(|w| w[1].seq > w[0].seq),
+        "numbered in order"
     );
+    let back = store
+        .read_lifecycle(Some("lc-many"), last, 10_000)
+        .await
+        .unwrap();
+    assert_eq!(back, stored);
+    assert!(store.append_lifecycle(&[]).await.unwrap().is_empty());
 }

@@ -20,8 +20,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use acp_gateway::store::{
-    self, Claimed, Database, HeldSessions, ListCursor, ListQuery, NewEvent, NewLifecycleEvent,
-    Origin, PgStore, ReplicaRegistry, Replicas, SessionRecord, SqliteStore, Store, StoredEvent,
+    self, Claimed, Database, HeldSessions, ListCursor, ListQuery, ListedSession, NewEvent,
+    NewLifecycleEvent, Origin, PgStore, ReplicaRegistry, Replicas, SessionRecord, SqliteStore,
+    Store, StoredEvent, ToSync,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
@@ -50,6 +51,7 @@ fn record(id: &str, tenant: &str) -> SessionRecord {
         origin: Origin::Gateway,
         deleted_at: None,
         synced_at: None,
+        listed: None,
     }
 }
 
@@ -214,6 +216,7 @@ macro_rules! store_contract {
             sessions::check_session_round_trip,
             sessions::check_update_session,
             sessions::check_concurrent_updates,
+            sessions::check_sessions_in_bulk,
             listing::check_list_sessions,
             listing::check_stable_pagination,
             sessions::check_tombstone,

@@ -39,9 +39,9 @@ pub async fn check_reopen_write(store: Arc<dyn Store>) -> Reopen {
         .unwrap();
     assert_eq!(events.last().unwrap().seq, 4);
     let lifecycle_seq = store
-        .append_lifecycle(&lifecycle("created"))
+        .append_lifecycle(&[lifecycle("created")])
         .await
-        .unwrap()
+        .unwrap()[0]
         .seq;
     assert!(
         !store
@@ -83,9 +83,10 @@ pub async fn check_reopen_read(store: Arc<dyn Store>, before: &Reopen) {
         before.lifecycle_seq
     );
     let lc = store
-        .append_lifecycle(&lifecycle("info_updated"))
+        .append_lifecycle(&[lifecycle("info_updated")])
         .await
-        .unwrap();
+        .unwrap()
+        .remove(0);
     assert!(lc.seq > before.lifecycle_seq);
     // The tombstone survived too.
     assert!(

@@ -12,8 +12,9 @@ use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
 /// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
-/// from the counter's old value, raises the session's `updated_at` to `$7` if given and later,
-/// and notifies the other replicas at commit: "REPLICA SEQ SESSION" on
+/// from the counter's old value, raises the session's `updated_at` to `$7` if given and later
+/// (a change of the gateway's own: the row is no longer what a listing made it), and notifies
+/// the other replicas at commit: "REPLICA SEQ SESSION" on
 /// [`EVENTS_CHANNEL`](super::replicas::EVENTS_CHANNEL). The upsert locks the counter row until
 /// commit: a concurrent appender of the same session waits, then sees our committed total, so
 /// sequence numbers are gapless and become visible in order.
@@ -26,7 +27,7 @@ const APPEND: &str = "WITH bumped AS (\
      SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::jsonb, $4 \
      FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord)), \
      touched AS (\
-     UPDATE sessions SET updated_at = $7 \
+     UPDATE sessions SET updated_at = $7, listed = NULL \
      WHERE session_id = $1 AND deleted_at IS NULL AND updated_at < $7) \
      SELECT last_seq FROM bumped, \
      pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";

@@ -2,20 +2,28 @@
 //! append announced to the other replicas.
 
 use chrono::{SubsecRound, Utc};
+use sqlx::types::Json;
 
 use super::PgStore;
 use super::replicas::LIFECYCLE_CHANNEL;
-use crate::store::common::INSERT_LIFECYCLE;
 use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
 
 /// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
 const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"
 
+/// Inserts the events given as arrays of session ids, tenants, kinds and payloads, in their
+/// order, all created at `$5`.
+const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
+     (session_id, tenant, kind, payload, created_at) \
+     SELECT e.session_id, e.tenant, e.kind, e.payload, $5 \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY \
+     AS e(session_id, tenant, kind, payload, ord) ORDER BY e.ord RETURNING seq";
+
 impl PgStore {
     pub(super) async fn append_lifecycle(
         &self,
-        event: &NewLifecycleEvent,
-    ) -> StoreResult<StoredLifecycleEvent> {
+        events: &[NewLifecycleEvent],
+    ) -> StoreResult<Vec<StoredLifecycleEvent>> {
         let created_at = Utc::now().trunc_subsecs(6);
         let mut tx = self.pool.begin().await?;
         // A bare `bigserial` hands out numbers at insert time, but concurrent transactions may
@@ -26,20 +34,26 @@ impl PgStore {
             .bind(LIFECYCLE_LOCK_KEY)
             .execute(&mut *tx)
             .await?;
-        let seq: i64 = sqlx::query_scalar(INSERT_LIFECYCLE)
-            .bind(&event.session_id)
-            .bind(&event.tenant)
-            .bind(&event.kind)
-            .bind(super::nul_safe(&event.payload).as_ref())
+        let column = |f: fn(&NewLifecycleEvent) -> &str| events.iter().map(f).collect::<Vec<_>>();
+        let payloads: Vec<_> = events
+            .iter()
+            .map(|e| Json(super::nul_safe(&e.payload)))
+            .collect();
+        let seqs: Vec<i64> = sqlx::query_scalar(INSERT_LIFECYCLE)
+            .bind(column(|e| &e.session_id))
+            .bind(column(|e| &e.tenant))
+            .bind(column(|e| &e.kind))
+            .bind(payloads)
             .bind(created_at)
-            .fetch_one(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
+        let last = seqs.iter().max().copied().unwrap_or_default();
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(LIFECYCLE_CHANNEL)
-            .bind(format!("{} {seq}", self.replica))
+            .bind(format!("{} {last}", self.replica))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(event.stored(seq, created_at))
+        NewLifecycleEvent::stored_all(events, seqs, created_at)
     }
 }

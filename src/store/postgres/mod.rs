@@ -207,6 +207,7 @@ impl_store!(PgStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
+    synced_session_ids: synced_session_ids!("COALESCE(json_agg(session_id), '[]')::text"),
 } {
     async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
         self.appended_elsewhere().await

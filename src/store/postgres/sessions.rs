@@ -7,10 +7,11 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::types::Json;
 
-use super::PgStore;
+use super::{PgStore, nul_safe, nul_safe_strings, text_in};
 use crate::store::common::TOMBSTONE_LIVE;
 use crate::store::listing::FirstMoves;
-use crate::store::{SessionRecord, StoreResult};
+use crate::store::rows::to_sync_from;
+use crate::store::{ListedSession, SessionRecord, StoreResult, ToSync};
 
 /// The row [`Store::update_session`](crate::store::Store::update_session) changes: `FOR UPDATE`
 /// holds it until commit, so concurrent updates of one session queue up instead of overwriting
@@ -20,6 +21,21 @@ pub(super) const LOCK_SESSION: &str = concat!(
     session_columns!(),
     " FROM sessions WHERE session_id = $1 FOR UPDATE"
 );
+
+/// Session rows from one array per column, in [`session_columns!`] order: any number of rows
+/// in one statement of thirteen parameters.
+const PUT_SESSIONS: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], \
+     $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::boolean[], $10::text[], \
+     $11::timestamptz[], $12::timestamptz[], $13::bigint[])",
+    replace_unless_tombstoned!()
+);
+
+/// The page as two arrays: ids (`$1`) and digests (`$2`).
+const SESSIONS_TO_SYNC: &str =
+    sessions_to_sync!("unnest($1::text[], $2::bigint[]) AS l(id, digest)");
 
 /// A bare tombstone for an id the cache does not know. Such an id can only have come from the
 /// agent, hence `origin = 'upstream'`.
@@ -36,7 +52,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
     tail: " ORDER BY session_id, id",
 };
 
-/// Binds the twelve session columns ($1…$12) in [`session_columns!`] order.
+/// Binds the thirteen session columns ($1…$13) in [`session_columns!`] order.
 pub(super) fn bind_session<'q>(
     query: Query<'q, Postgres, PgArguments>,
     record: &'q SessionRecord,
@@ -45,18 +61,63 @@ pub(super) fn bind_session<'q>(
         .bind(&record.session_id)
         .bind(&record.tenant)
         .bind(&record.cwd)
-        .bind(super::nul_safe_strings(&record.additional_directories))
-        .bind(record.title.as_deref().map(super::text_in))
+        .bind(nul_safe_strings(&record.additional_directories))
+        .bind(record.title.as_deref().map(text_in))
         .bind(record.updated_at.trunc_subsecs(6))
         .bind(record.created_at.trunc_subsecs(6))
-        .bind(record.meta.as_ref().map(|m| Json(super::nul_safe(m))))
+        .bind(record.meta.as_ref().map(|m| Json(nul_safe(m))))
         .bind(record.archived)
         .bind(record.origin.as_str())
         .bind(record.deleted_at.map(|at| at.trunc_subsecs(6)))
         .bind(record.synced_at.map(|at| at.trunc_subsecs(6)))
+        .bind(record.listed)
 }
 
 impl PgStore {
+    pub(super) async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>> {
+        fn column<'r, T>(
+            records: &'r [SessionRecord],
+            f: impl Fn(&'r SessionRecord) -> T,
+        ) -> Vec<T> {
+            records.iter().map(f).collect()
+        }
+        let time = |at: DateTime<Utc>| at.trunc_subsecs(6);
+        Ok(sqlx::query_scalar(PUT_SESSIONS)
+            .bind(column(records, |r| r.session_id.as_str()))
+            .bind(column(records, |r| r.tenant.as_str()))
+            .bind(column(records, |r| r.cwd.as_str()))
+            .bind(column(records, |r| {
+                nul_safe_strings(&r.additional_directories)
+            }))
+            .bind(column(records, |r| r.title.as_deref().map(text_in)))
+            .bind(column(records, |r| time(r.updated_at)))
+            .bind(column(records, |r| time(r.created_at)))
+            .bind(column(records, |r| {
+                r.meta.as_ref().map(|m| Json(nul_safe(m)))
+            }))
+            .bind(column(records, |r| r.archived))
+            .bind(column(records, |r| r.origin.as_str()))
+            .bind(column(records, |r| r.deleted_at.map(time)))
+            .bind(column(records, |r| r.synced_at.map(time)))
+            .bind(column(records, |r| r.listed))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    pub(super) async fn sessions_to_sync(
+        &self,
+        listed: &[ListedSession],
+    ) -> StoreResult<Vec<ToSync>> {
+        let ids: Vec<&str> = listed.iter().map(|l| l.session_id.as_str()).collect();
+        let digests: Vec<i64> = listed.iter().map(|l| l.digest).collect();
+        let rows = sqlx::query(SESSIONS_TO_SYNC)
+            .bind(ids)
+            .bind(digests)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(to_sync_from).collect()
+    }
+
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,

@@ -24,8 +24,9 @@ const INSERT_EVENTS_HEAD: &str = " INSERT INTO session_events \
      (session_id, seq, kind, payload, created_at) \
      SELECT ?, s.last_seq - ? + v.column1, v.column2, v.column3, ? FROM (VALUES ";
 const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
-/// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at`.
-const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ? \
+/// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at` (a
+/// change of the gateway's own: the row is no longer what a listing made it).
+const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ?, listed = NULL \
      WHERE session_id = ? AND deleted_at IS NULL AND updated_at < ?;";
 
 /// Deletes, in every session, the events beyond the latest `$1`.

@@ -182,4 +182,5 @@ impl_store!(SqliteStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
+    synced_session_ids: synced_session_ids!("json_group_array(session_id)"),
 } {});

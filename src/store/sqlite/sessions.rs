@@ -3,19 +3,50 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::Sqlite;
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
+use sqlx::{Row, Sqlite};
 
 use super::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::common::{GET_SESSION, TOMBSTONE_LIVE};
 use crate::store::listing::FirstMoves;
-use crate::store::{SessionRecord, StoreResult};
+use crate::store::rows::to_sync_from;
+use crate::store::{ListedSession, SessionRecord, StoreResult, ToSync};
 
 /// The row [`Store::update_session`](crate::store::Store::update_session) changes. Its
 /// transaction is an immediate one, which holds the write lock from this read to the commit, so
 /// no other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
 pub(super) const LOCK_SESSION: &str = GET_SESSION;
+
+/// SQLite's limit on bound parameters per statement.
+const MAX_BINDS: usize = 32_766;
+/// Session rows per statement of [`SqliteStore::put_sessions`]: thirteen parameters each.
+const ROWS_PER_PUT: usize = MAX_BINDS / 13;
+
+/// `INSERT … VALUES` of `rows` session rows. The parameters are anonymous (`?`): SQLite finds
+/// a numbered one by its number in a list, so that binding thousands of them would take time
+/// growing with the square of their count.
+fn put_sessions_statement(rows: usize) -> String {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let mut sql = String::with_capacity(200 + rows * (row.len() + 2));
+    sql.push_str(concat!(
+        "INSERT INTO sessions (",
+        session_columns!(),
+        ") VALUES "
+    ));
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(row);
+    }
+    sql.push_str(replace_unless_tombstoned!());
+    sql
+}
+
+/// The page as one JSON array of `[id, digest]` pairs (`$1`).
+const SESSIONS_TO_SYNC: &str =
+    sessions_to_sync!("(SELECT value ->> 0 AS id, value ->> 1 AS digest FROM json_each($1)) AS l");
 
 /// A bare tombstone for an id the cache does not know. Such an id can only have come from the
 /// agent, hence `origin = 'upstream'`.
@@ -32,7 +63,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
     tail: " GROUP BY session_id",
 };
 
-/// Binds the twelve session columns ($1…$12) in [`session_columns!`] order, in their column
+/// Binds the thirteen session columns in [`session_columns!`] order, in their column
 /// representation.
 pub(super) fn bind_session<'q>(
     query: Query<'q, Sqlite, SqliteArguments<'q>>,
@@ -53,9 +84,38 @@ pub(super) fn bind_session<'q>(
         .bind(record.origin.as_str())
         .bind(record.deleted_at.map(micros))
         .bind(record.synced_at.map(micros))
+        .bind(record.listed)
 }
 
 impl SqliteStore {
+    pub(super) async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>> {
+        let mut written = Vec::with_capacity(records.len());
+        for chunk in records.chunks(ROWS_PER_PUT) {
+            let sql = put_sessions_statement(chunk.len());
+            let query = chunk.iter().fold(sqlx::query(&sql), bind_session);
+            for row in query.fetch_all(&self.writer).await? {
+                written.push(row.try_get(0)?);
+            }
+        }
+        Ok(written)
+    }
+
+    pub(super) async fn sessions_to_sync(
+        &self,
+        listed: &[ListedSession],
+    ) -> StoreResult<Vec<ToSync>> {
+        let page: Vec<(&str, i64)> = listed
+            .iter()
+            .map(|l| (l.session_id.as_str(), l.digest))
+            .collect();
+        let page = serde_json::to_string(&page).expect("strings and numbers serialize");
+        let rows = sqlx::query(SESSIONS_TO_SYNC)
+            .bind(page)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(to_sync_from).collect()
+    }
+
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,
