@@ -376,6 +376,9 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// What [`LogWriter::append_all`] stored: each group's events, in the groups' order.
+pub type BatchesStored = Vec<Vec<StoredEvent>>;
+
 /// See [`Store::log_writer`].
 #[async_trait]
 pub trait LogWriter: Send {
@@ -397,18 +400,16 @@ pub trait LogWriter: Send {
     /// Appends a batch (see [`LogWriter::append`]), which only the store can make.
     async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>>;
 
-    /// Appends several sessions' events, each as [`LogWriter::append`] would, in one
-    /// transaction: all or none, one commit for them all. `None`: this writer cannot (or a
-    /// group is empty), and each is appended alone.
+    /// Appends several sessions' events, each as [`LogWriter::append`], in one transaction (all
+    /// or none). `None`: this writer cannot (or a group is empty); each goes alone then.
     async fn append_all(
         &mut self,
         groups: &[(&str, &[NewEvent], Option<DateTime<Utc>>)],
-    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+    ) -> Option<StoreResult<BatchesStored>> {
         let mut batches = Vec::with_capacity(groups.len());
         for &(session_id, events, touch) in groups {
             match Batch::new(session_id, events, touch) {
-                Ok(Some(batch)) => batches.push(batch),
-                Ok(None) => return None,
+                Ok(batch) => batches.push(batch?),
                 Err(e) => return Some(Err(e)),
             }
         }
@@ -416,10 +417,7 @@ pub trait LogWriter: Send {
     }
 
     /// [`LogWriter::append_all`] of batches; `None` by default (a writer that cannot).
-    async fn append_batches(
-        &mut self,
-        _batches: &[Batch<'_>],
-    ) -> Option<StoreResult<Vec<Vec<StoredEvent>>>> {
+    async fn append_batches(&mut self, _: &[Batch<'_>]) -> Option<StoreResult<BatchesStored>> {
         None
     }
 }
