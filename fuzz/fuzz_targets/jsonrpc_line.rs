@@ -1,6 +1,7 @@
 //! Fuzzes the decoder of the agent's stdout lines (`acp::parse_line`): any bytes an agent
 //! writes must give a message or a reason, never a panic, and a message must be what the
-//! line says.
+//! line says — as the gateway holds it: a lone surrogate escape, and a U+10FFFF, in the
+//! gateway's own escape (`surrogates::escape`).
 #![no_main]
 
 use acp_gateway::acp::{Inbound, parse_line};
@@ -12,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let parsed = parse_line(line);
-    let Ok(json) = serde_json::from_str::<Value>(line) else {
+    let held = acp_gateway::surrogates::escape(line);
+    let Ok(json) = serde_json::from_str::<Value>(&held) else {
         assert!(parsed.is_err(), "not JSON, yet parsed: {line:?}");
         return;
     };
