@@ -9,5 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 peers=$(bash bench/peers.sh) # not in `eval "$(…)"`, which would hide its failure
 eval "$peers"
-cargo build --release --bin acp-gateway --example echo_agent
+cargo build --release --bin acp-gateway --example echo_agent --example bench_agent
 cargo bench --bench concurrent

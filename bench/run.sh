@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash bench/peers.sh >/dev/null # before the long part: a peer that cannot be installed fails now
-cargo build --release --bin acp-gateway --example echo_agent
+cargo build --release --bin acp-gateway --example echo_agent --example bench_agent
 cargo bench --bench gateway
 bash bench/concurrent.sh
 cargo bench --bench sync

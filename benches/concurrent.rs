@@ -21,7 +21,9 @@
 //! release binaries and installs the peers first. `CONCURRENT_SECS` sets the window (default
 //! 5 s, after 1 s of warm-up), `CONCURRENT_SESSIONS` the session counts (default `8,64`),
 //! `CONCURRENT_ROUNDS` how many times each front is measured, afresh, in alternating order
-//! (default 2; the samples are pooled).
+//! (default 2; the samples are pooled), `CONCURRENT_AGENT` the agent (`bench`, the default:
+//! `examples/bench_agent.rs`, which costs far less than any front; or `echo`),
+//! `CONCURRENT_FRONTS` which fronts (names holding one of its comma-separated words).
 //! Writes `bench/results/concurrent.md`.
 
 mod support;
@@ -53,15 +55,19 @@ enum Front {
 }
 
 impl Front {
-    async fn start(which: &Which, dir: &Path) -> Front {
+    async fn start(which: &Which, agent: &Path, dir: &Path) -> Front {
         match which {
-            Which::Direct => Front::Direct(Arc::new(MultiplexedAgent::start(dir).await)),
+            Which::Direct => Front::Direct(Arc::new(MultiplexedAgent::start(agent, dir).await)),
             Which::Gateway(backend) => {
                 let db = Database::create(*backend, dir, "bench").await;
-                let gw = Gateway::spawn(&db.url, dir, &Options::bench()).await;
+                let opts = Options {
+                    agent: agent.to_owned(),
+                    ..Options::bench()
+                };
+                let gw = Gateway::spawn(&db.url, dir, &opts).await;
                 Front::Gateway(Box::new(gw), db)
             }
-            Which::Peer(kind) => Front::Peer(Arc::new(Peer::start(*kind, dir).await)),
+            Which::Peer(kind) => Front::Peer(Arc::new(Peer::start(*kind, agent, dir).await)),
         }
     }
 
@@ -459,6 +465,15 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let secs: u64 = env_or("CONCURRENT_SECS", 5);
     let rounds: usize = env_or("CONCURRENT_ROUNDS", 2);
+    let agent_kind: String = env_or("CONCURRENT_AGENT", "bench".into());
+    let (agent, agent_name) = match agent_kind.as_str() {
+        "bench" => (
+            support::bench_agent(),
+            "bench agent (`examples/bench_agent.rs`)",
+        ),
+        "echo" => (support::echo_agent(), "echo agent"),
+        other => panic!("CONCURRENT_AGENT={other}: bench or echo"),
+    };
     let counts: Vec<usize> = env_or::<String>("CONCURRENT_SESSIONS", "8,64".into())
         .split(',')
         .map(|n| n.trim().parse().expect("CONCURRENT_SESSIONS: numbers"))
@@ -470,6 +485,21 @@ async fn main() {
     }
     fronts.push((String::new(), Which::Peer(PeerKind::AcpHttpAdapter)));
     fronts.push((String::new(), Which::Peer(PeerKind::SandboxAgent)));
+    // `CONCURRENT_FRONTS=sqlite,adapter` measures only the fronts whose name holds one of
+    // these (for a profile of one front); the peers' names are their kinds' here.
+    let only: String = env_or("CONCURRENT_FRONTS", String::new());
+    if !only.is_empty() {
+        let wanted = |name: &str| {
+            let name = name.to_lowercase();
+            only.split(',')
+                .any(|w| name.contains(&w.trim().to_lowercase()))
+        };
+        fronts.retain(|(name, which)| match which {
+            Which::Peer(PeerKind::AcpHttpAdapter) => wanted("acp-http-adapter"),
+            Which::Peer(PeerKind::SandboxAgent) => wanted("sandbox-agent"),
+            _ => wanted(name),
+        });
+    }
     let load_before = load_average();
     let mut table = String::new();
     let mut ratios = String::new();
@@ -491,7 +521,7 @@ async fn main() {
             for i in order {
                 let (name, which) = &fronts[i];
                 let state = dir.path().join(format!("{n}-{round}-{i}"));
-                let front = Front::start(which, &state).await;
+                let front = Front::start(which, &agent, &state).await;
                 let name = match &front {
                     Front::Peer(peer) => peer.name.clone(),
                     _ => name.clone(),
@@ -531,7 +561,7 @@ async fn main() {
     let report = format!(
         "Concurrent prompts; commit {}, {} cores, load average {load_before} before and {} after \
          (other work shares the machine); one run of `bash bench/concurrent.sh`\n\n\
-         One echo agent per front, N sessions on it, one closed-loop client per session sending \
+         One {agent_name} per front, N sessions on it, one closed-loop client per session sending \
          `{PROMPT}` (20 chunks) for {secs} s after 1 s of warm-up; every front started afresh \
          for each N and each of {rounds} rounds (the fronts in the reverse order every other \
          round), the rounds' samples pooled. Subscribers: one SSE stream per session on the gateway; one stream in all on \

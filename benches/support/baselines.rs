@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use super::shared::agent::{
-    AgentPipes, echo_agent_command, handshake, initialize, is_update, request_line,
+    AgentPipes, agent_command, echo_agent_command, handshake, initialize, is_update, request_line,
 };
 
 /// The baseline: an ACP client on the echo agent's stdio that reads stdout in large blocks and
@@ -116,9 +116,9 @@ pub struct MultiplexedAgent {
 }
 
 impl MultiplexedAgent {
-    /// Starts the agent on `state` and initializes it.
-    pub async fn start(state: &Path) -> MultiplexedAgent {
-        let mut child = tokio::process::Command::from(echo_agent_command(state))
+    /// Starts the agent `binary` on `state` and initializes it.
+    pub async fn start(binary: &Path, state: &Path) -> MultiplexedAgent {
+        let mut child = tokio::process::Command::from(agent_command(binary, state))
             .kill_on_drop(true)
             .spawn()
             .expect("start the agent");

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 pub use baselines::{BareProxy, DirectAgent, MultiplexedAgent, bare_server};
 pub use latency::{BLOCK, Sides, prompt_latency};
 pub use load::{Calls, LoadPlan, Window, best_alternated, closed_loop, load, load_spread};
+pub use shared::agent::{bench_agent, echo_agent};
 pub use shared::process::{cores, cpu_time, pin, rss_kib};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
 

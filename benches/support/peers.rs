@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::shared::PATIENCE;
-use super::shared::agent::echo_agent;
 use super::shared::process::{children, listening_port, pid_alive};
 
 /// Which peer.
@@ -75,9 +74,9 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Starts `kind` in front of the echo agent on state directory `dir/agent` (`dir` is its
-    /// own), waits until it listens, and initializes its agent.
-    pub async fn start(kind: PeerKind, dir: &Path) -> Peer {
+    /// Starts `kind` in front of the agent `agent` (the echo agent or the bench agent) on state
+    /// directory `dir/agent` (`dir` is its own), waits until it listens, and initializes it.
+    pub async fn start(kind: PeerKind, agent: &Path, dir: &Path) -> Peer {
         let binary = kind.binary();
         std::fs::create_dir_all(dir).unwrap();
         let version = std::process::Command::new(&binary)
@@ -88,7 +87,7 @@ impl Peer {
         let mut cmd = tokio::process::Command::new(&binary);
         match kind {
             PeerKind::AcpHttpAdapter => {
-                let registry = json!({"binary": {platform(): {"cmd": echo_agent()}}});
+                let registry = json!({"binary": {platform(): {"cmd": agent}}});
                 cmd.args(["--host", "127.0.0.1", "--port", "0", "--registry-json"])
                     .arg(registry.to_string());
             }
@@ -97,7 +96,7 @@ impl Peer {
                 let launchers = data.join("sandbox-agent/bin/agent_processes");
                 std::fs::create_dir_all(&launchers).unwrap();
                 let launcher = launchers.join("pi-acp");
-                let script = format!("#!/bin/sh\nexec '{}' \"$@\"\n", echo_agent().display());
+                let script = format!("#!/bin/sh\nexec '{}' \"$@\"\n", agent.display());
                 std::fs::write(&launcher, script).unwrap();
                 std::fs::set_permissions(
                     &launcher,
@@ -147,15 +146,16 @@ impl Peer {
             agent_pid: None,
             child,
         };
+        let agent_name = agent.file_name().unwrap();
         let first = peer.first_rpc.clone();
         let init = json!({"protocolVersion": 1, "clientCapabilities": {}});
         peer.call_at(&first, "initialize", init).await;
         let agents: Vec<u32> = children(pid)
             .into_iter()
-            .filter(|(_, comm)| comm == "echo_agent")
+            .filter(|(_, comm)| Some(comm.as_str()) == agent_name.to_str())
             .map(|(pid, _)| pid)
             .collect();
-        assert_eq!(agents.len(), 1, "{} runs one echo agent", peer.name);
+        assert_eq!(agents.len(), 1, "{} runs one agent", peer.name);
         peer.agent_pid = Some(agents[0]);
         peer
     }

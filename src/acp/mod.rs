@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +81,8 @@ pub enum Inbound {
     },
     Notification {
         method: String,
-        params: Value,
+        /// As the agent wrote it (the log keeps this text).
+        params: Box<RawValue>,
     },
     Request {
         id: Value,
@@ -269,44 +271,123 @@ impl Connection {
     }
 }
 
+/// A JSON-RPC message's members, borrowed from its line: nothing is built for what is passed
+/// on whole (a notification's params).
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
 /// Parses one line from the agent. `Err` carries a description for the log. Lone UTF-16
-/// surrogates in its strings are kept (see [`crate::surrogates`]).
+/// surrogates in its strings are kept (see [`crate::surrogates`]). A notification's params stay
+/// the line's own text.
 pub fn parse_line(line: &str) -> Result<Inbound, String> {
     let line = crate::surrogates::escape(line);
-    let v: Value = serde_json::from_str(&line).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(mut obj) = v else {
-        return Err("not a JSON object".into());
+    // A struct also deserializes from an array, which is no JSON-RPC message.
+    if !line
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(&line) {
+            Ok(_) => "not a JSON object".into(),
+            Err(e) => format!("not JSON: {e}"),
+        });
+    }
+    // Its pieces kept as text are not parsed to a depth limit: the whole line is held to
+    // serde_json's, so that any piece can later be read as a value.
+    if nested_deeper_than(&line, MAX_DEPTH) {
+        return Err("not JSON: recursion limit exceeded".into());
+    }
+    let msg: Envelope<'_> = match serde_json::from_str(&line) {
+        Ok(msg) => msg,
+        Err(e) if e.is_data() => return Err(format!("not a JSON-RPC object: {e}")),
+        Err(e) => return Err(format!("not JSON: {e}")),
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if msg.jsonrpc.as_deref() != Some("2.0") {
         return Err("missing jsonrpc: \"2.0\"".into());
     }
-    let id = obj.remove("id").filter(|i| !i.is_null());
-    let method = match obj.remove("method") {
-        Some(Value::String(m)) => Some(m),
+    let value = |raw: Option<&RawValue>| {
+        raw.map_or(Ok(Value::Null), |r| serde_json::from_str(r.get()))
+            .map_err(|e| format!("not JSON: {e}"))
+    };
+    let id = value(msg.id)?;
+    let id = (!id.is_null()).then_some(id);
+    let method = match value(msg.method)? {
+        Value::String(m) => Some(m),
         _ => None,
     };
     match (method, id) {
         (Some(method), None) => Ok(Inbound::Notification {
             method,
-            params: obj.remove("params").unwrap_or(Value::Null),
+            params: msg.params.map_or_else(null, ToOwned::to_owned),
         }),
         (Some(method), Some(id)) => Ok(Inbound::Request {
             id,
             method,
-            params: obj.remove("params").unwrap_or(Value::Null),
+            params: value(msg.params)?,
         }),
         (None, Some(id)) => {
             let id = id.as_u64().ok_or("response id is not one of ours")?;
-            let result = if let Some(err) = obj.remove("error") {
-                Err(serde_json::from_value::<RpcError>(err)
-                    .map_err(|e| format!("invalid error object: {e}"))?)
-            } else {
-                Ok(obj.remove("result").unwrap_or(Value::Null))
+            let result = match msg.error {
+                Some(err) => Err(serde_json::from_str::<RpcError>(err.get())
+                    .map_err(|e| format!("invalid error object: {e}"))?),
+                None => Ok(value(msg.result)?),
             };
             Ok(Inbound::Response { id, result })
         }
         (None, None) => Err("neither a request, a response nor a notification".into()),
     }
+}
+
+/// The deepest nesting of arrays and objects serde_json parses into a value.
+const MAX_DEPTH: usize = 127;
+
+/// Whether arrays and objects in JSON text `text` nest deeper than `limit` (strings skipped).
+fn nested_deeper_than(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.iter().filter(|&&b| b == b'[' || b == b'{').count() <= limit {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// JSON `null`, as a raw value.
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).expect("null is JSON")
 }
 
 /// One line to the agent, serialized straight from borrowed parts (building a `json!` object
@@ -405,6 +486,28 @@ mod tests {
         assert!(parse_line(r#"[1,2]"#).is_err());
     }
 
+    /// A line parses exactly when it is a JSON object a parser to values accepts: an array of
+    /// the right members, or nesting past the parser's depth limit, is garbage either way.
+    #[test]
+    fn a_line_is_a_message_only_if_it_is_a_json_object() {
+        assert!(parse_line(r#"["2.0", 1, "session/update"]"#).is_err());
+        assert!(parse_line(r#"  {"jsonrpc":"2.0","method":"m"}"#).is_ok());
+        let brackets_in_a_string = format!(
+            r#"{{"jsonrpc":"2.0","method":"m","params":"{}"}}"#,
+            "[{".repeat(300)
+        );
+        assert!(parse_line(&brackets_in_a_string).is_ok());
+        for depth in [100, 125, 126, 127, 128, 200, 5000] {
+            let params = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            assert_eq!(
+                parse_line(&line).is_ok(),
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "depth {depth}"
+            );
+        }
+    }
+
     /// A lone surrogate (a JavaScript agent's string cut inside a pair) is no garbage, and goes
     /// back to the agent as the escape it came as.
     #[test]
@@ -413,6 +516,7 @@ mod tests {
         let Ok(Inbound::Notification { params, .. }) = parse_line(line) else {
             panic!("not parsed: {line}");
         };
+        let params: Value = serde_json::from_str(params.get()).unwrap();
         let out = Outbound::notification("session/update", &params).line();
         assert_eq!(out, line);
     }
@@ -470,7 +574,8 @@ mod tests {
         let note = Outbound::notification("session/cancel", &params).line();
         assert!(matches!(
             parse_line(&note),
-            Ok(Inbound::Notification { method, params: p }) if method == "session/cancel" && p == params
+            Ok(Inbound::Notification { method, params: p })
+                if method == "session/cancel" && serde_json::from_str::<Value>(p.get()).unwrap() == params
         ));
         let id = Value::from("req-1");
         let ok = Outbound::response(&id, Ok(&params)).line();

@@ -68,7 +68,7 @@ impl Frame {
         Frame {
             first: e.seq,
             seq: e.seq,
-            bytes: encode(e.seq, &e.kind, &e.payload),
+            bytes: frames([e]),
         }
     }
 
@@ -86,7 +86,7 @@ impl Frame {
         Frame {
             first: events[0].seq,
             seq: events[events.len() - 1].seq,
-            bytes: concat(events.iter().map(|e| encode(e.seq, &e.kind, &e.payload))),
+            bytes: frames(events),
         }
     }
 }
@@ -175,7 +175,7 @@ impl EventHub {
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
         let events = tail(rx, read, cursor, keep, self.streams.clone())
-            .map(|batch| concat(batch.iter().map(|e| encode(e.seq, &e.kind, &e.payload))));
+            .map(|batch| frames(batch.iter().map(|e| &**e)));
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 }
@@ -202,7 +202,9 @@ async fn read_with_gap(
             session_id: session_id.to_owned(),
             seq: next - 1,
             kind: "gap".to_owned(),
-            payload: serde_json::json!({"sessionId": session_id, "from": after + 1, "to": next - 1}),
+            payload:
+                serde_json::json!({"sessionId": session_id, "from": after + 1, "to": next - 1})
+                    .into(),
             created_at: chrono::Utc::now(),
         };
         page.insert(0, gap);
@@ -210,17 +212,62 @@ async fn read_with_gap(
     Ok(page)
 }
 
-/// One SSE frame: `id`, `event` and one `data` line (JSON never contains a raw newline). Lone
-/// surrogates are written as the escapes they came as ([`crate::surrogates`]).
-fn encode(seq: i64, kind: &str, payload: &serde_json::Value) -> Bytes {
-    // The event name comes from the agent: keep it on one line whatever it sends.
-    let kind = if kind.contains(['\n', '\r']) {
-        std::borrow::Cow::Owned(kind.replace(['\n', '\r'], "_"))
-    } else {
-        std::borrow::Cow::Borrowed(kind)
-    };
-    let frame = format!("id: {seq}\nevent: {kind}\ndata: {payload}\n\n");
-    Bytes::from(crate::surrogates::restore_string(frame))
+/// An event as an SSE frame: `id`, `event` and one `data` line (JSON never contains a raw
+/// newline).
+pub(super) trait Framed {
+    fn seq(&self) -> i64;
+    fn kind(&self) -> &str;
+    fn data(&self) -> &dyn std::fmt::Display;
+}
+
+impl Framed for StoredEvent {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+    fn data(&self) -> &dyn std::fmt::Display {
+        &self.payload
+    }
+}
+
+impl Framed for StoredLifecycleEvent {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+    fn data(&self) -> &dyn std::fmt::Display {
+        &self.payload
+    }
+}
+
+/// `events` as consecutive frames in one buffer (delivered together, they become one write).
+/// Lone surrogates are written as the escapes they came as ([`crate::surrogates`]).
+fn frames<'a, E: Framed + 'a>(events: impl IntoIterator<Item = &'a E>) -> Bytes {
+    use std::fmt::Write;
+    let mut out = BytesMut::new();
+    for e in events {
+        // The event name comes from the agent: keep it on one line whatever it sends.
+        let kind = e.kind();
+        let kind = if kind.contains(['\n', '\r']) {
+            std::borrow::Cow::Owned(kind.replace(['\n', '\r'], "_"))
+        } else {
+            std::borrow::Cow::Borrowed(kind)
+        };
+        let _ = write!(
+            out,
+            "id: {}\nevent: {kind}\ndata: {}\n\n",
+            e.seq(),
+            e.data()
+        );
+    }
+    match crate::surrogates::restore(&out) {
+        std::borrow::Cow::Borrowed(_) => out.freeze(),
+        std::borrow::Cow::Owned(restored) => Bytes::from(restored),
+    }
 }
 
 /// Frames delivered together become one write.
@@ -369,8 +416,14 @@ mod tests {
 
     #[test]
     fn frames_stay_well_formed_whatever_the_agent_names_its_updates() {
-        let payload = serde_json::json!({"text": "two\nlines\r"});
-        let frame = encode(7, "evil\nevent: forged", &payload);
+        let event = StoredEvent {
+            session_id: "s".into(),
+            seq: 7,
+            kind: "evil\nevent: forged".into(),
+            payload: serde_json::json!({"text": "two\nlines\r"}).into(),
+            created_at: chrono::Utc::now(),
+        };
+        let frame = frames([&event]);
         assert_eq!(
             std::str::from_utf8(&frame).unwrap(),
             "id: 7\nevent: evil_event: forged\ndata: {\"text\":\"two\\nlines\\r\"}\n\n"

@@ -376,7 +376,7 @@ mod tests {
     fn event(i: usize) -> NewEvent {
         NewEvent {
             kind: "x".into(),
-            payload: serde_json::json!({"i": i}),
+            payload: serde_json::json!({"i": i}).into(),
         }
     }
 

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::model::{SessionId, now};
 use super::{Caller, Error, Gateway, Inner};
-use crate::store::{NewEvent, NewLifecycleEvent, SessionRecord};
+use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -19,7 +19,7 @@ pub struct HistoryEvent {
     pub event: String,
     /// The SSE `data`.
     #[schema(value_type = Object)]
-    pub data: Value,
+    pub data: Payload,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -123,10 +123,10 @@ impl Inner {
     }
 
     /// Appends to a session's log and waits for the commit.
-    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: Value) {
+    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
         let event = NewEvent {
             kind: kind.to_owned(),
-            payload,
+            payload: payload.into(),
         };
         // Errors are logged by the writer.
         let _ = self.hub.append(session_id, event).await;
@@ -134,21 +134,26 @@ impl Inner {
 
     /// Appends without waiting for the store: used on the dispatch loop so that a streaming
     /// agent is read at the writer's pace, not one commit per update. Order is kept.
-    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: Value) {
+    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
         let event = NewEvent {
             kind: kind.to_owned(),
-            payload,
+            payload: payload.into(),
         };
         self.hub.enqueue(session_id, event).await;
     }
 
     /// As [`Inner::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
     /// change of the gateway's own, see [`Inner::mark_touched`]).
-    pub(super) async fn enqueue_touching(&self, session_id: &str, kind: &str, payload: Value) {
+    pub(super) async fn enqueue_touching(
+        &self,
+        session_id: &str,
+        kind: &str,
+        payload: impl Into<Payload>,
+    ) {
         self.mark_touched(session_id);
         let event = NewEvent {
             kind: kind.to_owned(),
-            payload,
+            payload: payload.into(),
         };
         self.hub.enqueue_touching(session_id, event, now()).await;
     }

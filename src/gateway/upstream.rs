@@ -2,11 +2,14 @@
 //! (and `session_info_update` into the cache), permission requests into the pending table,
 //! member exits into `agent_exited` events.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
 use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::Inner;
@@ -14,23 +17,51 @@ use super::model::{apply_info_update, now};
 use crate::acp::{ExitInfo, RpcError};
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
+use crate::store::Payload;
+
+/// What the gateway reads of a `session/update` before passing it on whole, borrowed from its
+/// text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdateHead<'a> {
+    #[serde(borrow)]
+    session_id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    update: Option<KindOnly<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KindOnly<'a> {
+    #[serde(borrow, default)]
+    session_update: Option<Cow<'a, str>>,
+}
 
 impl Inner {
-    async fn on_session_update(&self, params: Value) {
-        let Some(session_id) = params
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-        else {
-            crate::acp::count_garbage();
-            tracing::warn!("session/update without a sessionId; ignored");
-            return;
+    async fn on_session_update(&self, params: Box<RawValue>) {
+        // The session and the kind are read without building the update; an update whose
+        // head this cannot read (a duplicate key, a non-string) is read as a value.
+        let (session_id, kind) = match serde_json::from_str::<UpdateHead<'_>>(params.get()) {
+            Ok(head) => (
+                head.session_id.into_owned(),
+                head.update
+                    .and_then(|u| u.session_update)
+                    .map_or_else(|| "unknown".to_owned(), Cow::into_owned),
+            ),
+            Err(_) => {
+                let value: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
+                let Some(session_id) = value.get("sessionId").and_then(Value::as_str) else {
+                    crate::acp::count_garbage();
+                    tracing::warn!("session/update without a sessionId; ignored");
+                    return;
+                };
+                let kind = value
+                    .pointer("/update/sessionUpdate")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                (session_id.to_owned(), kind.to_owned())
+            }
         };
-        let kind = params
-            .pointer("/update/sessionUpdate")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_owned();
         let replay = self
             .replaying
             .lock()
@@ -40,17 +71,22 @@ impl Inner {
         match replay {
             Some(false) => return, // already in the log: a load replays what we stored live
             Some(true) => {
-                let mut payload = params;
+                let mut payload: Value = serde_json::from_str(params.get()).unwrap_or_default();
                 payload["replay"] = json!(true);
                 self.enqueue(&session_id, &kind, payload).await;
                 return;
             }
             None => {}
         }
-        // Only an info update is needed after it is queued: the others are moved, not copied.
-        let info = (kind == "session_info_update")
-            .then(|| params.get("update").cloned().unwrap_or(Value::Null));
-        self.enqueue(&session_id, &kind, params).await;
+        // Only an info update is read whole; the others are passed on as they came.
+        let info = (kind == "session_info_update").then(|| {
+            serde_json::from_str::<Value>(params.get())
+                .ok()
+                .and_then(|mut v| v.get_mut("update").map(Value::take))
+                .unwrap_or(Value::Null)
+        });
+        self.enqueue(&session_id, &kind, Payload::from_raw(params))
+            .await;
         if let Some(update) = info {
             let at = now();
             match self
@@ -72,7 +108,7 @@ impl Inner {
 
 #[async_trait]
 impl UpstreamHandler for Inner {
-    async fn on_notification(&self, member: usize, method: &str, params: Value) {
+    async fn on_notification(&self, member: usize, method: &str, params: Box<RawValue>) {
         if method == CLIENT_METHOD_NAMES.session_update {
             self.on_session_update(params).await;
         } else {

@@ -28,8 +28,13 @@ use client::Incoming;
 /// they run on the member's dispatch loop, which preserves the agent's message order.
 #[async_trait]
 pub trait UpstreamHandler: Send + Sync + 'static {
-    /// A notification (e.g. `session/update`), raw.
-    async fn on_notification(&self, member: usize, method: &str, params: Value);
+    /// A notification (e.g. `session/update`), its params as the agent wrote them.
+    async fn on_notification(
+        &self,
+        member: usize,
+        method: &str,
+        params: Box<serde_json::value::RawValue>,
+    );
     /// A `session/request_permission` request; answer it later through `request`.
     async fn on_permission_request(
         self: Arc<Self>,

@@ -26,12 +26,14 @@ macro_rules! session_columns {
 
 #[macro_use]
 mod common;
+mod event;
 mod listing;
 mod postgres;
 mod replicas;
 mod rows;
 mod sqlite;
 
+pub use event::{NewEvent, Payload, StoredEvent};
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
 pub use replicas::{Claimed, HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::{ReplicaLock, SqliteStore};
@@ -219,24 +221,6 @@ pub struct SessionList {
 
 /// How long list cursors stay stable: the age at which recorded moves are pruned.
 pub const STABLE_CURSOR_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// An event to append to a session's log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    /// The SSE event name: the ACP `sessionUpdate` tag or a gateway event name.
-    pub kind: String,
-    pub payload: Value,
-}
-
-/// An event as stored, with its per-session sequence number (1, 2, 3… without gaps).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    pub session_id: String,
-    pub seq: i64,
-    pub kind: String,
-    pub payload: Value,
-    pub created_at: DateTime<Utc>,
-}
 
 /// A session lifecycle event (created, info updated, status changed, deleted) for `GET /events`.
 #[derive(Debug, Clone, PartialEq)]

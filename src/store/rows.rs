@@ -8,7 +8,8 @@ use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 
 use super::{
-    Origin, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent, ToSync,
+    Origin, Payload, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
+    ToSync,
 };
 
 /// A column type both backends store as the Rust type itself: text, integers, booleans, and
@@ -31,6 +32,8 @@ pub(crate) trait Columns {
     fn opt_time(&self, name: &str) -> StoreResult<Option<DateTime<Utc>>>;
     fn json(&self, name: &str) -> StoreResult<Value>;
     fn opt_json(&self, name: &str) -> StoreResult<Option<Value>>;
+    /// A JSON column as its text, unparsed where the backend allows.
+    fn payload(&self, name: &str) -> StoreResult<Payload>;
     /// A text column holding what came from outside (a title, an event's kind), which a
     /// backend may have had to escape (PostgreSQL: U+0000).
     fn text(&self, name: &str) -> StoreResult<String> {
@@ -95,7 +98,7 @@ pub(crate) fn event_from(row: &impl Columns) -> StoreResult<StoredEvent> {
     let at = |e: StoreError| e.in_row(format_args!("event {seq} of session {session_id:?}"));
     Ok(StoredEvent {
         kind: row.text("kind").map_err(at)?,
-        payload: row.json("payload").map_err(at)?,
+        payload: row.payload("payload").map_err(at)?,
         created_at: row.time("created_at").map_err(at)?,
         session_id,
         seq,

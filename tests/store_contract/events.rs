@@ -171,9 +171,9 @@ pub async fn check_concurrent_appends(store: Arc<dyn Store>) {
     let mut where_is: BTreeMap<(i64, i64, i64), i64> = BTreeMap::new();
     for e in &back {
         let key = (
-            e.payload["task"].as_i64().unwrap(),
-            e.payload["batch"].as_i64().unwrap(),
-            e.payload["i"].as_i64().unwrap(),
+            e.payload.to_value()["task"].as_i64().unwrap(),
+            e.payload.to_value()["batch"].as_i64().unwrap(),
+            e.payload.to_value()["i"].as_i64().unwrap(),
         );
         assert!(where_is.insert(key, e.seq).is_none(), "duplicate {key:?}");
     }
@@ -260,7 +260,7 @@ pub async fn check_log_writer(store: Arc<dyn Store>) {
     let back = store.read_events(a, 0, 100).await.unwrap();
     assert_eq!(
         back.iter()
-            .map(|e| e.payload["n"].as_i64())
+            .map(|e| e.payload.to_value()["n"].as_i64())
             .collect::<Vec<_>>(),
         [Some(1), Some(2), Some(3), Some(4)]
     );
@@ -360,8 +360,8 @@ pub async fn check_nul_round_trip(store: Arc<dyn Store>) {
     let events: Vec<NewEvent> = payloads.iter().map(|p| event("x", p.clone())).collect();
     let stored = store.append_events("nul-1", &events).await.unwrap();
     let back = store.read_events("nul-1", 0, 10).await.unwrap();
-    let read: Vec<&Value> = back.iter().map(|e| &e.payload).collect();
-    assert_eq!(read, payloads.iter().collect::<Vec<_>>());
+    let read: Vec<Value> = back.iter().map(|e| e.payload.to_value()).collect();
+    assert_eq!(read, payloads);
     assert_eq!(back, stored);
 
     let lifecycle = NewLifecycleEvent {

@@ -58,7 +58,7 @@ fn record(id: &str, tenant: &str) -> SessionRecord {
 fn event(kind: &str, payload: Value) -> NewEvent {
     NewEvent {
         kind: kind.to_owned(),
-        payload,
+        payload: payload.into(),
     }
 }
 

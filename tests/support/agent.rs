@@ -23,25 +23,33 @@ fn bin_dir() -> PathBuf {
 /// missing or older than its source: Cargo builds examples for `cargo test`, but not for
 /// `cargo test --test NAME` or `cargo bench`.
 pub fn echo_agent() -> PathBuf {
-    let p = bin_dir().join("examples/echo_agent");
+    example("echo_agent")
+}
+
+/// The built bench agent (`examples/bench_agent.rs`, the cheapest agent that streams a turn),
+/// checked as [`echo_agent`] is.
+pub fn bench_agent() -> PathBuf {
+    example("bench_agent")
+}
+
+fn example(name: &str) -> PathBuf {
+    let p = bin_dir().join("examples").join(name);
     // Tests build without optimisation, benches with it (the bench profile is release's).
     let hint = if cfg!(debug_assertions) {
-        "run the whole suite with `cargo test` (it builds examples) or `cargo build --examples` first"
+        "run the whole suite with `cargo test` (it builds examples) or `cargo build --examples` first".to_owned()
     } else {
-        "run the bench/ script, which builds it (`cargo build --release --example echo_agent`)"
+        format!("run the bench/ script, which builds it (`cargo build --release --example {name}`)")
     };
     let built = std::fs::metadata(&p)
         .and_then(|m| m.modified())
         .unwrap_or_else(|_| panic!("{} is missing: {hint}", p.display()));
-    let source = std::fs::metadata(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/echo_agent.rs"
-    ))
-    .and_then(|m| m.modified())
-    .unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{name}.rs"));
+    let source = std::fs::metadata(source)
+        .and_then(|m| m.modified())
+        .unwrap();
     assert!(
         built >= source,
-        "{} is older than examples/echo_agent.rs: {hint}",
+        "{} is older than examples/{name}.rs: {hint}",
         p.display()
     );
     p
@@ -49,7 +57,12 @@ pub fn echo_agent() -> PathBuf {
 
 /// The echo agent on state directory `state`, its stdin and stdout piped, its stderr dropped.
 pub fn echo_agent_command(state: &Path) -> Command {
-    let mut command = Command::new(echo_agent());
+    agent_command(&echo_agent(), state)
+}
+
+/// The agent `binary` (the echo agent or the bench agent) as [`echo_agent_command`] starts it.
+pub fn agent_command(binary: &Path, state: &Path) -> Command {
+    let mut command = Command::new(binary);
     command
         .env("ECHO_AGENT_DIR", state)
         .stdin(Stdio::piped())

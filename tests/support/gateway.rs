@@ -59,6 +59,8 @@ impl Database {
 #[derive(Clone)]
 pub struct Options {
     pub binary: PathBuf,
+    /// The agent it runs: the echo agent unless a bench picks the bench agent.
+    pub agent: PathBuf,
     pub pool_size: usize,
     pub env: Vec<(String, String)>,
     pub args: Vec<String>,
@@ -75,6 +77,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             binary: PathBuf::from(env!("CARGO_BIN_EXE_acp-gateway")),
+            agent: echo_agent(),
             pool_size: 1,
             env: vec![],
             args: vec![],
@@ -222,7 +225,7 @@ impl Gateway {
         let started = Instant::now();
         let mut cmd = tokio::process::Command::new(&opts.binary);
         cmd.arg("--agent")
-            .arg(echo_agent())
+            .arg(&opts.agent)
             .args(["--listen", "127.0.0.1:0", "--database-url", db_url])
             .arg("--pool-size")
             .arg(opts.pool_size.to_string())

@@ -24,7 +24,7 @@ const APPEND: &str = "WITH bumped AS (\
      RETURNING last_seq), \
      inserted AS (\
      INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
-     SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::jsonb, $4 \
+     SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::json, $4 \
      FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord)), \
      touched AS (\
      UPDATE sessions SET updated_at = $7, listed = NULL \
@@ -122,7 +122,11 @@ async fn append_on<'e>(
     let events = batch.events;
     let kinds: Vec<_> = events.iter().map(|e| text_in(&e.kind)).collect();
     let kinds: Vec<&str> = kinds.iter().map(AsRef::as_ref).collect();
-    let payloads: Vec<String> = events.iter().map(|e| nul_safe_text(&e.payload)).collect();
+    let payloads: Vec<_> = events
+        .iter()
+        .map(|e| nul_safe_text(e.payload.as_str()))
+        .collect();
+    let payloads: Vec<&str> = payloads.iter().map(AsRef::as_ref).collect();
     let last: i64 = sqlx::query_scalar(APPEND)
         .bind(batch.session_id)
         .bind(batch.count)

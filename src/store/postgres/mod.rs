@@ -24,11 +24,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
 use super::rows::{Columns, Native};
-use super::{Appended, StoreResult};
+use super::{Appended, Payload, StoreResult};
 
 pub use events::PG_LOG_WRITER_NAME;
 
@@ -81,6 +82,15 @@ impl Columns for PgRow {
         self.try_get::<Option<Value>, _>(name)?
             .map(unwrap_nul)
             .transpose()
+    }
+    fn payload(&self, name: &str) -> StoreResult<Payload> {
+        let raw: sqlx::types::Json<Box<RawValue>> = self.try_get(name)?;
+        if raw.get().contains(NUL_SAFE) {
+            let wrapped = serde_json::from_str(raw.get())
+                .map_err(|e| crate::store::StoreError::Corrupt(format!("{name}: {e}")))?;
+            return Ok(Payload::from_value(&unwrap_nul(wrapped)?));
+        }
+        Ok(Payload::from_raw(raw.0))
     }
     fn text(&self, name: &str) -> StoreResult<String> {
         Ok(text_out(self.try_get(name)?))
@@ -178,11 +188,10 @@ pub(super) enum NulSafeStrings<'a> {
 }
 
 /// The JSON text of `value` for a `::jsonb` cast, wrapped as [`wrap_nul`] says.
-pub(super) fn nul_safe_text(value: &Value) -> String {
-    let text = value.to_string();
-    match wrap_nul(&text) {
-        Some(wrapped) => wrapped.to_string(),
-        None => text,
+pub(super) fn nul_safe_text(text: &str) -> Cow<'_, str> {
+    match wrap_nul(text) {
+        Some(wrapped) => Cow::Owned(wrapped.to_string()),
+        None => Cow::Borrowed(text),
     }
 }
 

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
-use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros, to_json};
+use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros};
 use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
@@ -161,7 +161,7 @@ fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<V
     {
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
         for (seq, event) in (batch.first(last)..).zip(batch.events) {
-            let payload = to_json(&event.payload);
+            let payload = event.payload.as_str();
             insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
         }
     }
@@ -190,7 +190,6 @@ async fn append_on(
         created_at,
         touch,
     } = *batch;
-    let payloads: Vec<String> = events.iter().map(|event| to_json(&event.payload)).collect();
     let created_micros = micros(created_at);
 
     let mut sql = format!("{BEGIN_IMMEDIATE}; {BUMP_SEQ};");
@@ -209,11 +208,11 @@ async fn append_on(
         .bind(count);
     for (start, chunk) in (0..).step_by(INSERT_CHUNK).zip(events.chunks(INSERT_CHUNK)) {
         query = query.bind(session_id).bind(count).bind(created_micros);
-        for (k, (event, payload)) in chunk.iter().zip(&payloads[start..]).enumerate() {
+        for (k, event) in chunk.iter().enumerate() {
             query = query
                 .bind(i64::try_from(start + k + 1).unwrap_or(i64::MAX))
                 .bind(&event.kind)
-                .bind(payload);
+                .bind(event.payload.as_str());
         }
         query = query.bind(session_id);
     }

@@ -36,7 +36,7 @@ use sqlx::sqlite::{
 };
 
 use super::rows::{Columns, Native};
-use super::{StoreError, StoreResult};
+use super::{Payload, StoreError, StoreResult};
 
 pub use replica::{ReplicaLock, lock_single_replica};
 
@@ -170,6 +170,10 @@ impl Columns for SqliteRow {
     fn opt_json(&self, name: &str) -> StoreResult<Option<Value>> {
         let text: Option<&str> = self.try_get(name)?;
         text.map(|t| from_json(t, name)).transpose()
+    }
+    fn payload(&self, name: &str) -> StoreResult<Payload> {
+        Payload::from_text(self.try_get(name)?)
+            .map_err(|e| StoreError::Corrupt(format!("{name}: bad JSON: {e}")))
     }
 }
 
