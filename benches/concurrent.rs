@@ -23,7 +23,8 @@
 //! `CONCURRENT_ROUNDS` how many times each front is measured, afresh, in alternating order
 //! (default 2; the samples are pooled), `CONCURRENT_AGENT` the agent (`bench`, the default:
 //! `examples/bench_agent.rs`, which costs far less than any front; or `echo`),
-//! `CONCURRENT_FRONTS` which fronts (names holding one of its comma-separated words).
+//! `CONCURRENT_FRONTS` which fronts (names holding one of its comma-separated words),
+//! `CONCURRENT_BASELINE` the path of another build of the gateway to measure beside this one.
 //! Writes `bench/results/concurrent.md`.
 
 mod support;
@@ -58,12 +59,15 @@ impl Front {
     async fn start(which: &Which, agent: &Path, dir: &Path) -> Front {
         match which {
             Which::Direct => Front::Direct(Arc::new(MultiplexedAgent::start(agent, dir).await)),
-            Which::Gateway(backend) => {
+            Which::Gateway(backend, binary) => {
                 let db = Database::create(*backend, dir, "bench").await;
-                let opts = Options {
+                let mut opts = Options {
                     agent: agent.to_owned(),
                     ..Options::bench()
                 };
+                if let Some(binary) = binary {
+                    opts.binary = binary.clone();
+                }
                 let gw = Gateway::spawn(&db.url, dir, &opts).await;
                 Front::Gateway(Box::new(gw), db)
             }
@@ -106,7 +110,8 @@ impl Front {
 /// Which front to start.
 enum Which {
     Direct,
-    Gateway(Backend),
+    /// On a backend; another build than this one's when given.
+    Gateway(Backend, Option<std::path::PathBuf>),
     Peer(PeerKind),
 }
 
@@ -481,7 +486,11 @@ async fn main() {
     let mut fronts = vec![("direct stdio client".to_owned(), Which::Direct)];
     for backend in Backend::available() {
         let name = format!("acp-gateway, {}", backend.name());
-        fronts.push((name, Which::Gateway(backend)));
+        fronts.push((name, Which::Gateway(backend, None)));
+        if let Ok(other) = std::env::var("CONCURRENT_BASELINE") {
+            let name = format!("acp-gateway {other}, {}", backend.name());
+            fronts.push((name, Which::Gateway(backend, Some(other.into()))));
+        }
     }
     fronts.push((String::new(), Which::Peer(PeerKind::AcpHttpAdapter)));
     fronts.push((String::new(), Which::Peer(PeerKind::SandboxAgent)));
@@ -551,7 +560,10 @@ async fn main() {
             .filter(|r| matches!(r.1, Which::Peer(_)))
             .map(|r| r.2)
             .fold(0.0, f64::max);
-        for (name, _, rate) in rates.iter().filter(|r| matches!(r.1, Which::Gateway(_))) {
+        for (name, _, rate) in rates
+            .iter()
+            .filter(|r| matches!(r.1, Which::Gateway(_, None)))
+        {
             ratios += &format!(
                 "- {n} sessions, {name}: {:.2} × the faster peer's prompts/s (target ≥ 1.5)\n",
                 rate / best_peer

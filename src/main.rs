@@ -7,6 +7,12 @@ use tracing_subscriber::EnvFilter;
 
 use acp_gateway::config::{Command, Config, LogFormat};
 
+/// mimalloc instead of the system allocator: every event passes through a few short-lived
+/// buffers on several threads, where glibc's malloc spent a tenth of the gateway's CPU
+/// (`bench/README.md`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let config = match Config::load() {
