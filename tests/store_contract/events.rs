@@ -635,3 +635,47 @@ pub async fn check_lifecycle(store: Arc<dyn Store>) {
     assert_eq!(back, stored);
     assert!(store.append_lifecycle(&[]).await.unwrap().is_empty());
 }
+
+/// The log writer appends several sessions' events in one go (`append_all`, where a backend can:
+/// PostgreSQL in one statement, SQLite in one transaction): each session's events are numbered
+/// after what its log holds, read back as returned, and each touch applies to its own session
+/// only.
+pub async fn check_log_writer_append_all(store: Arc<dyn Store>) {
+    let (a, b, c) = ("all-a", "all-b", "all-c");
+    for id in [a, b] {
+        assert!(store.put_session(&record(id, "all")).await.unwrap());
+    }
+    store
+        .append_events(a, &[event("x", json!({"n": 0}))])
+        .await
+        .unwrap();
+    let mut log = store.log_writer();
+    let later = ts(T0 + 7_000_000);
+    let for_a = [event("x", json!({"n": 1})), event("y", json!({"n": 2}))];
+    let for_b = [event("z", json!({"nul": "a\u{0}b", "n": 1}))];
+    let for_c: Vec<NewEvent> = (1..=3).map(|n| event("w", json!({"n": n}))).collect();
+    let groups = [
+        (c, &for_c[..], None),
+        (a, &for_a[..], Some(later)),
+        (b, &for_b[..], None),
+    ];
+    let Some(stored) = log.append_all(&groups).await else {
+        return; // this writer appends each session alone (SQLite in memory)
+    };
+    let stored = stored.unwrap();
+    let seqs = |events: &[StoredEvent]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&stored[0]), [1, 2, 3], "{c}");
+    assert_eq!(
+        seqs(&stored[1]),
+        [2, 3],
+        "{a} continues after its first event"
+    );
+    assert_eq!(seqs(&stored[2]), [1], "{b}");
+    for (id, stored) in [c, a, b].into_iter().zip(&stored) {
+        let back = store.read_events(id, 0, 100).await.unwrap();
+        assert_eq!(&back[back.len() - stored.len()..], &stored[..], "{id}");
+    }
+    let updated_at = async |id: &str| store.get_session(id).await.unwrap().unwrap().updated_at;
+    assert_eq!(updated_at(a).await, later, "touched");
+    assert_eq!(updated_at(b).await, ts(T0), "not touched");
+}

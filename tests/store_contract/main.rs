@@ -224,6 +224,7 @@ macro_rules! store_contract {
             events::check_turn_open,
             events::check_concurrent_appends,
             events::check_log_writer,
+            events::check_log_writer_append_all,
             events::check_payload_round_trip,
             events::check_nul_round_trip,
             events::check_nul_in_text_round_trip,

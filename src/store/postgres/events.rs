@@ -32,6 +32,29 @@ const APPEND: &str = "WITH bumped AS (\
      SELECT last_seq FROM bumped, \
      pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
 
+/// [`APPEND`] for several sessions at once (their ids distinct): `$1`–`$4` one element per
+/// session (id, event count, `created_at`, touch or NULL), `$5`–`$8` one per event (session id,
+/// ordinal in its session from 1, kind, payload), `$9` the replica. The counters are raised in
+/// session id order, so that two such statements lock them in the same order.
+const APPEND_ALL: &str = "WITH c AS (\
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::timestamptz[]) \
+     AS c(session_id, n, created_at, touch)), \
+     bumped AS (\
+     INSERT INTO session_seqs (session_id, last_seq) SELECT session_id, n FROM c ORDER BY session_id \
+     ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
+     RETURNING session_id, last_seq), \
+     inserted AS (\
+     INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
+     SELECT e.session_id, b.last_seq - c.n + e.ord, e.kind, e.payload::json, c.created_at \
+     FROM unnest($5::text[], $6::bigint[], $7::text[], $8::text[]) AS e(session_id, ord, kind, payload) \
+     JOIN bumped b ON b.session_id = e.session_id JOIN c ON c.session_id = e.session_id), \
+     touched AS (\
+     UPDATE sessions s SET updated_at = c.touch, listed = NULL FROM c \
+     WHERE s.session_id = c.session_id AND c.touch IS NOT NULL AND s.deleted_at IS NULL \
+     AND s.updated_at < c.touch) \
+     SELECT session_id, last_seq, \
+     pg_notify('acp_gateway_events', $9 || ' ' || last_seq || ' ' || session_id) FROM bumped";
+
 /// Deletes, in every session, the events beyond the latest `$1`.
 pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \
      WHERE e.session_id = s.session_id AND e.seq <= s.last_seq - $1";
@@ -84,7 +107,7 @@ impl LogWriter for PgLogWriter {
 }
 
 impl PgLogWriter {
-    /// [`LogWriter::append_batches`]: the batches' statements in one transaction. After a
+    /// [`LogWriter::append_batches`]: one statement for all of them, [`APPEND_ALL`]. After a
     /// failure the connection is dropped (the hub's writer then appends each alone, retrying).
     async fn append_together(
         &mut self,
@@ -94,16 +117,7 @@ impl PgLogWriter {
             Some(conn) => conn,
             own => own.insert(self.options.connect().await?),
         };
-        let appended = async {
-            let mut tx = sqlx::Connection::begin(conn).await?;
-            let mut stored = Vec::with_capacity(batches.len());
-            for batch in batches {
-                stored.push(append_on(&mut *tx, &self.replica, batch).await?);
-            }
-            tx.commit().await?;
-            Ok(stored)
-        }
-        .await;
+        let appended = append_all_on(conn, &self.replica, batches).await;
         if appended.is_err() {
             self.own = None;
         }
@@ -138,6 +152,55 @@ async fn append_on<'e>(
         .fetch_one(db)
         .await?;
     Ok(batch.stored(last))
+}
+
+/// [`APPEND_ALL`] of `batches` (their sessions distinct) on `conn`.
+async fn append_all_on(
+    conn: &mut PgConnection,
+    replica: &str,
+    batches: &[Batch<'_>],
+) -> StoreResult<Vec<Vec<StoredEvent>>> {
+    let sessions: Vec<&str> = batches.iter().map(|b| b.session_id).collect();
+    let counts: Vec<i64> = batches.iter().map(|b| b.count).collect();
+    let created: Vec<_> = batches.iter().map(|b| b.created_at).collect();
+    let touches: Vec<_> = batches
+        .iter()
+        .map(|b| b.touch.map(|at| at.trunc_subsecs(6)))
+        .collect();
+    let (mut of, mut ords, mut kinds, mut payloads) = (vec![], vec![], vec![], vec![]);
+    for batch in batches {
+        for (ord, e) in (1i64..).zip(batch.events) {
+            of.push(batch.session_id);
+            ords.push(ord);
+            kinds.push(text_in(&e.kind));
+            payloads.push(nul_safe_text(e.payload.as_str()));
+        }
+    }
+    let kinds: Vec<&str> = kinds.iter().map(AsRef::as_ref).collect();
+    let payloads: Vec<&str> = payloads.iter().map(AsRef::as_ref).collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(APPEND_ALL)
+        .bind(&sessions)
+        .bind(&counts)
+        .bind(&created)
+        .bind(&touches)
+        .bind(&of)
+        .bind(&ords)
+        .bind(&kinds)
+        .bind(&payloads)
+        .bind(replica)
+        .fetch_all(conn)
+        .await?;
+    let last: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+    batches
+        .iter()
+        .map(|batch| match last.get(batch.session_id) {
+            Some(&last) => Ok(batch.stored(last)),
+            None => Err(crate::store::StoreError::Corrupt(format!(
+                "no sequence number for session {:?} in a grouped append",
+                batch.session_id
+            ))),
+        })
+        .collect()
 }
 
 impl PgStore {
