@@ -328,10 +328,17 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
         _ => None,
     };
     match (method, id) {
-        (Some(method), None) => Ok(Inbound::Notification {
-            method,
-            params: msg.params.map_or_else(null, ToOwned::to_owned),
-        }),
+        (Some(method), None) => {
+            let params = match msg.params {
+                Some(params) => {
+                    serde_json::from_str::<Checked>(params.get())
+                        .map_err(|e| format!("not JSON: {e}"))?;
+                    params.to_owned()
+                }
+                None => null(),
+            };
+            Ok(Inbound::Notification { method, params })
+        }
         (Some(method), Some(id)) => Ok(Inbound::Request {
             id,
             method,
@@ -347,6 +354,51 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
             Ok(Inbound::Response { id, result })
         }
         (None, None) => Err("neither a request, a response nor a notification".into()),
+    }
+}
+
+/// JSON that serde_json would parse into a value, checked without building one: a piece kept
+/// as text (`RawValue`) is only scanned, which lets through numbers a value cannot hold
+/// (`1e400`).
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Checked)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
     }
 }
 
@@ -497,6 +549,19 @@ mod tests {
             "[{".repeat(300)
         );
         assert!(parse_line(&brackets_in_a_string).is_ok());
+        for params in [
+            "1e400",
+            "[-1e999]",
+            r#"{"a":1.5e308}"#,
+            "123456789012345678901234567890",
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            assert_eq!(
+                parse_line(&line).is_ok(),
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "{params}"
+            );
+        }
         for depth in [100, 125, 126, 127, 128, 200, 5000] {
             let params = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
             let line = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
