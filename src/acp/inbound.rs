@@ -1,0 +1,241 @@
+//! What the agent writes, line by line, as [`Inbound`] messages: a borrowed parse of the
+//! JSON-RPC envelope, in which a notification's params stay the agent's own text (checked as
+//! serde_json would parse them into a value, without building one).
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{Inbound, RpcError};
+
+/// A JSON-RPC message's members, borrowed from its line: nothing is built for what is passed
+/// on whole (a notification's params).
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// Parses one line from the agent. `Err` carries a description for the log. Lone UTF-16
+/// surrogates in its strings are kept (see [`crate::surrogates`]). A notification's params stay
+/// the line's own text.
+pub fn parse_line(line: &str) -> Result<Inbound, String> {
+    let line = crate::surrogates::escape(line);
+    // A struct also deserializes from an array, which is no JSON-RPC message.
+    if !line
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(&line) {
+            Ok(_) => "not a JSON object".into(),
+            Err(e) => format!("not JSON: {e}"),
+        });
+    }
+    // Its pieces kept as text are not parsed to a depth limit: the whole line is held to
+    // serde_json's, so that any piece can later be read as a value.
+    if nested_deeper_than(&line, MAX_DEPTH) {
+        return Err("not JSON: recursion limit exceeded".into());
+    }
+    let msg: Envelope<'_> = match serde_json::from_str(&line) {
+        Ok(msg) => msg,
+        Err(e) if e.is_data() => return Err(format!("not a JSON-RPC object: {e}")),
+        Err(e) => return Err(format!("not JSON: {e}")),
+    };
+    if msg.jsonrpc.as_deref() != Some("2.0") {
+        return Err("missing jsonrpc: \"2.0\"".into());
+    }
+    let value = |raw: Option<&RawValue>| {
+        raw.map_or(Ok(Value::Null), |r| serde_json::from_str(r.get()))
+            .map_err(|e| format!("not JSON: {e}"))
+    };
+    let id = value(msg.id)?;
+    let id = (!id.is_null()).then_some(id);
+    let method = match value(msg.method)? {
+        Value::String(m) => Some(m),
+        _ => None,
+    };
+    match (method, id) {
+        (Some(method), None) => {
+            let params = match msg.params {
+                Some(params) => {
+                    serde_json::from_str::<Checked>(params.get())
+                        .map_err(|e| format!("not JSON: {e}"))?;
+                    params.to_owned()
+                }
+                None => null(),
+            };
+            Ok(Inbound::Notification { method, params })
+        }
+        (Some(method), Some(id)) => Ok(Inbound::Request {
+            id,
+            method,
+            params: value(msg.params)?,
+        }),
+        (None, Some(id)) => {
+            let id = id.as_u64().ok_or("response id is not one of ours")?;
+            let result = match msg.error {
+                Some(err) => Err(serde_json::from_str::<RpcError>(err.get())
+                    .map_err(|e| format!("invalid error object: {e}"))?),
+                None => Ok(value(msg.result)?),
+            };
+            Ok(Inbound::Response { id, result })
+        }
+        (None, None) => Err("neither a request, a response nor a notification".into()),
+    }
+}
+
+/// JSON that serde_json would parse into a value, checked without building one: a piece kept
+/// as text (`RawValue`) is only scanned, which lets through numbers a value cannot hold
+/// (`1e400`).
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Checked)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
+
+/// The deepest nesting of arrays and objects serde_json parses into a value.
+const MAX_DEPTH: usize = 127;
+
+/// Whether arrays and objects in JSON text `text` nest deeper than `limit` (strings skipped).
+fn nested_deeper_than(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.iter().filter(|&&b| b == b'[' || b == b'{').count() <= limit {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// JSON `null`, as a raw value.
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).expect("null is JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_kind_and_rejects_garbage() {
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","method":"session/update","params":{"x":1}}"#),
+            Ok(Inbound::Notification { method, .. }) if method == "session/update"
+        ));
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file","params":{}}"#),
+            Ok(Inbound::Request { .. })
+        ));
+        assert!(matches!(
+            parse_line(r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"nope"}}"#),
+            Ok(Inbound::Response {
+                id: 7,
+                result: Err(RpcError { code: -32002, .. })
+            })
+        ));
+        assert!(parse_line("hello").is_err());
+        assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
+        assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+
+    /// A line parses exactly when it is a JSON object a parser to values accepts: an array of
+    /// the right members, or nesting past the parser's depth limit, is garbage either way.
+    #[test]
+    fn a_line_is_a_message_only_if_it_is_a_json_object() {
+        assert!(parse_line(r#"["2.0", 1, "session/update"]"#).is_err());
+        assert!(parse_line(r#"  {"jsonrpc":"2.0","method":"m"}"#).is_ok());
+        let brackets_in_a_string = format!(
+            r#"{{"jsonrpc":"2.0","method":"m","params":"{}"}}"#,
+            "[{".repeat(300)
+        );
+        assert!(parse_line(&brackets_in_a_string).is_ok());
+        for params in [
+            "1e400",
+            "[-1e999]",
+            r#"{"a":1.5e308}"#,
+            "123456789012345678901234567890",
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            assert_eq!(
+                parse_line(&line).is_ok(),
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "{params}"
+            );
+        }
+        for depth in [100, 125, 126, 127, 128, 200, 5000] {
+            let params = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            assert_eq!(
+                parse_line(&line).is_ok(),
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "depth {depth}"
+            );
+        }
+    }
+}
