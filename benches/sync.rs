@@ -146,9 +146,9 @@ fn statements(log: &str) -> BTreeMap<String, usize> {
         let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let cut = |s: &str| s.chars().take(40).collect::<String>();
         let kind = if text.contains("listed_id") {
-            "a page compared (`sessions_to_sync`)".to_owned()
+            "a page's new or changed sessions read (`sessions_to_sync`)".to_owned()
         } else if text.contains("synced_at IS NOT NULL") {
-            "the synced ids (`synced_session_ids`)".to_owned()
+            "the digests syncs stored (`visit_synced`)".to_owned()
         } else {
             let verb = text.split(' ').next().unwrap_or("?");
             match [" FROM ", " INTO "].iter().find_map(|k| text.find(k)) {

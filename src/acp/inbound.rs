@@ -40,11 +40,7 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
             Err(e) => format!("not JSON: {e}"),
         });
     }
-    // Its pieces kept as text are not parsed to a depth limit: the whole line is held to
-    // serde_json's, so that any piece can later be read as a value.
-    if nested_deeper_than(&line, MAX_DEPTH) {
-        return Err("not JSON: recursion limit exceeded".into());
-    }
+    // Pieces kept as text are skipped without recursion, to any depth.
     let msg: Envelope<'_> = match serde_json::from_str(&line) {
         Ok(msg) => msg,
         Err(e) if e.is_data() => return Err(format!("not a JSON-RPC object: {e}")),
@@ -52,6 +48,14 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
     };
     if msg.jsonrpc.as_deref() != Some("2.0") {
         return Err("missing jsonrpc: \"2.0\"".into());
+    }
+    // What the gateway keeps or wraps is held to serde_json's depth as a whole line, so that
+    // any piece of it can later be read as a value. A result is its caller's to read, which
+    // fails as a call when it cannot (see `PendingCall::wait`): a page of a thousand listed
+    // sessions is not scanned twice more for it.
+    let answer = msg.result.is_some() && msg.method.is_none();
+    if !answer && nested_deeper_than(&line, MAX_DEPTH) {
+        return Err("not JSON: recursion limit exceeded".into());
     }
     let value = |raw: Option<&RawValue>| {
         raw.map_or(Ok(Value::Null), |r| serde_json::from_str(r.get()))
@@ -85,7 +89,7 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
             let result = match msg.error {
                 Some(err) => Err(serde_json::from_str::<RpcError>(err.get())
                     .map_err(|e| format!("invalid error object: {e}"))?),
-                None => Ok(value(msg.result)?),
+                None => Ok(msg.result.map_or_else(null, RawValue::to_owned)),
             };
             Ok(Inbound::Response { id, result })
         }
@@ -202,6 +206,29 @@ mod tests {
         assert!(parse_line("hello").is_err());
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+
+    /// An answer is its caller's to read: kept as the agent's text whatever it holds; what no
+    /// value can hold fails the call, not the line (which would leave the call unanswered).
+    #[test]
+    fn an_answer_is_kept_as_text_and_read_by_its_caller() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        for result in ["1e400", &deep, r#"{"sessions":[],"nextCursor":null}"#] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":3,"result":{result}}}"#);
+            let Ok(Inbound::Response {
+                id: 3,
+                result: Ok(raw),
+            }) = parse_line(&line)
+            else {
+                panic!("{result}");
+            };
+            assert_eq!(raw.get(), result);
+            assert_eq!(
+                super::super::answer_value(&raw).is_ok(),
+                serde_json::from_str::<Value>(result).is_ok(),
+                "{result}"
+            );
+        }
     }
 
     /// A line parses exactly when it is a JSON object a parser to values accepts: an array of

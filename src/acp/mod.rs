@@ -79,7 +79,8 @@ impl CallError {
 pub enum Inbound {
     Response {
         id: u64,
-        result: Result<Value, RpcError>,
+        /// A result as the agent wrote it: the caller reads what it needs of it.
+        result: Result<Box<RawValue>, RpcError>,
     },
     Notification {
         method: String,
@@ -93,14 +94,15 @@ pub enum Inbound {
     },
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, CallError>>>>>;
+type Answer = Result<Box<RawValue>, CallError>;
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;
 
 /// A request sent to the agent whose answer has not been awaited yet.
 #[derive(Debug)]
 pub struct PendingCall {
     id: u64,
     method: String,
-    rx: oneshot::Receiver<Result<Value, CallError>>,
+    rx: oneshot::Receiver<Answer>,
     pending: Pending,
     started: std::time::Instant,
     member: Arc<str>,
@@ -109,6 +111,11 @@ pub struct PendingCall {
 impl PendingCall {
     /// Waits for the answer, at most `timeout` (`None`: as long as the connection lives).
     pub async fn wait(self, timeout: Option<Duration>) -> Result<Value, CallError> {
+        answer_value(&self.wait_raw(timeout).await?)
+    }
+
+    /// [`wait`](Self::wait), the result kept as the agent's text.
+    pub async fn wait_raw(self, timeout: Option<Duration>) -> Answer {
         let PendingCall {
             id,
             method,
@@ -147,6 +154,18 @@ impl PendingCall {
         );
         result
     }
+}
+
+/// An answer read as a value: JSON a value cannot hold (nested too deep, a number out of range)
+/// fails the call as the agent's internal error.
+pub fn answer_value(raw: &RawValue) -> Result<Value, CallError> {
+    serde_json::from_str(raw.get()).map_err(|e| {
+        CallError::Rpc(RpcError {
+            code: -32603,
+            message: format!("the agent's answer is no JSON value the gateway can read: {e}"),
+            data: None,
+        })
+    })
 }
 
 /// The client side of one agent connection. Cheap to share; calls are concurrent.
@@ -253,7 +272,7 @@ impl Connection {
     }
 
     /// Delivers a response to its waiter. Returns false for an id nobody waits for.
-    pub fn resolve(&self, id: u64, result: Result<Value, RpcError>) -> bool {
+    pub fn resolve(&self, id: u64, result: Result<Box<RawValue>, RpcError>) -> bool {
         let waiter = self.pending.lock().expect("pending lock").remove(&id);
         match waiter {
             Some(tx) => {

@@ -11,6 +11,7 @@ mod cache;
 mod caller;
 mod error;
 mod history;
+mod listed;
 mod live;
 pub mod model;
 mod permissions;

@@ -7,10 +7,12 @@
 //! nothing to sync: the cache of the gateway's own sessions is the list.
 //!
 //! Each page is compared with the cache as it comes, by the digest of each listed
-//! `SessionInfo` against the digest a sync last stored with the row (which any other write to
-//! the row clears): one query for the page answers the sessions that are new or may have
-//! changed, with their rows, and one statement writes those that did. An unchanged list costs a
-//! query per page, not per session; while a page is compared, the next one is being listed.
+//! `SessionInfo` (its text as the agent wrote it) against the digest a sync last stored with
+//! the row (which any other write to the row clears). Those digests are read in one query as a
+//! sync starts; a page's sessions that are new or may have changed are read in one query, with
+//! their rows, and those that did change written in one statement. An unchanged list costs one
+//! query in all. A task of its own lists and checks the pages, asking for the next page before
+//! it reads this one, while the previous page is compared.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -19,16 +21,17 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
+use super::listed::{Listed, Pages, Synced, agent_error, list_all};
 use super::model::now;
 use super::{Error, Gateway};
-use crate::pool::client::AgentClient;
 use crate::store::{ListedSession, Origin, SessionRecord};
 
-/// An agent that hands out more pages than this is not listing a finite set: the sync stops
-/// without marking anything vanished.
-const MAX_PAGES: usize = 10_000;
+/// Pages listed and checked, waiting to be compared (a page of a thousand sessions holds about
+/// 250 KB).
+const PAGES_AHEAD: usize = 32;
 
 /// What one sync did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,13 +44,6 @@ pub struct SyncReport {
     pub updated: usize,
     /// Cached sessions the agent listed before and no longer does, now tombstoned.
     pub vanished: usize,
-}
-
-/// One `SessionInfo` as listed, checked, and its digest.
-struct Listed {
-    session_id: String,
-    info: Value,
-    digest: i64,
 }
 
 /// What writing a listed session's row means for the cache.
@@ -76,39 +72,42 @@ impl Gateway {
         // The gateway's own changes from now on are newer than anything this listing says.
         let since = self.inner.cache.touches.load(Ordering::SeqCst);
         let mut report = SyncReport::default();
-        let mut seen = HashSet::new();
-        let mut pages = Pages::new(self.any_client().await?, None);
-        let mut next = pages.next().await?;
-        while let Some(page) = next {
+        // The listing is read and checked by a task of its own, up to PAGES_AHEAD pages ahead
+        // of the one compared here (while the digests are read, at first): parsing and
+        // comparing keep two cores busy.
+        let (tx, mut pages) = mpsc::channel(PAGES_AHEAD);
+        let lister = AbortOnDropHandle::new(tokio::spawn(list_all(
+            Pages::new(self.any_client().await?, None),
+            tx,
+        )));
+        // Read while the agent lists the first pages.
+        let mut synced = Synced::read(self.store()).await?;
+        let mut looked_at = HashSet::new();
+        while let Some(page) = pages.recv().await {
+            let page = page?;
             // Creates that were under way while the agent listed the page have stored their
             // rows now.
             drop(self.inner.creating.write().await);
             report.listed += page.len();
-            // An id listed twice (pages shift while sessions change) counts once.
+            // What is listed as a sync last wrote it needs nothing; an id listed twice (pages
+            // shift while sessions change) is looked at once.
             let page = page
                 .into_iter()
-                .filter(|l| seen.insert(l.session_id.clone()))
+                .filter(|l| !synced.unchanged(l) && looked_at.insert(l.session_id.clone()))
                 .collect();
-            let (listed, synced) = tokio::join!(
-                pages.next(),
-                self.sync_page(page, since, started, &mut report)
-            );
-            synced?;
-            next = listed?;
+            self.sync_page(page, since, started, &mut report).await?;
         }
+        lister
+            .await
+            .map_err(|e| agent_error(&format!("listing: {e}")))?;
         // Sessions listed before and missing now. A live one is in the agent's memory whatever
         // its list says. An agent's pages are not always stable while its sessions change, so
         // a miss is confirmed by listing the session's cwd again before it counts.
-        let missing: Vec<String> = self
-            .store()
-            .synced_session_ids()
+        let missing: Vec<String> = synced
+            .missing(self.store())
             .await?
             .into_iter()
-            .filter(|id| {
-                !seen.contains(id)
-                    && self.inner.live.member(id).is_none()
-                    && !self.touched_since(id, since)
-            })
+            .filter(|id| self.inner.live.member(id).is_none() && !self.touched_since(id, since))
             .collect();
         let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
         for id in missing {
@@ -185,12 +184,19 @@ impl Gateway {
             let Some(l) = page.remove(&t.session_id) else {
                 continue;
             };
+            let info = match serde_json::from_str::<Value>(l.info.get()) {
+                Ok(info) => info,
+                Err(e) => {
+                    tracing::warn!(info = l.info.get(), error = %e, "session/list returned an unreadable session");
+                    continue;
+                }
+            };
             let Some(existing) = t.cached else {
-                writes.push((self.discovered(&l, at), Change::Added));
+                writes.push((self.discovered(&l, &info, at), Change::Added));
                 continue;
             };
             let mut record = existing.clone();
-            apply_listed(&mut record, &l.info);
+            apply_listed(&mut record, &info);
             let change = if record != existing {
                 Change::Updated
             } else if existing.synced_at.is_none() {
@@ -241,7 +247,7 @@ impl Gateway {
     }
 
     /// The row of a listed session new to the cache: origin `upstream`, owned by the admin.
-    fn discovered(&self, l: &Listed, at: DateTime<Utc>) -> SessionRecord {
+    fn discovered(&self, l: &Listed, info: &Value, at: DateTime<Utc>) -> SessionRecord {
         let mut record = SessionRecord {
             session_id: l.session_id.clone(),
             tenant: self.inner.config.upstream_tenant.clone(),
@@ -257,7 +263,7 @@ impl Gateway {
             synced_at: Some(at),
             listed: Some(l.digest),
         };
-        apply_listed(&mut record, &l.info);
+        apply_listed(&mut record, info);
         record
     }
 
@@ -309,95 +315,6 @@ impl Gateway {
             }
         }
     }
-}
-
-fn agent_error(message: &str) -> Error {
-    Error::Agent {
-        code: -32603,
-        message: message.into(),
-    }
-}
-
-/// One walk through the pages of `session/list` (of one `cwd`, if given), archived sessions
-/// included when the agent archives.
-struct Pages {
-    agent: AgentClient,
-    cwd: Option<String>,
-    cursor: Option<String>,
-    read: usize,
-    done: bool,
-}
-
-impl Pages {
-    fn new(agent: AgentClient, cwd: Option<String>) -> Self {
-        Pages {
-            agent,
-            cwd,
-            cursor: None,
-            read: 0,
-            done: false,
-        }
-    }
-
-    /// The next page's usable sessions; `None` after the last page.
-    async fn next(&mut self) -> Result<Option<Vec<Listed>>, Error> {
-        if self.done {
-            return Ok(None);
-        }
-        if self.read == MAX_PAGES {
-            return Err(agent_error("session/list did not end within 10,000 pages"));
-        }
-        let mut page = self
-            .agent
-            .list_sessions(self.cwd.as_deref(), self.cursor.as_deref())
-            .await?;
-        self.read += 1;
-        match page.get("nextCursor").and_then(Value::as_str) {
-            Some(next) if self.cursor.as_deref() != Some(next) => {
-                self.cursor = Some(next.to_owned())
-            }
-            Some(_) => return Err(agent_error("session/list repeated its cursor")),
-            None => self.done = true,
-        }
-        let sessions = match page.get_mut("sessions").map(Value::take) {
-            Some(Value::Array(sessions)) => sessions,
-            _ => Vec::new(),
-        };
-        Ok(Some(sessions.into_iter().filter_map(checked).collect()))
-    }
-}
-
-/// A listed `SessionInfo` the cache can hold: a valid id and an absolute cwd.
-fn checked(info: Value) -> Option<Listed> {
-    let usable = |info: &Value| {
-        let id = info.get("sessionId")?.as_str()?;
-        super::model::SessionId::parse(id).ok()?;
-        let cwd = info.get("cwd")?.as_str()?;
-        super::model::validate_abs_path("cwd", cwd).ok()?;
-        Some(id.to_owned())
-    };
-    match usable(&info) {
-        Some(session_id) => Some(Listed {
-            session_id,
-            digest: digest(&info),
-            info,
-        }),
-        None => {
-            tracing::warn!(%info, "session/list returned an unusable session");
-            None
-        }
-    }
-}
-
-/// The digest of a listed `SessionInfo`: the first 8 bytes of the SHA-256 of its JSON text,
-/// after a version of what [`apply_listed`] makes of it, so that a gateway that applies
-/// listings otherwise does not take the digests of an older one for its own.
-fn digest(info: &Value) -> i64 {
-    let mut hash = Sha256::new();
-    hash.update(b"apply_listed v1\n");
-    serde_json::to_writer(&mut hash, info).expect("a JSON value serializes");
-    let digest = hash.finalize();
-    i64::from_be_bytes(digest[..8].try_into().expect("8 of 32 bytes"))
 }
 
 /// Applies a listed `SessionInfo` to a cached row. A listing describes the session as it is,
@@ -510,14 +427,5 @@ mod tests {
             apply_listed(&mut r, info);
             check(&r);
         }
-    }
-
-    #[test]
-    fn unusable_listings_are_skipped() {
-        assert!(checked(json!({"sessionId": "ok", "cwd": "/w"})).is_some());
-        assert!(checked(json!({"sessionId": "has space", "cwd": "/w"})).is_none());
-        assert!(checked(json!({"sessionId": "ok", "cwd": "relative"})).is_none());
-        assert!(checked(json!({"sessionId": "ok"})).is_none());
-        assert!(checked(json!({"cwd": "/w"})).is_none());
     }
 }

@@ -16,6 +16,7 @@ use agent_client_protocol_schema::v1::{
 };
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::acp::caps::Capabilities;
 use crate::acp::{CallError, Connection, PendingCall, RpcError};
@@ -177,21 +178,24 @@ impl AgentClient {
         Ok(result.get("status").and_then(Value::as_str) == Some("open"))
     }
 
-    /// One page of `session/list` (capability `list`), of one `cwd` if given, archived sessions
-    /// included when the agent archives. The page is returned as sent: the gateway reads each
-    /// listed session leniently.
+    /// Asks for one page of `session/list` (capability `list`), of one `cwd` if given, archived
+    /// sessions included when the agent archives; the page comes with [`PendingPage::page`], so
+    /// that a sync can ask for the next page before it reads this one.
     pub async fn list_sessions(
         &self,
         cwd: Option<&str>,
         cursor: Option<&str>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<PendingPage, CallError> {
         let method = AGENT_METHOD_NAMES.session_list;
         self.needs(self.caps.list, method)?;
         let params = ListSessionsRequest::new()
             .cwd(cwd.map(std::path::PathBuf::from))
             .cursor(cursor.map(str::to_owned))
             .archived(self.caps.archive.then_some(SessionArchiveFilter::Include));
-        self.control(method, &params).await
+        Ok(PendingPage {
+            call: self.conn.send_request(method, &params).await?,
+            timeout: self.timeout,
+        })
     }
 
     /// Sends `session/prompt` and returns its pending answer (awaited without a bound: a turn
@@ -241,5 +245,20 @@ impl Incoming {
     /// Answers with a JSON-RPC error.
     pub async fn refuse(&self, error: RpcError) -> Result<(), CallError> {
         self.conn.respond::<Value>(&self.id, Err(&error)).await
+    }
+}
+
+/// A `session/list` page asked for and not answered yet.
+#[derive(Debug)]
+pub struct PendingPage {
+    call: PendingCall,
+    timeout: Duration,
+}
+
+impl PendingPage {
+    /// The page as the agent's text (a sync reads leniently, and only what it compares), within
+    /// the control timeout.
+    pub async fn page(self) -> Result<Box<RawValue>, CallError> {
+        self.call.wait_raw(Some(self.timeout)).await
     }
 }

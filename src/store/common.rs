@@ -60,16 +60,63 @@ macro_rules! sessions_to_sync {
 pub(crate) const TOMBSTONE_LIVE: &str =
     "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
 
-/// The ids of the live rows a sync has seen listed (`synced_session_ids`), aggregated by the
-/// backend's `$json_array_of_ids` into one JSON array: one value to fetch, not a row each.
-macro_rules! synced_session_ids {
-    ($json_array_of_ids:literal) => {
+/// The live rows a sync has seen listed (`visit_synced`): their ids and their digests, each
+/// aggregated by the backend into one JSON array (two values to fetch, not
+/// a row each; in the same row order, as aggregates over one scan are).
+macro_rules! synced_sessions {
+    ($ids:literal, $digests:literal) => {
         concat!(
             "SELECT ",
-            $json_array_of_ids,
+            $ids,
+            ", ",
+            $digests,
             " FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL"
         )
     };
+}
+
+/// Hands `visit` each id of `ids` (a JSON array's text) with the digest at the same place in
+/// `digests`, as the ids are parsed: nothing collected but the digests.
+pub(crate) fn visit_ids_and_digests(
+    ids: &str,
+    digests: &str,
+    visit: &mut crate::store::SyncedVisitor<'_>,
+) -> crate::store::StoreResult<()> {
+    struct Ids<'v, 'f> {
+        digests: std::vec::IntoIter<Option<i64>>,
+        visit: &'v mut crate::store::SyncedVisitor<'f>,
+    }
+    impl<'de> serde::de::Visitor<'de> for Ids<'_, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array of ids, one per digest")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            use serde::de::Error as _;
+            while let Some(id) = seq.next_element::<std::borrow::Cow<'de, str>>()? {
+                let digest = self
+                    .digests
+                    .next()
+                    .ok_or_else(|| A::Error::custom("more ids"))?;
+                (self.visit)(&id, digest);
+            }
+            match self.digests.next() {
+                Some(_) => Err(A::Error::custom("more digests than ids")),
+                None => Ok(()),
+            }
+        }
+    }
+    let corrupt =
+        |e: serde_json::Error| crate::store::StoreError::Corrupt(format!("synced sessions: {e}"));
+    let digests: Vec<Option<i64>> = serde_json::from_str(digests).map_err(corrupt)?;
+    let mut de = serde_json::Deserializer::from_str(ids);
+    let ids = Ids {
+        digests: digests.into_iter(),
+        visit,
+    };
+    serde::Deserializer::deserialize_seq(&mut de, ids)
+        .and_then(|()| de.end())
+        .map_err(corrupt)
 }
 
 pub(crate) const PRUNE_MOVES: &str = "DELETE FROM session_moves WHERE moved_at < $1";
@@ -105,9 +152,9 @@ pub(crate) const RELEASE_SESSION: &str =
 /// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
 /// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
 /// keep), find the moves of listed sessions with `first_moves` (see
-/// [`FirstMoves`](crate::store::listing::FirstMoves)) and the ids of the synced sessions with
-/// `synced_session_ids` (its one value: their JSON array as text). `items` are the trait's
-/// provided methods the backend overrides.
+/// [`FirstMoves`](crate::store::listing::FirstMoves)) and the synced sessions with
+/// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
+/// `items` are the trait's provided methods the backend overrides.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -119,7 +166,7 @@ macro_rules! impl_store {
             lock_session: $lock_session:path,
             prune_events_by_count: $prune_by_count:path,
             first_moves: $first_moves:path,
-            synced_session_ids: $synced_session_ids:expr $(,)?
+            synced_sessions: $synced_sessions:expr $(,)?
         } { $($extra:tt)* }
     ) => {
         #[async_trait::async_trait]
@@ -197,13 +244,14 @@ macro_rules! impl_store {
                 $crate::store::listing::page_of(query, &rows)
             }
 
-            async fn synced_session_ids(&self) -> $crate::store::StoreResult<Vec<String>> {
-                let ids: String = sqlx::query_scalar($synced_session_ids)
+            async fn visit_synced(
+                &self,
+                visit: &mut $crate::store::SyncedVisitor<'_>,
+            ) -> $crate::store::StoreResult<()> {
+                let (ids, digests): (String, String) = sqlx::query_as($synced_sessions)
                     .fetch_one(&self.$reads)
                     .await?;
-                serde_json::from_str(&ids).map_err(|e| {
-                    $crate::store::StoreError::Corrupt(format!("synced session ids: {e}"))
-                })
+                $crate::store::common::visit_ids_and_digests(&ids, &digests, visit)
             }
 
             async fn prune_moves(

@@ -28,6 +28,7 @@ macro_rules! session_columns {
 mod common;
 mod event;
 mod listing;
+mod migrations;
 mod postgres;
 mod replicas;
 mod rows;
@@ -176,6 +177,9 @@ pub struct ListedSession {
     pub session_id: String,
     pub digest: i64,
 }
+
+/// What [`Store::visit_synced`] hands each synced session to: its id and its digest.
+pub type SyncedVisitor<'v> = dyn FnMut(&str, Option<i64>) + Send + 'v;
 
 /// A listed session a sync has to look at (see [`Store::sessions_to_sync`]): its id and its
 /// live row, `None` when the cache does not know it.
@@ -440,8 +444,10 @@ pub trait Store: Send + Sync + 'static {
     /// [`ListCursor`]. `limit` must be at least 1.
     async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList>;
 
-    /// Ids of the live (non-tombstoned) sessions that a sync has seen in the agent's list.
-    async fn synced_session_ids(&self) -> StoreResult<Vec<String>>;
+    /// Hands `visit` each live (non-tombstoned) session a sync has seen in the agent's list,
+    /// with its [`SessionRecord::listed`] digest: one query, nothing collected (a large agent
+    /// lists a million).
+    async fn visit_synced(&self, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
 
     /// Forgets recorded list moves older than `before` (see [`ListCursor`]); returns how many.
     async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;

@@ -457,4 +457,25 @@ pub async fn check_sessions_in_bulk(store: Arc<dyn Store>) {
             cached: Some(renamed),
         }]
     );
+
+    // What a sync compares a listing with: each live row a sync has seen, with its digest
+    // (none once the gateway changed it); no tombstone, no row no sync has seen.
+    let mut synced = BTreeMap::new();
+    store
+        .visit_synced(&mut |id, digest| {
+            if id.starts_with("bulk-") {
+                assert!(synced.insert(id.to_owned(), digest).is_none(), "{id} twice");
+            }
+        })
+        .await
+        .unwrap();
+    let expected: BTreeMap<String, Option<i64>> = live
+        .iter()
+        .map(|r| {
+            let digest = r.listed.filter(|_| r.session_id != "bulk-00008");
+            (r.session_id.clone(), digest)
+        })
+        .collect();
+    assert_eq!(synced.len(), 3_001);
+    assert_eq!(synced, expected);
 }

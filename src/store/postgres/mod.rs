@@ -56,7 +56,9 @@ impl PgStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
-        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        super::migrations::migrator(super::migrations::POSTGRES)
+            .run(&pool)
+            .await?;
         Ok(Self {
             pool,
             replica: replica.to_owned(),
@@ -216,7 +218,10 @@ impl_store!(PgStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
-    synced_session_ids: synced_session_ids!("COALESCE(json_agg(session_id), '[]')::text"),
+    synced_sessions: synced_sessions!(
+        "COALESCE(json_agg(session_id), '[]')::text",
+        "COALESCE(json_agg(listed), '[]')::text"
+    ),
 } {
     async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
         self.appended_elsewhere().await

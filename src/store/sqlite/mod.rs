@@ -82,7 +82,9 @@ impl SqliteStore {
                 .acquire_timeout(ACQUIRE_TIMEOUT)
                 .connect_with(options)
                 .await?;
-            sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+            super::migrations::migrator(super::migrations::SQLITE)
+                .run(&pool)
+                .await?;
             return Ok(Self {
                 writer: pool.clone(),
                 reader: pool,
@@ -98,7 +100,9 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone())
             .await?;
-        sqlx::migrate!("migrations/sqlite").run(&writer).await?;
+        super::migrations::migrator(super::migrations::SQLITE)
+            .run(&writer)
+            .await?;
         let reader = pool_options()
             .max_connections(READER_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -186,5 +190,5 @@ impl_store!(SqliteStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
-    synced_session_ids: synced_session_ids!("json_group_array(session_id)"),
+    synced_sessions: synced_sessions!("json_group_array(session_id)", "json_group_array(listed)"),
 } {});
