@@ -86,6 +86,7 @@
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
+//! | `ECHO_AGENT_RESUME_DELAY_MS` | Sleep this long before answering `session/resume`. |
 //! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
 //! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
 //! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
@@ -258,6 +259,8 @@ struct Config {
     call_log: Option<PathBuf>,
     /// `ECHO_AGENT_INIT_DELAY_MS`.
     init_delay_ms: u64,
+    /// `ECHO_AGENT_RESUME_DELAY_MS`.
+    resume_delay_ms: u64,
     /// `ECHO_AGENT_CRASH=start`.
     crash_at_start: bool,
     /// `ECHO_AGENT_AUTH`: the one auth method, which sessions then require.
@@ -321,6 +324,7 @@ impl Config {
             page_size: env_num("ECHO_AGENT_PAGE_SIZE").unwrap_or(10).max(1),
             call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
             init_delay_ms: env_num("ECHO_AGENT_INIT_DELAY_MS").unwrap_or(0),
+            resume_delay_ms: env_num("ECHO_AGENT_RESUME_DELAY_MS").unwrap_or(0),
             crash_at_start: crash.trim() == "start",
             auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
             long_line_bytes: env_num("ECHO_AGENT_LONG_LINE_BYTES").unwrap_or(100_000),
@@ -901,9 +905,10 @@ impl EchoAgent {
         Ok(LoadSessionResponse::new())
     }
 
-    fn resume(&self, req: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
+    async fn resume(&self, req: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
         let id = &req.session_id;
         self.enter("session/resume", Some(id), Some("resume"))?;
+        tokio::time::sleep(Duration::from_millis(self.cfg.resume_delay_ms)).await;
         self.require_auth()?;
         self.read(&id.0).ok_or_else(|| not_found(id))?;
         self.open_session(id);
@@ -1307,7 +1312,7 @@ async fn main() {
         )
         .on_receive_request(
             async move |req: ResumeSessionRequest, responder, _cx| {
-                responder.respond_with_result(s.resume(req))
+                responder.respond_with_result(s.resume(req).await)
             },
             on_receive_request!(),
         )

@@ -16,7 +16,33 @@ both_backends!(
     pool_places_on_least_loaded_member,
     live_tail_and_after_cursor,
     agent_requests_outside_permission_get_method_not_found,
+    a_prompt_waits_for_a_resume_under_way,
 );
+
+/// A prompt that arrives while its session is being resumed (by a request, the idle closer or
+/// a replica taking it over) waits for that, rather than answering 409 as a second turn does.
+async fn a_prompt_waits_for_a_resume_under_way(backend: Backend) {
+    let opts = Options::default().env("ECHO_AGENT_RESUME_DELAY_MS", "600");
+    let (w, id) = World::with_session(backend, opts).await;
+    let gw = w.gw();
+    assert_eq!(gw.session_action(&id, "close").await.status(), 204);
+    let resume = gw.session_action(&id, "resume");
+    let prompt = async {
+        while w.calls("session/resume") == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        gw.prompt(&id, "while resuming").await
+    };
+    let (resumed, (status, body)) = tokio::join!(resume, prompt);
+    assert_eq!(resumed.status(), 200);
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn")),
+        "{body}"
+    );
+    assert_eq!(w.calls("session/resume"), 1);
+    w.finish().await;
+}
 
 /// The gateway declares no fs capability and answers any other agent request with -32601; the
 /// turn goes on.

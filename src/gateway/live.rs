@@ -69,6 +69,8 @@ impl Entry {
 #[derive(Default)]
 pub(super) struct LiveTable {
     sessions: Mutex<HashMap<String, Entry>>,
+    /// Woken whenever a session stops being busy (see [`Gateway::claim_waiting`]).
+    freed: tokio::sync::Notify,
 }
 
 impl LiveTable {
@@ -76,21 +78,19 @@ impl LiveTable {
         self.sessions.lock().expect("live sessions lock")
     }
 
-    /// Marks the session busy, or fails with 409 if it already is. A turn gets the sender
-    /// whose closing tells `cancel` and shutdown that it ended.
+    /// Marks the session busy, or fails with what keeps it busy. A turn gets the sender whose
+    /// closing tells `cancel` and shutdown that it ended.
     fn claim(
         &self,
         session_id: &str,
         what: Busy,
-    ) -> Result<Option<watch::Sender<TurnPhase>>, Error> {
+    ) -> Result<Option<watch::Sender<TurnPhase>>, Busy> {
         let mut sessions = self.lock();
         let entry = sessions
             .entry(session_id.to_owned())
             .or_insert_with(Entry::new);
         if entry.busy != Busy::Idle {
-            return Err(Error::Conflict(
-                "a turn is already running on this session (or it is being resumed)".into(),
-            ));
+            return Err(entry.busy);
         }
         entry.busy = what;
         entry.last_active = Instant::now();
@@ -111,6 +111,8 @@ impl LiveTable {
                 sessions.remove(session_id);
             }
         }
+        drop(sessions);
+        self.freed.notify_waiters();
     }
 
     /// Records that `member` holds the session (counted on the member once).
@@ -278,12 +280,45 @@ impl Drop for Claim {
 impl Gateway {
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
     pub(super) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
-        let done = self.inner.live.claim(session_id, what)?;
+        let done = self
+            .inner
+            .live
+            .claim(session_id, what)
+            .map_err(|_| conflict())?;
         Ok(Claim {
             inner: self.inner.clone(),
             session_id: session_id.to_owned(),
             done,
         })
+    }
+
+    /// [`claim`](Self::claim) for a request: a session being attached, closed when idle or
+    /// taken over from a replica that died is waited for (bounded by the control timeout)
+    /// rather than refused; only a running turn answers 409 at once.
+    pub(super) async fn claim_waiting(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+        let live = &self.inner.live;
+        let deadline = tokio::time::Instant::now() + self.inner.config.control_timeout;
+        loop {
+            let freed = live.freed.notified();
+            tokio::pin!(freed);
+            // Registered before trying, so that a release in between is not missed.
+            freed.as_mut().enable();
+            match live.claim(session_id, what) {
+                Ok(done) => {
+                    return Ok(Claim {
+                        inner: self.inner.clone(),
+                        session_id: session_id.to_owned(),
+                        done,
+                    });
+                }
+                Err(Busy::Attaching) => {
+                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                        return Err(conflict());
+                    }
+                }
+                Err(_) => return Err(conflict()),
+            }
+        }
     }
 
     /// For a running turn: waits (bounded) until its prompt is on its way to the agent, so that a
@@ -303,4 +338,9 @@ impl Gateway {
         let member = self.inner.live.member(session_id)?;
         Some((member, done))
     }
+}
+
+/// The 409 for a session already busy.
+fn conflict() -> Error {
+    Error::Conflict("a turn is already running on this session (or it is being resumed)".into())
 }

@@ -307,7 +307,7 @@ impl Gateway {
     pub async fn resume(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
         if self.inner.status_of(id.as_str()).0 != Status::Live {
-            let _claim = self.claim(id.as_str(), Busy::Attaching)?;
+            let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
             self.ensure_live(&record).await?;
         }
         Ok(self.inner.view(&record))
@@ -348,7 +348,7 @@ impl Gateway {
         archived: bool,
     ) -> Result<SessionView, Error> {
         self.record(caller, id).await?;
-        let _claim = self.claim(id.as_str(), Busy::Attaching)?;
+        let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
         let caps = self.caps();
         let live = self.client_if_live(id.as_str());
         if archived && live.is_some() {

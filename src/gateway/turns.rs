@@ -31,7 +31,7 @@ impl Gateway {
             Some(_) => None,
             None => Some(self.record(caller, id).await?),
         };
-        let claim = self.claim(id.as_str(), Busy::Turn)?;
+        let claim = self.claim_waiting(id.as_str(), Busy::Turn).await?;
         let member = match (self.inner.live.live_member(id.as_str(), sees), record) {
             (Some(m), _) => m,
             (None, Some(r)) => self.ensure_live(&r).await?,
