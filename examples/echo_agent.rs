@@ -56,7 +56,7 @@
 //! |---|---|
 //! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`, authMethods per `ECHO_AGENT_AUTH` (else none). |
 //! | `authenticate` | With `ECHO_AGENT_AUTH`: the advertised methodId authenticates this connection ({}), another one is -32602. Without it: {} for any methodId. |
-//! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. |
+//! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. Its `_meta` is kept and listed as the session's `_meta`. |
 //! | `session/load` | Replays the history as `session/update`s, then answers {}. |
 //! | `session/resume` | Like `session/load`, without the replay. |
 //! | `session/close` | Cancels the running turn, forgets the session here; {} even if unknown. |
@@ -67,6 +67,8 @@
 //! | `session/set_title` | Stores the trimmed title, sends `session_info_update` {title}, answers {title}. |
 //! | `session/prompt` | Needs an open session (else -32002, so clients must load or resume first). |
 //! | `session/cancel` | Cancels the session's running turn. |
+//! | `session/fork` | With the `fork` capability: a new session with the parent's settings and history (its title `Fork of <title>`), in the given `cwd`; -32002 for an unknown parent. |
+//! | `session/set_mode`, `session/set_model`, `session/set_config_option` | See `ECHO_AGENT_CONTROLS` (in `echo_agent/controls.rs`); -32601 for a control not offered. |
 //!
 //! Load, resume, status and set_title answer -32002 (data {sessionId}) for an
 //! unknown session. Any other request gets -32601 and other notifications are
@@ -82,11 +84,12 @@
 //! | Variable | Meaning |
 //! |---|---|
 //! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
-//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title,archive` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title,archive,fork` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
 //! | `ECHO_AGENT_RESUME_DELAY_MS` | Sleep this long before answering `session/resume`. |
+//! | `ECHO_AGENT_CONTROLS` | Comma-separated from `modes,models,options` (default none): the session controls offered, their setters, `usage` in prompt results and the `/state` directive (see `echo_agent/controls.rs`). |
 //! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
 //! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
 //! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
@@ -118,8 +121,9 @@
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
+//! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`); then continue normally. |
 //!
-//! A turn does its parts in this order: `/garbage`, `/surrogate`, `/unknown`, `/fs`, each
+//! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`, each
 //! `/env` in prompt order, `/pwd`, `/permission`, `/crash`, `/deaf`, `/hang`,
 //! then the reply.
 //!
@@ -128,6 +132,9 @@
 //! interrupts a delay, a hang or a pending permission request; the prompt then
 //! answers `stopReason: "cancelled"` (except under `/deaf`). A second prompt
 //! while a turn runs gets -32602 "turn already running".
+
+#[path = "echo_agent/controls.rs"]
+mod controls;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, BufRead as _, Write as _};
@@ -146,16 +153,16 @@ use agent_client_protocol::v1::schema::{
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
     ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
-    SessionCloseCapabilities, SessionDeleteCapabilities, SessionId, SessionInfo, SessionInfoUpdate,
-    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionStatus,
-    SessionStatusCapabilities, SessionStatusRequest, SessionStatusResponse,
-    SessionTitleCapabilities, SessionUpdate, SetSessionTitleRequest, SetSessionTitleResponse,
-    StopReason, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
-    UnarchiveSessionRequest, UnarchiveSessionResponse,
+    SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionId,
+    SessionInfo, SessionInfoUpdate, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities, SessionStatusRequest,
+    SessionStatusResponse, SessionTitleCapabilities, SessionUpdate, SetSessionTitleRequest,
+    SetSessionTitleResponse, StopReason, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind, UnarchiveSessionRequest, UnarchiveSessionResponse, Usage,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
-    Agent, Client, Error, ErrorCode, Lines, RequestCancellation, UntypedMessage,
+    Agent, Client, Error, ErrorCode, Handled, Lines, RequestCancellation, UntypedMessage,
     on_receive_notification, on_receive_request,
 };
 use base64::Engine as _;
@@ -170,8 +177,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 type Cx = ConnectionTo<Client>;
 
 /// Capability names accepted in `ECHO_AGENT_CAPS`.
-const ALL_CAPS: [&str; 8] = [
-    "load", "list", "delete", "resume", "close", "status", "title", "archive",
+const ALL_CAPS: [&str; 9] = [
+    "load", "list", "delete", "resume", "close", "status", "title", "archive", "fork",
 ];
 /// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
 const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
@@ -203,6 +210,8 @@ struct Directives {
     env: Vec<String>,
     /// `/pwd`: report the current working directory.
     pwd: bool,
+    /// `/state`: send the state updates of `controls::state_updates` first.
+    state: bool,
 }
 
 impl Directives {
@@ -225,6 +234,7 @@ impl Directives {
                 ("/garbage", _) => d.garbage = true,
                 ("/surrogate", _) => d.surrogate = true,
                 ("/pwd", _) => d.pwd = true,
+                ("/state", _) => d.state = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
@@ -261,6 +271,8 @@ struct Config {
     init_delay_ms: u64,
     /// `ECHO_AGENT_RESUME_DELAY_MS`.
     resume_delay_ms: u64,
+    /// `ECHO_AGENT_CONTROLS`.
+    controls: controls::Controls,
     /// `ECHO_AGENT_CRASH=start`.
     crash_at_start: bool,
     /// `ECHO_AGENT_AUTH`: the one auth method, which sessions then require.
@@ -325,6 +337,7 @@ impl Config {
             call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
             init_delay_ms: env_num("ECHO_AGENT_INIT_DELAY_MS").unwrap_or(0),
             resume_delay_ms: env_num("ECHO_AGENT_RESUME_DELAY_MS").unwrap_or(0),
+            controls: controls::Controls::from_env(env("ECHO_AGENT_CONTROLS").as_deref()),
             crash_at_start: crash.trim() == "start",
             auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
             long_line_bytes: env_num("ECHO_AGENT_LONG_LINE_BYTES").unwrap_or(100_000),
@@ -354,6 +367,12 @@ struct Record {
     updated_at: DateTime<Utc>,
     #[serde(default)]
     archived: bool,
+    /// Mode, model and options (see `controls`).
+    #[serde(default)]
+    settings: controls::Settings,
+    /// The `_meta` of the `session/new` that made it, listed as the session's `_meta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<schema::Meta>,
 }
 
 /// The running turn of an open session: who to tell when it is cancelled.
@@ -645,7 +664,8 @@ impl EchoAgent {
             .close(on("close").then(SessionCloseCapabilities::new))
             .status(on("status").then(SessionStatusCapabilities::new))
             .title(on("title").then(SessionTitleCapabilities::new))
-            .archive(on("archive").then(SessionArchiveCapabilities::new));
+            .archive(on("archive").then(SessionArchiveCapabilities::new))
+            .fork(on("fork").then(SessionForkCapabilities::new));
         AgentCapabilities::new()
             .load_session(on("load"))
             .session_capabilities(session)
@@ -885,9 +905,105 @@ impl EchoAgent {
             title: None,
             updated_at: Utc::now(),
             archived: false,
+            settings: controls::Settings::default(),
+            meta: req.meta,
         })?;
         self.open_session(&id);
         Ok(NewSessionResponse::new(id))
+    }
+
+    /// `session/fork`: a new session with the parent's settings and history, in `cwd`.
+    fn fork(&self, req: &Value) -> Result<Value, Error> {
+        let parent = SessionId::new(req["sessionId"].as_str().unwrap_or_default());
+        self.enter("session/fork", Some(&parent), Some("fork"))?;
+        self.require_auth()?;
+        let from = self.read(&parent.0).ok_or_else(|| not_found(&parent))?;
+        let cwd = req["cwd"].as_str().map_or(from.cwd.clone(), PathBuf::from);
+        if !cwd.is_absolute() {
+            return Err(invalid("cwd must be an absolute path"));
+        }
+        let id = SessionId::new(format!("sess_{}", uuid::Uuid::new_v4().simple()));
+        self.write(&Record {
+            session_id: id.to_string(),
+            cwd,
+            title: from.title.as_ref().map(|t| format!("Fork of {t}")),
+            updated_at: Utc::now(),
+            archived: false,
+            ..from
+        })?;
+        self.append_history(&id.0, self.history(&parent.0))?;
+        self.open_session(&id);
+        Ok(json!({ "sessionId": id }))
+    }
+
+    /// The session methods that carry or change controls, answered as JSON (the schema
+    /// crate's types have no `models`): `None` for another method, which the typed handlers
+    /// answer.
+    async fn controlled(&self, cx: &Cx, msg: &UntypedMessage) -> Option<Result<Value, Error>> {
+        let c = self.cfg.controls;
+        let params = &msg.params;
+        let id = params["sessionId"].as_str().unwrap_or_default().to_owned();
+        let typed = |e: serde_json::Error| invalid(&e.to_string());
+        let answer = match msg.method.as_str() {
+            "session/new" if c.any() => serde_json::from_value(params.clone())
+                .map_err(typed)
+                .and_then(|req| self.new_session(req))
+                .map(|r| to_json(&r)),
+            "session/load" if c.any() => match serde_json::from_value(params.clone()) {
+                Ok(req) => self.load(cx, req).map(|r| to_json(&r)),
+                Err(e) => Err(typed(e)),
+            },
+            "session/resume" if c.any() => match serde_json::from_value(params.clone()) {
+                Ok(req) => self.resume(req).await.map(|r| to_json(&r)),
+                Err(e) => Err(typed(e)),
+            },
+            "session/fork" => self.fork(params),
+            "session/set_mode" | "session/set_model" | "session/set_config_option" => {
+                self.log_call(&msg.method, Some(&SessionId::new(id.clone())));
+                let answer = self.set_control(&id, &msg.method, params);
+                if answer.is_ok() && params["configId"] == "mode" {
+                    let update = json!({"sessionUpdate": "current_mode_update",
+                                        "currentModeId": params["value"]});
+                    let note = json!({ "sessionId": id, "update": update });
+                    if let Err(e) = UntypedMessage::new("session/update", note)
+                        .and_then(|n| cx.send_notification(n))
+                    {
+                        return Some(Err(e));
+                    }
+                }
+                return Some(answer.map(|list| {
+                    list.map_or_else(|| json!({}), |l| json!({ "configOptions": l }))
+                }));
+            }
+            _ => return None,
+        };
+        Some(answer.map(|mut result| {
+            let sid = result["sessionId"].as_str().map_or(id, str::to_owned);
+            let settings = self.read(&sid).map(|r| r.settings).unwrap_or_default();
+            if let Value::Object(fields) = &mut result {
+                fields.extend(c.result(&settings));
+            }
+            result
+        }))
+    }
+
+    /// A setter; the whole option list for `session/set_config_option`.
+    fn set_control(&self, id: &str, method: &str, params: &Value) -> Result<Option<Value>, Error> {
+        let c = self.cfg.controls;
+        let mut settings = self
+            .read(id)
+            .ok_or_else(|| not_found(&SessionId::new(id)))?
+            .settings;
+        let text = |key: &str| params[key].as_str().unwrap_or_default().to_owned();
+        let list = match method {
+            "session/set_mode" => c.set_mode(&mut settings, &text("modeId")).map(|()| None),
+            "session/set_model" => c.set_model(&mut settings, &text("modelId")).map(|()| None),
+            _ => c
+                .set_option(&mut settings, &text("configId"), &params["value"])
+                .map(Some),
+        }?;
+        self.update(id, |r| r.settings = settings)?;
+        Ok(list)
     }
 
     /// Replays the history as `session/update`s (before the response, which
@@ -958,7 +1074,8 @@ impl EchoAgent {
                 .additional_directories(r.additional_directories.clone())
                 .title(r.title.clone())
                 .updated_at(timestamp(r.updated_at))
-                .archived(archive.then_some(r.archived)),
+                .archived(archive.then_some(r.archived))
+                .meta(r.meta.clone()),
             None => synthetic_session(i - records.len()).archived(archive.then_some(false)),
         });
         let next = (end < total).then(|| URL_SAFE_NO_PAD.encode(end.to_string()));
@@ -1036,11 +1153,26 @@ impl EchoAgent {
         self.enter("session/prompt", Some(&id), None)?;
         self.require_auth()?;
         let mut turn = self.begin_turn(&id, responder.cancellation())?;
+        // With controls, the result counts a token per word, in and echoed out.
+        let words: u64 = req
+            .prompt
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(t) => Some(t.text.split_whitespace().count() as u64),
+                _ => None,
+            })
+            .sum();
+        let usage = self
+            .cfg
+            .controls
+            .any()
+            .then(|| Usage::new(2 * words, words, words));
         let (agent, task_cx) = (Arc::clone(self), cx.clone());
         cx.spawn(async move {
             let result = agent.run_turn(&task_cx, req, &mut turn).await;
             agent.end_turn(&id.0, turn.id);
-            if let Err(err) = responder.respond_with_result(result.map(prompt_response)) {
+            let answer = result.map(|stop| prompt_response(stop).usage(usage));
+            if let Err(err) = responder.respond_with_result(answer) {
                 eprintln!("echo-agent: cannot answer session/prompt: {err}");
             }
             Ok(())
@@ -1112,6 +1244,18 @@ impl EchoAgent {
                 .await
                 .map_err(internal)?
                 .map_err(internal)?;
+        }
+
+        if d.state {
+            let c = self.cfg.controls;
+            let settings = self.read(&id.0).map(|r| r.settings).unwrap_or_default();
+            for update in controls::state_updates(c, &settings) {
+                let params = json!({ "sessionId": id, "update": update });
+                cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+            }
+            if c.options {
+                self.update(&id.0, |r| r.settings.verbose = true)?;
+            }
         }
 
         if d.surrogate {
@@ -1286,6 +1430,20 @@ async fn main() {
     let result = Agent
         .v1()
         .name("echo-agent")
+        .on_receive_request(
+            // First: the methods with controls, as JSON; every other request goes on.
+            async move |msg: UntypedMessage, responder: Responder<Value>, cx| match s
+                .controlled(&cx, &msg)
+                .await
+            {
+                Some(answer) => responder.respond_with_result(answer).map(|()| Handled::Yes),
+                None => Ok(Handled::No {
+                    message: (msg, responder),
+                    retry: false,
+                }),
+            },
+            on_receive_request!(),
+        )
         .on_receive_request(
             async move |_: InitializeRequest, responder, _cx| {
                 responder.respond_with_result(s.initialize().await)

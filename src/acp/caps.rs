@@ -21,6 +21,7 @@ pub struct Capabilities {
     pub status: bool,
     pub set_title: bool,
     pub archive: bool,
+    pub fork: bool,
 }
 
 /// What the gateway keeps of an agent's `initialize` result.
@@ -65,6 +66,7 @@ impl AgentInit {
                 status: present(session.get("status")),
                 set_title: present(session.get("title")),
                 archive: present(session.get("archive")),
+                fork: present(session.get("fork")),
             }
         } else {
             let agent = result
@@ -85,6 +87,7 @@ impl AgentInit {
                 status: has("status"),
                 set_title: has("title"),
                 archive: has("archive"),
+                fork: has("fork"),
             }
         };
         AgentInit {

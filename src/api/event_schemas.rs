@@ -17,7 +17,8 @@ pub struct SessionStreamEvent {
     id: i64,
     /// The SSE `event`: an ACP `sessionUpdate` tag (`agent_message_chunk`, `tool_call`, …) or
     /// `turn_started`, `turn_ended`, `permission_requested`, `permission_resolved`,
-    /// `session_deleted`, `agent_exited`, `gap`.
+    /// `session_deleted`, `agent_exited`, `state_changed`, `forked`, `gap`, and `state` (first,
+    /// with `?snapshot=true`).
     event: String,
     /// The SSE `data`, JSON.
     data: SessionEventData,
@@ -34,7 +35,53 @@ pub enum SessionEventData {
     PermissionResolved(PermissionResolved),
     SessionDeleted(SessionDeleted),
     AgentExited(AgentExited),
+    StateChanged(StateChanged),
+    Forked(Forked),
+    State(StateSnapshot),
     Gap(Gap),
+}
+
+/// `state_changed`: what an agent's answer said of the session's state (to `session/new`,
+/// load, resume, fork or a setter), logged when it changed the state.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateChanged {
+    session_id: String,
+    /// The ACP method answered: `session/new`, `session/set_mode`, ….
+    source: String,
+    /// Merged into the known `modes` (a setter names only `currentModeId`).
+    #[schema(value_type = Option<Object>)]
+    modes: Option<Value>,
+    /// Merged into the known `models`.
+    #[schema(value_type = Option<Object>)]
+    models: Option<Value>,
+    /// The whole option list, replacing the known one.
+    #[schema(value_type = Option<Vec<Object>>)]
+    config_options: Option<Value>,
+    /// For `session/set_config_option`: the option set and its value.
+    config_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    value: Option<Value>,
+}
+
+/// `forked`: the first event of a fork, naming its parent and the parent's log position at
+/// the fork (the history before it is the parent's).
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Forked {
+    session_id: String,
+    parent_session_id: String,
+    parent_seq: i64,
+}
+
+/// `state` (only first in a `?snapshot=true` stream): the session's state at `seq`, which is
+/// also the event's `id`.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateSnapshot {
+    session_id: String,
+    seq: i64,
+    state: crate::gateway::SessionState,
 }
 
 /// Any ACP `sessionUpdate` tag: the agent's `session/update` params as sent, including
@@ -72,6 +119,13 @@ pub struct TurnEnded {
     /// `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled`.
     stop_reason: Option<String>,
     error: Option<Problem>,
+    /// The prompt result's token `usage`, when the agent gave one.
+    #[schema(value_type = Option<Object>)]
+    usage: Option<Value>,
+    /// The prompt result's `_meta`, when the agent gave one.
+    #[serde(rename = "_meta")]
+    #[schema(value_type = Option<Object>)]
+    meta: Option<Value>,
 }
 
 /// `permission_requested`: the agent asks before a tool call; answer it with

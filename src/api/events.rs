@@ -30,6 +30,18 @@ pub struct HistoryParams {
     pub limit: Option<i64>,
 }
 
+/// `GET /sessions/{id}/events` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionStreamParams {
+    /// Resume after this event id (same as `Last-Event-ID`; `0` replays everything retained).
+    pub after: Option<i64>,
+    /// `true`, without a cursor: start with one `state` event, the session's state at the end
+    /// of its log (its `id` is that position), then continue from there; a reconnect with
+    /// `Last-Event-ID` continues from its cursor as usual.
+    pub snapshot: Option<bool>,
+}
+
 /// The cursor from `Last-Event-ID` or `?after`; `None` = live tail.
 fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiError> {
     let header = headers.get("last-event-id").map(|v| {
@@ -60,9 +72,11 @@ fn with_stream_headers(mut res: Response) -> Response {
 /// The session's events as SSE: `id` is the sequence number in the durable log, `event` the ACP
 /// `sessionUpdate` tag or a gateway event (`turn_started`, `turn_ended`, `permission_requested`,
 /// `permission_resolved`, `session_deleted`, `agent_exited`), `data` the JSON payload. Resume with
-/// `Last-Event-ID` or `?after=N`; with neither, the stream starts at the live tail.
+/// `Last-Event-ID` or `?after=N`; with neither, the stream starts at the live tail, or, with
+/// `snapshot=true`, at a `state` event holding the session's state (`GET /sessions/{id}`'s
+/// `state`) at that point of the log.
 #[utoipa::path(get, operation_id = "streamSessionEvents", path = "/sessions/{id}/events", tag = "events",
-    params(("id" = String, Path, description = "Session id"), StreamParams,
+    params(("id" = String, Path, description = "Session id"), SessionStreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
         (status = 200, description = "An endless text/event-stream; each event decodes to a SessionStreamEvent", content_type = "text/event-stream", body = SessionStreamEvent),
@@ -74,11 +88,15 @@ pub async fn session_events(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
-    Query(p): Query<StreamParams>,
+    Query(p): Query<SessionStreamParams>,
 ) -> Result<Response, ApiError> {
     let id = SessionId::parse(&id)?;
     let after = cursor(&headers, p.after)?;
-    let stream = s.gateway.session_events(&caller, &id, after).await?;
+    let snapshot = p.snapshot == Some(true);
+    let stream = s
+        .gateway
+        .session_events(&caller, &id, after, snapshot)
+        .await?;
     Ok(with_stream_headers(sse_response(stream)))
 }
 

@@ -2,6 +2,7 @@
 //! extract → validate into domain types → one gateway call → response.
 
 pub mod auth;
+mod controls;
 pub mod error;
 mod event_schemas;
 mod events;
@@ -164,6 +165,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::close_session))
         .routes(routes!(sessions::archive_session))
         .routes(routes!(sessions::unarchive_session))
+        .routes(routes!(controls::set_mode))
+        .routes(routes!(controls::set_model))
+        .routes(routes!(controls::set_config))
+        .routes(routes!(controls::fork_session))
         .routes(routes!(turns::prompt))
         .routes(routes!(turns::cancel))
         .routes(routes!(turns::list_permissions))

@@ -11,12 +11,12 @@ use utoipa::ToSchema;
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path, Query};
 use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
-use crate::gateway::{Caller, NewSession, SessionFilter};
+use crate::gateway::{Caller, NewSession, SessionFilter, Settings};
 
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": []}))]
+#[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": [], "mode": "code", "model": "echo-large", "config": {"effort": "high"}}))]
 pub struct CreateSession {
     /// Absolute, normalised path of an existing directory: where the agent works.
     pub cwd: String,
@@ -27,6 +27,19 @@ pub struct CreateSession {
     /// Extra workspace roots (absolute).
     #[serde(default)]
     pub additional_directories: Vec<String>,
+    /// A mode to set before answering (as `PUT /sessions/{id}/mode`).
+    pub mode: Option<String>,
+    /// A model to set before answering (as `PUT /sessions/{id}/model`).
+    pub model: Option<String>,
+    /// Config option values to set before answering, by option id (as
+    /// `PUT /sessions/{id}/config/{configId}`), after the mode and the model.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub config: serde_json::Map<String, Value>,
+    /// Passed to `session/new` unchanged (e.g. Claude Code's `_meta.claudeCode.options`).
+    #[serde(rename = "_meta")]
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
 }
 
 /// `PATCH /sessions/{id}` body.
@@ -101,9 +114,13 @@ pub async fn list_sessions(
 }
 
 /// Create a session on the least-loaded ready pool member (`session/new`).
+///
+/// `mode`, `model` and `config` are applied before the answer, which carries the session's
+/// `state`; one the agent refuses (or does not offer) fails the create and leaves no session.
 #[utoipa::path(post, operation_id = "createSession", path = "/sessions", tag = "sessions", request_body = CreateSession,
     responses(
         (status = 201, description = "Created; `Location` names it", body = SessionView),
+        (status = 501, description = "A mode, model or config option was asked for and the agent offers none", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
@@ -121,6 +138,12 @@ pub async fn create_session(
         cwd: body.cwd,
         additional_directories: body.additional_directories,
         mcp_servers: body.mcp_servers,
+        meta: body.meta,
+        settings: Settings {
+            mode: body.mode,
+            model: body.model,
+            config: body.config.into_iter().collect(),
+        },
     };
     let view = s.gateway.create_session(&caller, new).await?;
     let location = format!("/sessions/{}", view.session_id);

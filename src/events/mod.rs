@@ -21,7 +21,7 @@
 
 mod lifecycle;
 mod retry;
-mod sse;
+pub mod sse;
 mod writer;
 
 use std::collections::HashMap;

@@ -244,6 +244,12 @@ impl Framed for StoredLifecycleEvent {
     }
 }
 
+/// One event as its SSE frame (an event the gateway makes up for one stream, such as a
+/// state snapshot).
+pub fn frame(event: &StoredEvent) -> Bytes {
+    frames([event])
+}
+
 /// `events` as consecutive frames in one buffer (delivered together, they become one write).
 /// Lone surrogates are written as the escapes they came as ([`crate::surrogates`]).
 fn frames<'a, E: Framed + 'a>(events: impl IntoIterator<Item = &'a E>) -> Bytes {

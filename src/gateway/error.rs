@@ -69,23 +69,33 @@ impl From<CallError> for Error {
     /// The agent's failures, as DESIGN.md's error table says.
     fn from(err: CallError) -> Self {
         match err {
-            CallError::Rpc(e) => match e.code {
-                -32002 => Error::NotFound(format!("the agent does not know it: {}", e.message)),
-                -32602 => {
-                    Error::Invalid(format!("the agent rejected the parameters: {}", e.message))
+            CallError::Rpc(mut e) => {
+                // The agent's `data` says why (a refused mode's details): kept in the detail.
+                if let Some(data) = e.data.take().filter(|d| !d.is_null()) {
+                    e.message = format!("{} ({data})", e.message);
                 }
-                -32000 => Error::AgentAuthRequired(e.message),
-                -32601 => {
-                    Error::NotSupported(format!("the agent does not implement it: {}", e.message))
-                }
-                code => Error::Agent {
-                    code,
-                    message: e.message,
-                },
-            },
+                Error::from_rpc(e)
+            }
             CallError::Closed(reason) | CallError::NotSent(reason) => Error::AgentGone(reason),
             CallError::Timeout(what) => Error::AgentTimeout(what),
             unsupported @ CallError::Unsupported(_) => Error::NotSupported(unsupported.to_string()),
+        }
+    }
+}
+
+impl Error {
+    fn from_rpc(e: crate::acp::RpcError) -> Self {
+        match e.code {
+            -32002 => Error::NotFound(format!("the agent does not know it: {}", e.message)),
+            -32602 => Error::Invalid(format!("the agent rejected the parameters: {}", e.message)),
+            -32000 => Error::AgentAuthRequired(e.message),
+            -32601 => {
+                Error::NotSupported(format!("the agent does not implement it: {}", e.message))
+            }
+            code => Error::Agent {
+                code,
+                message: e.message,
+            },
         }
     }
 }

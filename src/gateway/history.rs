@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::model::{SessionId, now};
 use super::{Caller, Error, Gateway, Inner};
-use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
+use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord, StoredEvent};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -35,15 +35,33 @@ pub struct HistoryPage {
 }
 
 impl Gateway {
-    /// `GET /sessions/{id}/events`: the SSE stream from `after` (`None`: live tail).
+    /// `GET /sessions/{id}/events`: the SSE stream from `after` (`None`: live tail). With
+    /// `snapshot` and no `after`, it starts with one `state` event, the session's state at the
+    /// log's end (its id is that position), and continues from there.
     pub async fn session_events(
         &self,
         caller: &Caller,
         id: &SessionId,
-        after: Option<i64>,
+        mut after: Option<i64>,
+        snapshot: bool,
     ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
+        use futures::StreamExt;
         self.record(caller, id).await?;
-        Ok(self.inner.hub.session_sse(id.as_str(), after).await?)
+        let mut first = None;
+        if snapshot && after.is_none() {
+            let at = self.state_of(id.as_str()).await?;
+            let event = StoredEvent {
+                session_id: id.as_str().to_owned(),
+                seq: at.seq,
+                kind: "state".into(),
+                payload: json!({"sessionId": id.as_str(), "seq": at.seq, "state": at.state}).into(),
+                created_at: now(),
+            };
+            first = Some(crate::events::sse::frame(&event));
+            after = Some(at.seq);
+        }
+        let rest = self.inner.hub.session_sse(id.as_str(), after).await?;
+        Ok(futures::stream::iter(first).chain(rest))
     }
 
     /// `GET /events`: lifecycle events from `after` (`None`: live tail).

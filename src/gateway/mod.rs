@@ -9,6 +9,8 @@
 
 mod cache;
 mod caller;
+mod controls;
+mod create;
 mod error;
 mod history;
 mod listed;
@@ -18,17 +20,21 @@ mod permissions;
 mod placement;
 mod replicas;
 mod sessions;
+mod state;
 mod sync;
 mod system;
 mod turns;
 mod upstream;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
+pub use controls::Settings;
+pub use create::{Fork, NewSession};
 pub use error::Error;
 pub use history::{HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
 pub use permissions::PermissionView;
-pub use sessions::{NewSession, SessionFilter};
+pub use sessions::SessionFilter;
+pub use state::{SessionState, StateAt};
 pub use sync::SyncReport;
 pub use system::Stats;
 

@@ -40,6 +40,10 @@ impl SessionId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+    /// An id the agent gave, whatever its form.
+    pub(super) fn known(id: String) -> Self {
+        SessionId(id)
+    }
 }
 
 /// A prompt's ACP content blocks: at least one, each with a string `type`.
@@ -203,6 +207,10 @@ pub struct SessionView {
     /// Set for live sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub activity: Option<Activity>,
+    /// Modes, models, config options, commands, usage, plan (`GET /sessions/{id}` and the
+    /// answers that create a session; not in lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<Box<super::state::SessionState>>,
 }
 
 impl SessionView {
@@ -219,6 +227,7 @@ impl SessionView {
             origin: r.origin.as_str().to_owned(),
             status,
             activity,
+            state: None,
         }
     }
 }

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
+use serde_json::{Value, json};
 
 use super::live::Busy;
 use super::model::Status;
@@ -132,7 +133,7 @@ impl Gateway {
     async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
         let mut retries = 0;
-        let member = loop {
+        let (member, (method, result)) = loop {
             let (member, agent) = self.place().await?;
             match self.resume_or_load(&agent, record).await? {
                 Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
@@ -143,16 +144,17 @@ impl Gateway {
                         "attach never reached the agent; trying another member"
                     );
                 }
-                attached => {
-                    attached?;
-                    break member;
-                }
+                attached => break (member, attached?),
             }
         };
         self.inner.live.attach(record, member, &self.pool);
         self.inner
             .lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;
+        // A fresh process may say otherwise of its modes and options than the log does.
+        if let Err(e) = self.note_state(id, method, &result).await {
+            tracing::warn!(session = id, error = %e, "cannot record the attached session's state");
+        }
         Ok(member)
     }
 
@@ -162,11 +164,15 @@ impl Gateway {
         &self,
         agent: &AgentClient,
         record: &SessionRecord,
-    ) -> Result<Result<(), CallError>, Error> {
+    ) -> Result<Result<(&'static str, Value), CallError>, Error> {
         let id = record.session_id.as_str();
         let caps = agent.caps();
         if caps.resume {
-            Ok(agent.resume_session(id, &record.cwd).await)
+            let method = AGENT_METHOD_NAMES.session_resume;
+            Ok(agent
+                .resume_session(id, &record.cwd)
+                .await
+                .map(|r| (method, r)))
         } else if caps.load {
             let log_empty = self.store().last_event_seq(id).await? == 0;
             self.inner
@@ -180,7 +186,7 @@ impl Gateway {
                 .lock()
                 .expect("replaying lock")
                 .remove(id);
-            Ok(r)
+            Ok(r.map(|r| (AGENT_METHOD_NAMES.session_load, r)))
         } else {
             Err(Error::NotSupported(
                 "the session is not live and the agent supports neither session/resume nor session/load".into(),

@@ -1,16 +1,16 @@
 //! Session metadata and lifecycle: list, create, read, rename, delete, status, resume, close,
 //! archive.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::live::Busy;
 use super::model::{
-    Activity, SessionId, SessionView, Status, StatusView, apply_info_update, confine,
-    decode_cursor, now, validate_abs_path,
+    Activity, SessionId, SessionView, Status, StatusView, apply_info_update, decode_cursor, now,
+    validate_abs_path,
 };
 use super::{Caller, Error, Gateway, Inner};
 use crate::acp::CallError;
-use crate::store::{ListQuery, Origin, SessionRecord};
+use crate::store::{ListQuery, SessionRecord};
 
 /// Which sessions `GET /sessions` lists.
 #[derive(Debug, Default)]
@@ -25,17 +25,6 @@ pub struct SessionFilter {
     pub archived: Option<bool>,
     /// `true`: sync the cache with the agent's `session/list` first.
     pub refresh: bool,
-}
-
-/// What `POST /sessions` creates.
-#[derive(Debug)]
-pub struct NewSession {
-    /// Absolute, normalised working directory.
-    pub cwd: String,
-    /// Extra workspace roots (absolute).
-    pub additional_directories: Vec<String>,
-    /// ACP `McpServer` objects, passed through.
-    pub mcp_servers: Vec<Value>,
 }
 
 impl Gateway {
@@ -86,91 +75,9 @@ impl Gateway {
         Ok(page.render(|id| self.inner.status_of(id)))
     }
 
-    /// `POST /sessions`.
-    pub async fn create_session(
-        &self,
-        caller: &Caller,
-        new: NewSession,
-    ) -> Result<SessionView, Error> {
-        let roots = &self.inner.config.workspace_roots;
-        validate_abs_path("cwd", &new.cwd)?;
-        confine("cwd", &new.cwd, roots)?;
-        // The agent would start its tools there: a path that is not a directory would fail
-        // them later, or, created by the agent, silently be a different project.
-        if !tokio::fs::metadata(&new.cwd)
-            .await
-            .is_ok_and(|m| m.is_dir())
-        {
-            return Err(Error::Invalid(format!(
-                "cwd is not an existing directory: {:?}",
-                new.cwd
-            )));
-        }
-        for d in &new.additional_directories {
-            validate_abs_path("additionalDirectories[]", d)?;
-            confine("additionalDirectories[]", d, roots)?;
-        }
-        // Again on another process when the request never reached the agent (`retry_unsent`).
-        let mut retries = 0;
-        let (member, session_id, creating, agent) = loop {
-            let (member, agent) = self.place().await?;
-            let creating = self.inner.creating.read().await;
-            let created = agent
-                .new_session(&new.cwd, &new.additional_directories, &new.mcp_servers)
-                .await;
-            match created {
-                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
-                    tracing::warn!(
-                        member,
-                        why,
-                        "session/new never reached the agent; trying another member"
-                    );
-                }
-                created => break (member, created?, creating, agent),
-            }
-        };
-        let at = now();
-        let record = SessionRecord {
-            session_id,
-            tenant: caller.tenant.clone(),
-            cwd: new.cwd,
-            additional_directories: new.additional_directories,
-            title: None,
-            updated_at: at,
-            created_at: at,
-            meta: None,
-            archived: false,
-            origin: Origin::Gateway,
-            deleted_at: None,
-            synced_at: None,
-            listed: None,
-        };
-        if let Err(e) = self.store().put_session(&record).await {
-            // Not recorded, so not created: the agent's session is undone as far as the agent
-            // allows (deleted, else closed), and the client retries the whole create, instead
-            // of a session the gateway does not know turning up at the next sync.
-            let id = record.session_id.as_str();
-            let undone = match agent.delete_session(id).await {
-                Err(CallError::Unsupported(_)) => agent.close_session(id).await,
-                deleted => deleted,
-            };
-            tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be stored; undone at the agent");
-            return Err(e.into());
-        }
-        drop(creating);
-        self.inner.sessions_changed();
-        self.inner.live.attach(&record, member, &self.pool);
-        self.inner.hold(&record.session_id).await;
-        let view = self.inner.view(&record);
-        self.inner
-            .lifecycle(&record, "session_created", json!({"session": view}))
-            .await;
-        Ok(self.inner.view(&record))
-    }
-
     /// `GET /sessions/{id}`.
     pub async fn get_session(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
-        Ok(self.inner.view(&self.record(caller, id).await?))
+        self.view_with_state(&self.record(caller, id).await?).await
     }
 
     /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.

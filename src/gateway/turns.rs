@@ -69,7 +69,14 @@ impl Gateway {
             let ended = match &outcome {
                 Ok(result) => {
                     let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
-                    json!({"sessionId": sid, "stopReason": stop})
+                    let mut ended = json!({"sessionId": sid, "stopReason": stop});
+                    // What the prompt result says besides: its token `usage`, its `_meta`.
+                    for key in ["usage", "_meta"] {
+                        if let Some(v) = result.get(key).filter(|v| !v.is_null()) {
+                            ended[key] = v.clone();
+                        }
+                    }
+                    ended
                 }
                 Err(e) => {
                     this.inner

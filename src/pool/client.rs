@@ -26,10 +26,40 @@ use crate::acp::{CallError, Connection, PendingCall, RpcError};
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct NewSessionParams<'a> {
+    /// For `session/fork`: the session forked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<&'a str>,
     cwd: &'a str,
     mcp_servers: &'a [Value],
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     additional_directories: &'a [String],
+    /// The client's `_meta`, passed through unchanged.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a Value>,
+}
+
+/// Where a new session starts: its directories, MCP servers and `_meta`, as the client sent them.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSetup<'a> {
+    pub cwd: &'a str,
+    pub additional_directories: &'a [String],
+    pub mcp_servers: &'a [Value],
+    pub meta: Option<&'a Value>,
+}
+
+/// A setter's params (`session/set_mode`, `session/set_model`, `session/set_config_option`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SetterParams<'a> {
+    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a Value>,
 }
 
 /// `session/prompt` params. Not the schema crate's type: content blocks are passed through, and
@@ -39,6 +69,18 @@ struct NewSessionParams<'a> {
 struct PromptParams<'a> {
     session_id: &'a str,
     prompt: &'a [Value],
+}
+
+impl<'a> SetterParams<'a> {
+    fn of(session_id: &'a str) -> Self {
+        SetterParams {
+            session_id,
+            mode_id: None,
+            model_id: None,
+            config_id: None,
+            value: None,
+        }
+    }
 }
 
 /// One agent connection through the ACP methods the gateway calls.
@@ -78,46 +120,98 @@ impl AgentClient {
         }
     }
 
-    /// `session/new`; returns the new session's id.
-    pub async fn new_session(
+    /// `session/new`; returns the new session's id and the agent's whole result (its modes,
+    /// models and config options).
+    pub async fn new_session(&self, setup: SessionSetup<'_>) -> Result<(String, Value), CallError> {
+        let method = AGENT_METHOD_NAMES.session_new;
+        self.start_session(method, None, setup).await
+    }
+
+    /// `session/fork` (capability `fork`): a new session with `parent`'s history.
+    pub async fn fork_session(
         &self,
-        cwd: &str,
-        additional_directories: &[String],
-        mcp_servers: &[Value],
-    ) -> Result<String, CallError> {
+        parent: &str,
+        setup: SessionSetup<'_>,
+    ) -> Result<(String, Value), CallError> {
+        let method = AGENT_METHOD_NAMES.session_fork;
+        self.needs(self.caps.fork, method)?;
+        self.start_session(method, Some(parent), setup).await
+    }
+
+    async fn start_session(
+        &self,
+        method: &str,
+        parent: Option<&str>,
+        setup: SessionSetup<'_>,
+    ) -> Result<(String, Value), CallError> {
         let params = NewSessionParams {
-            cwd,
-            mcp_servers,
-            additional_directories,
+            session_id: parent,
+            cwd: setup.cwd,
+            mcp_servers: setup.mcp_servers,
+            additional_directories: setup.additional_directories,
+            meta: setup.meta,
         };
-        let result = self
-            .control(AGENT_METHOD_NAMES.session_new, &params)
-            .await?;
+        let result = self.control(method, &params).await?;
         match result.get("sessionId").and_then(Value::as_str) {
-            Some(id) => Ok(id.to_owned()),
+            Some(id) => Ok((id.to_owned(), result.clone())),
             None => Err(CallError::Rpc(RpcError {
                 code: -32603,
-                message: "session/new returned no sessionId".into(),
+                message: format!("{method} returned no sessionId"),
                 data: None,
             })),
         }
     }
 
-    /// `session/resume` (capability `resume`).
-    pub async fn resume_session(&self, session_id: &str, cwd: &str) -> Result<(), CallError> {
+    /// `session/set_mode`.
+    pub async fn set_mode(&self, session_id: &str, mode_id: &str) -> Result<Value, CallError> {
+        let params = SetterParams {
+            mode_id: Some(mode_id),
+            ..SetterParams::of(session_id)
+        };
+        self.control(AGENT_METHOD_NAMES.session_set_mode, &params)
+            .await
+    }
+
+    /// `session/set_model` (an older, unstable method some agents still answer).
+    pub async fn set_model(&self, session_id: &str, model_id: &str) -> Result<Value, CallError> {
+        let params = SetterParams {
+            model_id: Some(model_id),
+            ..SetterParams::of(session_id)
+        };
+        self.control("session/set_model", &params).await
+    }
+
+    /// `session/set_config_option`; the agent answers the whole option list.
+    pub async fn set_config_option(
+        &self,
+        session_id: &str,
+        config_id: &str,
+        value: &Value,
+    ) -> Result<Value, CallError> {
+        let params = SetterParams {
+            config_id: Some(config_id),
+            value: Some(value),
+            ..SetterParams::of(session_id)
+        };
+        let method = AGENT_METHOD_NAMES.session_set_config_option;
+        self.control(method, &params).await
+    }
+
+    /// `session/resume` (capability `resume`); the agent's result (modes, config options).
+    pub async fn resume_session(&self, session_id: &str, cwd: &str) -> Result<Value, CallError> {
         let method = AGENT_METHOD_NAMES.session_resume;
         self.needs(self.caps.resume, method)?;
         let params = ResumeSessionRequest::new(session_id.to_owned(), cwd);
-        self.control(method, &params).await.map(drop)
+        self.control(method, &params).await
     }
 
     /// `session/load` (capability `load`): the agent replays the session's updates before it
-    /// answers.
-    pub async fn load_session(&self, session_id: &str, cwd: &str) -> Result<(), CallError> {
+    /// answers; its result (modes, config options).
+    pub async fn load_session(&self, session_id: &str, cwd: &str) -> Result<Value, CallError> {
         let method = AGENT_METHOD_NAMES.session_load;
         self.needs(self.caps.load, method)?;
         let params = LoadSessionRequest::new(session_id.to_owned(), cwd);
-        self.control(method, &params).await.map(drop)
+        self.control(method, &params).await
     }
 
     /// `session/close` (capability `close`).

@@ -124,6 +124,14 @@ pub(crate) const PRUNE_MOVES: &str = "DELETE FROM session_moves WHERE moved_at <
 pub(crate) const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at \
      FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
+pub(crate) const SESSION_STATE: &str =
+    "SELECT seq, state FROM session_states WHERE session_id = $1";
+
+/// A later snapshot is never replaced by an earlier one.
+pub(crate) const PUT_SESSION_STATE: &str = "INSERT INTO session_states (session_id, seq, state) \
+     VALUES ($1, $2, $3) ON CONFLICT (session_id) DO UPDATE \
+     SET seq = excluded.seq, state = excluded.state WHERE session_states.seq < excluded.seq";
+
 pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
 
 pub(crate) const LAST_EVENT_SEQ: &str =
@@ -302,6 +310,69 @@ macro_rules! impl_store {
                     .fetch_all(&self.$reads)
                     .await?;
                 rows.iter().map($crate::store::rows::event_from).collect()
+            }
+
+            async fn read_events_of_kinds(
+                &self,
+                session_id: &str,
+                after: i64,
+                upto: i64,
+                kinds: &[&str],
+            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
+                if kinds.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut qb = sqlx::QueryBuilder::new(
+                    "SELECT session_id, seq, kind, payload, created_at FROM session_events \
+                     WHERE session_id = ",
+                );
+                qb.push_bind(session_id)
+                    .push(" AND seq > ")
+                    .push_bind(after)
+                    .push(" AND seq <= ")
+                    .push_bind(upto)
+                    .push(" AND kind IN (");
+                let mut list = qb.separated(", ");
+                for kind in kinds {
+                    list.push_bind(*kind);
+                }
+                qb.push(") ORDER BY seq");
+                let rows = qb.build().fetch_all(&self.$reads).await?;
+                rows.iter().map($crate::store::rows::event_from).collect()
+            }
+
+            async fn session_state(
+                &self,
+                session_id: &str,
+            ) -> $crate::store::StoreResult<Option<(i64, serde_json::Value)>> {
+                let row: Option<(i64, String)> =
+                    sqlx::query_as($crate::store::common::SESSION_STATE)
+                        .bind(session_id)
+                        .fetch_optional(&self.$reads)
+                        .await?;
+                row.map(|(seq, text)| {
+                    serde_json::from_str(&text).map(|state| (seq, state)).map_err(|e| {
+                        $crate::store::StoreError::Corrupt(format!(
+                            "state of session {session_id:?}: {e}"
+                        ))
+                    })
+                })
+                .transpose()
+            }
+
+            async fn put_session_state(
+                &self,
+                session_id: &str,
+                seq: i64,
+                state: &serde_json::Value,
+            ) -> $crate::store::StoreResult<()> {
+                sqlx::query($crate::store::common::PUT_SESSION_STATE)
+                    .bind(session_id)
+                    .bind(seq)
+                    .bind(state.to_string())
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(())
             }
 
             async fn prune_events(

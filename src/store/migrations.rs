@@ -27,6 +27,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0005_listed",
     "0006_event_payload_json",
     "0007_synced_listed",
+    "0008_session_states",
 );
 
 /// `migrations/sqlite`.
@@ -37,6 +38,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0004_session_owners",
     "0005_listed",
     "0007_synced_listed",
+    "0008_session_states",
 );
 
 /// A migrator applying `files` (one of the lists above).

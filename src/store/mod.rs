@@ -34,7 +34,7 @@ mod replicas;
 mod rows;
 mod sqlite;
 
-pub use event::{NewEvent, Payload, StoredEvent};
+pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
 pub use replicas::{Claimed, HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::{ReplicaLock, SqliteStore};
@@ -310,106 +310,6 @@ fn apply_mutation(
     Some(record)
 }
 
-/// One append to a session's log, as every backend starts it: its events (never none), their
-/// count (as the databases' integer), the `created_at` they share, at the microsecond precision
-/// both backends store, and the `touch` of [`LogWriter::append`].
-pub struct Batch<'a> {
-    session_id: &'a str,
-    events: &'a [NewEvent],
-    count: i64,
-    created_at: DateTime<Utc>,
-    touch: Option<DateTime<Utc>>,
-}
-
-impl<'a> Batch<'a> {
-    /// `None` for no events: nothing to append.
-    fn new(
-        session_id: &'a str,
-        events: &'a [NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Option<Self>> {
-        if events.is_empty() {
-            return Ok(None);
-        }
-        let count = i64::try_from(events.len())
-            .map_err(|_| StoreError::Corrupt("too many events in one append".into()))?;
-        Ok(Some(Batch {
-            session_id,
-            events,
-            count,
-            created_at: Utc::now().trunc_subsecs(6),
-            touch,
-        }))
-    }
-
-    /// The sequence number of the first event when the log's counter, raised by the batch,
-    /// reads `last`.
-    fn first(&self, last: i64) -> i64 {
-        last - self.count + 1
-    }
-
-    /// The events as stored, once the log's counter, raised by the batch, reads `last`.
-    fn stored(&self, last: i64) -> Vec<StoredEvent> {
-        self.events
-            .iter()
-            .zip(self.first(last)..)
-            .map(|(event, seq)| StoredEvent {
-                session_id: self.session_id.to_owned(),
-                seq,
-                kind: event.kind.clone(),
-                payload: event.payload.clone(),
-                created_at: self.created_at,
-            })
-            .collect()
-    }
-}
-
-/// What [`LogWriter::append_all`] stored: each group's events, in the groups' order.
-pub type BatchesStored = Vec<Vec<StoredEvent>>;
-
-/// See [`Store::log_writer`].
-#[async_trait]
-pub trait LogWriter: Send {
-    /// As [`Store::append_events`]. With `touch`, the session's `updated_at` is also raised to
-    /// at least `touch` in the same transaction (a prompt's activity, recorded with its
-    /// `turn_started`); a tombstoned or unknown session is left alone.
-    async fn append(
-        &mut self,
-        session_id: &str,
-        events: &[NewEvent],
-        touch: Option<DateTime<Utc>>,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        match Batch::new(session_id, events, touch)? {
-            Some(batch) => self.append_batch(&batch).await,
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Appends a batch (see [`LogWriter::append`]), which only the store can make.
-    async fn append_batch(&mut self, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>>;
-
-    /// Appends several sessions' events, each as [`LogWriter::append`], in one transaction (all
-    /// or none). `None`: this writer cannot (or a group is empty); each goes alone then.
-    async fn append_all(
-        &mut self,
-        groups: &[(&str, &[NewEvent], Option<DateTime<Utc>>)],
-    ) -> Option<StoreResult<BatchesStored>> {
-        let mut batches = Vec::with_capacity(groups.len());
-        for &(session_id, events, touch) in groups {
-            match Batch::new(session_id, events, touch) {
-                Ok(batch) => batches.push(batch?),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        self.append_batches(&batches).await
-    }
-
-    /// [`LogWriter::append_all`] of batches; `None` by default (a writer that cannot).
-    async fn append_batches(&mut self, _: &[Batch<'_>]) -> Option<StoreResult<BatchesStored>> {
-        None
-    }
-}
-
 /// The gateway's use cases against its database.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -484,6 +384,24 @@ pub trait Store: Send + Sync + 'static {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Events with `after < seq <= upto` of one of `kinds`, ascending.
+    async fn read_events_of_kinds(
+        &self,
+        session_id: &str,
+        after: i64,
+        upto: i64,
+        kinds: &[&str],
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The session's state snapshot, if one was stored: the log position it was made at and
+    /// its JSON (see [`Store::put_session_state`]).
+    async fn session_state(&self, session_id: &str) -> StoreResult<Option<(i64, Value)>>;
+
+    /// Stores the session's state as made from its log up to `seq`, unless a snapshot made
+    /// further along is stored already (replicas and requests may race to store one).
+    async fn put_session_state(&self, session_id: &str, seq: i64, state: &Value)
+    -> StoreResult<()>;
 
     /// Retention: deletes, in every session, the events beyond the latest `max_events` and those
     /// created before `before`. Sequence counters are kept, so numbering continues after the

@@ -122,6 +122,68 @@ pub async fn check_turn_open(store: Arc<dyn Store>) {
     assert!(store.turn_open(s).await.unwrap(), "the next turn");
 }
 
+/// A state snapshot is read back as stored, never replaced by one made earlier in the log, and
+/// the log after it is read by kind, up to a position.
+pub async fn check_session_state(store: Arc<dyn Store>) {
+    let s = "state-1";
+    assert_eq!(store.session_state(s).await.unwrap(), None);
+    let kinds = ["plan", "agent_message_chunk", "usage_update", "plan"];
+    for kind in kinds {
+        let payload = json!({"sessionId": s, "update": {"sessionUpdate": kind}});
+        store
+            .append_events(s, &[event(kind, payload)])
+            .await
+            .unwrap();
+    }
+    let seqs = |events: Vec<StoredEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let read = |after, upto, kinds: &'static [&'static str]| {
+        let store = store.clone();
+        async move {
+            store
+                .read_events_of_kinds(s, after, upto, kinds)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(seqs(read(0, 4, &["plan", "usage_update"]).await), [1, 3, 4]);
+    assert_eq!(seqs(read(1, 3, &["plan", "usage_update"]).await), [3]);
+    assert_eq!(seqs(read(0, 4, &[]).await), Vec::<i64>::new());
+    let plan = read(3, 4, &["plan"]).await;
+    assert_eq!(
+        plan[0].payload,
+        json!({"sessionId": s, "update": {"sessionUpdate": "plan"}})
+    );
+
+    let state = json!({"plan": [{"content": "ünïcode \u{0} ok", "status": "pending"}]});
+    store.put_session_state(s, 3, &state).await.unwrap();
+    assert_eq!(
+        store.session_state(s).await.unwrap(),
+        Some((3, state.clone()))
+    );
+    store
+        .put_session_state(s, 2, &json!({"older": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.session_state(s).await.unwrap(),
+        Some((3, state)),
+        "an earlier snapshot never wins"
+    );
+    store
+        .put_session_state(s, 4, &json!({"newer": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.session_state(s).await.unwrap(),
+        Some((4, json!({"newer": true})))
+    );
+    assert_eq!(
+        store.session_state("state-2").await.unwrap(),
+        None,
+        "another session's"
+    );
+}
+
 pub async fn check_concurrent_appends(store: Arc<dyn Store>) {
     const S: &str = "ev-concurrent";
     const TASKS: i64 = 8;

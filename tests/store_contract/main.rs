@@ -222,6 +222,7 @@ macro_rules! store_contract {
             sessions::check_tombstone,
             events::check_append_events,
             events::check_turn_open,
+            events::check_session_state,
             events::check_concurrent_appends,
             events::check_log_writer,
             events::check_log_writer_append_all,

@@ -1,0 +1,219 @@
+//! New sessions: `POST /sessions` (`session/new`, then the settings the client asked for) and
+//! `POST /sessions/{id}/fork` (`session/fork`). Both record the session, announce it and log
+//! what the agent's answer says of its state.
+
+use serde_json::{Value, json};
+
+use super::controls::Settings;
+use super::model::{SessionId, SessionView, confine, now, validate_abs_path};
+use super::{Caller, Error, Gateway};
+use crate::acp::CallError;
+use crate::pool::client::{AgentClient, SessionSetup};
+use crate::store::{Origin, SessionRecord};
+
+/// What `POST /sessions` creates.
+#[derive(Debug, Default)]
+pub struct NewSession {
+    /// Absolute, normalised working directory.
+    pub cwd: String,
+    /// Extra workspace roots (absolute).
+    pub additional_directories: Vec<String>,
+    /// ACP `McpServer` objects, passed through.
+    pub mcp_servers: Vec<Value>,
+    /// The client's `_meta` for `session/new`, passed through unchanged.
+    pub meta: Option<Value>,
+    /// Applied before the answer.
+    pub settings: Settings,
+}
+
+/// What `POST /sessions/{id}/fork` makes: where the fork works (the parent's `cwd` by default).
+#[derive(Debug, Default)]
+pub struct Fork {
+    pub cwd: Option<String>,
+    pub additional_directories: Vec<String>,
+    pub mcp_servers: Vec<Value>,
+    pub meta: Option<Value>,
+}
+
+/// How the agent starts the session.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    New,
+    /// `session/fork` of this parent, on the member holding it live if one does.
+    Fork(&'a str),
+}
+
+impl Gateway {
+    /// `POST /sessions`: the session, with its state once the settings are applied. A setting
+    /// the agent refuses deletes the new session again (closes it when the agent cannot
+    /// delete), so that the client's error leaves nothing behind.
+    pub async fn create_session(
+        &self,
+        caller: &Caller,
+        new: NewSession,
+    ) -> Result<SessionView, Error> {
+        self.check_dirs(&new.cwd, &new.additional_directories)
+            .await?;
+        let setup = SessionSetup {
+            cwd: &new.cwd,
+            additional_directories: &new.additional_directories,
+            mcp_servers: &new.mcp_servers,
+            meta: new.meta.as_ref(),
+        };
+        let record = self.start_session(caller, Start::New, setup).await?;
+        let id = SessionId::known(record.session_id.clone());
+        if let Err(e) = self.apply_settings(id.as_str(), &new.settings).await {
+            if let Err(undo) = self.delete_session(caller, &id).await {
+                tracing::warn!(session = id.as_str(), error = %undo, "a session whose settings failed could not be deleted");
+            }
+            return Err(e);
+        }
+        self.view_with_state(&record).await
+    }
+
+    /// `POST /sessions/{id}/fork` (501 unless the agent advertises `fork`). The fork's log
+    /// starts with a `forked` event naming the parent and the parent's log position: its
+    /// history is the parent's up to there, read from the parent's log.
+    pub async fn fork_session(
+        &self,
+        caller: &Caller,
+        parent: &SessionId,
+        fork: Fork,
+    ) -> Result<SessionView, Error> {
+        let from = self.record(caller, parent).await?;
+        if !self.caps().fork {
+            let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_fork;
+            return Err(CallError::Unsupported(method).into());
+        }
+        let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
+        self.check_dirs(&cwd, &fork.additional_directories).await?;
+        self.inner.hub.flush().await;
+        let at = self.store().last_event_seq(parent.as_str()).await?;
+        let setup = SessionSetup {
+            cwd: &cwd,
+            additional_directories: &fork.additional_directories,
+            mcp_servers: &fork.mcp_servers,
+            meta: fork.meta.as_ref(),
+        };
+        let record = self
+            .start_session(caller, Start::Fork(parent.as_str()), setup)
+            .await?;
+        let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
+        self.inner
+            .append(&record.session_id, "forked", forked)
+            .await;
+        self.view_with_state(&record).await
+    }
+
+    /// The directories a session works in: absolute, inside the workspace roots, and `cwd` an
+    /// existing directory (the agent would start its tools there: a path that is not one
+    /// would fail them later, or, created by the agent, silently be a different project).
+    async fn check_dirs(&self, cwd: &str, additional: &[String]) -> Result<(), Error> {
+        let roots = &self.inner.config.workspace_roots;
+        validate_abs_path("cwd", cwd)?;
+        confine("cwd", cwd, roots)?;
+        if !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
+            return Err(Error::Invalid(format!(
+                "cwd is not an existing directory: {cwd:?}"
+            )));
+        }
+        for d in additional {
+            validate_abs_path("additionalDirectories[]", d)?;
+            confine("additionalDirectories[]", d, roots)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the session at the agent and records it: live on the member that started it,
+    /// announced with `session_created`, its state logged.
+    async fn start_session(
+        &self,
+        caller: &Caller,
+        how: Start<'_>,
+        setup: SessionSetup<'_>,
+    ) -> Result<SessionRecord, Error> {
+        // Again on another process when the request never reached the agent (`retry_unsent`).
+        let mut retries = 0;
+        let (member, (session_id, result), creating, agent) = loop {
+            let (member, agent) = match how {
+                Start::Fork(parent) => match self.inner.live.member(parent) {
+                    Some(m) => (m, self.client(m).ok_or_else(|| self.no_member())?),
+                    None => self.place().await?,
+                },
+                Start::New => self.place().await?,
+            };
+            let creating = self.inner.creating.read().await;
+            let started = match how {
+                Start::New => agent.new_session(setup).await,
+                Start::Fork(parent) => agent.fork_session(parent, setup).await,
+            };
+            match started {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
+                    tracing::warn!(
+                        member,
+                        why,
+                        "the session never reached the agent; trying another member"
+                    );
+                }
+                started => break (member, started?, creating, agent),
+            }
+        };
+        let at = now();
+        let record = SessionRecord {
+            session_id,
+            tenant: caller.tenant.clone(),
+            cwd: setup.cwd.to_owned(),
+            additional_directories: setup.additional_directories.to_vec(),
+            title: None,
+            updated_at: at,
+            created_at: at,
+            meta: None,
+            archived: false,
+            origin: Origin::Gateway,
+            deleted_at: None,
+            synced_at: None,
+            listed: None,
+        };
+        if let Err(e) = self.store().put_session(&record).await {
+            // Not recorded, so not created: the agent's session is undone as far as the agent
+            // allows (deleted, else closed), and the client retries the whole create, instead
+            // of a session the gateway does not know turning up at the next sync.
+            undo(&agent, &record.session_id, &e).await;
+            return Err(e.into());
+        }
+        drop(creating);
+        self.inner.sessions_changed();
+        self.inner.live.attach(&record, member, &self.pool);
+        self.inner.hold(&record.session_id).await;
+        let view = self.inner.view(&record);
+        self.inner
+            .lifecycle(&record, "session_created", json!({"session": view}))
+            .await;
+        let source = match how {
+            Start::New => "session/new",
+            Start::Fork(_) => "session/fork",
+        };
+        self.note_state(&record.session_id, source, &result).await?;
+        Ok(record)
+    }
+
+    /// The session's view with its state.
+    pub(super) async fn view_with_state(
+        &self,
+        record: &SessionRecord,
+    ) -> Result<SessionView, Error> {
+        let mut view = self.inner.view(record);
+        self.inner.hub.flush().await;
+        view.state = Some(Box::new(self.state_of(&record.session_id).await?.state));
+        Ok(view)
+    }
+}
+
+/// Deletes (else closes) a session the agent started and the gateway could not record.
+async fn undo(agent: &AgentClient, id: &str, e: &crate::store::StoreError) {
+    let undone = match agent.delete_session(id).await {
+        Err(CallError::Unsupported(_)) => agent.close_session(id).await,
+        deleted => deleted,
+    };
+    tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be stored; undone at the agent");
+}

@@ -1,0 +1,465 @@
+//! A session's state: what a coding-agent UI shows beside the transcript (modes, models, config
+//! options, commands, usage, plan, the agent's `_meta`). It is a fold of the session's log, so
+//! every replica computes the same one and a restart loses nothing: the agent's updates are in
+//! the log as they came, and what the gateway learns otherwise (a `session/new` result, a
+//! setter's answer) is logged as a `state_changed` event. The fold up to a log position is
+//! stored as a snapshot, so a read folds only the log after it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::model::SessionId;
+use super::{Caller, Error, Gateway};
+
+/// The log's event kinds that change the state.
+pub(super) const STATE_KINDS: &[&str] = &[
+    "state_changed",
+    "current_mode_update",
+    "config_option_update",
+    "available_commands_update",
+    "usage_update",
+    "plan",
+    "session_info_update",
+    "turn_ended",
+];
+
+/// The gateway's own event recording a change it learned from an agent's answer.
+pub(super) const STATE_CHANGED: &str = "state_changed";
+
+/// A session's state. Each part is the agent's JSON as it sent it; absent when it never sent one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({
+    "modes": {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]},
+    "models": {"currentModelId": "echo-small", "availableModels": [{"modelId": "echo-small", "name": "Echo small"}]},
+    "configOptions": [{"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask", "options": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]}],
+    "availableCommands": [{"name": "help", "description": "What echo can do", "input": null}],
+    "usage": {"latest": {"used": 1200, "size": 200000}, "lastPrompt": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}},
+    "plan": [{"content": "Echo the prompt", "priority": "medium", "status": "completed"}]
+}))]
+pub struct SessionState {
+    /// `currentModeId` and `availableModes`, from `session/new` (or load, resume, fork), kept
+    /// current by `current_mode_update`, `set_mode` and the `mode` config option.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub modes: Option<Value>,
+    /// `currentModelId` and `availableModels`, for agents that offer models this way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub models: Option<Value>,
+    /// The whole list, replaced by each `config_option_update` and setter answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub config_options: Option<Value>,
+    /// From the latest `available_commands_update`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub available_commands: Option<Value>,
+    /// `latest`: the latest `usage_update` (`used`, `size`, `cost`); `lastPrompt`: the last
+    /// prompt result's `usage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<Value>,
+    /// The entries of the latest `plan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub plan: Option<Value>,
+    /// The agent's latest `_meta` from `session_info_update`.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
+
+/// The state and the log position it holds at.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"seq": 12, "state": {
+    "modes": {"currentModeId": "code", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]},
+    "configOptions": [{"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "code", "options": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]}]
+}}))]
+pub struct StateAt {
+    /// The last log event the state includes (a `Last-Event-ID` to continue from).
+    pub seq: i64,
+    pub state: SessionState,
+}
+
+impl SessionState {
+    /// Applies one log event.
+    pub(super) fn apply(&mut self, kind: &str, payload: &Value) {
+        let update = payload.get("update").unwrap_or(&Value::Null);
+        let field = |name: &str| update.get(name).cloned();
+        match kind {
+            STATE_CHANGED => self.apply_change(payload),
+            "current_mode_update" => {
+                if let Some(mode) = update.get("currentModeId").and_then(Value::as_str) {
+                    self.set_current_mode(mode);
+                }
+            }
+            "config_option_update" => {
+                if let Some(options) = field("configOptions") {
+                    self.set_options(options);
+                }
+            }
+            "available_commands_update" => self.available_commands = field("availableCommands"),
+            "plan" => self.plan = field("entries"),
+            "usage_update" => {
+                let mut latest = update.clone();
+                if let Some(o) = latest.as_object_mut() {
+                    o.remove("sessionUpdate");
+                }
+                self.usage_part("latest", latest);
+            }
+            "session_info_update" => {
+                if let Some(meta) = update.get("_meta") {
+                    self.meta = (!meta.is_null()).then(|| meta.clone());
+                }
+            }
+            "turn_ended" => {
+                if let Some(usage) = payload.get("usage").filter(|u| !u.is_null()) {
+                    self.usage_part("lastPrompt", usage.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A `state_changed` payload: `modes` and `models` merged into what is known (a setter
+    /// names only the current one), `configOptions` replacing the list.
+    fn apply_change(&mut self, change: &Value) {
+        for (part, name) in [(&mut self.modes, "modes"), (&mut self.models, "models")] {
+            if let Some(Value::Object(new)) = change.get(name) {
+                match part {
+                    Some(Value::Object(old)) => old.extend(new.clone()),
+                    _ => *part = Some(Value::Object(new.clone())),
+                }
+            }
+        }
+        if let Some(mode) = change
+            .pointer("/modes/currentModeId")
+            .and_then(Value::as_str)
+        {
+            self.set_current_mode(mode);
+        }
+        if let Some(model) = change
+            .pointer("/models/currentModelId")
+            .and_then(Value::as_str)
+        {
+            self.move_option("model", model);
+        }
+        match change.get("configOptions").filter(|o| !o.is_null()) {
+            Some(options) => self.set_options(options.clone()),
+            // A `set_config_option` answered without the list: the value set is all it says.
+            None => {
+                let id = change.get("configId").and_then(Value::as_str);
+                if let (Some(id), Some(value)) = (id, change.get("value")) {
+                    self.set_option_value(id, value.clone());
+                }
+            }
+        }
+    }
+
+    fn set_option_value(&mut self, id: &str, value: Value) {
+        let Some(Value::Array(options)) = &self.config_options else {
+            return;
+        };
+        let mut options = options.clone();
+        for o in &mut options {
+            if o.get("id").and_then(Value::as_str) == Some(id)
+                && let Value::Object(o) = o
+            {
+                o.insert("currentValue".into(), value.clone());
+            }
+        }
+        self.set_options(Value::Array(options));
+    }
+
+    fn usage_part(&mut self, name: &str, value: Value) {
+        let usage = self.usage.get_or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(usage) = usage {
+            usage.insert(name.to_owned(), value);
+        }
+    }
+
+    /// The current mode, on both sides: `modes` and the option of category `mode`.
+    fn set_current_mode(&mut self, mode: &str) {
+        set_current(&mut self.modes, "currentModeId", mode);
+        self.move_option("mode", mode);
+    }
+
+    /// A whole new option list; `modes` and `models` follow the options of their category.
+    fn set_options(&mut self, options: Value) {
+        self.config_options = Some(options);
+        if let Some(mode) = self.option_value("mode") {
+            set_current(&mut self.modes, "currentModeId", &mode);
+        }
+        if let Some(model) = self.option_value("model") {
+            set_current(&mut self.models, "currentModelId", &model);
+        }
+    }
+
+    /// The option of `category`, if the agent offers one.
+    pub(super) fn option_of(&self, category: &str) -> Option<&Value> {
+        self.config_options
+            .as_ref()?
+            .as_array()?
+            .iter()
+            .find(|o| o.get("category").and_then(Value::as_str) == Some(category))
+    }
+
+    /// The option with id `id`.
+    pub(super) fn option(&self, id: &str) -> Option<&Value> {
+        self.config_options
+            .as_ref()?
+            .as_array()?
+            .iter()
+            .find(|o| o.get("id").and_then(Value::as_str) == Some(id))
+    }
+
+    fn option_value(&self, category: &str) -> Option<String> {
+        let value = self.option_of(category)?.get("currentValue")?.as_str()?;
+        Some(value.to_owned())
+    }
+
+    fn move_option(&mut self, category: &str, value: &str) {
+        let Some(Value::Array(options)) = &mut self.config_options else {
+            return;
+        };
+        for o in options {
+            if o.get("category").and_then(Value::as_str) == Some(category)
+                && let Value::Object(o) = o
+            {
+                o.insert("currentValue".into(), Value::String(value.to_owned()));
+            }
+        }
+    }
+}
+
+/// Sets `key` in `part`, which exists only if the agent offered it.
+fn set_current(part: &mut Option<Value>, key: &str, value: &str) {
+    if let Some(Value::Object(part)) = part {
+        part.insert(key.to_owned(), Value::String(value.to_owned()));
+    }
+}
+
+/// The values a select option accepts (its `options`, flat or in groups).
+pub(super) fn select_values(option: &Value) -> Vec<&str> {
+    let mut values = Vec::new();
+    for entry in option
+        .get("options")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(v) = entry.get("value").and_then(Value::as_str) {
+            values.push(v);
+        }
+        for inner in entry
+            .get("options")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(v) = inner.get("value").and_then(Value::as_str) {
+                values.push(v);
+            }
+        }
+    }
+    values
+}
+
+impl Gateway {
+    /// Logs what an agent's answer (to `session/new`, load, resume, fork, or a setter) says of
+    /// the state — its `modes`, `models` and `configOptions` — as a `state_changed` event, when
+    /// that changes the state. `extra` goes into the event as is (what a setter set).
+    pub(super) async fn note_state(
+        &self,
+        session_id: &str,
+        source: &str,
+        result: &Value,
+    ) -> Result<(), Error> {
+        self.note_change(session_id, source, result, Map::new())
+            .await
+    }
+
+    pub(super) async fn note_change(
+        &self,
+        session_id: &str,
+        source: &str,
+        result: &Value,
+        mut change: Map<String, Value>,
+    ) -> Result<(), Error> {
+        for key in ["modes", "models", "configOptions"] {
+            if let Some(v) = result.get(key).filter(|v| !v.is_null()) {
+                change.insert(key.into(), v.clone());
+            }
+        }
+        if change.is_empty() {
+            return Ok(());
+        }
+        change.insert("sessionId".into(), session_id.into());
+        change.insert("source".into(), source.into());
+        let change = Value::Object(change);
+        self.inner.hub.flush().await;
+        let now = self.state_of(session_id).await?.state;
+        let mut next = now.clone();
+        next.apply(STATE_CHANGED, &change);
+        if next != now {
+            self.inner.append(session_id, STATE_CHANGED, change).await;
+        }
+        Ok(())
+    }
+
+    /// `GET /sessions/{id}/state`'s answer, also part of `GET /sessions/{id}`.
+    pub async fn session_state(&self, caller: &Caller, id: &SessionId) -> Result<StateAt, Error> {
+        self.record(caller, id).await?;
+        self.inner.hub.flush().await;
+        self.state_of(id.as_str()).await
+    }
+
+    /// The state folded to the log's end: the stored snapshot, then the state events after it
+    /// (the snapshot moves forward when there were any).
+    pub(super) async fn state_of(&self, session_id: &str) -> Result<StateAt, Error> {
+        let store = self.store();
+        // The position first: every event up to it is committed, so the fold is exact there.
+        let last = store.last_event_seq(session_id).await?;
+        let (from, mut state) = match store.session_state(session_id).await? {
+            Some((seq, value)) => (seq, serde_json::from_value(value).unwrap_or_default()),
+            None => (0, SessionState::default()),
+        };
+        if last <= from {
+            return Ok(StateAt { seq: from, state });
+        }
+        let events = store
+            .read_events_of_kinds(session_id, from, last, STATE_KINDS)
+            .await?;
+        for e in &events {
+            state.apply(&e.kind, &e.payload.to_value());
+        }
+        if !events.is_empty() {
+            let value = serde_json::to_value(&state).expect("a state serialises");
+            if let Err(e) = store.put_session_state(session_id, last, &value).await {
+                tracing::warn!(session = session_id, error = %e, "cannot store the state snapshot");
+            }
+        }
+        Ok(StateAt { seq: last, state })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn update(kind: &str, fields: Value) -> Value {
+        let mut u = json!({"sessionUpdate": kind});
+        u.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        json!({"sessionId": "s", "update": u})
+    }
+
+    fn options(mode: &str) -> Value {
+        json!([
+            {"id": "mode", "category": "mode", "type": "select", "currentValue": mode,
+             "options": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]},
+            {"id": "effort", "category": "thought_level", "type": "select", "currentValue": "low",
+             "options": [{"group": "g", "name": "G", "options": [{"value": "low", "name": "Low"}]}]}
+        ])
+    }
+
+    fn created() -> SessionState {
+        let mut s = SessionState::default();
+        s.apply(
+            STATE_CHANGED,
+            &json!({"sessionId": "s", "modes": {"currentModeId": "ask", "availableModes": []},
+                     "configOptions": options("ask")}),
+        );
+        s
+    }
+
+    #[test]
+    fn a_mode_update_moves_the_mode_option_and_the_reverse() {
+        let mut s = created();
+        s.apply(
+            "current_mode_update",
+            &update("current_mode_update", json!({"currentModeId": "code"})),
+        );
+        assert_eq!(s.option_of("mode").unwrap()["currentValue"], "code");
+        assert_eq!(s.modes.as_ref().unwrap()["currentModeId"], "code");
+        s.apply(
+            "config_option_update",
+            &update(
+                "config_option_update",
+                json!({"configOptions": options("ask")}),
+            ),
+        );
+        assert_eq!(s.modes.as_ref().unwrap()["currentModeId"], "ask");
+        // A set_mode the agent answered with `{}` alone.
+        s.apply(STATE_CHANGED, &json!({"modes": {"currentModeId": "code"}}));
+        assert_eq!(s.option_of("mode").unwrap()["currentValue"], "code");
+        assert_eq!(s.modes.as_ref().unwrap()["availableModes"], json!([]));
+    }
+
+    #[test]
+    fn options_are_replaced_whole_and_parts_kept_apart() {
+        let mut s = created();
+        s.apply(
+            "config_option_update",
+            &update("config_option_update", json!({"configOptions": []})),
+        );
+        assert_eq!(s.config_options, Some(json!([])));
+        s.apply(
+            "usage_update",
+            &update("usage_update", json!({"used": 5, "size": 10})),
+        );
+        s.apply(
+            "turn_ended",
+            &json!({"sessionId": "s", "stopReason": "end_turn", "usage": {"totalTokens": 3}}),
+        );
+        s.apply("turn_ended", &json!({"sessionId": "s", "usage": null}));
+        assert_eq!(
+            s.usage,
+            Some(json!({"latest": {"used": 5, "size": 10}, "lastPrompt": {"totalTokens": 3}}))
+        );
+        s.apply(
+            "plan",
+            &update("plan", json!({"entries": [{"content": "a"}]})),
+        );
+        s.apply(
+            "available_commands_update",
+            &update(
+                "available_commands_update",
+                json!({"availableCommands": []}),
+            ),
+        );
+        assert_eq!(s.plan, Some(json!([{"content": "a"}])));
+        assert_eq!(s.available_commands, Some(json!([])));
+        s.apply(
+            "session_info_update",
+            &update("session_info_update", json!({"_meta": {"k": 1}})),
+        );
+        s.apply(
+            "session_info_update",
+            &update("session_info_update", json!({"title": "t"})),
+        );
+        assert_eq!(s.meta, Some(json!({"k": 1})), "absent means unchanged");
+        s.apply(
+            "session_info_update",
+            &update("session_info_update", json!({"_meta": null})),
+        );
+        assert_eq!(s.meta, None, "null clears");
+        s.apply(
+            "agent_message_chunk",
+            &update("agent_message_chunk", json!({})),
+        );
+        assert_eq!(s.modes.as_ref().unwrap()["currentModeId"], "ask");
+    }
+
+    #[test]
+    fn select_values_include_grouped_ones() {
+        let s = created();
+        assert_eq!(select_values(s.option("mode").unwrap()), ["ask", "code"]);
+        assert_eq!(select_values(s.option("effort").unwrap()), ["low"]);
+    }
+}
