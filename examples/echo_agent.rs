@@ -109,6 +109,7 @@
 //! | `/chunks N` | Reply with N chunks "c1 ", "c2 ", …, "cN" instead of the words. |
 //! | `/delay MS` | Sleep MS milliseconds before each chunk. |
 //! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
+//! | `/elicit` | Send `elicitation/create` (form mode, message "Tell echo about yourself", `requestedSchema`: `name` string minLength 2 and `age` integer 0–150, both required; `code` string pattern `^[A-Z]{3}$`; `subscribe` boolean; `color` enum red/green/blue) and wait; stream one chunk `"elicitation: accept <content as JSON>"`, `"elicitation: decline"`, `"elicitation: cancel"` or `"elicitation: error <code>"`, and end the turn (`cancelled` after a cancel, else `end_turn`). Without `clientCapabilities.elicitation.form` in `initialize`, stream `"elicitation: unsupported"` instead. |
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
 //! | `/hang` | Never answer unless the turn is cancelled. |
 //! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
@@ -120,12 +121,12 @@
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/surrogate`, `/unknown`, `/fs`, each
-//! `/env` in prompt order, `/pwd`, `/permission`, `/crash`, `/deaf`, `/hang`,
-//! then the reply.
+//! `/env` in prompt order, `/pwd`, `/permission`, `/elicit` (which ends the turn), `/crash`,
+//! `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
 //! deleting the session) stops the turn at the next chunk boundary, and
-//! interrupts a delay, a hang or a pending permission request; the prompt then
+//! interrupts a delay, a hang or a pending permission request or elicitation; the prompt then
 //! answers `stopReason: "cancelled"` (except under `/deaf`). A second prompt
 //! while a turn runs gets -32602 "turn already running".
 
@@ -185,6 +186,8 @@ struct Directives {
     delay_ms: u64,
     /// `/permission`: ask the client for permission first.
     permission: bool,
+    /// `/elicit`: ask the client for a form, report the answer and end the turn.
+    elicit: bool,
     /// `/crash`: send one chunk, then exit with code 3.
     crash: bool,
     /// `/hang`: wait until cancelled.
@@ -217,6 +220,7 @@ impl Directives {
             let number = arg.parse::<u64>().ok();
             match (word, number) {
                 ("/permission", _) => d.permission = true,
+                ("/elicit", _) => d.elicit = true,
                 ("/crash", _) => d.crash = true,
                 ("/hang", _) => d.hang = true,
                 ("/unknown", _) => d.unknown = true,
@@ -397,6 +401,8 @@ struct EchoAgent {
     next_turn: AtomicU64,
     /// Whether `authenticate` succeeded (the process has one connection).
     authenticated: AtomicBool,
+    /// Whether the client declared `elicitation.form` in `initialize`.
+    elicitation_form: AtomicBool,
     /// Chunks streamed by running turns, written to the session file when the turn ends (one
     /// write per turn, so that long turns stay linear).
     unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
@@ -837,8 +843,14 @@ impl EchoAgent {
         Ok(())
     }
 
-    async fn initialize(&self) -> Result<InitializeResponse, Error> {
+    async fn initialize(&self, req: &InitializeRequest) -> Result<InitializeResponse, Error> {
         self.enter("initialize", None, None)?;
+        let form = req
+            .client_capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some());
+        self.elicitation_form.store(form, Ordering::SeqCst);
         if self.cfg.crash_at_start {
             eprintln!("echo-agent: crashing at start");
             std::process::exit(3);
@@ -1177,6 +1189,10 @@ impl EchoAgent {
             self.chunk(cx, id, format!("permission: {}", selected.option_id))?;
         }
 
+        if d.elicit {
+            return self.elicit(cx, id, turn).await;
+        }
+
         if d.crash {
             self.chunk(cx, id, "crashing")?;
             eprintln!("echo-agent: crashing mid-turn");
@@ -1220,6 +1236,56 @@ impl EchoAgent {
         Ok(StopReason::EndTurn)
     }
 
+    /// `/elicit`: asks the client for a form (when it declared form elicitation), streams
+    /// what it answered and ends the turn.
+    async fn elicit(&self, cx: &Cx, id: &SessionId, turn: &mut Turn) -> Result<StopReason, Error> {
+        if !self.elicitation_form.load(Ordering::SeqCst) {
+            self.chunk(cx, id, "elicitation: unsupported")?;
+            return Ok(StopReason::EndTurn);
+        }
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "title": "Name", "minLength": 2},
+                "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "subscribe": {"type": "boolean"},
+                "color": {"type": "string", "enum": ["red", "green", "blue"]},
+            },
+            "required": ["name", "age"],
+        });
+        let params = json!({
+            "mode": "form",
+            "sessionId": id,
+            "message": "Tell echo about yourself",
+            "requestedSchema": schema,
+        });
+        let request = UntypedMessage::new("elicitation/create", params)?;
+        // On cancel the pending request is dropped, which makes the SDK
+        // send `$/cancel_request` for it.
+        let answer = tokio::select! {
+            answer = cx.send_request(request).block_task() => answer,
+            () = turn.cancelled() => return Ok(StopReason::Cancelled),
+        };
+        let (text, stop) = match answer {
+            Ok(answer) => match answer["action"].as_str() {
+                Some("accept") => (
+                    format!("elicitation: accept {}", answer["content"]),
+                    StopReason::EndTurn,
+                ),
+                Some("cancel") => ("elicitation: cancel".to_string(), StopReason::Cancelled),
+                Some(action) => (format!("elicitation: {action}"), StopReason::EndTurn),
+                None => (format!("elicitation: {answer}"), StopReason::EndTurn),
+            },
+            Err(e) => (
+                format!("elicitation: error {}", i32::from(e.code)),
+                StopReason::EndTurn,
+            ),
+        };
+        self.chunk(cx, id, text)?;
+        Ok(stop)
+    }
+
     /// Ends a turn: bumps `updatedAt` and gives an untitled session its title.
     fn finish(&self, cx: &Cx, id: &SessionId, text: &str) -> Result<(), Error> {
         let now = Utc::now();
@@ -1256,6 +1322,7 @@ async fn main() {
         files: Mutex::new(()),
         next_turn: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),
+        elicitation_form: AtomicBool::new(false),
         unsaved: Mutex::new(HashMap::new()),
     });
     if agent.cfg.ignore_term {
@@ -1287,8 +1354,8 @@ async fn main() {
         .v1()
         .name("echo-agent")
         .on_receive_request(
-            async move |_: InitializeRequest, responder, _cx| {
-                responder.respond_with_result(s.initialize().await)
+            async move |req: InitializeRequest, responder, _cx| {
+                responder.respond_with_result(s.initialize(&req).await)
             },
             on_receive_request!(),
         )

@@ -413,6 +413,19 @@ async fn stream_payloads_match_the_spec() {
         .await;
     assert_eq!(r.status(), 200);
     events.extend(stream.until("turn_ended").await);
+    gw.prompt_async(&id, "/elicit").await;
+    let requested = stream.until("elicitation_requested").await;
+    let request_id = requested.last().unwrap().data["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    events.extend(requested);
+    let answer = json!({"action": "accept", "content": {"name": "Ada", "age": 36}});
+    let r = gw
+        .post(&format!("/sessions/{id}/elicitations/{request_id}"), answer)
+        .await;
+    assert_eq!(r.status(), 200);
+    events.extend(stream.until("turn_ended").await);
     gw.prompt_async(&id, "/crash").await;
     events.extend(stream.until("agent_exited").await);
     gw.wait_members_ready().await;
@@ -430,6 +443,8 @@ async fn stream_payloads_match_the_spec() {
         "future_variant_x",
         "permission_requested",
         "permission_resolved",
+        "elicitation_requested",
+        "elicitation_resolved",
         "turn_ended",
         "agent_exited",
         "session_deleted",
@@ -442,6 +457,8 @@ async fn stream_payloads_match_the_spec() {
             "turn_ended" => "TurnEnded",
             "permission_requested" => "PermissionRequested",
             "permission_resolved" => "PermissionResolved",
+            "elicitation_requested" => "ElicitationRequested",
+            "elicitation_resolved" => "ElicitationResolved",
             "session_deleted" => "SessionDeleted",
             "agent_exited" => "AgentExited",
             "gap" => "Gap",

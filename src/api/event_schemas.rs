@@ -17,7 +17,7 @@ pub struct SessionStreamEvent {
     id: i64,
     /// The SSE `event`: an ACP `sessionUpdate` tag (`agent_message_chunk`, `tool_call`, …) or
     /// `turn_started`, `turn_ended`, `permission_requested`, `permission_resolved`,
-    /// `session_deleted`, `agent_exited`, `gap`.
+    /// `elicitation_requested`, `elicitation_resolved`, `session_deleted`, `agent_exited`, `gap`.
     event: String,
     /// The SSE `data`, JSON.
     data: SessionEventData,
@@ -32,6 +32,8 @@ pub enum SessionEventData {
     TurnEnded(TurnEnded),
     PermissionRequested(PermissionRequested),
     PermissionResolved(PermissionResolved),
+    ElicitationRequested(ElicitationRequested),
+    ElicitationResolved(ElicitationResolved),
     SessionDeleted(SessionDeleted),
     AgentExited(AgentExited),
     Gap(Gap),
@@ -95,6 +97,35 @@ pub struct PermissionResolved {
     /// The ACP outcome: `{outcome: "selected", optionId}` or `{outcome: "cancelled"}`.
     #[schema(value_type = Object)]
     outcome: Value,
+    /// `answered`, `cancelled`, `timeout` or `policy`.
+    reason: String,
+}
+
+/// `elicitation_requested`: the agent asks the user for structured input (`elicitation/create`,
+/// form mode); answer it with `POST /sessions/{id}/elicitations/{requestId}`.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationRequested {
+    session_id: String,
+    request_id: String,
+    /// The ACP `elicitation/create` params (`mode`, `message`, `requestedSchema`, `toolCallId`).
+    #[schema(value_type = Object)]
+    request: Value,
+    /// When it is declined unanswered (`--permission-timeout`); absent: never.
+    deadline: Option<String>,
+}
+
+/// `elicitation_resolved`: how an elicitation ended.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationResolved {
+    session_id: String,
+    request_id: String,
+    /// The ACP action sent to the agent: `accept`, `decline` or `cancel`.
+    action: String,
+    /// With `accept`: the content sent to the agent.
+    #[schema(value_type = Option<Object>)]
+    content: Option<Value>,
     /// `answered`, `cancelled`, `timeout` or `policy`.
     reason: String,
 }

@@ -2,6 +2,7 @@
 //! extract → validate into domain types → one gateway call → response.
 
 pub mod auth;
+mod elicitations;
 pub mod error;
 mod event_schemas;
 mod events;
@@ -143,7 +144,7 @@ impl utoipa::Modify for BearerAuth {
     ),
     tags(
         (name = "sessions", description = "Session metadata and lifecycle"),
-        (name = "turns", description = "Prompts, cancellation and permission requests"),
+        (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
         (name = "events", description = "Server-Sent Event streams and history"),
         (name = "system", description = "Agent, health, metrics and this document")
     )
@@ -168,6 +169,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turns::cancel))
         .routes(routes!(turns::list_permissions))
         .routes(routes!(turns::answer_permission))
+        .routes(routes!(elicitations::list_elicitations))
+        .routes(routes!(elicitations::answer_elicitation))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, ArchiveSessionRequest, CancelNotification, CloseSessionRequest,
-    DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest, RequestPermissionOutcome,
-    RequestPermissionResponse, ResumeSessionRequest, SessionArchiveFilter, SessionStatusRequest,
-    SetSessionTitleRequest, UnarchiveSessionRequest,
+    CreateElicitationResponse, DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest,
+    RequestPermissionOutcome, RequestPermissionResponse, ResumeSessionRequest,
+    SessionArchiveFilter, SessionStatusRequest, SetSessionTitleRequest, UnarchiveSessionRequest,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -240,6 +240,14 @@ impl Incoming {
     ) -> Result<(), CallError> {
         let response = RequestPermissionResponse::new(outcome);
         self.conn.respond(&self.id, Ok(&response)).await
+    }
+
+    /// Answers an `elicitation/create`.
+    pub async fn answer_elicitation(
+        &self,
+        response: &CreateElicitationResponse,
+    ) -> Result<(), CallError> {
+        self.conn.respond(&self.id, Ok(response)).await
     }
 
     /// Answers with a JSON-RPC error.
