@@ -289,40 +289,44 @@ async fn cancelling_the_turn_cancels_the_elicitation(backend: Backend) {
     }
 }
 
-/// An unanswered elicitation fails closed after --permission-timeout: declined.
+/// Elicitations nobody answers fail closed: declined after --permission-timeout (the deadline
+/// the request showed), or at once under a headless permission policy.
 #[tokio::test]
-async fn an_unanswered_elicitation_is_declined_at_the_timeout() {
-    let opts = Options::default().args(&["--permission-timeout", "1"]);
-    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
-    let gw = w.gw();
-    let (status, body) = gw.prompt(&id, "/elicit").await;
-    assert_eq!(status, 200);
-    assert_eq!(body["stopReason"], "end_turn");
-    let events = gw.first_turn(&id).await;
-    let requested = &find_event(&events, "elicitation_requested").data;
-    let resolved = &find_event(&events, "elicitation_resolved").data;
-    assert_eq!(resolved["requestId"], requested["requestId"]);
-    assert_eq!(resolved["action"], "decline");
-    assert_eq!(resolved["reason"], "timeout");
-    let created = chrono::DateTime::parse_from_rfc3339(requested["deadline"].as_str().unwrap());
-    assert!(created.is_ok(), "{requested}");
-    assert_eq!(chunk_text(&events), "elicitation: decline");
-    w.finish().await;
-}
-
-/// A headless permission policy declines elicitations at once: nobody is there to answer.
-#[tokio::test]
-async fn a_headless_policy_declines_at_once() {
-    let opts = Options::default().args(&["--permission-policy", "allow"]);
-    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
-    let gw = w.gw();
-    assert_eq!(gw.prompt(&id, "/elicit").await.0, 200);
-    let events = gw.first_turn(&id).await;
-    let requested = &find_event(&events, "elicitation_requested").data;
-    assert!(requested.get("deadline").is_none(), "{requested}");
-    let resolved = &find_event(&events, "elicitation_resolved").data;
-    assert_eq!(resolved["action"], "decline");
-    assert_eq!(resolved["reason"], "policy");
-    assert_eq!(chunk_text(&events), "elicitation: decline");
-    w.finish().await;
+async fn unanswered_elicitations_are_declined() {
+    for (args, reason) in [
+        (["--permission-timeout", "1"], "timeout"),
+        (["--permission-policy", "allow"], "policy"),
+    ] {
+        let opts = Options::default().args(&args);
+        let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+        let gw = w.gw();
+        let (status, body) = gw.prompt(&id, "/elicit").await;
+        assert_eq!((status, &body["stopReason"]), (200, &json!("end_turn")));
+        let events = gw.first_turn(&id).await;
+        let requested = &find_event(&events, "elicitation_requested").data;
+        let resolved = &find_event(&events, "elicitation_resolved").data;
+        assert_eq!(resolved["requestId"], requested["requestId"]);
+        assert_eq!(resolved["action"], "decline", "{reason}");
+        assert_eq!(resolved["reason"], reason);
+        let deadline = requested["deadline"]
+            .as_str()
+            .map(chrono::DateTime::parse_from_rfc3339);
+        if reason == "timeout" {
+            assert!(matches!(deadline, Some(Ok(_))), "{requested}");
+        } else {
+            assert!(deadline.is_none(), "{requested}");
+        }
+        assert_eq!(chunk_text(&events), "elicitation: decline");
+        assert_eq!(
+            logged_kinds(gw, &id).await,
+            [
+                "turn_started",
+                "elicitation_requested",
+                "elicitation_resolved",
+                "turn_ended"
+            ],
+            "{reason}"
+        );
+        w.finish().await;
+    }
 }

@@ -1,10 +1,10 @@
 //! Elicitations (`elicitation/create`, form mode): the agent asks the user for structured
-//! input. Each request is checked when it arrives (a session's, form mode, a schema the gateway
-//! can check answers against), kept in a pending table (`pending`) until a client answers it
-//! through the REST route (`accept` with content valid for the requested schema, `decline`,
-//! `cancel`), declined unanswered at `--permission-timeout` or at once under a permission policy
-//! other than `ask` (nobody is there to answer: fail closed), cancelled with the turn, dropped
-//! when its member exits; and the use cases that list and answer them.
+//! input. One kind of request waiting for a client (`pending` keeps them and runs their
+//! lifecycle): each is checked when it arrives (a session's, form mode, a schema the gateway can
+//! check answers against; else -32602), answered by a client (`accept` with content valid for
+//! the requested schema, checked by `form`; `decline`; `cancel`), declined unanswered at
+//! `--permission-timeout` or at once under a permission policy other than `ask` (nobody is there
+//! to answer: fail closed), cancelled with the turn or when its member exits.
 
 use std::sync::Arc;
 
@@ -58,9 +58,18 @@ pub enum ElicitationReply {
 }
 
 /// The table of elicitations, pending and resolved, each with its requested schema.
-pub(super) type Elicitations = Table<ElicitationView, ElicitationSchema>;
+pub(super) type Elicitations = Table<ElicitationView>;
 
 impl Asked for ElicitationView {
+    type Extra = ElicitationSchema;
+    type Answer = CreateElicitationResponse;
+    const NOUN: &'static str = "elicitation";
+    const REQUESTED: &'static str = "elicitation_requested";
+    const RESOLVED: &'static str = "elicitation_resolved";
+
+    fn table(inner: &Inner) -> &Table<Self> {
+        &inner.elicitations
+    }
     fn request_id(&self) -> &str {
         &self.request_id
     }
@@ -73,17 +82,40 @@ impl Asked for ElicitationView {
     fn is_resolved(&self) -> bool {
         self.response.is_some()
     }
+    fn mark(&mut self, answer: &CreateElicitationResponse) {
+        self.response = Some(serde_json::to_value(answer).expect("a response serialises"));
+    }
+    fn cancelled() -> CreateElicitationResponse {
+        CreateElicitationResponse::new(ElicitationAction::Cancel)
+    }
+    /// `{sessionId, requestId, request, deadline?}`.
+    fn requested_payload(&self) -> Value {
+        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request});
+        if let Some(deadline) = self.deadline {
+            payload["deadline"] = json!(deadline);
+        }
+        payload
+    }
+    /// `{sessionId, requestId, action, content?, reason}`.
+    fn resolved_payload(&self, reason: &str) -> Value {
+        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id});
+        if let Some(Value::Object(response)) = &self.response {
+            for key in ["action", "content"] {
+                if let Some(value) = response.get(key) {
+                    payload[key] = value.clone();
+                }
+            }
+        }
+        payload["reason"] = json!(reason);
+        payload
+    }
 }
 
 fn decline() -> CreateElicitationResponse {
     CreateElicitationResponse::new(ElicitationAction::Decline)
 }
 
-fn cancel() -> CreateElicitationResponse {
-    CreateElicitationResponse::new(ElicitationAction::Cancel)
-}
-
-/// The response a client's answer asks for, its content checked against the schema.
+/// The response a client's answer makes, its content checked against the schema.
 fn answered(
     schema: &ElicitationSchema,
     reply: ElicitationReply,
@@ -107,17 +139,8 @@ fn answered(
             "only accept carries `content`; decline and cancel must not".into(),
         )),
         (ElicitationReply::Decline, None) => Ok(decline()),
-        (ElicitationReply::Cancel, None) => Ok(cancel()),
+        (ElicitationReply::Cancel, None) => Ok(ElicitationView::cancelled()),
     }
-}
-
-/// Marks a view resolved with `response`, and hands the response on.
-fn mark(
-    view: &mut ElicitationView,
-    response: CreateElicitationResponse,
-) -> CreateElicitationResponse {
-    view.response = Some(serde_json::to_value(&response).expect("a response serialises"));
-    response
 }
 
 /// The session and the requested schema of a request the gateway can serve, or why not.
@@ -141,8 +164,7 @@ impl Gateway {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<ElicitationView>, Error> {
-        self.record(caller, id).await?;
-        Ok(self.inner.elicitations.pending_for(id.as_str()))
+        self.pending_requests(caller, id).await
     }
 
     /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
@@ -155,30 +177,10 @@ impl Gateway {
         reply: ElicitationReply,
         content: Option<&Value>,
     ) -> Result<ElicitationView, Error> {
-        self.record(caller, id).await?;
-        let (view, request, response) =
-            self.inner
-                .elicitations
-                .resolve(Some(id.as_str()), request_id, |view, schema| {
-                    let response = answered(schema, reply, content)?;
-                    Ok(mark(view, response))
-                })?;
-        self.inner
-            .elicitation_resolved(&view, &request, &response, "answered")
-            .await;
-        Ok(view)
-    }
-
-    /// Resolves the session's pending elicitations as cancelled.
-    pub(super) async fn resolve_elicitations_cancelled(&self, session_id: &str) {
-        let cancelled = self.inner.elicitations.resolve_all(session_id, |view| {
-            mark(view, cancel());
-        });
-        for (view, request) in cancelled {
-            self.inner
-                .elicitation_resolved(&view, &request, &cancel(), "cancelled")
-                .await;
-        }
+        self.answer_request(caller, id, request_id, |_, schema| {
+            answered(schema, reply, content)
+        })
+        .await
     }
 }
 
@@ -199,82 +201,33 @@ impl Inner {
                 return;
             }
         };
+        let ask = self.config.permission_policy == PermissionPolicy::Ask;
         let view = ElicitationView {
             request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
-            session_id: session_id.clone(),
+            session_id,
             request: params,
             created_at: super::model::now(),
-            deadline: match self.config.permission_policy {
-                PermissionPolicy::Ask => self.deadline(),
-                _ => None,
-            },
+            deadline: if ask { self.deadline() } else { None },
             response: None,
         };
-        let mut payload =
-            json!({"sessionId": session_id, "requestId": view.request_id, "request": view.request});
-        if let Some(deadline) = view.deadline {
-            payload["deadline"] = json!(deadline);
-        }
         let request_id = view.request_id.clone();
-        self.elicitations.insert(view, member, request, schema);
-        self.append(&session_id, "elicitation_requested", payload)
-            .await;
-        match self.config.permission_policy {
-            PermissionPolicy::Ask => self.on_timeout(move |inner| async move {
+        self.track(view, member, request, schema).await;
+        if ask {
+            self.on_timeout(move |inner| async move {
                 inner.decline_unanswered(&request_id, "timeout").await;
-            }),
-            PermissionPolicy::Allow | PermissionPolicy::Reject => {
-                self.decline_unanswered(&request_id, "policy").await;
-            }
+            });
+        } else {
+            self.decline_unanswered(&request_id, "policy").await;
         }
     }
 
     /// Declines an elicitation still pending (fail closed): nobody answered, or nobody will.
     async fn decline_unanswered(&self, request_id: &str, reason: &str) {
-        let resolved = self
-            .elicitations
-            .resolve(None, request_id, |view, _| Ok(mark(view, decline())));
-        if let Ok((view, request, response)) = resolved {
-            self.elicitation_resolved(&view, &request, &response, reason)
-                .await;
-        }
-    }
-
-    /// Answers the agent and logs `elicitation_resolved`.
-    async fn elicitation_resolved(
-        &self,
-        view: &ElicitationView,
-        request: &Incoming,
-        response: &CreateElicitationResponse,
-        reason: &str,
-    ) {
-        let _ = request.answer_elicitation(response).await;
-        self.log_elicitation_resolved(view, reason).await;
-    }
-
-    /// `elicitation_resolved` {sessionId, requestId, action, content?, reason}.
-    async fn log_elicitation_resolved(&self, view: &ElicitationView, reason: &str) {
-        let mut payload = json!({"sessionId": view.session_id, "requestId": view.request_id});
-        if let Some(Value::Object(response)) = &view.response {
-            for key in ["action", "content"] {
-                if let Some(value) = response.get(key) {
-                    payload[key] = value.clone();
-                }
-            }
-        }
-        payload["reason"] = json!(reason);
-        self.enqueue(&view.session_id, "elicitation_resolved", payload)
+        let _ = self
+            .resolve_request(None, request_id, reason, |_: &ElicitationView, _| {
+                Ok(decline())
+            })
             .await;
-    }
-
-    /// A member exited: its elicitations are gone, the pending ones logged as cancelled.
-    pub(super) async fn drop_member_elicitations(&self, member: usize) {
-        let dropped = self.elicitations.drop_member(member, |view| {
-            mark(view, cancel());
-        });
-        for view in dropped {
-            self.log_elicitation_resolved(&view, "cancelled").await;
-        }
     }
 }
 

@@ -1,11 +1,13 @@
-//! Permission requests (`session/request_permission`): kept in a pending table (`pending`)
-//! until answered through the REST route, resolved by the configured policy or a timeout,
-//! cancelled by `cancel`/`close`/`delete`, dropped when their member exits; and the use cases
-//! that list and answer them.
+//! Permission requests (`session/request_permission`), one kind of request waiting for a
+//! client (`pending` keeps them and runs their lifecycle): what a permission request looks like
+//! and logs, how a client's choice is checked, and how the configured policy or the timeout
+//! picks an option without a client.
 
 use std::sync::Arc;
 
-use agent_client_protocol_schema::v1::{RequestPermissionOutcome, SelectedPermissionOutcome};
+use agent_client_protocol_schema::v1::{
+    RequestPermissionOutcome, RequestPermissionResponse, SelectedPermissionOutcome,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -43,6 +45,15 @@ pub struct PermissionView {
 pub(super) type Permissions = Table<PermissionView>;
 
 impl Asked for PermissionView {
+    type Extra = ();
+    type Answer = RequestPermissionResponse;
+    const NOUN: &'static str = "permission request";
+    const REQUESTED: &'static str = "permission_requested";
+    const RESOLVED: &'static str = "permission_resolved";
+
+    fn table(inner: &Inner) -> &Table<Self> {
+        &inner.permissions
+    }
     fn request_id(&self) -> &str {
         &self.request_id
     }
@@ -55,15 +66,23 @@ impl Asked for PermissionView {
     fn is_resolved(&self) -> bool {
         self.outcome.is_some()
     }
+    fn mark(&mut self, answer: &RequestPermissionResponse) {
+        self.outcome = Some(serde_json::to_value(&answer.outcome).expect("an outcome serialises"));
+    }
+    fn cancelled() -> RequestPermissionResponse {
+        RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
+    }
+    fn requested_payload(&self) -> Value {
+        json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request})
+    }
+    fn resolved_payload(&self, reason: &str) -> Value {
+        json!({"sessionId": self.session_id, "requestId": self.request_id, "outcome": self.outcome, "reason": reason})
+    }
 }
 
-/// `outcome` as it is shown in views and events.
-fn shown(outcome: &RequestPermissionOutcome) -> Value {
-    serde_json::to_value(outcome).expect("an outcome serialises")
-}
-
-fn selected(option: String) -> RequestPermissionOutcome {
-    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option))
+fn selected(option: String) -> RequestPermissionResponse {
+    let outcome = RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option));
+    RequestPermissionResponse::new(outcome)
 }
 
 /// The first offered option whose `kind` comes earliest in `prefer`.
@@ -78,13 +97,13 @@ fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
     })
 }
 
-/// The outcome a client's answer (`optionId`, or `outcome: "cancelled"`) asks for, checked
+/// The answer a client's choice (`optionId`, or `outcome: "cancelled"`) makes, checked
 /// against the request.
 fn answered(
     view: &PermissionView,
     option_id: Option<String>,
     outcome: Option<&str>,
-) -> Result<RequestPermissionOutcome, Error> {
+) -> Result<RequestPermissionResponse, Error> {
     match (option_id, outcome) {
         (Some(option), None) => {
             let offered = view.request["options"]
@@ -97,17 +116,11 @@ fn answered(
             }
             Ok(selected(option))
         }
-        (None, Some("cancelled")) => Ok(RequestPermissionOutcome::Cancelled),
+        (None, Some("cancelled")) => Ok(PermissionView::cancelled()),
         _ => Err(Error::Invalid(
             "give either `optionId` or `outcome: \"cancelled\"`".into(),
         )),
     }
-}
-
-/// Marks a view resolved with `outcome`, and hands the outcome on.
-fn mark(view: &mut PermissionView, outcome: RequestPermissionOutcome) -> RequestPermissionOutcome {
-    view.outcome = Some(shown(&outcome));
-    outcome
 }
 
 impl Gateway {
@@ -117,8 +130,7 @@ impl Gateway {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<PermissionView>, Error> {
-        self.record(caller, id).await?;
-        Ok(self.inner.permissions.pending_for(id.as_str()))
+        self.pending_requests(caller, id).await
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
@@ -130,31 +142,10 @@ impl Gateway {
         option_id: Option<String>,
         outcome: Option<&str>,
     ) -> Result<PermissionView, Error> {
-        self.record(caller, id).await?;
-        let (view, request, outcome) =
-            self.inner
-                .permissions
-                .resolve(Some(id.as_str()), request_id, |view, ()| {
-                    let outcome = answered(view, option_id, outcome)?;
-                    Ok(mark(view, outcome))
-                })?;
-        self.inner
-            .resolved(&view, &request, outcome, "answered")
-            .await;
-        Ok(view)
-    }
-
-    /// Resolves the session's pending requests as cancelled.
-    pub(super) async fn resolve_permissions_cancelled(&self, session_id: &str) {
-        let cancelled = self.inner.permissions.resolve_all(session_id, |view| {
-            mark(view, RequestPermissionOutcome::Cancelled);
-        });
-        for (view, request) in cancelled {
-            let outcome = RequestPermissionOutcome::Cancelled;
-            self.inner
-                .resolved(&view, &request, outcome, "cancelled")
-                .await;
-        }
+        self.answer_request(caller, id, request_id, |view, ()| {
+            answered(view, option_id, outcome)
+        })
+        .await
     }
 }
 
@@ -175,12 +166,8 @@ impl Inner {
             created_at: super::model::now(),
             outcome: None,
         };
-        let payload =
-            json!({"sessionId": session_id, "requestId": view.request_id, "request": view.request});
         let request_id = view.request_id.clone();
-        self.permissions.insert(view, member, request, ());
-        self.append(session_id, "permission_requested", payload)
-            .await;
+        self.track(view, member, request, ()).await;
         match self.config.permission_policy {
             PermissionPolicy::Allow => {
                 self.resolve_auto(&request_id, &ALLOW, "policy").await;
@@ -197,44 +184,14 @@ impl Inner {
     /// Resolves a still-pending permission request without a client: the first offered option
     /// of the preferred kinds, else `cancelled`.
     async fn resolve_auto(&self, request_id: &str, prefer: &[&str], reason: &str) {
-        let resolved = self.permissions.resolve(None, request_id, |view, ()| {
-            let outcome = match preferred_option(&view.request, prefer) {
-                Some(option) => selected(option),
-                None => RequestPermissionOutcome::Cancelled,
-            };
-            Ok(mark(view, outcome))
-        });
-        if let Ok((view, request, outcome)) = resolved {
-            self.resolved(&view, &request, outcome, reason).await;
-        }
-    }
-
-    /// Answers the agent and logs `permission_resolved`.
-    async fn resolved(
-        &self,
-        view: &PermissionView,
-        request: &Incoming,
-        outcome: RequestPermissionOutcome,
-        reason: &str,
-    ) {
-        let _ = request.answer_permission(outcome).await;
-        self.log_permission_resolved(view, reason).await;
-    }
-
-    async fn log_permission_resolved(&self, view: &PermissionView, reason: &str) {
-        let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "outcome": view.outcome, "reason": reason});
-        self.enqueue(&view.session_id, "permission_resolved", payload)
+        let _ = self
+            .resolve_request(None, request_id, reason, |view: &PermissionView, ()| {
+                Ok(match preferred_option(&view.request, prefer) {
+                    Some(option) => selected(option),
+                    None => PermissionView::cancelled(),
+                })
+            })
             .await;
-    }
-
-    /// A member exited: its permission requests are gone, the pending ones logged as cancelled.
-    pub(super) async fn drop_member_permissions(&self, member: usize) {
-        let dropped = self.permissions.drop_member(member, |view| {
-            mark(view, RequestPermissionOutcome::Cancelled);
-        });
-        for view in dropped {
-            self.log_permission_resolved(&view, "cancelled").await;
-        }
     }
 }
 

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, ArchiveSessionRequest, CancelNotification, CloseSessionRequest,
-    CreateElicitationResponse, DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest,
-    RequestPermissionOutcome, RequestPermissionResponse, ResumeSessionRequest,
+    DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest, ResumeSessionRequest,
     SessionArchiveFilter, SessionStatusRequest, SetSessionTitleRequest, UnarchiveSessionRequest,
 };
 use serde::Serialize;
@@ -233,20 +232,9 @@ impl Incoming {
         Incoming { conn, id }
     }
 
-    /// Answers a `session/request_permission`.
-    pub async fn answer_permission(
-        &self,
-        outcome: RequestPermissionOutcome,
-    ) -> Result<(), CallError> {
-        let response = RequestPermissionResponse::new(outcome);
-        self.conn.respond(&self.id, Ok(&response)).await
-    }
-
-    /// Answers an `elicitation/create`.
-    pub async fn answer_elicitation(
-        &self,
-        response: &CreateElicitationResponse,
-    ) -> Result<(), CallError> {
+    /// Answers the request with `response` (a `RequestPermissionResponse`, a
+    /// `CreateElicitationResponse`).
+    pub async fn answer<R: Serialize>(&self, response: &R) -> Result<(), CallError> {
         self.conn.respond(&self.id, Ok(response)).await
     }
 
