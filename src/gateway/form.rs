@@ -135,7 +135,8 @@ fn check_string(s: &StringPropertySchema, text: &str) -> Result<(), String> {
         return Err(format!("must be at most {max} characters long"));
     }
     if let Some(pattern) = &s.pattern {
-        // Compiled when the request arrived (`check_schema`); a search, as in JSON Schema.
+        // Known to compile (`check_schema` refused the request otherwise); a search, not a
+        // whole-string match, as in JSON Schema.
         let matches = Regex::new(pattern).is_ok_and(|re| re.is_match(text));
         if !matches {
             return Err(format!("must match the pattern {pattern:?}"));
