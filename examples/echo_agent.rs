@@ -110,6 +110,7 @@
 //! | `/delay MS` | Sleep MS milliseconds before each chunk. |
 //! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
 //! | `/elicit` | Send `elicitation/create` (form mode, message "Tell echo about yourself", `requestedSchema`: `name` string minLength 2 and `age` integer 0–150, both required; `code` string pattern `^[A-Z]{3}$`; `subscribe` boolean; `color` enum red/green/blue) and wait; stream one chunk `"elicitation: accept <content as JSON>"`, `"elicitation: decline"`, `"elicitation: cancel"` or `"elicitation: error <code>"`, and end the turn (`cancelled` after a cancel, else `end_turn`). Without `clientCapabilities.elicitation.form` in `initialize`, stream `"elicitation: unsupported"` instead. |
+//! | `/elicit-url` | Like `/elicit` in URL mode (message "Sign in to echo", `elicitationId` `echo-login`, url `https://example.org/echo-login`; needs `elicitation.url`); when accepted, first send the `elicitation/complete` notification {elicitationId}, then stream `"elicitation: accept"`. |
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
 //! | `/hang` | Never answer unless the turn is cancelled. |
 //! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
@@ -121,8 +122,8 @@
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/surrogate`, `/unknown`, `/fs`, each
-//! `/env` in prompt order, `/pwd`, `/permission`, `/elicit` (which ends the turn), `/crash`,
-//! `/deaf`, `/hang`, then the reply.
+//! `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end the
+//! turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
 //! deleting the session) stops the turn at the next chunk boundary, and
@@ -167,6 +168,9 @@ use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// The `elicitationId` of `/elicit-url`.
+const ECHO_ELICITATION_ID: &str = "echo-login";
+
 /// The connection to the client, as handlers and spawned tasks see it.
 type Cx = ConnectionTo<Client>;
 
@@ -188,6 +192,8 @@ struct Directives {
     permission: bool,
     /// `/elicit`: ask the client for a form, report the answer and end the turn.
     elicit: bool,
+    /// `/elicit-url`: the same with a URL to visit.
+    elicit_url: bool,
     /// `/crash`: send one chunk, then exit with code 3.
     crash: bool,
     /// `/hang`: wait until cancelled.
@@ -221,6 +227,7 @@ impl Directives {
             match (word, number) {
                 ("/permission", _) => d.permission = true,
                 ("/elicit", _) => d.elicit = true,
+                ("/elicit-url", _) => d.elicit_url = true,
                 ("/crash", _) => d.crash = true,
                 ("/hang", _) => d.hang = true,
                 ("/unknown", _) => d.unknown = true,
@@ -403,6 +410,8 @@ struct EchoAgent {
     authenticated: AtomicBool,
     /// Whether the client declared `elicitation.form` in `initialize`.
     elicitation_form: AtomicBool,
+    /// Whether the client declared `elicitation.url` in `initialize`.
+    elicitation_url: AtomicBool,
     /// Chunks streamed by running turns, written to the session file when the turn ends (one
     /// write per turn, so that long turns stay linear).
     unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
@@ -845,12 +854,11 @@ impl EchoAgent {
 
     async fn initialize(&self, req: &InitializeRequest) -> Result<InitializeResponse, Error> {
         self.enter("initialize", None, None)?;
-        let form = req
-            .client_capabilities
-            .elicitation
-            .as_ref()
-            .is_some_and(|e| e.form.is_some());
+        let elicitation = req.client_capabilities.elicitation.as_ref();
+        let form = elicitation.is_some_and(|e| e.form.is_some());
         self.elicitation_form.store(form, Ordering::SeqCst);
+        let url = elicitation.is_some_and(|e| e.url.is_some());
+        self.elicitation_url.store(url, Ordering::SeqCst);
         if self.cfg.crash_at_start {
             eprintln!("echo-agent: crashing at start");
             std::process::exit(3);
@@ -1189,8 +1197,8 @@ impl EchoAgent {
             self.chunk(cx, id, format!("permission: {}", selected.option_id))?;
         }
 
-        if d.elicit {
-            return self.elicit(cx, id, turn).await;
+        if d.elicit || d.elicit_url {
+            return self.elicit(cx, id, turn, d.elicit_url).await;
         }
 
         if d.crash {
@@ -1236,30 +1244,50 @@ impl EchoAgent {
         Ok(StopReason::EndTurn)
     }
 
-    /// `/elicit`: asks the client for a form (when it declared form elicitation), streams
-    /// what it answered and ends the turn.
-    async fn elicit(&self, cx: &Cx, id: &SessionId, turn: &mut Turn) -> Result<StopReason, Error> {
-        if !self.elicitation_form.load(Ordering::SeqCst) {
+    /// `/elicit` (a form) or `/elicit-url` (`url`): asks the client, when it declared that
+    /// mode of elicitation, streams what it answered and ends the turn.
+    async fn elicit(
+        &self,
+        cx: &Cx,
+        id: &SessionId,
+        turn: &mut Turn,
+        url: bool,
+    ) -> Result<StopReason, Error> {
+        let declared = if url {
+            &self.elicitation_url
+        } else {
+            &self.elicitation_form
+        };
+        if !declared.load(Ordering::SeqCst) {
             self.chunk(cx, id, "elicitation: unsupported")?;
             return Ok(StopReason::EndTurn);
         }
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "title": "Name", "minLength": 2},
-                "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                "subscribe": {"type": "boolean"},
-                "color": {"type": "string", "enum": ["red", "green", "blue"]},
-            },
-            "required": ["name", "age"],
-        });
-        let params = json!({
-            "mode": "form",
-            "sessionId": id,
-            "message": "Tell echo about yourself",
-            "requestedSchema": schema,
-        });
+        let params = if url {
+            json!({
+                "mode": "url",
+                "sessionId": id,
+                "message": "Sign in to echo",
+                "elicitationId": ECHO_ELICITATION_ID,
+                "url": "https://example.org/echo-login",
+            })
+        } else {
+            json!({
+                "mode": "form",
+                "sessionId": id,
+                "message": "Tell echo about yourself",
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "title": "Name", "minLength": 2},
+                        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                        "subscribe": {"type": "boolean"},
+                        "color": {"type": "string", "enum": ["red", "green", "blue"]},
+                    },
+                    "required": ["name", "age"],
+                },
+            })
+        };
         let request = UntypedMessage::new("elicitation/create", params)?;
         // On cancel the pending request is dropped, which makes the SDK
         // send `$/cancel_request` for it.
@@ -1268,20 +1296,28 @@ impl EchoAgent {
             () = turn.cancelled() => return Ok(StopReason::Cancelled),
         };
         let (text, stop) = match answer {
-            Ok(answer) => match answer["action"].as_str() {
-                Some("accept") => (
-                    format!("elicitation: accept {}", answer["content"]),
+            Ok(answer) => match (answer["action"].as_str(), &answer["content"]) {
+                (Some("accept"), Value::Null) => {
+                    ("elicitation: accept".into(), StopReason::EndTurn)
+                }
+                (Some("accept"), content) => (
+                    format!("elicitation: accept {content}"),
                     StopReason::EndTurn,
                 ),
-                Some("cancel") => ("elicitation: cancel".to_string(), StopReason::Cancelled),
-                Some(action) => (format!("elicitation: {action}"), StopReason::EndTurn),
-                None => (format!("elicitation: {answer}"), StopReason::EndTurn),
+                (Some("cancel"), _) => ("elicitation: cancel".into(), StopReason::Cancelled),
+                (Some(action), _) => (format!("elicitation: {action}"), StopReason::EndTurn),
+                (None, _) => (format!("elicitation: {answer}"), StopReason::EndTurn),
             },
             Err(e) => (
                 format!("elicitation: error {}", i32::from(e.code)),
                 StopReason::EndTurn,
             ),
         };
+        if url && text == "elicitation: accept" {
+            // The user went to the URL: the interaction there is over at once.
+            let done = json!({ "elicitationId": ECHO_ELICITATION_ID });
+            cx.send_notification(UntypedMessage::new("elicitation/complete", done)?)?;
+        }
         self.chunk(cx, id, text)?;
         Ok(stop)
     }
@@ -1323,6 +1359,7 @@ async fn main() {
         next_turn: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),
         elicitation_form: AtomicBool::new(false),
+        elicitation_url: AtomicBool::new(false),
         unsaved: Mutex::new(HashMap::new()),
     });
     if agent.cfg.ignore_term {

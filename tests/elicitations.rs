@@ -3,7 +3,8 @@
 //! requested schema (422 when it does not match, 409 once answered, 404 for an unknown id),
 //! declined or cancelled by a client, cancelled with the turn, declined at
 //! `--permission-timeout` or under a headless policy; each logged as `elicitation_requested`
-//! then `elicitation_resolved`, in order.
+//! then `elicitation_resolved`, in order. URL mode: accepted without content, its completion
+//! logged.
 
 mod support;
 
@@ -15,26 +16,30 @@ both_backends!(
     content_not_matching_the_schema_is_refused,
     a_client_declines_or_cancels,
     cancelling_the_turn_cancels_the_elicitation,
+    a_url_elicitation_is_accepted_without_content_and_completed,
 );
 
 /// Starts `/elicit` on a new session and waits for its request; returns the world, the
 /// session, its stream (after `elicitation_requested`), the events so far, the request id and
 /// the turn.
-async fn elicit(
-    backend: Backend,
-    opts: Options,
-) -> (
+async fn elicit(backend: Backend, opts: Options) -> Elicited {
+    elicit_with(backend, opts, "/elicit").await
+}
+
+type Elicited = (
     World,
     String,
     Sse,
     Vec<SseEvent>,
     String,
     tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
-) {
+);
+
+async fn elicit_with(backend: Backend, opts: Options, prompt: &str) -> Elicited {
     let (w, id) = World::with_session(backend, opts).await;
     let gw = w.gw();
     let mut sse = gw.events(&id, None).await;
-    let turn = gw.prompt_in_background(&id, "/elicit");
+    let turn = gw.prompt_in_background(&id, prompt);
     let events = sse.until("elicitation_requested").await;
     let request_id = events.last().unwrap().data["requestId"]
         .as_str()
@@ -287,6 +292,60 @@ async fn cancelling_the_turn_cancels_the_elicitation(backend: Backend) {
         );
         w.finish().await;
     }
+}
+
+/// URL mode: the request carries the URL; accepting carries no content (422 with some); the
+/// agent's `elicitation/complete` is logged as `elicitation_completed` after the resolution.
+async fn a_url_elicitation_is_accepted_without_content_and_completed(backend: Backend) {
+    let (w, id, mut sse, events, request_id, turn) =
+        elicit_with(backend, Options::default(), "/elicit-url").await;
+    let gw = w.gw();
+    let requested = &events.last().unwrap().data["request"];
+    assert_eq!(requested["mode"], "url");
+    assert_eq!(requested["url"], "https://example.org/echo-login");
+    assert_eq!(requested["elicitationId"], "echo-login");
+    let path = format!("/sessions/{id}/elicitations/{request_id}");
+    let r = gw
+        .post(
+            &path,
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let r = gw.post(&path, json!({"action": "accept"})).await;
+    assert_eq!(r.status(), 200);
+    let answered: Value = r.json().await.unwrap();
+    assert_eq!(answered["response"], json!({"action": "accept"}));
+    assert_eq!(turn.await.unwrap().unwrap().status(), 200);
+    let events = sse.until("turn_ended").await;
+    let resolved = &find_event(&events, "elicitation_resolved").data;
+    assert_eq!(
+        (&resolved["action"], &resolved["reason"]),
+        (&json!("accept"), &json!("answered"))
+    );
+    assert!(resolved.get("content").is_none(), "{resolved}");
+    let completed = &find_event(&events, "elicitation_completed").data;
+    assert_eq!(
+        completed,
+        &json!({"sessionId": id, "requestId": request_id, "elicitationId": "echo-login"})
+    );
+    assert_eq!(chunk_text(&events), "elicitation: accept");
+    let kinds: Vec<String> = gw
+        .logged(&id)
+        .await
+        .into_iter()
+        .map(|(_, kind)| kind)
+        .filter(|k| k.starts_with("elicitation_"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "elicitation_requested",
+            "elicitation_resolved",
+            "elicitation_completed"
+        ]
+    );
+    w.finish().await;
 }
 
 /// Elicitations nobody answers fail closed: declined after --permission-timeout (the deadline

@@ -37,14 +37,14 @@ pub struct AgentInit {
 }
 
 /// The `initialize` params: no fs and no terminal capability, so the agent uses its own;
-/// elicitation in form mode (clients answer through `/sessions/{id}/elicitations`).
+/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`).
 pub fn initialize_params() -> Value {
     json!({
         "protocolVersion": PROTOCOL_VERSION,
         "clientCapabilities": {
             "fs": {"readTextFile": false, "writeTextFile": false},
             "terminal": false,
-            "elicitation": {"form": {}},
+            "elicitation": {"form": {}, "url": {}},
         },
         "clientInfo": {"name": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
     })

@@ -1,16 +1,19 @@
-//! Elicitations (`elicitation/create`, form mode): the agent asks the user for structured
-//! input. One kind of request waiting for a client (`pending` keeps them and runs their
-//! lifecycle): each is checked when it arrives (a session's, form mode, a schema the gateway can
-//! check answers against; else -32602), answered by a client (`accept` with content valid for
-//! the requested schema, checked by `form`; `decline`; `cancel`), declined unanswered at
+//! Elicitations (`elicitation/create`): the agent asks the user for structured input (form
+//! mode) or to visit a URL (URL mode). One kind of request waiting for a client (`pending`
+//! keeps them and runs their lifecycle): each is checked when it arrives (a session's, of a
+//! known mode, a form schema the gateway can check answers against; else -32602), answered by a
+//! client (`accept` — with content valid for the requested schema, checked by `form`, in form
+//! mode, without content in URL mode —, `decline`, `cancel`), declined unanswered at
 //! `--permission-timeout` or at once under a permission policy other than `ask` (nobody is there
-//! to answer: fail closed), cancelled with the turn or when its member exits.
+//! to answer: fail closed), cancelled with the turn or when its member exits. The agent's
+//! `elicitation/complete` for a URL elicitation is logged as `elicitation_completed`.
 
 use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::{
-    CreateElicitationRequest, CreateElicitationResponse, ElicitationAcceptAction,
-    ElicitationAction, ElicitationMode, ElicitationSchema, ElicitationScope,
+    CompleteElicitationNotification, CreateElicitationRequest, CreateElicitationResponse,
+    ElicitationAcceptAction, ElicitationAction, ElicitationMode, ElicitationSchema,
+    ElicitationScope,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -57,11 +60,12 @@ pub enum ElicitationReply {
     Cancel,
 }
 
-/// The table of elicitations, pending and resolved, each with its requested schema.
+/// The table of elicitations, pending and resolved, each with its requested schema (none in
+/// URL mode).
 pub(super) type Elicitations = Table<ElicitationView>;
 
 impl Asked for ElicitationView {
-    type Extra = ElicitationSchema;
+    type Extra = Option<ElicitationSchema>;
     type Answer = CreateElicitationResponse;
     const NOUN: &'static str = "elicitation";
     const REQUESTED: &'static str = "elicitation_requested";
@@ -115,46 +119,58 @@ fn decline() -> CreateElicitationResponse {
     CreateElicitationResponse::new(ElicitationAction::Decline)
 }
 
-/// The response a client's answer makes, its content checked against the schema.
+/// The response a client's answer makes: in form mode (`schema`), `accept` carries content
+/// valid for it; in URL mode nothing carries content.
 fn answered(
-    schema: &ElicitationSchema,
+    schema: Option<&ElicitationSchema>,
     reply: ElicitationReply,
     content: Option<&Value>,
 ) -> Result<CreateElicitationResponse, Error> {
-    match (reply, content) {
-        (ElicitationReply::Accept, Some(Value::Object(content))) => {
+    match (reply, content, schema) {
+        (ElicitationReply::Accept, Some(Value::Object(content)), Some(schema)) => {
             let content = form::validate(schema, content).map_err(Error::Invalid)?;
             let accept = ElicitationAcceptAction::new().content(content);
             Ok(CreateElicitationResponse::new(ElicitationAction::Accept(
                 accept,
             )))
         }
-        (ElicitationReply::Accept, Some(_)) => {
+        (ElicitationReply::Accept, Some(_), Some(_)) => {
             Err(Error::Invalid("`content` must be an object".into()))
         }
-        (ElicitationReply::Accept, None) => Err(Error::Invalid(
+        (ElicitationReply::Accept, None, Some(_)) => Err(Error::Invalid(
             "accept needs `content`, an object matching the requested schema".into(),
         )),
-        (_, Some(_)) => Err(Error::Invalid(
+        (_, Some(_), None) => Err(Error::Invalid(
+            "a URL elicitation carries no `content`".into(),
+        )),
+        (_, Some(_), Some(_)) => Err(Error::Invalid(
             "only accept carries `content`; decline and cancel must not".into(),
         )),
-        (ElicitationReply::Decline, None) => Ok(decline()),
-        (ElicitationReply::Cancel, None) => Ok(ElicitationView::cancelled()),
+        (ElicitationReply::Accept, None, None) => Ok(CreateElicitationResponse::new(
+            ElicitationAction::Accept(ElicitationAcceptAction::new()),
+        )),
+        (ElicitationReply::Decline, None, _) => Ok(decline()),
+        (ElicitationReply::Cancel, None, _) => Ok(ElicitationView::cancelled()),
     }
 }
 
-/// The session and the requested schema of a request the gateway can serve, or why not.
-fn accepted(params: &Value) -> Result<(String, ElicitationSchema), String> {
+/// The session and the requested schema (none in URL mode) of a request the gateway can
+/// serve, or why not.
+fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), String> {
     let request: CreateElicitationRequest = serde_json::from_value(params.clone())
         .map_err(|e| format!("invalid elicitation/create params: {e}"))?;
-    let ElicitationMode::Form(form) = request.mode else {
-        return Err("only form mode elicitations are supported".into());
+    let (scope, schema) = match request.mode {
+        ElicitationMode::Form(form) => {
+            form::check_schema(&form.requested_schema)?;
+            (form.scope, Some(form.requested_schema))
+        }
+        ElicitationMode::Url(url) => (url.scope, None),
+        _ => return Err("only form and URL mode elicitations are supported".into()),
     };
-    let ElicitationScope::Session(scope) = form.scope else {
+    let ElicitationScope::Session(scope) = scope else {
         return Err("sessionId is required: the gateway serves session elicitations only".into());
     };
-    form::check_schema(&form.requested_schema)?;
-    Ok((scope.session_id.0.to_string(), form.requested_schema))
+    Ok((scope.session_id.0.to_string(), schema))
 }
 
 impl Gateway {
@@ -177,8 +193,8 @@ impl Gateway {
         reply: ElicitationReply,
         content: Option<&Value>,
     ) -> Result<ElicitationView, Error> {
-        self.answer_request(caller, id, request_id, |_, schema| {
-            answered(schema, reply, content)
+        self.answer_request(caller, id, request_id, |_: &ElicitationView, schema| {
+            answered(schema.as_ref(), reply, content)
         })
         .await
     }
@@ -221,6 +237,31 @@ impl Inner {
         }
     }
 
+    /// `elicitation/complete`: the agent says the interaction a URL elicitation sent the user to
+    /// is over. Logged as `elicitation_completed` on the session of the request with that
+    /// `elicitationId` from the same member; ignored (with a warning) when there is none.
+    pub(super) async fn elicitation_completed(&self, member: usize, params: &str) {
+        let id = match serde_json::from_str::<CompleteElicitationNotification>(params) {
+            Ok(done) => done.elicitation_id.0,
+            Err(e) => {
+                tracing::warn!(member, error = %e, "invalid elicitation/complete; ignored");
+                return;
+            }
+        };
+        let of_id = |v: &ElicitationView| v.request["elicitationId"].as_str() == Some(&*id);
+        let Some(view) = self.elicitations.find(member, of_id) else {
+            tracing::warn!(
+                member,
+                elicitation = &*id,
+                "elicitation/complete for no known elicitation; ignored"
+            );
+            return;
+        };
+        let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "elicitationId": &*id});
+        self.enqueue(&view.session_id, "elicitation_completed", payload)
+            .await;
+    }
+
     /// Declines an elicitation still pending (fail closed): nobody answered, or nobody will.
     async fn decline_unanswered(&self, request_id: &str, reason: &str) {
         let _ = self
@@ -247,15 +288,17 @@ mod tests {
     }
 
     #[test]
-    fn only_session_form_requests_with_a_checkable_schema_are_served() {
+    fn only_session_requests_of_a_known_mode_with_a_checkable_schema_are_served() {
         let (session, schema) = accepted(&params(json!({}))).unwrap();
         assert_eq!(session, "s1");
-        assert!(schema.properties.contains_key("name"));
+        assert!(schema.unwrap().properties.contains_key("name"));
         let mut request_scoped = params(json!({"requestId": 7}));
         request_scoped.as_object_mut().unwrap().remove("sessionId");
         assert!(accepted(&request_scoped).unwrap_err().contains("sessionId"));
         let url = json!({"mode": "url", "sessionId": "s1", "message": "m", "elicitationId": "e", "url": "https://x"});
-        assert!(accepted(&url).unwrap_err().contains("form mode"));
+        assert_eq!(accepted(&url).unwrap(), ("s1".to_owned(), None));
+        let future = json!({"mode": "_telepathy", "sessionId": "s1", "message": "m"});
+        assert!(accepted(&future).unwrap_err().contains("form and URL"));
         let bad = params(
             json!({"requestedSchema": {"properties": {"a": {"type": "string", "pattern": "("}}}}),
         );
@@ -265,25 +308,27 @@ mod tests {
     #[test]
     fn answers_become_acp_responses() {
         let (_, schema) = accepted(&params(json!({}))).unwrap();
+        let form = schema.as_ref();
+        let shown = |r: CreateElicitationResponse| serde_json::to_value(r).unwrap();
         let content = json!({"name": "Ada"});
-        let accept = answered(&schema, ElicitationReply::Accept, Some(&content)).unwrap();
+        let accept = answered(form, ElicitationReply::Accept, Some(&content)).unwrap();
         assert_eq!(
-            serde_json::to_value(accept).unwrap(),
+            shown(accept),
             json!({"action": "accept", "content": {"name": "Ada"}})
         );
-        let decline = answered(&schema, ElicitationReply::Decline, None).unwrap();
-        assert_eq!(
-            serde_json::to_value(decline).unwrap(),
-            json!({"action": "decline"})
-        );
-        for (reply, content) in [
-            (ElicitationReply::Accept, None),
-            (ElicitationReply::Accept, Some(json!("Ada"))),
-            (ElicitationReply::Accept, Some(json!({}))),
-            (ElicitationReply::Decline, Some(json!({}))),
-            (ElicitationReply::Cancel, Some(json!({"name": "Ada"}))),
+        let decline = answered(form, ElicitationReply::Decline, None).unwrap();
+        assert_eq!(shown(decline), json!({"action": "decline"}));
+        let url_accept = answered(None, ElicitationReply::Accept, None).unwrap();
+        assert_eq!(shown(url_accept), json!({"action": "accept"}));
+        for (schema, reply, content) in [
+            (form, ElicitationReply::Accept, None),
+            (form, ElicitationReply::Accept, Some(json!("Ada"))),
+            (form, ElicitationReply::Accept, Some(json!({}))),
+            (form, ElicitationReply::Decline, Some(json!({}))),
+            (form, ElicitationReply::Cancel, Some(json!({"name": "Ada"}))),
+            (None, ElicitationReply::Accept, Some(json!({}))),
         ] {
-            let err = answered(&schema, reply, content.as_ref()).unwrap_err();
+            let err = answered(schema, reply, content.as_ref()).unwrap_err();
             assert!(matches!(err, Error::Invalid(_)), "{reply:?} {content:?}");
         }
     }

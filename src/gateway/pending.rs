@@ -110,6 +110,14 @@ impl<V: Asked> Table<V> {
             .count()
     }
 
+    /// The first request of `member`, pending or resolved, that `pred` picks.
+    pub(super) fn find(&self, member: usize, pred: impl Fn(&V) -> bool) -> Option<V> {
+        self.lock()
+            .values()
+            .find(|e| e.member == member && pred(&e.view))
+            .map(|e| e.view.clone())
+    }
+
     /// Resolves request `request_id` (of `session_id` when given) with the answer `decide`
     /// makes of it. 404 when unknown (or of another session), 409 when already resolved, and
     /// `decide`'s error as it is (the request then stays pending).

@@ -111,6 +111,8 @@ impl UpstreamHandler for Inner {
     async fn on_notification(&self, member: usize, method: &str, params: Box<RawValue>) {
         if method == CLIENT_METHOD_NAMES.session_update {
             self.on_session_update(params).await;
+        } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
+            self.elicitation_completed(member, params.get()).await;
         } else {
             tracing::debug!(member, method, "notification from the agent ignored");
         }
