@@ -17,6 +17,7 @@ both_backends!(
     a_client_declines_or_cancels,
     cancelling_the_turn_cancels_the_elicitation,
     a_url_elicitation_is_accepted_without_content_and_completed,
+    a_member_exit_cancels_its_elicitations,
 );
 
 /// Starts `/elicit` on a new session and waits for its request; returns the world, the
@@ -345,6 +346,33 @@ async fn a_url_elicitation_is_accepted_without_content_and_completed(backend: Ba
             "elicitation_completed"
         ]
     );
+    w.finish().await;
+}
+
+/// The agent process exits while its elicitation waits: the elicitation is logged as cancelled
+/// before `agent_exited`, and it is no longer listed or answerable.
+async fn a_member_exit_cancels_its_elicitations(backend: Backend) {
+    let (w, id, mut sse, _, request_id, turn) = elicit(backend, Options::default()).await;
+    let gw = w.gw();
+    let pid = gw.agent_pid().await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let events = sse.until("agent_exited").await;
+    let resolved = &find_event(&events, "elicitation_resolved").data;
+    assert_eq!(resolved["requestId"], request_id.as_str());
+    assert_eq!(
+        (&resolved["action"], &resolved["reason"]),
+        (&json!("cancel"), &json!("cancelled"))
+    );
+    let _ = turn.await;
+    let list = gw.json(&format!("/sessions/{id}/elicitations")).await;
+    assert!(pending(&list).is_empty());
+    let path = format!("/sessions/{id}/elicitations/{request_id}");
+    let r = gw.post(&path, json!({"action": "decline"})).await;
+    assert_eq!(r.status(), 404);
     w.finish().await;
 }
 
