@@ -1,5 +1,5 @@
-//! Elicitations: the agent's `elicitation/create` requests of a session, listed while they wait
-//! and answered here.
+//! Elicitations: the agent's `elicitation/create` requests of a session (a form to fill, or a
+//! URL to visit), listed while they wait and answered here.
 
 use axum::extract::State;
 use serde::Deserialize;
@@ -18,7 +18,7 @@ use crate::gateway::{Caller, ElicitationReply, ElicitationView};
 #[schema(example = json!({"action": "accept", "content": {"name": "Ada"}}))]
 pub struct ElicitationAnswer {
     pub action: ElicitationReply,
-    /// With `accept` only: an object matching the request's `requestedSchema`.
+    /// With `accept` in form mode only: an object matching the request's `requestedSchema`.
     #[schema(value_type = Option<Object>)]
     pub content: Option<Value>,
 }
@@ -44,7 +44,8 @@ pub async fn list_elicitations(
 /// Answer an elicitation.
 ///
 /// `{action: "accept", content}` with content valid for the request's `requestedSchema`
-/// (every mismatch is named in the 422), `{action: "decline"}` or `{action: "cancel"}`.
+/// (every mismatch is named in the 422; a URL elicitation is accepted without content),
+/// `{action: "decline"}` or `{action: "cancel"}`.
 #[utoipa::path(post, operation_id = "answerElicitation", path = "/sessions/{id}/elicitations/{requestId}", tag = "turns",
     params(("id" = String, Path, description = "Session id"), ("requestId" = String, Path, description = "Elicitation id")),
     request_body = ElicitationAnswer,

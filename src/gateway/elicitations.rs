@@ -36,8 +36,9 @@ pub struct ElicitationView {
     /// The gateway's id for this request (use it in the answer URL).
     pub request_id: String,
     pub session_id: String,
-    /// The agent's `elicitation/create` params: `mode`, `message`, `requestedSchema`, and
-    /// `toolCallId` when it comes from a tool call.
+    /// The agent's `elicitation/create` params: `mode`, `message`, `requestedSchema` (form
+    /// mode) or `elicitationId` and `url` (URL mode), and `toolCallId` when it comes from a
+    /// tool call.
     #[schema(value_type = Object)]
     pub request: Value,
     pub created_at: DateTime<Utc>,
@@ -52,7 +53,8 @@ pub struct ElicitationView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ElicitationReply {
-    /// Give `content` matching the requested schema.
+    /// Form mode: give `content` matching the requested schema. URL mode: go to the URL (no
+    /// content).
     Accept,
     /// Refuse to give it.
     Decline,

@@ -2,11 +2,12 @@
 //! the event hub. This file defines [`Gateway`], its settings, its start and its shutdown; the
 //! use cases are `sessions` (metadata and lifecycle), `turns` (prompt and cancel),
 //! `permissions` and `elicitations` (requests from the agent that wait for a client, in the
-//! tables of `pending`; `form` checks an elicitation's answer), `history` (the logs), `sync` (the agent's own list), `system` (readiness, the
-//! agent, the numbers of `/metrics`); `upstream` handles what
-//! the agent sends; `live` is the table of sessions held by this replica, `placement` decides
-//! where a session becomes live, `replicas` keeps this replica's place in the cluster, and
-//! `cache` the list pages and the gateway's own changes to cached sessions.
+//! tables of `pending`; `form` checks an elicitation's answer), `history` (the logs), `sync`
+//! (the agent's own list), `system` (readiness, the agent, the numbers of `/metrics`);
+//! `upstream` handles what the agent sends; `live` is the table of sessions held by this
+//! replica, `placement` decides where a session becomes live, `replicas` keeps this replica's
+//! place in the cluster, and `cache` the list pages and the gateway's own changes to cached
+//! sessions.
 
 mod cache;
 mod caller;
