@@ -112,6 +112,8 @@
 //! | `/chunks N` | Reply with N chunks "c1 ", "c2 ", …, "cN" instead of the words. |
 //! | `/delay MS` | Sleep MS milliseconds before each chunk. |
 //! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
+//! | `/elicit` | Send `elicitation/create` (form mode, message "Tell echo about yourself", `requestedSchema`: `name` string minLength 2 and `age` integer 0–150, both required; `code` string pattern `^[A-Z]{3}$`; `subscribe` boolean; `color` enum red/green/blue) and wait; stream one chunk `"elicitation: accept <content as JSON>"`, `"elicitation: decline"`, `"elicitation: cancel"` or `"elicitation: error <code>"`, and end the turn (`cancelled` after a cancel, else `end_turn`). Without `clientCapabilities.elicitation.form` in `initialize`, stream `"elicitation: unsupported"` instead. |
+//! | `/elicit-url` | Like `/elicit` in URL mode (message "Sign in to echo", `elicitationId` `echo-login`, url `https://example.org/echo-login`; needs `elicitation.url`); when accepted, first send the `elicitation/complete` notification {elicitationId}, then stream `"elicitation: accept"`. |
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
 //! | `/hang` | Never answer unless the turn is cancelled. |
 //! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
@@ -123,13 +125,13 @@
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`); then continue normally. |
 //!
-//! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`, each
-//! `/env` in prompt order, `/pwd`, `/permission`, `/crash`, `/deaf`, `/hang`,
-//! then the reply.
+//! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`,
+//! each `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end
+//! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
 //! deleting the session) stops the turn at the next chunk boundary, and
-//! interrupts a delay, a hang or a pending permission request; the prompt then
+//! interrupts a delay, a hang or a pending permission request or elicitation; the prompt then
 //! answers `stopReason: "cancelled"` (except under `/deaf`). A second prompt
 //! while a turn runs gets -32602 "turn already running".
 
@@ -173,6 +175,9 @@ use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// The `elicitationId` of `/elicit-url`.
+const ECHO_ELICITATION_ID: &str = "echo-login";
+
 /// The connection to the client, as handlers and spawned tasks see it.
 type Cx = ConnectionTo<Client>;
 
@@ -192,6 +197,10 @@ struct Directives {
     delay_ms: u64,
     /// `/permission`: ask the client for permission first.
     permission: bool,
+    /// `/elicit`: ask the client for a form, report the answer and end the turn.
+    elicit: bool,
+    /// `/elicit-url`: the same with a URL to visit.
+    elicit_url: bool,
     /// `/crash`: send one chunk, then exit with code 3.
     crash: bool,
     /// `/hang`: wait until cancelled.
@@ -226,6 +235,8 @@ impl Directives {
             let number = arg.parse::<u64>().ok();
             match (word, number) {
                 ("/permission", _) => d.permission = true,
+                ("/elicit", _) => d.elicit = true,
+                ("/elicit-url", _) => d.elicit_url = true,
                 ("/crash", _) => d.crash = true,
                 ("/hang", _) => d.hang = true,
                 ("/unknown", _) => d.unknown = true,
@@ -416,6 +427,10 @@ struct EchoAgent {
     next_turn: AtomicU64,
     /// Whether `authenticate` succeeded (the process has one connection).
     authenticated: AtomicBool,
+    /// Whether the client declared `elicitation.form` in `initialize`.
+    elicitation_form: AtomicBool,
+    /// Whether the client declared `elicitation.url` in `initialize`.
+    elicitation_url: AtomicBool,
     /// Chunks streamed by running turns, written to the session file when the turn ends (one
     /// write per turn, so that long turns stay linear).
     unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
@@ -857,8 +872,13 @@ impl EchoAgent {
         Ok(())
     }
 
-    async fn initialize(&self) -> Result<InitializeResponse, Error> {
+    async fn initialize(&self, req: &InitializeRequest) -> Result<InitializeResponse, Error> {
         self.enter("initialize", None, None)?;
+        let elicitation = req.client_capabilities.elicitation.as_ref();
+        let form = elicitation.is_some_and(|e| e.form.is_some());
+        self.elicitation_form.store(form, Ordering::SeqCst);
+        let url = elicitation.is_some_and(|e| e.url.is_some());
+        self.elicitation_url.store(url, Ordering::SeqCst);
         if self.cfg.crash_at_start {
             eprintln!("echo-agent: crashing at start");
             std::process::exit(3);
@@ -1321,6 +1341,10 @@ impl EchoAgent {
             self.chunk(cx, id, format!("permission: {}", selected.option_id))?;
         }
 
+        if d.elicit || d.elicit_url {
+            return self.elicit(cx, id, turn, d.elicit_url).await;
+        }
+
         if d.crash {
             self.chunk(cx, id, "crashing")?;
             eprintln!("echo-agent: crashing mid-turn");
@@ -1364,6 +1388,84 @@ impl EchoAgent {
         Ok(StopReason::EndTurn)
     }
 
+    /// `/elicit` (a form) or `/elicit-url` (`url`): asks the client, when it declared that
+    /// mode of elicitation, streams what it answered and ends the turn.
+    async fn elicit(
+        &self,
+        cx: &Cx,
+        id: &SessionId,
+        turn: &mut Turn,
+        url: bool,
+    ) -> Result<StopReason, Error> {
+        let declared = if url {
+            &self.elicitation_url
+        } else {
+            &self.elicitation_form
+        };
+        if !declared.load(Ordering::SeqCst) {
+            self.chunk(cx, id, "elicitation: unsupported")?;
+            return Ok(StopReason::EndTurn);
+        }
+        let params = if url {
+            json!({
+                "mode": "url",
+                "sessionId": id,
+                "message": "Sign in to echo",
+                "elicitationId": ECHO_ELICITATION_ID,
+                "url": "https://example.org/echo-login",
+            })
+        } else {
+            json!({
+                "mode": "form",
+                "sessionId": id,
+                "message": "Tell echo about yourself",
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "title": "Name", "minLength": 2},
+                        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                        "subscribe": {"type": "boolean"},
+                        "color": {"type": "string", "enum": ["red", "green", "blue"]},
+                    },
+                    "required": ["name", "age"],
+                },
+            })
+        };
+        let request = UntypedMessage::new("elicitation/create", params)?;
+        // On cancel the pending request is dropped, which makes the SDK
+        // send `$/cancel_request` for it.
+        let answer = tokio::select! {
+            answer = cx.send_request(request).block_task() => answer,
+            () = turn.cancelled() => return Ok(StopReason::Cancelled),
+        };
+        let (text, stop) = match answer {
+            Ok(answer) => match (answer["action"].as_str(), &answer["content"]) {
+                (Some("accept"), Value::Null) => {
+                    ("elicitation: accept".into(), StopReason::EndTurn)
+                }
+                (Some("accept"), content) => (
+                    format!("elicitation: accept {content}"),
+                    StopReason::EndTurn,
+                ),
+                (Some("cancel"), _) => ("elicitation: cancel".into(), StopReason::Cancelled),
+                (Some(action), _) => (format!("elicitation: {action}"), StopReason::EndTurn),
+                (None, _) => (format!("elicitation: {answer}"), StopReason::EndTurn),
+            },
+            Err(e) => (
+                format!("elicitation: error {}", i32::from(e.code)),
+                StopReason::EndTurn,
+            ),
+        };
+        if url && text == "elicitation: accept" {
+            // The user went to the URL: the interaction there is over at once.
+            let done = json!({ "elicitationId": ECHO_ELICITATION_ID });
+            cx.send_notification(UntypedMessage::new("elicitation/complete", done)?)?;
+        }
+        self.chunk(cx, id, text)?;
+        Ok(stop)
+    }
+
     /// Ends a turn: bumps `updatedAt` and gives an untitled session its title.
     fn finish(&self, cx: &Cx, id: &SessionId, text: &str) -> Result<(), Error> {
         let now = Utc::now();
@@ -1400,6 +1502,8 @@ async fn main() {
         files: Mutex::new(()),
         next_turn: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),
+        elicitation_form: AtomicBool::new(false),
+        elicitation_url: AtomicBool::new(false),
         unsaved: Mutex::new(HashMap::new()),
     });
     if agent.cfg.ignore_term {
@@ -1445,8 +1549,8 @@ async fn main() {
             on_receive_request!(),
         )
         .on_receive_request(
-            async move |_: InitializeRequest, responder, _cx| {
-                responder.respond_with_result(s.initialize().await)
+            async move |req: InitializeRequest, responder, _cx| {
+                responder.respond_with_result(s.initialize(&req).await)
             },
             on_receive_request!(),
         )

@@ -187,7 +187,8 @@ pub struct Config {
     )]
     pub cancel_grace: u64,
 
-    /// Seconds a permission request may wait for an answer before it fails closed (0: forever).
+    /// Seconds a permission request or an elicitation may wait for an answer before it fails
+    /// closed (a `reject_*` option; an elicitation is declined) (0: forever).
     #[arg(
         long,
         env = "ACP_GATEWAY_PERMISSION_TIMEOUT",
@@ -196,7 +197,8 @@ pub struct Config {
     )]
     pub permission_timeout: u64,
 
-    /// How permission requests are answered: by a client (`ask`), or at once (`allow`, `reject`).
+    /// How permission requests are answered: by a client (`ask`), or at once (`allow`, `reject`;
+    /// elicitations are then declined at once).
     #[arg(long, env = "ACP_GATEWAY_PERMISSION_POLICY", value_enum, default_value_t = PermissionPolicy::Ask, global = true)]
     pub permission_policy: PermissionPolicy,
 

@@ -399,20 +399,41 @@ async fn stream_payloads_match_the_spec() {
     let mut lifecycle = gw.sse("/events", Some(0)).await;
     let id = gw.create("/tmp").await;
     let mut stream = gw.events(&id, Some(0)).await;
-    gw.prompt_async(&id, "/permission /unknown hello").await;
-    let mut events = stream.until("permission_requested").await;
-    let request_id = events.last().unwrap().data["requestId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let r = gw
-        .post(
-            &format!("/sessions/{id}/permissions/{request_id}"),
+    // Turns that ask the client something, each answered through its route.
+    let mut events = Vec::new();
+    for (prompt, requested, route, answer) in [
+        (
+            "/permission /unknown hello",
+            "permission_requested",
+            "permissions",
             json!({"optionId": "allow"}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    events.extend(stream.until("turn_ended").await);
+        ),
+        (
+            "/elicit",
+            "elicitation_requested",
+            "elicitations",
+            json!({"action": "accept", "content": {"name": "Ada", "age": 36}}),
+        ),
+        (
+            "/elicit-url",
+            "elicitation_requested",
+            "elicitations",
+            json!({"action": "accept"}),
+        ),
+    ] {
+        gw.prompt_async(&id, prompt).await;
+        let asked = stream.until(requested).await;
+        let request_id = asked.last().unwrap().data["requestId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        events.extend(asked);
+        let r = gw
+            .post(&format!("/sessions/{id}/{route}/{request_id}"), answer)
+            .await;
+        assert_eq!(r.status(), 200, "{prompt}");
+        events.extend(stream.until("turn_ended").await);
+    }
     gw.prompt_async(&id, "/crash").await;
     events.extend(stream.until("agent_exited").await);
     gw.wait_members_ready().await;
@@ -430,6 +451,9 @@ async fn stream_payloads_match_the_spec() {
         "future_variant_x",
         "permission_requested",
         "permission_resolved",
+        "elicitation_requested",
+        "elicitation_resolved",
+        "elicitation_completed",
         "turn_ended",
         "agent_exited",
         "session_deleted",
@@ -442,6 +466,9 @@ async fn stream_payloads_match_the_spec() {
             "turn_ended" => "TurnEnded",
             "permission_requested" => "PermissionRequested",
             "permission_resolved" => "PermissionResolved",
+            "elicitation_requested" => "ElicitationRequested",
+            "elicitation_resolved" => "ElicitationResolved",
+            "elicitation_completed" => "ElicitationCompleted",
             "session_deleted" => "SessionDeleted",
             "agent_exited" => "AgentExited",
             "gap" => "Gap",

@@ -37,11 +37,16 @@ pub struct AgentInit {
     pub raw_capabilities: Value,
 }
 
-/// The `initialize` params: no fs and no terminal capability, so the agent uses its own.
+/// The `initialize` params: no fs and no terminal capability, so the agent uses its own;
+/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`).
 pub fn initialize_params() -> Value {
     json!({
         "protocolVersion": PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+        "clientCapabilities": {
+            "fs": {"readTextFile": false, "writeTextFile": false},
+            "terminal": false,
+            "elicitation": {"form": {}, "url": {}},
+        },
         "clientInfo": {"name": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
     })
 }

@@ -46,6 +46,15 @@ impl RpcError {
             data: None,
         }
     }
+
+    /// JSON-RPC's -32602: a request the gateway serves, with params it cannot take.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError {
+            code: -32602,
+            message: message.into(),
+            data: None,
+        }
+    }
 }
 
 /// Why a call to the agent did not produce a result.

@@ -17,8 +17,9 @@ pub struct SessionStreamEvent {
     id: i64,
     /// The SSE `event`: an ACP `sessionUpdate` tag (`agent_message_chunk`, `tool_call`, …) or
     /// `turn_started`, `turn_ended`, `permission_requested`, `permission_resolved`,
-    /// `session_deleted`, `agent_exited`, `state_changed`, `forked`, `gap`, and `state` (first,
-    /// with `?snapshot=true`).
+    /// `elicitation_requested`, `elicitation_resolved`, `elicitation_completed`, `session_deleted`,
+    /// `agent_exited`, `state_changed`, `forked`, `gap`, and `state` (first, with
+    /// `?snapshot=true`).
     event: String,
     /// The SSE `data`, JSON.
     data: SessionEventData,
@@ -33,6 +34,9 @@ pub enum SessionEventData {
     TurnEnded(TurnEnded),
     PermissionRequested(PermissionRequested),
     PermissionResolved(PermissionResolved),
+    ElicitationRequested(ElicitationRequested),
+    ElicitationResolved(ElicitationResolved),
+    ElicitationCompleted(ElicitationCompleted),
     SessionDeleted(SessionDeleted),
     AgentExited(AgentExited),
     StateChanged(StateChanged),
@@ -151,6 +155,48 @@ pub struct PermissionResolved {
     outcome: Value,
     /// `answered`, `cancelled`, `timeout` or `policy`.
     reason: String,
+}
+
+/// `elicitation_requested`: the agent asks the user for structured input (`elicitation/create`:
+/// a form, or a URL to visit); answer it with `POST /sessions/{id}/elicitations/{requestId}`.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationRequested {
+    session_id: String,
+    request_id: String,
+    /// The ACP `elicitation/create` params (`mode`, `message`, `toolCallId`; `requestedSchema` in
+    /// form mode, `elicitationId` and `url` in URL mode).
+    #[schema(value_type = Object)]
+    request: Value,
+    /// When it is declined unanswered (`--permission-timeout`); absent: never.
+    deadline: Option<String>,
+}
+
+/// `elicitation_resolved`: how an elicitation ended.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationResolved {
+    session_id: String,
+    request_id: String,
+    /// The ACP action sent to the agent: `accept`, `decline` or `cancel`.
+    action: String,
+    /// With `accept`: the content sent to the agent.
+    #[schema(value_type = Option<Object>)]
+    content: Option<Value>,
+    /// `answered`, `cancelled`, `timeout` or `policy`.
+    reason: String,
+}
+
+/// `elicitation_completed`: the agent says the interaction a URL elicitation sent the user to
+/// is over (`elicitation/complete`).
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationCompleted {
+    session_id: String,
+    /// The gateway's id of the elicitation.
+    request_id: String,
+    /// The agent's `elicitationId`.
+    elicitation_id: String,
 }
 
 /// `session_deleted`: the session was deleted (through the gateway, or it vanished from the

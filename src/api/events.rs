@@ -71,10 +71,11 @@ fn with_stream_headers(mut res: Response) -> Response {
 ///
 /// The session's events as SSE: `id` is the sequence number in the durable log, `event` the ACP
 /// `sessionUpdate` tag or a gateway event (`turn_started`, `turn_ended`, `permission_requested`,
-/// `permission_resolved`, `session_deleted`, `agent_exited`), `data` the JSON payload. Resume with
-/// `Last-Event-ID` or `?after=N`; with neither, the stream starts at the live tail, or, with
-/// `snapshot=true`, at a `state` event holding the session's state (`GET /sessions/{id}`'s
-/// `state`) at that point of the log.
+/// `permission_resolved`, `elicitation_requested`, `elicitation_resolved`,
+/// `elicitation_completed`, `session_deleted`, `agent_exited`, `state_changed`, `forked`), `data`
+/// the JSON payload. Resume with `Last-Event-ID` or `?after=N`; with neither, the stream starts
+/// at the live tail, or, with `snapshot=true`, at a `state` event holding the session's state
+/// (`GET /sessions/{id}`'s `state`) at that point of the log.
 #[utoipa::path(get, operation_id = "streamSessionEvents", path = "/sessions/{id}/events", tag = "events",
     params(("id" = String, Path, description = "Session id"), SessionStreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),

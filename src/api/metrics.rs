@@ -108,6 +108,11 @@ pub fn render(stats: &Stats) -> String {
         "Permission requests awaiting an answer.",
         stats.permissions_pending as f64,
     );
+    set_gauge(
+        "acp_gateway_elicitations_pending",
+        "Elicitations awaiting an answer.",
+        stats.elicitations_pending as f64,
+    );
     set_counter(
         "acp_gateway_agent_garbage_total",
         "Agent output lines or messages ignored as invalid.",

@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod controls;
+mod elicitations;
 pub mod error;
 mod event_schemas;
 mod events;
@@ -144,7 +145,7 @@ impl utoipa::Modify for BearerAuth {
     ),
     tags(
         (name = "sessions", description = "Session metadata and lifecycle"),
-        (name = "turns", description = "Prompts, cancellation and permission requests"),
+        (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
         (name = "events", description = "Server-Sent Event streams and history"),
         (name = "system", description = "Agent, health, metrics and this document")
     )
@@ -173,6 +174,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turns::cancel))
         .routes(routes!(turns::list_permissions))
         .routes(routes!(turns::answer_permission))
+        .routes(routes!(elicitations::list_elicitations))
+        .routes(routes!(elicitations::answer_elicitation))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))

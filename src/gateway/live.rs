@@ -225,12 +225,12 @@ impl LiveTable {
     }
 
     /// The session's status, as live only if it is live and `owner_ok` accepts its owner;
-    /// `awaiting` says whether a permission request is pending.
+    /// `awaiting` says whether a request waits for a client (and which kind).
     pub(super) fn status_if_owner(
         &self,
         session_id: &str,
         owner_ok: impl FnOnce(&str) -> bool,
-        awaiting: impl FnOnce() -> bool,
+        awaiting: impl FnOnce() -> Option<Activity>,
     ) -> (Status, Option<Activity>) {
         match self.lock().get(session_id) {
             Some(Entry {
@@ -239,8 +239,8 @@ impl LiveTable {
                 busy,
                 ..
             }) if owner_ok(tenant) => {
-                let activity = if awaiting() {
-                    Activity::AwaitingPermission
+                let activity = if let Some(awaiting) = awaiting() {
+                    awaiting
                 } else if *busy == Busy::Turn {
                     Activity::Running
                 } else {

@@ -1,21 +1,26 @@
 //! The service the HTTP handlers call: one file per use case on top of the pool, the store and
 //! the event hub. This file defines [`Gateway`], its settings, its start and its shutdown; the
 //! use cases are `sessions` (metadata and lifecycle), `turns` (prompt and cancel),
-//! `permissions`, `history` (the logs), `sync` (the agent's own list), `system` (readiness, the
-//! agent, the numbers of `/metrics`); `upstream` handles what
-//! the agent sends; `live` is the table of sessions held by this replica, `placement` decides
-//! where a session becomes live, `replicas` keeps this replica's place in the cluster, and
-//! `cache` the list pages and the gateway's own changes to cached sessions.
+//! `permissions` and `elicitations` (requests from the agent that wait for a client, in the
+//! tables of `pending`; `form` checks an elicitation's answer), `history` (the logs), `sync`
+//! (the agent's own list), `system` (readiness, the agent, the numbers of `/metrics`);
+//! `upstream` handles what the agent sends; `live` is the table of sessions held by this
+//! replica, `placement` decides where a session becomes live, `replicas` keeps this replica's
+//! place in the cluster, and `cache` the list pages and the gateway's own changes to cached
+//! sessions.
 
 mod cache;
 mod caller;
 mod controls;
 mod create;
+mod elicitations;
 mod error;
+mod form;
 mod history;
 mod listed;
 mod live;
 pub mod model;
+mod pending;
 mod permissions;
 mod placement;
 mod replicas;
@@ -29,6 +34,7 @@ mod upstream;
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
 pub use controls::Settings;
 pub use create::{Fork, NewSession};
+pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
 pub use history::{HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
@@ -62,7 +68,7 @@ pub struct GatewayConfig {
     pub acquire_timeout: Duration,
     /// How long a cancelled turn may take to end before its member is restarted.
     pub cancel_grace: Duration,
-    /// How long a permission request waits for an answer (`None`: forever).
+    /// How long a permission request or an elicitation waits for an answer (`None`: forever).
     pub permission_timeout: Option<Duration>,
     pub permission_policy: PermissionPolicy,
     /// Live sessions per member (0: no limit).
@@ -105,11 +111,12 @@ pub(crate) struct Inner {
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
     replaying: std::sync::Mutex<std::collections::HashMap<String, bool>>,
     permissions: permissions::Permissions,
+    elicitations: elicitations::Elicitations,
     pub counters: Counters,
     config: GatewayConfig,
-    /// Turns, permission timers and the idle reaper.
+    /// Turns, permission and elicitation timers and the idle reaper.
     tasks: TaskTracker,
-    /// Stops the permission timers, the idle reaper and the list sync.
+    /// Stops the permission and elicitation timers, the idle reaper and the list sync.
     stop: CancellationToken,
     /// One `session/list` sync at a time (held across the sync's awaits on purpose).
     sync_lock: tokio::sync::Mutex<()>,
@@ -144,6 +151,7 @@ impl Gateway {
             live: live::LiveTable::default(),
             replaying: Default::default(),
             permissions: permissions::Permissions::default(),
+            elicitations: elicitations::Elicitations::default(),
             counters: Counters::default(),
             config,
             tasks: TaskTracker::new(),
@@ -186,7 +194,7 @@ impl Gateway {
     async fn wind_down(&self) {
         let live = self.inner.live.active();
         futures::future::join_all(live.into_iter().map(|id| async move {
-            self.resolve_permissions_cancelled(&id).await;
+            self.resolve_requests_cancelled(&id).await;
             if let Some((member, mut done)) = self.running_turn(&id).await {
                 if let Some(agent) = self.client(member) {
                     let _ = agent.cancel(&id).await;

@@ -176,7 +176,10 @@ pub enum Status {
 pub enum Activity {
     Idle,
     Running,
+    /// A permission request waits for a client's answer.
     AwaitingPermission,
+    /// An elicitation waits for a client's answer.
+    AwaitingInput,
 }
 
 /// A session as clients see it: ACP `SessionInfo` plus gateway fields.

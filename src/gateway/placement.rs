@@ -219,7 +219,7 @@ impl Gateway {
                 continue;
             }
             for (id, member) in self.inner.live.idle_for(idle) {
-                if self.inner.permissions.has_pending(&id) {
+                if self.inner.awaits_client(&id) {
                     continue;
                 }
                 let Ok(_claim) = self.claim(&id, Busy::Attaching) else {

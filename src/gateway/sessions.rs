@@ -125,7 +125,7 @@ impl Gateway {
             _ => {}
         }
         let caps = self.caps();
-        self.resolve_permissions_cancelled(id.as_str()).await;
+        self.resolve_requests_cancelled(id.as_str()).await;
         let live = self.detach(id.as_str()).and_then(|m| self.client(m));
         if let Some(agent) = live {
             if caps.close {
@@ -230,9 +230,9 @@ impl Gateway {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_close;
             return Err(CallError::Unsupported(method).into());
         }
-        // Pending permission requests are answered first, so that their `permission_resolved`
-        // comes before the `turn_ended` that closing causes.
-        self.resolve_permissions_cancelled(id.as_str()).await;
+        // Pending permission requests and elicitations are answered first, so that their
+        // `*_resolved` comes before the `turn_ended` that closing causes.
+        self.resolve_requests_cancelled(id.as_str()).await;
         if let Some(agent) = self.client(member) {
             agent.close_session(id.as_str()).await?;
         }
@@ -259,7 +259,7 @@ impl Gateway {
         let caps = self.caps();
         let live = self.client_if_live(id.as_str());
         if archived && live.is_some() {
-            self.resolve_permissions_cancelled(id.as_str()).await;
+            self.resolve_requests_cancelled(id.as_str()).await;
         }
         if caps.archive {
             let agent = self.client_for(id.as_str()).await?;
@@ -295,7 +295,13 @@ impl Inner {
         owner_ok: impl FnOnce(&str) -> bool,
     ) -> (Status, Option<Activity>) {
         self.live.status_if_owner(session_id, owner_ok, || {
-            self.permissions.has_pending(session_id)
+            if self.permissions.has_pending(session_id) {
+                Some(Activity::AwaitingPermission)
+            } else if self.elicitations.has_pending(session_id) {
+                Some(Activity::AwaitingInput)
+            } else {
+                None
+            }
         })
     }
 

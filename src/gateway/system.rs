@@ -27,6 +27,7 @@ pub struct Stats {
     pub turns_failed: u64,
     pub member_exits: u64,
     pub permissions_pending: usize,
+    pub elicitations_pending: usize,
 }
 
 impl Gateway {
@@ -88,6 +89,7 @@ impl Gateway {
             turns_failed: c.turns_failed.load(Ordering::Relaxed),
             member_exits: c.member_exits.load(Ordering::Relaxed),
             permissions_pending: self.inner.permissions.pending_count(),
+            elicitations_pending: self.inner.elicitations.pending_count(),
         }
     }
 }

@@ -117,7 +117,7 @@ impl Gateway {
     /// `POST /sessions/{id}/cancel`.
     pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         self.record(caller, id).await?;
-        self.resolve_permissions_cancelled(id.as_str()).await;
+        self.resolve_requests_cancelled(id.as_str()).await;
         let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
             return Ok(());
         };

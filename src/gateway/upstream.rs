@@ -1,6 +1,6 @@
 //! What the agent sends the gateway, as the pool hands it over: `session/update` into the log
-//! (and `session_info_update` into the cache), permission requests into the pending table,
-//! member exits into `agent_exited` events.
+//! (and `session_info_update` into the cache), permission requests and elicitations into their
+//! pending tables, member exits into `agent_exited` events.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -111,6 +111,8 @@ impl UpstreamHandler for Inner {
     async fn on_notification(&self, member: usize, method: &str, params: Box<RawValue>) {
         if method == CLIENT_METHOD_NAMES.session_update {
             self.on_session_update(params).await;
+        } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
+            self.elicitation_completed(member, params.get()).await;
         } else {
             tracing::debug!(member, method, "notification from the agent ignored");
         }
@@ -127,22 +129,28 @@ impl UpstreamHandler for Inner {
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            let err = RpcError {
-                code: -32602,
-                message: "sessionId is required".into(),
-                data: None,
-            };
-            let _ = request.refuse(err).await;
+            let _ = request
+                .refuse(RpcError::invalid_params("sessionId is required"))
+                .await;
             return;
         };
         self.permission_requested(member, request, &session_id, params)
             .await;
     }
 
+    async fn on_elicitation_request(
+        self: Arc<Self>,
+        member: usize,
+        request: Incoming,
+        params: Value,
+    ) {
+        self.elicitation_requested(member, request, params).await;
+    }
+
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {
         self.counters.member_exits.fetch_add(1, Ordering::Relaxed);
         let affected = self.live.drop_member(member);
-        self.drop_member_permissions(member).await;
+        self.drop_member_requests(member).await;
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
             // Queued, not awaited: the member's calls fail and it restarts right after this

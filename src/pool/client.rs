@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
     AGENT_METHOD_NAMES, ArchiveSessionRequest, CancelNotification, CloseSessionRequest,
-    DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest, RequestPermissionOutcome,
-    RequestPermissionResponse, ResumeSessionRequest, SessionArchiveFilter, SessionStatusRequest,
-    SetSessionTitleRequest, UnarchiveSessionRequest,
+    DeleteSessionRequest, ListSessionsRequest, LoadSessionRequest, ResumeSessionRequest,
+    SessionArchiveFilter, SessionStatusRequest, SetSessionTitleRequest, UnarchiveSessionRequest,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -327,13 +326,10 @@ impl Incoming {
         Incoming { conn, id }
     }
 
-    /// Answers a `session/request_permission`.
-    pub async fn answer_permission(
-        &self,
-        outcome: RequestPermissionOutcome,
-    ) -> Result<(), CallError> {
-        let response = RequestPermissionResponse::new(outcome);
-        self.conn.respond(&self.id, Ok(&response)).await
+    /// Answers the request with `response` (a `RequestPermissionResponse`, a
+    /// `CreateElicitationResponse`).
+    pub async fn answer<R: Serialize>(&self, response: &R) -> Result<(), CallError> {
+        self.conn.respond(&self.id, Ok(response)).await
     }
 
     /// Answers with a JSON-RPC error.

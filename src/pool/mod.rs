@@ -42,6 +42,13 @@ pub trait UpstreamHandler: Send + Sync + 'static {
         request: Incoming,
         params: Value,
     );
+    /// An `elicitation/create` request; answer it later through `request`.
+    async fn on_elicitation_request(
+        self: Arc<Self>,
+        member: usize,
+        request: Incoming,
+        params: Value,
+    );
     /// The member's process exited; its pending calls fail right after this returns.
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo);
 }

@@ -320,19 +320,26 @@ async fn dispatch(
             handler.on_notification(member, &method, params).await
         }
         Inbound::Request { id, method, params } => {
-            if method == "session/request_permission" {
-                handler
-                    .clone()
-                    .on_permission_request(member, Incoming::new(conn.clone(), id), params)
-                    .await;
-            } else {
-                tracing::warn!(
-                    member,
-                    method,
-                    "unexpected request from the agent; answering -32601"
-                );
-                let err = RpcError::method_not_found(&method);
-                let _ = Incoming::new(conn.clone(), id).refuse(err).await;
+            let request = Incoming::new(conn.clone(), id);
+            let handler = handler.clone();
+            match method.as_str() {
+                "session/request_permission" => {
+                    handler.on_permission_request(member, request, params).await
+                }
+                "elicitation/create" => {
+                    handler
+                        .on_elicitation_request(member, request, params)
+                        .await
+                }
+                _ => {
+                    tracing::warn!(
+                        member,
+                        method,
+                        "unexpected request from the agent; answering -32601"
+                    );
+                    let err = RpcError::method_not_found(&method);
+                    let _ = request.refuse(err).await;
+                }
             }
         }
     }
