@@ -2,8 +2,9 @@
 # Generated clients against a live gateway: generates a TypeScript client (openapi-typescript types +
 # openapi-fetch, clients/ts) and a Python client (openapi-python-client, clients/python) from the
 # committed openapi/openapi.json into target/clients/, then runs each one's smoke script against a
-# gateway in front of the echo agent: create a session, prompt it (end_turn), list it, read its
-# status (live), delete it (204), and see it gone (status not_found, GET 404, not listed).
+# gateway in front of the echo agent: create a session, prompt it (end_turn), set its mode and its
+# model, list it, read its status (live), delete it (204), and see it gone (status not_found, GET
+# 404, not listed).
 #   bash scripts/clients.sh
 # Installs (npm ci in clients/ts, a venv under target/) only when missing or when their pins changed;
 # the generated code is rebuilt on every run and never committed. CLIENTS_NO_BUILD=1 skips the cargo
@@ -66,7 +67,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' INT TERM # so that the EXIT trap stops the gateway on a signal too
-ECHO_AGENT_DIR="$work/agent" target/debug/acp-gateway \
+ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models target/debug/acp-gateway \
   --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
   --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
 pid=$!

@@ -16,6 +16,8 @@ from acp_gateway_client.api.sessions import (
     get_session,
     get_session_status,
     list_sessions,
+    set_session_mode,
+    set_session_model,
 )
 from acp_gateway_client.api.turns import prompt_session
 from acp_gateway_client.models import (
@@ -25,6 +27,9 @@ from acp_gateway_client.models import (
     PromptBody,
     SessionPage,
     SessionView,
+    SetMode,
+    SetModel,
+    StateAt,
     Status,
     StatusView,
     TurnResult,
@@ -79,6 +84,21 @@ def run(base_url: str) -> str:
     assert isinstance(turn, TurnResult)
     check(turn.stop_reason == "end_turn", "promptSession: stopReason is end_turn", turn.stop_reason)
 
+    # setSessionMode, setSessionModel: the echo agent offers both (ECHO_AGENT_CONTROLS)
+    resp = set_session_mode.sync_detailed(sid, client=client, body=SetMode(mode_id="code"))
+    check(resp.status_code == HTTPStatus.OK, "setSessionMode answers 200", (resp.status_code, resp.parsed))
+    check(isinstance(resp.parsed, StateAt), "setSessionMode returns a StateAt", resp.parsed)
+    assert isinstance(resp.parsed, StateAt)
+    state = resp.parsed.to_dict()["state"]
+    check(state["modes"]["currentModeId"] == "code", "setSessionMode: the state's mode is code", state)
+    resp = set_session_model.sync_detailed(sid, client=client, body=SetModel(model_id="echo-large"))
+    check(resp.status_code == HTTPStatus.OK, "setSessionModel answers 200", (resp.status_code, resp.parsed))
+    assert isinstance(resp.parsed, StateAt)
+    state = resp.parsed.to_dict()["state"]
+    check(state["models"]["currentModelId"] == "echo-large", "setSessionModel: the state's model is echo-large", state)
+    resp = set_session_mode.sync_detailed(sid, client=client, body=SetMode(mode_id="no-such-mode"))
+    check(resp.status_code == HTTPStatus.UNPROCESSABLE_ENTITY, "setSessionMode with a mode not offered answers 422", resp.status_code)
+
     # listSessions
     ids = listed_ids(client)
     check(sid in ids, f"listSessions lists {sid}", ids)
@@ -128,7 +148,7 @@ def main() -> int:
         return 1
     print(
         "python client (openapi-python-client): OK: session "
-        f"{sid} created, prompted (end_turn), listed, status live, deleted, gone"
+        f"{sid} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone"
     )
     return 0
 

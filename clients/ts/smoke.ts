@@ -55,6 +55,27 @@ async function main(): Promise<string> {
   const turn: Turn | undefined = prompted.data;
   check(turn?.stopReason === "end_turn", "promptSession: stopReason is end_turn", turn);
 
+  // setSessionMode, setSessionModel: the echo agent offers both (ECHO_AGENT_CONTROLS)
+  const mode = await client.PUT("/sessions/{id}/mode", {
+    params: { path: { id } },
+    body: { modeId: "code" },
+  });
+  check(mode.response.status === 200, "setSessionMode answers 200", mode.error ?? mode.response.status);
+  const modes = mode.data?.state.modes as unknown as { currentModeId?: string } | null | undefined;
+  check(modes?.currentModeId === "code", "setSessionMode: the state's mode is code", mode.data);
+  const model = await client.PUT("/sessions/{id}/model", {
+    params: { path: { id } },
+    body: { modelId: "echo-large" },
+  });
+  check(model.response.status === 200, "setSessionModel answers 200", model.error ?? model.response.status);
+  const models = model.data?.state.models as unknown as { currentModelId?: string } | null | undefined;
+  check(models?.currentModelId === "echo-large", "setSessionModel: the state's model is echo-large", model.data);
+  const refused = await client.PUT("/sessions/{id}/mode", {
+    params: { path: { id } },
+    body: { modeId: "no-such-mode" },
+  });
+  check(refused.response.status === 422, "setSessionMode with a mode not offered answers 422", refused.response.status);
+
   // listSessions
   const listed = await client.GET("/sessions", { params: { query: { limit: 200 } } });
   check(listed.response.status === 200, "listSessions answers 200", listed.error ?? listed.response.status);
@@ -89,7 +110,7 @@ async function main(): Promise<string> {
 }
 
 main().then(
-  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn), listed, status live, deleted, gone`),
+  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone`),
   (err: unknown) => {
     console.error(`typescript client: FAILED: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);
