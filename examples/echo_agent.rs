@@ -123,7 +123,7 @@
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
-//! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`); then continue normally. |
+//! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`,
 //! each `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end
@@ -1276,6 +1276,8 @@ impl EchoAgent {
             if c.options {
                 self.update(&id.0, |r| r.settings.verbose = true)?;
             }
+            let status = json!({ "sessionId": id, "stated": true });
+            cx.send_notification(UntypedMessage::new("_echo/status", status)?)?;
         }
 
         if d.surrogate {

@@ -14,6 +14,7 @@ both_backends!(
     create_with_settings_or_leave_nothing,
     state_survives_a_restart_and_streams_as_a_snapshot,
     a_fork_starts_from_its_parent,
+    the_state_outlives_retention,
 );
 
 const ALL: &str = "modes,models,options";
@@ -265,6 +266,7 @@ async fn state_survives_a_restart_and_streams_as_a_snapshot(backend: Backend) {
         "plan",
         "usage_update",
         "config_option_update",
+        "_echo/status",
     ] {
         assert!(kinds.contains(&kind), "{kinds:?}");
     }
@@ -370,5 +372,42 @@ async fn a_fork_starts_from_its_parent(backend: Backend) {
         .post(&format!("/sessions/{parent}/fork"), json!({}))
         .await;
     assert_eq!(r.status(), 501);
+    w.finish().await;
+}
+
+/// Retention prunes a session's old events; the state they made is kept, because the snapshot
+/// moves to the log's end after each turn that changed the state.
+async fn the_state_outlives_retention(backend: Backend) {
+    let opts = Options::default()
+        .env("ECHO_AGENT_CONTROLS", ALL)
+        .args(&["--retention-events", "4"]);
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    assert_eq!(gw.prompt(&id, "/state stated").await.0, 200);
+    let stated = gw.history(&id).await.last().unwrap()["seq"]
+        .as_i64()
+        .unwrap();
+    for word in ["one", "two", "three"] {
+        assert_eq!(gw.prompt(&id, word).await.0, 200);
+    }
+    // Pruned (every 5 s here) down to the last turn's events.
+    let started = std::time::Instant::now();
+    while gw.history(&id).await[0]["seq"].as_i64().unwrap() <= stated {
+        assert!(started.elapsed() < PATIENCE, "never pruned");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let s = state(gw, &id).await;
+    assert_eq!(
+        s["availableCommands"].as_array().map(Vec::len),
+        Some(2),
+        "{s}"
+    );
+    assert_eq!(s["plan"][0]["content"], "Read the prompt");
+    assert_eq!(s["usage"]["latest"]["used"], 1200);
+    assert_eq!(
+        s["usage"]["lastPrompt"]["totalTokens"], 2,
+        "the last turn's usage"
+    );
     w.finish().await;
 }

@@ -110,6 +110,9 @@ pub(crate) struct Inner {
     live: live::LiveTable,
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
     replaying: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    /// Sessions whose log got a state event since their state snapshot was last stored here
+    /// (see `state::refresh_after_turn`).
+    state_dirty: std::sync::Mutex<std::collections::HashSet<String>>,
     permissions: permissions::Permissions,
     elicitations: elicitations::Elicitations,
     pub counters: Counters,
@@ -150,6 +153,7 @@ impl Gateway {
             forwarder: reqwest::Client::new(),
             live: live::LiveTable::default(),
             replaying: Default::default(),
+            state_dirty: Default::default(),
             permissions: permissions::Permissions::default(),
             elicitations: elicitations::Elicitations::default(),
             counters: Counters::default(),

@@ -268,7 +268,40 @@ pub(super) fn select_values(option: &Value) -> Vec<&str> {
     values
 }
 
+impl super::Inner {
+    /// Notes that a state event was logged for `session_id` (see [`Gateway::refresh_after_turn`]).
+    pub(super) fn state_changed_in_turn(&self, session_id: &str) {
+        let mut dirty = self.state_dirty.lock().expect("state_dirty lock");
+        if !dirty.contains(session_id) {
+            dirty.insert(session_id.to_owned());
+        }
+    }
+}
+
 impl Gateway {
+    /// After a turn that logged state events (the agent's updates, a prompt's `usage`): the
+    /// snapshot is moved to the log's end in the background, so that a read folds little and
+    /// retention, which prunes old events, finds what they made in the snapshot (a prune
+    /// within the moment between the turn's commit and this one could still miss them).
+    pub(super) fn refresh_after_turn(&self, session_id: &str, usage: bool) {
+        let dirty = self
+            .inner
+            .state_dirty
+            .lock()
+            .expect("state_dirty lock")
+            .remove(session_id);
+        if !dirty && !usage {
+            return;
+        }
+        let (this, id) = (self.clone(), session_id.to_owned());
+        self.inner.tasks.spawn(async move {
+            this.inner.hub.flush().await;
+            if let Err(e) = this.state_of(&id).await {
+                tracing::warn!(session = id, error = %e, "cannot store the state snapshot");
+            }
+        });
+    }
+
     /// Logs what an agent's answer (to `session/new`, load, resume, fork, or a setter) says of
     /// the state — its `modes`, `models` and `configOptions` — as a `state_changed` event, when
     /// that changes the state. `extra` goes into the event as is (what a setter set).

@@ -87,7 +87,9 @@ impl Gateway {
                     json!({"sessionId": sid, "error": problem})
                 }
             };
+            let usage = ended.get("usage").is_some();
             this.inner.enqueue(&sid, "turn_ended", ended).await;
+            this.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);

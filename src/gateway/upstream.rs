@@ -87,6 +87,9 @@ impl Inner {
         });
         self.enqueue(&session_id, &kind, Payload::from_raw(params))
             .await;
+        if super::state::STATE_KINDS.contains(&kind.as_str()) {
+            self.state_changed_in_turn(&session_id);
+        }
         if let Some(update) = info {
             let at = now();
             match self
@@ -106,6 +109,20 @@ impl Inner {
     }
 }
 
+/// The session an extension notification (a method starting with `_`) is about, if its params
+/// name one.
+fn extension_session(method: &str, params: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        session_id: Option<String>,
+    }
+    if !method.starts_with('_') {
+        return None;
+    }
+    serde_json::from_str::<Head>(params.get()).ok()?.session_id
+}
+
 #[async_trait]
 impl UpstreamHandler for Inner {
     async fn on_notification(&self, member: usize, method: &str, params: Box<RawValue>) {
@@ -113,6 +130,13 @@ impl UpstreamHandler for Inner {
             self.on_session_update(params).await;
         } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
             self.elicitation_completed(member, params.get()).await;
+        } else if let Some(session_id) =
+            extension_session(method, &params).filter(|id| self.live.member(id) == Some(member))
+        {
+            // An extension notification (`_…`) about a session this member holds: logged and
+            // streamed as it came, under its method's name.
+            self.enqueue(&session_id, method, Payload::from_raw(params))
+                .await;
         } else {
             tracing::debug!(member, method, "notification from the agent ignored");
         }
