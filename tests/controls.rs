@@ -233,6 +233,10 @@ async fn create_with_settings_or_leave_nothing(backend: Backend) {
         .unwrap();
     assert_eq!(mine["_meta"], meta);
 
+    let r = gw
+        .post("/sessions", json!({"cwd": "/tmp", "_meta": [1]}))
+        .await;
+    assert_eq!(r.status(), 422, "_meta is an object");
     for bad in [
         json!({"cwd": "/tmp", "mode": "nope"}),
         json!({"cwd": "/tmp", "config": {"effort": "high"}}),

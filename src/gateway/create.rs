@@ -54,6 +54,7 @@ impl Gateway {
     ) -> Result<SessionView, Error> {
         self.check_dirs(&new.cwd, &new.additional_directories)
             .await?;
+        check_meta(new.meta.as_ref())?;
         let setup = SessionSetup {
             cwd: &new.cwd,
             additional_directories: &new.additional_directories,
@@ -87,6 +88,7 @@ impl Gateway {
         }
         let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
         self.check_dirs(&cwd, &fork.additional_directories).await?;
+        check_meta(fork.meta.as_ref())?;
         self.inner.hub.flush().await;
         let at = self.store().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
@@ -206,6 +208,16 @@ impl Gateway {
         self.inner.hub.flush().await;
         view.state = Some(Box::new(self.state_of(&record.session_id).await?.state));
         Ok(view)
+    }
+}
+
+/// ACP's `_meta` is an object.
+fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
+    match meta {
+        Some(m) if !m.is_object() && !m.is_null() => {
+            Err(Error::Invalid("_meta must be a JSON object".into()))
+        }
+        _ => Ok(()),
     }
 }
 
