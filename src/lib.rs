@@ -196,11 +196,22 @@ pub async fn run(
         .beat(0)
         .await
         .context("registering this replica in the database")?;
+    // Sessions recorded before agents had names belong to the default agent.
+    let adopted = store
+        .adopt_sessions("default")
+        .await
+        .context("giving earlier sessions to the default agent")?;
+    if adopted > 0 {
+        tracing::info!(
+            adopted,
+            "sessions recorded before agents had names now belong to the default agent"
+        );
+    }
     let gateway = Gateway::start(
         store,
         hub.clone(),
         cluster,
-        pool,
+        vec![("default".to_owned(), pool, 0)],
         GatewayConfig {
             control_timeout: config.control_timeout(),
             acquire_timeout: config.acquire_timeout(),

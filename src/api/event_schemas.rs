@@ -245,6 +245,7 @@ pub struct LifecycleStreamEvent {
 /// The `data` of a lifecycle event, by `event`.
 #[derive(ToSchema)]
 #[serde(untagged)]
+#[allow(clippy::large_enum_variant)] // described, never constructed
 pub enum LifecycleEventData {
     Session(LifecycleSession),
     Status(LifecycleStatus),

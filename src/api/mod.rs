@@ -153,6 +153,7 @@ impl utoipa::Modify for BearerAuth {
 struct ApiDoc;
 
 /// Every route, with its OpenAPI operation.
+#[allow(deprecated)] // `GET /agent` is served still, and marked deprecated in the document
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::list_sessions, sessions::create_session))
@@ -180,6 +181,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))
         .routes(routes!(system::agent))
+        .routes(routes!(system::agents))
+        .routes(routes!(system::named_agent))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

@@ -36,6 +36,8 @@ pub struct CreateSession {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub config: serde_json::Map<String, Value>,
+    /// The agent to start it in (`GET /agents`); default: the gateway's default agent.
+    pub agent: Option<String>,
     /// Passed to `session/new` unchanged (e.g. Claude Code's `_meta.claudeCode.options`).
     #[serde(rename = "_meta")]
     #[schema(value_type = Option<Object>)]
@@ -67,6 +69,8 @@ pub struct ListParams {
     pub archived: Option<bool>,
     /// `true`: sync the cache with the agent's `session/list` before answering.
     pub refresh: Option<bool>,
+    /// Only the sessions of this agent.
+    pub agent: Option<String>,
 }
 
 /// List sessions, newest first.
@@ -105,6 +109,7 @@ pub async fn list_sessions(
         limit: p.limit,
         archived: p.archived,
         refresh: p.refresh == Some(true),
+        agent: p.agent,
     };
     let body = s.gateway.list_sessions(&caller, filter, fresh).await?;
     Ok((
@@ -139,6 +144,7 @@ pub async fn create_session(
         additional_directories: body.additional_directories,
         mcp_servers: body.mcp_servers,
         meta: body.meta,
+        agent: body.agent,
         settings: Settings {
             mode: body.mode,
             model: body.model,

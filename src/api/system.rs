@@ -5,17 +5,44 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse};
 
 use super::error::{ApiError, Problem};
-use super::{AppState, Json};
-use crate::gateway::AgentView;
+use super::{AppState, Json, Path};
+use crate::gateway::{AgentView, NamedAgentView};
 
-/// The agent behind the gateway, its pool members and the gateway replicas.
+/// The default agent, its pool members and the gateway replicas (see `GET /agents`).
 ///
-/// The agent behind the gateway: `initialize` result (agentInfo, protocol version, normalised
-/// capabilities, auth methods), this replica's pool members, and the gateway replicas sharing
+/// The default agent: `initialize` result (agentInfo, protocol version, normalised
+/// capabilities, auth methods), this replica's members of it, and the gateway replicas sharing
 /// the database (as of this replica's last heartbeat; one unless several serve one PostgreSQL).
-#[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The agent, the pool and the replicas", body = AgentView)))]
+/// Kept for clients written before the gateway ran several agents: `GET /agents` describes
+/// every agent.
+#[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The default agent, its pool and the replicas", body = AgentView)))]
+#[deprecated(note = "GET /agents and GET /agents/{name} describe every configured agent")]
 pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
     Json(s.gateway.agent())
+}
+
+/// Every configured agent, the default first.
+///
+/// Name, whether it is the default (used when `POST /sessions` names none), whether a member
+/// is ready (and why not), its `agentInfo`, normalised capabilities and `authMethods`, and this
+/// replica's members of it.
+#[utoipa::path(get, operation_id = "listAgents", path = "/agents", tag = "system", responses((status = 200, description = "The agents", body = Vec<NamedAgentView>)))]
+pub async fn agents(State(s): State<AppState>) -> Json<Vec<NamedAgentView>> {
+    Json(s.gateway.agents())
+}
+
+/// One configured agent.
+#[utoipa::path(get, operation_id = "getNamedAgent", path = "/agents/{name}", tag = "system",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 200, description = "The agent", body = NamedAgentView),
+        (status = 404, description = "No agent of that name (the detail names those configured)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn named_agent(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<NamedAgentView>, ApiError> {
+    Ok(Json(s.gateway.named_agent(&name)?))
 }
 
 /// Liveness: the process answers.
@@ -24,14 +51,13 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Readiness: the store answers and at least one pool member is ready.
+/// Readiness: the store answers and at least one agent has a ready member; says which agents are.
 #[utoipa::path(get, operation_id = "getReadiness", path = "/readyz", tag = "system", responses(
     (status = 200, description = "Ready", body = String),
     (status = 503, description = "Not ready, and why", body = Problem, content_type = "application/problem+json"),
 ))]
-pub async fn readyz(State(s): State<AppState>) -> Result<&'static str, ApiError> {
-    s.gateway.ready().await?;
-    Ok("ready")
+pub async fn readyz(State(s): State<AppState>) -> Result<String, ApiError> {
+    Ok(s.gateway.ready().await?)
 }
 
 /// Prometheus metrics.

@@ -68,6 +68,7 @@ impl Gateway {
     pub(super) async fn apply_settings(
         &self,
         session_id: &str,
+        agent_name: &str,
         settings: &Settings,
     ) -> Result<(), Error> {
         let controls = settings
@@ -80,7 +81,7 @@ impl Gateway {
         for control in controls {
             let agent = self
                 .client_if_live(session_id)
-                .ok_or_else(|| self.no_member())?;
+                .ok_or_else(|| self.no_member(agent_name))?;
             self.control(&agent, session_id, control).await?;
         }
         Ok(())
@@ -99,7 +100,8 @@ impl Gateway {
             None => {
                 let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
                 let member = self.ensure_live(&record).await?;
-                self.client(member).ok_or_else(|| self.no_member())?
+                self.client(member)
+                    .ok_or_else(|| self.no_member(&record.agent))?
             }
         };
         self.control(&agent, id.as_str(), control).await?;

@@ -24,6 +24,8 @@ pub struct NewSession {
     pub meta: Option<Value>,
     /// Applied before the answer.
     pub settings: Settings,
+    /// The agent to start it in (the default one when `None`).
+    pub agent: Option<String>,
 }
 
 /// What `POST /sessions/{id}/fork` makes: where the fork works (the parent's `cwd` by default).
@@ -61,9 +63,15 @@ impl Gateway {
             mcp_servers: &new.mcp_servers,
             meta: new.meta.as_ref(),
         };
-        let record = self.start_session(caller, Start::New, setup).await?;
+        let agent = self.requested_agent(new.agent.as_deref())?.name.clone();
+        let record = self
+            .start_session(caller, &agent, Start::New, setup)
+            .await?;
         let id = SessionId::known(record.session_id.clone());
-        if let Err(e) = self.apply_settings(id.as_str(), &new.settings).await {
+        if let Err(e) = self
+            .apply_settings(id.as_str(), &agent, &new.settings)
+            .await
+        {
             if let Err(undo) = self.delete_session(caller, &id).await {
                 tracing::warn!(session = id.as_str(), error = %undo, "a session whose settings failed could not be deleted");
             }
@@ -82,7 +90,7 @@ impl Gateway {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.record(caller, parent).await?;
-        if !self.caps().fork {
+        if !self.caps(&from.agent).fork {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
@@ -98,7 +106,7 @@ impl Gateway {
             meta: fork.meta.as_ref(),
         };
         let record = self
-            .start_session(caller, Start::Fork(parent.as_str()), setup)
+            .start_session(caller, &from.agent, Start::Fork(parent.as_str()), setup)
             .await?;
         let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
         self.inner
@@ -131,6 +139,7 @@ impl Gateway {
     async fn start_session(
         &self,
         caller: &Caller,
+        agent_name: &str,
         how: Start<'_>,
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
@@ -139,10 +148,10 @@ impl Gateway {
         let (member, (session_id, result), creating, agent) = loop {
             let (member, agent) = match how {
                 Start::Fork(parent) => match self.inner.live.member(parent) {
-                    Some(m) => (m, self.client(m).ok_or_else(|| self.no_member())?),
-                    None => self.place().await?,
+                    Some(m) => (m, self.client(m).ok_or_else(|| self.no_member_at(m))?),
+                    None => self.place(agent_name).await?,
                 },
-                Start::New => self.place().await?,
+                Start::New => self.place(agent_name).await?,
             };
             let creating = self.inner.creating.read().await;
             let started = match how {
@@ -150,7 +159,7 @@ impl Gateway {
                 Start::Fork(parent) => agent.fork_session(parent, setup).await,
             };
             match started {
-                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
+                Err(CallError::NotSent(why)) if self.retry_unsent(agent_name, &mut retries) => {
                     tracing::warn!(
                         member,
                         why,
@@ -175,6 +184,7 @@ impl Gateway {
             deleted_at: None,
             synced_at: None,
             listed: None,
+            agent: agent_name.to_owned(),
         };
         if let Err(e) = self.store().put_session(&record).await {
             // Not recorded, so not created: the agent's session is undone as far as the agent
@@ -185,7 +195,7 @@ impl Gateway {
         }
         drop(creating);
         self.inner.sessions_changed();
-        self.inner.live.attach(&record, member, &self.pool);
+        self.inner.live.attach(&record, member, &self.agents);
         self.inner.hold(&record.session_id).await;
         let view = self.inner.view(&record);
         self.inner

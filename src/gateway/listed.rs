@@ -49,20 +49,26 @@ pub(super) async fn list_all(mut pages: Pages, tx: mpsc::Sender<Result<Vec<Liste
 /// so, not 60 as strings). The hash is seeded per sync: two ids that share one in a sync (one
 /// chance in 2^64 a pair) do not in the next.
 pub(super) struct Synced {
+    /// The agent whose sessions these are.
+    agent: String,
     hash: foldhash::fast::RandomState,
     digests: HashMap<u64, Option<i64>, foldhash::fast::RandomState>,
 }
 
 impl Synced {
-    pub(super) async fn read(store: &dyn crate::store::Store) -> Result<Self, Error> {
+    pub(super) async fn read(store: &dyn crate::store::Store, agent: &str) -> Result<Self, Error> {
         let hash = foldhash::fast::RandomState::default();
         let mut digests = HashMap::default();
         store
-            .visit_synced(&mut |id, digest| {
+            .visit_synced(agent, &mut |id, digest| {
                 digests.insert(hash.hash_one(id), digest);
             })
             .await?;
-        Ok(Synced { hash, digests })
+        Ok(Synced {
+            agent: agent.to_owned(),
+            hash,
+            digests,
+        })
     }
 
     /// Whether `l` is listed as a sync last wrote it (a digest of another id as well: one
@@ -83,7 +89,7 @@ impl Synced {
             return Ok(ids);
         }
         store
-            .visit_synced(&mut |id, _| {
+            .visit_synced(&self.agent, &mut |id, _| {
                 if self.digests.contains_key(&self.hash.hash_one(id)) {
                     ids.push(id.to_owned());
                 }

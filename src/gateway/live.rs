@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::model::{Activity, Status};
 use super::{Error, Gateway, Inner};
-use crate::pool::Pool;
+use crate::pool::Agents;
 use crate::store::SessionRecord;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl LiveTable {
     }
 
     /// Records that `member` holds the session (counted on the member once).
-    pub(super) fn attach(&self, record: &SessionRecord, member: usize, pool: &Pool) {
+    pub(super) fn attach(&self, record: &SessionRecord, member: usize, pool: &Agents) {
         let mut sessions = self.lock();
         let entry = sessions
             .entry(record.session_id.clone())
@@ -131,7 +131,7 @@ impl LiveTable {
     }
 
     /// Forgets where the session is live; returns the member it was on.
-    pub(super) fn detach(&self, session_id: &str, pool: &Pool) -> Option<usize> {
+    pub(super) fn detach(&self, session_id: &str, pool: &Agents) -> Option<usize> {
         let mut sessions = self.lock();
         let entry = sessions.get_mut(session_id)?;
         let member = entry.member.take();
@@ -196,7 +196,15 @@ impl LiveTable {
 
     /// Sessions held live by a pool member.
     pub(super) fn live_count(&self) -> usize {
-        self.lock().values().filter(|e| e.member.is_some()).count()
+        self.live_count_where(|_| true)
+    }
+
+    /// Live sessions on the members `on` accepts.
+    pub(super) fn live_count_where(&self, on: impl Fn(usize) -> bool) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.member.is_some_and(&on))
+            .count()
     }
 
     /// Keeps the entry in step with a changed cached record.

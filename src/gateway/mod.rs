@@ -42,7 +42,7 @@ pub use permissions::PermissionView;
 pub use sessions::SessionFilter;
 pub use state::{SessionState, StateAt};
 pub use sync::SyncReport;
-pub use system::Stats;
+pub use system::{NamedAgentView, Stats};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -56,7 +56,7 @@ use crate::cluster::Cluster;
 use crate::config::PermissionPolicy;
 use crate::events::EventHub;
 use crate::pool::client::AgentClient;
-use crate::pool::{Pool, PoolConfig};
+use crate::pool::{AgentPool, Agents, PoolConfig};
 use crate::store::Store;
 
 /// Gateway settings.
@@ -134,16 +134,17 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Gateway {
     inner: Arc<Inner>,
-    pool: Arc<Pool>,
+    agents: Arc<Agents>,
 }
 
 impl Gateway {
-    /// Starts the pool; members become ready in the background.
+    /// Starts every agent's pool (`agents`: name, pool, most live sessions; the default
+    /// agent first); members become ready in the background.
     pub fn start(
         store: Arc<dyn Store>,
         hub: Arc<EventHub>,
         cluster: Cluster,
-        pool: PoolConfig,
+        agents: Vec<(String, PoolConfig, usize)>,
         config: GatewayConfig,
     ) -> Self {
         let inner = Arc::new(Inner {
@@ -164,8 +165,8 @@ impl Gateway {
             creating: tokio::sync::RwLock::new(()),
             cache: cache::Cache::default(),
         });
-        let pool = Pool::start(pool, inner.clone());
-        let gateway = Gateway { inner, pool };
+        let agents = Agents::start(agents, inner.clone());
+        let gateway = Gateway { inner, agents };
         let tasks = &gateway.inner.tasks;
         let g = gateway.clone();
         let every = gateway.inner.config.sync_interval;
@@ -189,7 +190,7 @@ impl Gateway {
         {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
-        self.pool.shutdown().await;
+        self.agents.shutdown().await;
         self.inner.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tasks.wait()).await;
     }
@@ -213,18 +214,48 @@ impl Gateway {
         .await;
     }
 
-    fn caps(&self) -> Capabilities {
-        self.pool.caps()
+    /// The capabilities of agent `agent` (none when this gateway does not run it, or none of
+    /// its members has answered `initialize` yet).
+    fn caps(&self, agent: &str) -> Capabilities {
+        self.agents
+            .get(agent)
+            .map(|a| a.pool.caps())
+            .unwrap_or_default()
     }
 
-    /// The typed client of pool member `member`, if it is running.
+    /// The typed client of member `member` (of whichever agent), if it is running.
     fn client(&self, member: usize) -> Option<AgentClient> {
-        self.pool.conn(member).map(|conn| self.client_of(conn))
+        let agent = self.agents.of_member(member)?;
+        let conn = agent.pool.conn(member)?;
+        Some(self.client_of(conn, agent.pool.caps()))
     }
 
     /// The typed client of an agent connection: the agent's capabilities, the control timeout.
-    fn client_of(&self, conn: std::sync::Arc<crate::acp::Connection>) -> AgentClient {
-        AgentClient::new(conn, self.caps(), self.inner.config.control_timeout)
+    fn client_of(&self, conn: Arc<crate::acp::Connection>, caps: Capabilities) -> AgentClient {
+        AgentClient::new(conn, caps, self.inner.config.control_timeout)
+    }
+
+    /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
+    /// replica does not run it (replicas must run the same agents; another may).
+    fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
+        self.agents.get(name).ok_or_else(|| Error::NoMember {
+            reason: format!("this gateway replica does not run the agent {name:?}"),
+            retry_after: Duration::from_secs(5),
+        })
+    }
+
+    /// The agent a request names (the default one when it names none): 422 for a name not
+    /// configured, naming those that are.
+    pub(super) fn requested_agent(&self, name: Option<&str>) -> Result<&AgentPool, Error> {
+        match name {
+            None => Ok(self.agents.default_agent()),
+            Some(name) => self.agents.get(name).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "unknown agent {name:?}; this gateway runs {:?}",
+                    self.agents.names()
+                ))
+            }),
+        }
     }
 
     fn store(&self) -> &dyn Store {

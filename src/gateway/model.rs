@@ -188,6 +188,8 @@ pub enum Activity {
 #[schema(example = json!({"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}))]
 pub struct SessionView {
     pub session_id: String,
+    /// The agent it lives in.
+    pub agent: String,
     pub cwd: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
@@ -220,6 +222,7 @@ impl SessionView {
     pub fn new(r: &SessionRecord, status: Status, activity: Option<Activity>) -> Self {
         SessionView {
             session_id: r.session_id.clone(),
+            agent: r.agent.clone(),
             cwd: r.cwd.clone(),
             title: r.title.clone(),
             updated_at: r.updated_at,
@@ -330,7 +333,12 @@ struct CursorData {
 /// A short digest of a list query's filters: a cursor is only valid for the query it came from.
 fn query_fingerprint(query: &ListQuery) -> String {
     use sha2::{Digest, Sha256};
-    let filters = json!([query.tenant, query.cwd, query.archived.unwrap_or(false)]);
+    let filters = json!([
+        query.tenant,
+        query.cwd,
+        query.archived.unwrap_or(false),
+        query.agent
+    ]);
     let digest = Sha256::digest(filters.to_string().as_bytes());
     URL_SAFE_NO_PAD.encode(&digest[..9])
 }
@@ -439,6 +447,7 @@ mod tests {
             deleted_at: None,
             synced_at: None,
             listed: None,
+            agent: "default".into(),
         }
     }
 
@@ -516,6 +525,7 @@ mod tests {
             deleted_at: None,
             synced_at: None,
             listed: None,
+            agent: "default".into(),
         };
         let records = vec![
             record("a", Some("ünïcode \n title"), Some(json!({"k": [1, null]}))),

@@ -20,7 +20,7 @@ impl Gateway {
     /// Where a session that becomes live goes: the least-loaded ready member below the
     /// per-member cap, if the global cap allows another live session. While members start or
     /// restart, waits up to `--acquire-timeout` for one of them.
-    pub(super) async fn place(&self) -> Result<(usize, AgentClient), Error> {
+    pub(super) async fn place(&self, agent: &str) -> Result<(usize, AgentClient), Error> {
         let cfg = &self.inner.config;
         if cfg.max_sessions > 0 && self.inner.live.live_count() >= cfg.max_sessions {
             return Err(Error::NoCapacity(format!(
@@ -28,20 +28,31 @@ impl Gateway {
                 cfg.max_sessions
             )));
         }
+        let of_agent = self.agent_named(agent)?;
+        if of_agent.max_sessions > 0 {
+            let live = self.inner.live.live_count_where(|m| of_agent.pool.has(m));
+            if live >= of_agent.max_sessions {
+                return Err(Error::NoCapacity(format!(
+                    "the agent {agent:?} already holds its maximum of {} live sessions; close some or try again later",
+                    of_agent.max_sessions
+                )));
+            }
+        }
         let cap = match cfg.max_sessions_per_member {
             0 => usize::MAX,
             n => n,
         };
-        let (member, conn) = self.acquire(cap).await?;
-        Ok((member, self.client_of(conn)))
+        let (member, conn) = self.acquire(agent, cap).await?;
+        Ok((member, self.client_of(conn, of_agent.pool.caps())))
     }
 
     /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
     /// capacity cap (`NoCapacity`), or no member ready in time (`NoMember`, with the time to
     /// the next restart attempt).
-    async fn acquire(&self, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
+    async fn acquire(&self, agent: &str, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
         let wait = self.inner.config.acquire_timeout;
-        self.pool.acquire(cap, wait).await.map_err(|no| {
+        let pool = &self.agent_named(agent)?.pool;
+        pool.acquire(cap, wait).await.map_err(|no| {
             if no.full {
                 Error::NoCapacity(no.reason)
             } else {
@@ -58,30 +69,40 @@ impl Gateway {
     /// picked again, so each retry goes to another member's process, or to a restarted one;
     /// at most one per member. A request that did reach the agent is never repeated: it may
     /// have had effects.
-    pub(super) fn retry_unsent(&self, retries: &mut usize) -> bool {
+    pub(super) fn retry_unsent(&self, agent: &str, retries: &mut usize) -> bool {
         *retries += 1;
-        *retries <= self.pool.size()
+        *retries <= self.agents.get(agent).map_or(0, |a| a.pool.size())
     }
 
-    pub(super) fn no_member(&self) -> Error {
+    /// 503 for a session whose member is gone: why its agent has none ready.
+    pub(super) fn no_member(&self, agent: &str) -> Error {
         Error::NoCapacity(
-            self.pool
-                .unready_reason()
-                .unwrap_or_else(|| "no agent member is ready".into()),
+            self.agents
+                .get(agent)
+                .and_then(|a| a.pool.unready_reason())
+                .unwrap_or_else(|| format!("no member of the agent {agent:?} is ready")),
         )
     }
 
-    /// Any ready member's client (for calls about sessions no member holds), waiting like
-    /// [`Gateway::place`] for a starting one.
-    pub(super) async fn any_client(&self) -> Result<AgentClient, Error> {
-        let (_, conn) = self.acquire(usize::MAX).await?;
-        Ok(self.client_of(conn))
+    /// [`Gateway::no_member`] for the agent of member `member`.
+    pub(super) fn no_member_at(&self, member: usize) -> Error {
+        match self.agents.of_member(member) {
+            Some(agent) => self.no_member(&agent.name),
+            None => Error::NoCapacity("no agent member is ready".into()),
+        }
     }
 
-    /// A ready member's client now, if one is (for answers that must not wait).
-    pub(super) fn ready_client(&self) -> Option<AgentClient> {
-        let (_, conn) = self.pool.pick()?;
-        Some(self.client_of(conn))
+    /// Any ready member's client of `agent` (for calls about sessions no member holds),
+    /// waiting like [`Gateway::place`] for a starting one.
+    pub(super) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
+        let (_, conn) = self.acquire(agent, usize::MAX).await?;
+        Ok(self.client_of(conn, self.caps(agent)))
+    }
+
+    /// A ready member's client of `agent` now, if one is (for answers that must not wait).
+    pub(super) fn ready_client(&self, agent: &str) -> Option<AgentClient> {
+        let (_, conn) = self.agents.get(agent)?.pool.pick()?;
+        Some(self.client_of(conn, self.caps(agent)))
     }
 
     /// The client of the member holding the session live, if one does.
@@ -89,11 +110,11 @@ impl Gateway {
         self.client(self.inner.live.member(session_id)?)
     }
 
-    /// The member holding the session, or any ready member.
-    pub(super) async fn client_for(&self, session_id: &str) -> Result<AgentClient, Error> {
-        match self.client_if_live(session_id) {
+    /// The member holding the session, or any ready member of its agent.
+    pub(super) async fn client_for(&self, record: &SessionRecord) -> Result<AgentClient, Error> {
+        match self.client_if_live(&record.session_id) {
             Some(agent) => Ok(agent),
-            None => self.any_client().await,
+            None => self.any_client(&record.agent).await,
         }
     }
 
@@ -134,9 +155,9 @@ impl Gateway {
         let id = record.session_id.as_str();
         let mut retries = 0;
         let (member, (method, result)) = loop {
-            let (member, agent) = self.place().await?;
+            let (member, agent) = self.place(&record.agent).await?;
             match self.resume_or_load(&agent, record).await? {
-                Err(CallError::NotSent(why)) if self.retry_unsent(&mut retries) => {
+                Err(CallError::NotSent(why)) if self.retry_unsent(&record.agent, &mut retries) => {
                     tracing::warn!(
                         session = id,
                         member,
@@ -147,7 +168,7 @@ impl Gateway {
                 attached => break (member, attached?),
             }
         };
-        self.inner.live.attach(record, member, &self.pool);
+        self.inner.live.attach(record, member, &self.agents);
         self.inner
             .lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;
@@ -197,7 +218,7 @@ impl Gateway {
     /// Forgets where the session is live (and that this replica holds it); returns the member
     /// it was on.
     pub(super) fn detach(&self, session_id: &str) -> Option<usize> {
-        let member = self.inner.live.detach(session_id, &self.pool);
+        let member = self.inner.live.detach(session_id, &self.agents);
         if member.is_some() {
             let (inner, id) = (self.inner.clone(), session_id.to_owned());
             self.inner
@@ -215,10 +236,10 @@ impl Gateway {
                 _ = tokio::time::sleep(tick) => {}
                 _ = self.inner.stop.cancelled() => return,
             }
-            if !self.caps().close {
-                continue;
-            }
             for (id, member) in self.inner.live.idle_for(idle) {
+                if !self.client(member).is_some_and(|a| a.caps().close) {
+                    continue;
+                }
                 if self.inner.awaits_client(&id) {
                     continue;
                 }

@@ -25,6 +25,8 @@ pub struct SessionFilter {
     pub archived: Option<bool>,
     /// `true`: sync the cache with the agent's `session/list` first.
     pub refresh: bool,
+    /// Only the sessions of this agent.
+    pub agent: Option<String>,
 }
 
 impl Gateway {
@@ -60,6 +62,7 @@ impl Gateway {
             self.sync().await?;
         }
         let mut query = ListQuery {
+            agent: filter.agent,
             tenant,
             cwd: filter.cwd,
             archived: filter.archived,
@@ -87,8 +90,8 @@ impl Gateway {
         id: &SessionId,
         mut title: Option<String>,
     ) -> Result<SessionView, Error> {
-        self.record(caller, id).await?;
-        let set_title = self.caps().set_title;
+        let record = self.record(caller, id).await?;
+        let set_title = self.caps(&record.agent).set_title;
         if set_title && title.is_none() {
             // session/set_title takes a string, and the agent's list would bring the old
             // title back at the next sync: clearing it only here would be a lie.
@@ -98,7 +101,7 @@ impl Gateway {
             ));
         }
         if let (true, Some(t)) = (set_title, &title) {
-            let agent = self.client_for(id.as_str()).await?;
+            let agent = self.client_for(&record).await?;
             if let Some(stored) = agent.set_title(id.as_str(), t).await? {
                 title = Some(stored);
             }
@@ -124,7 +127,12 @@ impl Gateway {
             None if !caller.admin => return Ok(()),
             _ => {}
         }
-        let caps = self.caps();
+        // An id only an admin can delete without a row: the default agent's, if anyone's.
+        let agent_name = existing.as_ref().map_or_else(
+            || self.agents.default_agent().name.clone(),
+            |r| r.agent.clone(),
+        );
+        let caps = self.caps(&agent_name);
         self.resolve_requests_cancelled(id.as_str()).await;
         let live = self.detach(id.as_str()).and_then(|m| self.client(m));
         if let Some(agent) = live {
@@ -154,7 +162,7 @@ impl Gateway {
             }
         }
         if caps.delete {
-            let agent = self.any_client().await?;
+            let agent = self.any_client(&agent_name).await?;
             match agent.delete_session(id.as_str()).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -190,7 +198,13 @@ impl Gateway {
         if status == Status::Live {
             return Ok(view(status, activity));
         }
-        let probe = self.caps().status.then(|| self.ready_client()).flatten();
+        let agent_name = record.as_ref().map_or_else(
+            || self.agents.default_agent().name.clone(),
+            |r| r.agent.clone(),
+        );
+        let probe = (self.caps(&agent_name).status)
+            .then(|| self.ready_client(&agent_name))
+            .flatten();
         if let Some(agent) = probe {
             match agent.session_open(id.as_str()).await {
                 Ok(open) => {
@@ -226,7 +240,7 @@ impl Gateway {
         let Some(member) = self.inner.live.member(id.as_str()) else {
             return Ok(());
         };
-        if !self.caps().close {
+        if !self.caps(&record.agent).close {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_close;
             return Err(CallError::Unsupported(method).into());
         }
@@ -254,15 +268,15 @@ impl Gateway {
         id: &SessionId,
         archived: bool,
     ) -> Result<SessionView, Error> {
-        self.record(caller, id).await?;
+        let record = self.record(caller, id).await?;
         let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
-        let caps = self.caps();
+        let caps = self.caps(&record.agent);
         let live = self.client_if_live(id.as_str());
         if archived && live.is_some() {
             self.resolve_requests_cancelled(id.as_str()).await;
         }
         if caps.archive {
-            let agent = self.client_for(id.as_str()).await?;
+            let agent = self.client_for(&record).await?;
             agent.set_archived(id.as_str(), archived).await?;
         } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
             agent.close_session(id.as_str()).await?;

@@ -60,11 +60,24 @@ enum Change {
 }
 
 impl Gateway {
-    /// Syncs the cache with the agent's `session/list` now (one sync at a time). Without the
-    /// capability, nothing to do.
+    /// Syncs the cache with every agent's `session/list` now (one sync at a time), each
+    /// agent's sessions with its own list.
     pub async fn sync(&self) -> Result<SyncReport, Error> {
-        let caps = self.caps();
-        if !caps.list {
+        let mut total = SyncReport::default();
+        for agent in self.agents.names() {
+            let report = self.sync_agent(agent).await?;
+            total.listed += report.listed;
+            total.added += report.added;
+            total.updated += report.updated;
+            total.vanished += report.vanished;
+        }
+        Ok(total)
+    }
+
+    /// Syncs the sessions of `agent` with its `session/list`. Without the capability, nothing
+    /// to do.
+    async fn sync_agent(&self, agent: &str) -> Result<SyncReport, Error> {
+        if !self.caps(agent).list {
             return Ok(SyncReport::default());
         }
         let _one_at_a_time = self.inner.sync_lock.lock().await;
@@ -77,11 +90,11 @@ impl Gateway {
         // comparing keep two cores busy.
         let (tx, mut pages) = mpsc::channel(PAGES_AHEAD);
         let lister = AbortOnDropHandle::new(tokio::spawn(list_all(
-            Pages::new(self.any_client().await?, None),
+            Pages::new(self.any_client(agent).await?, None),
             tx,
         )));
         // Read while the agent lists the first pages.
-        let mut synced = Synced::read(self.store()).await?;
+        let mut synced = Synced::read(self.store(), agent).await?;
         let mut looked_at = HashSet::new();
         while let Some(page) = pages.recv().await {
             let page = page?;
@@ -95,7 +108,8 @@ impl Gateway {
                 .into_iter()
                 .filter(|l| !synced.unchanged(l) && looked_at.insert(l.session_id.clone()))
                 .collect();
-            self.sync_page(page, since, started, &mut report).await?;
+            self.sync_page(agent, page, since, started, &mut report)
+                .await?;
         }
         lister
             .await
@@ -117,7 +131,7 @@ impl Gateway {
         }
         for (cwd, records) in by_cwd {
             let mut again = HashSet::new();
-            let mut pages = Pages::new(self.any_client().await?, Some(cwd));
+            let mut pages = Pages::new(self.any_client(agent).await?, Some(cwd));
             while let Some(page) = pages.next().await? {
                 again.extend(page.into_iter().map(|l| l.session_id));
             }
@@ -134,7 +148,7 @@ impl Gateway {
             .expect("touched lock")
             .retain(|_, n| *n > since);
         if report.added + report.updated + report.vanished > 0 {
-            tracing::info!(?report, "synced the session list with the agent");
+            tracing::info!(agent, ?report, "synced the session list with the agent");
         }
         Ok(report)
     }
@@ -158,6 +172,7 @@ impl Gateway {
     /// found in one query, those that did written in one statement, then announced.
     async fn sync_page(
         &self,
+        agent: &str,
         page: Vec<Listed>,
         since: u64,
         at: DateTime<Utc>,
@@ -192,7 +207,7 @@ impl Gateway {
                 }
             };
             let Some(existing) = t.cached else {
-                writes.push((self.discovered(&l, &info, at), Change::Added));
+                writes.push((self.discovered(agent, &l, &info, at), Change::Added));
                 continue;
             };
             let mut record = existing.clone();
@@ -247,7 +262,13 @@ impl Gateway {
     }
 
     /// The row of a listed session new to the cache: origin `upstream`, owned by the admin.
-    fn discovered(&self, l: &Listed, info: &Value, at: DateTime<Utc>) -> SessionRecord {
+    fn discovered(
+        &self,
+        agent: &str,
+        l: &Listed,
+        info: &Value,
+        at: DateTime<Utc>,
+    ) -> SessionRecord {
         let mut record = SessionRecord {
             session_id: l.session_id.clone(),
             tenant: self.inner.config.upstream_tenant.clone(),
@@ -262,6 +283,7 @@ impl Gateway {
             deleted_at: None,
             synced_at: Some(at),
             listed: Some(l.digest),
+            agent: agent.to_owned(),
         };
         apply_listed(&mut record, info);
         record
@@ -298,7 +320,7 @@ impl Gateway {
     /// The background sync: once a member is ready, then every `interval` (`None`: only once).
     pub(super) async fn sync_forever(&self, interval: Option<Duration>) {
         let stop = self.inner.stop.clone();
-        while self.pool.pick().is_none() {
+        while self.agents.all().iter().all(|a| a.pool.pick().is_none()) {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = stop.cancelled() => return,
@@ -371,6 +393,7 @@ mod tests {
             deleted_at: None,
             synced_at: None,
             listed: None,
+            agent: "default".into(),
         }
     }
 

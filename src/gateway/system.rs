@@ -3,9 +3,55 @@
 
 use std::sync::atomic::Ordering;
 
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
 use super::model::AgentView;
 use super::{Error, Gateway};
-use crate::pool::MemberView;
+use crate::acp::caps::Capabilities;
+use crate::pool::{AgentPool, MemberView};
+
+/// One configured agent, as `GET /agents` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"name": "claude", "default": true, "ready": true, "agentInfo": {"name": "claude-agent-acp", "version": "0.100.0"}, "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": true}, "authMethods": [], "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}]}))]
+pub struct NamedAgentView {
+    /// What sessions name it by (`POST /sessions {agent}`).
+    pub name: String,
+    /// Whether a request that names no agent gets this one.
+    pub default: bool,
+    /// Whether a member is ready.
+    pub ready: bool,
+    /// Why not, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unready_reason: Option<String>,
+    /// `agentInfo` from its `initialize` (`null` until a member has answered).
+    #[schema(value_type = Object)]
+    pub agent_info: Value,
+    pub capabilities: Capabilities,
+    /// `authMethods` from its `initialize`.
+    #[schema(value_type = Vec<Object>)]
+    pub auth_methods: Value,
+    pub members: Vec<MemberView>,
+}
+
+impl NamedAgentView {
+    fn of(agent: &AgentPool, default: bool) -> Self {
+        let init = agent.pool.init();
+        let unready_reason = agent.pool.unready_reason();
+        NamedAgentView {
+            name: agent.name.clone(),
+            default,
+            ready: unready_reason.is_none(),
+            unready_reason,
+            agent_info: init.as_ref().map_or(Value::Null, |i| i.agent_info.clone()),
+            capabilities: init.as_ref().map(|i| i.capabilities).unwrap_or_default(),
+            auth_methods: init.map_or(Value::Array(Vec::new()), |i| i.auth_methods),
+            members: agent.pool.members(),
+        }
+    }
+}
 
 /// How long `/readyz` waits for the database to answer a ping.
 const READY_PING: std::time::Duration = std::time::Duration::from_secs(2);
@@ -15,6 +61,8 @@ const READY_PING: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Stats {
     pub members: Vec<MemberView>,
     pub members_ready: usize,
+    /// Each agent's name and its members ready.
+    pub agents_ready: Vec<(String, usize)>,
     pub sessions_live: usize,
     pub replicas: usize,
     pub replicas_live: usize,
@@ -32,11 +80,25 @@ pub struct Stats {
 
 impl Gateway {
     /// Ready = the store answers, the event log is written (not retrying a failed append) and
-    /// at least one member is ready.
-    pub async fn ready(&self) -> Result<(), Error> {
-        self.unready_reason()
-            .await
-            .map_or(Ok(()), |why| Err(Error::NoCapacity(why)))
+    /// at least one agent has a ready member (an agent that crash-loops does not stop the
+    /// others). Answers which agents are ready.
+    pub async fn ready(&self) -> Result<String, Error> {
+        if let Some(why) = self.unready_reason().await {
+            return Err(Error::NoCapacity(why));
+        }
+        let (ready, not): (Vec<&AgentPool>, Vec<&AgentPool>) = self
+            .agents
+            .all()
+            .iter()
+            .partition(|a| a.pool.ready_count() > 0);
+        let names = |agents: Vec<&AgentPool>| -> Vec<String> {
+            agents.iter().map(|a| a.name.clone()).collect()
+        };
+        let mut answer = format!("ready: {}", names(ready).join(", "));
+        if !not.is_empty() {
+            answer.push_str(&format!("; not ready: {}", names(not).join(", ")));
+        }
+        Ok(answer)
     }
 
     /// Why the gateway is not ready, if it is not.
@@ -57,14 +119,51 @@ impl Gateway {
         if self.inner.hub.log_failing() {
             return Some("the event log cannot be written; appends are retried".to_owned());
         }
-        self.pool.unready_reason()
+        if self.agents.all().iter().any(|a| a.pool.ready_count() > 0) {
+            return None;
+        }
+        let why: Vec<String> = self
+            .agents
+            .all()
+            .iter()
+            .map(|a| {
+                let reason = a.pool.unready_reason().unwrap_or_default();
+                match self.agents.all().len() {
+                    1 => reason,
+                    _ => format!("{}: {reason}", a.name),
+                }
+            })
+            .collect();
+        Some(why.join("; "))
     }
 
-    /// `GET /agent`.
+    /// `GET /agents`: every agent, the default first.
+    pub fn agents(&self) -> Vec<NamedAgentView> {
+        let all = self.agents.all();
+        all.iter()
+            .enumerate()
+            .map(|(i, a)| NamedAgentView::of(a, i == 0))
+            .collect()
+    }
+
+    /// `GET /agents/{name}`.
+    pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
+        let default = self.agents.default_agent().name == name;
+        match self.agents.get(name) {
+            Some(a) => Ok(NamedAgentView::of(a, default)),
+            None => Err(Error::NotFound(format!(
+                "no agent {name:?}; this gateway runs {:?}",
+                self.agents.names()
+            ))),
+        }
+    }
+
+    /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
+        let pool = &self.agents.default_agent().pool;
         AgentView {
-            initialize: self.pool.init(),
-            members: self.pool.members(),
+            initialize: pool.init(),
+            members: pool.members(),
             replicas: self.inner.cluster.view(),
         }
     }
@@ -74,9 +173,14 @@ impl Gateway {
         let c = &self.inner.counters;
         let replicas = self.inner.cluster.view();
         let streams = self.inner.hub.streams();
+        let pools = self.agents.all();
         Stats {
-            members: self.pool.members(),
-            members_ready: self.pool.ready_count(),
+            members: pools.iter().flat_map(|a| a.pool.members()).collect(),
+            members_ready: pools.iter().map(|a| a.pool.ready_count()).sum(),
+            agents_ready: pools
+                .iter()
+                .map(|a| (a.name.clone(), a.pool.ready_count()))
+                .collect(),
             sessions_live: self.inner.live.live_count(),
             replicas: replicas.len(),
             replicas_live: replicas.iter().filter(|r| r.live).count(),

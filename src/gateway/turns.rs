@@ -37,7 +37,9 @@ impl Gateway {
             (None, Some(r)) => self.ensure_live(&r).await?,
             (None, None) => self.ensure_live(&self.record(caller, id).await?).await?,
         };
-        let agent = self.client(member).ok_or_else(|| self.no_member())?;
+        let agent = self
+            .client(member)
+            .ok_or_else(|| self.no_member_at(member))?;
         self.inner
             .counters
             .turns_started
@@ -130,7 +132,7 @@ impl Gateway {
         // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
         // that it happens even if this request is dropped (client gone, request timeout).
         let (pool, grace, bound) = (
-            self.pool.clone(),
+            self.agents.clone(),
             self.inner.config.cancel_grace,
             self.inner.config.control_timeout,
         );

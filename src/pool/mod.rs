@@ -4,8 +4,11 @@
 //! for a starting one (`acquire`); the gateway pins live sessions to it.
 
 mod acquire;
+mod agents;
 pub mod client;
 mod supervisor;
+
+pub use agents::{AgentPool, Agents};
 
 pub(crate) use supervisor::authenticate;
 
@@ -98,6 +101,7 @@ struct Slot {
 /// One agent process slot.
 #[derive(Debug)]
 pub struct Member {
+    /// Its index among every agent's members (see [`Agents`]).
     pub index: usize,
     slot: Mutex<Slot>,
     /// Live sessions pinned here (maintained by the gateway).
@@ -122,6 +126,8 @@ pub struct MemberView {
 /// The pool of agent processes.
 pub struct Pool {
     members: Vec<Arc<Member>>,
+    /// The global index of the first member (see [`Agents`]).
+    first: usize,
     init: std::sync::OnceLock<AgentInit>,
     /// Notified whenever a member's state changes: requests waiting for a member wake on it.
     changed: tokio::sync::Notify,
@@ -130,9 +136,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts `config.size` supervisors. Returns at once; members become ready asynchronously.
-    pub fn start(config: PoolConfig, handler: Arc<dyn UpstreamHandler>) -> Arc<Pool> {
-        let members = (0..config.size.max(1))
+    /// Starts `config.size` supervisors, whose members are numbered from `first`. Returns at
+    /// once; members become ready asynchronously.
+    pub fn start(config: PoolConfig, first: usize, handler: Arc<dyn UpstreamHandler>) -> Arc<Pool> {
+        let members = (first..first + config.size.max(1))
             .map(|index| {
                 Arc::new(Member {
                     index,
@@ -153,6 +160,7 @@ impl Pool {
             .collect();
         let pool = Arc::new(Pool {
             members,
+            first,
             init: std::sync::OnceLock::new(),
             changed: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
@@ -172,6 +180,16 @@ impl Pool {
         self.members.len()
     }
 
+    /// Member `index` (a global index), if it is one of this pool's.
+    fn member(&self, index: usize) -> Option<&Arc<Member>> {
+        self.members.get(index.checked_sub(self.first)?)
+    }
+
+    /// Whether member `index` (a global index) is one of this pool's.
+    pub fn has(&self, index: usize) -> bool {
+        self.member(index).is_some()
+    }
+
     /// What the agent said in `initialize` (from the first member that answered).
     pub fn init(&self) -> Option<AgentInit> {
         self.init.get().cloned()
@@ -186,7 +204,7 @@ impl Pool {
     /// The connection of member `index` if it is ready: not once its connection is gone
     /// (stdin broken, stdout ended), even before the supervisor has heard of it.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
-        let slot = self.members.get(index)?.slot.lock().expect("slot lock");
+        let slot = self.member(index)?.slot.lock().expect("slot lock");
         (slot.state == MemberState::Ready)
             .then(|| slot.conn.clone())
             .flatten()
@@ -195,7 +213,7 @@ impl Pool {
 
     /// Kills member `index` (its whole process group); the supervisor restarts it.
     pub fn restart_member(&self, index: usize, why: &str) {
-        if let Some(m) = self.members.get(index) {
+        if let Some(m) = self.member(index) {
             tracing::warn!(member = index, why, "restarting member");
             self.set(m, |s| {
                 s.last_error = Some(format!("restarted by the gateway: {why}"))
@@ -207,7 +225,7 @@ impl Pool {
 
     /// Counts a live session on member `index` (+1 or -1).
     pub fn adjust_sessions(&self, index: usize, attach: bool) {
-        if let Some(m) = self.members.get(index) {
+        if let Some(m) = self.member(index) {
             if attach {
                 m.sessions.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -233,7 +251,7 @@ impl Pool {
             .map(|m| {
                 let s = m.slot.lock().expect("slot lock");
                 MemberView {
-                    index: m.index,
+                    index: m.index - self.first,
                     pid: s.pid,
                     state: s.state,
                     sessions: m.sessions.load(Ordering::Relaxed),

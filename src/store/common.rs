@@ -18,12 +18,15 @@ pub(crate) const GET_SESSION: &str = concat!(
     " FROM sessions WHERE session_id = $1"
 );
 
-/// The session columns as `$1`…`$13`, in [`session_columns!`] order; `session_id` ($1) is the
+/// The session columns as `$1`…`$14`, in [`session_columns!`] order; `session_id` ($1) is the
 /// key and is not changed.
 pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = $3, \
      additional_directories = $4, title = $5, updated_at = $6, created_at = $7, meta = $8, \
-     archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13 \
+     archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13, agent = $14 \
      WHERE session_id = $1";
+
+/// Gives the sessions recorded before agents had names (`agent = ''`) to agent `$1`.
+pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE agent = ''";
 
 /// What an upsert of session rows does with an id that exists: replaces every column unless
 /// the row is tombstoned; then answers the ids written.
@@ -35,7 +38,7 @@ macro_rules! replace_unless_tombstoned {
          updated_at = excluded.updated_at, created_at = excluded.created_at, \
          meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
          deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
-         listed = excluded.listed \
+         listed = excluded.listed, agent = excluded.agent \
          WHERE sessions.deleted_at IS NULL RETURNING session_id"
     };
 }
@@ -70,7 +73,7 @@ macro_rules! synced_sessions {
             $ids,
             ", ",
             $digests,
-            " FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL"
+            " FROM sessions WHERE deleted_at IS NULL AND synced_at IS NOT NULL AND agent = $1"
         )
     };
 }
@@ -252,11 +255,21 @@ macro_rules! impl_store {
                 $crate::store::listing::page_of(query, &rows)
             }
 
+            async fn adopt_sessions(&self, agent: &str) -> $crate::store::StoreResult<u64> {
+                Ok(sqlx::query($crate::store::common::ADOPT_SESSIONS)
+                    .bind(agent)
+                    .execute(&self.$writes)
+                    .await?
+                    .rows_affected())
+            }
+
             async fn visit_synced(
                 &self,
+                agent: &str,
                 visit: &mut $crate::store::SyncedVisitor<'_>,
             ) -> $crate::store::StoreResult<()> {
                 let (ids, digests): (String, String) = sqlx::query_as($synced_sessions)
+                    .bind(agent)
                     .fetch_one(&self.$reads)
                     .await?;
                 $crate::store::common::visit_ids_and_digests(&ids, &digests, visit)

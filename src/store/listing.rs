@@ -33,7 +33,7 @@ pub(crate) fn push_page_query<'a, DB, K>(
     i64: Encode<'a, DB> + Type<DB>,
     String: Encode<'a, DB> + Type<DB>,
 {
-    // `WHERE` over `sessions s`: live rows of the query's archive state, tenant and cwd.
+    // `WHERE` over `sessions s`: live rows of the query's archive state, tenant, cwd and agent.
     let push_filters = |qb: &mut QueryBuilder<'a, DB>| {
         qb.push(" WHERE s.deleted_at IS NULL AND s.archived = ")
             .push_bind(query.archived.unwrap_or(false));
@@ -42,6 +42,9 @@ pub(crate) fn push_page_query<'a, DB, K>(
         }
         if let Some(cwd) = &query.cwd {
             qb.push(" AND s.cwd = ").push_bind(cwd.clone());
+        }
+        if let Some(agent) = &query.agent {
+            qb.push(" AND s.agent = ").push_bind(agent.clone());
         }
     };
     let limit = query.limit.max(1) + 1;

@@ -28,6 +28,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0006_event_payload_json",
     "0007_synced_listed",
     "0008_session_states",
+    "0009_session_agent",
 );
 
 /// `migrations/sqlite`.
@@ -39,6 +40,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0005_listed",
     "0007_synced_listed",
     "0008_session_states",
+    "0009_session_agent",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -20,7 +20,7 @@ use serde_json::Value;
 macro_rules! session_columns {
     () => {
         "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
-         archived, origin, deleted_at, synced_at, listed"
+         archived, origin, deleted_at, synced_at, listed, agent"
     };
 }
 
@@ -169,6 +169,9 @@ pub struct SessionRecord {
     /// The digest of the agent's `SessionInfo` that a sync last made the row from, as long as
     /// nothing else has changed the row since (see [`Store::sessions_to_sync`]); `None` then.
     pub listed: Option<i64>,
+    /// The name of the agent the session lives in (empty in rows written before agents had
+    /// names, until [`Store::adopt_sessions`] gives them the default one).
+    pub agent: String,
 }
 
 /// A session on a page of the agent's list: its id and the digest of its `SessionInfo`.
@@ -196,6 +199,8 @@ pub struct ListQuery {
     pub tenant: Option<String>,
     /// Exact match on `cwd`.
     pub cwd: Option<String>,
+    /// Only the sessions of this agent.
+    pub agent: Option<String>,
     /// `None` = only non-archived, `Some(true)` = only archived, `Some(false)` = only non-archived.
     pub archived: Option<bool>,
     /// The position after which the page starts; `None` for the first page.
@@ -344,10 +349,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`ListCursor`]. `limit` must be at least 1.
     async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList>;
 
-    /// Hands `visit` each live (non-tombstoned) session a sync has seen in the agent's list,
+    /// Hands `visit` each live (non-tombstoned) session of `agent` a sync has seen in its list,
     /// with its [`SessionRecord::listed`] digest: one query, nothing collected (a large agent
     /// lists a million).
-    async fn visit_synced(&self, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
+    async fn visit_synced(&self, agent: &str, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
+
+    /// Gives the sessions recorded before agents had names to `agent`; returns how many.
+    async fn adopt_sessions(&self, agent: &str) -> StoreResult<u64>;
 
     /// Forgets recorded list moves older than `before` (see [`ListCursor`]); returns how many.
     async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;

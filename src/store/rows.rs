@@ -78,6 +78,7 @@ pub(crate) fn session_from(row: &impl Columns) -> StoreResult<SessionRecord> {
         deleted_at: row.opt_time("deleted_at").map_err(at)?,
         synced_at: row.opt_time("synced_at").map_err(at)?,
         listed: row.get("listed")?,
+        agent: row.get("agent")?,
         session_id,
     })
 }

@@ -52,6 +52,7 @@ fn record(id: &str, tenant: &str) -> SessionRecord {
         deleted_at: None,
         synced_at: None,
         listed: None,
+        agent: "default".into(),
     }
 }
 
@@ -214,6 +215,7 @@ macro_rules! store_contract {
         store_tests!($open, store:
             sessions::check_fresh_database,
             sessions::check_session_round_trip,
+            sessions::check_session_agents,
             sessions::check_update_session,
             sessions::check_concurrent_updates,
             sessions::check_sessions_in_bulk,

@@ -49,6 +49,7 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
         deleted_at: None,
         synced_at: Some(ts(T0 + 999_999)),
         listed: Some(i64::MIN + 7),
+        agent: "codex".into(),
     };
     assert!(
         store.put_session(&full).await.unwrap(),
@@ -462,13 +463,24 @@ pub async fn check_sessions_in_bulk(store: Arc<dyn Store>) {
     // (none once the gateway changed it); no tombstone, no row no sync has seen.
     let mut synced = BTreeMap::new();
     store
-        .visit_synced(&mut |id, digest| {
+        .visit_synced("default", &mut |id, digest| {
             if id.starts_with("bulk-") {
                 assert!(synced.insert(id.to_owned(), digest).is_none(), "{id} twice");
             }
         })
         .await
         .unwrap();
+    let mut of_another_agent = 0;
+    store
+        .visit_synced("codex", &mut |id, _| {
+            of_another_agent += usize::from(id.starts_with("bulk-"));
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        of_another_agent, 0,
+        "each agent's sync sees its own sessions"
+    );
     let expected: BTreeMap<String, Option<i64>> = live
         .iter()
         .map(|r| {
@@ -478,4 +490,55 @@ pub async fn check_sessions_in_bulk(store: Arc<dyn Store>) {
         .collect();
     assert_eq!(synced.len(), 3_001);
     assert_eq!(synced, expected);
+}
+
+/// Every session belongs to an agent: stored and read back, listed by agent, and the rows
+/// written before agents had names (`''`) given to the default one, once.
+pub async fn check_session_agents(store: Arc<dyn Store>) {
+    let with = |id: &str, agent: &str| SessionRecord {
+        agent: agent.to_owned(),
+        ..record(id, "agents-t")
+    };
+    let rows = [
+        with("ag-1", ""),
+        with("ag-2", "claude"),
+        with("ag-3", "codex"),
+        with("ag-4", ""),
+    ];
+    store.put_sessions(&rows).await.unwrap();
+    assert_eq!(
+        store.get_session("ag-2").await.unwrap().unwrap().agent,
+        "claude"
+    );
+    assert_eq!(store.adopt_sessions("claude").await.unwrap(), 2);
+    assert_eq!(store.adopt_sessions("claude").await.unwrap(), 0, "once");
+    assert_eq!(
+        store.get_session("ag-4").await.unwrap().unwrap().agent,
+        "claude"
+    );
+    let listed = |agent: Option<&str>| {
+        let store = store.clone();
+        let query = ListQuery {
+            tenant: Some("agents-t".to_owned()),
+            agent: agent.map(str::to_owned),
+            limit: 50,
+            ..ListQuery::default()
+        };
+        async move {
+            let mut ids: Vec<String> = store
+                .list_sessions(&query)
+                .await
+                .unwrap()
+                .sessions
+                .into_iter()
+                .map(|r| r.session_id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(listed(Some("claude")).await, ["ag-1", "ag-2", "ag-4"]);
+    assert_eq!(listed(Some("codex")).await, ["ag-3"]);
+    assert_eq!(listed(Some("gemini")).await, Vec::<String>::new());
+    assert_eq!(listed(None).await.len(), 4);
 }

@@ -23,13 +23,13 @@ pub(super) const LOCK_SESSION: &str = concat!(
 );
 
 /// Session rows from one array per column, in [`session_columns!`] order: any number of rows
-/// in one statement of thirteen parameters.
+/// in one statement of fourteen parameters.
 const PUT_SESSIONS: &str = concat!(
     "INSERT INTO sessions (",
     session_columns!(),
     ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], \
      $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::boolean[], $10::text[], \
-     $11::timestamptz[], $12::timestamptz[], $13::bigint[])",
+     $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::text[])",
     replace_unless_tombstoned!()
 );
 
@@ -52,7 +52,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
     tail: " ORDER BY session_id, id",
 };
 
-/// Binds the thirteen session columns ($1…$13) in [`session_columns!`] order.
+/// Binds the fourteen session columns ($1…$14) in [`session_columns!`] order.
 pub(super) fn bind_session<'q>(
     query: Query<'q, Postgres, PgArguments>,
     record: &'q SessionRecord,
@@ -71,6 +71,7 @@ pub(super) fn bind_session<'q>(
         .bind(record.deleted_at.map(|at| at.trunc_subsecs(6)))
         .bind(record.synced_at.map(|at| at.trunc_subsecs(6)))
         .bind(record.listed)
+        .bind(&record.agent)
 }
 
 impl PgStore {
@@ -100,6 +101,7 @@ impl PgStore {
             .bind(column(records, |r| r.deleted_at.map(time)))
             .bind(column(records, |r| r.synced_at.map(time)))
             .bind(column(records, |r| r.listed))
+            .bind(column(records, |r| r.agent.as_str()))
             .fetch_all(&self.pool)
             .await?)
     }

@@ -1,0 +1,95 @@
+//! Every configured agent, each with a pool of its own: a crash loop in one agent's pool never
+//! touches another's. Members are numbered across the agents (the first agent's `0..n`, the
+//! next agent's from `n`), so that a member index alone says which agent and process a live
+//! session is on.
+
+use std::sync::Arc;
+
+use super::{Pool, PoolConfig, UpstreamHandler};
+use crate::acp::Connection;
+
+/// One agent: its name, its pool and its limits.
+pub struct AgentPool {
+    pub name: String,
+    pub pool: Arc<Pool>,
+    /// Most live sessions the agent holds at once (0: no limit).
+    pub max_sessions: usize,
+}
+
+/// The agents, the default one first.
+pub struct Agents {
+    agents: Vec<AgentPool>,
+}
+
+impl Agents {
+    /// Starts every agent's pool (the default agent first, as `configs` are given).
+    pub fn start(
+        configs: Vec<(String, PoolConfig, usize)>,
+        handler: Arc<dyn UpstreamHandler>,
+    ) -> Arc<Agents> {
+        let mut first = 0;
+        let agents = configs
+            .into_iter()
+            .map(|(name, config, max_sessions)| {
+                let size = config.size.max(1);
+                let pool = Pool::start(config, first, handler.clone());
+                first += size;
+                AgentPool {
+                    name,
+                    pool,
+                    max_sessions,
+                }
+            })
+            .collect();
+        Arc::new(Agents { agents })
+    }
+
+    /// The agent used when a request names none.
+    pub fn default_agent(&self) -> &AgentPool {
+        &self.agents[0]
+    }
+
+    /// The agent named `name`.
+    pub fn get(&self, name: &str) -> Option<&AgentPool> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// Every agent, the default first.
+    pub fn all(&self) -> &[AgentPool] {
+        &self.agents
+    }
+
+    /// The names of the agents, the default first.
+    pub fn names(&self) -> Vec<&str> {
+        self.agents.iter().map(|a| a.name.as_str()).collect()
+    }
+
+    /// The agent whose pool has member `index`.
+    pub fn of_member(&self, index: usize) -> Option<&AgentPool> {
+        self.agents.iter().find(|a| a.pool.has(index))
+    }
+
+    /// The connection of member `index`, if it is ready.
+    pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
+        self.of_member(index)?.pool.conn(index)
+    }
+
+    /// Kills member `index`; its supervisor restarts it.
+    pub fn restart_member(&self, index: usize, why: &str) {
+        if let Some(a) = self.of_member(index) {
+            a.pool.restart_member(index, why);
+        }
+    }
+
+    /// Counts a live session on member `index` (+1 or -1).
+    pub fn adjust_sessions(&self, index: usize, attach: bool) {
+        if let Some(a) = self.of_member(index) {
+            a.pool.adjust_sessions(index, attach);
+        }
+    }
+
+    /// Stops every agent's members and waits for them.
+    pub async fn shutdown(&self) {
+        futures::future::join_all(self.agents.iter().map(|a| a.pool.shutdown())).await;
+    }
+}
