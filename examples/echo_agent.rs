@@ -55,7 +55,7 @@
 //! | Method | Behaviour |
 //! |---|---|
 //! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`, authMethods per `ECHO_AGENT_AUTH` (else none). |
-//! | `authenticate` | With `ECHO_AGENT_AUTH`: the advertised methodId authenticates this connection ({}), another one is -32602. Without it: {} for any methodId. |
+//! | `authenticate` | With `ECHO_AGENT_AUTH`: the advertised methodId authenticates this connection ({}), another one is -32602; with `ECHO_AGENT_AUTH_KEY` too, only when `_meta` carries that key (else -32000 "Authentication failed"). Without it: {} for any methodId. |
 //! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. Its `_meta` is kept and listed as the session's `_meta`. |
 //! | `session/load` | Replays the history as `session/update`s, then answers {}. |
 //! | `session/resume` | Like `session/load`, without the replay. |
@@ -95,6 +95,7 @@
 //! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
 //! | `ECHO_AGENT_PERMISSION` | `1`: like `/permission` on every prompt. |
 //! | `ECHO_AGENT_AUTH` | An auth method id: `initialize` advertises the agent-style method {id: this, name "Echo login", description "Accepts any client that asks"}, and sessions need `authenticate` with it first (see above). |
+//! | `ECHO_AGENT_AUTH_KEY` | With `ECHO_AGENT_AUTH`: a key that `authenticate` must carry in its `_meta`, as Gemini's agent takes it (`{"api-key": "KEY"}`) or Codex's (`{"api-key": {"apiKey": "KEY"}}`); another key, or none, is -32000 "Authentication failed" (its message says whether a key was found, and the shapes accepted when none was; never the key). |
 //! | `ECHO_AGENT_LONG_LINE_BYTES` | Length in bytes, newline excluded, of the long line of `/garbage` (default 100000; below the size of the empty envelope the pad is just empty). |
 //! | `ECHO_AGENT_SPAWN_CHILD` | `1`: at start, spawn a child `sleep 3600` (same process group, stdin/stdout/stderr null, never waited for) and write "echo-agent: spawned child <pid>" to stderr. |
 //! | `ECHO_AGENT_CHILD_PID_FILE` | With `ECHO_AGENT_SPAWN_CHILD`: file to which the child's pid and a newline are appended. |
@@ -288,6 +289,8 @@ struct Config {
     crash_at_start: bool,
     /// `ECHO_AGENT_AUTH`: the one auth method, which sessions then require.
     auth_method: Option<String>,
+    /// `ECHO_AGENT_AUTH_KEY`: the key `authenticate` must carry in its `_meta`.
+    auth_key: Option<String>,
     /// `ECHO_AGENT_LONG_LINE_BYTES`: length of the long line of `/garbage`.
     long_line_bytes: usize,
     /// `ECHO_AGENT_SPAWN_CHILD=1`.
@@ -351,6 +354,7 @@ impl Config {
             controls: controls::Controls::from_env(env("ECHO_AGENT_CONTROLS").as_deref()),
             crash_at_start: crash.trim() == "start",
             auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
+            auth_key: env("ECHO_AGENT_AUTH_KEY"),
             long_line_bytes: env_num("ECHO_AGENT_LONG_LINE_BYTES").unwrap_or(100_000),
             spawn_child: env_flag("ECHO_AGENT_SPAWN_CHILD"),
             child_pid_file: env("ECHO_AGENT_CHILD_PID_FILE").map(PathBuf::from),
@@ -898,12 +902,26 @@ impl EchoAgent {
             .agent_info(info))
     }
 
-    /// Accepts the advertised method (any method when none is advertised).
+    /// Accepts the advertised method (any method when none is advertised), with the key of
+    /// `ECHO_AGENT_AUTH_KEY` in `_meta` when that is set.
     fn authenticate(&self, req: AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
         self.enter("authenticate", None, None)?;
         if let Some(method) = &self.cfg.auth_method {
             if *req.method_id.0 != **method {
                 return Err(invalid("unknown authentication method"));
+            }
+            if let Some(key) = &self.cfg.auth_key {
+                // Gemini's shape, {"api-key": KEY}, or Codex's, {"api-key": {"apiKey": KEY}}.
+                let given = req.meta.as_ref().and_then(|m| m.get("api-key"));
+                let given = given.and_then(|v| v.as_str().or_else(|| v["apiKey"].as_str()));
+                if given != Some(key.as_str()) {
+                    let why = if given.is_some() {
+                        "Authentication failed: wrong API key in _meta"
+                    } else {
+                        "Authentication failed: no API key in _meta (expected {\"api-key\": KEY} or {\"api-key\": {\"apiKey\": KEY}})"
+                    };
+                    return Err(Error::new(ErrorCode::AUTH_REQUIRED, why));
+                }
             }
             self.authenticated.store(true, Ordering::SeqCst);
         }

@@ -1,6 +1,7 @@
-//! `acp-gateway check-agent`: starts the configured agent once, initializes it (and
-//! authenticates when `--agent-auth-method` is set), and describes it as a table; or says in
-//! one line why the gateway could not use it. The first thing to run when wiring a new agent.
+//! `acp-gateway check-agent`: starts each configured agent once (or the one `--only` names),
+//! initializes it (and authenticates it when it has an auth method, with its `_meta`), and
+//! describes it as a table under a `[NAME]` heading; or says in one line why the gateway could
+//! not use it. The first thing to run when wiring a new agent.
 
 use std::time::Duration;
 
@@ -9,12 +10,80 @@ use serde_json::Value;
 
 use crate::acp::caps::{AgentInit, initialize_params};
 use crate::acp::{AgentProcess, CallError, ExitInfo, Inbound, RpcError};
-use crate::config::Config;
+use crate::config::{AgentSpec, Config};
 
-/// Runs the check; `Ok` is the description to print, `Err` the reason the agent is unusable.
-pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
-    let command = crate::agent_command(config)?;
-    let (mut process, conn, stdout) = AgentProcess::spawn(&command, "check")
+/// What `check-agent` found.
+pub struct Checked {
+    /// One section per agent checked, headed by `[NAME]`: its table, or why it is unusable.
+    pub report: String,
+    /// The agents that cannot be used, each with the reason.
+    pub unusable: Vec<(String, anyhow::Error)>,
+}
+
+impl Checked {
+    /// `Err` naming every unusable agent with its reason, in one line.
+    pub fn result(&self) -> anyhow::Result<()> {
+        match self.unusable.as_slice() {
+            [] => Ok(()),
+            [(name, why)] => Err(anyhow::anyhow!("agent {name:?} cannot be used: {why:#}")),
+            many => Err(anyhow::anyhow!(
+                "{} agents cannot be used: {}",
+                many.len(),
+                many.iter()
+                    .map(|(name, why)| format!("{name:?}: {why:#}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+        }
+    }
+}
+
+/// Checks every configured agent in turn, default first (or only the one named `only`). `Err`
+/// when the configuration is wrong; an agent that cannot be used is in [`Checked::unusable`].
+pub async fn check_agents(config: &Config, only: Option<&str>) -> anyhow::Result<Checked> {
+    let (mut agents, default) = crate::agents(config)?;
+    if let Some(name) = only {
+        let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+        let at = agents
+            .iter()
+            .position(|a| a.name == name)
+            .with_context(|| {
+                format!(
+                    "--only {name:?}: no such agent; the agents are: {}",
+                    names.join(", ")
+                )
+            })?;
+        agents = vec![agents.swap_remove(at)];
+    }
+    let mut checked = Checked {
+        report: String::new(),
+        unusable: Vec::new(),
+    };
+    for (i, agent) in agents.iter().enumerate() {
+        if i > 0 {
+            checked.report.push('\n');
+        }
+        let tag = if agent.name == default {
+            " (default)"
+        } else {
+            ""
+        };
+        checked.report += &format!("[{}]{tag}\n", agent.name);
+        match check_agent(agent, config.init_timeout()).await {
+            Ok(table) => checked.report += &table,
+            Err(why) => {
+                checked.report += &format!("unusable  {why:#}\n");
+                checked.unusable.push((agent.name.clone(), why));
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Checks one agent; `Ok` is the description to print, `Err` the reason it is unusable.
+pub async fn check_agent(agent: &AgentSpec, timeout: Duration) -> anyhow::Result<String> {
+    let command = &agent.command;
+    let (mut process, conn, stdout) = AgentProcess::spawn(command, "check")
         .with_context(|| format!("cannot start the agent {:?}", command.program))?;
     // Answers arrive on stdout, read by a task of their own; the agent's own requests are
     // refused.
@@ -37,8 +106,7 @@ pub async fn check_agent(config: &Config) -> anyhow::Result<String> {
             conn.fail_all("the agent closed stdout");
         })
     };
-    let timeout = config.init_timeout();
-    let outcome = describe(config, &conn, timeout).await;
+    let outcome = describe(agent, &conn, timeout).await;
     let exit = process.terminate(Duration::from_secs(2)).await;
     stop.cancel();
     let _ = answers.await;
@@ -65,7 +133,7 @@ enum Failure {
 }
 
 async fn describe(
-    config: &Config,
+    agent: &AgentSpec,
     conn: &crate::acp::Connection,
     timeout: Duration,
 ) -> Result<String, Failure> {
@@ -74,12 +142,12 @@ async fn describe(
         .await
         .map_err(|e| Failure::Call("initialize", e))?;
     let init = AgentInit::from_result(&result);
-    if let Some(method) = &config.agent_auth_method {
-        crate::pool::authenticate(conn, &init, method, timeout)
+    if let Some(method) = &agent.auth_method {
+        crate::pool::authenticate(conn, &init, method, agent.auth_meta.as_ref(), timeout)
             .await
             .map_err(|why| Failure::Other(anyhow::anyhow!(why)))?;
     }
-    Ok(table(&init, config.agent_auth_method.as_deref()))
+    Ok(table(&init, agent.auth_method.as_deref()))
 }
 
 fn auth_method_ids(init: &AgentInit) -> Vec<String> {

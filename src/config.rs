@@ -1,5 +1,10 @@
 //! Configuration (clap derive): every flag also reads an `ACP_GATEWAY_*` variable and a key of
-//! the optional `--config` TOML file, in that order of precedence.
+//! the optional `--config` TOML file, in that order of precedence. The agents (`--agent`, the
+//! file's `[agents.NAME]` tables) are read in `agents`.
+
+mod agents;
+
+pub use agents::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,9 +32,20 @@ pub struct Config {
     #[arg(skip)]
     pub effective: Vec<(String, String)>,
 
-    /// The agent command line, e.g. "npx -y @agentclientprotocol/claude-agent-acp".
+    /// An agent to run (repeatable): `NAME=CMD ARGS`, or a plain command line, e.g.
+    /// "npx -y @agentclientprotocol/claude-agent-acp", which is the agent named `default`.
+    /// More, with settings of their own, as `[agents.NAME]` tables of the --config file.
     #[arg(long, env = "ACP_GATEWAY_AGENT", global = true)]
-    pub agent: Option<String>,
+    pub agent: Vec<String>,
+
+    /// The agent that serves requests naming none (required with several agents, unless one is
+    /// named `default`).
+    #[arg(long, env = "ACP_GATEWAY_DEFAULT_AGENT", global = true)]
+    pub default_agent: Option<String>,
+
+    /// The `[agents.NAME]` tables of the --config file, as written.
+    #[arg(skip)]
+    pub file_agents: Vec<agents::FileAgent>,
 
     /// Extra environment for the agent processes, `KEY=VALUE` (repeatable).
     #[arg(long = "agent-env", env = "ACP_GATEWAY_AGENT_ENV", value_delimiter = ',', value_parser = parse_key_value, global = true)]
@@ -305,9 +321,14 @@ pub enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
-    /// Start the agent once, initialize it (and authenticate with --agent-auth-method), print
-    /// its info and capabilities, and exit; non-zero with the reason when it cannot be used.
-    CheckAgent,
+    /// Start each configured agent once, initialize it (and authenticate it when it has an auth
+    /// method), print its info and capabilities, and exit; non-zero naming each agent that cannot
+    /// be used, with the reason.
+    CheckAgent {
+        /// Check only the agent of this name.
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 /// Who answers `session/request_permission`.
@@ -354,12 +375,21 @@ impl Config {
     ) -> anyhow::Result<Config> {
         let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let first = Config::command().try_get_matches_from(&args)?;
+        let mut file_agents = Vec::new();
         if let Some(path) = first.get_one::<PathBuf>("config") {
-            args.extend(file_args(path, &first)?);
+            let (file, agents) = file_args(path, &first)?;
+            args.extend(file);
+            file_agents = agents;
         }
         let matches = Config::command().try_get_matches_from(&args)?;
         let mut config = Config::from_arg_matches(&matches)?;
         config.effective = effective(&matches);
+        config.effective.extend(
+            file_agents
+                .iter()
+                .map(|a| (format!("agents.{}", a.name), a.shown())),
+        );
+        config.file_agents = file_agents;
         Ok(config)
     }
 
@@ -379,15 +409,24 @@ impl Config {
 }
 
 /// The settings of a `--config` file as arguments, leaving out those the command line or the
-/// environment already set.
-fn file_args(path: &std::path::Path, given: &ArgMatches) -> anyhow::Result<Vec<OsString>> {
+/// environment already set; and its `[agents.NAME]` tables, which add to the `--agent` flags.
+fn file_args(
+    path: &std::path::Path,
+    given: &ArgMatches,
+) -> anyhow::Result<(Vec<OsString>, Vec<agents::FileAgent>)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --config {}", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("--config {}", path.display()))?;
     let command = Config::command();
     let mut out = Vec::new();
+    let mut file_agents = Vec::new();
     for (key, value) in table {
+        if key == "agents" {
+            file_agents = agents::FileAgent::parse_all(value)
+                .with_context(|| format!("--config {}", path.display()))?;
+            continue;
+        }
         let long = key.replace('_', "-");
         let arg = command
             .get_arguments()
@@ -429,11 +468,11 @@ fn file_args(path: &std::path::Path, given: &ArgMatches) -> anyhow::Result<Vec<O
             out.push(format!("--{long}={text}").into());
         }
     }
-    Ok(out)
+    Ok((out, file_agents))
 }
 
 /// Every setting's value as given or defaulted, with API keys, the database password and the
-/// agent's environment values redacted.
+/// agents' environment values redacted (the `[agents.NAME]` tables are added by the caller).
 fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for arg in Config::command().get_arguments() {

@@ -30,12 +30,11 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::acp::AgentCommand;
 use crate::api::auth::Keys;
 use crate::api::error::ApiError;
 use crate::api::limits::{LimitConfig, Limits};
 use crate::cluster::Cluster;
-use crate::config::Config;
+use crate::config::{AgentSpec, Config};
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
@@ -124,22 +123,26 @@ pub fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
-/// The agent command line of the configuration, with its environment and directory.
-pub fn agent_command(config: &Config) -> anyhow::Result<AgentCommand> {
-    let line = config
-        .agent
-        .as_deref()
-        .context("--agent (or ACP_GATEWAY_AGENT) is required: the agent command line to run")?;
-    let mut command = AgentCommand::parse(line).context("cannot parse --agent")?;
-    command.env = config.agent_env.clone();
-    command.cwd = config.agent_cwd.clone();
-    command.max_line_bytes = config.max_line_bytes;
-    Ok(command)
+/// Every configured agent (the default first) and the default's name; see [`Config::agents`].
+pub fn agents(config: &Config) -> anyhow::Result<(Vec<AgentSpec>, String)> {
+    config.agents()
+}
+
+/// The pool settings of one agent.
+pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
+    PoolConfig {
+        command: agent.command.clone(),
+        size: agent.pool_size,
+        init_timeout: config.init_timeout(),
+        auth_method: agent.auth_method.clone(),
+        auth_meta: agent.auth_meta.clone(),
+    }
 }
 
 /// Checks the configuration that does not need I/O.
-pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
-    let command = agent_command(config)?;
+/// Returns the agents, as [`agents`].
+pub fn validate(config: &Config) -> anyhow::Result<(Vec<AgentSpec>, String)> {
+    let agents = agents(config)?;
     let keys = Keys::from_config(config)?;
     if keys.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
         anyhow::bail!(
@@ -149,7 +152,7 @@ pub fn validate(config: &Config) -> anyhow::Result<AgentCommand> {
     }
     cors(&config.cors_origins)?;
     workspace_roots(config)?;
-    Ok(command)
+    Ok(agents)
 }
 
 /// Serves until `shutdown` resolves, then stops every agent process and returns.
@@ -158,7 +161,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let command = validate(&config)?;
+    let (agents, default) = validate(&config)?;
     // Before anything records a metric.
     telemetry::handle();
     // Read once: the keys file is I/O, and the gateway and the router both need the result.
@@ -175,12 +178,11 @@ pub async fn run(
         max_age: Config::secs_or_never(config.retention_age),
     };
     let hub = EventHub::new(store.clone(), stop.clone(), retention);
-    let pool = PoolConfig {
-        command,
-        size: config.pool_size as usize,
-        init_timeout: config.init_timeout(),
-        auth_method: config.agent_auth_method.clone(),
-    };
+    // One pool per agent, the default first (as `agents` are).
+    let pools = agents
+        .iter()
+        .map(|a| (a.name.clone(), pool_config(a, &config), a.max_sessions))
+        .collect();
     let address = match &config.advertise_url {
         Some(url) => url.clone(),
         None => format!("http://{}", listener.local_addr()?),
@@ -198,7 +200,7 @@ pub async fn run(
         .context("registering this replica in the database")?;
     // Sessions recorded before agents had names belong to the default agent.
     let adopted = store
-        .adopt_sessions("default")
+        .adopt_sessions(&default)
         .await
         .context("giving earlier sessions to the default agent")?;
     if adopted > 0 {
@@ -211,7 +213,7 @@ pub async fn run(
         store,
         hub.clone(),
         cluster,
-        vec![("default".to_owned(), pool, 0)],
+        pools,
         GatewayConfig {
             control_timeout: config.control_timeout(),
             acquire_timeout: config.acquire_timeout(),

@@ -52,9 +52,10 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             println!("migrations applied");
             return Ok(());
         }
-        Some(Command::CheckAgent) => {
-            print!("{}", acp_gateway::check::check_agent(&config).await?);
-            return Ok(());
+        Some(Command::CheckAgent { ref only }) => {
+            let checked = acp_gateway::check::check_agents(&config, only.as_deref()).await?;
+            print!("{}", checked.report);
+            return checked.result();
         }
         Some(Command::Serve) | None => {}
     }

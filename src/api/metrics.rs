@@ -29,6 +29,13 @@ pub fn render(stats: &Stats) -> String {
         "Pool members ready.",
         stats.members_ready as f64,
     );
+    describe_gauge!(
+        "acp_gateway_agent_members_ready",
+        "Pool members ready, by agent."
+    );
+    for (agent, ready) in &stats.agents_ready {
+        gauge!("acp_gateway_agent_members_ready", "agent" => agent.clone()).set(*ready as f64);
+    }
     describe_gauge!("acp_gateway_members_by_state", "Pool members by state.");
     for state in [
         MemberState::Starting,

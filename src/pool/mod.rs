@@ -65,6 +65,8 @@ pub struct PoolConfig {
     pub init_timeout: Duration,
     /// `authMethods[].id` to authenticate every member with after `initialize`.
     pub auth_method: Option<String>,
+    /// `_meta` of that `authenticate` call (where agents such as Codex and Gemini take a key).
+    pub auth_meta: Option<Value>,
 }
 
 /// Consecutive failed starts after which a member is reported as crash-looping.

@@ -173,7 +173,8 @@ impl Pool {
             Some(Ok(result)) => {
                 let init = AgentInit::from_result(&result);
                 if let Some(method) = &config.auth_method {
-                    let auth = authenticate(&conn, &init, method, config.init_timeout);
+                    let meta = config.auth_meta.as_ref();
+                    let auth = authenticate(&conn, &init, method, meta, config.init_timeout);
                     let outcome = tokio::select! {
                         r = auth => Some(r),
                         _ = &mut *dispatch => None,
@@ -260,11 +261,13 @@ enum End {
     Stop,
 }
 
-/// `authenticate {methodId}`, after checking that the agent offers that method.
+/// `authenticate {methodId, _meta}` (`_meta` only when given), after checking that the agent
+/// offers that method.
 pub(crate) async fn authenticate(
     conn: &Connection,
     init: &AgentInit,
     method: &str,
+    meta: Option<&Value>,
     timeout: Duration,
 ) -> Result<(), String> {
     let offered: Vec<&str> = init
@@ -281,14 +284,14 @@ pub(crate) async fn authenticate(
             "the agent does not offer auth method {method:?}; it offers {offered:?}"
         ));
     }
-    conn.call(
-        "authenticate",
-        &serde_json::json!({"methodId": method}),
-        Some(timeout),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| format!("authenticate with {method:?} failed: {e}"))
+    let params = match meta {
+        Some(meta) => serde_json::json!({"methodId": method, "_meta": meta}),
+        None => serde_json::json!({"methodId": method}),
+    };
+    conn.call("authenticate", &params, Some(timeout))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("authenticate with {method:?} failed: {e}"))
 }
 
 fn exit_reason(exit: &ExitInfo) -> String {
