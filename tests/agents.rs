@@ -11,6 +11,7 @@ use support::*;
 both_backends!(
     two_agents_side_by_side,
     a_crash_looping_agent_leaves_the_other_serving,
+    an_agent_not_logged_in_names_its_auth_methods,
 );
 
 /// Agent `a` (the echo agent as the tests run it) and agent `b` given by `b`'s extra
@@ -185,5 +186,40 @@ async fn a_crash_looping_agent_leaves_the_other_serving(backend: Backend) {
     // a keeps serving while b keeps failing.
     assert_eq!(gw.prompt(&id, "and still").await.0, 200);
     assert_eq!(gw.json("/agents/a").await["ready"], true);
+    w.finish().await;
+}
+
+/// An agent that needs a login nobody configured: 502 `agent-auth-required`, naming what it
+/// offers; the other agent serves.
+async fn an_agent_not_logged_in_names_its_auth_methods(backend: Backend) {
+    let b_dir = tempfile::tempdir().unwrap();
+    let opts = two_agents(
+        &b_dir.path().display().to_string(),
+        "ECHO_AGENT_AUTH=api-key",
+    );
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let r = gw
+        .post("/sessions", json!({"cwd": "/tmp", "agent": "b"}))
+        .await;
+    assert_eq!(r.status(), 502);
+    let problem: Value = r.json().await.unwrap();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("agent-auth-required"),
+        "{problem}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"b\"") && detail.contains("api-key"),
+        "{detail}"
+    );
+    assert_eq!(
+        gw.json("/agents/b").await["authMethods"][0]["id"],
+        "api-key"
+    );
+    created(gw, json!({"cwd": "/tmp", "agent": "a"})).await;
     w.finish().await;
 }

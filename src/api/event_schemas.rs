@@ -205,6 +205,8 @@ pub struct ElicitationCompleted {
 #[serde(rename_all = "camelCase")]
 pub struct SessionDeleted {
     session_id: String,
+    /// The agent the session lived in (in `GET /events`).
+    agent: Option<String>,
     reason: Option<String>,
 }
 
@@ -257,6 +259,8 @@ pub enum LifecycleEventData {
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleSession {
     session_id: String,
+    /// The agent the session lives in.
+    agent: String,
     session: SessionView,
 }
 
@@ -266,6 +270,8 @@ pub struct LifecycleSession {
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleStatus {
     session_id: String,
+    /// The agent the session lives in.
+    agent: String,
     status: Status,
     reason: Option<String>,
 }

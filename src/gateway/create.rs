@@ -166,7 +166,10 @@ impl Gateway {
                         "the session never reached the agent; trying another member"
                     );
                 }
-                started => break (member, started?, creating, agent),
+                started => {
+                    let started = started.map_err(|e| self.auth_hint(agent_name, e.into()))?;
+                    break (member, started, creating, agent);
+                }
             }
         };
         let at = now();

@@ -127,7 +127,7 @@ impl Inner {
 
     /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
     pub(super) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
-        let mut payload = json!({"sessionId": r.session_id});
+        let mut payload = json!({"sessionId": r.session_id, "agent": r.agent});
         if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
             p.extend(e);
         }

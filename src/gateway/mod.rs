@@ -244,6 +244,30 @@ impl Gateway {
         })
     }
 
+    /// An agent's "authentication required", completed with what it offers: the client (an
+    /// operator, really) learns which `auth-method` to configure.
+    pub(super) fn auth_hint(&self, agent: &str, e: Error) -> Error {
+        let Error::AgentAuthRequired(message) = e else {
+            return e;
+        };
+        let offered: Vec<String> = self
+            .agents
+            .get(agent)
+            .and_then(|a| a.pool.init())
+            .and_then(|i| i.auth_methods.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| {
+                m.get("id")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect();
+        Error::AgentAuthRequired(format!(
+            "{message}: the agent {agent:?} needs a login; it offers authMethods {offered:?} (configure its auth-method and auth-meta)"
+        ))
+    }
+
     /// The agent a request names (the default one when it names none): 422 for a name not
     /// configured, naming those that are.
     pub(super) fn requested_agent(&self, name: Option<&str>) -> Result<&AgentPool, Error> {

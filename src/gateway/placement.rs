@@ -165,7 +165,10 @@ impl Gateway {
                         "attach never reached the agent; trying another member"
                     );
                 }
-                attached => break (member, attached?),
+                attached => {
+                    let attached = attached.map_err(|e| self.auth_hint(&record.agent, e.into()))?;
+                    break (member, attached);
+                }
             }
         };
         self.inner.live.attach(record, member, &self.agents);
