@@ -268,3 +268,53 @@ async fn new_sessions_are_spread_by_load() {
     c.stop().await;
     w.finish().await;
 }
+
+/// Replicas must run the same agents: a replica that does not run a session's agent answers
+/// 503 for it, never guesses another agent, while the one that runs it serves it.
+#[tokio::test]
+async fn a_replica_without_the_sessions_agent_answers_503() {
+    let Some(admin) = admin_url_or_skip("cluster test") else {
+        return;
+    };
+    drop(admin);
+    let echo = echo_agent();
+    let both = Options {
+        agent: format!("a={}", echo.display()).into(),
+        args: vec!["--heartbeat-interval".into(), "1".into()],
+        ..Options::default()
+    }
+    .args(&[
+        "--agent",
+        &format!("b={}", echo.display()),
+        "--default-agent",
+        "a",
+    ]);
+    let only_a = Options {
+        agent: format!("a={}", echo.display()).into(),
+        args: vec!["--heartbeat-interval".into(), "1".into()],
+        ..Options::default()
+    };
+    let w = World::start(Backend::Postgres, both).await;
+    let one = Gateway::spawn(&w.db.url, w.dir.path(), &only_a).await;
+    let two = w.gw();
+    let r = two
+        .post(
+            "/sessions",
+            serde_json::json!({"cwd": "/tmp", "agent": "b"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Saved, held by no replica: whoever is asked serves it, if it runs the agent.
+    assert_eq!(two.session_action(&id, "close").await.status(), 204);
+    let (status, body) = one.prompt(&id, "on a replica without b").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("\"b\""), "{body}");
+    let (status, body) = two.prompt(&id, "on the one with b").await;
+    assert_eq!(status, 200, "{body}");
+    one.stop().await;
+    w.finish().await;
+}
