@@ -38,6 +38,7 @@ fuzz_target!(|data: &[u8]| {
     let query = ListQuery {
         tenant: Some("t".into()),
         cwd: None,
+        agent: None,
         archived: None,
         after: None,
         limit: 50,
