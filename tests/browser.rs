@@ -272,3 +272,128 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     }
     w.finish().await;
 }
+
+/// The console with API keys: sign-in, the list following `GET /events` (a session created by
+/// another client appears), commands, plan and usage, an elicitation's form, rename, archive
+/// and the archived filter, delete after a confirmation, sign-out.
+#[tokio::test]
+#[ignore = "needs Debian's chromium and `npm ci` in tests/browser (.ci/run provides both)"]
+async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
+    let opts = Options::default()
+        .env("ECHO_AGENT_CONTROLS", "modes,models,options")
+        .arg("--api-key")
+        .arg(&format!("alice:{KEY}"));
+    let w = World::start(Backend::Sqlite, opts).await;
+    let base = w.gw().url("");
+    let http = reqwest::Client::new();
+    let mut node = tokio::process::Command::new("node")
+        .arg("console-manage.mjs")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
+        .env("GATEWAY_URL", &base)
+        .env("API_KEY", KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (is Node.js installed?)");
+    let mut stdin = node.stdin.take().unwrap();
+    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    let mut report = None;
+    let mut created = None;
+    while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
+        .await
+        .expect("the console run ends in time")
+        .unwrap()
+    {
+        if line == "CREATE" {
+            let s: Value = http
+                .post(w.gw().url("/sessions"))
+                .bearer_auth(KEY)
+                .json(&serde_json::json!({"cwd": "/tmp"}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let id = s["sessionId"].as_str().unwrap().to_owned();
+            let r = http
+                .post(w.gw().url(&format!("/sessions/{id}/prompt")))
+                .bearer_auth(KEY)
+                .json(&serde_json::json!({"text": "from curl"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            stdin
+                .write_all(format!("CREATED {id}\n").as_bytes())
+                .await
+                .unwrap();
+            created = Some(id);
+        } else if line.starts_with('{') {
+            report = Some(line);
+        }
+    }
+    let status = node.wait().await.unwrap();
+    let report: Value = serde_json::from_str(&report.expect("a report")).unwrap();
+    assert!(status.success(), "node failed: {report}");
+    assert!(
+        report.get("error").is_none(),
+        "the console run failed: {report:#}"
+    );
+    let id = created.expect("the page asked for a session");
+    assert_eq!(report["sessionId"], id);
+
+    assert_eq!(report["appHiddenBeforeKey"], true);
+    assert_eq!(report["wrongKeyError"], "That key was not accepted.");
+    assert_eq!(report["keyStored"], true);
+    // Before the key: the browser reports the 401s it was answered, and nothing else.
+    for e in report["signInErrors"].as_array().unwrap() {
+        assert!(e.as_str().unwrap().contains("401"), "{e}");
+    }
+    assert_eq!(report["consoleErrors"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["pageErrors"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["elsewhere"], serde_json::json!([]));
+
+    assert_eq!(
+        report["plan"],
+        serde_json::json!(["completed: Read the prompt", "in_progress: Echo it"])
+    );
+    assert!(
+        report["usage"]
+            .as_str()
+            .unwrap()
+            .contains("context 1200/200000"),
+        "{report}"
+    );
+    assert_eq!(report["suggested"], serde_json::json!(["shout"]));
+    assert_eq!(report["picked"], "/shout ");
+    assert_eq!(report["allSuggested"], serde_json::json!(["help", "shout"]));
+    let labels = report["elicitationLabels"].as_array().unwrap();
+    assert!(labels.iter().any(|l| l == "Name (required)"), "{labels:?}");
+    let reply = report["elicitationReply"].as_str().unwrap();
+    assert!(
+        reply.starts_with("elicitation: accept")
+            && reply.contains("\"Ada\"")
+            && reply.contains("36"),
+        "{reply}"
+    );
+    assert_eq!(report["requestsLeft"], 0);
+    assert_eq!(report["archivedListed"], true);
+    assert_eq!(report["stillThereAfterCancel"], true);
+    assert!(
+        report["confirmText"]
+            .as_str()
+            .unwrap()
+            .starts_with("Delete")
+    );
+    assert!(report["keyAfterSignOut"].is_null());
+    let gone = http
+        .get(w.gw().url(&format!("/sessions/{id}")))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404, "deleted through the console");
+    w.finish().await;
+}

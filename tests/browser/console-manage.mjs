@@ -1,0 +1,168 @@
+// The console with API keys, for tests/browser.rs: sign-in (a wrong key, then the right one),
+// a session created by another client appearing in the list live (asked of the Rust test with
+// "CREATE", answered "CREATED <id>"), slash commands suggested from the agent's
+// availableCommands, the plan and usage, an elicitation answered through its form, rename,
+// archive and the archived filter, delete after a confirmation, sign-out. The last stdout line is
+// the JSON report.
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+
+const base = process.env.GATEWAY_URL.replace(/\/$/, "");
+const origin = new URL(base).origin;
+const key = process.env.API_KEY;
+const stdin = createInterface({ input: process.stdin });
+const lines = stdin[Symbol.asyncIterator]();
+const report = { steps: [], consoleErrors: [], signInErrors: [], elsewhere: [], pageErrors: [] };
+let phase = "sign-in";
+const T = 30_000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  page.on("console", (m) => {
+    if (m.type() === "error") (phase === "sign-in" ? report.signInErrors : report.consoleErrors).push(m.text());
+  });
+  page.on("pageerror", (e) => report.pageErrors.push(String(e)));
+  page.on("request", (r) => {
+    const u = new URL(r.url());
+    if (u.protocol !== "data:" && u.origin !== origin) report.elsewhere.push(r.url());
+  });
+  const step = (name) => report.steps.push(name);
+  const agentTexts = () => page.$$eval("#transcript .msg.agent .body", (ns) => ns.map((n) => n.textContent));
+  const waitAgent = (needle, index) =>
+    page.waitForFunction(
+      ([n, i]) => [...document.querySelectorAll("#transcript .msg.agent .body")][i]?.textContent.includes(n),
+      [needle, index],
+      { timeout: T },
+    );
+  const idle = () => page.waitForFunction(() => document.getElementById("cancel").hidden, null, { timeout: T });
+  const prompt = async (text) => {
+    const k = (await agentTexts()).length;
+    await page.fill("#prompt", text);
+    await page.press("#prompt", "Enter");
+    return k;
+  };
+  const listed = (id) => page.$(`#sessions a[data-session-id="${id}"]`);
+
+  // Sign-in: asked for, a wrong key refused, the right one kept in sessionStorage.
+  await page.goto(`${base}/`);
+  await page.waitForSelector("#sign-in:not([hidden])", { timeout: T });
+  report.appHiddenBeforeKey = await page.$eval("#app", (e) => e.hidden);
+  await page.fill("#api-key", "not-the-key-0123456789");
+  await page.press("#api-key", "Enter");
+  await page.waitForFunction(() => document.getElementById("sign-in-error").textContent !== "", null, { timeout: T });
+  report.wrongKeyError = await page.$eval("#sign-in-error", (e) => e.textContent);
+  await page.fill("#api-key", key);
+  await page.press("#api-key", "Enter");
+  await page.waitForSelector("#app:not([hidden])", { timeout: T });
+  report.keyStored = (await page.evaluate(() => sessionStorage.getItem("acp-console.key"))) === key;
+  phase = "normal";
+  step("signed-in");
+
+  // A session created elsewhere appears in the list without a reload.
+  await page.waitForFunction(() => document.getElementById("connection").textContent === "online", null, { timeout: T });
+  await page.waitForTimeout(300); // the lifecycle stream is open
+  console.log("CREATE");
+  const created = (await lines.next()).value;
+  const id = created.replace(/^CREATED /, "");
+  report.sessionId = id;
+  await page.waitForFunction(
+    (sid) => document.querySelector(`#sessions a[data-session-id="${sid}"] .title`)?.textContent === "Echo: from curl",
+    id,
+    { timeout: T },
+  );
+  step("live-list");
+
+  // Open it from the list with the keyboard.
+  await page.focus(`#sessions a[data-session-id="${id}"]`);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#session-view:not([hidden])", { timeout: T });
+  await waitAgent("from curl", 0);
+  step("opened");
+
+  // /state: commands, plan, usage.
+  let k = await prompt("/state hi");
+  await waitAgent("hi", k);
+  await idle();
+  report.plan = await page.$$eval("#transcript .plan li", (ns) => ns.map((n) => `${n.className}: ${n.textContent}`));
+  report.usage = await page.$eval("#session-usage", (e) => e.textContent);
+  await page.fill("#prompt", "");
+  await page.type("#prompt", "/sh");
+  await page.waitForSelector("#suggestions:not([hidden])", { timeout: T });
+  report.suggested = await page.$$eval("#suggestions li", (ns) => ns.map((n) => n.dataset.name));
+  await page.press("#prompt", "Enter");
+  report.picked = await page.$eval("#prompt", (e) => e.value);
+  await page.fill("#prompt", "/");
+  await page.dispatchEvent("#prompt", "input");
+  report.allSuggested = await page.$$eval("#suggestions li", (ns) => ns.map((n) => n.dataset.name));
+  await page.fill("#prompt", "");
+  await page.dispatchEvent("#prompt", "input");
+  step("commands");
+
+  // An elicitation answered through its form.
+  k = await prompt("/elicit");
+  await page.waitForSelector("#requests form.elicitation", { timeout: T });
+  report.elicitationLabels = await page.$$eval("#requests form.elicitation label", (ns) => ns.map((n) => n.textContent));
+  await page.getByLabel("name (required)").fill("Ada");
+  await page.getByLabel("age (required)").fill("36");
+  await page.click("#requests form.elicitation button[type=submit]");
+  await waitAgent("elicitation: accept", k);
+  await idle();
+  report.elicitationReply = (await agentTexts())[k];
+  report.requestsLeft = await page.$$eval("#requests > *", (ns) => ns.length);
+  step("elicitation");
+
+  // Rename.
+  await page.click("#rename");
+  await page.waitForSelector("#confirm[open]", { timeout: T });
+  await page.fill("#confirm-input", "Renamed by the console");
+  await page.press("#confirm-input", "Enter");
+  await page.waitForFunction(
+    (sid) =>
+      document.getElementById("session-title").textContent === "Renamed by the console" &&
+      document.querySelector(`#sessions a[data-session-id="${sid}"] .title`)?.textContent === "Renamed by the console",
+    id,
+    { timeout: T },
+  );
+  step("renamed");
+
+  // Archive: gone from the list, back with the archived filter.
+  await page.click("#archive");
+  await page.waitForFunction(() => document.getElementById("archive").textContent === "Unarchive", null, { timeout: T });
+  await page.waitForFunction((sid) => !document.querySelector(`#sessions a[data-session-id="${sid}"]`), id, { timeout: T });
+  await page.click("#filter-box summary");
+  await page.check("#filter-archived");
+  await page.click("#filters button[type=submit]");
+  await page.waitForFunction((sid) => !!document.querySelector(`#sessions a[data-session-id="${sid}"]`), id, { timeout: T });
+  report.archivedListed = true;
+  step("archived");
+
+  // Delete: a confirmation first (cancelled once), then gone.
+  await page.click("#delete");
+  await page.waitForSelector("#confirm[open]", { timeout: T });
+  await page.click("#confirm-cancel");
+  report.stillThereAfterCancel = !!(await listed(id));
+  await page.click("#delete");
+  await page.waitForSelector("#confirm[open]", { timeout: T });
+  report.confirmText = await page.$eval("#confirm-text", (e) => e.textContent);
+  await page.click("#confirm-ok");
+  await page.waitForFunction(() => location.hash === "#/", null, { timeout: T });
+  await page.waitForFunction((sid) => !document.querySelector(`#sessions a[data-session-id="${sid}"]`), id, { timeout: T });
+  step("deleted");
+
+  // Sign out.
+  await page.click("#sign-out");
+  await page.waitForSelector("#sign-in:not([hidden])", { timeout: T });
+  report.keyAfterSignOut = await page.evaluate(() => sessionStorage.getItem("acp-console.key"));
+  step("signed-out");
+} catch (e) {
+  report.error = String(e?.stack || e);
+} finally {
+  await browser.close();
+  console.log(JSON.stringify(report));
+  stdin.close();
+}
