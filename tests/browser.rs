@@ -281,6 +281,7 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
 async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     let opts = Options::default()
         .env("ECHO_AGENT_CONTROLS", "modes,models,options")
+        .args(&["--retention-events", "30"])
         .arg("--api-key")
         .arg(&format!("alice:{KEY}"));
     let w = World::start(Backend::Sqlite, opts).await;
@@ -325,8 +326,46 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
                 .await
                 .unwrap();
             assert_eq!(r.status(), 200);
+            // Another session, whose first events retention removes (--retention-events 30).
+            let s: Value = http
+                .post(w.gw().url("/sessions"))
+                .bearer_auth(KEY)
+                .json(&serde_json::json!({"cwd": "/tmp"}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let pruned = s["sessionId"].as_str().unwrap().to_owned();
+            let r = http
+                .post(w.gw().url(&format!("/sessions/{pruned}/prompt")))
+                .bearer_auth(KEY)
+                .json(&serde_json::json!({"text": "/chunks 40"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let path = format!("/sessions/{pruned}/history");
+            w.gw()
+                .wait_until(|g| {
+                    let path = path.clone();
+                    async move {
+                        g.http
+                            .get(g.url(&path))
+                            .bearer_auth(KEY)
+                            .send()
+                            .await
+                            .unwrap()
+                            .json::<Value>()
+                            .await
+                            .unwrap()["events"][0]["seq"]
+                            != 1
+                    }
+                })
+                .await;
             stdin
-                .write_all(format!("CREATED {id}\n").as_bytes())
+                .write_all(format!("CREATED {id} {pruned}\n").as_bytes())
                 .await
                 .unwrap();
             created = Some(id);
@@ -355,6 +394,17 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     assert_eq!(report["pageErrors"], serde_json::json!([]), "{report:#}");
     assert_eq!(report["elsewhere"], serde_json::json!([]));
 
+    // state_changed (session/new), turn_started, 40 chunks (cN is event N+2),
+    // session_info_update, turn_ended: 44 events, of which 15–44 are kept.
+    assert_eq!(
+        report["gapNotes"],
+        serde_json::json!(["events 1–14 are no longer kept (gap)"])
+    );
+    let kept = (13..=40)
+        .map(|i| format!("c{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(report["prunedText"], serde_json::json!([kept]));
     assert_eq!(
         report["plan"],
         serde_json::json!(["completed: Read the prompt", "in_progress: Echo it"])
@@ -379,6 +429,30 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
         "{reply}"
     );
     assert_eq!(report["requestsLeft"], 0);
+    assert!(
+        report["elicitationText"]
+            .as_str()
+            .unwrap()
+            .contains("Answer before"),
+        "the deadline is shown: {report}"
+    );
+    assert_eq!(report["activityWhileRunning"], "running");
+    let md = &report["markdown"];
+    assert_eq!(md["heading"], "Title");
+    assert_eq!(md["code"], "<b>not bold</b>");
+    assert_eq!(md["lang"], "js");
+    assert_eq!(md["items"], serde_json::json!(["one", "two"]));
+    assert_eq!(md["strong"], serde_json::json!(["two"]));
+    assert_eq!(md["ordered"], serde_json::json!(["first"]));
+    assert_eq!(
+        md["links"],
+        serde_json::json!([["ok", "https://example.org/x", "noopener noreferrer"]])
+    );
+    assert_eq!(md["html"], 0, "no element from the text's HTML");
+    assert_eq!(
+        md["last"],
+        "ok [bad](javascript:alert(1)) <i>x</i> <u>u</u>"
+    );
     assert_eq!(report["archivedListed"], true);
     assert_eq!(report["stillThereAfterCancel"], true);
     assert!(

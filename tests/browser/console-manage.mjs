@@ -68,7 +68,7 @@ try {
   await page.waitForTimeout(300); // the lifecycle stream is open
   console.log("CREATE");
   const created = (await lines.next()).value;
-  const id = created.replace(/^CREATED /, "");
+  const [, id, pruned] = created.split(" ");
   report.sessionId = id;
   await page.waitForFunction(
     (sid) => document.querySelector(`#sessions a[data-session-id="${sid}"] .title`)?.textContent === "Echo: from curl",
@@ -76,6 +76,16 @@ try {
     { timeout: T },
   );
   step("live-list");
+
+  // A session whose oldest events retention removed: the transcript says so, then continues.
+  await page.goto(`${base}/#/s/${encodeURIComponent(pruned)}`);
+  await page.waitForSelector("#session-view:not([hidden])", { timeout: T });
+  await page.waitForFunction(() => document.getElementById("transcript").dataset.lastSeq !== "0", null, { timeout: T });
+  report.gapNotes = await page.$$eval("#transcript .note.gap", (ns) => ns.map((n) => n.textContent));
+  report.prunedText = await agentTexts();
+  await page.goto(`${base}/`);
+  await page.waitForSelector("#app:not([hidden])", { timeout: T });
+  step("gap");
 
   // Open it from the list with the keyboard.
   await page.focus(`#sessions a[data-session-id="${id}"]`);
@@ -106,6 +116,7 @@ try {
   // An elicitation answered through its form.
   k = await prompt("/elicit");
   await page.waitForSelector("#requests form.elicitation", { timeout: T });
+  report.elicitationText = await page.$eval("#requests form.elicitation", (e) => e.textContent);
   report.elicitationLabels = await page.$$eval("#requests form.elicitation label", (ns) => ns.map((n) => n.textContent));
   await page.getByLabel("name (required)").fill("Ada");
   await page.getByLabel("age (required)").fill("36");
@@ -115,6 +126,42 @@ try {
   report.elicitationReply = (await agentTexts())[k];
   report.requestsLeft = await page.$$eval("#requests > *", (ns) => ns.length);
   step("elicitation");
+
+  // Cancel while a turn runs.
+  await prompt("/hang");
+  await page.waitForSelector("#cancel:not([hidden])", { timeout: T });
+  report.activityWhileRunning = await page.$eval("#session-activity", (e) => e.textContent);
+  await page.click("#cancel");
+  await idle();
+  await page.waitForFunction(
+    () => [...document.querySelectorAll("#transcript .note")].some((n) => n.textContent === "turn ended: cancelled"),
+    null,
+    { timeout: T },
+  );
+  step("cancelled");
+
+  // The Markdown renderer the transcript uses: structure from text, never HTML.
+  report.markdown = await page.evaluate(async () => {
+    const { renderMarkdown } = await import("/console/markdown.js");
+    const div = document.createElement("div");
+    div.append(
+      renderMarkdown(
+        "# Title\n```js\n<b>not bold</b>\n```\n- one\n- **two**\n\n1. first\n\n[ok](https://example.org/x) [bad](javascript:alert(1)) `<i>x</i>` <u>u</u>",
+      ),
+    );
+    return {
+      heading: div.querySelector("h3")?.textContent,
+      code: div.querySelector("pre code")?.textContent,
+      lang: div.querySelector("pre code")?.dataset.lang,
+      items: [...div.querySelectorAll("ul li")].map((n) => n.textContent),
+      strong: [...div.querySelectorAll("li strong")].map((n) => n.textContent),
+      ordered: [...div.querySelectorAll("ol li")].map((n) => n.textContent),
+      links: [...div.querySelectorAll("a")].map((a) => [a.textContent, a.getAttribute("href"), a.rel]),
+      html: div.querySelectorAll("b, i, u").length,
+      last: div.querySelector("p:last-child")?.textContent,
+    };
+  });
+  step("markdown");
 
   // Rename.
   await page.click("#rename");

@@ -80,7 +80,14 @@ export class SessionView {
     let after = this.lastSeq;
     for (;;) {
       const page = await api.get(sessionPath(this.id, `/history?after=${after}&limit=500`));
-      for (const e of page.events) this.apply(e.seq, e.event, e.data);
+      for (const e of page.events) {
+        // The log numbers events without holes, so a jump in a page of it is retention's.
+        if (e.seq > this.lastSeq + 1 && e.event !== "gap") {
+          this.current = null;
+          this.note(`events ${this.lastSeq + 1}–${e.seq - 1} are no longer kept (gap)`, "gap");
+        }
+        this.apply(e.seq, e.event, e.data);
+      }
       if (page.nextAfter == null || this.closed) break;
       after = page.nextAfter;
     }
