@@ -264,7 +264,15 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     assert_eq!(report["userFinal"].as_array().unwrap().len(), 6);
     assert_eq!(report["sameAfterReload"], true, "{report:#}");
     assert_eq!(report["phoneOverflow"], false, "readable on a 390 px phone");
-    for shot in ["console-1280x800.png", "console-390x844.png"] {
+    assert_eq!(
+        report["darkBackground"], "rgb(15, 18, 21)",
+        "dark with prefers-color-scheme"
+    );
+    for shot in [
+        "console-1280x800.png",
+        "console-390x844.png",
+        "console-dark-1280x800.png",
+    ] {
         assert!(
             std::path::Path::new(shots).join(shot).exists(),
             "{shot} saved"
@@ -462,6 +470,16 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
             .starts_with("Delete")
     );
     assert!(report["keyAfterSignOut"].is_null());
+    let r = &report["rendering"];
+    assert_eq!(r["thought"], "Thought<b>hmm</b>");
+    assert_eq!(r["thoughtOpen"], false, "thoughts collapsed");
+    assert_eq!(r["tools"], 1, "an update changes its tool call in place");
+    assert_eq!(
+        r["tool"], "Edit <main.rs>editcompleted/src/main.rs:3/src/main.rs- a\n+ b\n",
+        "the second update with seq 3 is dropped as a repeat"
+    );
+    assert_eq!(r["diff"], serde_json::json!(["del:- a\n", "add:+ b\n"]));
+    assert_eq!(r["html"], 0);
     let gone = http
         .get(w.gw().url(&format!("/sessions/{id}")))
         .bearer_auth(KEY)

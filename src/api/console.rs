@@ -88,7 +88,7 @@ pub async fn index() -> Response {
 #[utoipa::path(get, operation_id = "getConsoleAsset", path = "/console/{file}", tag = "system",
     params(("file" = String, Path, description = "The asset's name, e.g. `console.js`")),
     responses(
-        (status = 200, description = "The asset", body = String, content_type = "text/plain"),
+        (status = 200, description = "The asset", content((String = "text/css"), (String = "text/javascript"))),
         (status = 404, description = "No such asset", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {

@@ -201,6 +201,33 @@ try {
   await page.waitForFunction((sid) => !document.querySelector(`#sessions a[data-session-id="${sid}"]`), id, { timeout: T });
   step("deleted");
 
+  // How the transcript shows what the echo agent never sends: thoughts, tool calls with
+  // locations and a diff, updated in place. Applied to a view of its own on this page.
+  report.rendering = await page.evaluate(async () => {
+    const { SessionView } = await import("/console/session.js");
+    const v = new SessionView("sess_render", { connection() {}, deleted() {} });
+    const t = document.getElementById("transcript");
+    t.replaceChildren();
+    const u = (update) => ({ sessionId: "sess_render", update });
+    v.apply(1, "agent_thought_chunk", u({ sessionUpdate: "agent_thought_chunk", content: { type: "text", text: "<b>hmm</b>" } }));
+    v.apply(2, "tool_call", u({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Edit <main.rs>", kind: "edit", status: "pending", locations: [{ path: "/src/main.rs", line: 3 }] }));
+    v.apply(3, "tool_call_update", u({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed", content: [{ type: "diff", path: "/src/main.rs", oldText: "a", newText: "b" }] }));
+    v.apply(3, "tool_call_update", u({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "failed" }));
+    v.flush();
+    v.close();
+    const out = {
+      thought: t.querySelector("details.thought")?.textContent,
+      thoughtOpen: t.querySelector("details.thought")?.open,
+      tools: t.querySelectorAll(".tool").length,
+      tool: t.querySelector(".tool")?.textContent,
+      diff: [...t.querySelectorAll(".tool pre.diff span")].map((s) => `${s.className}:${s.textContent}`),
+      html: t.querySelectorAll("b, main").length,
+    };
+    t.replaceChildren();
+    return out;
+  });
+  step("rendering");
+
   // Sign out.
   await page.click("#sign-out");
   await page.waitForSelector("#sign-in:not([hidden])", { timeout: T });

@@ -195,6 +195,12 @@ try {
   report.phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth > 390);
   await page.screenshot({ path: `${shots}/console-390x844.png`, fullPage: false });
   step("phone");
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.waitForTimeout(200);
+  report.darkBackground = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  await page.screenshot({ path: `${shots}/console-dark-1280x800.png` });
+  step("dark");
 } catch (e) {
   report.error = String(e?.stack || e);
 } finally {

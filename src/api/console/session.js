@@ -54,6 +54,12 @@ export class SessionView {
     this.planNode = null;
     this.dirty = new Set();
     this.transcript = $("transcript");
+    // Follow the end of the transcript unless the reader scrolled up.
+    this.atEnd = true;
+    this.transcript.onscroll = () => {
+      const t = this.transcript;
+      this.atEnd = t.scrollHeight - t.scrollTop - t.clientHeight < 80;
+    };
   }
 
   async open() {
@@ -91,7 +97,7 @@ export class SessionView {
       if (page.nextAfter == null || this.closed) break;
       after = page.nextAfter;
     }
-    this.flush();
+    this.flush(true);
   }
 
   connect() {
@@ -144,9 +150,8 @@ export class SessionView {
   }
 
   /** Renders the messages whose text changed since the last flush. */
-  flush() {
-    const stick =
-      this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 80;
+  flush(toEnd = false) {
+    const stick = toEnd || this.atEnd;
     for (const m of this.dirty) {
       m.body.replaceChildren(m.markdown ? renderMarkdown(m.text) : document.createTextNode(m.text));
     }
