@@ -314,7 +314,19 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
         .expect("the console run ends in time")
         .unwrap()
     {
-        if line == "CREATE" {
+        if line == "MANY" {
+            for _ in 0..31 {
+                let r = http
+                    .post(w.gw().url("/sessions"))
+                    .bearer_auth(KEY)
+                    .json(&serde_json::json!({"cwd": "/"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+            }
+            stdin.write_all(b"MADE\n").await.unwrap();
+        } else if line == "CREATE" {
             let s: Value = http
                 .post(w.gw().url("/sessions"))
                 .bearer_auth(KEY)
@@ -392,6 +404,9 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     assert_eq!(report["sessionId"], id);
 
     assert_eq!(report["appHiddenBeforeKey"], true);
+    assert_eq!(report["moreVisible"], true, "a second page");
+    assert_eq!(report["moreAfterLast"], false);
+    assert_eq!(report["cwds"], serde_json::json!(["/"]));
     assert_eq!(report["wrongKeyError"], "That key was not accepted.");
     assert_eq!(report["keyStored"], true);
     // Before the key: the browser reports the 401s it was answered, and nothing else.

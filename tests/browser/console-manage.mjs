@@ -66,6 +66,23 @@ try {
   // A session created elsewhere appears in the list without a reload.
   await page.waitForFunction(() => document.getElementById("connection").textContent === "online", null, { timeout: T });
   await page.waitForTimeout(300); // the lifecycle stream is open
+  // Paging: 31 sessions in "/" (made by the Rust test), the cwd filter, "More sessions".
+  console.log("MANY");
+  if ((await lines.next()).value !== "MADE") throw new Error("no sessions made");
+  await page.click("#filter-box summary");
+  await page.fill("#filter-cwd", "/");
+  await page.press("#filter-cwd", "Enter");
+  await page.waitForFunction(() => document.querySelectorAll("#sessions li").length === 30, null, { timeout: T });
+  report.moreVisible = await page.$eval("#more", (e) => !e.hidden);
+  await page.click("#more");
+  await page.waitForFunction(() => document.querySelectorAll("#sessions li").length === 31, null, { timeout: T });
+  report.moreAfterLast = await page.$eval("#more", (e) => !e.hidden);
+  report.cwds = [...new Set(await page.$$eval("#sessions .sub", (ns) => ns.map((n) => n.textContent.split(" · ").at(-1))))];
+  await page.fill("#filter-cwd", "");
+  await page.press("#filter-cwd", "Enter");
+  await page.click("#filter-box summary");
+  step("paging");
+
   console.log("CREATE");
   const created = (await lines.next()).value;
   const [, id, pruned] = created.split(" ");
