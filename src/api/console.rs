@@ -106,13 +106,31 @@ pub(crate) fn is_console(path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::ASSETS;
+
+    /// Every `/console/…` the page links and every `./….js` a module imports is embedded, and
+    /// the page has no inline script or style (the CSP would refuse them).
     #[test]
-    fn every_script_the_page_loads_is_embedded() {
+    fn every_asset_the_page_loads_is_embedded() {
         let html = include_str!("console/index.html");
         assert!(!html.contains("<style") && !html.contains(" style="));
-        for (name, _, body) in super::ASSETS {
-            assert!(!body.is_empty(), "{name} is empty");
+        let mut wanted = Vec::new();
+        for part in html.split("\"/console/").skip(1) {
+            wanted.push(part.split('"').next().unwrap());
+        }
+        for (_, _, body) in ASSETS {
+            for part in body.split("from \"./").skip(1) {
+                wanted.push(part.split('"').next().unwrap());
+            }
+        }
+        assert!(wanted.len() > 6, "{wanted:?}");
+        for name in wanted {
+            assert!(
+                ASSETS.iter().any(|(n, _, _)| *n == name),
+                "{name} is not embedded"
+            );
         }
         assert!(super::is_console("/console/console.js") && super::is_console("/"));
+        assert!(!super::is_console("/sessions"));
     }
 }
