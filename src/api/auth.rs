@@ -107,9 +107,11 @@ impl Keys {
     }
 }
 
-/// Routes anyone may call: probes and the API description.
+/// Routes anyone may call: probes, the API description and the console's page and assets (the
+/// page asks for a key when the API answers 401).
 pub(crate) fn is_public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/docs" | "/openapi.json")
+        || super::console::is_console(path)
 }
 
 /// SSE routes, which browsers' EventSource opens without custom headers.

@@ -2,6 +2,7 @@
 //! extract → validate into domain types → one gateway call → response.
 
 pub mod auth;
+mod console;
 mod controls;
 mod elicitations;
 pub mod error;
@@ -188,6 +189,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::metrics))
         .routes(routes!(system::openapi_json))
         .routes(routes!(system::docs))
+        .routes(routes!(console::index))
+        .routes(routes!(console::asset))
 }
 
 /// The OpenAPI document of [`router`].

@@ -224,9 +224,12 @@ impl Gateway {
         std::fs::create_dir_all(dir).unwrap();
         let started = Instant::now();
         let mut cmd = tokio::process::Command::new(&opts.binary);
-        cmd.arg("--agent")
-            .arg(&opts.agent)
-            .args(["--listen", "127.0.0.1:0", "--database-url", db_url])
+        cmd.arg("--agent").arg(&opts.agent);
+        // Port 0 unless the test fixed one (so that a restart keeps the origin).
+        if !opts.args.iter().any(|a| a == "--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(["--database-url", db_url])
             .arg("--pool-size")
             .arg(opts.pool_size.to_string())
             .args(&opts.args)
