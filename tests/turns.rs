@@ -119,6 +119,12 @@ async fn permission_round_trip(backend: Backend) {
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["requestId"], request_id.as_str());
     assert_eq!(pending[0]["request"]["options"][0]["optionId"], "allow");
+    // The default --permission-timeout (300 s) gives it a deadline, in the event as well.
+    let deadline = pending[0]["deadline"].as_str().expect("a deadline");
+    assert_eq!(requested.last().unwrap().data["deadline"], deadline);
+    let created = chrono::DateTime::parse_from_rfc3339(pending[0]["createdAt"].as_str().unwrap());
+    let due = chrono::DateTime::parse_from_rfc3339(deadline).unwrap() - created.unwrap();
+    assert_eq!(due.num_seconds(), 300);
     let s: Value = gw.json(&format!("/sessions/{id}/status")).await;
     assert_eq!(s["activity"], "awaiting_permission");
 

@@ -142,6 +142,8 @@ pub struct PermissionRequested {
     /// The ACP `session/request_permission` params (`toolCall`, `options`).
     #[schema(value_type = Object)]
     request: Value,
+    /// When it is refused for the client unless answered before (`--permission-timeout`).
+    deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `permission_resolved`: how a permission request ended.

@@ -27,7 +27,7 @@ const REJECT: [&str; 2] = ["reject_once", "reject_always"];
 /// A permission request as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"requestId": "perm_1", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "request": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "toolCall": {"toolCallId": "call_1", "title": "Edit src/main.rs"}, "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}, "createdAt": "2026-11-22T12:47:51.068421Z", "outcome": null}))]
+#[schema(example = json!({"requestId": "perm_1", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "request": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "toolCall": {"toolCallId": "call_1", "title": "Edit src/main.rs"}, "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}, "createdAt": "2026-11-22T12:47:51.068421Z", "deadline": "2026-11-22T12:52:51.068421Z", "outcome": null}))]
 pub struct PermissionView {
     /// The gateway's id for this request (use it in the answer URL).
     pub request_id: String,
@@ -36,6 +36,10 @@ pub struct PermissionView {
     #[schema(value_type = Object)]
     pub request: Value,
     pub created_at: DateTime<Utc>,
+    /// When it is answered for the client (refused) unless answered before
+    /// (`--permission-timeout`); absent without a timeout or under a headless policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
     /// `null` while pending; the ACP outcome once resolved.
     #[schema(value_type = Option<Object>)]
     pub outcome: Option<Value>,
@@ -72,8 +76,13 @@ impl Asked for PermissionView {
     fn cancelled() -> RequestPermissionResponse {
         RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
     }
+    /// `{sessionId, requestId, request, deadline?}`.
     fn requested_payload(&self) -> Value {
-        json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request})
+        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request});
+        if let Some(deadline) = self.deadline {
+            payload["deadline"] = json!(deadline);
+        }
+        payload
     }
     fn resolved_payload(&self, reason: &str) -> Value {
         json!({"sessionId": self.session_id, "requestId": self.request_id, "outcome": self.outcome, "reason": reason})
@@ -164,6 +173,10 @@ impl Inner {
             session_id: session_id.to_owned(),
             request: params,
             created_at: super::model::now(),
+            deadline: match self.config.permission_policy {
+                PermissionPolicy::Ask => self.deadline(),
+                _ => None,
+            },
             outcome: None,
         };
         let request_id = view.request_id.clone();
