@@ -19,6 +19,10 @@ pub(super) struct Cache {
     pub(super) touches: AtomicU64,
     /// The number of each session's latest own change, kept until a sync has begun after it.
     pub(super) touched: Mutex<HashMap<String, u64>>,
+    /// Held shared by an own change from its mark to its write, and exclusively by a sync
+    /// from its last look at the marks to its write: one never falls between the other's two
+    /// steps. (Not `Inner::creating`, which a create holds across a call to the agent.)
+    pub(super) writes: tokio::sync::RwLock<()>,
     /// Bumped after every write to the session cache; invalidates `list_pages`.
     list_generation: AtomicU64,
     /// Recently read list pages (rows only: status is added per request) of the current
@@ -35,6 +39,9 @@ impl Inner {
         session_id: &str,
         mutate: SessionMutation<'_>,
     ) -> StoreResult<Option<SessionRecord>> {
+        // Not between a sync's last look at the marks and its write (see `sync_page`), which
+        // would write over this with what the agent listed before.
+        let _not_while_a_sync_writes = self.cache.writes.read().await;
         self.mark_touched(session_id);
         let updated = self.store.update_session(session_id, mutate).await;
         self.sessions_changed();

@@ -223,7 +223,9 @@ impl Gateway {
             record.listed = Some(l.digest);
             writes.push((record, change));
         }
-        // A change of the gateway's own noted while the page was compared wins too.
+        // A change of the gateway's own noted while the page was compared wins too; one made
+        // from here on waits for this write, and comes after it.
+        let writing = self.inner.cache.writes.write().await;
         let writes = self.untouched(writes, |(r, _)| &r.session_id, since);
         if writes.is_empty() {
             return Ok(());
@@ -236,6 +238,7 @@ impl Gateway {
             .inspect(|_| self.inner.sessions_changed())?
             .into_iter()
             .collect();
+        drop(writing);
         // Ids missing from `written` were tombstoned meanwhile: they stay deleted.
         for (record, change) in records.iter().zip(changes) {
             if !written.contains(&record.session_id) {
