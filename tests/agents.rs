@@ -53,6 +53,9 @@ async fn two_agents_side_by_side(backend: Backend) {
     let opts = two_agents(&b_dir.path().display().to_string(), b_env);
     let mut w = World::start(backend, opts).await;
     let gw = w.gw();
+    // Ready once any agent is: b may still be starting.
+    gw.wait_until(|g| async move { g.json("/agents/b").await["ready"] == true })
+        .await;
 
     let agents = gw.json("/agents").await;
     let names: Vec<&str> = agents
@@ -183,8 +186,12 @@ async fn a_crash_looping_agent_leaves_the_other_serving(backend: Backend) {
     assert_eq!(b["ready"], false);
     assert!(b["unreadyReason"].as_str().is_some(), "{b}");
     assert!(b["members"][0]["restarts"].as_u64().is_some());
-    // a keeps serving while b keeps failing.
+    // a keeps serving while b keeps failing: a refresh syncs a (b's failure is only logged).
     assert_eq!(gw.prompt(&id, "and still").await.0, 200);
+    let listed = gw.get("/sessions?refresh=true").await;
+    assert_eq!(listed.status(), 200);
+    let page: Value = listed.json().await.unwrap();
+    assert_eq!(page["sessions"][0]["sessionId"], id.as_str());
     assert_eq!(gw.json("/agents/a").await["ready"], true);
     w.finish().await;
 }

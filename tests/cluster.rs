@@ -313,6 +313,12 @@ async fn a_replica_without_the_sessions_agent_answers_503() {
     let (status, body) = one.prompt(&id, "on a replica without b").await;
     assert_eq!(status, 503, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("\"b\""), "{body}");
+    // Nor is it renamed, archived or deleted there behind its agent's back.
+    let path = format!("/sessions/{id}");
+    let renamed = one.patch(&path, serde_json::json!({"title": "t"})).await;
+    assert_eq!(renamed.status(), 503);
+    assert_eq!(one.session_action(&id, "archive").await.status(), 503);
+    assert_eq!(one.delete(&path).await.status(), 503);
     let (status, body) = two.prompt(&id, "on the one with b").await;
     assert_eq!(status, 200, "{body}");
     one.stop().await;

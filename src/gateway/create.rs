@@ -90,6 +90,7 @@ impl Gateway {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.record(caller, parent).await?;
+        self.agent_named(&from.agent)?;
         if !self.caps(&from.agent).fork {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());

@@ -59,7 +59,7 @@ impl Gateway {
             validate_abs_path("cwd", cwd)?;
         }
         if filter.refresh {
-            self.sync().await?;
+            self.sync(filter.agent.as_deref()).await?;
         }
         let mut query = ListQuery {
             agent: filter.agent,
@@ -91,6 +91,8 @@ impl Gateway {
         mut title: Option<String>,
     ) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
+        // An agent this replica does not run: 503, not a change the agent never sees.
+        self.agent_named(&record.agent)?;
         let set_title = self.caps(&record.agent).set_title;
         if set_title && title.is_none() {
             // session/set_title takes a string, and the agent's list would bring the old
@@ -132,6 +134,7 @@ impl Gateway {
             || self.agents.default_agent().name.clone(),
             |r| r.agent.clone(),
         );
+        self.agent_named(&agent_name)?;
         let caps = self.caps(&agent_name);
         self.resolve_requests_cancelled(id.as_str()).await;
         let live = self.detach(id.as_str()).and_then(|m| self.client(m));
@@ -269,6 +272,7 @@ impl Gateway {
         archived: bool,
     ) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
+        self.agent_named(&record.agent)?;
         let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
         let caps = self.caps(&record.agent);
         let live = self.client_if_live(id.as_str());

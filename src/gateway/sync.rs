@@ -60,23 +60,44 @@ enum Change {
 }
 
 impl Gateway {
-    /// Syncs the cache with every agent's `session/list` now (one sync at a time), each
-    /// agent's sessions with its own list.
-    pub async fn sync(&self) -> Result<SyncReport, Error> {
+    /// Syncs the cache with every agent's `session/list` now (or only `only`'s), one sync at a
+    /// time, each agent's sessions with its own list. An agent that fails is logged and the
+    /// others are synced still; the error is the answer only when every agent failed.
+    pub async fn sync(&self, only: Option<&str>) -> Result<SyncReport, Error> {
         let mut total = SyncReport::default();
+        let mut failed = None;
+        let mut synced = 0;
         for agent in self.agents.names() {
-            let report = self.sync_agent(agent).await?;
-            total.listed += report.listed;
-            total.added += report.added;
-            total.updated += report.updated;
-            total.vanished += report.vanished;
+            if only.is_some_and(|o| o != agent) {
+                continue;
+            }
+            match self.sync_agent(agent).await {
+                Ok(report) => {
+                    synced += 1;
+                    total.listed += report.listed;
+                    total.added += report.added;
+                    total.updated += report.updated;
+                    total.vanished += report.vanished;
+                }
+                Err(e) => {
+                    tracing::warn!(agent, error = %e, "session list sync failed");
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        Ok(total)
+        match failed {
+            Some(e) if synced == 0 => Err(e),
+            _ => Ok(total),
+        }
     }
 
     /// Syncs the sessions of `agent` with its `session/list`. Without the capability, nothing
-    /// to do.
+    /// to do; an agent still starting is waited for (up to `--acquire-timeout`) to say whether
+    /// it lists.
     async fn sync_agent(&self, agent: &str) -> Result<SyncReport, Error> {
+        if self.agent_named(agent)?.pool.init().is_none() {
+            self.any_client(agent).await?;
+        }
         if !self.caps(agent).list {
             return Ok(SyncReport::default());
         }
@@ -210,6 +231,10 @@ impl Gateway {
                 writes.push((self.discovered(agent, &l, &info, at), Change::Added));
                 continue;
             };
+            // Another agent's session (two agents sharing one store): that agent's to sync.
+            if existing.agent != agent {
+                continue;
+            }
             let mut record = existing.clone();
             apply_listed(&mut record, &info);
             let change = if record != existing {
@@ -330,7 +355,7 @@ impl Gateway {
             }
         }
         loop {
-            if let Err(e) = self.sync().await {
+            if let Err(e) = self.sync(None).await {
                 tracing::warn!(error = %e, "session list sync failed");
             }
             let Some(every) = interval else { return };

@@ -29,17 +29,23 @@ pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = 
 pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE agent = ''";
 
 /// What an upsert of session rows does with an id that exists: replaces every column unless
-/// the row is tombstoned; then answers the ids written.
+/// the row is tombstoned, but `updated_at` only by a later one (a prompt's touch, committed by
+/// the event writer, may land between a sync's read of the row and its write); then answers the
+/// ids written. `$max` is the backend's two-argument maximum.
 macro_rules! replace_unless_tombstoned {
-    () => {
-        " ON CONFLICT (session_id) DO UPDATE SET \
-         tenant = excluded.tenant, cwd = excluded.cwd, \
-         additional_directories = excluded.additional_directories, title = excluded.title, \
-         updated_at = excluded.updated_at, created_at = excluded.created_at, \
-         meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
-         deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
-         listed = excluded.listed, agent = excluded.agent \
-         WHERE sessions.deleted_at IS NULL RETURNING session_id"
+    ($max:literal) => {
+        concat!(
+            " ON CONFLICT (session_id) DO UPDATE SET \
+             tenant = excluded.tenant, cwd = excluded.cwd, \
+             additional_directories = excluded.additional_directories, title = excluded.title, \
+             updated_at = ",
+            $max,
+            "(sessions.updated_at, excluded.updated_at), created_at = excluded.created_at, \
+             meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
+             deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
+             listed = excluded.listed, agent = excluded.agent \
+             WHERE sessions.deleted_at IS NULL RETURNING session_id"
+        )
     };
 }
 

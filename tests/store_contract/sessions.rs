@@ -541,4 +541,24 @@ pub async fn check_session_agents(store: Arc<dyn Store>) {
     assert_eq!(listed(Some("codex")).await, ["ag-3"]);
     assert_eq!(listed(Some("gemini")).await, Vec::<String>::new());
     assert_eq!(listed(None).await.len(), 4);
+
+    // An upsert replaces the row but never moves `updated_at` back: a prompt's touch may land
+    // between a sync's read of the row and its write.
+    let later = SessionRecord {
+        updated_at: ts(T0 + 1_000_000),
+        ..with("ag-5", "codex")
+    };
+    store
+        .put_sessions(std::slice::from_ref(&later))
+        .await
+        .unwrap();
+    let stale = SessionRecord {
+        updated_at: ts(T0),
+        title: Some("from the listing".to_owned()),
+        ..later.clone()
+    };
+    store.put_sessions(&[stale]).await.unwrap();
+    let got = store.get_session("ag-5").await.unwrap().unwrap();
+    assert_eq!(got.updated_at, later.updated_at);
+    assert_eq!(got.title.as_deref(), Some("from the listing"));
 }

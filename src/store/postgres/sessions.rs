@@ -30,7 +30,7 @@ const PUT_SESSIONS: &str = concat!(
     ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], \
      $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::boolean[], $10::text[], \
      $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::text[])",
-    replace_unless_tombstoned!()
+    replace_unless_tombstoned!("GREATEST")
 );
 
 /// The page as two arrays: ids (`$1`) and digests (`$2`).

@@ -40,7 +40,7 @@ fn put_sessions_statement(rows: usize) -> String {
         }
         sql.push_str(row);
     }
-    sql.push_str(replace_unless_tombstoned!());
+    sql.push_str(replace_unless_tombstoned!("MAX"));
     sql
 }
 
