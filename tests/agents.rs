@@ -150,8 +150,12 @@ async fn two_agents_side_by_side(backend: Backend) {
         .collect();
     assert_eq!(chunks.len(), 6, "three chunks a turn: b answered again");
 
-    // Deleted on one; the other stays.
+    // Deleted on one; the other stays. An id nobody knows is deleted (204) as often as asked,
+    // though its tombstone names no agent.
     assert_eq!(gw.delete(&format!("/sessions/{a_id}")).await.status(), 204);
+    for _ in 0..2 {
+        assert_eq!(gw.delete("/sessions/sess_never_seen").await.status(), 204);
+    }
     assert_eq!(
         ids(&gw.json("/sessions?refresh=true").await),
         [b_id.as_str()]

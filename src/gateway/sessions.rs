@@ -129,12 +129,16 @@ impl Gateway {
             None if !caller.admin => return Ok(()),
             _ => {}
         }
-        // An id only an admin can delete without a row: the default agent's, if anyone's.
-        let agent_name = existing.as_ref().map_or_else(
-            || self.agents.default_agent().name.clone(),
-            |r| r.agent.clone(),
-        );
-        self.agent_named(&agent_name)?;
+        // An id only an admin can delete without a row (or whose bare tombstone names no
+        // agent): the default agent's, if anyone's. A live session's agent must be one this
+        // replica runs (503 otherwise, not a delete its agent never hears of).
+        let agent_name = match &existing {
+            Some(r) if !r.agent.is_empty() => r.agent.clone(),
+            _ => self.agents.default_agent().name.clone(),
+        };
+        if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
+            self.agent_named(&agent_name)?;
+        }
         let caps = self.caps(&agent_name);
         self.resolve_requests_cancelled(id.as_str()).await;
         let live = self.detach(id.as_str()).and_then(|m| self.client(m));
