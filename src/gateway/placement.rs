@@ -218,15 +218,13 @@ impl Gateway {
         }
     }
 
-    /// Forgets where the session is live (and that this replica holds it); returns the member
-    /// it was on.
-    pub(super) fn detach(&self, session_id: &str) -> Option<usize> {
+    /// Forgets where the session is live and that this replica holds it, before answering:
+    /// another replica asked next may take it at once (and a release left to run later could
+    /// undo a hold taken again meanwhile). Returns the member it was on.
+    pub(super) async fn detach(&self, session_id: &str) -> Option<usize> {
         let member = self.inner.live.detach(session_id, &self.agents);
         if member.is_some() {
-            let (inner, id) = (self.inner.clone(), session_id.to_owned());
-            self.inner
-                .tasks
-                .spawn(async move { inner.release(&id).await });
+            self.inner.release(session_id).await;
         }
         member
     }
@@ -255,7 +253,7 @@ impl Gateway {
                     tracing::warn!(session = id, error = %e, "closing an idle session failed");
                     continue;
                 }
-                self.detach(&id);
+                self.detach(&id).await;
                 tracing::info!(session = id, "closed an idle session");
                 if let Ok(Some(record)) = self.store().get_session(&id).await {
                     let status = json!({"status": Status::Saved, "reason": "idle"});

@@ -141,7 +141,7 @@ impl Gateway {
         }
         let caps = self.caps(&agent_name);
         self.resolve_requests_cancelled(id.as_str()).await;
-        let live = self.detach(id.as_str()).and_then(|m| self.client(m));
+        let live = self.detach(id.as_str()).await.and_then(|m| self.client(m));
         if let Some(agent) = live {
             if caps.close {
                 if let Err(e) = agent.close_session(id.as_str()).await {
@@ -257,7 +257,7 @@ impl Gateway {
         if let Some(agent) = self.client(member) {
             agent.close_session(id.as_str()).await?;
         }
-        self.detach(id.as_str());
+        self.detach(id.as_str()).await;
         self.inner
             .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
             .await;
@@ -289,7 +289,8 @@ impl Gateway {
         } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
             agent.close_session(id.as_str()).await?;
         }
-        let freed = archived && (caps.archive || caps.close) && self.detach(id.as_str()).is_some();
+        let freed =
+            archived && (caps.archive || caps.close) && self.detach(id.as_str()).await.is_some();
         let record = self
             .inner
             .update_cached(id.as_str(), &|r| r.archived = archived)
