@@ -139,18 +139,10 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     let base = w.gw().url("");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screenshots");
 
-    let mut node = tokio::process::Command::new("node")
-        .arg("console.mjs")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
-        .env("GATEWAY_URL", &base)
-        .env("SHOTS_DIR", shots)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (is Node.js installed?)");
-    let mut stdin = node.stdin.take().unwrap();
-    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    let (mut node, mut stdin, mut lines) = console_script(
+        "console.mjs",
+        &[("GATEWAY_URL", &base), ("SHOTS_DIR", shots)],
+    );
     let mut report = None;
     let mut restarted = false;
     while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
@@ -295,18 +287,10 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     let w = World::start(Backend::Sqlite, opts).await;
     let base = w.gw().url("");
     let http = reqwest::Client::new();
-    let mut node = tokio::process::Command::new("node")
-        .arg("console-manage.mjs")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
-        .env("GATEWAY_URL", &base)
-        .env("API_KEY", KEY)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (is Node.js installed?)");
-    let mut stdin = node.stdin.take().unwrap();
-    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    let (mut node, mut stdin, mut lines) = console_script(
+        "console-manage.mjs",
+        &[("GATEWAY_URL", &base), ("API_KEY", KEY)],
+    );
     let mut report = None;
     let mut created = None;
     while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
@@ -503,4 +487,28 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
         .unwrap();
     assert_eq!(gone.status(), 404, "deleted through the console");
     w.finish().await;
+}
+
+/// A console script of tests/browser run by node (killed if the test ends first), which talks
+/// with the test in lines: its stdin, and its stdout's lines.
+fn console_script(
+    script: &str,
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let mut node = tokio::process::Command::new("node")
+        .arg(script)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (is Node.js installed?)");
+    let stdin = node.stdin.take().unwrap();
+    let lines = BufReader::new(node.stdout.take().unwrap()).lines();
+    (node, stdin, lines)
 }

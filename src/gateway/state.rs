@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::model::SessionId;
-use super::{Caller, Error, Gateway};
+use super::{Error, Gateway};
 
 /// The log's event kinds that change the state.
 pub(super) const STATE_KINDS: &[&str] = &[
@@ -341,13 +340,6 @@ impl Gateway {
             self.inner.append(session_id, STATE_CHANGED, change).await;
         }
         Ok(())
-    }
-
-    /// `GET /sessions/{id}/state`'s answer, also part of `GET /sessions/{id}`.
-    pub async fn session_state(&self, caller: &Caller, id: &SessionId) -> Result<StateAt, Error> {
-        self.record(caller, id).await?;
-        self.inner.hub.flush().await;
-        self.state_of(id.as_str()).await
     }
 
     /// The state folded to the log's end: the stored snapshot, then the state events after it
