@@ -329,6 +329,15 @@ pub enum Command {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Bridge stdin/stdout to a gateway's ACP endpoint, for editors that launch agents as
+    /// commands: `acp-gateway connect https://gw.example/acp --api-key KEY` (here `--api-key`
+    /// is the key itself, sent as `Authorization: Bearer`). Reconnects and resumes the open
+    /// sessions on its own.
+    Connect {
+        /// The gateway (`http(s)://` for HTTP/SSE, `ws(s)://` for a WebSocket); `/acp` is
+        /// appended unless the path ends with it.
+        url: String,
+    },
 }
 
 /// Who answers `session/request_permission`.

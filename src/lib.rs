@@ -8,6 +8,7 @@ pub mod api;
 pub mod check;
 pub mod cluster;
 pub mod config;
+pub mod connect;
 pub mod events;
 pub mod gateway;
 pub mod pool;
@@ -45,10 +46,13 @@ pub fn app(
     max_body_bytes: usize,
     keys: Option<Arc<Keys>>,
     limits: LimitConfig,
-    cors: Option<CorsLayer>,
-) -> Router {
+    cors_origins: &[String],
+    stop: CancellationToken,
+) -> anyhow::Result<Router> {
     let (router, _) = api::router().split_for_parts();
+    let acp = api::acp::Endpoint::new(gateway.clone(), cors_origins, stop);
     let router = router
+        .route(api::acp::PATH, axum::routing::any(api::acp::serve).with_state(acp))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn(api::restore_surrogates))
@@ -69,10 +73,10 @@ pub fn app(
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(axum::middleware::from_fn(telemetry::http_metrics));
     // Outermost, so that preflights are answered before authentication.
-    match cors {
+    Ok(match cors(cors_origins)? {
         Some(cors) => router.layer(cors),
         None => router,
-    }
+    })
 }
 
 /// A failed response, for the log: a 503 says "not now, retry later" (a pool that is starting,
@@ -106,18 +110,29 @@ pub fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_credentials(true)
-            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
             .allow_headers([
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,
+                header::ACCEPT,
                 header::HeaderName::from_static("last-event-id"),
                 header::HeaderName::from_static("prefer"),
                 header::HeaderName::from_static("x-request-id"),
+                header::HeaderName::from_static("acp-connection-id"),
+                header::HeaderName::from_static("acp-session-id"),
             ])
             .expose_headers([
                 header::LOCATION,
                 header::RETRY_AFTER,
                 header::HeaderName::from_static("x-request-id"),
+                header::HeaderName::from_static("acp-connection-id"),
+                header::HeaderName::from_static("acp-session-id"),
             ])
             .max_age(std::time::Duration::from_secs(600)),
     ))
@@ -262,8 +277,9 @@ pub async fn run(
             max_streams: config.max_streams,
             timeout: Config::secs_or_never(config.request_timeout),
         },
-        cors(&config.cors_origins)?,
-    );
+        &config.cors_origins,
+        stop.clone(),
+    )?;
     let served = api::serve::serve(listener, app, {
         let stop = stop.clone();
         async move {

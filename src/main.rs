@@ -57,6 +57,10 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             print!("{}", checked.report);
             return checked.result();
         }
+        Some(Command::Connect { ref url }) => {
+            let key = config.api_keys.last().map(String::as_str);
+            return acp_gateway::connect::connect(url, key).await;
+        }
         Some(Command::Serve) | None => {}
     }
     let effective: serde_json::Map<String, serde_json::Value> = config

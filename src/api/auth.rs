@@ -116,7 +116,8 @@ pub(crate) fn is_public(path: &str) -> bool {
 
 /// SSE routes, which browsers' EventSource opens without custom headers.
 fn is_stream(method: &Method, path: &str) -> bool {
-    method == Method::GET && (path == "/events" || path.ends_with("/events"))
+    method == Method::GET
+        && (path == "/events" || path.ends_with("/events") || path == super::acp::PATH)
 }
 
 fn query_token(query: &str) -> Option<String> {

@@ -44,6 +44,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     NotFound(String),
+    /// Known, but not allowed here (a WebSocket from a browser origin not configured).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("this method is not allowed on this route")]
     MethodNotAllowed,
     #[error("{0}")]
@@ -121,6 +124,7 @@ impl ApiError {
                 "Internal server error",
             ),
             A::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            A::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             A::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method-not-allowed",

@@ -1,6 +1,7 @@
 //! The HTTP surface: one route table that is also the OpenAPI document. Handlers are thin:
 //! extract → validate into domain types → one gateway call → response.
 
+pub mod acp;
 pub mod auth;
 mod console;
 mod controls;

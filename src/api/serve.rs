@@ -47,8 +47,10 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         // Built here rather than in the task: measured, it keeps the RSS lower over many
         // connections coming and going.
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        // With upgrades: `/acp` takes WebSockets.
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()))
+            .with_upgrades();
         let closing = closing.clone();
         connections.spawn(async move {
             let mut conn = std::pin::pin!(conn);

@@ -10,7 +10,7 @@ pub const DEFAULT_TENANT: &str = "default";
 pub const ADMIN_TENANT: &str = "admin";
 
 /// Who is calling: the tenant new sessions belong to, and whether it sees every tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller {
     pub tenant: String,
     pub admin: bool,

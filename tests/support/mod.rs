@@ -8,6 +8,7 @@
 //! the `allow`.
 #![allow(dead_code, unused_imports)]
 
+pub mod acp;
 pub mod agent;
 pub mod gateway;
 pub mod pgcluster;

@@ -1,0 +1,479 @@
+//! One ACP connection's agent: the gateway's own operations behind ACP methods, for the
+//! connection's caller. `session/new`, `prompt`, `cancel`, `set_mode`, `set_model`,
+//! `set_config_option`, `close`, `delete` and `list` are the REST routes' use cases;
+//! `session/load` replays the session's durable log (whether or not the agent can load) and
+//! `session/resume` follows it from now. A prompt's turn belongs to the gateway: a connection
+//! that drops does not stop it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::Responder;
+use agent_client_protocol::{
+    Agent, Client, ConnectTo, Error as RpcError, UntypedMessage, on_receive_notification,
+    on_receive_request,
+};
+use serde_json::{Value, json};
+
+use super::follow::{self, Attached, Ctx, Cx, Event};
+use crate::gateway::model::SessionId;
+use crate::gateway::{Caller, Error, Gateway, NewSession, Prompt, SessionFilter};
+
+/// How long a prompt's answer waits, once the turn has ended, for the turn's last updates to
+/// have been sent to the client (they are normally there first).
+const TAIL_WAIT: Duration = Duration::from_secs(5);
+
+/// History page size when `session/load` replays a log.
+const REPLAY_PAGE: i64 = 1000;
+
+/// One connection's state.
+struct Conn {
+    gateway: Gateway,
+    caller: Caller,
+    elicitation: Mutex<Option<Value>>,
+    /// The sessions this connection follows.
+    attached: Mutex<HashMap<String, Arc<Attached>>>,
+}
+
+/// The agent a new connection talks to.
+pub(super) fn connection(gateway: Gateway, caller: Caller) -> impl ConnectTo<Client> {
+    let conn = Arc::new(Conn {
+        gateway,
+        caller,
+        elicitation: Mutex::default(),
+        attached: Mutex::default(),
+    });
+    let notified = conn.clone();
+    Agent
+        .v1()
+        .name("acp-gateway")
+        .on_receive_request(
+            move |msg: UntypedMessage, responder: Responder<Value>, cx: Cx| {
+                let conn = conn.clone();
+                async move { conn.request(msg, responder, cx) }
+            },
+            on_receive_request!(),
+        )
+        .on_receive_notification(
+            move |msg: UntypedMessage, _cx: Cx| {
+                let conn = notified.clone();
+                async move {
+                    conn.notification(msg);
+                    Ok(())
+                }
+            },
+            on_receive_notification!(),
+        )
+}
+
+/// A service error as a JSON-RPC error: the codes ACP uses where one fits.
+fn rpc_error(e: Error) -> RpcError {
+    let mut error = match &e {
+        Error::Malformed(_) | Error::Invalid(_) => RpcError::invalid_params(),
+        Error::NotFound(_) => RpcError::new(-32002, ""),
+        Error::NotSupported(_) => RpcError::method_not_found(),
+        Error::AgentAuthRequired(_) => RpcError::auth_required(),
+        Error::Agent { code, .. } => RpcError::new(*code as i32, ""),
+        _ => RpcError::internal_error(),
+    };
+    // The store's cause is in the log, never in an answer (its message says only "store").
+    error.message = e.to_string();
+    error
+}
+
+fn invalid(what: &str) -> RpcError {
+    let mut error = RpcError::invalid_params();
+    error.message = what.to_owned();
+    error
+}
+
+fn session_of(params: &Value) -> Result<SessionId, RpcError> {
+    let id = params["sessionId"]
+        .as_str()
+        .ok_or_else(|| invalid("sessionId is required"))?;
+    SessionId::parse(id).map_err(rpc_error)
+}
+
+fn str_of<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params[key]
+        .as_str()
+        .ok_or_else(|| invalid(&format!("{key} is required")))
+}
+
+/// What the client learns of a session's state in ACP's answers (`modes`, `models`,
+/// `configOptions`).
+fn with_state(mut answer: Value, state: Option<&crate::gateway::SessionState>) -> Value {
+    if let Some(state) = state {
+        for (key, value) in [
+            ("modes", &state.modes),
+            ("models", &state.models),
+            ("configOptions", &state.config_options),
+        ] {
+            if let Some(v) = value {
+                answer[key] = v.clone();
+            }
+        }
+    }
+    answer
+}
+
+impl Conn {
+    fn ctx(&self, cx: &Cx) -> Ctx {
+        Ctx {
+            gateway: self.gateway.clone(),
+            caller: self.caller.clone(),
+            cx: cx.clone(),
+            elicitation: self.elicitation.lock().expect("elicitation lock").clone(),
+        }
+    }
+
+    /// Every request is answered from a task of its own: the connection keeps reading (a
+    /// `session/cancel` during a prompt, a permission answer).
+    fn request(
+        self: Arc<Self>,
+        msg: UntypedMessage,
+        responder: Responder<Value>,
+        cx: Cx,
+    ) -> Result<(), RpcError> {
+        cx.clone().spawn(async move {
+            let ctx = self.ctx(&cx);
+            match self.answer(&ctx, &msg.method, &msg.params).await {
+                Ok((answer, follow)) => {
+                    responder.respond(answer)?;
+                    // Followed only now: the client knows the session before its updates.
+                    if let Some((attached, stream)) = follow {
+                        self.attach(&ctx, attached, stream, msg.method == "session/load");
+                    }
+                    Ok(())
+                }
+                Err(e) => responder.respond_with_error(e),
+            }
+        })
+    }
+
+    fn notification(&self, msg: UntypedMessage) {
+        if msg.method != "session/cancel" {
+            return;
+        }
+        let Ok(id) = session_of(&msg.params) else {
+            return;
+        };
+        let (gateway, caller) = (self.gateway.clone(), self.caller.clone());
+        // A cancel is the gateway's, not the connection's: it happens even if the client goes.
+        tokio::spawn(async move {
+            if let Err(e) = gateway.cancel(&caller, &id).await {
+                tracing::debug!(error = %e, "an ACP session/cancel failed");
+            }
+        });
+    }
+
+    async fn answer(
+        &self,
+        ctx: &Ctx,
+        method: &str,
+        params: &Value,
+    ) -> Result<(Value, Option<Follow>), RpcError> {
+        let plain = |v: Value| Ok((v, None));
+        match method {
+            "initialize" => plain(self.initialize(params)),
+            "authenticate" => plain(json!({})),
+            "session/new" => self.new_session(ctx, params).await,
+            "session/load" => self.load(ctx, params).await,
+            "session/resume" => {
+                let id = session_of(params)?;
+                let view = self
+                    .gateway
+                    .get_session(&self.caller, &id)
+                    .await
+                    .map_err(rpc_error)?;
+                let follow = follow::open(ctx, &id, None).await.map_err(rpc_error)?;
+                Ok((with_state(json!({}), view.state.as_deref()), Some(follow)))
+            }
+            "session/prompt" => plain(self.prompt(ctx, params).await?),
+            "session/list" => plain(self.list(params).await?),
+            "session/close" | "session/delete" => {
+                let id = session_of(params)?;
+                let attached = self
+                    .attached
+                    .lock()
+                    .expect("attached lock")
+                    .remove(id.as_str());
+                if let Some(a) = attached {
+                    a.stop();
+                }
+                let done = if method == "session/close" {
+                    // Closing a session the agent cannot close only detaches this client.
+                    match self.gateway.close(&self.caller, &id).await {
+                        Err(Error::NotSupported(_)) => Ok(()),
+                        other => other,
+                    }
+                } else {
+                    self.gateway.delete_session(&self.caller, &id).await
+                };
+                done.map_err(rpc_error)?;
+                plain(json!({}))
+            }
+            "session/set_mode" => {
+                let id = session_of(params)?;
+                let mode = str_of(params, "modeId")?;
+                self.gateway
+                    .set_mode(&self.caller, &id, mode)
+                    .await
+                    .map_err(rpc_error)?;
+                plain(json!({}))
+            }
+            "session/set_model" => {
+                let id = session_of(params)?;
+                let model = str_of(params, "modelId")?;
+                self.gateway
+                    .set_model(&self.caller, &id, model)
+                    .await
+                    .map_err(rpc_error)?;
+                plain(json!({}))
+            }
+            "session/set_config_option" => {
+                let id = session_of(params)?;
+                let config = str_of(params, "configId")?;
+                let value = params
+                    .get("value")
+                    .ok_or_else(|| invalid("value is required"))?;
+                let at = self
+                    .gateway
+                    .set_config(&self.caller, &id, config, value)
+                    .await
+                    .map_err(rpc_error)?;
+                plain(
+                    json!({"configOptions": at.state.config_options.unwrap_or_else(|| json!([]))}),
+                )
+            }
+            _ => Err(RpcError::method_not_found()),
+        }
+    }
+
+    /// What the gateway serves, whatever its agents can: load (from the log), list, resume,
+    /// close and delete; prompts and MCP servers as the default agent takes them.
+    fn initialize(&self, params: &Value) -> Value {
+        let elicitation = params
+            .pointer("/clientCapabilities/elicitation")
+            .filter(|e| e.is_object());
+        *self.elicitation.lock().expect("elicitation lock") = elicitation.cloned();
+        let raw = self
+            .gateway
+            .agent()
+            .initialize
+            .map(|i| i.raw_capabilities)
+            .unwrap_or(Value::Null);
+        let mut caps = json!({
+            "loadSession": true,
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
+        });
+        for key in ["promptCapabilities", "mcpCapabilities"] {
+            if let Some(v) = raw.get(key).filter(|v| v.is_object()) {
+                caps[key] = v.clone();
+            }
+        }
+        json!({
+            "protocolVersion": 1,
+            "agentCapabilities": caps,
+            "authMethods": [],
+            "agentInfo": {"name": "acp-gateway", "title": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
+        })
+    }
+
+    async fn new_session(
+        &self,
+        ctx: &Ctx,
+        params: &Value,
+    ) -> Result<(Value, Option<Follow>), RpcError> {
+        let strings = |key: &str| -> Vec<String> {
+            params[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        let meta = params.get("_meta").filter(|m| !m.is_null()).cloned();
+        let new = NewSession {
+            cwd: str_of(params, "cwd")?.to_owned(),
+            additional_directories: strings("additionalDirectories"),
+            mcp_servers: params["mcpServers"].as_array().cloned().unwrap_or_default(),
+            // `_meta.agent` names the gateway's agent to start it in.
+            agent: meta
+                .as_ref()
+                .and_then(|m| m["agent"].as_str())
+                .map(str::to_owned),
+            meta,
+            ..NewSession::default()
+        };
+        let view = self
+            .gateway
+            .create_session(&self.caller, new)
+            .await
+            .map_err(rpc_error)?;
+        let id = SessionId::parse(&view.session_id).map_err(rpc_error)?;
+        // From the log's start: what the agent sent right after `session/new` (its commands).
+        let follow = follow::open(ctx, &id, Some(0)).await.map_err(rpc_error)?;
+        let answer = with_state(json!({"sessionId": view.session_id}), view.state.as_deref());
+        Ok((answer, Some(follow)))
+    }
+
+    /// `session/load`: the session's log as the agent would replay it (its updates, the users'
+    /// prompts as `user_message_chunk`s; a fork's parent's history first), then the session
+    /// followed from there.
+    async fn load(&self, ctx: &Ctx, params: &Value) -> Result<(Value, Option<Follow>), RpcError> {
+        let id = session_of(params)?;
+        let end = replay(ctx, &id, id.as_str(), None)
+            .await
+            .map_err(rpc_error)?;
+        let view = self
+            .gateway
+            .get_session(&self.caller, &id)
+            .await
+            .map_err(rpc_error)?;
+        let follow = follow::open(ctx, &id, Some(end)).await.map_err(rpc_error)?;
+        Ok((with_state(json!({}), view.state.as_deref()), Some(follow)))
+    }
+
+    async fn prompt(&self, ctx: &Ctx, params: &Value) -> Result<Value, RpcError> {
+        let id = session_of(params)?;
+        let blocks = params["prompt"].as_array();
+        // The blocks are logged as given (`turn_started`), which is how the turn is known.
+        let prompt = Prompt::new(blocks.cloned(), None).map_err(rpc_error)?;
+        let attached = self.attached(ctx, &id).await?;
+        let ended = attached.expect_turn(blocks.map_or(&[][..], Vec::as_slice));
+        let turn = self.gateway.prompt(&self.caller, &id, prompt, true).await;
+        let result = match turn {
+            Ok(Some(turn)) => turn.result,
+            Ok(None) => json!({"stopReason": "end_turn"}),
+            Err(e) => {
+                attached.forget_turn();
+                return Err(rpc_error(e));
+            }
+        };
+        let _ = tokio::time::timeout(TAIL_WAIT, ended).await;
+        Ok(result)
+    }
+
+    async fn list(&self, params: &Value) -> Result<Value, RpcError> {
+        let filter = SessionFilter {
+            cwd: params["cwd"].as_str().map(str::to_owned),
+            cursor: params["cursor"].as_str().map(str::to_owned),
+            ..SessionFilter::default()
+        };
+        let page = self
+            .gateway
+            .list_sessions(&self.caller, filter, false)
+            .await
+            .map_err(rpc_error)?;
+        let page: Value = serde_json::from_slice(&page).map_err(RpcError::into_internal_error)?;
+        let sessions: Vec<Value> = page["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                let mut info = json!({"sessionId": s["sessionId"], "cwd": s["cwd"], "updatedAt": s["updatedAt"]});
+                for key in ["title", "additionalDirectories", "_meta"] {
+                    if let Some(v) = s.get(key).filter(|v| !v.is_null()) {
+                        info[key] = v.clone();
+                    }
+                }
+                info
+            })
+            .collect();
+        let mut answer = json!({"sessions": sessions});
+        if let Some(next) = page.get("nextCursor").filter(|c| c.is_string()) {
+            answer["nextCursor"] = next.clone();
+        }
+        Ok(answer)
+    }
+
+    /// The session as this connection follows it, followed from now if it was not yet.
+    async fn attached(&self, ctx: &Ctx, id: &SessionId) -> Result<Arc<Attached>, RpcError> {
+        if let Some(a) = self
+            .attached
+            .lock()
+            .expect("attached lock")
+            .get(id.as_str())
+        {
+            return Ok(a.clone());
+        }
+        let (attached, stream) = follow::open(ctx, id, None).await.map_err(rpc_error)?;
+        Ok(self.attach(ctx, attached, stream, false))
+    }
+
+    /// Follows the session with `attached`, unless it is followed already (a resume racing a
+    /// prompt): then the one there stays, or, with `replace` (a load, which replayed up to its
+    /// own position), makes way. Returns the attachment in use.
+    fn attach(
+        &self,
+        ctx: &Ctx,
+        attached: Arc<Attached>,
+        stream: follow::Events,
+        replace: bool,
+    ) -> Arc<Attached> {
+        let id = attached.session_id().to_owned();
+        let mut map = self.attached.lock().expect("attached lock");
+        match map.get(&id) {
+            Some(there) if !replace => return there.clone(),
+            Some(there) => there.stop(),
+            None => {}
+        }
+        map.insert(id, attached.clone());
+        drop(map);
+        follow::follow(ctx.clone(), attached.clone(), stream);
+        attached
+    }
+}
+
+/// A session to follow once the answer is sent.
+type Follow = (Arc<Attached>, follow::Events);
+
+/// Sends the client the log of `id` as `session_id`'s history, up to `upto` (all of it when
+/// `None`); returns the last position sent.
+async fn replay(
+    ctx: &Ctx,
+    id: &SessionId,
+    session_id: &str,
+    upto: Option<i64>,
+) -> Result<i64, Error> {
+    let (mut after, mut last) = (0, 0);
+    loop {
+        let page = ctx
+            .gateway
+            .history(&ctx.caller, id, after, REPLAY_PAGE)
+            .await?;
+        for e in page.events {
+            if upto.is_some_and(|u| e.seq > u) {
+                return Ok(last);
+            }
+            last = e.seq;
+            let event = Event {
+                kind: e.event,
+                data: e.data.to_value(),
+            };
+            if event.kind == "forked" {
+                let parent = event.data["parentSessionId"]
+                    .as_str()
+                    .and_then(|p| SessionId::parse(p).ok());
+                if let (Some(parent), Some(at)) = (parent, event.data["parentSeq"].as_i64()) {
+                    // A parent since deleted leaves the fork's own history only.
+                    let _ = Box::pin(replay(ctx, &parent, session_id, Some(at))).await;
+                }
+                continue;
+            }
+            for (method, params) in follow::notifications(&event, session_id, false) {
+                let sent =
+                    UntypedMessage::new(&method, params).and_then(|m| ctx.cx.send_notification(m));
+                if sent.is_err() {
+                    return Ok(last);
+                }
+            }
+        }
+        match page.next_after {
+            Some(next) => after = next,
+            None => return Ok(last),
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! A connection following a session: the session's log, from a position, turned into what an
+//! ACP client expects (`session/update` notifications, the permission requests and elicitations
+//! the agent asks), whoever started the turn. Every connection attached to a session and every
+//! REST client sees the same events; a request goes to all of them and the first answer wins,
+//! the other ACP clients' requests being cancelled (`$/cancel_request`) when it is resolved.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Client, RequestCancellationHandle, UntypedMessage};
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::model::SessionId;
+use crate::gateway::{Caller, ElicitationReply, Gateway};
+
+/// The connection to the ACP client.
+pub(super) type Cx = ConnectionTo<Client>;
+
+/// What a connection acts with: the service, its caller, what its client can be asked.
+#[derive(Clone)]
+pub(super) struct Ctx {
+    pub gateway: Gateway,
+    pub caller: Caller,
+    pub cx: Cx,
+    /// The client's `elicitation` capability (`{form, url}`), if it declared one.
+    pub elicitation: Option<Value>,
+}
+
+/// A session's SSE stream, as the hub writes it.
+pub(super) type Events = std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// One event of a session's log.
+pub(super) struct Event {
+    pub kind: String,
+    pub data: Value,
+}
+
+/// The events in a chunk of the session's SSE stream (whole frames, as the hub writes them).
+fn parse_frames(chunk: &[u8]) -> Vec<Event> {
+    let text = String::from_utf8_lossy(chunk);
+    let mut events = Vec::new();
+    for frame in text.split("\n\n").filter(|f| !f.trim().is_empty()) {
+        let (mut kind, mut data) = (None, None);
+        for line in frame.lines() {
+            if let Some(v) = line.strip_prefix("event: ") {
+                kind = Some(v.to_owned());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = serde_json::from_str(v).ok();
+            }
+        }
+        match (kind, data) {
+            (Some(kind), Some(data)) => events.push(Event { kind, data }),
+            _ => tracing::debug!("an event the ACP endpoint cannot read was skipped"),
+        }
+    }
+    events
+}
+
+/// The `session/update` notifications (and extension notifications) a log event is to an ACP
+/// client, for session `session_id` (a fork replays its parent's events as its own). `live`:
+/// followed as it happens, rather than replayed by `session/load`, whose answer carries the
+/// state instead of the state changes.
+pub(super) fn notifications(event: &Event, session_id: &str, live: bool) -> Vec<(String, Value)> {
+    let update = |update: Value| {
+        let mut params = json!({"sessionId": session_id, "update": update});
+        if let Some(meta) = event.data.get("_meta").filter(|m| !m.is_null()) {
+            params["_meta"] = meta.clone();
+        }
+        ("session/update".to_owned(), params)
+    };
+    let data = &event.data;
+    match event.kind.as_str() {
+        _ if data
+            .get("update")
+            .is_some_and(|u| u.get("sessionUpdate").is_some()) =>
+        {
+            vec![update(data["update"].clone())]
+        }
+        "turn_started" => data["prompt"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|block| update(json!({"sessionUpdate": "user_message_chunk", "content": block})))
+            .collect(),
+        "state_changed" if live => {
+            let mut out = Vec::new();
+            if let Some(mode) = data.pointer("/modes/currentModeId") {
+                out.push(update(
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                ));
+            }
+            if let Some(options) = data.get("configOptions").filter(|o| o.is_array()) {
+                out.push(update(
+                    json!({"sessionUpdate": "config_option_update", "configOptions": options}),
+                ));
+            }
+            out
+        }
+        kind if live && kind.starts_with('_') => vec![(kind.to_owned(), data.clone())],
+        _ => Vec::new(),
+    }
+}
+
+/// The prompt this connection sent, waiting for its turn in the log.
+struct OwnTurn {
+    prompt: Value,
+    started: bool,
+    ended: Option<oneshot::Sender<()>>,
+}
+
+/// The requests this connection's client was asked: by the gateway's request id, the handle
+/// that cancels it (taken when it is resolved elsewhere).
+#[derive(Default)]
+struct Asks {
+    asked: HashSet<String>,
+    open: HashMap<String, RequestCancellationHandle>,
+}
+
+/// A session this connection follows, until [`Attached::stop`] (or the connection's end).
+pub(super) struct Attached {
+    session_id: SessionId,
+    stop: CancellationToken,
+    own: Mutex<Option<OwnTurn>>,
+    asks: Mutex<Asks>,
+}
+
+impl Attached {
+    fn new(session_id: SessionId) -> Arc<Self> {
+        Arc::new(Attached {
+            session_id,
+            stop: CancellationToken::new(),
+            own: Mutex::default(),
+            asks: Mutex::default(),
+        })
+    }
+
+    pub(super) fn session_id(&self) -> &str {
+        self.session_id.as_str()
+    }
+
+    /// Stops following (a prompt waiting for its turn's end then answers after a bounded wait).
+    pub(super) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// This connection is about to send `prompt`: its `turn_started` is not echoed to it as a
+    /// user message, and the receiver fires once its `turn_ended` has been followed (every
+    /// update of the turn sent before the answer).
+    pub(super) fn expect_turn(&self, prompt: &[Value]) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        *self.own.lock().expect("own turn lock") = Some(OwnTurn {
+            prompt: Value::from(prompt.to_vec()),
+            started: false,
+            ended: Some(tx),
+        });
+        rx
+    }
+
+    /// The prompt was refused: nothing to wait for.
+    pub(super) fn forget_turn(&self) {
+        self.own.lock().expect("own turn lock").take();
+    }
+
+    /// Whether `event` is this connection's own turn (handled, then not sent).
+    fn own_turn(&self, event: &Event) -> bool {
+        let mut own = self.own.lock().expect("own turn lock");
+        let Some(turn) = own.as_mut() else {
+            return false;
+        };
+        match event.kind.as_str() {
+            "turn_started" if !turn.started && event.data["prompt"] == turn.prompt => {
+                turn.started = true;
+                true
+            }
+            "turn_ended" if turn.started => {
+                if let Some(tx) = own.take().and_then(|t| t.ended) {
+                    let _ = tx.send(());
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Opens the session's stream from `after` (`None`: from now) and returns what follows it; the
+/// caller starts [`follow`] once the client knows the session.
+pub(super) async fn open(
+    ctx: &Ctx,
+    id: &SessionId,
+    after: Option<i64>,
+) -> Result<(Arc<Attached>, Events), crate::gateway::Error> {
+    let stream = ctx
+        .gateway
+        .session_events(&ctx.caller, id, after, false)
+        .await?;
+    Ok((Attached::new(id.clone()), Box::pin(stream)))
+}
+
+/// Follows the session until the attachment is dropped, the session deleted or the gateway
+/// shut down; first asks the client what is pending now.
+pub(super) fn follow(ctx: Ctx, attached: Arc<Attached>, mut stream: Events) {
+    let cx = ctx.cx.clone();
+    let task = async move {
+        ask_pending(&ctx, &attached).await;
+        loop {
+            let chunk = tokio::select! {
+                () = attached.stop.cancelled() => break,
+                chunk = stream.next() => chunk,
+            };
+            let Some(chunk) = chunk else { break };
+            for event in parse_frames(&chunk) {
+                if !on_event(&ctx, &attached, &event) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = cx.spawn(task) {
+        tracing::debug!(error = %e, "the ACP connection closed before following a session");
+    }
+}
+
+/// One live event; `false` once there is nothing more to follow.
+fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
+    if attached.own_turn(event) {
+        return true;
+    }
+    let request_id = event.data["requestId"].as_str().unwrap_or_default();
+    match event.kind.as_str() {
+        "permission_requested" | "elicitation_requested" => {
+            ask(
+                ctx,
+                attached,
+                &event.kind,
+                request_id,
+                &event.data["request"],
+            );
+        }
+        "permission_resolved" | "elicitation_resolved" => resolved(attached, request_id),
+        "session_deleted" => return false,
+        _ => {}
+    }
+    let sid = attached.session_id.as_str();
+    notifications(event, sid, true)
+        .into_iter()
+        .all(|(method, params)| {
+            UntypedMessage::new(&method, params)
+                .and_then(|m| ctx.cx.send_notification(m))
+                .is_ok()
+        })
+}
+
+/// Asks the client what is pending when it attaches (events before its position are not
+/// followed).
+async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
+    let id = &attached.session_id;
+    if let Ok(pending) = ctx.gateway.permissions(&ctx.caller, id).await {
+        for p in pending {
+            ask(
+                ctx,
+                attached,
+                "permission_requested",
+                &p.request_id,
+                &p.request,
+            );
+        }
+    }
+    if let Ok(pending) = ctx.gateway.elicitations(&ctx.caller, id).await {
+        for e in pending {
+            ask(
+                ctx,
+                attached,
+                "elicitation_requested",
+                &e.request_id,
+                &e.request,
+            );
+        }
+    }
+}
+
+/// Sends the client a permission request or an elicitation (once per request id), and its
+/// answer, when it comes first, to the service.
+fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params: &Value) {
+    let permission = kind == "permission_requested";
+    if !permission {
+        // Only in a mode the client said it handles.
+        let mode = params["mode"].as_str().unwrap_or("form");
+        if ctx
+            .elicitation
+            .as_ref()
+            .is_none_or(|c| c.get(mode).is_none())
+        {
+            return;
+        }
+    }
+    if request_id.is_empty()
+        || !attached
+            .asks
+            .lock()
+            .expect("asks lock")
+            .asked
+            .insert(request_id.to_owned())
+    {
+        return;
+    }
+    let method = if permission {
+        "session/request_permission"
+    } else {
+        "elicitation/create"
+    };
+    let Ok(message) = UntypedMessage::new(method, params) else {
+        return;
+    };
+    let sent = ctx.cx.send_request(message);
+    attached
+        .asks
+        .lock()
+        .expect("asks lock")
+        .open
+        .insert(request_id.to_owned(), sent.cancellation_handle());
+    let (ctx2, attached, request_id) = (ctx.clone(), attached.clone(), request_id.to_owned());
+    let task = async move {
+        let answer = sent.block_task().await;
+        // Resolved elsewhere meanwhile (and cancelled here): this answer came second.
+        if attached
+            .asks
+            .lock()
+            .expect("asks lock")
+            .open
+            .remove(&request_id)
+            .is_none()
+        {
+            return Ok(());
+        }
+        let Ok(answer) = answer else {
+            return Ok(()); // this client could not answer; another may
+        };
+        let (gateway, caller, id) = (&ctx2.gateway, &ctx2.caller, &attached.session_id);
+        let done = if permission {
+            let outcome = &answer["outcome"];
+            let option = outcome["optionId"].as_str().map(str::to_owned);
+            let cancelled = option.is_none().then_some("cancelled");
+            gateway
+                .answer_permission(caller, id, &request_id, option, cancelled)
+                .await
+                .map(drop)
+        } else {
+            let reply = match answer["action"].as_str() {
+                Some("accept") => ElicitationReply::Accept,
+                Some("decline") => ElicitationReply::Decline,
+                _ => ElicitationReply::Cancel,
+            };
+            let content = answer.get("content").filter(|c| !c.is_null());
+            gateway
+                .answer_elicitation(caller, id, &request_id, reply, content)
+                .await
+                .map(drop)
+        };
+        if let Err(e) = done {
+            tracing::debug!(request = %request_id, error = %e, "an ACP client's answer was not taken");
+        }
+        Ok(())
+    };
+    if let Err(e) = ctx.cx.spawn(task) {
+        tracing::debug!(error = %e, "the ACP connection closed before an answer");
+    }
+}
+
+/// Resolved (by another client, the policy, a timeout or a cancel): the client's request is
+/// cancelled, and an answer it still sends is ignored.
+fn resolved(attached: &Attached, request_id: &str) {
+    let handle = attached
+        .asks
+        .lock()
+        .expect("asks lock")
+        .open
+        .remove(request_id);
+    if let Some(handle) = handle {
+        let _ = handle.cancel();
+    }
+}

@@ -1,0 +1,112 @@
+//! `/acp`: the gateway as an ACP agent, for editors and ACP clients, over the official HTTP/SSE
+//! and WebSocket transport (`agent-client-protocol-http`). Each caller (an API key's tenant, or
+//! the one caller of a gateway without keys) gets a transport of its own, so a connection id
+//! opened with one key is unknown under another. What a connection can do is `agent.rs`; how it
+//! follows a session's log, `follow.rs`.
+
+mod agent;
+mod follow;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use super::error::ApiError;
+use crate::gateway::{Caller, Gateway};
+
+/// The path the endpoint is served at.
+pub const PATH: &str = "/acp";
+
+/// Every caller's transport, made when the caller first connects.
+pub struct Endpoint {
+    gateway: Gateway,
+    /// `--cors-origin`: the browser origins a WebSocket may be opened from (besides the
+    /// gateway's own).
+    origins: Vec<HeaderValue>,
+    servers: Mutex<HashMap<Caller, Router>>,
+    /// The gateway's shutdown: the connections' event streams end with it.
+    stop: CancellationToken,
+}
+
+impl Endpoint {
+    pub fn new(gateway: Gateway, origins: &[String], stop: CancellationToken) -> Arc<Self> {
+        Arc::new(Endpoint {
+            gateway,
+            origins: origins.iter().filter_map(|o| o.parse().ok()).collect(),
+            servers: Mutex::default(),
+            stop,
+        })
+    }
+
+    /// The transport of `caller`: its connections, and an agent per connection acting for it.
+    fn server(&self, caller: &Caller) -> Router {
+        let mut servers = self.servers.lock().expect("acp servers lock");
+        servers
+            .entry(caller.clone())
+            .or_insert_with(|| {
+                let (gateway, caller) = (self.gateway.clone(), caller.clone());
+                AcpHttpServer::new(move || agent::connection(gateway.clone(), caller.clone()))
+                    .with_options(
+                        ServerOptions::default()
+                            .with_path(PATH)
+                            .with_health_endpoint(false),
+                    )
+                    .into_router()
+            })
+            .clone()
+    }
+
+    /// A browser's WebSocket must come from the gateway's own origin or a `--cors-origin` (the
+    /// CORS layer guards the HTTP methods; a WebSocket handshake is not subject to CORS).
+    fn origin_allowed(&self, req: &Request) -> bool {
+        let Some(origin) = req.headers().get(header::ORIGIN) else {
+            return true;
+        };
+        let own = req.headers().get(header::HOST).is_some_and(|host| {
+            let origin = origin.to_str().unwrap_or("");
+            let host = host.to_str().unwrap_or("-");
+            origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                == Some(host)
+        });
+        own || self.origins.contains(origin)
+    }
+}
+
+/// Every method on `/acp`: the caller's transport answers.
+pub async fn serve(
+    State(endpoint): State<Arc<Endpoint>>,
+    caller: Caller,
+    mut req: Request,
+) -> Response {
+    let websocket = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if websocket {
+        if !endpoint.origin_allowed(&req) {
+            return ApiError::Forbidden("this origin may not open a WebSocket here".into())
+                .into_response();
+        }
+        // Checked here: the transport itself would refuse every browser origin.
+        req.headers_mut().remove(header::ORIGIN);
+    }
+    let server = endpoint.server(&caller);
+    let Ok(res) = server.oneshot(req).await;
+    // An event stream ends at shutdown, as the REST streams do, so that the server can stop.
+    let (parts, body) = res.into_parts();
+    let body = body
+        .into_data_stream()
+        .take_until(endpoint.stop.clone().cancelled_owned());
+    Response::from_parts(parts, Body::from_stream(body))
+}

@@ -1,0 +1,205 @@
+//! `acp-gateway connect URL`: a stdio ↔ `/acp` bridge, so that an editor that launches agents as
+//! commands uses a remote gateway as its agent. JSON-RPC lines from stdin go to the gateway over
+//! the official HTTP/SSE or WebSocket transport (by the URL's scheme) and the gateway's messages
+//! come back as lines on stdout. When the connection drops, the bridge connects again on its
+//! own: it sends the editor's `initialize` again and resumes every session the editor had open
+//! (`session/resume`), so the editor keeps its sessions; requests that were in flight are
+//! answered with an error (a turn goes on in the gateway, whose updates follow once resumed).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use agent_client_protocol::{Client, ConnectTo, TransportFrame};
+use agent_client_protocol_http::HttpClient;
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// The ids of the bridge's own requests (answers to them are not the editor's).
+const OWN_ID: &str = "acp-gateway-connect/";
+
+/// Waits between attempts to connect again: doubled from the first up to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
+
+/// What the bridge knows of the editor's side of the conversation.
+#[derive(Default)]
+struct Editor {
+    /// The editor's `initialize` params, sent again on each new connection.
+    initialize: Option<Value>,
+    /// The editor's requests not yet answered: id → (method, params).
+    pending: HashMap<String, (String, Value)>,
+    /// The sessions the editor has open.
+    sessions: HashSet<String>,
+}
+
+impl Editor {
+    /// A message from the editor, on its way to the gateway.
+    fn sent(&mut self, msg: &Value) {
+        let (Some(method), Some(id)) = (msg["method"].as_str(), msg.get("id")) else {
+            return;
+        };
+        if method == "initialize" {
+            self.initialize = Some(msg["params"].clone());
+        }
+        self.pending
+            .insert(id.to_string(), (method.to_owned(), msg["params"].clone()));
+    }
+
+    /// A message from the gateway: `false` when it answers the bridge and not the editor.
+    fn received(&mut self, msg: &Value) -> bool {
+        let Some(id) = msg.get("id").filter(|_| msg.get("method").is_none()) else {
+            return true; // a request or a notification for the editor
+        };
+        if id.as_str().is_some_and(|id| id.starts_with(OWN_ID)) {
+            return false;
+        }
+        let Some((method, params)) = self.pending.remove(&id.to_string()) else {
+            return true;
+        };
+        if msg.get("result").is_some() {
+            let session = params["sessionId"]
+                .as_str()
+                .or(msg["result"]["sessionId"].as_str());
+            match (method.as_str(), session) {
+                ("session/new" | "session/load" | "session/resume", Some(s)) => {
+                    self.sessions.insert(s.to_owned());
+                }
+                ("session/close" | "session/delete", Some(s)) => {
+                    self.sessions.remove(s);
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// The connection dropped: an error for each request in flight but the editor's
+    /// `initialize`, which the next connection answers.
+    fn lost(&mut self) -> Vec<Value> {
+        let lost: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, (method, _))| method != "initialize")
+            .map(|(id, _)| id.clone())
+            .collect();
+        lost.into_iter()
+            .filter_map(|id| self.pending.remove(&id).map(|_| id))
+            .filter_map(|id| serde_json::from_str::<Value>(&id).ok())
+            .map(|id| {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603,
+                    "message": "the connection to the gateway was lost; it is being restored (a prompt's turn goes on in the gateway)"}})
+            })
+            .collect()
+    }
+
+    /// What a new connection starts with: the editor's `initialize` if it is still waiting
+    /// for its answer, else the bridge's own and a resume of each open session.
+    fn restore(&self, attempt: u64) -> Vec<Value> {
+        let waiting = self
+            .pending
+            .iter()
+            .find(|(_, (method, _))| method == "initialize");
+        if let Some((id, (_, params))) = waiting {
+            let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+            return vec![
+                json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params}),
+            ];
+        }
+        let Some(params) = &self.initialize else {
+            return Vec::new();
+        };
+        let id = |what: &str| format!("{OWN_ID}{attempt}/{what}");
+        let mut out = vec![
+            json!({"jsonrpc": "2.0", "id": id("initialize"), "method": "initialize", "params": params}),
+        ];
+        out.extend(self.sessions.iter().map(|s| {
+            json!({"jsonrpc": "2.0", "id": id(s), "method": "session/resume", "params": {"sessionId": s, "cwd": "/", "mcpServers": []}})
+        }));
+        out
+    }
+}
+
+/// Bridges stdin/stdout to the gateway at `url` until stdin ends.
+pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let value = format!("Bearer {key}")
+            .parse()
+            .context("the API key is not a valid header value")?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    let client = || {
+        HttpClient::builder(url)
+            .configure_http(|http| http.default_headers(headers.clone()))
+            .build()
+            .context("the gateway URL")
+    };
+    client()?; // a bad URL fails now, not at the first message
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    let mut editor = Editor::default();
+    let (mut attempt, mut backoff) = (0u64, BACKOFF.0);
+    loop {
+        let (channel, driver) = ConnectTo::<Client>::into_channel_and_future(client()?);
+        let (mut from_gateway, to_gateway) = channel.into_parts();
+        let mut driver = std::pin::pin!(async move {
+            match driver {
+                Some(driver) => driver.await,
+                None => std::future::pending().await,
+            }
+        });
+        let send = |line: &str| {
+            to_gateway
+                .unbounded_send(TransportFrame::parse_json(line))
+                .is_ok()
+        };
+        if attempt > 0 {
+            for msg in editor.restore(attempt) {
+                send(&msg.to_string());
+            }
+        }
+        attempt += 1;
+        loop {
+            tokio::select! {
+                line = stdin.next_line() => {
+                    let Some(line) = line? else {
+                        return Ok(()); // the editor is gone
+                    };
+                    if let Ok(msg) = serde_json::from_str::<Value>(&line) {
+                        editor.sent(&msg);
+                    }
+                    if !send(&line) {
+                        break;
+                    }
+                }
+                frame = futures::StreamExt::next(&mut from_gateway) => {
+                    let Some(frame) = frame else { break };
+                    let Ok(line) = frame.to_json() else { continue };
+                    let msg: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    if editor.received(&msg) {
+                        backoff = BACKOFF.0;
+                        write_line(&mut stdout, line.into_bytes()).await?;
+                    }
+                }
+                ended = &mut driver => {
+                    if let Err(e) = ended {
+                        tracing::warn!(error = %e, "the connection to the gateway ended");
+                    }
+                    break;
+                }
+            }
+        }
+        for error in editor.lost() {
+            write_line(&mut stdout, error.to_string().into_bytes()).await?;
+        }
+        tracing::info!(?backoff, "connecting to the gateway again");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF.1);
+    }
+}
+
+async fn write_line(out: &mut tokio::io::Stdout, mut line: Vec<u8>) -> std::io::Result<()> {
+    line.push(b'\n');
+    out.write_all(&line).await?;
+    out.flush().await
+}

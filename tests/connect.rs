@@ -1,0 +1,105 @@
+//! `acp-gateway connect URL`, driven over its stdin and stdout by the official SDK's client as an
+//! editor that launches agents as commands would: initialize, a session, a prompt and its
+//! updates through the bridge; then the gateway restarts, and the bridge connects again and
+//! resumes the session on its own, so the editor goes on prompting it and hears a REST client's
+//! turn on it.
+
+mod support;
+
+use std::process::Stdio;
+
+use serde_json::json;
+use support::acp::{AcpClient, agent_text};
+use support::*;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+const KEY: &str = "editor-key-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_bridges_an_editor_and_reconnects() {
+    // A fixed port, so that the restarted gateway is where the bridge connects.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let opts = Options::default().args(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--api-key",
+        &format!("editor:{KEY}"),
+        "--shutdown-timeout",
+        "2",
+    ]);
+    let mut w = World::start(Backend::Sqlite, opts).await;
+    let log = std::fs::File::create(w.dir.path().join("connect.log")).unwrap();
+    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        .args(["connect", &w.gw().base, "--api-key", KEY])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdio = agent_client_protocol::ByteStreams::new(
+        bridge.stdin.take().unwrap().compat_write(),
+        bridge.stdout.take().unwrap().compat(),
+    );
+    let mut editor = AcpClient::connect(stdio).await;
+    let init = editor.initialize().await.unwrap();
+    assert_eq!(init["agentInfo"]["name"], "acp-gateway", "{init}");
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    let id = editor.new_session("/tmp").await;
+    let answer = editor.prompt(&id, "through the bridge").await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    assert_eq!(agent_text(&editor.drain_notes()), "through the bridge");
+
+    // The gateway goes away and comes back: the editor keeps its session.
+    w.restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let answer = loop {
+        match editor.prompt(&id, "after the restart").await {
+            Ok(answer) => break answer,
+            // Answered by the bridge while it connects again.
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no answer after the restart: {e:?}\n{}",
+                std::fs::read_to_string(w.dir.path().join("connect.log")).unwrap()
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let text = agent_text(&editor.drain_notes());
+    assert!(text.ends_with("after the restart"), "{text}");
+
+    // Resumed, it follows the session: a REST client's turn reaches the editor.
+    let gw = w.gw();
+    let r = gw
+        .http
+        .post(gw.prompt_url(&id))
+        .bearer_auth(KEY)
+        .json(&json!({"text": "from rest"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let notes = editor.notes_until("agent_message_chunk").await;
+    assert!(
+        notes
+            .iter()
+            .any(|(_, p)| p["update"]["content"]["text"] == "from rest"
+                && p["update"]["sessionUpdate"] == "user_message_chunk"),
+        "{notes:?}"
+    );
+
+    // The editor goes: the bridge ends.
+    editor.close().await;
+    let status = tokio::time::timeout(PATIENCE, bridge.wait())
+        .await
+        .expect("the bridge exits when its stdin ends")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    w.finish().await;
+}
