@@ -72,7 +72,7 @@ if ! command -v docker-compose >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
-docker-compose version | head -n 1
+docker-compose --version
 docker-compose config --quiet
 docker-compose --profile cluster config --quiet
 echo "compose: docker-compose.yml is also valid for $(docker-compose version --short 2>/dev/null || echo docker-compose)"

@@ -40,7 +40,7 @@ echo "image: cargo-chef $chef_version; cook: $cook; build: $build"
 
 # 1. cargo-chef, pinned.
 tools=$root/target/image/tools
-if ! "$tools/bin/cargo-chef" --version 2>/dev/null | grep -qx "cargo-chef $chef_version"; then
+if [ "$("$tools/bin/cargo-chef" --version 2>/dev/null || true)" != "cargo-chef $chef_version" ]; then
   echo "installing cargo-chef $chef_version into $tools"
   CARGO_TARGET_DIR=$root/target/image/tools-build \
     cargo install cargo-chef --locked --version "$chef_version" --root "$tools"

