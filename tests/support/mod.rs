@@ -1,6 +1,7 @@
 //! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
 //! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway binary and a test's [`World`] around it
-//! ([`gateway`]), one SSE reader ([`sse`]) and what `/proc` says about a process ([`process`]).
+//! ([`gateway`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]) and a webhook
+//! receiver that checks signatures with the reference library ([`webhooks`]).
 //!
 //! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
 //! what only they need (load generators, baselines, reports) on top of it. Each test and bench
@@ -15,6 +16,7 @@ pub mod pgcluster;
 pub mod postgres;
 pub mod process;
 pub mod sse;
+pub mod webhooks;
 
 use std::time::Duration;
 
