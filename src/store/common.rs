@@ -171,7 +171,10 @@ pub(crate) const RELEASE_SESSION: &str =
 /// keep), find the moves of listed sessions with `first_moves` (see
 /// [`FirstMoves`](crate::store::listing::FirstMoves)) and the synced sessions with
 /// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
-/// `items` are the trait's provided methods the backend overrides.
+/// `items` are the trait's provided methods the backend overrides. The webhook use cases forward
+/// to inherent methods: those both run alike written by
+/// [`impl_webhooks!`](crate::store::webhooks) from the same parameters, `claim_deliveries` the
+/// backend's own.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -466,7 +469,92 @@ macro_rules! impl_store {
                     .await?)
             }
 
+            async fn put_webhook(
+                &self,
+                w: &$crate::store::WebhookRecord,
+            ) -> $crate::store::StoreResult<()> {
+                self.put_webhook(w).await
+            }
+
+            async fn get_webhook(
+                &self,
+                id: &str,
+            ) -> $crate::store::StoreResult<Option<$crate::store::WebhookRecord>> {
+                self.get_webhook(id).await
+            }
+
+            async fn list_webhooks(
+                &self,
+                tenant: Option<&str>,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::WebhookRecord>> {
+                self.list_webhooks(tenant).await
+            }
+
+            async fn update_webhook(
+                &self,
+                w: &$crate::store::WebhookRecord,
+            ) -> $crate::store::StoreResult<bool> {
+                self.update_webhook(w).await
+            }
+
+            async fn delete_webhook(&self, id: &str) -> $crate::store::StoreResult<bool> {
+                self.delete_webhook(id).await
+            }
+
+            async fn list_deliveries(
+                &self,
+                webhook_id: &str,
+                before: Option<i64>,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::DeliveryRecord>> {
+                self.list_deliveries(webhook_id, before, limit).await
+            }
+
+            async fn get_delivery(
+                &self,
+                webhook_id: &str,
+                id: i64,
+            ) -> $crate::store::StoreResult<Option<$crate::store::DeliveryRecord>> {
+                self.get_delivery(webhook_id, id).await
+            }
+
+            async fn retry_delivery(
+                &self,
+                webhook_id: &str,
+                id: i64,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                self.retry_delivery(webhook_id, id, now).await
+            }
+
+            async fn claim_deliveries(
+                &self,
+                owner: &str,
+                now: chrono::DateTime<chrono::Utc>,
+                lease_until: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> $crate::store::StoreResult<
+                Vec<($crate::store::DeliveryRecord, $crate::store::WebhookRecord)>,
+            > {
+                if limit <= 0 {
+                    return Ok(Vec::new());
+                }
+                self.claim_deliveries(owner, now, lease_until, limit).await
+            }
+
+            async fn finish_delivery(
+                &self,
+                id: i64,
+                owner: &str,
+                attempt: &$crate::store::Attempt,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                self.finish_delivery(id, owner, attempt, now).await
+            }
+
             $($extra)*
         }
+
+        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time });
     };
 }

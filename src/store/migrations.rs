@@ -29,6 +29,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0007_synced_listed",
     "0008_session_states",
     "0009_session_agent",
+    "0010_webhooks",
 );
 
 /// `migrations/sqlite`.
@@ -41,6 +42,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0007_synced_listed",
     "0008_session_states",
     "0009_session_agent",
+    "0010_webhooks",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -5,7 +5,7 @@
 //! (`tests/store_contract/`); beside it, how each records the gateway replicas using it
 //! (`replicas.rs`). What the two run alike is written once: the shared SQL and the `impl Store`
 //! of both (`common.rs`), the mapping of rows to records (`rows.rs`) and the session list's
-//! statement and pages (`listing.rs`). This module depends on nothing else in the crate: the
+//! statement and pages (`listing.rs`); webhooks and their outbox (`webhooks.rs`). This module depends on nothing else in the crate: the
 //! replica id it tags notifications with is given to [`connect`].
 
 use std::sync::Arc;
@@ -26,6 +26,8 @@ macro_rules! session_columns {
 
 #[macro_use]
 mod common;
+#[macro_use]
+mod webhooks;
 mod event;
 mod listing;
 mod migrations;
@@ -38,6 +40,7 @@ pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent}
 pub use postgres::{PG_LOG_WRITER_NAME, PgStore};
 pub use replicas::{Claimed, HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::{ReplicaLock, SqliteStore};
+pub use webhooks::{Attempt, DeliveryRecord, WebhookRecord};
 
 /// What can go wrong in the store. Callers log it and answer 500/503; it never reaches a body.
 #[derive(Debug, thiserror::Error)]
@@ -371,7 +374,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 
     /// Appends events to a session's log, assigning consecutive sequence numbers after the
-    /// current last one, atomically: concurrent appenders never produce gaps or duplicates.
+    /// current last one, atomically: concurrent appenders never produce gaps or duplicates. The
+    /// same statement or transaction inserts each event's deliveries to the enabled webhooks it
+    /// matches (every append of session events does, the log writer's too).
     async fn append_events(
         &self,
         session_id: &str,
@@ -429,7 +434,9 @@ pub trait Store: Send + Sync + 'static {
     async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
 
     /// Appends lifecycle events, in one transaction, numbered in their order with the next
-    /// global sequence numbers; returns them as stored, in the same order.
+    /// global sequence numbers; returns them as stored, in the same order. The transaction
+    /// inserts their deliveries to the enabled webhooks they match, but `session_deleted`'s
+    /// (the session's own log has it too).
     async fn append_lifecycle(
         &self,
         events: &[NewLifecycleEvent],
@@ -445,6 +452,65 @@ pub trait Store: Send + Sync + 'static {
 
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
+
+    /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
+    /// see `webhooks.rs`). Timestamps are kept to the microsecond.
+    async fn put_webhook(&self, w: &WebhookRecord) -> StoreResult<()>;
+
+    async fn get_webhook(&self, id: &str) -> StoreResult<Option<WebhookRecord>>;
+
+    /// The webhooks of `tenant` (`None`: all, for an admin), newest first.
+    async fn list_webhooks(&self, tenant: Option<&str>) -> StoreResult<Vec<WebhookRecord>>;
+
+    /// Writes `w`'s url, events, session_id, description, secret, enabled, disabled_reason and
+    /// updated_at over the row of its id; `false` when there is none.
+    async fn update_webhook(&self, w: &WebhookRecord) -> StoreResult<bool>;
+
+    /// Deletes the webhook and its deliveries; `false` when there was none.
+    async fn delete_webhook(&self, id: &str) -> StoreResult<bool>;
+
+    /// Newest first (id DESC), at most `limit`, with id < `before` when given.
+    async fn list_deliveries(
+        &self,
+        webhook_id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
+
+    async fn get_delivery(&self, webhook_id: &str, id: i64) -> StoreResult<Option<DeliveryRecord>>;
+
+    /// Manual retry: status 'pending', next_attempt_at = retry_from = now, lease cleared.
+    /// `false` if unknown.
+    async fn retry_delivery(
+        &self,
+        webhook_id: &str,
+        id: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Claims up to `limit` due deliveries for `owner` until `lease_until`, lowest id first,
+    /// each with its webhook: deliveries of enabled webhooks, status 'pending', next_attempt_at
+    /// <= now, lease free or expired (lease_until < now), each the lowest id among the pending
+    /// deliveries of its (webhook_id, session_id), so that a session's deliveries go out one
+    /// at a time in log order. Two replicas never claim the same row at once.
+    async fn claim_deliveries(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<Vec<(DeliveryRecord, WebhookRecord)>>;
+
+    /// Records an attempt of a delivery claimed by `owner` (attempts + 1, last_* set, lease
+    /// cleared, status and next_attempt_at per `attempt`). `false` when the lease is no longer
+    /// `owner`'s (taken by another, or the delivery retried or deleted): nothing is written.
+    async fn finish_delivery(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
 
     /// Appends that other replicas commit to this database, as they commit (`None` where no
     /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything

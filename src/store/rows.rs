@@ -8,8 +8,8 @@ use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 
 use super::{
-    Origin, Payload, SessionRecord, StoreError, StoreResult, StoredEvent, StoredLifecycleEvent,
-    ToSync,
+    DeliveryRecord, Origin, Payload, SessionRecord, StoreError, StoreResult, StoredEvent,
+    StoredLifecycleEvent, ToSync, WebhookRecord,
 };
 
 /// A column type both backends store as the Rust type itself: text, integers, booleans, and
@@ -117,5 +117,59 @@ pub(crate) fn lifecycle_from(row: &impl Columns) -> StoreResult<StoredLifecycleE
         kind: row.get("kind")?,
         payload: row.json("payload").map_err(at)?,
         created_at: row.time("created_at").map_err(at)?,
+    })
+}
+
+/// A row of `webhooks`, its columns named `prefix` and the column's name (a query that returns
+/// a webhook beside another row names them apart).
+pub(crate) fn webhook_from(row: &impl Columns, prefix: &str) -> StoreResult<WebhookRecord> {
+    let name = |column: &str| format!("{prefix}{column}");
+    let id: String = row.get(&name("id"))?;
+    let at = |e: StoreError| e.in_row(format_args!("webhook {id:?}"));
+    let events = row.json(&name("events")).map_err(at)?;
+    let events = serde_json::from_value(events).map_err(|e| {
+        at(StoreError::Corrupt(format!(
+            "events is not an array of strings: {e}"
+        )))
+    })?;
+    Ok(WebhookRecord {
+        tenant: row.get(&name("tenant"))?,
+        admin: row.get(&name("admin"))?,
+        url: row.get(&name("url"))?,
+        events,
+        session_id: row.get(&name("session_id"))?,
+        description: row.get(&name("description"))?,
+        secret: row.get(&name("secret"))?,
+        enabled: row.get(&name("enabled"))?,
+        disabled_reason: row.get(&name("disabled_reason"))?,
+        created_at: row.time(&name("created_at")).map_err(at)?,
+        updated_at: row.time(&name("updated_at")).map_err(at)?,
+        id,
+    })
+}
+
+/// A row of `webhook_deliveries`.
+pub(crate) fn delivery_from(row: &impl Columns) -> StoreResult<DeliveryRecord> {
+    let id: i64 = row.get("id")?;
+    let at = |e: StoreError| e.in_row(format_args!("webhook delivery {id}"));
+    Ok(DeliveryRecord {
+        id,
+        webhook_id: row.get("webhook_id")?,
+        message_id: row.get("message_id")?,
+        session_id: row.get("session_id")?,
+        tenant: row.get("tenant")?,
+        seq: row.get("seq")?,
+        kind: row.text("kind").map_err(at)?,
+        payload: row.json("payload").map_err(at)?,
+        event_at: row.time("event_at").map_err(at)?,
+        status: row.get("status")?,
+        attempts: row.get("attempts")?,
+        next_attempt_at: row.time("next_attempt_at").map_err(at)?,
+        retry_from: row.time("retry_from").map_err(at)?,
+        last_status: row.get("last_status")?,
+        last_body: row.get("last_body")?,
+        last_error: row.get("last_error")?,
+        created_at: row.time("created_at").map_err(at)?,
+        updated_at: row.time("updated_at").map_err(at)?,
     })
 }

@@ -14,6 +14,7 @@ mod listing;
 mod reopen;
 mod replicas;
 mod sessions;
+mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -233,6 +234,13 @@ macro_rules! store_contract {
             events::check_nul_in_text_round_trip,
             events::check_lifecycle,
             events::check_prune_events,
+            webhooks::check_webhook_crud,
+            webhooks::check_outbox,
+            webhooks::check_lifecycle_outbox,
+            webhooks::check_outbox_conflict,
+            webhooks::check_claim,
+            webhooks::check_finish_and_retry,
+            webhooks::check_list_and_cascade,
         );
     };
 }

@@ -1,6 +1,6 @@
 //! The session event logs: appends in one statement that numbers them from the session's
-//! counter (`session_seqs`) and notifies the other replicas, the log writer with its own
-//! connection, and how retention prunes by count.
+//! counter (`session_seqs`), inserts their webhook deliveries and notifies the other replicas,
+//! the log writer with its own connection, and how retention prunes by count.
 
 use async_trait::async_trait;
 use chrono::SubsecRound;
@@ -10,33 +10,55 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use super::{PgStore, nul_safe_text, text_in};
 use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
+/// The outbox insert of [`APPEND`] and [`APPEND_ALL`] (see [`pg_insert_deliveries!`]): the
+/// deliveries of the events `inserted` returns, to the webhooks of their session's tenant. A
+/// session without a row (there is none) gets none.
+macro_rules! deliveries_of_inserted {
+    () => {
+        pg_insert_deliveries!(
+            from: "inserted i JOIN sessions s ON s.session_id = i.session_id",
+            message_id: "i.session_id || '.' || i.seq",
+            tenant: "s.tenant",
+            payload: "i.payload::jsonb",
+            and: "",
+        )
+    };
+}
+
 /// Appends a batch to a session's log in one statement: raises the session's counter by the
 /// batch's size (`$2`), inserts the events (`$5` kinds, `$6` payloads as JSON text) numbered
 /// from the counter's old value, raises the session's `updated_at` to `$7` if given and later
-/// (a change of the gateway's own: the row is no longer what a listing made it), and notifies
-/// the other replicas at commit: "REPLICA SEQ SESSION" on
+/// (a change of the gateway's own: the row is no longer what a listing made it), inserts the
+/// events' webhook deliveries ([`deliveries_of_inserted!`]), and notifies the other replicas at
+/// commit: "REPLICA SEQ SESSION" on
 /// [`EVENTS_CHANNEL`](super::replicas::EVENTS_CHANNEL). The upsert locks the counter row until
 /// commit: a concurrent appender of the same session waits, then sees our committed total, so
 /// sequence numbers are gapless and become visible in order.
-const APPEND: &str = "WITH bumped AS (\
+const APPEND: &str = concat!(
+    "WITH bumped AS (\
      INSERT INTO session_seqs (session_id, last_seq) VALUES ($1, $2) \
      ON CONFLICT (session_id) DO UPDATE SET last_seq = session_seqs.last_seq + EXCLUDED.last_seq \
      RETURNING last_seq), \
      inserted AS (\
      INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
      SELECT $1, b.last_seq - $2 + e.ord, e.kind, e.payload::json, $4 \
-     FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord)), \
+     FROM bumped b, unnest($5::text[], $6::text[]) WITH ORDINALITY AS e(kind, payload, ord) \
+     RETURNING session_id, seq, kind, payload, created_at), \
      touched AS (\
      UPDATE sessions SET updated_at = $7, listed = NULL \
-     WHERE session_id = $1 AND deleted_at IS NULL AND updated_at < $7) \
-     SELECT last_seq FROM bumped, \
-     pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)";
+     WHERE session_id = $1 AND deleted_at IS NULL AND updated_at < $7), \
+     delivered AS (",
+    deliveries_of_inserted!(),
+    ") SELECT last_seq FROM bumped, \
+     pg_notify('acp_gateway_events', $3 || ' ' || last_seq || ' ' || $1)"
+);
 
 /// [`APPEND`] for several sessions at once (their ids distinct): `$1`–`$4` one element per
 /// session (id, event count, `created_at`, touch or NULL), `$5`–`$8` one per event (session id,
 /// ordinal in its session from 1, kind, payload), `$9` the replica. The counters are raised in
 /// session id order, so that two such statements lock them in the same order.
-const APPEND_ALL: &str = "WITH c AS (\
+const APPEND_ALL: &str = concat!(
+    "WITH c AS (\
      SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::timestamptz[]) \
      AS c(session_id, n, created_at, touch)), \
      bumped AS (\
@@ -47,13 +69,17 @@ const APPEND_ALL: &str = "WITH c AS (\
      INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
      SELECT e.session_id, b.last_seq - c.n + e.ord, e.kind, e.payload::json, c.created_at \
      FROM unnest($5::text[], $6::bigint[], $7::text[], $8::text[]) AS e(session_id, ord, kind, payload) \
-     JOIN bumped b ON b.session_id = e.session_id JOIN c ON c.session_id = e.session_id), \
+     JOIN bumped b ON b.session_id = e.session_id JOIN c ON c.session_id = e.session_id \
+     RETURNING session_id, seq, kind, payload, created_at), \
      touched AS (\
      UPDATE sessions s SET updated_at = c.touch, listed = NULL FROM c \
      WHERE s.session_id = c.session_id AND c.touch IS NOT NULL AND s.deleted_at IS NULL \
-     AND s.updated_at < c.touch) \
-     SELECT session_id, last_seq, \
-     pg_notify('acp_gateway_events', $9 || ' ' || last_seq || ' ' || session_id) FROM bumped";
+     AND s.updated_at < c.touch), \
+     delivered AS (",
+    deliveries_of_inserted!(),
+    ") SELECT session_id, last_seq, \
+     pg_notify('acp_gateway_events', $9 || ' ' || last_seq || ' ' || session_id) FROM bumped"
+);
 
 /// Deletes, in every session, the events beyond the latest `$1`.
 pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events e USING session_seqs s \

@@ -1,5 +1,5 @@
 //! The lifecycle log (`GET /events`): one global sequence, numbered in commit order, each
-//! append announced to the other replicas.
+//! append announced to the other replicas and inserting its webhook deliveries.
 
 use chrono::{SubsecRound, Utc};
 use sqlx::types::Json;
@@ -12,12 +12,25 @@ use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
 const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"
 
 /// Inserts the events given as arrays of session ids, tenants, kinds and payloads, in their
-/// order, all created at `$5`.
-const INSERT_LIFECYCLE: &str = "INSERT INTO lifecycle_events \
+/// order, all created at `$5`, and their webhook deliveries (see [`pg_insert_deliveries!`]),
+/// but `session_deleted`'s, which the session's own log has too.
+const INSERT_LIFECYCLE: &str = concat!(
+    "WITH inserted AS (INSERT INTO lifecycle_events \
      (session_id, tenant, kind, payload, created_at) \
      SELECT e.session_id, e.tenant, e.kind, e.payload, $5 \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY \
-     AS e(session_id, tenant, kind, payload, ord) ORDER BY e.ord RETURNING seq";
+     AS e(session_id, tenant, kind, payload, ord) ORDER BY e.ord \
+     RETURNING seq, session_id, tenant, kind, payload, created_at), \
+     delivered AS (",
+    pg_insert_deliveries!(
+        from: "inserted i",
+        message_id: "'lifecycle.' || i.seq",
+        tenant: "i.tenant",
+        payload: "i.payload",
+        and: " AND i.kind <> 'session_deleted'",
+    ),
+    ") SELECT seq FROM inserted"
+);
 
 impl PgStore {
     pub(super) async fn append_lifecycle(

@@ -1,5 +1,6 @@
-//! The session event logs: appends numbered from each session's counter (`session_seqs`), the
-//! log writer with its own connection, and how retention prunes by count.
+//! The session event logs: appends numbered from each session's counter (`session_seqs`) with
+//! their webhook deliveries, the log writer with its own connection, and how retention prunes by
+//! count.
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -24,6 +25,20 @@ const INSERT_EVENTS_HEAD: &str = " INSERT INTO session_events \
      (session_id, seq, kind, payload, created_at) \
      SELECT ?, s.last_seq - ? + v.column1, v.column2, v.column3, ? FROM (VALUES ";
 const INSERT_EVENTS_TAIL: &str = ") v, session_seqs s WHERE s.session_id = ?;";
+/// The webhook deliveries of the batch just inserted (see [`sqlite_insert_deliveries!`]), to the
+/// webhooks of its session's tenant (a session without a row, which there is not, gets none).
+/// Binds the session id twice and the batch's event count: its events are the last that many
+/// of the session's counter.
+const INSERT_DELIVERIES: &str = concat!(
+    sqlite_insert_deliveries!(
+        from: "session_events i JOIN sessions s ON s.session_id = i.session_id",
+        message_id: "i.session_id || '.' || i.seq",
+        tenant: "s.tenant",
+        where: "i.session_id = ? \
+                AND i.seq > (SELECT last_seq FROM session_seqs WHERE session_id = ?) - ?",
+    ),
+    ";"
+);
 /// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at` (a
 /// change of the gateway's own: the row is no longer what a listing made it).
 const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ?, listed = NULL \
@@ -137,7 +152,8 @@ fn open_log_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connecti
 
 /// Appends `batches` (and applies their `touch`, see [`LogWriter::append`]) on `conn`, on this
 /// thread, in one `BEGIN IMMEDIATE` transaction (rolled back when dropped on an error): for
-/// each, the bump returns the new last sequence number, from which its events are numbered.
+/// each, the bump returns the new last sequence number, from which its events are numbered;
+/// then their webhook deliveries are inserted.
 fn append_here(
     conn: &mut rusqlite::Connection,
     batches: &[Batch<'_>],
@@ -165,6 +181,8 @@ fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<V
             insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
         }
     }
+    tx.prepare_cached(INSERT_DELIVERIES)?
+        .execute((session_id, session_id, batch.count))?;
     if let Some(at) = batch.touch {
         let at = micros(at);
         tx.prepare_cached(TOUCH_SESSION)?
@@ -178,7 +196,7 @@ fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<V
 /// between statements (a round trip costs two thread wake-ups), and SQLite's write lock is
 /// never held while a task waits to be polled, so a `rusqlite` log writer blocking a runtime
 /// thread on that lock cannot stall it. The inserts number their rows from the counter the bump
-/// has just raised.
+/// has just raised; the webhook deliveries follow them.
 async fn append_on(
     conn: &mut SqliteConnection,
     batch: &Batch<'_>,
@@ -198,6 +216,8 @@ async fn append_on(
         sql.push_str(&vec!["(?, ?, ?)"; chunk.len()].join(", "));
         sql.push_str(INSERT_EVENTS_TAIL);
     }
+    sql.push(' ');
+    sql.push_str(INSERT_DELIVERIES);
     if touch.is_some() {
         sql.push_str(TOUCH_SESSION);
     }
@@ -216,6 +236,7 @@ async fn append_on(
         }
         query = query.bind(session_id);
     }
+    query = query.bind(session_id).bind(session_id).bind(count);
     if let Some(at) = touch {
         let at = micros(at);
         query = query.bind(at).bind(session_id).bind(at);

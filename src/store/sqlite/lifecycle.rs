@@ -1,4 +1,5 @@
-//! The lifecycle log (`GET /events`): one global sequence, numbered in commit order.
+//! The lifecycle log (`GET /events`): one global sequence, numbered in commit order, each
+//! append inserting its webhook deliveries.
 
 use chrono::{SubsecRound, Utc};
 
@@ -7,6 +8,16 @@ use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
 
 /// Lifecycle events per insert: five parameters each, within SQLite's 32,766.
 const EVENTS_PER_INSERT: usize = 32_766 / 5;
+
+/// The webhook deliveries of the events numbered from `?` on (those of this transaction: it
+/// holds the write lock), but `session_deleted`'s, which the session's own log has too (see
+/// [`sqlite_insert_deliveries!`]).
+const INSERT_DELIVERIES: &str = sqlite_insert_deliveries!(
+    from: "lifecycle_events i",
+    message_id: "'lifecycle.' || i.seq",
+    tenant: "i.tenant",
+    where: "i.seq >= ? AND i.kind <> 'session_deleted'",
+);
 
 /// `INSERT … VALUES` of `rows` lifecycle events. The parameters are anonymous (`?`): SQLite finds
 /// a numbered one by its number in a list, which for thousands of them takes time.
@@ -26,12 +37,9 @@ impl SqliteStore {
     ) -> StoreResult<Vec<StoredLifecycleEvent>> {
         let created_at = Utc::now().trunc_subsecs(6);
         // On the single writer connection, numbers are handed out in commit order, so readers
-        // polling `seq > after` never skip one. More events than one insert takes go in one
-        // transaction.
-        let mut tx = match events.len() > EVENTS_PER_INSERT {
-            true => Some(self.writer.begin_with(BEGIN_IMMEDIATE).await?),
-            false => None,
-        };
+        // polling `seq > after` never skip one. The inserts and their webhook deliveries go in
+        // one transaction.
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let mut stored = Vec::with_capacity(events.len());
         for chunk in events.chunks(EVENTS_PER_INSERT) {
             let sql = insert_statement(chunk.len());
@@ -42,15 +50,16 @@ impl SqliteStore {
                     .bind(to_json(&e.payload))
                     .bind(micros(created_at))
             });
-            let seqs = match &mut tx {
-                Some(tx) => query.fetch_all(&mut **tx).await?,
-                None => query.fetch_all(&self.writer).await?,
-            };
+            let seqs = query.fetch_all(&mut *tx).await?;
             stored.extend(NewLifecycleEvent::stored_all(chunk, seqs, created_at)?);
         }
-        if let Some(tx) = tx {
-            tx.commit().await?;
+        if let Some(first) = stored.first() {
+            sqlx::query(INSERT_DELIVERIES)
+                .bind(first.seq)
+                .execute(&mut *tx)
+                .await?;
         }
+        tx.commit().await?;
         Ok(stored)
     }
 }

@@ -15,10 +15,13 @@
 //!
 //! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
 //! their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
-//! lock and the sessions it holds); here the pools and the column conversions they share. What
+//! lock and the sessions it holds), `webhooks.rs` the webhook outbox's insert (which the appends
+//! run) and claim; here the pools and the column conversions they share. What
 //! runs alike on PostgreSQL (reads, retention, the list's statement, the row mapping) is written
 //! once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
+#[macro_use]
+mod webhooks;
 mod events;
 mod lifecycle;
 mod replica;

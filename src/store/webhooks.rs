@@ -1,0 +1,365 @@
+//! Webhooks: the subscriptions ([`WebhookRecord`]) and their outbox, one row per event to send
+//! to one webhook ([`DeliveryRecord`]), with how an attempt ended ([`Attempt`]).
+//!
+//! Delivery rows are inserted by the appends themselves, in the statement or transaction that
+//! stores the events (each backend's `events.rs` and `lifecycle.rs`), so that an event stored is
+//! an event that will be sent; senders claim them with leases (each backend's `webhooks.rs`).
+//! The rest runs alike on both backends and is written once here: the SQL, and
+//! [`impl_webhooks!`], which writes each backend's inherent methods for it (the `impl Store` of
+//! [`impl_store!`] forwards to them; `common.rs` would otherwise outgrow its file).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// A webhook subscription. Timestamps are kept with microsecond precision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookRecord {
+    /// `"wh_"` and a UUID.
+    pub id: String,
+    /// The creating caller's tenant.
+    pub tenant: String,
+    /// Created with an admin key: hears every tenant's events.
+    pub admin: bool,
+    pub url: String,
+    /// The event kinds it hears, or `["*"]` for all.
+    pub events: Vec<String>,
+    /// Only this session's events when set.
+    pub session_id: Option<String>,
+    pub description: Option<String>,
+    /// The signing secret (`"whsec_"` and base64); never logged.
+    pub secret: String,
+    pub enabled: bool,
+    /// Why it was disabled, when the gateway disabled it.
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One event to send to one webhook, and how sending it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRecord {
+    /// In log order among a session's deliveries to a webhook.
+    pub id: i64,
+    pub webhook_id: String,
+    /// Stable across attempts: `"<sessionId>.<seq>"`, or `"lifecycle.<seq>"` for a lifecycle
+    /// event.
+    pub message_id: String,
+    pub session_id: String,
+    pub tenant: String,
+    /// The event's sequence number in its log.
+    pub seq: i64,
+    pub kind: String,
+    pub payload: Value,
+    /// When the event was stored.
+    pub event_at: DateTime<Utc>,
+    /// `pending`, `delivered` or `failed`.
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    /// Retries give up some time after this (a manual retry resets it).
+    pub retry_from: DateTime<Utc>,
+    pub last_status: Option<i32>,
+    /// The start of the last response's body.
+    pub last_body: Option<String>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attempt {
+    Delivered {
+        status: i32,
+        body: String,
+    },
+    /// Failed; try again at `next` (None: give up, status 'failed').
+    Failed {
+        status: Option<i32>,
+        body: Option<String>,
+        error: String,
+        next: Option<DateTime<Utc>>,
+    },
+}
+
+impl Attempt {
+    /// The delivery's status after this attempt.
+    pub(crate) fn status(&self) -> &'static str {
+        match self {
+            Attempt::Delivered { .. } => "delivered",
+            Attempt::Failed { next: Some(_), .. } => "pending",
+            Attempt::Failed { next: None, .. } => "failed",
+        }
+    }
+}
+
+/// The `webhooks` columns, in the order of [`PUT_WEBHOOK`]'s parameters.
+macro_rules! webhook_columns {
+    () => {
+        "id, tenant, admin, url, events, session_id, description, secret, enabled, \
+         disabled_reason, created_at, updated_at"
+    };
+}
+
+/// The `webhook_deliveries` columns a [`DeliveryRecord`] is read from.
+macro_rules! delivery_columns {
+    () => {
+        "id, webhook_id, message_id, session_id, tenant, seq, kind, payload, event_at, status, \
+         attempts, next_attempt_at, retry_from, last_status, last_body, last_error, created_at, \
+         updated_at"
+    };
+}
+
+/// The columns of `webhook_deliveries` an append fills (the others take their defaults), as
+/// each backend's outbox insert lists them.
+macro_rules! delivery_insert_columns {
+    () => {
+        "INSERT INTO webhook_deliveries (webhook_id, message_id, session_id, tenant, seq, kind, \
+         payload, event_at, next_attempt_at, retry_from, created_at, updated_at) "
+    };
+}
+
+/// The ids of the deliveries [`Store::claim_deliveries`](crate::store::Store::claim_deliveries)
+/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: each due
+/// (pending, `next_attempt_at` reached, lease free or expired) delivery of an enabled webhook
+/// with no pending delivery before it in its (webhook, session).
+macro_rules! due_deliveries {
+    ($lock:literal) => {
+        concat!(
+            "SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
+             WHERE w.enabled AND d.status = 'pending' AND d.next_attempt_at <= $2 \
+             AND (d.lease_until IS NULL OR d.lease_until < $2) \
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.status = 'pending' \
+             AND p.webhook_id = d.webhook_id AND p.session_id = d.session_id AND p.id < d.id) \
+             ORDER BY d.id LIMIT $4",
+            $lock
+        )
+    };
+}
+
+pub(crate) const PUT_WEBHOOK: &str = concat!(
+    "INSERT INTO webhooks (",
+    webhook_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+);
+
+pub(crate) const GET_WEBHOOK: &str = concat!(
+    "SELECT ",
+    webhook_columns!(),
+    " FROM webhooks WHERE id = $1"
+);
+
+pub(crate) const LIST_WEBHOOKS_ALL: &str = concat!(
+    "SELECT ",
+    webhook_columns!(),
+    " FROM webhooks ORDER BY created_at DESC, id DESC"
+);
+
+pub(crate) const LIST_WEBHOOKS_TENANT: &str = concat!(
+    "SELECT ",
+    webhook_columns!(),
+    " FROM webhooks WHERE tenant = $1 ORDER BY created_at DESC, id DESC"
+);
+
+/// Everything but the id, the tenant, `admin` and `created_at`.
+pub(crate) const UPDATE_WEBHOOK: &str = "UPDATE webhooks SET url = $2, events = $3, \
+     session_id = $4, description = $5, secret = $6, enabled = $7, disabled_reason = $8, \
+     updated_at = $9 WHERE id = $1";
+
+/// Its deliveries go with it (`ON DELETE CASCADE`).
+pub(crate) const DELETE_WEBHOOK: &str = "DELETE FROM webhooks WHERE id = $1";
+
+/// `$1`'s deliveries with `id < $2`, newest first, at most `$3`.
+pub(crate) const LIST_DELIVERIES: &str = concat!(
+    "SELECT ",
+    delivery_columns!(),
+    " FROM webhook_deliveries WHERE webhook_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+);
+
+pub(crate) const GET_DELIVERY: &str = concat!(
+    "SELECT ",
+    delivery_columns!(),
+    " FROM webhook_deliveries WHERE webhook_id = $1 AND id = $2"
+);
+
+/// Due again at `$3`, from which retries count again; whoever held it has lost it.
+pub(crate) const RETRY_DELIVERY: &str = "UPDATE webhook_deliveries SET status = 'pending', \
+     next_attempt_at = $3, retry_from = $3, lease_owner = NULL, lease_until = NULL, \
+     updated_at = $3 WHERE webhook_id = $1 AND id = $2";
+
+/// Records an attempt of delivery `$1` if `$2` holds it: status `$3`, next attempt at `$4`
+/// (NULL: unchanged), the response's status `$5`, body `$6` and error `$7`, at `$8`.
+pub(crate) const FINISH_DELIVERY: &str = "UPDATE webhook_deliveries SET status = $3, \
+     attempts = attempts + 1, next_attempt_at = COALESCE($4, next_attempt_at), \
+     last_status = $5, last_body = $6, last_error = $7, lease_owner = NULL, \
+     lease_until = NULL, updated_at = $8 WHERE id = $1 AND lease_owner = $2";
+
+/// `impl_webhooks!(Backend { reads, writes, time })` writes `Backend`'s inherent methods for
+/// the webhook use cases both backends run alike (all but `claim_deliveries`), reading through
+/// the pool `self.reads`, writing through `self.writes` and binding a timestamp as
+/// `time(at)`, as [`impl_store!`] does; [`impl_store!`] invokes it.
+macro_rules! impl_webhooks {
+    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
+        impl $backend {
+            async fn put_webhook(
+                &self,
+                w: &$crate::store::WebhookRecord,
+            ) -> $crate::store::StoreResult<()> {
+                use chrono::SubsecRound;
+                sqlx::query($crate::store::webhooks::PUT_WEBHOOK)
+                    .bind(&w.id)
+                    .bind(&w.tenant)
+                    .bind(w.admin)
+                    .bind(&w.url)
+                    .bind(sqlx::types::Json(&w.events))
+                    .bind(&w.session_id)
+                    .bind(&w.description)
+                    .bind(&w.secret)
+                    .bind(w.enabled)
+                    .bind(&w.disabled_reason)
+                    .bind($time(w.created_at.trunc_subsecs(6)))
+                    .bind($time(w.updated_at.trunc_subsecs(6)))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(())
+            }
+
+            async fn get_webhook(
+                &self,
+                id: &str,
+            ) -> $crate::store::StoreResult<Option<$crate::store::WebhookRecord>> {
+                let row = sqlx::query($crate::store::webhooks::GET_WEBHOOK)
+                    .bind(id)
+                    .fetch_optional(&self.$reads)
+                    .await?;
+                row.as_ref()
+                    .map(|row| $crate::store::rows::webhook_from(row, ""))
+                    .transpose()
+            }
+
+            async fn list_webhooks(
+                &self,
+                tenant: Option<&str>,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::WebhookRecord>> {
+                let query = match tenant {
+                    None => sqlx::query($crate::store::webhooks::LIST_WEBHOOKS_ALL),
+                    Some(tenant) => {
+                        sqlx::query($crate::store::webhooks::LIST_WEBHOOKS_TENANT).bind(tenant)
+                    }
+                };
+                let rows = query.fetch_all(&self.$reads).await?;
+                rows.iter()
+                    .map(|row| $crate::store::rows::webhook_from(row, ""))
+                    .collect()
+            }
+
+            async fn update_webhook(
+                &self,
+                w: &$crate::store::WebhookRecord,
+            ) -> $crate::store::StoreResult<bool> {
+                use chrono::SubsecRound;
+                let updated = sqlx::query($crate::store::webhooks::UPDATE_WEBHOOK)
+                    .bind(&w.id)
+                    .bind(&w.url)
+                    .bind(sqlx::types::Json(&w.events))
+                    .bind(&w.session_id)
+                    .bind(&w.description)
+                    .bind(&w.secret)
+                    .bind(w.enabled)
+                    .bind(&w.disabled_reason)
+                    .bind($time(w.updated_at.trunc_subsecs(6)))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(updated.rows_affected() > 0)
+            }
+
+            async fn delete_webhook(&self, id: &str) -> $crate::store::StoreResult<bool> {
+                let deleted = sqlx::query($crate::store::webhooks::DELETE_WEBHOOK)
+                    .bind(id)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(deleted.rows_affected() > 0)
+            }
+
+            async fn list_deliveries(
+                &self,
+                webhook_id: &str,
+                before: Option<i64>,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::DeliveryRecord>> {
+                let rows = sqlx::query($crate::store::webhooks::LIST_DELIVERIES)
+                    .bind(webhook_id)
+                    .bind(before.unwrap_or(i64::MAX))
+                    .bind(limit.max(0))
+                    .fetch_all(&self.$reads)
+                    .await?;
+                rows.iter()
+                    .map($crate::store::rows::delivery_from)
+                    .collect()
+            }
+
+            async fn get_delivery(
+                &self,
+                webhook_id: &str,
+                id: i64,
+            ) -> $crate::store::StoreResult<Option<$crate::store::DeliveryRecord>> {
+                let row = sqlx::query($crate::store::webhooks::GET_DELIVERY)
+                    .bind(webhook_id)
+                    .bind(id)
+                    .fetch_optional(&self.$reads)
+                    .await?;
+                row.as_ref()
+                    .map($crate::store::rows::delivery_from)
+                    .transpose()
+            }
+
+            async fn retry_delivery(
+                &self,
+                webhook_id: &str,
+                id: i64,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                use chrono::SubsecRound;
+                let retried = sqlx::query($crate::store::webhooks::RETRY_DELIVERY)
+                    .bind(webhook_id)
+                    .bind(id)
+                    .bind($time(now.trunc_subsecs(6)))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(retried.rows_affected() > 0)
+            }
+
+            async fn finish_delivery(
+                &self,
+                id: i64,
+                owner: &str,
+                attempt: &$crate::store::Attempt,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                use chrono::SubsecRound;
+                use $crate::store::Attempt;
+                let (next, status, body, error) = match attempt {
+                    Attempt::Delivered { status, body } => (None, Some(*status), Some(body), None),
+                    Attempt::Failed {
+                        status,
+                        body,
+                        error,
+                        next,
+                    } => (*next, *status, body.as_ref(), Some(error)),
+                };
+                let finished = sqlx::query($crate::store::webhooks::FINISH_DELIVERY)
+                    .bind(id)
+                    .bind(owner)
+                    .bind(attempt.status())
+                    .bind(next.map(|at| $time(at.trunc_subsecs(6))))
+                    .bind(status)
+                    .bind(body)
+                    .bind(error)
+                    .bind($time(now.trunc_subsecs(6)))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(finished.rows_affected() > 0)
+            }
+        }
+    };
+}
