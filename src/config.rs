@@ -3,8 +3,10 @@
 //! file's `[agents.NAME]` tables) are read in `agents`.
 
 mod agents;
+mod webhooks;
 
 pub use agents::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
+pub use webhooks::WebhookFlags;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -308,6 +310,9 @@ pub struct Config {
     /// Largest accepted request body in bytes (larger → 413).
     #[arg(long, env = "ACP_GATEWAY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024, global = true)]
     pub max_body_bytes: usize,
+
+    #[command(flatten)]
+    pub webhooks: WebhookFlags,
 
     /// Log format.
     #[arg(long, env = "ACP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]

@@ -248,6 +248,7 @@ pub async fn run(
             .to_owned(),
             sync_interval: Config::secs_or_never(config.sync_interval),
             describe_error: ApiError::problem_json,
+            webhooks: webhook_config(&config.webhooks),
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
@@ -319,4 +320,17 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
         .await
         .context("opening the database")?;
     Ok(())
+}
+
+/// The delivery settings of `--webhook-…`.
+fn webhook_config(flags: &config::WebhookFlags) -> gateway::WebhookConfig {
+    gateway::WebhookConfig {
+        allow_private: flags.webhook_allow_private,
+        timeout: Duration::from_secs(flags.webhook_timeout.max(1)),
+        retry_base: Duration::from_millis(flags.webhook_retry_base_ms.max(1)),
+        retry_max: Duration::from_secs(flags.webhook_retry_max.max(1)),
+        max_age: Duration::from_secs(flags.webhook_max_age),
+        poll: Duration::from_millis(flags.webhook_poll_ms.max(10)),
+        max_body: flags.webhook_max_body_bytes,
+    }
 }

@@ -241,7 +241,8 @@ pub struct Gap {
 pub struct LifecycleStreamEvent {
     /// The SSE `id`: the event's sequence number in the lifecycle log (resume after it).
     id: i64,
-    /// `session_created`, `session_updated`, `session_status` or `session_deleted`.
+    /// `session_created`, `session_updated`, `session_status`, `session_deleted` or
+    /// `webhook_disabled`.
     event: String,
     data: LifecycleEventData,
 }
@@ -254,6 +255,17 @@ pub enum LifecycleEventData {
     Session(LifecycleSession),
     Status(LifecycleStatus),
     Deleted(SessionDeleted),
+    WebhookDisabled(WebhookDisabled),
+}
+
+/// `webhook_disabled`: a subscription's delivery (of this session's event) failed for
+/// `--webhook-max-age`, and the subscription was disabled.
+#[derive(ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDisabled {
+    session_id: String,
+    webhook_id: String,
+    reason: String,
 }
 
 /// `session_created`, `session_updated`: the session as `GET /sessions/{id}` shows it.

@@ -16,6 +16,7 @@ pub mod serve;
 mod sessions;
 mod system;
 mod turns;
+mod webhooks;
 
 use std::borrow::Cow;
 
@@ -149,6 +150,7 @@ impl utoipa::Modify for BearerAuth {
         (name = "sessions", description = "Session metadata and lifecycle"),
         (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
         (name = "events", description = "Server-Sent Event streams and history"),
+        (name = "webhooks", description = "Subscriptions that POST events to a URL, and their deliveries"),
         (name = "system", description = "Agent, health, metrics and this document")
     )
 )]
@@ -182,6 +184,15 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(
+            webhooks::get_webhook,
+            webhooks::patch_webhook,
+            webhooks::delete_webhook
+        ))
+        .routes(routes!(webhooks::rotate_secret))
+        .routes(routes!(webhooks::list_deliveries))
+        .routes(routes!(webhooks::retry_delivery))
         .routes(routes!(system::agent))
         .routes(routes!(system::agents))
         .routes(routes!(system::named_agent))
@@ -246,7 +257,7 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
                     "Too many requests for this API key (see Retry-After)",
                 ));
             }
-            if path.contains("{id}") {
+            if path.starts_with("/sessions/{id}") {
                 common.push(("400", "Invalid session id"));
             }
             if op.request_body.is_some() {

@@ -13,6 +13,7 @@ mod cache;
 mod caller;
 mod controls;
 mod create;
+mod delivery;
 mod elicitations;
 mod error;
 mod form;
@@ -30,10 +31,12 @@ mod sync;
 mod system;
 mod turns;
 mod upstream;
+mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
 pub use controls::Settings;
 pub use create::{Fork, NewSession};
+pub use delivery::WebhookConfig;
 pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
 pub use history::{HistoryEvent, HistoryPage};
@@ -43,6 +46,7 @@ pub use sessions::SessionFilter;
 pub use state::{SessionState, StateAt};
 pub use sync::SyncReport;
 pub use system::{NamedAgentView, Stats};
+pub use webhooks::{DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -89,6 +93,8 @@ pub struct GatewayConfig {
     /// How a failed turn's error is written into its `turn_ended` event: the API's problem
     /// document, so that a stream reader sees what the prompt's caller saw.
     pub describe_error: fn(Error) -> serde_json::Value,
+    /// How webhook deliveries are sent.
+    pub webhooks: WebhookConfig,
 }
 
 /// Counters for `/metrics`.
@@ -173,6 +179,8 @@ impl Gateway {
         tasks.spawn(async move { g.sync_forever(every).await });
         let g = gateway.clone();
         tasks.spawn(async move { g.heartbeat_forever().await });
+        let g = gateway.clone();
+        tasks.spawn(g.deliver_forever());
         if let Some(idle) = gateway.inner.config.idle_timeout {
             let g = gateway.clone();
             tasks.spawn(async move { g.reap_idle(idle).await });

@@ -1,0 +1,417 @@
+//! Webhook subscriptions, per tenant: `POST /webhooks` and the routes under it. A subscription
+//! names event kinds of the logs (or `*`), optionally one session; what matches is put in its
+//! outbox by the store in the same transaction as the event (so nothing committed is missed),
+//! and sent by `delivery.rs`. The signing secret is shown once, at creation and rotation.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::model::{SessionId, now};
+use super::{Caller, Error, Gateway};
+use crate::store::{DeliveryRecord, WebhookRecord};
+
+/// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
+/// notifications (`_…`).
+const GATEWAY_KINDS: &[&str] = &[
+    "turn_started",
+    "turn_ended",
+    "permission_requested",
+    "permission_resolved",
+    "elicitation_requested",
+    "elicitation_resolved",
+    "elicitation_completed",
+    "session_deleted",
+    "agent_exited",
+    "state_changed",
+    "forked",
+    "session_created",
+    "session_updated",
+    "session_status",
+    "webhook_disabled",
+];
+
+/// ACP `sessionUpdate` tags.
+const UPDATE_KINDS: &[&str] = &[
+    "user_message_chunk",
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "tool_call",
+    "tool_call_update",
+    "plan",
+    "available_commands_update",
+    "current_mode_update",
+    "config_option_update",
+    "session_info_update",
+    "usage_update",
+];
+
+/// A subscription as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"id": "wh_5f0c6a2e9b1d4c3e8a7f6b5d4c3e2a10", "url": "https://ci.example/hooks/acp", "events": ["turn_ended", "permission_requested"], "enabled": true, "tenant": "default", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:00Z"}))]
+pub struct WebhookView {
+    pub id: String,
+    pub url: String,
+    /// Event kinds delivered (`*`: all).
+    pub events: Vec<String>,
+    /// Only this session's events, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `false` once disabled (by a client, or after a delivery failed for
+    /// `--webhook-max-age`); `PATCH {"enabled": true}` enables it again.
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// The tenant whose sessions' events it receives (every tenant's when made with an admin key).
+    pub tenant: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The signing secret (`whsec_…`): only in the answers that create or rotate it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl WebhookView {
+    fn of(w: &WebhookRecord, with_secret: bool) -> Self {
+        WebhookView {
+            id: w.id.clone(),
+            url: w.url.clone(),
+            events: w.events.clone(),
+            session_id: w.session_id.clone(),
+            description: w.description.clone(),
+            enabled: w.enabled,
+            disabled_reason: w.disabled_reason.clone(),
+            tenant: w.tenant.clone(),
+            created_at: w.created_at,
+            updated_at: w.updated_at,
+            secret: with_secret.then(|| w.secret.clone()),
+        }
+    }
+}
+
+/// One event's delivery to one subscription.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": "turn_ended", "status": "delivered", "attempts": 3, "lastStatusCode": 204, "lastResponseBody": "", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:07Z"}))]
+pub struct DeliveryView {
+    pub id: i64,
+    /// The `webhook-id` header: the same for every attempt (deduplicate on it).
+    pub message_id: String,
+    pub session_id: String,
+    /// The event's sequence number in its log.
+    pub seq: i64,
+    pub event: String,
+    /// `pending`, `delivered` or `failed` (retries given up).
+    pub status: String,
+    pub attempts: i32,
+    /// When it is tried next (pending only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The last attempt's HTTP status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status_code: Option<i32>,
+    /// The first 1 KiB of the last response's body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_response_body: Option<String>,
+    /// Why the last attempt failed without a response (refused address, timeout, connection).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<DeliveryRecord> for DeliveryView {
+    fn from(d: DeliveryRecord) -> Self {
+        DeliveryView {
+            id: d.id,
+            message_id: d.message_id,
+            session_id: d.session_id,
+            seq: d.seq,
+            event: d.kind,
+            next_attempt_at: (d.status == "pending").then_some(d.next_attempt_at),
+            status: d.status,
+            attempts: d.attempts,
+            last_status_code: d.last_status,
+            last_response_body: d.last_body,
+            last_error: d.last_error,
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
+/// A page of deliveries, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"deliveries": [{"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": "turn_ended", "status": "pending", "attempts": 1, "nextAttemptAt": "2026-11-25T12:00:10Z", "lastStatusCode": 500, "lastResponseBody": "try again", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:05Z"}], "nextBefore": 42}))]
+pub struct DeliveryPage {
+    pub deliveries: Vec<DeliveryView>,
+    /// Pass as `before` for the next (older) page; absent at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<i64>,
+}
+
+/// What `POST /webhooks` asks for.
+#[derive(Debug, Default)]
+pub struct NewWebhook {
+    pub url: String,
+    pub events: Vec<String>,
+    pub session_id: Option<String>,
+    pub description: Option<String>,
+}
+
+/// What `PATCH /webhooks/{id}` changes (`None`: unchanged).
+#[derive(Debug, Default)]
+pub struct WebhookPatch {
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub description: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+/// A new signing secret: 32 random bytes (two v4 UUIDs, from a CSPRNG), base64.
+fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    format!("whsec_{}", STANDARD.encode(bytes))
+}
+
+fn check_url(url: &str) -> Result<(), Error> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| Error::Invalid(format!("url is not a valid URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host_str().is_none()
+        || url.len() > 2048
+    {
+        return Err(Error::Invalid(
+            "url must be an http(s) URL with a host, at most 2048 characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_events(events: &[String]) -> Result<(), Error> {
+    if events.is_empty() || events.len() > 64 {
+        return Err(Error::Invalid(
+            "events must list 1 to 64 event kinds (or \"*\")".into(),
+        ));
+    }
+    for kind in events {
+        let known = kind == "*"
+            || GATEWAY_KINDS.contains(&kind.as_str())
+            || UPDATE_KINDS.contains(&kind.as_str())
+            || (kind.starts_with('_') && kind.len() <= 128);
+        if !known {
+            return Err(Error::Invalid(format!(
+                "unknown event kind {kind:?}: use \"*\", an extension `_…`, or one of {}",
+                [GATEWAY_KINDS, UPDATE_KINDS].concat().join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_description(description: Option<&str>) -> Result<(), Error> {
+    match description {
+        Some(d) if d.chars().count() > 1000 => Err(Error::Invalid(
+            "description is longer than 1000 characters".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Gateway {
+    /// `POST /webhooks`: the subscription, with its secret (shown only here and at rotation).
+    pub async fn create_webhook(
+        &self,
+        caller: &Caller,
+        new: NewWebhook,
+    ) -> Result<WebhookView, Error> {
+        check_url(&new.url)?;
+        check_events(&new.events)?;
+        check_description(new.description.as_deref())?;
+        if let Some(id) = &new.session_id {
+            self.record(caller, &SessionId::parse(id)?).await?;
+        }
+        let at = now();
+        let record = WebhookRecord {
+            id: format!("wh_{}", uuid::Uuid::new_v4().simple()),
+            tenant: caller.tenant.clone(),
+            admin: caller.admin,
+            url: new.url,
+            events: new.events,
+            session_id: new.session_id,
+            description: new.description,
+            secret: new_secret(),
+            enabled: true,
+            disabled_reason: None,
+            created_at: at,
+            updated_at: at,
+        };
+        self.store().put_webhook(&record).await?;
+        Ok(WebhookView::of(&record, true))
+    }
+
+    /// `GET /webhooks`: the caller's (every tenant's for an admin).
+    pub async fn webhooks(&self, caller: &Caller) -> Result<Vec<WebhookView>, Error> {
+        let all = self.store().list_webhooks(caller.scope()).await?;
+        Ok(all.iter().map(|w| WebhookView::of(w, false)).collect())
+    }
+
+    /// The subscription, if the caller may see it (404 otherwise, as for an unknown id).
+    async fn webhook_record(&self, caller: &Caller, id: &str) -> Result<WebhookRecord, Error> {
+        match self.store().get_webhook(id).await? {
+            Some(w) if caller.sees(&w.tenant) => Ok(w),
+            _ => Err(Error::NotFound(format!("no webhook {id}"))),
+        }
+    }
+
+    /// `GET /webhooks/{id}`.
+    pub async fn webhook(&self, caller: &Caller, id: &str) -> Result<WebhookView, Error> {
+        Ok(WebhookView::of(
+            &self.webhook_record(caller, id).await?,
+            false,
+        ))
+    }
+
+    /// `PATCH /webhooks/{id}`: enabling it again clears why it was disabled; its pending
+    /// deliveries then go out.
+    pub async fn patch_webhook(
+        &self,
+        caller: &Caller,
+        id: &str,
+        patch: WebhookPatch,
+    ) -> Result<WebhookView, Error> {
+        let mut w = self.webhook_record(caller, id).await?;
+        if let Some(url) = patch.url {
+            check_url(&url)?;
+            w.url = url;
+        }
+        if let Some(events) = patch.events {
+            check_events(&events)?;
+            w.events = events;
+        }
+        if let Some(description) = patch.description {
+            check_description(Some(&description))?;
+            w.description = Some(description);
+        }
+        if let Some(enabled) = patch.enabled {
+            w.enabled = enabled;
+            w.disabled_reason = (!enabled).then(|| "disabled by a client".to_owned());
+        }
+        w.updated_at = now();
+        self.update_webhook_row(&w).await?;
+        Ok(WebhookView::of(&w, false))
+    }
+
+    async fn update_webhook_row(&self, w: &WebhookRecord) -> Result<(), Error> {
+        if self.store().update_webhook(w).await? {
+            Ok(())
+        } else {
+            Err(Error::NotFound(format!("no webhook {}", w.id)))
+        }
+    }
+
+    /// `DELETE /webhooks/{id}`: with its deliveries; idempotent.
+    pub async fn delete_webhook(&self, caller: &Caller, id: &str) -> Result<(), Error> {
+        match self.webhook_record(caller, id).await {
+            Ok(_) => {
+                self.store().delete_webhook(id).await?;
+                Ok(())
+            }
+            Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /webhooks/{id}/rotate-secret`: the new secret signs every attempt from now on.
+    pub async fn rotate_webhook_secret(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<WebhookView, Error> {
+        let mut w = self.webhook_record(caller, id).await?;
+        w.secret = new_secret();
+        w.updated_at = now();
+        self.update_webhook_row(&w).await?;
+        Ok(WebhookView::of(&w, true))
+    }
+
+    /// `GET /webhooks/{id}/deliveries`.
+    pub async fn deliveries(
+        &self,
+        caller: &Caller,
+        id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<DeliveryPage, Error> {
+        if !(1..=200).contains(&limit) {
+            return Err(Error::Malformed("limit must be between 1 and 200".into()));
+        }
+        self.webhook_record(caller, id).await?;
+        let mut rows = self.store().list_deliveries(id, before, limit + 1).await?;
+        let more = rows.len() as i64 > limit;
+        rows.truncate(limit as usize);
+        let next_before = more.then(|| rows.last().map(|d| d.id)).flatten();
+        Ok(DeliveryPage {
+            deliveries: rows.into_iter().map(DeliveryView::from).collect(),
+            next_before,
+        })
+    }
+
+    /// `POST /webhooks/{id}/deliveries/{deliveryId}/retry`: pending again, due now, with a
+    /// full `--webhook-max-age` of retries ahead.
+    pub async fn retry_delivery(
+        &self,
+        caller: &Caller,
+        id: &str,
+        delivery: i64,
+    ) -> Result<DeliveryView, Error> {
+        self.webhook_record(caller, id).await?;
+        let missing = || Error::NotFound(format!("no delivery {delivery} of webhook {id}"));
+        if !self.store().retry_delivery(id, delivery, now()).await? {
+            return Err(missing());
+        }
+        let row = self
+            .store()
+            .get_delivery(id, delivery)
+            .await?
+            .ok_or_else(missing)?;
+        Ok(row.into())
+    }
+}
+
+/// The JSON body of a delivery: the event as the SSE stream has it (`id`, `event`, `data`),
+/// with its session and tenant, in the Standard Webhooks envelope (`type`, `timestamp`,
+/// `data`); `data.data` is left out (`truncated: true`) when it would exceed `max`.
+pub(super) fn body(d: &DeliveryRecord, max: usize) -> Vec<u8> {
+    let mut event = serde_json::json!({
+        "sessionId": d.session_id,
+        "tenant": d.tenant,
+        "id": d.seq,
+        "event": d.kind,
+        "data": d.payload,
+    });
+    let envelope = |event: &Value| {
+        serde_json::to_vec(&serde_json::json!({
+            "type": d.kind,
+            "timestamp": d.event_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "data": event,
+        }))
+        .unwrap_or_default()
+    };
+    let whole = envelope(&event);
+    if whole.len() <= max {
+        return whole;
+    }
+    event["data"] = Value::Null;
+    event["truncated"] = Value::Bool(true);
+    envelope(&event)
+}
