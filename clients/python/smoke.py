@@ -20,9 +20,11 @@ from acp_gateway_client.api.sessions import (
     set_session_model,
 )
 from acp_gateway_client.api.turns import prompt_session
+from acp_gateway_client.api.webhooks import create_webhook, delete_webhook, list_webhooks
 from acp_gateway_client.models import (
     Activity,
     CreateSession,
+    CreateWebhook,
     Problem,
     PromptBody,
     SessionPage,
@@ -33,6 +35,7 @@ from acp_gateway_client.models import (
     Status,
     StatusView,
     TurnResult,
+    WebhookView,
 )
 
 
@@ -134,6 +137,24 @@ def run(base_url: str) -> str:
     )
     ids = listed_ids(client)
     check(sid not in ids, "listSessions after delete does not list it", ids)
+
+    # createWebhook, listWebhooks, deleteWebhook; an unknown event kind is a 422 problem
+    body = CreateWebhook(url="https://hooks.example/acp", events=["turn_ended"])
+    resp = create_webhook.sync_detailed(client=client, body=body)
+    check(resp.status_code == HTTPStatus.CREATED, "createWebhook answers 201", (resp.status_code, resp.parsed))
+    hook = resp.parsed
+    check(
+        isinstance(hook, WebhookView) and isinstance(hook.secret, str) and hook.secret.startswith("whsec_"),
+        "createWebhook: with its secret",
+        hook,
+    )
+    assert isinstance(hook, WebhookView)
+    hooks = list_webhooks.sync(client=client) or []
+    check(any(h.id == hook.id for h in hooks if isinstance(h, WebhookView)), "listWebhooks lists it", hooks)
+    bad = create_webhook.sync_detailed(client=client, body=CreateWebhook(url="https://hooks.example/acp", events=["no_such_kind"]))
+    check(bad.status_code == HTTPStatus.UNPROCESSABLE_ENTITY, "createWebhook with an unknown kind: 422", bad.status_code)
+    resp = delete_webhook.sync_detailed(hook.id, client=client)
+    check(resp.status_code == HTTPStatus.NO_CONTENT, "deleteWebhook answers 204", resp.status_code)
     return sid
 
 
@@ -148,7 +169,8 @@ def main() -> int:
         return 1
     print(
         "python client (openapi-python-client): OK: session "
-        f"{sid} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone"
+        f"{sid} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone; "
+        "a webhook created, listed, deleted"
     )
     return 0
 

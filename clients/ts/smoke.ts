@@ -15,6 +15,7 @@ type Created = Json<"createSession", 201>;
 type Turn = Json<"promptSession", 200>;
 type Page = Json<"listSessions", 200>;
 type StatusView = Json<"getSessionStatus", 200>;
+type Webhook = Json<"createWebhook", 201>;
 
 const baseUrl = process.argv[2];
 if (!baseUrl) {
@@ -106,11 +107,23 @@ async function main(): Promise<string> {
     "listSessions after delete does not list it",
     relisted.data?.sessions.map((s) => s.sessionId),
   );
+
+  // createWebhook, listWebhooks, deleteWebhook; an unknown event kind is a 422 problem
+  const made = await client.POST("/webhooks", { body: { url: "https://hooks.example/acp", events: ["turn_ended"] } });
+  check(made.response.status === 201, "createWebhook answers 201", made.error ?? made.response.status);
+  const hook: Webhook | undefined = made.data;
+  check(hook?.secret?.startsWith("whsec_") === true && hook.enabled, "createWebhook: enabled, with its secret", hook);
+  const hooks = await client.GET("/webhooks");
+  check(hooks.data?.some((h) => h.id === hook?.id && h.secret == null) === true, "listWebhooks lists it, without the secret", hooks.data);
+  const bad = await client.POST("/webhooks", { body: { url: "https://hooks.example/acp", events: ["no_such_kind"] } });
+  check(bad.response.status === 422 && bad.error?.status === 422, "createWebhook with an unknown kind: 422", bad.error);
+  const gone = await client.DELETE("/webhooks/{id}", { params: { path: { id: hook?.id ?? "" } } });
+  check(gone.response.status === 204, "deleteWebhook answers 204", gone.response.status);
   return id;
 }
 
 main().then(
-  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone`),
+  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone; a webhook created, listed, deleted`),
   (err: unknown) => {
     console.error(`typescript client: FAILED: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);
