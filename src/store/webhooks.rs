@@ -120,18 +120,19 @@ macro_rules! delivery_insert_columns {
 }
 
 /// The ids of the deliveries [`Store::claim_deliveries`](crate::store::Store::claim_deliveries)
-/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: each due
-/// (pending, `next_attempt_at` reached, lease free or expired) delivery of an enabled webhook
-/// with no pending delivery before it in its (webhook, session).
+/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the
+/// first pending delivery of each (webhook, session), those due (`next_attempt_at` reached,
+/// lease free or expired) of an enabled webhook. The first ones are found in the partial index
+/// of pending deliveries, whatever the number of those delivered before; the status is checked
+/// again on the row, which PostgreSQL re-reads when it locks a row changed meanwhile.
 macro_rules! due_deliveries {
     ($lock:literal) => {
         concat!(
             "SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
-             WHERE w.enabled AND d.status = 'pending' AND d.next_attempt_at <= $2 \
-             AND (d.lease_until IS NULL OR d.lease_until < $2) \
-             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.status = 'pending' \
-             AND p.webhook_id = d.webhook_id AND p.session_id = d.session_id AND p.id < d.id) \
-             ORDER BY d.id LIMIT $4",
+             WHERE d.id IN (SELECT MIN(p.id) FROM webhook_deliveries p \
+             WHERE p.status = 'pending' GROUP BY p.webhook_id, p.session_id) \
+             AND w.enabled AND d.status = 'pending' AND d.next_attempt_at <= $2 \
+             AND (d.lease_until IS NULL OR d.lease_until < $2) ORDER BY d.id LIMIT $4",
             $lock
         )
     };

@@ -241,6 +241,8 @@ macro_rules! store_contract {
             webhooks::check_claim,
             webhooks::check_finish_and_retry,
             webhooks::check_list_and_cascade,
+            webhooks::check_concurrent_claims,
+            webhooks::check_appends_while_webhooks_change,
         );
     };
 }

@@ -762,3 +762,61 @@ pub async fn check_list_and_cascade(store: Arc<dyn Store>) {
             .all(|(d, w)| d.webhook_id == "wh_other" && w.id == "wh_other")
     );
 }
+
+/// Claims running at once never take the same delivery, nor two of one session.
+pub async fn check_concurrent_claims(store: Arc<dyn Store>) {
+    let sessions: Vec<String> = (0..12).map(|i| format!("cc{i}")).collect();
+    let names: Vec<&str> = sessions.iter().map(String::as_str).collect();
+    let all = backlog(store.as_ref(), &names, 2).await;
+    let now = soon();
+    let mut claims = JoinSet::new();
+    for owner in 0..6 {
+        let store = store.clone();
+        claims.spawn(async move {
+            let owner = format!("owner-{owner}");
+            let claimed = store
+                .claim_deliveries(&owner, now, now + Duration::seconds(30), 3)
+                .await
+                .unwrap();
+            claimed_ids(&claimed)
+        });
+    }
+    let mut claimed: Vec<i64> = claims.join_all().await.into_iter().flatten().collect();
+    claimed.sort_unstable();
+    let firsts: Vec<i64> = sessions
+        .iter()
+        .map(|s| all.iter().find(|d| &d.session_id == s).unwrap().id)
+        .collect();
+    let mut expected = firsts.clone();
+    expected.sort_unstable();
+    assert_eq!(claimed, expected, "each session's first, each once");
+}
+
+/// Appends keep succeeding while webhooks that hear them are deleted and created: a delivery is
+/// never inserted for a webhook gone (PostgreSQL: the foreign key would fail the append).
+pub async fn check_appends_while_webhooks_change(store: Arc<dyn Store>) {
+    assert!(store.put_session(&record("busy", "a")).await.unwrap());
+    let churn = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..40 {
+                let w = webhook(&format!("wh_{i}"), "a", &["*"], i);
+                store.put_webhook(&w).await.unwrap();
+                tokio::task::yield_now().await;
+                assert!(store.delete_webhook(&w.id).await.unwrap());
+            }
+        })
+    };
+    let mut log = store.log_writer();
+    let mut appended = 0;
+    while !churn.is_finished() {
+        log.append("busy", &[event("x", json!({"n": appended}))], None)
+            .await
+            .expect("an append while webhooks change");
+        appended += 1;
+        // SQLite's log writer blocks this thread for the append: let the churn run.
+        tokio::task::yield_now().await;
+    }
+    churn.await.unwrap();
+    assert_eq!(store.last_event_seq("busy").await.unwrap(), appended);
+}
