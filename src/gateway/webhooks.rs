@@ -189,6 +189,7 @@ fn check_url(url: &str) -> Result<(), Error> {
     if !matches!(parsed.scheme(), "http" | "https")
         || parsed.host_str().is_none()
         || url.len() > 2048
+        || url.contains('\0')
     {
         return Err(Error::Invalid(
             "url must be an http(s) URL with a host, at most 2048 characters".into(),
@@ -220,8 +221,8 @@ fn check_events(events: &[String]) -> Result<(), Error> {
 
 fn check_description(description: Option<&str>) -> Result<(), Error> {
     match description {
-        Some(d) if d.chars().count() > 1000 => Err(Error::Invalid(
-            "description is longer than 1000 characters".into(),
+        Some(d) if d.chars().count() > 1000 || d.contains('\0') => Err(Error::Invalid(
+            "description must be at most 1000 characters, without NUL".into(),
         )),
         _ => Ok(()),
     }
