@@ -187,7 +187,7 @@ async fn a_restart_during_a_backlog_loses_nothing(backend: Backend) {
         .wait_for(|a| {
             let ok = delivered(a);
             want.iter().all(|(m, _)| ok.contains_key(m))
-                && ok.keys().filter(|m| m.starts_with("lifecycle.")).count() == 3
+                && ok.keys().filter(|m| m.starts_with("lifecycle:")).count() == 3
         })
         .await;
     assert!(attempts.iter().all(|a| a["verified"] == true));

@@ -41,8 +41,8 @@ pub struct DeliveryRecord {
     /// In log order among a session's deliveries to a webhook.
     pub id: i64,
     pub webhook_id: String,
-    /// Stable across attempts: `"<sessionId>.<seq>"`, or `"lifecycle.<seq>"` for a lifecycle
-    /// event.
+    /// Stable across attempts: `"<sessionId>.<seq>"`, or `"lifecycle:<seq>"` (without a `.`:
+    /// never a session's) for a lifecycle event.
     pub message_id: String,
     pub session_id: String,
     pub tenant: String,

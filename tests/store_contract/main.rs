@@ -237,7 +237,7 @@ macro_rules! store_contract {
             webhooks::check_webhook_crud,
             webhooks::check_outbox,
             webhooks::check_lifecycle_outbox,
-            webhooks::check_outbox_conflict,
+            webhooks::check_outbox_ids_are_distinct,
             webhooks::check_claim,
             webhooks::check_finish_and_retry,
             webhooks::check_list_and_cascade,

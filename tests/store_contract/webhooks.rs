@@ -244,7 +244,7 @@ pub async fn check_outbox(store: Arc<dyn Store>) {
     );
 }
 
-/// A lifecycle append inserts the deliveries of its events, `lifecycle.<seq>`, with the
+/// A lifecycle append inserts the deliveries of its events, `lifecycle:<seq>`, with the
 /// session and tenant of each, but none for `session_deleted` (the session's own log has it).
 pub async fn check_lifecycle_outbox(store: Arc<dyn Store>) {
     outbox_webhooks(store.as_ref()).await;
@@ -263,7 +263,7 @@ pub async fn check_lifecycle_outbox(store: Arc<dyn Store>) {
         ])
         .await
         .unwrap();
-    let message = |i: usize| format!("lifecycle.{}", stored[i].seq);
+    let message = |i: usize| format!("lifecycle:{}", stored[i].seq);
     let store = store.as_ref();
     assert_eq!(message_ids(store, "wh_all").await, [message(0), message(3)]);
     assert_eq!(
@@ -290,9 +290,10 @@ pub async fn check_lifecycle_outbox(store: Arc<dyn Store>) {
     assert_eq!(d.status, "pending");
 }
 
-/// A message id met again for a webhook is not delivered twice (`ON CONFLICT DO NOTHING`): here
-/// a session named `lifecycle`, whose first event has the id of the first lifecycle event's.
-pub async fn check_outbox_conflict(store: Arc<dyn Store>) {
+/// Message ids never collide: a session named `lifecycle` gets `lifecycle.<seq>`, the lifecycle
+/// log's events `lifecycle:<seq>` (a session's ids always end in `.<seq>`), so every event of
+/// both is delivered.
+pub async fn check_outbox_ids_are_distinct(store: Arc<dyn Store>) {
     assert!(store.put_session(&record("lifecycle", "a")).await.unwrap());
     store
         .put_webhook(&webhook("wh_all", "a", &["*"], 1))
@@ -317,8 +318,8 @@ pub async fn check_outbox_conflict(store: Arc<dyn Store>) {
         .unwrap();
     let all = deliveries(store.as_ref(), "wh_all").await;
     let ids: Vec<&str> = all.iter().map(|d| d.message_id.as_str()).collect();
-    assert_eq!(ids, ["lifecycle.1", "lifecycle.2"]);
-    assert_eq!(all[0].kind, "session_created", "the first one is kept");
+    assert_eq!(ids, ["lifecycle:1", "lifecycle.1", "lifecycle.2"]);
+    assert_eq!(all[0].kind, "session_created");
 }
 
 /// Appends `n` events to each of `sessions` (tenant `a`) and returns the deliveries of webhook

@@ -24,7 +24,7 @@ const INSERT_LIFECYCLE: &str = concat!(
      delivered AS (",
     pg_insert_deliveries!(
         from: "inserted i",
-        message_id: "'lifecycle.' || i.seq",
+        message_id: "'lifecycle:' || i.seq",
         tenant: "i.tenant",
         payload: "i.payload",
         and: " AND i.kind <> 'session_deleted'",

@@ -14,7 +14,7 @@ const EVENTS_PER_INSERT: usize = 32_766 / 5;
 /// [`sqlite_insert_deliveries!`]).
 const INSERT_DELIVERIES: &str = sqlite_insert_deliveries!(
     from: "lifecycle_events i",
-    message_id: "'lifecycle.' || i.seq",
+    message_id: "'lifecycle:' || i.seq",
     tenant: "i.tenant",
     where: "i.seq >= ? AND i.kind <> 'session_deleted'",
 );
