@@ -178,7 +178,9 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
                     let msg: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
                     if editor.received(&msg) {
                         backoff = BACKOFF.0;
-                        write_line(&mut stdout, line.into_bytes()).await?;
+                        if !write_line(&mut stdout, line.into_bytes()).await? {
+                            return Ok(()); // the editor is gone
+                        }
                     }
                 }
                 ended = &mut driver => {
@@ -190,7 +192,9 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
             }
         }
         for error in editor.lost() {
-            write_line(&mut stdout, error.to_string().into_bytes()).await?;
+            if !write_line(&mut stdout, error.to_string().into_bytes()).await? {
+                return Ok(());
+            }
         }
         tracing::info!(?backoff, "connecting to the gateway again");
         tokio::time::sleep(backoff).await;
@@ -198,8 +202,17 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
     }
 }
 
-async fn write_line(out: &mut tokio::io::Stdout, mut line: Vec<u8>) -> std::io::Result<()> {
+/// Writes one line to the editor: `false` when the editor has closed its end (it is gone, as
+/// when stdin ends).
+async fn write_line(out: &mut tokio::io::Stdout, mut line: Vec<u8>) -> std::io::Result<bool> {
     line.push(b'\n');
-    out.write_all(&line).await?;
-    out.flush().await
+    let written = match out.write_all(&line).await {
+        Ok(()) => out.flush().await,
+        Err(e) => Err(e),
+    };
+    match written {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e),
+    }
 }

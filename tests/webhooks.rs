@@ -311,7 +311,15 @@ async fn two_replicas_share_one_backlog() {
         for text in ["a", "b", "c"] {
             assert_eq!(gw.prompt(&id, text).await.0, 200);
         }
-        want.extend(expected(gw, &id, &["turn_started", "turn_ended"]).await);
+        // The session may live on the other replica (placement), whose last commit this
+        // replica's history can read a moment later: wait for the three turns.
+        let kinds = ["turn_started", "turn_ended"];
+        gw.wait_until(|gw| {
+            let id = id.clone();
+            async move { expected(gw, &id, &kinds).await.len() == 6 }
+        })
+        .await;
+        want.extend(expected(gw, &id, &kinds).await);
     }
     receiver.wait_for(|a| !a.is_empty()).await;
     receiver.configure(json!({"down": false})).await;
