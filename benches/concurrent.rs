@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::floor::EVENTS_PER_TURN;
 use support::peers::{Peer, PeerKind};
 use support::{
     Backend, Calls, Database, Gateway, LoadPlan, MultiplexedAgent, Options, Sse, Window,
@@ -45,6 +46,9 @@ use support::{
 /// event, on every front.
 const PROMPT: &str = "/chunks 20";
 const LAST_CHUNK: &[u8] = br#""text":"c20""#;
+/// What precedes, in the bench agent's last chunk, the time it wrote the turn (see
+/// `examples/bench_agent.rs`).
+const WRITTEN_AT: &[u8] = br#""writtenNs":"#;
 /// How long, at most, the subscribers may lag behind the last answer before they are stopped.
 const CATCH_UP: Duration = Duration::from_secs(10);
 
@@ -120,6 +124,8 @@ struct Delivery {
     window: Window,
     /// Per session, when each of its turns' last chunk was read, in order.
     turn_ends: Vec<Mutex<Vec<Instant>>>,
+    /// For each last chunk read in the window, the time since the agent wrote it.
+    since_written: Mutex<Vec<Duration>>,
     /// Events read during the window, over all subscribers.
     events: AtomicU64,
     /// Events missing from a stream, by the gaps in its ids.
@@ -135,6 +141,7 @@ async fn subscribe(
     delivery: Arc<Delivery>,
 ) {
     let last_chunk = memchr::memmem::Finder::new(LAST_CHUNK);
+    let written_at = memchr::memmem::Finder::new(WRITTEN_AT);
     let mut last_id = None;
     while let Some(frame) = sse.next_frame().await {
         let Some(id) = frame.id() else {
@@ -155,11 +162,30 @@ async fn subscribe(
         if last_chunk.find(frame.bytes()).is_none() {
             continue;
         }
+        if let Some(at) = written_at.find(frame.bytes())
+            && delivery.window.contains(now)
+        {
+            let digits = &frame.bytes()[at + WRITTEN_AT.len()..];
+            let len = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+            let written: Option<i64> = std::str::from_utf8(&digits[..len])
+                .ok()
+                .and_then(|d| d.parse().ok());
+            if let Some(written) = written {
+                let since = Duration::from_nanos((monotonic_ns() - written).max(0) as u64);
+                delivery.since_written.lock().unwrap().push(since);
+            }
+        }
         let session = session.or_else(|| session_of(frame.bytes(), &index));
         if let Some(s) = session {
             delivery.turn_ends[s].lock().unwrap().push(now);
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds, as the bench agent reads it.
+fn monotonic_ns() -> i64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
 }
 
 /// The session an event names (`"sessionId":"…"`), by its position in the run.
@@ -209,6 +235,9 @@ struct Figures {
     latency: Vec<Duration>,
     /// Times from sending a prompt to reading its last chunk; `None` without a subscriber.
     delivery: Option<Vec<Duration>>,
+    /// Times from the agent writing a turn to a subscriber reading its last chunk (the bench
+    /// agent's stamp).
+    since_written: Vec<Duration>,
     /// Turns whose last chunk no subscriber read (within [`CATCH_UP`]), and events missing.
     undelivered: usize,
     lost: u64,
@@ -230,6 +259,7 @@ impl Figures {
         if let (Some(mine), Some(theirs)) = (&mut self.delivery, other.delivery) {
             mine.extend(theirs);
         }
+        self.since_written.extend(other.since_written);
         self.undelivered += other.undelivered;
         self.lost += other.lost;
         self.events += other.events;
@@ -247,6 +277,7 @@ impl Figures {
         if let Some(delivery) = &mut self.delivery {
             delivery.sort();
         }
+        self.since_written.sort();
     }
 }
 
@@ -276,6 +307,7 @@ async fn measure(front: &Front, sessions: &[String], plan: LoadPlan) -> Figures 
     let delivery = Arc::new(Delivery {
         window,
         turn_ends: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+        since_written: Mutex::default(),
         events: AtomicU64::new(0),
         lost: AtomicU64::new(0),
     });
@@ -387,6 +419,7 @@ fn figures(
         secs: window.secs(),
         latency,
         delivery: subscribed.then_some(delivered),
+        since_written: std::mem::take(&mut delivery.since_written.lock().unwrap()),
         undelivered: if subscribed { undelivered } else { 0 },
         lost: delivery.lost.load(Ordering::Relaxed),
         events,
@@ -440,9 +473,10 @@ fn row(n: usize, name: &str, f: &Figures) -> String {
         ("—".into(), "—".into())
     };
     format!(
-        "| {n} | {name} | {:.0} | {} | {delivery} | {:.1} | {front_prompt} | {front_event} | {} | {} |\n",
+        "| {n} | {name} | {:.0} | {} | {delivery} | {} | {:.1} | {front_prompt} | {front_event} | {} | {} |\n",
         f.prompts_per_sec(),
         pair(&f.latency),
+        pair(&f.since_written),
         f.events as f64 / f.prompts.max(1) as f64,
         us(f.usage.agent, f.prompts),
         us(f.usage.client, f.prompts),
@@ -512,6 +546,7 @@ async fn main() {
     let load_before = load_average();
     let mut table = String::new();
     let mut ratios = String::new();
+    let mut floors = String::new();
     for &n in &counts {
         let plan = LoadPlan {
             concurrency: n,
@@ -549,11 +584,17 @@ async fn main() {
             }
         }
         let mut rates: Vec<(String, &Which, f64)> = Vec::new();
+        // Per backend, the agent's and the bench's CPU per prompt on the gateway's row.
+        let mut others: Vec<(Backend, Duration)> = Vec::new();
         for ((_, which), result) in fronts.iter().zip(results) {
             let (name, mut f) = result.expect("every front measured");
             f.sort();
             table += &row(n, &name, &f);
             rates.push((name, which, f.prompts_per_sec()));
+            if let Which::Gateway(backend, None) = which {
+                let prompts = f.prompts.max(1) as u32;
+                others.push((*backend, (f.usage.agent + f.usage.client) / prompts));
+            }
         }
         let best_peer = rates
             .iter()
@@ -569,6 +610,21 @@ async fn main() {
                 rate / best_peer
             );
         }
+        for (backend, other) in others {
+            let state = dir.path().join(format!("{n}-floor-{}", backend.name()));
+            let floor =
+                support::floor::measure(backend, &state, n, Duration::from_secs(secs)).await;
+            let per_prompt = floor.per_event() * EVENTS_PER_TURN as u32 + other;
+            let ceiling = support::cores() as f64 / per_prompt.as_secs_f64();
+            floors += &format!(
+                "| {n} | {} | {} | {} | {} | {ceiling:.0} | {:.2} |\n",
+                backend.name(),
+                us(floor.cpu, floor.events as usize),
+                us(other, 1),
+                us(per_prompt, 1),
+                ceiling / best_peer,
+            );
+        }
     }
     let report = format!(
         "Concurrent prompts; commit {}, {} cores, load average {load_before} before and {} after \
@@ -579,15 +635,26 @@ async fn main() {
          round), the rounds' samples pooled. Subscribers: one SSE stream per session on the gateway; one stream in all on \
          each peer (theirs carry every session); none on the direct client, which counts the \
          update lines it reads. Delivery: prompt sent → its subscriber reads the turn's last \
-         chunk. CPU from /proc over the window: the front's process (per prompt, and per event \
+         chunk; fresh: the agent writes the turn → a subscriber reads its last chunk (the \
+         agent's `CLOCK_MONOTONIC` stamp in that chunk, over the turns read; with the bench \
+         agent only). CPU from /proc over the window: the front's process (per prompt, and per event \
          its subscribers read), the agent's, and the bench's own (the load generator and \
          subscribers; for the direct row, the client itself).\n\n\
-         | sessions | front | prompts/s | round trip p50 / p99 | delivery p50 / p99 | events read per prompt | front CPU per prompt | front CPU per event | agent CPU per prompt | bench CPU per prompt |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n\
-         {table}\n{ratios}",
+         | sessions | front | prompts/s | round trip p50 / p99 | delivery p50 / p99 | fresh p50 / p99 | events read per prompt | front CPU per prompt | front CPU per event | agent CPU per prompt | bench CPU per prompt |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n\
+         {table}\n{ratios}\n\
+         The floor: the store's own log writer appending the N sessions' {EVENTS_PER_TURN}-event \
+         turns, as many per commit as fill the gateway writer's largest batch (2,048 events), for {secs} s with nothing else running (CPU of this \
+         process, and of PostgreSQL's server processes), beside the agent's and the bench's CPU \
+         per prompt from the gateway's row: the prompts/s that {} cores could carry with the log \
+         kept if nothing else the front does cost anything.\n\n\
+         | sessions | backend | storing, CPU per event | agent + bench, CPU per prompt | floor per prompt | most prompts/s | × the faster peer |\n\
+         |---|---|---|---|---|---|---|\n\
+         {floors}",
         support::commit(),
         support::cores(),
         load_average(),
+        support::cores(),
     );
     print!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/concurrent.md");

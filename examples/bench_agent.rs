@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `initialize` | protocolVersion 1, agentInfo `bench-agent`, no optional capability. |
 //! | `session/new` | `sess_` + a counter. |
-//! | `session/prompt` | N `agent_message_chunk` updates "c1 ", "c2 ", …, "cN" (N from a `/chunks N` in the prompt's first text, else `BENCH_AGENT_CHUNKS`, else 20), then `end_turn`. |
+//! | `session/prompt` | N `agent_message_chunk` updates "c1 ", "c2 ", …, "cN" (N from a `/chunks N` in the prompt's first text, else `BENCH_AGENT_CHUNKS`, else 20), then `end_turn`. The last chunk's `_meta.writtenNs` is the `CLOCK_MONOTONIC` time at which the turn was written, in nanoseconds, so that a subscriber on this machine can tell how long the update took to reach it. |
 //! | `session/close`, `authenticate` | `{}`. |
 //!
 //! Any other request gets -32601; notifications (`session/cancel`) are ignored. It exits when
@@ -93,11 +93,16 @@ fn main() {
                 };
                 let n = chunks_asked(&prompt).unwrap_or(default_chunks);
                 let session = serde_json::to_string(&prompt.session_id).unwrap();
+                let written = monotonic_ns();
                 for i in 1..=n {
-                    let space = if i < n { " " } else { "" };
+                    let (space, meta) = if i < n {
+                        (" ", String::new())
+                    } else {
+                        ("", format!(r#","_meta":{{"writtenNs":{written}}}"#))
+                    };
                     let _ = writeln!(
                         out,
-                        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"c{i}{space}"}}}}}}}}"#
+                        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"c{i}{space}"}}{meta}}}}}}}"#
                     );
                 }
                 r#"{"stopReason":"end_turn"}"#.to_owned()
@@ -113,6 +118,12 @@ fn main() {
             break;
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the same clock in every process of the machine.
+fn monotonic_ns() -> i64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
 }
 
 fn error(out: &mut impl Write, id: &str, code: i32, message: &str) {

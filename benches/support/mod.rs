@@ -11,6 +11,7 @@
 pub mod shared;
 
 pub mod baselines;
+pub mod floor;
 pub mod latency;
 pub mod load;
 pub mod peers;

@@ -38,7 +38,7 @@ use crate::store::{Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, Stored
 
 use sse::lifecycle_wake;
 pub use sse::{Frame, KEEP_ALIVE, Sequenced, sse_response};
-use writer::{COMMIT_PACE, QUEUE, Queued, log_writer_priority};
+use writer::{COMMIT_PACE, QUEUE, Queued};
 
 /// Events kept in each live broadcast buffer before a subscriber is considered behind.
 const LIVE_BUFFER: usize = 1024;
@@ -139,7 +139,6 @@ impl EventHub {
         std::thread::Builder::new()
             .name("acp-event-log".into())
             .spawn(move || {
-                log_writer_priority();
                 match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()

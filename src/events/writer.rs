@@ -59,27 +59,6 @@ impl Share {
     }
 }
 
-/// The niceness of the event log writer's thread: request handling and agents go first on a
-/// busy CPU.
-const LOG_WRITER_NICE: u8 = 5;
-
-/// Lowers the calling thread's CPU priority to [`LOG_WRITER_NICE`]. The writer commits in the
-/// background (no request waits for it; readers of the log flush the queue first), so on a
-/// machine with few cores its commits should not delay a prompt's answer or slow an agent
-/// that shares the cores. Not being allowed to is harmless.
-pub(super) fn log_writer_priority() {
-    use thread_priority::{ThreadPriority, ThreadPriorityValue, set_current_thread_priority};
-    // The crate maps 0..=99 linearly onto niceness 19..=-20, rounding towards 19.
-    let value = 99 * (19 - u16::from(LOG_WRITER_NICE)) / 39;
-    let set = u8::try_from(value)
-        .ok()
-        .and_then(|v| ThreadPriorityValue::try_from(v).ok())
-        .map(|v| set_current_thread_priority(ThreadPriority::Crossplatform(v)));
-    if !matches!(set, Some(Ok(()))) {
-        tracing::debug!(?set, "cannot lower the event log writer's priority");
-    }
-}
-
 impl EventHub {
     /// Appends to a session's log and waits until it is stored (and broadcast); returns its
     /// sequence number.

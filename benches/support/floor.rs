@@ -1,0 +1,153 @@
+//! The floor under the concurrent bench's figures: what storing the events alone costs on this
+//! machine. The store's own log writer (the one the gateway's writer thread uses) appends N
+//! sessions' turns for a bounded time with nothing else running, as many turns of each session
+//! per commit as fill the gateway's largest batch (the cheapest shape per event, the one its
+//! writer takes under load): the CPU it takes per event (this process's, and for PostgreSQL also the
+//! server's processes') is what any front that keeps the log must spend before it does anything
+//! else. With the agent's and the load generator's CPU per prompt it bounds the prompts per
+//! second that the machine's cores can carry with the durable log on.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use acp_gateway::store::{NewEvent, Origin, Payload, SessionRecord};
+use chrono::Utc;
+
+use super::shared::process::cpu_time;
+use super::shared::{Backend, Database};
+
+/// Events of one turn, as the gateway logs a 20-chunk prompt: `turn_started`, the chunks,
+/// `turn_ended`.
+pub const EVENTS_PER_TURN: usize = 22;
+
+/// What storing cost.
+pub struct Floor {
+    pub events: u64,
+    /// CPU time over the run: this process's and, for PostgreSQL, the server's.
+    pub cpu: Duration,
+}
+
+impl Floor {
+    pub fn per_event(&self) -> Duration {
+        self.cpu / self.events.max(1) as u32
+    }
+}
+
+/// The most events the gateway's log writer commits at once (`MAX_BATCH` in
+/// `src/events/writer.rs`).
+const MAX_BATCH: usize = 2048;
+
+/// Appends turns of `sessions` sessions through `backend`'s log writer for `secs`.
+pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Duration) -> Floor {
+    let mut db = Database::create(backend, dir, "floor").await;
+    let store = acp_gateway::store::connect(&db.url, "bench-floor")
+        .await
+        .expect("the floor's store opens")
+        .store;
+    let ids: Vec<String> = (0..sessions).map(|i| format!("sess_{i:032}")).collect();
+    let now = Utc::now();
+    let records: Vec<SessionRecord> = ids.iter().map(|id| record(id, now)).collect();
+    store.put_sessions(&records).await.unwrap();
+    let per_commit = (MAX_BATCH / (sessions * EVENTS_PER_TURN)).max(1);
+    let turns: Vec<Vec<NewEvent>> = (ids.iter())
+        .map(|id| (0..per_commit).flat_map(|_| turn(id)).collect())
+        .collect();
+    let mut writer = store.log_writer();
+    let server = || match backend {
+        Backend::Postgres => postgres_cpu(),
+        Backend::Sqlite => Duration::ZERO,
+    };
+    let (cpu_before, server_before) = (cpu_time(std::process::id()), server());
+    let (mut events, end) = (0u64, Instant::now() + secs);
+    while Instant::now() < end {
+        let at = Some(Utc::now());
+        let groups: Vec<_> = (ids.iter().zip(&turns))
+            .map(|(id, turn)| (id.as_str(), turn.as_slice(), at))
+            .collect();
+        match writer.append_all(&groups).await {
+            Some(stored) => {
+                stored.expect("the floor's append");
+            }
+            None => {
+                for (id, turn, at) in groups {
+                    writer.append(id, turn, at).await.unwrap();
+                }
+            }
+        }
+        events += (sessions * EVENTS_PER_TURN * per_commit) as u64;
+    }
+    let cpu = cpu_time(std::process::id()) - cpu_before + (server() - server_before);
+    drop(writer);
+    drop(store);
+    db.remove().await;
+    Floor { events, cpu }
+}
+
+fn record(id: &str, at: chrono::DateTime<Utc>) -> SessionRecord {
+    SessionRecord {
+        session_id: id.to_owned(),
+        tenant: String::new(),
+        cwd: "/tmp".into(),
+        additional_directories: Vec::new(),
+        title: None,
+        updated_at: at,
+        created_at: at,
+        meta: None,
+        archived: false,
+        origin: Origin::Gateway,
+        deleted_at: None,
+        synced_at: None,
+        listed: None,
+        agent: "default".into(),
+    }
+}
+
+/// One turn's events, with the bench agent's own update text.
+fn turn(id: &str) -> Vec<NewEvent> {
+    let event = |kind: &str, text: String| NewEvent {
+        kind: kind.into(),
+        payload: Payload::from_text(text).unwrap(),
+    };
+    let mut events = vec![event(
+        "turn_started",
+        format!(r#"{{"sessionId":"{id}","prompt":[{{"type":"text","text":"/chunks 20"}}]}}"#),
+    )];
+    for i in 1..=EVENTS_PER_TURN - 2 {
+        events.push(event(
+            "agent_message_chunk",
+            format!(
+                r#"{{"sessionId":"{id}","update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"c{i} "}}}}}}"#
+            ),
+        ));
+    }
+    events.push(event(
+        "turn_ended",
+        format!(r#"{{"sessionId":"{id}","stopReason":"end_turn"}}"#),
+    ));
+    events
+}
+
+/// CPU time used so far by every PostgreSQL server process on this machine (the bench's
+/// database is the only busy one).
+fn postgres_cpu() -> Duration {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .filter_map(ticks)
+        .sum()
+}
+
+/// A process's CPU time, as [`cpu_time`], or `None` once it has gone.
+fn ticks(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
