@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use acp_gateway::store::{NewEvent, Origin, Payload, SessionRecord};
 use chrono::Utc;
 
-use super::shared::process::cpu_time;
+use super::shared::process::{cpu_time, cpu_time_if_running};
 use super::shared::{Backend, Database};
 
 /// Events of one turn, as the gateway logs a 20-chunk prompt: `turn_started`, the chunks,
@@ -46,7 +46,12 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
         .store;
     let ids: Vec<String> = (0..sessions).map(|i| format!("sess_{i:032}")).collect();
     let now = Utc::now();
-    let records: Vec<SessionRecord> = ids.iter().map(|id| record(id, now)).collect();
+    let records: Vec<SessionRecord> = (ids.iter())
+        .map(|id| {
+            let (tenant, cwd, agent) = (String::new(), "/tmp".into(), "default".into());
+            SessionRecord::new(id.clone(), tenant, cwd, agent, Origin::Gateway, now)
+        })
+        .collect();
     store.put_sessions(&records).await.unwrap();
     let per_commit = (MAX_BATCH / (sessions * EVENTS_PER_TURN)).max(1);
     let turns: Vec<Vec<NewEvent>> = (ids.iter())
@@ -81,25 +86,6 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
     drop(store);
     db.remove().await;
     Floor { events, cpu }
-}
-
-fn record(id: &str, at: chrono::DateTime<Utc>) -> SessionRecord {
-    SessionRecord {
-        session_id: id.to_owned(),
-        tenant: String::new(),
-        cwd: "/tmp".into(),
-        additional_directories: Vec::new(),
-        title: None,
-        updated_at: at,
-        created_at: at,
-        meta: None,
-        archived: false,
-        origin: Origin::Gateway,
-        deleted_at: None,
-        synced_at: None,
-        listed: None,
-        agent: "default".into(),
-    }
 }
 
 /// One turn's events, with the bench agent's own update text.
@@ -140,14 +126,6 @@ fn postgres_cpu() -> Duration {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim() == "postgres")
         })
-        .filter_map(ticks)
+        .filter_map(cpu_time_if_running)
         .sum()
-}
-
-/// A process's CPU time, as [`cpu_time`], or `None` once it has gone.
-fn ticks(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
 }

@@ -175,20 +175,15 @@ impl Gateway {
         };
         let at = now();
         let record = SessionRecord {
-            session_id,
-            tenant: caller.tenant.clone(),
-            cwd: setup.cwd.to_owned(),
             additional_directories: setup.additional_directories.to_vec(),
-            title: None,
-            updated_at: at,
-            created_at: at,
-            meta: None,
-            archived: false,
-            origin: Origin::Gateway,
-            deleted_at: None,
-            synced_at: None,
-            listed: None,
-            agent: agent_name.to_owned(),
+            ..SessionRecord::new(
+                session_id,
+                caller.tenant.clone(),
+                setup.cwd.to_owned(),
+                agent_name.to_owned(),
+                Origin::Gateway,
+                at,
+            )
         };
         if let Err(e) = self.store().put_session(&record).await {
             // Not recorded, so not created: the agent's session is undone as far as the agent

@@ -298,20 +298,16 @@ impl Gateway {
         at: DateTime<Utc>,
     ) -> SessionRecord {
         let mut record = SessionRecord {
-            session_id: l.session_id.clone(),
-            tenant: self.inner.config.upstream_tenant.clone(),
-            cwd: String::new(),
-            additional_directories: Vec::new(),
-            title: None,
-            updated_at: at,
-            created_at: at,
-            meta: None,
-            archived: false,
-            origin: Origin::Upstream,
-            deleted_at: None,
             synced_at: Some(at),
             listed: Some(l.digest),
-            agent: agent.to_owned(),
+            ..SessionRecord::new(
+                l.session_id.clone(),
+                self.inner.config.upstream_tenant.clone(),
+                String::new(),
+                agent.to_owned(),
+                Origin::Upstream,
+                at,
+            )
         };
         apply_listed(&mut record, info);
         record

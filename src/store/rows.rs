@@ -1,7 +1,7 @@
 //! Fetched rows as the store's records, mapped once for both backends: [`Columns`] reads a row
 //! by column name in the backend's own representation (PostgreSQL: `timestamptz` and `jsonb`;
 //! SQLite: INTEGER unix microseconds and JSON text), and the mappers here build the records
-//! from it.
+//! from it; and a new session's record, as the gateway first writes it.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -11,6 +11,36 @@ use super::{
     DeliveryRecord, Origin, Payload, SessionRecord, StoreError, StoreResult, StoredEvent,
     StoredLifecycleEvent, ToSync, WebhookRecord,
 };
+
+impl SessionRecord {
+    /// A session as first recorded at `at`: no extra directories, title or `_meta`; not
+    /// archived, deleted, synced or listed.
+    pub fn new(
+        session_id: String,
+        tenant: String,
+        cwd: String,
+        agent: String,
+        origin: Origin,
+        at: DateTime<Utc>,
+    ) -> Self {
+        SessionRecord {
+            session_id,
+            tenant,
+            cwd,
+            additional_directories: Vec::new(),
+            title: None,
+            updated_at: at,
+            created_at: at,
+            meta: None,
+            archived: false,
+            origin,
+            deleted_at: None,
+            synced_at: None,
+            listed: None,
+            agent,
+        }
+    }
+}
 
 /// A column type both backends store as the Rust type itself: text, integers, booleans, and
 /// their `Option`s for nullable columns.

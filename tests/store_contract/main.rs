@@ -39,22 +39,14 @@ fn ts(micros: i64) -> DateTime<Utc> {
 
 /// A minimal live session: no title, no meta, no extra directories.
 fn record(id: &str, tenant: &str) -> SessionRecord {
-    SessionRecord {
-        session_id: id.to_owned(),
-        tenant: tenant.to_owned(),
-        cwd: "/work/default".to_owned(),
-        additional_directories: Vec::new(),
-        title: None,
-        updated_at: ts(T0),
-        created_at: ts(T0),
-        meta: None,
-        archived: false,
-        origin: Origin::Gateway,
-        deleted_at: None,
-        synced_at: None,
-        listed: None,
-        agent: "default".into(),
-    }
+    SessionRecord::new(
+        id.to_owned(),
+        tenant.to_owned(),
+        "/work/default".to_owned(),
+        "default".into(),
+        Origin::Gateway,
+        ts(T0),
+    )
 }
 
 fn event(kind: &str, payload: Value) -> NewEvent {

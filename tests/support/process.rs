@@ -51,17 +51,17 @@ pub fn rss_kib(pid: u32) -> u64 {
 
 /// CPU time (user + system) a process has used so far.
 pub fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    cpu_time_if_running(pid).unwrap_or_else(|| panic!("no CPU time for pid {pid}"))
+}
+
+/// As [`cpu_time`], or `None` when the process has gone (or is no process).
+pub fn cpu_time_if_running(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     // In clock ticks: USER_HZ, which Linux fixes at 100 for this interface.
-    Duration::from_millis(ticks * 10)
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Pins every thread of `pid` to `cpus` (a taskset list such as "0" or "0-1").
