@@ -43,6 +43,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0008_session_states",
     "0009_session_agent",
     "0010_webhooks",
+    "0011_event_rowid",
 );
 
 /// A migrator applying `files` (one of the lists above).

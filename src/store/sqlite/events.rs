@@ -39,6 +39,8 @@ const INSERT_DELIVERIES: &str = concat!(
     ),
     ";"
 );
+/// Whether any webhook is enabled: without one, an append has no deliveries to look for.
+const ANY_WEBHOOK: &str = "SELECT EXISTS (SELECT 1 FROM webhooks WHERE enabled)";
 /// Binds `updated_at`, the session id, `updated_at`; a no-op unless it raises `updated_at` (a
 /// change of the gateway's own: the row is no longer what a listing made it).
 const TOUCH_SESSION: &str = " UPDATE sessions SET updated_at = ?, listed = NULL \
@@ -159,16 +161,25 @@ fn append_here(
     batches: &[Batch<'_>],
 ) -> StoreResult<Vec<Vec<StoredEvent>>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Read under the write lock, which creating or enabling a webhook also takes.
+    let webhooks: bool = tx
+        .prepare_cached(ANY_WEBHOOK)?
+        .query_row([], |row| row.get(0))?;
     let stored = batches
         .iter()
-        .map(|batch| append_in(&tx, batch))
+        .map(|batch| append_in(&tx, batch, webhooks))
         .collect::<StoreResult<_>>()?;
     tx.commit()?;
     Ok(stored)
 }
 
-/// One batch of [`append_here`], in its transaction.
-fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<Vec<StoredEvent>> {
+/// One batch of [`append_here`], in its transaction; its webhook deliveries are looked for only
+/// when some webhook is enabled.
+fn append_in(
+    tx: &rusqlite::Transaction<'_>,
+    batch: &Batch<'_>,
+    webhooks: bool,
+) -> StoreResult<Vec<StoredEvent>> {
     let session_id = batch.session_id;
     let created_micros = micros(batch.created_at);
     let last: i64 = tx
@@ -181,8 +192,10 @@ fn append_in(tx: &rusqlite::Transaction<'_>, batch: &Batch<'_>) -> StoreResult<V
             insert.execute((session_id, seq, &event.kind, payload, created_micros))?;
         }
     }
-    tx.prepare_cached(INSERT_DELIVERIES)?
-        .execute((session_id, session_id, batch.count))?;
+    if webhooks {
+        tx.prepare_cached(INSERT_DELIVERIES)?
+            .execute((session_id, session_id, batch.count))?;
+    }
     if let Some(at) = batch.touch {
         let at = micros(at);
         tx.prepare_cached(TOUCH_SESSION)?
@@ -269,5 +282,88 @@ impl SqliteStore {
             own: None,
             appends: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use crate::store::NewEvent;
+    use crate::store::migrations::{SQLITE, migrator};
+
+    /// A log written before migration 0011 made `session_events` a rowid table keeps every
+    /// event through it: each session's read back in order with its payload, and appends go
+    /// on numbering after them, through the store and its log writer.
+    #[tokio::test]
+    async fn events_written_before_the_rowid_table_survive_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("old.db").display());
+        let old = sqlx::SqlitePool::connect_with(
+            SqliteConnectOptions::from_str(&url)
+                .unwrap()
+                .create_if_missing(true),
+        )
+        .await
+        .unwrap();
+        let before = SQLITE
+            .iter()
+            .position(|(name, _)| *name == "0011_event_rowid")
+            .unwrap();
+        migrator(&SQLITE[..before]).run(&old).await.unwrap();
+        for (session, count) in [("a", 3), ("b", 2)] {
+            for seq in 1..=count {
+                sqlx::query(
+                    "INSERT INTO session_events (session_id, seq, kind, payload, created_at) \
+                     VALUES (?, ?, 'agent_message_chunk', ?, ?)",
+                )
+                .bind(session)
+                .bind(seq)
+                .bind(format!(r#"{{"n":"{session}{seq}"}}"#))
+                .bind(1_700_000_000_000_000_i64 + seq)
+                .execute(&old)
+                .await
+                .unwrap();
+            }
+            sqlx::query("INSERT INTO session_seqs (session_id, last_seq) VALUES (?, ?)")
+                .bind(session)
+                .bind(count)
+                .execute(&old)
+                .await
+                .unwrap();
+        }
+        old.close().await;
+
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
+        for (session, count) in [("a", 3), ("b", 2)] {
+            let events = store.read_events(session, 0, 100).await.unwrap();
+            let seen: Vec<_> = events
+                .iter()
+                .map(|e| (e.seq, e.payload.as_str().to_owned()))
+                .collect();
+            let expected: Vec<_> = (1..=count)
+                .map(|seq| (seq, format!(r#"{{"n":"{session}{seq}"}}"#)))
+                .collect();
+            assert_eq!(seen, expected, "session {session}");
+        }
+        let event = || NewEvent {
+            kind: "x".into(),
+            payload: serde_json::json!({"new": true}).into(),
+        };
+        let appended = store.append_events("a", &[event()]).await.unwrap();
+        assert_eq!(appended[0].seq, 4);
+        let mut writer = store.log_writer();
+        let written = writer
+            .append_all(&[("a", &[event()][..], None), ("b", &[event()][..], None)])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((written[0][0].seq, written[1][0].seq), (5, 3));
+        assert_eq!(store.read_events("a", 3, 100).await.unwrap().len(), 2);
     }
 }
