@@ -1,7 +1,8 @@
 //! Fuzzes the decoder of the agent's stdout lines (`acp::parse_line`): any bytes an agent
 //! writes must give a message or a reason, never a panic, and a message must be what the
 //! line says — as the gateway holds it: a lone surrogate escape, and a U+10FFFF, in the
-//! gateway's own escape (`surrogates::escape`).
+//! gateway's own escape (`surrogates::escape`); a notification's head (its `sessionId` and
+//! `update.sessionUpdate`) what a parse into a value finds there.
 #![no_main]
 
 use acp_gateway::acp::{Inbound, parse_line};
@@ -27,9 +28,12 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(json["id"].as_u64(), Some(id));
             assert!(json.get("method").and_then(Value::as_str).is_none());
         }
-        Inbound::Notification { method, .. } => {
+        Inbound::Notification { method, head, .. } => {
             assert_eq!(json["method"].as_str(), Some(method.as_str()));
             assert!(json.get("id").is_none_or(Value::is_null));
+            let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+            assert_eq!(head.session_id, text(json["params"].get("sessionId")), "{line:?}");
+            assert_eq!(head.kind, text(json["params"].pointer("/update/sessionUpdate")), "{line:?}");
         }
         Inbound::Request { id, method, .. } => {
             assert_eq!(json["method"].as_str(), Some(method.as_str()));

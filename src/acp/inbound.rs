@@ -1,6 +1,7 @@
 //! What the agent writes, line by line, as [`Inbound`] messages: a borrowed parse of the
 //! JSON-RPC envelope, in which a notification's params stay the agent's own text (checked as
-//! serde_json would parse them into a value, without building one).
+//! serde_json would parse them into a value, without building one, reading on the way the
+//! session and kind the gateway routes them by).
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -69,15 +70,19 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
     };
     match (method, id) {
         (Some(method), None) => {
-            let params = match msg.params {
+            let (params, head) = match msg.params {
                 Some(params) => {
-                    serde_json::from_str::<Checked>(params.get())
+                    let head = NotificationHead::read(params.get())
                         .map_err(|e| format!("not JSON: {e}"))?;
-                    params.to_owned()
+                    (params.to_owned(), head)
                 }
-                None => null(),
+                None => (null(), NotificationHead::default()),
             };
-            Ok(Inbound::Notification { method, params })
+            Ok(Inbound::Notification {
+                method,
+                params,
+                head,
+            })
         }
         (Some(method), Some(id)) => Ok(Inbound::Request {
             id,
@@ -97,51 +102,136 @@ pub fn parse_line(line: &str) -> Result<Inbound, String> {
     }
 }
 
-/// JSON that serde_json would parse into a value, checked without building one: a piece kept
-/// as text (`RawValue`) is only scanned, which lets through numbers a value cannot hold
-/// (`1e400`).
-struct Checked;
+/// What the gateway reads of a notification's params, in the one pass that checks them (see
+/// [`NotificationHead::read`]): the session it is about and the kind of update, when they are
+/// strings. For a key given twice the last counts, as in a parse into a value.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NotificationHead {
+    /// `sessionId`.
+    pub session_id: Option<String>,
+    /// `update.sessionUpdate`.
+    pub kind: Option<String>,
+}
 
-impl<'de> serde::Deserialize<'de> for Checked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(Checked)
+impl NotificationHead {
+    /// Checks that `params` is JSON serde_json would parse into a value, without building one
+    /// (which lets through numbers a value cannot hold, `1e400`, as no value would), and reads
+    /// its head on the way.
+    pub fn read(params: &str) -> serde_json::Result<Self> {
+        let mut head = NotificationHead::default();
+        let mut de = serde_json::Deserializer::from_str(params);
+        serde::de::DeserializeSeed::deserialize(Any(Level::Params(&mut head)), &mut de)?;
+        de.end()?;
+        Ok(head)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Checked {
-    type Value = Checked;
+/// What is kept of a value, by where it sits.
+enum Level<'h> {
+    /// The params: `sessionId` and `update` are read.
+    Params(&'h mut NotificationHead),
+    /// `update`: its `sessionUpdate` is read.
+    Update(&'h mut Option<String>),
+    /// A string is kept.
+    Text,
+    /// Nothing: only checked.
+    Other,
+}
+
+/// Any JSON value, checked; a string is returned at [`Level::Text`].
+struct Any<'h>(Level<'h>);
+
+/// The keys [`Any`] looks for.
+enum Key {
+    SessionId,
+    Update,
+    SessionUpdate,
+    Other,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Any<'_> {
+    type Value = Option<String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Any<'_> {
+    type Value = Option<String>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(matches!(self.0, Level::Text).then(|| v.to_owned()))
     }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element_seed(Any(Level::Other))?.is_some() {}
+        Ok(None)
     }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
-        while map.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked)
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut level = self.0;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match (&mut level, key) {
+                (Level::Params(head), Key::SessionId) => {
+                    head.session_id = map.next_value_seed(Any(Level::Text))?;
+                }
+                (Level::Params(head), Key::Update) => {
+                    head.kind = None;
+                    map.next_value_seed(Any(Level::Update(&mut head.kind)))?;
+                }
+                (Level::Update(kind), Key::SessionUpdate) => {
+                    **kind = map.next_value_seed(Any(Level::Text))?;
+                }
+                _ => {
+                    map.next_value_seed(Any(Level::Other))?;
+                }
+            }
+        }
+        Ok(None)
     }
 }
 
+/// A key of an object, as far as [`Any`] cares.
+struct KeySeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+        Ok(match v {
+            "sessionId" => Key::SessionId,
+            "update" => Key::Update,
+            "sessionUpdate" => Key::SessionUpdate,
+            _ => Key::Other,
+        })
+    }
+}
 /// The deepest nesting of arrays and objects serde_json parses into a value.
 const MAX_DEPTH: usize = 127;
 
@@ -206,6 +296,38 @@ mod tests {
         assert!(parse_line("hello").is_err());
         assert!(parse_line(r#"{"id":1,"result":{}}"#).is_err());
         assert!(parse_line(r#"[1,2]"#).is_err());
+    }
+
+    /// A notification's head is what a parse into a value finds: the last of a key given
+    /// twice, nothing for a non-string, keys compared after their escapes are read.
+    #[test]
+    fn a_notification_head_is_what_a_value_holds() {
+        let head = |params: &str| {
+            let line =
+                format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{params}}}"#);
+            let Ok(Inbound::Notification { head, .. }) = parse_line(&line) else {
+                panic!("not parsed: {line}");
+            };
+            (head.session_id, head.kind)
+        };
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            head(
+                r#"{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"sessionId":"no"}}}"#
+            ),
+            (some("s1"), some("agent_message_chunk"))
+        );
+        assert_eq!(
+            head(r#"{"sessionId":"a","sessionId":"b","update":{"sessionUpdate":"x"},"update":{}}"#),
+            (some("b"), None)
+        );
+        assert_eq!(head(r#"{"sessionId":7,"update":"plan"}"#), (None, None));
+        assert_eq!(
+            head(r#"{"session\u0049d":"s\u00e9","update":{"sessionUpdate":"plan"}}"#),
+            (some("s\u{e9}"), some("plan"))
+        );
+        assert_eq!(head(r#"[{"sessionId":"s1"}]"#), (None, None));
+        assert_eq!(head(r#"{"update":{"sessionId":"s1"}}"#), (None, None));
     }
 
     /// An answer is its caller's to read: kept as the agent's text whatever it holds; what no

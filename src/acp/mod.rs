@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use inbound::parse_line;
+pub use inbound::{NotificationHead, parse_line};
 pub use process::{AgentCommand, AgentProcess, AgentStdout, ExitInfo};
 
 /// Longest line accepted from an agent: base64 images make lines large.
@@ -95,6 +95,8 @@ pub enum Inbound {
         method: String,
         /// As the agent wrote it (the log keeps this text).
         params: Box<RawValue>,
+        /// What the gateway reads of it, found while checking it.
+        head: NotificationHead,
     },
     Request {
         id: Value,
@@ -441,7 +443,7 @@ mod tests {
         let note = Outbound::notification("session/cancel", &params).line();
         assert!(matches!(
             parse_line(&note),
-            Ok(Inbound::Notification { method, params: p })
+            Ok(Inbound::Notification { method, params: p, .. })
                 if method == "session/cancel" && serde_json::from_str::<Value>(p.get()).unwrap() == params
         ));
         let id = Value::from("req-1");

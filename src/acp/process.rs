@@ -235,7 +235,11 @@ impl AgentStdout {
                     tracing::warn!(member = %self.member, limit = self.max_line, "agent wrote an over-long line; dropped");
                 }
                 Ok(Some(true)) => {
-                    let line = String::from_utf8_lossy(&self.buf);
+                    // `from_utf8` checks ASCII a word at a time; `from_utf8_lossy` a byte.
+                    let line = match std::str::from_utf8(&self.buf) {
+                        Ok(line) => std::borrow::Cow::Borrowed(line),
+                        Err(_) => String::from_utf8_lossy(&self.buf),
+                    };
                     let line = line.trim();
                     if line.is_empty() {
                         continue;

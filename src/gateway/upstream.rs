@@ -2,66 +2,31 @@
 //! (and `session_info_update` into the cache), permission requests and elicitations into their
 //! pending tables, member exits into `agent_exited` events.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::Inner;
 use super::model::{apply_info_update, now};
-use crate::acp::{ExitInfo, RpcError};
+use crate::acp::{ExitInfo, NotificationHead, RpcError};
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
 use crate::store::Payload;
 
-/// What the gateway reads of a `session/update` before passing it on whole, borrowed from its
-/// text.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct UpdateHead<'a> {
-    #[serde(borrow)]
-    session_id: Cow<'a, str>,
-    #[serde(borrow, default)]
-    update: Option<KindOnly<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KindOnly<'a> {
-    #[serde(borrow, default)]
-    session_update: Option<Cow<'a, str>>,
-}
-
 impl Inner {
-    async fn on_session_update(&self, params: Box<RawValue>) {
-        // The session and the kind are read without building the update; an update whose
-        // head this cannot read (a duplicate key, a non-string) is read as a value.
-        let (session_id, kind) = match serde_json::from_str::<UpdateHead<'_>>(params.get()) {
-            Ok(head) => (
-                head.session_id.into_owned(),
-                head.update
-                    .and_then(|u| u.session_update)
-                    .map_or_else(|| "unknown".to_owned(), Cow::into_owned),
-            ),
-            Err(_) => {
-                let value: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
-                let Some(session_id) = value.get("sessionId").and_then(Value::as_str) else {
-                    crate::acp::count_garbage();
-                    tracing::warn!("session/update without a sessionId; ignored");
-                    return;
-                };
-                let kind = value
-                    .pointer("/update/sessionUpdate")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown");
-                (session_id.to_owned(), kind.to_owned())
-            }
+    async fn on_session_update(&self, params: Box<RawValue>, head: NotificationHead) {
+        // The session and the kind were read while the line was checked; the update itself is
+        // not built.
+        let Some(session_id) = head.session_id else {
+            crate::acp::count_garbage();
+            tracing::warn!("session/update without a sessionId; ignored");
+            return;
         };
+        let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
         let replay = self
             .replaying
             .lock()
@@ -109,29 +74,22 @@ impl Inner {
     }
 }
 
-/// The session an extension notification (a method starting with `_`) is about, if its params
-/// name one.
-fn extension_session(method: &str, params: &RawValue) -> Option<String> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        session_id: Option<String>,
-    }
-    if !method.starts_with('_') {
-        return None;
-    }
-    serde_json::from_str::<Head>(params.get()).ok()?.session_id
-}
-
 #[async_trait]
 impl UpstreamHandler for Inner {
-    async fn on_notification(&self, member: usize, method: &str, params: Box<RawValue>) {
+    async fn on_notification(
+        &self,
+        member: usize,
+        method: &str,
+        params: Box<RawValue>,
+        head: NotificationHead,
+    ) {
         if method == CLIENT_METHOD_NAMES.session_update {
-            self.on_session_update(params).await;
+            self.on_session_update(params, head).await;
         } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
             self.elicitation_completed(member, params.get()).await;
-        } else if let Some(session_id) =
-            extension_session(method, &params).filter(|id| self.live.member(id) == Some(member))
+        } else if let Some(session_id) = head
+            .session_id
+            .filter(|id| method.starts_with('_') && self.live.member(id) == Some(member))
         {
             // An extension notification (`_…`) about a session this member holds: logged and
             // streamed as it came, under its method's name.

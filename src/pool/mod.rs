@@ -24,19 +24,21 @@ use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
 use crate::acp::caps::{AgentInit, Capabilities};
-use crate::acp::{AgentCommand, Connection, ExitInfo};
+use crate::acp::{AgentCommand, Connection, ExitInfo, NotificationHead};
 use client::Incoming;
 
 /// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
 /// they run on the member's dispatch loop, which preserves the agent's message order.
 #[async_trait]
 pub trait UpstreamHandler: Send + Sync + 'static {
-    /// A notification (e.g. `session/update`), its params as the agent wrote them.
+    /// A notification (e.g. `session/update`), its params as the agent wrote them and what
+    /// was read of them while they were checked.
     async fn on_notification(
         &self,
         member: usize,
         method: &str,
         params: Box<serde_json::value::RawValue>,
+        head: NotificationHead,
     );
     /// A `session/request_permission` request; answer it later through `request`.
     async fn on_permission_request(

@@ -319,9 +319,11 @@ async fn dispatch(
                 tracing::warn!(member, id, "response to an unknown request id; ignored");
             }
         }
-        Inbound::Notification { method, params } => {
-            handler.on_notification(member, &method, params).await
-        }
+        Inbound::Notification {
+            method,
+            params,
+            head,
+        } => handler.on_notification(member, &method, params, head).await,
         Inbound::Request { id, method, params } => {
             let request = Incoming::new(conn.clone(), id);
             let handler = handler.clone();
