@@ -114,9 +114,9 @@ pub struct NotificationHead {
 }
 
 impl NotificationHead {
-    /// Checks that `params` is JSON serde_json would parse into a value, without building one
-    /// (which lets through numbers a value cannot hold, `1e400`, as no value would), and reads
-    /// its head on the way.
+    /// Checks, without building a value, that serde_json would parse `params` into one (the
+    /// envelope's scan let through what no value can hold, such as the number `1e400`), and
+    /// reads its head on the way.
     pub fn read(params: &str) -> serde_json::Result<Self> {
         let mut head = NotificationHead::default();
         let mut de = serde_json::Deserializer::from_str(params);
