@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use acp_gateway::events::MAX_BATCH;
 use support::floor::EVENTS_PER_TURN;
 use support::peers::{Peer, PeerKind};
 use support::{
@@ -644,7 +645,7 @@ async fn main() {
          |---|---|---|---|---|---|---|---|---|---|---|\n\
          {table}\n{ratios}\n\
          The floor: the store's own log writer appending the N sessions' {EVENTS_PER_TURN}-event \
-         turns, as many per commit as fill the gateway writer's largest batch (2,048 events), for {secs} s with nothing else running (CPU of this \
+         turns, as many per commit as fill the gateway writer's largest batch ({MAX_BATCH} events), for {secs} s with nothing else running (CPU of this \
          process, and of PostgreSQL's server processes), beside the agent's and the bench's CPU \
          per prompt from the gateway's row: the prompts/s that {} cores could carry with the log \
          kept if nothing else the front does cost anything.\n\n\

@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use acp_gateway::events::MAX_BATCH;
 use acp_gateway::store::{NewEvent, Origin, Payload, SessionRecord};
 use chrono::Utc;
 
@@ -32,10 +33,6 @@ impl Floor {
         self.cpu / self.events.max(1) as u32
     }
 }
-
-/// The most events the gateway's log writer commits at once (`MAX_BATCH` in
-/// `src/events/writer.rs`).
-const MAX_BATCH: usize = 2048;
 
 /// Appends turns of `sessions` sessions through `backend`'s log writer for `secs`.
 pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Duration) -> Floor {

@@ -38,6 +38,7 @@ use crate::store::{Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, Stored
 
 use sse::lifecycle_wake;
 pub use sse::{Frame, KEEP_ALIVE, Sequenced, sse_response};
+pub use writer::MAX_BATCH;
 use writer::{COMMIT_PACE, QUEUE, Queued};
 
 /// Events kept in each live broadcast buffer before a subscriber is considered behind.

@@ -23,7 +23,7 @@ pub(super) const QUEUE: usize = 8192;
 /// the agent the gateway is waiting for (see `bench/README.md`).
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
-const MAX_BATCH: usize = 2048;
+pub const MAX_BATCH: usize = 2048;
 /// The first pause before an append that failed is tried again; it doubles up to
 /// [`RETRY_MAX`].
 pub(super) const RETRY_FIRST: Duration = Duration::from_millis(50);
