@@ -56,7 +56,7 @@
 //! |---|---|
 //! | `initialize` | protocolVersion 1, agentInfo `echo-agent`, capabilities per `ECHO_AGENT_CAPS`, authMethods per `ECHO_AGENT_AUTH` (else none). |
 //! | `authenticate` | With `ECHO_AGENT_AUTH`: the advertised methodId authenticates this connection ({}), another one is -32602; with `ECHO_AGENT_AUTH_KEY` too, only when `_meta` carries that key (else -32000 "Authentication failed"). Without it: {} for any methodId. |
-//! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits. Its `_meta` is kept and listed as the session's `_meta`. |
+//! | `session/new` | cwd must be absolute (else -32602). Returns `sess_` + 32 hex digits (with `ECHO_AGENT_IDS=per-process`: `m1`, `m2`… numbered in this process). Its `_meta` is kept and listed as the session's `_meta`. |
 //! | `session/load` | Replays the history as `session/update`s, then answers {}. |
 //! | `session/resume` | Like `session/load`, without the replay. |
 //! | `session/close` | Cancels the running turn, forgets the session here; {} even if unknown. |
@@ -84,7 +84,8 @@
 //! | Variable | Meaning |
 //! |---|---|
 //! | `ECHO_AGENT_DIR` | State directory (default: `$TMPDIR/acp-echo-agent`), created if missing. |
-//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title,archive,fork` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_CAPS` | Comma-separated capabilities from `load,list,delete,resume,close,status,title,archive,fork,image,audio,embeddedContext` (default when unset `load,list,delete,resume,close`; set but empty: none). `load` advertises `loadSession`, `image`, `audio` and `embeddedContext` the `promptCapabilities` of that name, the others `sessionCapabilities.<name>`. A method whose capability is off answers -32601. |
+//! | `ECHO_AGENT_IDS` | `per-process`: session ids are `m1`, `m2`… counted in each process, as an agent that numbers its sessions would hand out (two processes give the same ids), and the session files are this process's own (`<dir>/sessions-<pid>`). |
 //! | `ECHO_AGENT_PAGE_SIZE` | `session/list` page size (default 10). |
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
@@ -153,9 +154,10 @@ use agent_client_protocol::v1::schema::{
     CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk, DeleteSessionRequest,
     DeleteSessionResponse, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
-    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
-    ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
+    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
+    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
+    SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
     SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionId,
     SessionInfo, SessionInfoUpdate, SessionListCapabilities, SessionNotification,
     SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities, SessionStatusRequest,
@@ -183,8 +185,19 @@ const ECHO_ELICITATION_ID: &str = "echo-login";
 type Cx = ConnectionTo<Client>;
 
 /// Capability names accepted in `ECHO_AGENT_CAPS`.
-const ALL_CAPS: [&str; 9] = [
-    "load", "list", "delete", "resume", "close", "status", "title", "archive", "fork",
+const ALL_CAPS: [&str; 12] = [
+    "load",
+    "list",
+    "delete",
+    "resume",
+    "close",
+    "status",
+    "title",
+    "archive",
+    "fork",
+    "image",
+    "audio",
+    "embeddedContext",
 ];
 /// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
 const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
@@ -271,8 +284,10 @@ fn split_word(s: &str) -> (&str, &str) {
 /// Settings read once from the environment.
 #[derive(Debug)]
 struct Config {
-    /// `<ECHO_AGENT_DIR>/sessions`.
+    /// `<ECHO_AGENT_DIR>/sessions` (`sessions-<pid>` with per-process ids).
     sessions_dir: PathBuf,
+    /// `ECHO_AGENT_IDS=per-process`: ids `m1`, `m2`… of this process.
+    per_process_ids: bool,
     /// Enabled capability names.
     caps: BTreeSet<String>,
     /// `session/list` page size.
@@ -344,8 +359,14 @@ impl Config {
             }
         }
         let crash = env("ECHO_AGENT_CRASH").unwrap_or_default();
+        let per_process_ids = env("ECHO_AGENT_IDS").is_some_and(|v| v.trim() == "per-process");
         Config {
-            sessions_dir: dir.join("sessions"),
+            sessions_dir: if per_process_ids {
+                dir.join(format!("sessions-{}", std::process::id()))
+            } else {
+                dir.join("sessions")
+            },
+            per_process_ids,
             caps,
             page_size: env_num("ECHO_AGENT_PAGE_SIZE").unwrap_or(10).max(1),
             call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
@@ -429,6 +450,8 @@ struct EchoAgent {
     /// Serialises read-modify-write of session files within this process.
     files: Mutex<()>,
     next_turn: AtomicU64,
+    /// The number of the next session with per-process ids.
+    next_session: AtomicU64,
     /// Whether `authenticate` succeeded (the process has one connection).
     authenticated: AtomicBool,
     /// Whether the client declared `elicitation.form` in `initialize`.
@@ -685,9 +708,23 @@ impl EchoAgent {
             .title(on("title").then(SessionTitleCapabilities::new))
             .archive(on("archive").then(SessionArchiveCapabilities::new))
             .fork(on("fork").then(SessionForkCapabilities::new));
+        let prompt = PromptCapabilities::new()
+            .image(on("image"))
+            .audio(on("audio"))
+            .embedded_context(on("embeddedContext"));
         AgentCapabilities::new()
             .load_session(on("load"))
+            .prompt_capabilities(prompt)
             .session_capabilities(session)
+    }
+
+    /// A new session's id: random, or the next of this process (`ECHO_AGENT_IDS`).
+    fn new_id(&self) -> SessionId {
+        if self.cfg.per_process_ids {
+            let n = self.next_session.fetch_add(1, Ordering::SeqCst);
+            return SessionId::new(format!("m{n}"));
+        }
+        SessionId::new(format!("sess_{}", uuid::Uuid::new_v4().simple()))
     }
 
     // ---- session files -------------------------------------------------
@@ -935,7 +972,7 @@ impl EchoAgent {
             return Err(invalid("cwd must be an absolute path"));
         }
         std::fs::create_dir_all(&self.cfg.sessions_dir).map_err(internal)?;
-        let id = SessionId::new(format!("sess_{}", uuid::Uuid::new_v4().simple()));
+        let id = self.new_id();
         self.write(&Record {
             session_id: id.to_string(),
             cwd: req.cwd,
@@ -960,7 +997,7 @@ impl EchoAgent {
         if !cwd.is_absolute() {
             return Err(invalid("cwd must be an absolute path"));
         }
-        let id = SessionId::new(format!("sess_{}", uuid::Uuid::new_v4().simple()));
+        let id = self.new_id();
         self.write(&Record {
             session_id: id.to_string(),
             cwd,
@@ -1521,6 +1558,7 @@ async fn main() {
         open: Mutex::new(HashMap::new()),
         files: Mutex::new(()),
         next_turn: AtomicU64::new(1),
+        next_session: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),
         elicitation_form: AtomicBool::new(false),
         elicitation_url: AtomicBool::new(false),

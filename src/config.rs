@@ -2,9 +2,11 @@
 //! the optional `--config` TOML file, in that order of precedence. The agents (`--agent`, the
 //! file's `[agents.NAME]` tables) are read in `agents`.
 
+mod access;
 mod agents;
 mod webhooks;
 
+pub use access::{AccessFlags, McpServers};
 pub use agents::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 pub use webhooks::WebhookFlags;
 
@@ -310,6 +312,9 @@ pub struct Config {
     /// Largest accepted request body in bytes (larger → 413).
     #[arg(long, env = "ACP_GATEWAY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024, global = true)]
     pub max_body_bytes: usize,
+
+    #[command(flatten)]
+    pub access: AccessFlags,
 
     #[command(flatten)]
     pub webhooks: WebhookFlags,

@@ -40,13 +40,15 @@ use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
 
-/// The full HTTP application around a gateway: routes, authentication, CORS, limits, tracing.
+/// The full HTTP application around a gateway: the guard, routes, authentication, CORS,
+/// limits, tracing.
 pub fn app(
     gateway: Gateway,
     max_body_bytes: usize,
     keys: Option<Arc<Keys>>,
     limits: LimitConfig,
     cors_origins: &[String],
+    guard: Arc<api::guard::Guard>,
     stop: CancellationToken,
 ) -> anyhow::Result<Router> {
     let (router, _) = api::router().split_for_parts();
@@ -72,11 +74,16 @@ pub fn app(
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(axum::middleware::from_fn(telemetry::http_metrics));
-    // Outermost, so that preflights are answered before authentication.
-    Ok(match cors(cors_origins)? {
+    // Outside authentication, so that preflights are answered before it.
+    let router = match cors(cors_origins)? {
         Some(cors) => router.layer(cors),
         None => router,
-    })
+    };
+    // Outermost: a request for a host the gateway does not answer to reaches nothing.
+    Ok(router.layer(axum::middleware::from_fn_with_state(
+        guard,
+        api::guard::guard,
+    )))
 }
 
 /// A failed response, for the log: a 503 says "not now, retry later" (a pool that is starting,
@@ -181,6 +188,7 @@ pub async fn run(
     telemetry::handle();
     // Read once: the keys file is I/O, and the gateway and the router both need the result.
     let keys = Keys::from_config(&config)?;
+    let mcp_servers = config.access.mcp_servers(keys.is_some());
     // Until `run` returns (or the process ends): one gateway per SQLite file.
     let _replica = store::lock_single_replica(&config.database_url)?;
     let store::Database { store, replicas } =
@@ -249,6 +257,7 @@ pub async fn run(
             sync_interval: Config::secs_or_never(config.sync_interval),
             describe_error: ApiError::problem_json,
             webhooks: webhook_config(&config.webhooks),
+            mcp_servers,
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
@@ -268,10 +277,20 @@ pub async fn run(
             hub.close().await;
         })
     };
+    let watcher = keys
+        .clone()
+        .filter(|_| config.api_keys_file.is_some())
+        .map(|keys| tokio::spawn(keys.watch(stop.clone())));
+    let guard = api::guard::Guard::new(
+        keys.is_some(),
+        &config.access.allowed_hosts,
+        &config.cors_origins,
+        config.advertise_url.as_deref(),
+    );
     let app = app(
         gateway.clone(),
         config.max_body_bytes,
-        Keys::from_config(&config)?,
+        keys,
         LimitConfig {
             rate_per_sec: config.rate_limit,
             max_in_flight: config.max_concurrent_requests,
@@ -279,6 +298,7 @@ pub async fn run(
             timeout: Config::secs_or_never(config.request_timeout),
         },
         &config.cors_origins,
+        guard,
         stop.clone(),
     )?;
     let served = api::serve::serve(listener, app, {
@@ -292,6 +312,9 @@ pub async fn run(
     .await;
     stop.cancel();
     let _ = stopper.await;
+    if let Some(watcher) = watcher {
+        let _ = watcher.await;
+    }
     served.context("serving HTTP")
 }
 
@@ -325,7 +348,10 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 /// The delivery settings of `--webhook-…`.
 fn webhook_config(flags: &config::WebhookFlags) -> gateway::WebhookConfig {
     gateway::WebhookConfig {
-        allow_private: flags.webhook_allow_private,
+        allowed: gateway::reach::Allowed {
+            private: flags.webhook_allow_private,
+            link_local: flags.webhook_allow_link_local,
+        },
         timeout: Duration::from_secs(flags.webhook_timeout.max(1)),
         retry_base: Duration::from_millis(flags.webhook_retry_base_ms.max(1)),
         retry_max: Duration::from_secs(flags.webhook_retry_max.max(1)),

@@ -175,6 +175,25 @@ fn surrogate_at(bytes: &[u8]) -> Option<u32> {
     (n < SURROGATES).then_some(0xD800 + n)
 }
 
+/// The first lone surrogate [`escape`] marked in `escaped`, if any (a genuine U+10FFFF, written
+/// as two marks, is none).
+pub fn first_lone(escaped: &str) -> Option<u32> {
+    let bytes = escaped.as_bytes();
+    let mut from = 0;
+    while let Some(at) = FIND_MARK.find(&bytes[from..]) {
+        let after = &bytes[from + at + MARK_UTF8.len()..];
+        if after.starts_with(MARK_UTF8) {
+            from += at + 2 * MARK_UTF8.len();
+            continue;
+        }
+        if let Some(unit) = surrogate_at(after) {
+            return Some(unit);
+        }
+        from += at + MARK_UTF8.len();
+    }
+    None
+}
+
 /// [`restore`] for text the gateway builds (an SSE frame): a `String` stays one.
 pub fn restore_string(text: String) -> String {
     match restore(text.as_bytes()) {
@@ -187,6 +206,21 @@ pub fn restore_string(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lone_surrogates_are_found_and_marks_are_not_taken_for_them() {
+        assert_eq!(first_lone(&escape(r#"{"a":"x\ud83dy"}"#)), Some(0xD83D));
+        assert_eq!(first_lone(&escape(r#"{"a":"\udc00"}"#)), Some(0xDC00));
+        assert_eq!(first_lone(&escape(r#"{"a":"\ud83d\ude00"}"#)), None);
+        assert_eq!(
+            first_lone(&escape("{\"a\":\"\u{10FFFF}\u{10F000}\"}")),
+            None
+        );
+        assert_eq!(
+            first_lone(&escape("{\"a\":\"\u{10FFFF}\u{10FFFF}\\ud800\"}")),
+            Some(0xD800)
+        );
+    }
 
     /// Escaped, parsed and serialized again: what goes out is what came in, escapes included.
     fn round_trip(json: &str) -> String {

@@ -22,6 +22,45 @@ pub struct Capabilities {
     pub set_title: bool,
     pub archive: bool,
     pub fork: bool,
+    /// What a prompt may hold besides text and resource links.
+    #[serde(skip)]
+    pub prompt: PromptCapabilities,
+}
+
+/// `promptCapabilities`: the content blocks beyond text and resource links the agent takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromptCapabilities {
+    pub image: bool,
+    pub audio: bool,
+    pub embedded_context: bool,
+}
+
+impl PromptCapabilities {
+    fn read(v: Option<&Value>) -> Self {
+        // `true` (v1) or an object (v2's markers); anything else, as the schema reads it, no.
+        let yes = |k: &str| {
+            matches!(
+                v.and_then(|v| v.get(k)),
+                Some(Value::Bool(true) | Value::Object(_))
+            )
+        };
+        PromptCapabilities {
+            image: yes("image"),
+            audio: yes("audio"),
+            embedded_context: yes("embeddedContext"),
+        }
+    }
+
+    /// The capability a content block of `kind` needs that the agent lacks, if one does (ACP:
+    /// a client sends only what the agent advertised; text and resource links always).
+    pub fn missing_for(self, kind: &str) -> Option<&'static str> {
+        match kind {
+            "image" if !self.image => Some("image"),
+            "audio" if !self.audio => Some("audio"),
+            "resource" if !self.embedded_context => Some("embeddedContext"),
+            _ => None,
+        }
+    }
 }
 
 /// What the gateway keeps of an agent's `initialize` result.
@@ -72,6 +111,7 @@ impl AgentInit {
                 set_title: present(session.get("title")),
                 archive: present(session.get("archive")),
                 fork: present(session.get("fork")),
+                prompt: PromptCapabilities::read(session.get("prompt")),
             }
         } else {
             let agent = result
@@ -93,6 +133,7 @@ impl AgentInit {
                 set_title: has("title"),
                 archive: has("archive"),
                 fork: has("fork"),
+                prompt: PromptCapabilities::read(agent.get("promptCapabilities")),
             }
         };
         AgentInit {

@@ -2,20 +2,33 @@
 //! constant time; a tenant key sees its own sessions, an admin key sees every session. Without
 //! any key configured the gateway is single-tenant and every caller is the admin of tenant
 //! `default` (and `--listen` must be loopback, see `validate`).
+//!
+//! The keys of `--api-keys-file` are read again on SIGHUP and whenever the file's content
+//! changes ([`Keys::watch`]): a removed key stops working at once, and what was opened with it
+//! (event streams, `/acp` connections) ends, through the key's [`Revoked`] token. A file that
+//! does not parse leaves the keys as they were.
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use anyhow::Context;
+use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
 use super::ApiError;
 use crate::config::Config;
 use crate::gateway::{ADMIN_TENANT, Caller};
+
+/// How often the keys file is looked at for a change.
+const FILE_POLL: Duration = Duration::from_secs(1);
 
 /// Reads the [`Caller`] that [`authenticate`] identified.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -30,9 +43,28 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// The configured keys, as digests.
+/// Cancelled when the key a request was made with is removed; `id` tells the keys apart (the
+/// same for a key kept across reloads). Absent without keys.
+#[derive(Clone)]
+pub struct Revoked {
+    pub id: u64,
+    pub token: CancellationToken,
+}
+
+/// One key: its digest, its caller, and what ends when it is removed.
+struct Entry {
+    digest: [u8; 32],
+    caller: Caller,
+    revoked: Revoked,
+}
+
+/// The configured keys, as digests: those of the flags and the environment, fixed, and those
+/// of the keys file, read again on a reload.
 pub struct Keys {
-    entries: Vec<([u8; 32], Caller)>,
+    fixed: Vec<String>,
+    file: Option<PathBuf>,
+    entries: RwLock<Arc<Vec<Entry>>>,
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 fn digest(key: &str) -> [u8; 32] {
@@ -50,57 +82,176 @@ fn valid_tenant(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
+/// The `TENANT:KEY` lines of a keys file (blank lines and `#` comments left out).
+fn file_lines(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// A `TENANT:KEY` (or `*:KEY`) line, checked: the key's digest and caller.
+fn parse_line(line: &str) -> anyhow::Result<([u8; 32], Caller)> {
+    let (tenant, key) = line
+        .split_once(':')
+        .context("an API key must be given as TENANT:KEY (or *:KEY for an admin key)")?;
+    anyhow::ensure!(
+        key.len() >= 16,
+        "API keys must be at least 16 characters long (tenant {tenant:?})"
+    );
+    let caller = if tenant == "*" {
+        Caller {
+            tenant: ADMIN_TENANT.into(),
+            admin: true,
+        }
+    } else {
+        anyhow::ensure!(
+            valid_tenant(tenant),
+            "invalid tenant name {tenant:?}: 1-64 of A-Z a-z 0-9 - _ ."
+        );
+        Caller {
+            tenant: tenant.to_owned(),
+            admin: false,
+        }
+    };
+    Ok((digest(key), caller))
+}
+
 impl Keys {
-    /// The keys from flags, environment and file; `None` when there are none.
+    /// The keys from flags, environment and file; `None` when none is given and no keys file
+    /// is configured (a gateway with a keys file is keyed even while the file is empty).
     pub fn from_config(config: &Config) -> anyhow::Result<Option<Arc<Keys>>> {
-        let mut lines: Vec<String> = config.api_keys.clone();
-        lines.extend(config.admin_api_keys.iter().map(|k| format!("*:{k}")));
-        if let Some(path) = &config.api_keys_file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            lines.extend(
-                text.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(str::to_owned),
-            );
+        let mut fixed: Vec<String> = config.api_keys.clone();
+        fixed.extend(config.admin_api_keys.iter().map(|k| format!("*:{k}")));
+        if fixed.is_empty() && config.api_keys_file.is_none() {
+            return Ok(None);
         }
-        let mut entries = Vec::new();
-        for line in lines {
-            let (tenant, key) = line
-                .split_once(':')
-                .context("an API key must be given as TENANT:KEY (or *:KEY for an admin key)")?;
-            anyhow::ensure!(
-                key.len() >= 16,
-                "API keys must be at least 16 characters long (tenant {tenant:?})"
-            );
-            let caller = if tenant == "*" {
-                Caller {
-                    tenant: ADMIN_TENANT.into(),
-                    admin: true,
-                }
-            } else {
-                anyhow::ensure!(
-                    valid_tenant(tenant),
-                    "invalid tenant name {tenant:?}: 1-64 of A-Z a-z 0-9 - _ ."
-                );
-                Caller {
-                    tenant: tenant.to_owned(),
-                    admin: false,
-                }
-            };
-            entries.push((digest(key), caller));
-        }
-        Ok((!entries.is_empty()).then(|| Arc::new(Keys { entries })))
+        let keys = Keys {
+            fixed,
+            file: config.api_keys_file.clone(),
+            entries: RwLock::default(),
+            next_id: Default::default(),
+        };
+        keys.load()?;
+        Ok(Some(Arc::new(keys)))
     }
 
-    /// The caller a key belongs to. Every entry is compared, whatever matches.
-    pub fn check(&self, key: &str) -> Option<Caller> {
+    /// Reads the keys anew; a removed key's token is cancelled, a kept key keeps its own.
+    /// Returns how many keys there are and how many were removed.
+    fn load(&self) -> anyhow::Result<(usize, usize)> {
+        let mut lines = self.fixed.clone();
+        if let Some(path) = &self.file {
+            lines.extend(file_lines(path)?);
+        }
+        let parsed = lines
+            .iter()
+            .map(|l| parse_line(l))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut entries = self.entries.write().expect("keys lock");
+        let old = entries.clone();
+        let kept = |d: &[u8; 32], c: &Caller| {
+            old.iter()
+                .find(|e| e.digest == *d && e.caller == *c)
+                .map(|e| e.revoked.clone())
+        };
+        let new: Vec<Entry> = parsed
+            .into_iter()
+            .map(|(digest, caller)| {
+                let revoked = kept(&digest, &caller).unwrap_or_else(|| Revoked {
+                    id: self
+                        .next_id
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    token: CancellationToken::new(),
+                });
+                Entry {
+                    digest,
+                    caller,
+                    revoked,
+                }
+            })
+            .collect();
+        let removed: Vec<&Entry> = old
+            .iter()
+            .filter(|e| !new.iter().any(|n| n.revoked.id == e.revoked.id))
+            .collect();
+        for e in &removed {
+            e.revoked.token.cancel();
+        }
+        let counts = (new.len(), removed.len());
+        *entries = Arc::new(new);
+        Ok(counts)
+    }
+
+    /// Reads the keys again, counted in `/metrics`; a failure keeps the keys as they were.
+    pub fn reload(&self) {
+        match self.load() {
+            Ok((keys, removed)) => {
+                metrics::counter!("acp_gateway_api_key_reloads_total", "result" => "ok")
+                    .increment(1);
+                tracing::info!(keys, removed, "API keys reloaded");
+            }
+            Err(e) => {
+                metrics::counter!("acp_gateway_api_key_reloads_total", "result" => "failed")
+                    .increment(1);
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "API keys not reloaded; the keys stay as they were"
+                );
+            }
+        }
+    }
+
+    /// Reloads on SIGHUP and when the keys file's content changes, until `stop`.
+    pub async fn watch(self: Arc<Self>, stop: CancellationToken) {
+        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        {
+            Ok(signal) => Some(signal),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; API keys reload only when their file changes");
+                None
+            }
+        };
+        let read = |path: &PathBuf| std::fs::read(path).ok();
+        let mut seen = self.file.as_ref().and_then(read);
+        let mut poll = tokio::time::interval(FILE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let hung_up = async {
+                match hangup.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = hung_up => {
+                    seen = self.file.as_ref().and_then(read);
+                    self.reload();
+                }
+                _ = poll.tick() => {
+                    let now = self.file.as_ref().and_then(read);
+                    if now != seen {
+                        seen = now;
+                        self.reload();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The caller a key belongs to, and its revocation. Every entry is compared, whatever
+    /// matches.
+    pub fn check(&self, key: &str) -> Option<(Caller, Revoked)> {
         let d = digest(key);
+        let entries = self.entries.read().expect("keys lock").clone();
         let mut found = None;
-        for (k, caller) in &self.entries {
-            if constant_time_eq(k, &d) && found.is_none() {
-                found = Some(caller.clone());
+        for e in entries.iter() {
+            if constant_time_eq(&e.digest, &d) && found.is_none() {
+                found = Some((e.caller.clone(), e.revoked.clone()));
             }
         }
         found
@@ -150,8 +301,17 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme in any case, RFC 9110).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
 /// Identifies the caller of every request (401 problem when a key is required and missing or
-/// wrong).
+/// wrong). An event stream opened with a key ends when the key is removed.
 pub async fn authenticate(
     State(keys): State<Option<Arc<Keys>>>,
     mut req: Request,
@@ -165,29 +325,38 @@ pub async fn authenticate(
     if is_public(path) {
         return next.run(req).await;
     }
-    let bearer = req
+    let token = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    let token = bearer.or_else(|| {
-        is_stream(req.method(), path)
-            .then(|| req.uri().query().and_then(query_token))
-            .flatten()
-    });
-    match token.and_then(|t| keys.check(&t)) {
-        Some(caller) => {
-            req.extensions_mut().insert(caller);
-            next.run(req).await
-        }
-        None => {
-            let mut res = ApiError::Unauthorized.into_response();
-            res.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            res
-        }
+        .and_then(bearer)
+        .map(str::to_owned)
+        .or_else(|| {
+            is_stream(req.method(), path)
+                .then(|| req.uri().query().and_then(query_token))
+                .flatten()
+        });
+    let Some((caller, revoked)) = token.and_then(|t| keys.check(&t)) else {
+        let mut res = ApiError::Unauthorized.into_response();
+        res.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return res;
+    };
+    req.extensions_mut().insert(caller);
+    req.extensions_mut().insert(revoked.clone());
+    let res = next.run(req).await;
+    let streaming = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streaming {
+        return res;
     }
+    let (parts, body) = res.into_parts();
+    let body = body
+        .into_data_stream()
+        .take_until(revoked.token.cancelled_owned());
+    Response::from_parts(parts, Body::from_stream(body))
 }
 
 #[cfg(test)]
@@ -197,25 +366,20 @@ mod tests {
     #[test]
     fn keys_and_tokens() {
         let keys = Keys {
-            entries: vec![
-                (
-                    digest("alice-key-0123456789"),
-                    Caller {
-                        tenant: "alice".into(),
-                        admin: false,
-                    },
-                ),
-                (
-                    digest("admin-key-0123456789"),
-                    Caller {
-                        tenant: ADMIN_TENANT.into(),
-                        admin: true,
-                    },
-                ),
+            fixed: vec![
+                "alice:alice-key-0123456789".into(),
+                "*:admin-key-0123456789".into(),
             ],
+            file: None,
+            entries: RwLock::default(),
+            next_id: Default::default(),
         };
-        assert_eq!(keys.check("alice-key-0123456789").unwrap().tenant, "alice");
-        assert!(keys.check("admin-key-0123456789").unwrap().admin);
+        keys.load().unwrap();
+        assert_eq!(
+            keys.check("alice-key-0123456789").unwrap().0.tenant,
+            "alice"
+        );
+        assert!(keys.check("admin-key-0123456789").unwrap().0.admin);
         assert!(keys.check("alice-key-012345678").is_none());
         assert!(keys.check("").is_none());
         assert_eq!(
@@ -227,5 +391,43 @@ mod tests {
         assert!(is_stream(&Method::GET, "/events"));
         assert!(!is_stream(&Method::POST, "/sessions/x/events"));
         assert!(!is_stream(&Method::GET, "/sessions/x/history"));
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer abc"), Some("abc"));
+        assert_eq!(bearer("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+
+    #[test]
+    fn a_reload_revokes_only_the_removed_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keys");
+        std::fs::write(
+            &file,
+            "alice:alice-key-0123456789\nbob:bob-key-0123456789ab\n",
+        )
+        .unwrap();
+        let keys = Keys {
+            fixed: vec!["*:admin-key-0123456789".into()],
+            file: Some(file.clone()),
+            entries: RwLock::default(),
+            next_id: Default::default(),
+        };
+        keys.load().unwrap();
+        let (_, alice) = keys.check("alice-key-0123456789").unwrap();
+        let (_, bob) = keys.check("bob-key-0123456789ab").unwrap();
+        std::fs::write(&file, "alice:alice-key-0123456789\n").unwrap();
+        assert_eq!(keys.load().unwrap(), (2, 1));
+        assert!(bob.token.is_cancelled());
+        assert!(!alice.token.is_cancelled());
+        assert!(keys.check("bob-key-0123456789ab").is_none());
+        assert_eq!(keys.check("alice-key-0123456789").unwrap().1.id, alice.id);
+        std::fs::write(&file, "alice short\n").unwrap();
+        keys.reload();
+        assert!(
+            keys.check("alice-key-0123456789").is_some(),
+            "a bad file keeps the keys"
+        );
+        assert!(keys.check("admin-key-0123456789").is_some());
     }
 }

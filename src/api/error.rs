@@ -103,6 +103,11 @@ impl ApiError {
             A::Service(E::Agent { .. }) => {
                 (StatusCode::BAD_GATEWAY, "agent-error", "The agent failed")
             }
+            A::Service(E::AgentMisbehaved(_)) => (
+                StatusCode::BAD_GATEWAY,
+                "agent-protocol-error",
+                "The agent broke the protocol",
+            ),
             A::Service(E::AgentGone(_)) => (
                 StatusCode::BAD_GATEWAY,
                 "agent-unavailable",

@@ -10,6 +10,7 @@ pub mod error;
 mod event_schemas;
 mod events;
 pub mod forward;
+pub mod guard;
 pub mod limits;
 mod metrics;
 pub mod serve;
@@ -38,9 +39,10 @@ pub struct AppState {
     pub gateway: Gateway,
 }
 
-/// JSON body extractor whose rejection is a problem+json [`ApiError`]. Lone UTF-16 surrogates
-/// in the body's strings are kept ([`crate::surrogates::escape`]) and come back as sent (see
-/// [`restore_surrogates`]), and so does a U+10FFFF, which would otherwise be read as a mark.
+/// JSON body extractor whose rejection is a problem+json [`ApiError`]. A lone UTF-16 surrogate
+/// in the body's strings (`"\ud83d"`, which JSON's grammar lets through but which is not text)
+/// is refused (422), so that what a client sends never makes a response strict parsers refuse;
+/// a U+10FFFF is kept ([`crate::surrogates::escape`]), as it would otherwise be read as a mark.
 pub struct Json<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
@@ -53,7 +55,14 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> 
             .await
             .map_err(JsonRejection::from)?;
         let escaped = match std::str::from_utf8(&bytes).map(crate::surrogates::escape) {
-            Ok(Cow::Owned(text)) => Some(Bytes::from(text)),
+            Ok(Cow::Owned(text)) => {
+                if let Some(unit) = crate::surrogates::first_lone(&text) {
+                    return Err(ApiError::Validation(format!(
+                        "the body holds a lone UTF-16 surrogate (\\u{unit:04x}), which is not text: send whole characters"
+                    )));
+                }
+                Some(Bytes::from(text))
+            }
             _ => None, // unchanged, or not UTF-8 (which the parser refuses)
         };
         let body = Body::from(escaped.unwrap_or(bytes));

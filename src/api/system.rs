@@ -2,11 +2,11 @@
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse};
+use axum::response::{Html, IntoResponse, Response};
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path};
-use crate::gateway::{AgentView, NamedAgentView};
+use crate::gateway::{AgentView, Caller, NamedAgentView};
 
 /// The default agent, its pool members and the gateway replicas (see `GET /agents`).
 ///
@@ -60,13 +60,23 @@ pub async fn readyz(State(s): State<AppState>) -> Result<String, ApiError> {
     Ok(s.gateway.ready().await?)
 }
 
-/// Prometheus metrics.
-#[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    (
+/// Prometheus metrics: every tenant's numbers, so only for an admin key (or anyone on a
+/// gateway without keys).
+#[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "system", responses(
+    (status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"),
+    (status = 403, description = "Not an admin key", body = Problem, content_type = "application/problem+json"),
+))]
+pub async fn metrics(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    if !caller.admin {
+        return Err(ApiError::Forbidden(
+            "/metrics shows every tenant's numbers: it needs an admin key".into(),
+        ));
+    }
+    Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         super::metrics::render(&s.gateway.stats()),
     )
+        .into_response())
 }
 
 /// This OpenAPI document.

@@ -5,9 +5,15 @@ use clap::Args;
 /// How webhooks are delivered.
 #[derive(Debug, Clone, Args)]
 pub struct WebhookFlags {
-    /// Deliver webhooks to loopback, private and link-local addresses too (refused otherwise).
+    /// Deliver webhooks to loopback, private and other non-public addresses too (refused
+    /// otherwise). Link-local and cloud instance-metadata addresses stay refused.
     #[arg(long, env = "ACP_GATEWAY_WEBHOOK_ALLOW_PRIVATE", global = true)]
     pub webhook_allow_private: bool,
+
+    /// Deliver webhooks to link-local addresses (169.254.0.0/16, fe80::/10) and the cloud
+    /// instance-metadata endpoints (169.254.169.254, fd00:ec2::254, 100.100.100.200) too.
+    #[arg(long, env = "ACP_GATEWAY_WEBHOOK_ALLOW_LINK_LOCAL", global = true)]
+    pub webhook_allow_link_local: bool,
 
     /// Seconds one delivery attempt may take (connect, send, answer).
     #[arg(

@@ -8,6 +8,7 @@ use super::controls::Settings;
 use super::model::{SessionId, SessionView, confine, now, validate_abs_path};
 use super::{Caller, Error, Gateway};
 use crate::acp::CallError;
+use crate::config::McpServers;
 use crate::pool::client::{AgentClient, SessionSetup};
 use crate::store::{Origin, SessionRecord};
 
@@ -57,6 +58,7 @@ impl Gateway {
         self.check_dirs(&new.cwd, &new.additional_directories)
             .await?;
         check_meta(new.meta.as_ref())?;
+        self.check_mcp_servers(&new.mcp_servers)?;
         let setup = SessionSetup {
             cwd: &new.cwd,
             additional_directories: &new.additional_directories,
@@ -98,6 +100,7 @@ impl Gateway {
         let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
         self.check_dirs(&cwd, &fork.additional_directories).await?;
         check_meta(fork.meta.as_ref())?;
+        self.check_mcp_servers(&fork.mcp_servers)?;
         self.inner.hub.flush().await;
         let at = self.store().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
@@ -185,12 +188,27 @@ impl Gateway {
                 at,
             )
         };
-        if let Err(e) = self.store().put_session(&record).await {
-            // Not recorded, so not created: the agent's session is undone as far as the agent
-            // allows (deleted, else closed), and the client retries the whole create, instead
-            // of a session the gateway does not know turning up at the next sync.
-            undo(&agent, &record.session_id, &e).await;
-            return Err(e.into());
+        match self.store().insert_session(&record).await {
+            Ok(true) => {}
+            // The agent handed out an id the gateway has given another session already (of
+            // another member or agent, another tenant, a deleted one): ACP makes an id unique
+            // only within one agent process. That session stays whose it is; this one is
+            // undone at the agent, and the create fails.
+            Ok(false) => {
+                let why = format!(
+                    "the agent answered with session id {:?}, which already names another session here; the new session was discarded, retry the request",
+                    record.session_id
+                );
+                undo(&agent, &record.session_id, &why).await;
+                return Err(Error::AgentMisbehaved(why));
+            }
+            Err(e) => {
+                // Not recorded, so not created: the agent's session is undone as far as the
+                // agent allows (deleted, else closed), and the client retries the whole create,
+                // instead of a session the gateway does not know turning up at the next sync.
+                undo(&agent, &record.session_id, &e).await;
+                return Err(e.into());
+            }
         }
         drop(creating);
         self.inner.sessions_changed();
@@ -221,6 +239,27 @@ impl Gateway {
 }
 
 /// ACP's `_meta` is an object.
+impl Gateway {
+    /// `mcpServers` as `--mcp-servers` allows them: with `http`, only servers reached over the
+    /// network (`type` `http` or `sse`); a `stdio` server is a command the agent would run on
+    /// its host for whoever asked.
+    fn check_mcp_servers(&self, servers: &[Value]) -> Result<(), Error> {
+        if self.inner.config.mcp_servers == McpServers::Any {
+            return Ok(());
+        }
+        for server in servers {
+            let kind = server.get("type").and_then(Value::as_str);
+            if !matches!(kind, Some("http" | "sse")) || server.get("command").is_some() {
+                let name = server.get("name").and_then(Value::as_str).unwrap_or("?");
+                return Err(Error::Invalid(format!(
+                    "mcpServers[{name:?}]: only `http` and `sse` MCP servers are allowed here (a `stdio` server is a command run on the gateway's host); --mcp-servers any allows every kind"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
     match meta {
         Some(m) if !m.is_object() && !m.is_null() => {
@@ -231,10 +270,10 @@ fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
 }
 
 /// Deletes (else closes) a session the agent started and the gateway could not record.
-async fn undo(agent: &AgentClient, id: &str, e: &crate::store::StoreError) {
+async fn undo(agent: &AgentClient, id: &str, e: &(dyn std::fmt::Display + Sync)) {
     let undone = match agent.delete_session(id).await {
         Err(CallError::Unsupported(_)) => agent.close_session(id).await,
         deleted => deleted,
     };
-    tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be stored; undone at the agent");
+    tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be recorded; undone at the agent");
 }

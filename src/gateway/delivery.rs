@@ -5,11 +5,12 @@
 //! first; then the delivery fails and its subscription is disabled (`webhook_disabled`). A
 //! replica killed mid-attempt loses nothing: its lease runs out and another takes it.
 //!
-//! Safety: the URL's host is resolved at every attempt and only public addresses are used
-//! (unless `--webhook-allow-private`), redirects are not followed, the body is bounded, only the
+//! Safety: the URL's host is resolved at every attempt and only the addresses `reach` allows
+//! are used (public ones, unless `--webhook-allow-private` or `--webhook-allow-link-local`),
+//! redirects are not followed, the body is bounded, only the
 //! first 1 KiB of an answer is kept, and the secret is never logged.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -21,13 +22,14 @@ use serde_json::json;
 use sha2::Sha256;
 
 use super::Gateway;
+use super::reach;
 use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
 
 /// Webhook settings.
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
-    /// Deliver to loopback, private, link-local… addresses too.
-    pub allow_private: bool,
+    /// The non-public addresses that may be reached too.
+    pub allowed: reach::Allowed,
     /// Bound on one attempt (connect, send, answer).
     pub timeout: Duration,
     /// The first retry's delay, doubled at each attempt up to `retry_max`.
@@ -175,26 +177,6 @@ fn backoff(config: &WebhookConfig, attempt: i32) -> Duration {
     capped.mul_f64(jitter)
 }
 
-/// Whether an address is one a webhook may reach without `--webhook-allow-private`.
-fn public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            !(v4.is_loopback() || v4.is_private() || v4.is_link_local() || v4.is_unspecified()
-            || v4.is_broadcast() || v4.is_multicast() || v4.is_documentation()
-            || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 // shared address space
-            || v4.octets()[0] == 0)
-        }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => public(IpAddr::V4(v4)),
-            None => {
-                !(v6.is_loopback() || v6.is_unspecified() || v6.is_multicast()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00 // unique local
-                || (v6.segments()[0] & 0xffc0) == 0xfe80)
-            } // link-local
-        },
-    }
-}
-
 /// The addresses of `url`'s host that may be used, resolved now.
 async fn addresses(config: &WebhookConfig, url: &reqwest::Url) -> Result<Vec<SocketAddr>, String> {
     let host = url.host_str().ok_or("the URL has no host")?;
@@ -204,19 +186,22 @@ async fn addresses(config: &WebhookConfig, url: &reqwest::Url) -> Result<Vec<Soc
         .await
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
         .collect();
+    let mut refused = None;
     let allowed: Vec<SocketAddr> = resolved
         .iter()
         .copied()
-        .filter(|a| config.allow_private || public(a.ip()))
+        .filter(|a| match config.allowed.check(a.ip()) {
+            Ok(()) => true,
+            Err(why) => {
+                refused.get_or_insert(why);
+                false
+            }
+        })
         .collect();
-    if allowed.is_empty() {
-        let shown: Vec<String> = resolved.iter().map(|a| a.ip().to_string()).collect();
-        return Err(format!(
-            "refused: {host} resolves to {} (loopback, private or link-local); --webhook-allow-private allows it",
-            shown.join(", ")
-        ));
+    match refused {
+        Some(why) if allowed.is_empty() => Err(format!("refused: {host} resolves to {why}")),
+        _ => Ok(allowed),
     }
-    Ok(allowed)
 }
 
 /// `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")), the key being the secret's
@@ -264,7 +249,7 @@ async fn send(
         .body(body)
         .send()
         .await
-        .map_err(|e| describe(&e))?;
+        .map_err(describe)?;
     let status = i32::from(answer.status().as_u16());
     let mut kept = Vec::new();
     let mut chunks = answer.bytes_stream();
@@ -279,7 +264,9 @@ async fn send(
     Ok((status, String::from_utf8_lossy(&kept).into_owned()))
 }
 
-fn describe(e: &reqwest::Error) -> String {
+/// Why an attempt failed, without the URL (its userinfo may hold a password).
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {
@@ -294,28 +281,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn private_addresses_are_refused() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "192.168.0.1",
-            "172.16.5.5",
-            "169.254.169.254",
-            "0.0.0.0",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "100.64.0.1",
-        ] {
-            assert!(!public(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["93.184.216.34", "2606:2800:220:1::1", "8.8.8.8"] {
-            assert!(public(ip.parse().unwrap()), "{ip}");
-        }
-    }
-
-    #[test]
     fn the_signature_is_standard_webhooks() {
         // The example of the Standard Webhooks specification.
         let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -327,7 +292,7 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_the_cap_with_jitter() {
         let config = WebhookConfig {
-            allow_private: false,
+            allowed: reach::Allowed::default(),
             timeout: Duration::from_secs(1),
             retry_base: Duration::from_secs(10),
             retry_max: Duration::from_secs(60),

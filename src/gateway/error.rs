@@ -40,6 +40,10 @@ pub enum Error {
     /// The agent answered with an error.
     #[error("agent error {code}: {message}")]
     Agent { code: i64, message: String },
+    /// The agent broke the protocol in a way the gateway will not pass on (a session id that
+    /// names another session).
+    #[error("{0}")]
+    AgentMisbehaved(String),
     /// The agent's process is gone (or its pipe closed).
     #[error("{0}")]
     AgentGone(String),

@@ -24,6 +24,7 @@ pub mod model;
 mod pending;
 mod permissions;
 mod placement;
+pub mod reach;
 mod replicas;
 mod sessions;
 mod state;
@@ -95,6 +96,8 @@ pub struct GatewayConfig {
     pub describe_error: fn(Error) -> serde_json::Value,
     /// How webhook deliveries are sent.
     pub webhooks: WebhookConfig,
+    /// Which `mcpServers` a client may hand the agent.
+    pub mcp_servers: crate::config::McpServers,
 }
 
 /// Counters for `/metrics`.

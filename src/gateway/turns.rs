@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::live::Busy;
 use super::model::{Prompt, SessionId, TurnResult};
 use super::{Caller, Error, Gateway};
+use crate::acp::caps::PromptCapabilities;
 
 impl Gateway {
     /// `POST /sessions/{id}/prompt`. With `wait = false` the turn runs in the background and
@@ -40,6 +41,7 @@ impl Gateway {
         let agent = self
             .client(member)
             .ok_or_else(|| self.no_member_at(member))?;
+        check_content(&prompt, agent.caps().prompt)?;
         self.inner
             .counters
             .turns_started
@@ -145,6 +147,23 @@ impl Gateway {
         let _ = watch.await;
         Ok(())
     }
+}
+
+/// Refuses a content block the agent did not advertise (`promptCapabilities`): ACP says a
+/// client must not send one, and an agent fails or ignores it.
+fn check_content(prompt: &[Value], caps: PromptCapabilities) -> Result<(), Error> {
+    for (i, block) in prompt.iter().enumerate() {
+        let kind = block
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(capability) = caps.missing_for(kind) {
+            return Err(Error::Invalid(format!(
+                "prompt[{i}] is an `{kind}` block, but the session's agent does not advertise the `{capability}` prompt capability"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A future run by its caller that, if dropped unfinished (the client hung up), is finished in

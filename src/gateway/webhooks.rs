@@ -11,7 +11,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::model::{SessionId, now};
-use super::{Caller, Error, Gateway};
+use super::{Caller, Error, Gateway, reach};
 use crate::store::{DeliveryRecord, WebhookRecord};
 
 /// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
@@ -81,7 +81,7 @@ impl WebhookView {
     fn of(w: &WebhookRecord, with_secret: bool) -> Self {
         WebhookView {
             id: w.id.clone(),
-            url: w.url.clone(),
+            url: shown_url(&w.url),
             events: w.events.clone(),
             session_id: w.session_id.clone(),
             description: w.description.clone(),
@@ -183,19 +183,48 @@ fn new_secret() -> String {
     format!("whsec_{}", STANDARD.encode(bytes))
 }
 
-fn check_url(url: &str) -> Result<(), Error> {
+/// A webhook URL: `http(s)://` and a host written out (the URL parser reads `http:///x` as
+/// `http://x/`), at most 2048 characters, no NUL; a host written as an address must be one the
+/// delivery flags allow (a name is checked at each attempt, as it resolves then).
+fn check_url(url: &str, allowed: reach::Allowed) -> Result<(), Error> {
+    let invalid =
+        || Error::Invalid("url must be an http(s) URL with a host, at most 2048 characters".into());
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| Error::Invalid(format!("url is not a valid URL: {e}")))?;
+    let written_host = url
+        .split_once("://")
+        .is_some_and(|(_, rest)| !rest.starts_with(['/', '\\']));
     if !matches!(parsed.scheme(), "http" | "https")
-        || parsed.host_str().is_none()
+        || !written_host
         || url.len() > 2048
         || url.contains('\0')
     {
-        return Err(Error::Invalid(
-            "url must be an http(s) URL with a host, at most 2048 characters".into(),
-        ));
+        return Err(invalid());
     }
-    Ok(())
+    let host = parsed.host_str().ok_or_else(invalid)?;
+    let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    else {
+        return Ok(());
+    };
+    allowed
+        .check(ip)
+        .map_err(|why| Error::Invalid(format!("url is refused: {why}")))
+}
+
+/// `url` as shown back: its userinfo (a user name and password, or a token) replaced by
+/// `***`, so that `GET /webhooks` never shows a credential.
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            let _ = parsed.set_password(None);
+            let _ = parsed.set_username("***");
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
 }
 
 fn check_events(events: &[String]) -> Result<(), Error> {
@@ -235,7 +264,7 @@ impl Gateway {
         caller: &Caller,
         new: NewWebhook,
     ) -> Result<WebhookView, Error> {
-        check_url(&new.url)?;
+        check_url(&new.url, self.inner.config.webhooks.allowed)?;
         check_events(&new.events)?;
         check_description(new.description.as_deref())?;
         if let Some(id) = &new.session_id {
@@ -292,7 +321,7 @@ impl Gateway {
     ) -> Result<WebhookView, Error> {
         let mut w = self.webhook_record(caller, id).await?;
         if let Some(url) = patch.url {
-            check_url(&url)?;
+            check_url(&url, self.inner.config.webhooks.allowed)?;
             w.url = url;
         }
         if let Some(events) = patch.events {

@@ -25,11 +25,20 @@ pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = 
      archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13, agent = $14 \
      WHERE session_id = $1";
 
+/// A new session's row (the columns as `$1`…`$14`, in [`session_columns!`] order), unless its
+/// id names a row already, tombstoned or not.
+pub(crate) const INSERT_SESSION: &str = concat!(
+    "INSERT INTO sessions (",
+    session_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+     ON CONFLICT (session_id) DO NOTHING"
+);
+
 /// Gives the sessions recorded before agents had names (`agent = ''`) to agent `$1`.
 pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE agent = ''";
 
 /// What an upsert of session rows does with an id that exists: replaces every column unless
-/// the row is tombstoned, but `updated_at` only by a later one (a prompt's touch, committed by
+/// the row is tombstoned or belongs to another tenant or agent (whose session it stays), but `updated_at` only by a later one (a prompt's touch, committed by
 /// the event writer, may land between a sync's read of the row and its write); then answers the
 /// ids written. `$max` is the backend's two-argument maximum.
 macro_rules! replace_unless_tombstoned {
@@ -44,7 +53,8 @@ macro_rules! replace_unless_tombstoned {
              meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
              deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
              listed = excluded.listed, agent = excluded.agent \
-             WHERE sessions.deleted_at IS NULL RETURNING session_id"
+             WHERE sessions.deleted_at IS NULL AND sessions.tenant = excluded.tenant \
+             AND sessions.agent = excluded.agent RETURNING session_id"
         )
     };
 }
@@ -204,6 +214,16 @@ macro_rules! impl_store {
                     return Ok(Vec::new());
                 }
                 self.put_sessions(records).await
+            }
+
+            async fn insert_session(
+                &self,
+                record: &$crate::store::SessionRecord,
+            ) -> $crate::store::StoreResult<bool> {
+                let done = $bind_session(sqlx::query($crate::store::common::INSERT_SESSION), record)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
             }
 
             async fn get_session(

@@ -324,11 +324,15 @@ pub trait Store: Send + Sync + 'static {
     /// Cheap round trip, for `/readyz`.
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Writes sessions, each inserted or, if its id exists and is not tombstoned, replacing its
-    /// row; a tombstoned id is left as it is. Returns the ids written, in no particular order.
+    /// Writes sessions, each inserted or, if its id exists, is not tombstoned and has the same
+    /// tenant and agent, replacing its row; another row of the id is left as it is. Returns the ids written, in no particular order.
     /// The ids must differ. A list sync writes the changes of a page in one statement
     /// (PostgreSQL: any number of rows; SQLite: one per 2,520, its limit on bound parameters).
     async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>>;
+
+    /// Inserts a new session's row; `false` (and nothing changed) when a row of that id exists,
+    /// tombstoned or not, whoever's it is.
+    async fn insert_session(&self, record: &SessionRecord) -> StoreResult<bool>;
 
     /// The row for `session_id`, tombstoned or not.
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>>;
@@ -521,8 +525,8 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl dyn Store {
-    /// Inserts a session, or, if the id exists and is not tombstoned, replaces its row.
-    /// Returns `false` (and changes nothing) when the id is tombstoned.
+    /// Inserts a session, or, if the id exists, is not tombstoned and has the same tenant and
+    /// agent, replaces its row. Returns `false` (and changes nothing) otherwise.
     pub async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
         let written = self.put_sessions(std::slice::from_ref(record)).await?;
         Ok(!written.is_empty())

@@ -208,6 +208,7 @@ macro_rules! store_contract {
         store_tests!($open, store:
             sessions::check_fresh_database,
             sessions::check_session_round_trip,
+            sessions::check_session_identity,
             sessions::check_session_agents,
             sessions::check_update_session,
             sessions::check_concurrent_updates,

@@ -94,7 +94,6 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
 
     // Putting an existing live id replaces the whole row.
     let replaced = SessionRecord {
-        tenant: "tenant-rt-2".to_owned(),
         cwd: "/elsewhere".to_owned(),
         additional_directories: vec!["/only-one".to_owned()],
         title: None,
@@ -138,6 +137,74 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
             ..minimal
         }
     );
+}
+
+/// An id names one session: inserting a new session never touches a row of its id (another
+/// tenant's, another agent's, a tombstone), and an upsert (a list sync's) never changes a row's
+/// tenant or agent.
+pub async fn check_session_identity(store: Arc<dyn Store>) {
+    let alice = SessionRecord {
+        title: Some("alice secret plan".to_owned()),
+        ..record("m1", "alice")
+    };
+    assert!(
+        store.insert_session(&alice).await.unwrap(),
+        "a new id is inserted"
+    );
+    for taker in [
+        record("m1", "bob"),
+        SessionRecord {
+            agent: "other-agent".to_owned(),
+            ..record("m1", "alice")
+        },
+        SessionRecord {
+            title: Some("same tenant, same agent".to_owned()),
+            ..record("m1", "alice")
+        },
+    ] {
+        assert!(
+            !store.insert_session(&taker).await.unwrap(),
+            "an insert of a taken id must say so: {taker:?}"
+        );
+        assert_eq!(
+            store.get_session("m1").await.unwrap().as_ref(),
+            Some(&alice),
+            "an insert of a taken id changed its row"
+        );
+    }
+    for taker in [
+        record("m1", "bob"),
+        SessionRecord {
+            agent: "other-agent".to_owned(),
+            ..record("m1", "alice")
+        },
+    ] {
+        assert!(
+            store
+                .put_sessions(std::slice::from_ref(&taker))
+                .await
+                .unwrap()
+                .is_empty(),
+            "an upsert took another tenant's or agent's row: {taker:?}"
+        );
+        assert_eq!(
+            store.get_session("m1").await.unwrap().as_ref(),
+            Some(&alice)
+        );
+    }
+    assert!(
+        store
+            .tombstone_session("m1", "alice", ts(T0 + 1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.insert_session(&record("m1", "bob")).await.unwrap(),
+        "a tombstoned id is not reused"
+    );
+    let tombstone = store.get_session("m1").await.unwrap().unwrap();
+    assert_eq!(tombstone.tenant, "alice");
+    assert!(tombstone.deleted_at.is_some());
 }
 
 pub async fn check_update_session(store: Arc<dyn Store>) {

@@ -67,6 +67,21 @@ pub(super) fn connection(gateway: Gateway, caller: Caller) -> impl ConnectTo<Cli
         )
 }
 
+/// A connection's agent that ends, and with it the connection, when its key is removed.
+pub(super) struct Revocable<A> {
+    pub agent: A,
+    pub revoked: tokio_util::sync::CancellationToken,
+}
+
+impl<A: ConnectTo<Client>> ConnectTo<Client> for Revocable<A> {
+    async fn connect_to(self, client: impl ConnectTo<Agent>) -> Result<(), RpcError> {
+        tokio::select! {
+            ended = self.agent.connect_to(client) => ended,
+            () = self.revoked.cancelled() => Ok(()),
+        }
+    }
+}
+
 /// A service error as a JSON-RPC error: the codes ACP uses where one fits.
 fn rpc_error(e: Error) -> RpcError {
     let mut error = match &e {

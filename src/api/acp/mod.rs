@@ -1,8 +1,8 @@
 //! `/acp`: the gateway as an ACP agent, for editors and ACP clients, over the official HTTP/SSE
 //! and WebSocket transport (`agent-client-protocol-http`). Each caller (an API key's tenant, or
 //! the one caller of a gateway without keys) gets a transport of its own, so a connection id
-//! opened with one key is unknown under another. What a connection can do is `agent.rs`; how it
-//! follows a session's log, `follow.rs`.
+//! opened with one key is unknown under another; when the key is removed its connections end.
+//! What a connection can do is `agent.rs`; how it follows a session's log, `follow.rs`.
 
 mod agent;
 mod follow;
@@ -20,6 +20,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::auth::Revoked;
 use super::error::ApiError;
 use crate::gateway::{Caller, Gateway};
 
@@ -32,7 +33,8 @@ pub struct Endpoint {
     /// `--cors-origin`: the browser origins a WebSocket may be opened from (besides the
     /// gateway's own).
     origins: Vec<HeaderValue>,
-    servers: Mutex<HashMap<Caller, Router>>,
+    /// Each key's transport (by the key's [`Revoked::id`]; `None` without keys).
+    servers: Mutex<HashMap<(Caller, Option<u64>), (Router, CancellationToken)>>,
     /// The gateway's shutdown: the connections' event streams end with it.
     stop: CancellationToken,
 }
@@ -47,21 +49,32 @@ impl Endpoint {
         })
     }
 
-    /// The transport of `caller`: its connections, and an agent per connection acting for it.
-    fn server(&self, caller: &Caller) -> Router {
+    /// The transport of `caller`'s key: its connections, and an agent per connection acting
+    /// for it, which ends when the key is removed.
+    fn server(&self, caller: &Caller, revoked: Option<&Revoked>) -> Router {
         let mut servers = self.servers.lock().expect("acp servers lock");
+        // The transports of removed keys go (their connections have ended).
+        servers.retain(|_, (_, revoked)| !revoked.is_cancelled());
         servers
-            .entry(caller.clone())
+            .entry((caller.clone(), revoked.map(|r| r.id)))
             .or_insert_with(|| {
                 let (gateway, caller) = (self.gateway.clone(), caller.clone());
-                AcpHttpServer::new(move || agent::connection(gateway.clone(), caller.clone()))
+                let token = revoked.map(|r| r.token.clone()).unwrap_or_default();
+                let revoked = token.clone();
+                let factory = move || agent::Revocable {
+                    agent: agent::connection(gateway.clone(), caller.clone()),
+                    revoked: revoked.clone(),
+                };
+                let router = AcpHttpServer::new(factory)
                     .with_options(
                         ServerOptions::default()
                             .with_path(PATH)
                             .with_health_endpoint(false),
                     )
-                    .into_router()
+                    .into_router();
+                (router, token)
             })
+            .0
             .clone()
     }
 
@@ -101,7 +114,8 @@ pub async fn serve(
         // Checked here: the transport itself would refuse every browser origin.
         req.headers_mut().remove(header::ORIGIN);
     }
-    let server = endpoint.server(&caller);
+    let revoked = req.extensions().get::<Revoked>().cloned();
+    let server = endpoint.server(&caller, revoked.as_ref());
     let Ok(res) = server.oneshot(req).await;
     // An event stream ends at shutdown, as the REST streams do, so that the server can stop.
     let (parts, body) = res.into_parts();
