@@ -60,8 +60,9 @@ pub async fn readyz(State(s): State<AppState>) -> Result<String, ApiError> {
     Ok(s.gateway.ready().await?)
 }
 
-/// Prometheus metrics: every tenant's numbers, so only for an admin key (or anyone on a
-/// gateway without keys).
+/// Prometheus metrics (admin keys only).
+///
+/// Every tenant's numbers, so only for an admin key (or anyone on a gateway without keys).
 #[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "system", responses(
     (status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"),
     (status = 403, description = "Not an admin key", body = Problem, content_type = "application/problem+json"),
