@@ -3,6 +3,8 @@
 # live gateway in front of the echo agent, generating requests from the committed
 # openapi/openapi.json, and fails on any 5xx answer (`not_a_server_error`) or a response that
 # does not match the spec's status codes. The SSE routes are left out (their streams never end).
+# It runs on SQLite, and also on a fresh PostgreSQL database when DATABASE_URL is set (a NUL
+# byte or a lone surrogate reaches PostgreSQL's text types otherwise than SQLite's).
 #   bash scripts/schemathesis.sh [MAX_EXAMPLES]      (default 25 per operation)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,15 +16,38 @@ if [ ! -x "$venv/bin/st" ]; then
 fi
 cargo build -q --bin acp-gateway --example echo_agent
 work=$(mktemp -d)
-ECHO_AGENT_DIR="$work/agent" target/debug/acp-gateway \
-  --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
-  --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-url=$(sed -n 's/^listening on //p' "$work/out")
-[ -n "$url" ] || { echo "the gateway did not start:"; cat "$work/log"; exit 1; }
-"$venv/bin/st" run openapi/openapi.json --url "$url" \
-  --checks not_a_server_error,status_code_conformance \
-  --exclude-path-regex '/events$' \
-  --max-examples "$max_examples" --request-timeout 20 --no-color
+pid=
+pg_db=
+cleanup() {
+  [ -n "$pid" ] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }
+  [ -n "$pg_db" ] && psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS \"$pg_db\" WITH (FORCE)" >/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Runs schemathesis against a gateway on database URL $1, named $2 in the output.
+run() {
+  local db_url=$1 name=$2
+  echo "schemathesis against a gateway on $name"
+  rm -rf "$work/agent"
+  ECHO_AGENT_DIR="$work/agent" target/debug/acp-gateway \
+    --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
+    --database-url "$db_url" --control-timeout 5 >"$work/out" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
+  url=$(sed -n 's/^listening on //p' "$work/out")
+  [ -n "$url" ] || { echo "the gateway did not start:"; cat "$work/log"; exit 1; }
+  "$venv/bin/st" run openapi/openapi.json --url "$url" \
+    --checks not_a_server_error,status_code_conformance \
+    --exclude-path-regex '/events$' \
+    --max-examples "$max_examples" --request-timeout 20 --no-color
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  pid=
+}
+
+run "sqlite:$work/gateway.db" SQLite
+if [ -n "${DATABASE_URL:-}" ]; then
+  pg_db="acpgw_schemathesis_$$"
+  psql "$DATABASE_URL" -qc "CREATE DATABASE \"$pg_db\"" >/dev/null
+  run "${DATABASE_URL%/*}/$pg_db" PostgreSQL
+fi

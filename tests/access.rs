@@ -13,29 +13,6 @@ const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";
 const ADMIN: &str = "admin-key-0123456789";
 
-async fn call(
-    gw: &Gateway,
-    key: Option<&str>,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = gw.http.request(method, gw.url(path));
-    if let Some(key) = key {
-        req = req.bearer_auth(key);
-    }
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 /// `key`'s lifecycle stream, open.
 async fn lifecycle(gw: &Gateway, key: &str) -> Sse {
     let r = Sse::request(&gw.http, &gw.url("/events"), None)
@@ -55,7 +32,7 @@ async fn ends(sse: &mut Sse) -> bool {
 
 /// The reload counter of `/metrics` for `result`.
 async fn reloads(gw: &Gateway, result: &str) -> f64 {
-    let (_, text) = call(gw, Some(ADMIN), Method::GET, "/metrics", None).await;
+    let (_, text) = gw.with_key(Some(ADMIN)).get("/metrics").await;
     let prefix = format!("acp_gateway_api_key_reloads_total{{result=\"{result}\"}} ");
     text.as_str()
         .unwrap()
@@ -77,7 +54,7 @@ async fn a_removed_key_stops_working_at_once() {
     let opts = Options::default().args(&["--api-keys-file", file.to_str().unwrap()]);
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let (status, _) = call(gw, Some(ALICE), Method::GET, "/sessions", None).await;
+    let (status, _) = gw.with_key(Some(ALICE)).get("/sessions").await;
     assert_eq!(status, 200);
     let mut alices = lifecycle(gw, ALICE).await;
     let mut bobs = lifecycle(gw, BOB).await;
@@ -88,7 +65,7 @@ async fn a_removed_key_stops_working_at_once() {
     // Alice's key goes: the file is seen changed within a second or two.
     std::fs::write(&file, format!("bob:{BOB}\n*:{ADMIN}\n")).unwrap();
     assert!(ends(&mut alices).await, "alice's stream ends");
-    let (status, _) = call(gw, Some(ALICE), Method::GET, "/sessions", None).await;
+    let (status, _) = gw.with_key(Some(ALICE)).get("/sessions").await;
     assert_eq!(status, 401);
     for (name, client) in [("HTTP/SSE", &acp_http), ("WebSocket", &acp_ws)] {
         let listed = client.call("session/list", json!({})).await;
@@ -98,14 +75,10 @@ async fn a_removed_key_stops_working_at_once() {
         );
     }
     // Bob's stream is still open: it sees the session bob creates now.
-    let (status, created) = call(
-        gw,
-        Some(BOB),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
+    let (status, created) = gw
+        .with_key(Some(BOB))
+        .post("/sessions", json!({"cwd": "/tmp"}))
+        .await;
     assert_eq!(status, 201, "{created}");
     let seen = tokio::time::timeout(PATIENCE, bobs.next())
         .await
@@ -118,7 +91,7 @@ async fn a_removed_key_stops_working_at_once() {
     std::fs::write(&file, format!("alice:short\nbob:{BOB}\n*:{ADMIN}\n")).unwrap();
     gw.wait_until(|g| async move { reloads(g, "failed").await == 1.0 })
         .await;
-    let (status, _) = call(gw, Some(BOB), Method::GET, "/sessions", None).await;
+    let (status, _) = gw.with_key(Some(BOB)).get("/sessions").await;
     assert_eq!(status, 200, "bob's key survives a bad file");
     assert!(w.log().contains("API keys not reloaded"), "{}", w.log());
 
@@ -129,10 +102,8 @@ async fn a_removed_key_stops_working_at_once() {
         nix::sys::signal::Signal::SIGHUP,
     )
     .unwrap();
-    gw.wait_until(|g| async move {
-        call(g, Some(ALICE), Method::GET, "/sessions", None).await.0 == 200
-    })
-    .await;
+    gw.wait_until(|g| async move { g.with_key(Some(ALICE)).get("/sessions").await.0 == 200 })
+        .await;
     assert!(reloads(gw, "ok").await >= 2.0);
     acp_http.close().await;
     acp_ws.close().await;
@@ -161,10 +132,10 @@ async fn the_scheme_is_case_insensitive_and_metrics_are_for_admins() {
             .unwrap();
         assert_eq!(r.status(), 200, "{scheme}");
     }
-    let (status, problem) = call(gw, Some(ALICE), Method::GET, "/metrics", None).await;
+    let (status, problem) = gw.with_key(Some(ALICE)).get("/metrics").await;
     assert_eq!(status, 403, "{problem}");
     assert_eq!(problem["type"], "urn:acp-gateway:problem:forbidden");
-    let (status, text) = call(gw, Some(ADMIN), Method::GET, "/metrics", None).await;
+    let (status, text) = gw.with_key(Some(ADMIN)).get("/metrics").await;
     assert_eq!(status, 200);
     assert!(
         text.as_str().unwrap().contains("acp_gateway_members"),
@@ -192,23 +163,15 @@ async fn stdio_mcp_servers_need_the_flag_where_keys_are() {
         let w = World::start(Backend::Sqlite, Options::default().args(&args)).await;
         let gw = w.gw();
         let key = (!args.is_empty() && args[0] == "--api-key").then_some(ALICE);
-        let (status, body) = call(
-            gw,
-            key,
-            Method::POST,
-            "/sessions",
-            Some(create(vec![http.clone()])),
-        )
-        .await;
+        let (status, body) = gw
+            .with_key(key)
+            .post("/sessions", create(vec![http.clone()]))
+            .await;
         assert_eq!(status, 201, "{args:?}: an http server: {body}");
-        let (status, body) = call(
-            gw,
-            key,
-            Method::POST,
-            "/sessions",
-            Some(create(vec![http.clone(), stdio.clone()])),
-        )
-        .await;
+        let (status, body) = gw
+            .with_key(key)
+            .post("/sessions", create(vec![http.clone(), stdio.clone()]))
+            .await;
         if stdio_allowed {
             assert_eq!(status, 201, "{args:?}: {body}");
         } else {
@@ -245,14 +208,10 @@ async fn prompt_content_must_be_advertised() {
         (&resource, "embeddedContext"),
     ] {
         let body = json!({"prompt": [text, block]});
-        let (status, problem) = call(
-            gw,
-            None,
-            Method::POST,
-            &format!("/sessions/{id}/prompt"),
-            Some(body),
-        )
-        .await;
+        let (status, problem) = gw
+            .with_key(None)
+            .post(&format!("/sessions/{id}/prompt"), body)
+            .await;
         assert_eq!(status, 422, "{problem}");
         let detail = problem["detail"].as_str().unwrap();
         assert!(
@@ -262,14 +221,10 @@ async fn prompt_content_must_be_advertised() {
     }
     assert_eq!(w.calls("session/prompt"), 0, "the agent was never asked");
     let body = json!({"prompt": [text, link]});
-    let (status, answer) = call(
-        gw,
-        None,
-        Method::POST,
-        &format!("/sessions/{id}/prompt"),
-        Some(body),
-    )
-    .await;
+    let (status, answer) = gw
+        .with_key(None)
+        .post(&format!("/sessions/{id}/prompt"), body)
+        .await;
     assert_eq!(status, 200, "{answer}");
 
     let acp = AcpClient::start(&gw.base, None, false).await;
@@ -293,23 +248,18 @@ async fn prompt_content_must_be_advertised() {
     let gw = w.gw();
     let id = gw.create("/tmp").await;
     let body = json!({"prompt": [text, image]});
-    let (status, answer) = call(
-        gw,
-        None,
-        Method::POST,
-        &format!("/sessions/{id}/prompt"),
-        Some(body),
-    )
-    .await;
+    let (status, answer) = gw
+        .with_key(None)
+        .post(&format!("/sessions/{id}/prompt"), body)
+        .await;
     assert_eq!(status, 200, "{answer}");
-    let (status, problem) = call(
-        gw,
-        None,
-        Method::POST,
-        &format!("/sessions/{id}/prompt"),
-        Some(json!({"prompt": [audio]})),
-    )
-    .await;
+    let (status, problem) = gw
+        .with_key(None)
+        .post(
+            &format!("/sessions/{id}/prompt"),
+            json!({"prompt": [audio]}),
+        )
+        .await;
     assert_eq!(status, 422, "{problem}");
     w.finish().await;
 }

@@ -20,29 +20,6 @@ both_backends!(
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";
 
-async fn call(
-    gw: &Gateway,
-    key: Option<&str>,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = gw.http.request(method, gw.url(path));
-    if let Some(key) = key {
-        req = req.bearer_auth(key);
-    }
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 /// The agent text a session's history holds, all turns.
 fn said(history: &Value) -> String {
     history["events"]
@@ -69,6 +46,7 @@ async fn two_members_hand_out_one_id_to_two_tenants(backend: Backend) {
         ]);
     let w = World::start(backend, opts).await;
     let gw = w.gw();
+    let (alice, bob) = (gw.with_key(Some(ALICE)), gw.with_key(Some(BOB)));
     gw.wait_until(|g| async move {
         let r = g
             .http
@@ -85,35 +63,14 @@ async fn two_members_hand_out_one_id_to_two_tenants(backend: Backend) {
             .all(|m| m["state"] == "ready")
     })
     .await;
-    let (status, created) = call(
-        gw,
-        Some(ALICE),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
+    let (status, created) = alice.post("/sessions", json!({"cwd": "/tmp"})).await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["sessionId"], "m1");
     let prompt = json!({"text": "alice secret plan"});
-    let (status, _) = call(
-        gw,
-        Some(ALICE),
-        Method::POST,
-        "/sessions/m1/prompt",
-        Some(prompt),
-    )
-    .await;
+    let (status, _) = alice.post("/sessions/m1/prompt", prompt).await;
     assert_eq!(status, 200);
 
-    let (status, problem) = call(
-        gw,
-        Some(BOB),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
+    let (status, problem) = bob.post("/sessions", json!({"cwd": "/tmp"})).await;
     assert_eq!(status, 502, "bob's create must fail: {problem}");
     assert_eq!(
         problem["type"], "urn:acp-gateway:problem:agent-protocol-error",
@@ -130,63 +87,37 @@ async fn two_members_hand_out_one_id_to_two_tenants(backend: Backend) {
     );
 
     for path in ["/sessions/m1", "/sessions/m1/history"] {
-        let (status, body) = call(gw, Some(BOB), Method::GET, path, None).await;
+        let (status, body) = bob.get(path).await;
         assert_eq!(status, 404, "bob GET {path}: {body}");
     }
-    let (_, bobs) = call(gw, Some(BOB), Method::GET, "/sessions", None).await;
+    let (_, bobs) = bob.get("/sessions").await;
     assert_eq!(bobs["sessions"], json!([]), "{bobs}");
-    let (status, mine) = call(gw, Some(ALICE), Method::GET, "/sessions/m1", None).await;
+    let (status, mine) = alice.get("/sessions/m1").await;
     assert_eq!(status, 200, "{mine}");
     assert_eq!(mine["title"], "Echo: alice secret plan", "{mine}");
-    let (_, history) = call(gw, Some(ALICE), Method::GET, "/sessions/m1/history", None).await;
+    let (_, history) = alice.get("/sessions/m1/history").await;
     assert_eq!(said(&history), "alice secret plan", "{history}");
     let prompt = json!({"text": "still mine"});
-    let (status, _) = call(
-        gw,
-        Some(ALICE),
-        Method::POST,
-        "/sessions/m1/prompt",
-        Some(prompt),
-    )
-    .await;
+    let (status, _) = alice.post("/sessions/m1/prompt", prompt).await;
     assert_eq!(status, 200, "alice's session still works");
 
     // A retry gets a fresh id from the same member, and is bob's alone.
-    let (status, retried) = call(
-        gw,
-        Some(BOB),
-        Method::POST,
-        "/sessions",
-        Some(json!({"cwd": "/tmp"})),
-    )
-    .await;
+    let (status, retried) = bob.post("/sessions", json!({"cwd": "/tmp"})).await;
     assert_eq!(status, 201, "{retried}");
     let bob_id = retried["sessionId"].as_str().unwrap().to_owned();
     assert_ne!(bob_id, "m1");
     let prompt = json!({"text": "bob's own"});
-    let (status, _) = call(
-        gw,
-        Some(BOB),
-        Method::POST,
-        &format!("/sessions/{bob_id}/prompt"),
-        Some(prompt),
-    )
-    .await;
+    let (status, _) = bob
+        .post(&format!("/sessions/{bob_id}/prompt"), prompt)
+        .await;
     assert_eq!(status, 200);
-    let (_, history) = call(gw, Some(ALICE), Method::GET, "/sessions/m1/history", None).await;
+    let (_, history) = alice.get("/sessions/m1/history").await;
     assert_eq!(
         said(&history),
         "alice secret plan | still mine",
         "{history}"
     );
-    let (_, history) = call(
-        gw,
-        Some(BOB),
-        Method::GET,
-        &format!("/sessions/{bob_id}/history"),
-        None,
-    )
-    .await;
+    let (_, history) = bob.get(&format!("/sessions/{bob_id}/history")).await;
     assert_eq!(said(&history), "bob's own", "{history}");
     w.finish().await;
 }

@@ -249,7 +249,9 @@ async fn a_failing_subscription_is_disabled_then_retried(backend: Backend) {
     w.finish().await;
 }
 
-/// Without `--webhook-allow-private`, nothing is sent to loopback: the delivery records why.
+/// Without `--webhook-allow-private`, nothing is sent to loopback: a loopback address is refused
+/// when the webhook is made, and a name that resolves to one at each attempt, which the delivery
+/// records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_addresses_are_refused() {
     let opts =
@@ -257,7 +259,17 @@ async fn private_addresses_are_refused() {
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let receiver = Receiver::start("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").await;
-    let hook = subscribe(gw, &receiver, json!(["*"])).await;
+    // Its address is refused at once; a name is resolved, and refused, at each attempt.
+    let r = gw
+        .post("/webhooks", json!({"url": receiver.url, "events": ["*"]}))
+        .await;
+    assert_eq!(r.status(), 422);
+    let by_name = receiver.url.replace("127.0.0.1", "localhost");
+    let r = gw
+        .post("/webhooks", json!({"url": by_name, "events": ["*"]}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let hook: Value = r.json().await.unwrap();
     let hook_id = hook["id"].as_str().unwrap();
     let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "hello").await.0, 200);

@@ -80,6 +80,9 @@ async fn proxy(gateway: &Gateway, owner: &str, req: Request) -> Result<Response,
     for h in &HOP_BY_HOP {
         headers.remove(h);
     }
+    // The browser's origin was checked here, against this replica's `Host` (see `guard`); the
+    // owner, reached at another name, would take it for a foreign page's.
+    headers.remove(header::ORIGIN);
     headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
     let unreachable = |e: reqwest::Error| {
         tracing::warn!(owner, error = %e, "the replica holding the session cannot be reached");

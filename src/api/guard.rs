@@ -46,7 +46,11 @@ impl Guard {
         cors_origins: &[String],
         advertised: Option<&str>,
     ) -> Arc<Guard> {
-        let mut names: Vec<String> = allowed_hosts.iter().map(|h| normalise(h)).collect();
+        let mut names: Vec<String> = allowed_hosts
+            .iter()
+            .map(|h| normalise(strip_port(h.trim())))
+            .filter(|n| !n.is_empty())
+            .collect();
         let any_host = names.iter().any(|n| n == "*");
         if let Some(host) = advertised.and_then(|url| reqwest::Url::parse(url).ok()) {
             if let Some(host) = host.host_str() {
@@ -197,7 +201,11 @@ mod tests {
 
     #[test]
     fn loopback_localhost_and_the_named_hosts_are_served() {
-        let names = ["gw.example.com".to_owned(), ".corp.example".to_owned()];
+        let names = [
+            "gw.example.com:443".to_owned(),
+            ".corp.example".to_owned(),
+            String::new(),
+        ];
         let guard = Guard::new(false, &names, &[], Some("http://10.0.0.7:8080"));
         for host in [
             "127.0.0.1:8080",

@@ -40,6 +40,40 @@ impl Allowed {
     }
 }
 
+/// A webhook URL: `http(s)://` and a host written out (the URL parser reads `http:///x` as
+/// `http://x/`), at most 2048 characters, no space or control character; a host written as an
+/// address must be one `allowed` lets through (a name is checked at each attempt, as it
+/// resolves then). `Err` says why not.
+pub fn check_url(url: &str, allowed: Allowed) -> Result<(), String> {
+    let invalid = || "url must be an http(s) URL with a host, at most 2048 characters".to_owned();
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("url is not a valid URL: {e}"))?;
+    let after_scheme = |scheme: &str| {
+        url.get(..scheme.len())
+            .filter(|head| head.eq_ignore_ascii_case(scheme))
+            .map(|_| &url[scheme.len()..])
+    };
+    let written_host = after_scheme("http://")
+        .or_else(|| after_scheme("https://"))
+        .is_some_and(|rest| !rest.starts_with(['/', '\\']));
+    // The parser drops spaces and control characters around and inside a URL: what is
+    // stored must be what is used.
+    let clean = !url.chars().any(|c| c.is_control() || c.is_whitespace());
+    if !matches!(parsed.scheme(), "http" | "https") || !written_host || !clean || url.len() > 2048 {
+        return Err(invalid());
+    }
+    let host = parsed.host_str().ok_or_else(invalid)?;
+    match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        Ok(ip) => allowed
+            .check(ip)
+            .map_err(|why| format!("url is refused: {why}")),
+        Err(_) => Ok(()),
+    }
+}
+
 /// The kind of `ip`.
 pub fn classify(ip: IpAddr) -> Reach {
     match ip {

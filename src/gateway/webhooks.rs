@@ -183,35 +183,9 @@ fn new_secret() -> String {
     format!("whsec_{}", STANDARD.encode(bytes))
 }
 
-/// A webhook URL: `http(s)://` and a host written out (the URL parser reads `http:///x` as
-/// `http://x/`), at most 2048 characters, no NUL; a host written as an address must be one the
-/// delivery flags allow (a name is checked at each attempt, as it resolves then).
+/// A webhook URL as [`reach::check_url`] allows it.
 fn check_url(url: &str, allowed: reach::Allowed) -> Result<(), Error> {
-    let invalid =
-        || Error::Invalid("url must be an http(s) URL with a host, at most 2048 characters".into());
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|e| Error::Invalid(format!("url is not a valid URL: {e}")))?;
-    let written_host = url
-        .split_once("://")
-        .is_some_and(|(_, rest)| !rest.starts_with(['/', '\\']));
-    if !matches!(parsed.scheme(), "http" | "https")
-        || !written_host
-        || url.len() > 2048
-        || url.contains('\0')
-    {
-        return Err(invalid());
-    }
-    let host = parsed.host_str().ok_or_else(invalid)?;
-    let Ok(ip) = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    else {
-        return Ok(());
-    };
-    allowed
-        .check(ip)
-        .map_err(|why| Error::Invalid(format!("url is refused: {why}")))
+    reach::check_url(url, allowed).map_err(Error::Invalid)
 }
 
 /// `url` as shown back: its userinfo (a user name and password, or a token) replaced by

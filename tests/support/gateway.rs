@@ -334,6 +334,10 @@ impl Gateway {
             .await
             .unwrap()
     }
+    /// Requests made with `key` as bearer (none: no `Authorization`).
+    pub fn with_key<'g>(&'g self, key: Option<&'g str>) -> Keyed<'g> {
+        Keyed { gw: self, key }
+    }
     /// `POST /sessions/{id}/{action}` with an empty object: cancel, close, resume, archive, ….
     pub async fn session_action(&self, id: &str, action: &str) -> reqwest::Response {
         self.post(&format!("/sessions/{id}/{action}"), json!({}))
@@ -534,5 +538,35 @@ impl Gateway {
     /// Session `id`'s events from its first one through its first `turn_ended`.
     pub async fn first_turn(&self, id: &str) -> Vec<SseEvent> {
         self.events(id, Some(0)).await.until("turn_ended").await
+    }
+}
+
+/// A caller with a key (see [`Gateway::with_key`]): each request answers its status and its
+/// body, as JSON when it is JSON, else as a JSON string.
+pub struct Keyed<'g> {
+    gw: &'g Gateway,
+    key: Option<&'g str>,
+}
+
+impl Keyed<'_> {
+    pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.gw.http.request(method, self.gw.url(path));
+        if let Some(key) = self.key {
+            req = req.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, body)
+    }
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(Method::GET, path, None).await
+    }
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(Method::POST, path, Some(body)).await
     }
 }
