@@ -7,7 +7,6 @@
 
 mod support;
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::*;
 

@@ -52,10 +52,9 @@ impl Guard {
             .filter(|n| !n.is_empty())
             .collect();
         let any_host = names.iter().any(|n| n == "*");
-        if let Some(host) = advertised.and_then(|url| reqwest::Url::parse(url).ok()) {
-            if let Some(host) = host.host_str() {
-                names.push(normalise(host));
-            }
+        let advertised = advertised.and_then(|url| reqwest::Url::parse(url).ok());
+        if let Some(host) = advertised.as_ref().and_then(|url| url.host_str()) {
+            names.push(normalise(host));
         }
         Arc::new(Guard {
             check_host: !keyed || !allowed_hosts.is_empty(),
@@ -80,14 +79,9 @@ impl Guard {
         if name == "localhost" {
             return true;
         }
-        if let Ok(ip) = name
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-        {
-            if ip.is_loopback() {
-                return true;
-            }
+        let ip = name.trim_start_matches('[').trim_end_matches(']');
+        if ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()) {
+            return true;
         }
         self.names
             .iter()
@@ -148,8 +142,11 @@ fn request_host(req: &Request) -> Option<String> {
     host_header(req.headers()).map(str::to_owned)
 }
 
+/// The `Host` header; one that is not text is read as U+FFFD, which no rule allows.
 fn host_header(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::HOST).and_then(|v| v.to_str().ok())
+    headers
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
 /// Whether the percent-decoded path or query holds a NUL byte.
@@ -167,14 +164,15 @@ fn nul_in_url(req: &Request) -> bool {
 /// byte (400).
 pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let host = request_host(&req);
-    if guard.check_host {
-        if let Some(host) = host.as_deref().filter(|h| !guard.host_allowed(h)) {
-            guard.log_refused(host);
-            return ApiError::Forbidden(format!(
-                "this gateway does not answer to the host {host:?}: it serves loopback addresses, localhost and the names given with --allowed-host"
-            ))
-            .into_response();
-        }
+    let refused_host = host
+        .as_deref()
+        .filter(|h| guard.check_host && !guard.host_allowed(h));
+    if let Some(host) = refused_host {
+        guard.log_refused(host);
+        return ApiError::Forbidden(format!(
+            "this gateway does not answer to the host {host:?}: it serves loopback addresses, localhost and the names given with --allowed-host"
+        ))
+        .into_response();
     }
     let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if guard.check_origin && !safe {

@@ -27,6 +27,9 @@ use crate::gateway::{Caller, Gateway};
 /// The path the endpoint is served at.
 pub const PATH: &str = "/acp";
 
+/// A key's transport: its router, and what ends its connections when the key is removed.
+type Transport = (Router, CancellationToken);
+
 /// Every caller's transport, made when the caller first connects.
 pub struct Endpoint {
     gateway: Gateway,
@@ -34,7 +37,7 @@ pub struct Endpoint {
     /// gateway's own).
     origins: Vec<HeaderValue>,
     /// Each key's transport (by the key's [`Revoked::id`]; `None` without keys).
-    servers: Mutex<HashMap<(Caller, Option<u64>), (Router, CancellationToken)>>,
+    servers: Mutex<HashMap<(Caller, Option<u64>), Transport>>,
     /// The gateway's shutdown: the connections' event streams end with it.
     stop: CancellationToken,
 }
