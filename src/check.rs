@@ -41,7 +41,7 @@ impl Checked {
 /// Checks every configured agent in turn, default first (or only the one named `only`). `Err`
 /// when the configuration is wrong; an agent that cannot be used is in [`Checked::unusable`].
 pub async fn check_agents(config: &Config, only: Option<&str>) -> anyhow::Result<Checked> {
-    let (mut agents, default) = crate::agents(config)?;
+    let (mut agents, default) = config.agents()?;
     if let Some(name) = only {
         let names: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
         let at = agents

@@ -12,6 +12,7 @@ pub mod connect;
 pub mod events;
 pub mod gateway;
 pub mod pool;
+pub mod settings;
 pub mod store;
 pub mod surrogates;
 pub mod telemetry;
@@ -27,7 +28,7 @@ use axum::http::StatusCode;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::CorsLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -39,18 +40,30 @@ use crate::config::{AgentSpec, Config};
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::pool::PoolConfig;
+use crate::settings::Settings;
 
-/// The full HTTP application around a gateway: the guard, routes, authentication, CORS,
-/// limits, tracing.
+/// The full HTTP application around a gateway, as `config` sets it: the guard, routes,
+/// authentication with `keys`, `cors`, limits, tracing.
 pub fn app(
     gateway: Gateway,
-    max_body_bytes: usize,
+    config: &Config,
     keys: Option<Arc<Keys>>,
-    limits: LimitConfig,
-    cors_origins: &[String],
-    guard: Arc<api::guard::Guard>,
+    cors: Option<CorsLayer>,
     stop: CancellationToken,
-) -> anyhow::Result<Router> {
+) -> Router {
+    let guard = api::guard::Guard::new(
+        keys.is_some(),
+        &config.access.allowed_hosts,
+        &config.cors_origins,
+        config.advertise_url.as_deref(),
+    );
+    let limits = LimitConfig {
+        rate_per_sec: config.rate_limit,
+        max_in_flight: config.max_concurrent_requests,
+        max_streams: config.max_streams,
+        timeout: Config::secs_or_never(config.request_timeout),
+    };
+    let (max_body_bytes, cors_origins) = (config.max_body_bytes, &config.cors_origins);
     let (router, _) = api::router().split_for_parts();
     let acp = api::acp::Endpoint::new(gateway.clone(), cors_origins, stop);
     let router = router
@@ -75,15 +88,15 @@ pub fn app(
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(axum::middleware::from_fn(telemetry::http_metrics));
     // Outside authentication, so that preflights are answered before it.
-    let router = match cors(cors_origins)? {
+    let router = match cors {
         Some(cors) => router.layer(cors),
         None => router,
     };
     // Outermost: a request for a host the gateway does not answer to reaches nothing.
-    Ok(router.layer(axum::middleware::from_fn_with_state(
+    router.layer(axum::middleware::from_fn_with_state(
         guard,
         api::guard::guard,
-    )))
+    ))
 }
 
 /// A failed response, for the log: a 503 says "not now, retry later" (a pool that is starting,
@@ -99,57 +112,6 @@ fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &traci
     }
 }
 
-/// CORS for the configured origins: credentials, the headers clients send, and the headers
-/// they need to read (`Location`, `x-request-id`, `Retry-After`).
-pub fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
-    if origins.is_empty() {
-        return Ok(None);
-    }
-    let origins = origins
-        .iter()
-        .map(|o| {
-            o.parse::<axum::http::HeaderValue>()
-                .with_context(|| format!("invalid --cors-origin {o:?}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    use axum::http::{Method, header};
-    Ok(Some(
-        CorsLayer::new()
-            .allow_origin(AllowOrigin::list(origins))
-            .allow_credentials(true)
-            .allow_methods([
-                Method::GET,
-                Method::POST,
-                Method::PUT,
-                Method::PATCH,
-                Method::DELETE,
-            ])
-            .allow_headers([
-                header::AUTHORIZATION,
-                header::CONTENT_TYPE,
-                header::ACCEPT,
-                header::HeaderName::from_static("last-event-id"),
-                header::HeaderName::from_static("prefer"),
-                header::HeaderName::from_static("x-request-id"),
-                header::HeaderName::from_static("acp-connection-id"),
-                header::HeaderName::from_static("acp-session-id"),
-            ])
-            .expose_headers([
-                header::LOCATION,
-                header::RETRY_AFTER,
-                header::HeaderName::from_static("x-request-id"),
-                header::HeaderName::from_static("acp-connection-id"),
-                header::HeaderName::from_static("acp-session-id"),
-            ])
-            .max_age(std::time::Duration::from_secs(600)),
-    ))
-}
-
-/// Every configured agent (the default first) and the default's name; see [`Config::agents`].
-pub fn agents(config: &Config) -> anyhow::Result<(Vec<AgentSpec>, String)> {
-    config.agents()
-}
-
 /// The pool settings of one agent.
 pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
     PoolConfig {
@@ -161,33 +123,22 @@ pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
     }
 }
 
-/// Checks the configuration that does not need I/O.
-/// Returns the agents, as [`agents`].
-pub fn validate(config: &Config) -> anyhow::Result<(Vec<AgentSpec>, String)> {
-    let agents = agents(config)?;
-    let keys = Keys::from_config(config)?;
-    if keys.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
-        anyhow::bail!(
-            "refusing to listen on {} without API keys: anyone who can reach it could make the agent run tools on this host. Configure --api-key/--admin-api-key, listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
-            config.listen
-        );
-    }
-    cors(&config.cors_origins)?;
-    workspace_roots(config)?;
-    Ok(agents)
-}
-
 /// Serves until `shutdown` resolves, then stops every agent process and returns.
 pub async fn run(
-    config: Config,
+    settings: Settings,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (agents, default) = validate(&config)?;
+    let Settings {
+        config,
+        agents,
+        default_agent: default,
+        keys,
+        cors,
+        workspace_roots,
+    } = settings;
     // Before anything records a metric.
     telemetry::handle();
-    // Read once: the keys file is I/O, and the gateway and the router both need the result.
-    let keys = Keys::from_config(&config)?;
     let mcp_servers = config.access.mcp_servers(keys.is_some());
     // Until `run` returns (or the process ends): one gateway per SQLite file.
     let _replica = store::lock_single_replica(&config.database_url)?;
@@ -247,7 +198,7 @@ pub async fn run(
             max_sessions: config.max_sessions,
             idle_timeout: Config::secs_or_never(config.idle_timeout),
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
-            workspace_roots: workspace_roots(&config)?,
+            workspace_roots,
             upstream_tenant: if keys.is_some() {
                 gateway::ADMIN_TENANT
             } else {
@@ -281,26 +232,7 @@ pub async fn run(
         .clone()
         .filter(|_| config.api_keys_file.is_some())
         .map(|keys| tokio::spawn(keys.watch(stop.clone())));
-    let guard = api::guard::Guard::new(
-        keys.is_some(),
-        &config.access.allowed_hosts,
-        &config.cors_origins,
-        config.advertise_url.as_deref(),
-    );
-    let app = app(
-        gateway.clone(),
-        config.max_body_bytes,
-        keys,
-        LimitConfig {
-            rate_per_sec: config.rate_limit,
-            max_in_flight: config.max_concurrent_requests,
-            max_streams: config.max_streams,
-            timeout: Config::secs_or_never(config.request_timeout),
-        },
-        &config.cors_origins,
-        guard,
-        stop.clone(),
-    )?;
+    let app = app(gateway.clone(), &config, keys, cors, stop.clone());
     let served = api::serve::serve(listener, app, {
         let stop = stop.clone();
         async move {
@@ -316,25 +248,6 @@ pub async fn run(
         let _ = watcher.await;
     }
     served.context("serving HTTP")
-}
-
-/// The workspace roots, canonicalised; each must be an existing directory.
-fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    config
-        .workspace_roots
-        .iter()
-        .map(|r| {
-            let real = r
-                .canonicalize()
-                .with_context(|| format!("--workspace-root {}", r.display()))?;
-            anyhow::ensure!(
-                real.is_dir(),
-                "--workspace-root {} is not a directory",
-                r.display()
-            );
-            Ok(real)
-        })
-        .collect()
 }
 
 /// Applies the migrations of the configured database.

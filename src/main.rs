@@ -69,11 +69,11 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
         .map(|(k, v)| (k.clone(), v.clone().into()))
         .collect();
     tracing::info!(config = %serde_json::Value::Object(effective), "effective configuration");
-    acp_gateway::validate(&config)?;
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let settings = acp_gateway::settings::Settings::load(config)?;
+    let listener = tokio::net::TcpListener::bind(settings.config.listen).await?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);
-    acp_gateway::run(config, listener, shutdown_signal()).await
+    acp_gateway::run(settings, listener, shutdown_signal()).await
 }
 
 async fn shutdown_signal() {

@@ -1,28 +1,59 @@
-//! The layers of `src/`, enforced: reads every source file, collects which top-level modules it
-//! refers to (`crate::x`, `super::…` climbing to the crate root, `use crate::{x, y}`), and fails
-//! when a module reaches a layer it must not (see ARCHITECTURE.md), or when the top-level modules
-//! import each other in a circle.
+//! The layers of `src/`, enforced. Every source file is parsed as Rust (`syn`), and every path
+//! it names is resolved to the module that defines it: `use` trees (groups wrapped over many
+//! lines included), paths in code and types, and `crate::`/`$crate::` paths inside macros.
+//! Paths start at the crate root, at `self`/`super` (inline modules counted) or at a child
+//! module. The test fails when a top-level module imports one its rule does not allow, when a
+//! top-level module has no rule (a new or renamed layer), when a rule names a module that does
+//! not exist, and when the top-level modules import each other in a circle. The rules are
+//! ARCHITECTURE.md's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// What each layer must not import.
-const FORBIDDEN: &[(&str, &[&str])] = &[
-    ("gateway", &["api"]),
+use syn::visit::Visit;
+
+/// What each top-level module may import from the crate (itself aside): ARCHITECTURE.md's
+/// layers, each reaching only down. The crate root (`lib.rs`) wires them all together and may
+/// import anything.
+const ALLOWED: &[(&str, &[&str])] = &[
+    // The HTTP surface: the service, the hub's frames, the pool's member states, the agents'
+    // capabilities, the flags' types, lone surrogates in JSON, the metrics recorder.
     (
-        "acp",
-        &["api", "gateway", "store", "events", "pool", "cluster"],
+        "api",
+        &[
+            "gateway",
+            "events",
+            "pool",
+            "acp",
+            "config",
+            "surrogates",
+            "telemetry",
+        ],
     ),
-    ("pool", &["api", "store", "gateway", "events"]),
-    ("events", &["api", "gateway", "pool", "cluster"]),
-    ("cluster", &["api", "gateway"]),
+    // The service: everything below it, nothing of the HTTP surface.
+    (
+        "gateway",
+        &["pool", "events", "store", "cluster", "acp", "config"],
+    ),
+    ("pool", &["acp"]),
+    ("events", &["store", "surrogates"]),
+    ("cluster", &["store"]),
+    ("acp", &["surrogates", "telemetry"]),
+    ("store", &[]),
+    // The flags: an agent's command line is the transport's `AgentCommand`.
+    ("config", &["acp"]),
+    // `check-agent` starts each agent once; `connect` is only a client of some `/acp`.
+    ("check", &["acp", "pool", "config"]),
+    ("connect", &[]),
+    ("telemetry", &[]),
+    ("surrogates", &[]),
+    // The configuration read once at start: the API keys (an `api` type) and the flags.
+    ("settings", &["api", "config"]),
 ];
 
-/// Layers that may import nothing else from the crate.
-const SELF_CONTAINED: &[&str] = &["store"];
-
-/// The crate root: wires the layers together, so it may import them all.
-const ROOT_FILES: &[&str] = &["lib.rs", "main.rs"];
+/// Files under `src/` that are crate roots: `lib.rs` wires the layers; `main.rs` is the binary,
+/// which sees the library from outside.
+const ROOTS: &[&str] = &["lib.rs", "main.rs"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
@@ -36,167 +67,207 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The module path of a file under `src/`: `gateway/live.rs` is `[gateway, live]`,
-/// `gateway/mod.rs` is `[gateway]`.
+/// `gateway/mod.rs` is `[gateway]`, `lib.rs` is `[]`.
 fn module_path(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
     let file = parts.pop().expect("a file name");
-    if file != "mod.rs" {
+    if file != "mod.rs" && !(parts.is_empty() && ROOTS.contains(&file.as_str())) {
         parts.push(file.trim_end_matches(".rs").to_owned());
     }
     parts
 }
 
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
+/// The paths a file names, each as its segments, with the module (inline ones counted) it is
+/// named in.
+#[derive(Default)]
+struct Paths {
+    /// The module the visitor is in.
+    at: Vec<String>,
+    found: Vec<(Vec<String>, Vec<String>)>,
 }
 
-fn ident_prefix(s: &str) -> &str {
-    let s = s.trim_start();
-    &s[..s.find(|c: char| !is_ident(c)).unwrap_or(s.len())]
-}
-
-/// The first segment of each path in a `use` group, `a::{b, c}, d}` giving `a` and `d`.
-fn group_heads(group: &str) -> Vec<&str> {
-    let mut heads = vec![ident_prefix(group)];
-    let mut depth = 0;
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => break,
-            '}' => depth -= 1,
-            ',' if depth == 0 => heads.push(ident_prefix(&group[i + 1..])),
-            _ => {}
+impl Paths {
+    fn add(&mut self, segments: Vec<String>) {
+        if !segments.is_empty() {
+            self.found.push((self.at.clone(), segments));
         }
     }
-    heads
-}
 
-/// The top-level modules a file's code names, from its module path `module`.
-fn references(code: &str, module: &[String], top_level: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    for line in code.lines() {
-        let line = line.trim_start();
-        if line.starts_with("//") {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(i) = rest.find("crate::").or_else(|| rest.find("super::")) {
-            let preceded_by_ident = rest[..i].chars().last().is_some_and(is_ident);
-            let mut tail = &rest[i..];
-            // The module this path starts from, counted in segments below the crate root.
-            let depth = if tail.starts_with("crate::") {
-                tail = &tail["crate::".len()..];
-                0
-            } else {
-                let mut d = module.len();
-                while let Some(t) = tail.strip_prefix("super::") {
-                    d = d.saturating_sub(1);
-                    tail = t;
-                }
-                d
-            };
-            if !preceded_by_ident && depth == 0 {
-                // `crate::{a, b::c}` names several.
-                let names: Vec<&str> = match tail.strip_prefix('{') {
-                    Some(group) => group_heads(group),
-                    None => vec![ident_prefix(tail)],
-                };
-                found.extend(
-                    names
-                        .into_iter()
-                        .filter(|n| top_level.contains(*n))
-                        .map(str::to_owned),
-                );
+    /// Every path of a `use` tree, its prefix given.
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
             }
-            rest = &rest[i + 1..];
+            syn::UseTree::Name(n) => self.add([&prefix[..], &[n.ident.to_string()]].concat()),
+            syn::UseTree::Rename(r) => self.add([&prefix[..], &[r.ident.to_string()]].concat()),
+            syn::UseTree::Glob(_) => self.add(prefix.clone()),
+            syn::UseTree::Group(g) => {
+                for item in &g.items {
+                    self.use_tree(prefix, item);
+                }
+            }
         }
     }
-    found
+
+    /// `crate :: a :: b` and `$crate :: a` in a macro's tokens.
+    fn tokens(&mut self, tokens: &str) {
+        let words: Vec<&str> = tokens.split_whitespace().collect();
+        for (i, w) in words.iter().enumerate() {
+            if *w != "crate" {
+                continue;
+            }
+            let mut segments = vec!["crate".to_owned()];
+            let mut j = i + 1;
+            while words.get(j) == Some(&"::") {
+                match words.get(j + 1) {
+                    Some(s) if s.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                        segments.push((*s).to_owned());
+                        j += 2;
+                    }
+                    _ => break,
+                }
+            }
+            self.add(segments);
+        }
+    }
 }
 
-/// Every top-level module of `src/` and the top-level modules each one refers to.
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let top_level: BTreeSet<String> = files
-        .iter()
-        .map(|f| module_path(f.strip_prefix(&src).unwrap()))
-        .filter_map(|m| m.first().cloned())
-        .filter(|m| !ROOT_FILES.contains(&format!("{m}.rs").as_str()))
-        .collect();
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let rel = file.strip_prefix(&src).unwrap();
-        if ROOT_FILES.contains(&rel.to_string_lossy().as_ref()) {
-            continue;
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &item.tree);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        self.add(path.segments.iter().map(|s| s.ident.to_string()).collect());
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        self.at.push(item.ident.to_string());
+        syn::visit::visit_item_mod(self, item);
+        self.at.pop();
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.tokens(&mac.tokens.to_string());
+        syn::visit::visit_macro(self, mac);
+    }
+}
+
+/// The module of the crate that `segments`, named in module `at`, lead into (the longest
+/// prefix that is a module of `modules`); `None` for what lies outside the crate.
+fn resolve(
+    at: &[String],
+    segments: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Option<Vec<String>> {
+    let (mut full, rest) = match segments[0].as_str() {
+        "crate" => (Vec::new(), &segments[1..]),
+        "self" | "super" => {
+            let mut base = at.to_vec();
+            let mut rest = segments;
+            while let Some(first) = rest.first() {
+                match first.as_str() {
+                    "super" => {
+                        base.pop()?;
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                rest = &rest[1..];
+            }
+            (base, rest)
         }
-        let module = module_path(rel);
-        let code = std::fs::read_to_string(&file).expect("read a source file");
-        let mut refs = references(&code, &module, &top_level);
-        refs.remove(&module[0]);
-        graph.entry(module[0].clone()).or_default().extend(refs);
+        // A child module of the one it is named in (`use live::LiveTable;` in `gateway/`).
+        child if modules.contains(&[at, &[child.to_owned()]].concat()) => (at.to_vec(), segments),
+        _ => return None,
+    };
+    full.extend(rest.iter().cloned());
+    (0..=full.len())
+        .rev()
+        .map(|n| full[..n].to_vec())
+        .find(|m| modules.contains(m))
+}
+
+/// Each top-level module and the top-level modules it names, from `(file module path,
+/// source)` pairs; the crate root is left out.
+fn graph(
+    sources: &[(Vec<String>, String)],
+) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(m, _)| m.clone()).collect();
+    let mut graph: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (module, code) in sources {
+        let Some(top) = module.first() else {
+            continue;
+        };
+        let file = syn::parse_file(code).unwrap_or_else(|e| panic!("{module:?}: {e}"));
+        let mut paths = Paths {
+            at: module.clone(),
+            ..Paths::default()
+        };
+        paths.visit_file(&file);
+        let uses = graph.entry(top.clone()).or_default();
+        for (at, segments) in &paths.found {
+            let Some(target) = resolve(at, segments, &modules) else {
+                continue;
+            };
+            match target.first() {
+                Some(other) if other != top => {
+                    let shown = format!("{}.rs", module.join("/"));
+                    uses.entry(other.clone()).or_default().insert(shown);
+                }
+                _ => {}
+            }
+        }
     }
     graph
 }
 
-/// The files of `layer` that name `target`, for the failure message.
-fn offenders(layer: &str, target: &str) -> Vec<String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let top_level: BTreeSet<String> = [target.to_owned()].into();
-    files
-        .into_iter()
-        .filter(|f| {
-            let rel = f.strip_prefix(&src).unwrap();
-            let module = module_path(rel);
-            module.first().map(String::as_str) == Some(layer)
-                && references(&std::fs::read_to_string(f).unwrap(), &module, &top_level)
-                    .contains(target)
-        })
-        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .collect()
-}
-
-#[test]
-fn no_layer_imports_what_it_must_not() {
-    let graph = graph();
+/// What is wrong with `graph` against `allowed`: imports no rule allows, modules without a
+/// rule, rules without a module, and a circle.
+fn violations(
+    graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    allowed: &[(&str, &[&str])],
+) -> Vec<String> {
+    let rules: BTreeMap<&str, &[&str]> = allowed.iter().copied().collect();
     let mut broken = Vec::new();
-    for (layer, forbidden) in FORBIDDEN {
-        let uses = graph.get(*layer).cloned().unwrap_or_default();
-        for target in forbidden.iter().filter(|t| uses.contains(**t)) {
+    for (module, uses) in graph {
+        let Some(rule) = rules.get(module.as_str()) else {
             broken.push(format!(
-                "{layer}/ imports {target}/ in {:?}",
-                offenders(layer, target)
+                "{module}/ has no rule in ALLOWED (a new or renamed layer: say what it may import)"
+            ));
+            continue;
+        };
+        for (target, files) in uses {
+            if !rule.contains(&target.as_str()) {
+                broken.push(format!("{module}/ imports {target}/ in {files:?}"));
+            }
+        }
+    }
+    for module in rules.keys() {
+        if !graph.contains_key(*module) {
+            broken.push(format!(
+                "ALLOWED names {module}, which is no module of src/"
             ));
         }
     }
-    for layer in SELF_CONTAINED {
-        for target in graph.get(*layer).cloned().unwrap_or_default() {
-            broken.push(format!(
-                "{layer}/ must import nothing else from the crate, but imports {target}/ in {:?}",
-                offenders(layer, &target)
-            ));
-        }
+    if let Some(circle) = circle(graph) {
+        broken.push(format!("an import circle: {}", circle.join(" -> ")));
     }
-    assert!(
-        broken.is_empty(),
-        "layer rules broken:\n{}",
-        broken.join("\n")
-    );
+    broken
 }
 
-#[test]
-fn top_level_modules_import_each_other_without_circles() {
-    let graph = graph();
-    // Depth-first search for a back edge; reports the circle.
+/// A circle among the modules of `graph`, if there is one.
+fn circle(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>) -> Option<Vec<String>> {
     fn visit(
         node: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
+        graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
         path: &mut Vec<String>,
         done: &mut BTreeSet<String>,
     ) -> Option<Vec<String>> {
@@ -209,7 +280,7 @@ fn top_level_modules_import_each_other_without_circles() {
             return None;
         }
         path.push(node.to_owned());
-        for next in graph.get(node).into_iter().flatten() {
+        for next in graph.get(node).into_iter().flat_map(|uses| uses.keys()) {
             if let Some(circle) = visit(next, graph, path, done) {
                 return Some(circle);
             }
@@ -219,25 +290,115 @@ fn top_level_modules_import_each_other_without_circles() {
         None
     }
     let mut done = BTreeSet::new();
-    for node in graph.keys() {
-        if let Some(circle) = visit(node, &graph, &mut Vec::new(), &mut done) {
-            panic!(
-                "an import circle: {} (graph: {graph:?})",
-                circle.join(" -> ")
-            );
-        }
-    }
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// Every library source file of `src/` as (module path, text).
+fn sources() -> Vec<(Vec<String>, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .filter(|f| f.strip_prefix(&src).unwrap() != Path::new("main.rs"))
+        .map(|f| {
+            let module = module_path(f.strip_prefix(&src).unwrap());
+            (
+                module,
+                std::fs::read_to_string(&f).expect("read a source file"),
+            )
+        })
+        .collect()
 }
 
 #[test]
-fn the_scanner_sees_every_form_of_path() {
-    let top: BTreeSet<String> = ["api", "store", "gateway"].map(str::to_owned).into();
-    let module = ["gateway".to_owned(), "live".to_owned()];
-    let code = "use crate::api::error::ApiError;\nuse crate::{store::{Store, StoreError}, gateway};\n// crate::api in a comment\nlet x = super::super::api::Json;\nuse super::Inner;\n";
-    let refs = references(code, &module, &top);
-    assert_eq!(refs, ["api", "gateway", "store"].map(str::to_owned).into());
-    let none = references("use super::Inner; mycrate::api::x();", &module, &top);
-    assert!(none.is_empty(), "{none:?}");
+fn every_layer_imports_only_what_its_rule_allows() {
+    let graph = graph(&sources());
+    let broken = violations(&graph, ALLOWED);
+    assert!(
+        broken.is_empty(),
+        "layer rules broken:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// Sources of a made-up crate, as `graph` takes them.
+fn crate_of(files: &[(&str, &str)]) -> Vec<(Vec<String>, String)> {
+    files
+        .iter()
+        .map(|(path, code)| (module_path(Path::new(path)), (*code).to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_scanner_reads_every_form_of_path() {
+    let sources = crate_of(&[
+        (
+            "lib.rs",
+            "pub mod api; pub mod gateway; pub mod store; pub mod acp;",
+        ),
+        ("store/mod.rs", "pub struct Store;"),
+        ("acp/mod.rs", "pub struct Line;"),
+        ("api/mod.rs", "pub mod error;"),
+        ("api/error.rs", "pub struct ApiError;"),
+        (
+            "gateway/mod.rs",
+            "mod live;\nuse live::Table;\n// crate::api in a comment\n\
+             #[cfg(test)] mod tests { use super::super::acp::Line; }",
+        ),
+        (
+            "gateway/live.rs",
+            "use crate::{\n    store::Store,\n    api::{\n        error::ApiError,\n    },\n};\n\
+             pub struct Table;\nfn f() { let _ = mycrate::gateway::x(); }",
+        ),
+    ]);
+    let found = graph(&sources);
+    let uses: BTreeSet<&str> = found["gateway"].keys().map(String::as_str).collect();
+    assert_eq!(uses, ["acp", "api", "store"].into(), "{found:?}");
+    let by_macro = crate_of(&[
+        ("lib.rs", "pub mod store; pub mod events;"),
+        (
+            "store/mod.rs",
+            "macro_rules! m { () => { $crate::events::Hub::new() } }",
+        ),
+        ("events/mod.rs", "pub struct Hub;"),
+    ]);
+    assert!(graph(&by_macro)["store"].contains_key("events"));
+}
+
+#[test]
+fn forbidden_imports_circles_and_unknown_layers_fail() {
+    let sources = crate_of(&[
+        (
+            "lib.rs",
+            "pub mod api; pub mod gateway; pub mod store; pub mod extra;",
+        ),
+        ("api/mod.rs", "use crate::gateway::Gateway;"),
+        (
+            "gateway/mod.rs",
+            "pub struct Gateway;\nuse crate::{\n    api::Json,\n};",
+        ),
+        ("store/mod.rs", "use crate::gateway::Gateway;"),
+        ("extra.rs", "pub struct Extra;"),
+    ]);
+    let rules: &[(&str, &[&str])] = &[
+        ("api", &["gateway"]),
+        ("gateway", &[]),
+        ("store", &[]),
+        ("gone", &[]),
+    ];
+    let broken = violations(&graph(&sources), rules).join("\n");
+    for expected in [
+        "gateway/ imports api/ in {\"gateway.rs\"}",
+        "store/ imports gateway/",
+        "extra/ has no rule",
+        "ALLOWED names gone",
+        "an import circle: api -> gateway -> api",
+    ] {
+        assert!(broken.contains(expected), "{expected:?} not in:\n{broken}");
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::EventHub;
-use super::writer::RETRY_FIRST;
+use super::retry::RETRY_FIRST;
 use crate::store::{NewLifecycleEvent, StoreError};
 
 /// Lifecycle events waiting to be stored; past it, whoever emits one waits.

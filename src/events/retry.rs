@@ -1,18 +1,21 @@
 //! What the log writer does when an append fails: retry it with backoff until the store takes
-//! it (or the store refuses the data itself), check after a lost connection whether it had
-//! committed unseen, and, when a shutdown gives up on the store, account for what was not
-//! stored.
+//! it (or the store refuses the data itself, or a shutdown gives up on the store), and check
+//! after a lost connection whether it had committed unseen.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 
 use super::EventHub;
-use super::writer::{Queued, RETRY_FIRST, RETRY_MAX};
 use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent};
+
+/// The first pause before an append that failed is tried again; it doubles up to
+/// [`RETRY_MAX`].
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two tries of a failing append.
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
 
 impl EventHub {
     /// Appends one session's events, retrying with backoff ([`RETRY_FIRST`] doubling to
@@ -174,37 +177,5 @@ impl KnownSeqs {
             self.0.clear();
         }
         self.0.insert(session_id.to_owned(), seq);
-    }
-}
-
-/// After the hub gave up: fails whoever waits for `left` and for what is still queued, and
-/// logs, per session, how many events were not stored.
-pub(super) async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
-    rx.close();
-    let mut lost: Vec<(String, usize)> = Vec::new();
-    let mut count = |item: Queued| {
-        if let Some(done) = item.done {
-            let _ = done.send(Err(
-                "the event log could not be written before shutdown".into()
-            ));
-        }
-        if item.event.is_none() {
-            return;
-        }
-        match lost.iter_mut().find(|(id, _)| *id == item.session_id) {
-            Some((_, n)) => *n += 1,
-            None => lost.push((item.session_id, 1)),
-        }
-    };
-    left.into_iter().for_each(&mut count);
-    while let Some(item) = rx.recv().await {
-        count(item);
-    }
-    for (session, events) in lost {
-        tracing::error!(
-            session,
-            events,
-            "shutting down while the event log cannot be written: these events are not stored"
-        );
     }
 }

@@ -1,6 +1,6 @@
 //! The log writer: one task, on a thread of its own, through which every append to a session's
-//! log goes (group commit, then a pause of [`COMMIT_PACE`]), and the hub's methods that queue
-//! for it.
+//! log goes (group commit, then a pause of [`COMMIT_PACE`]), the hub's methods that queue for
+//! it, and the account of what was not stored when a shutdown gives up on the store.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-use super::retry::{Abandoned, KnownSeqs, give_up};
+use super::retry::{Abandoned, KnownSeqs};
 use super::{EventHub, Frame};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
 
@@ -24,11 +24,6 @@ pub(super) const QUEUE: usize = 8192;
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
 pub const MAX_BATCH: usize = 2048;
-/// The first pause before an append that failed is tried again; it doubles up to
-/// [`RETRY_MAX`].
-pub(super) const RETRY_FIRST: Duration = Duration::from_millis(50);
-/// The longest pause between two tries of a failing append.
-pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
 
 pub(super) struct Queued {
     pub(super) session_id: String,
@@ -305,6 +300,38 @@ impl EventHub {
     /// Events (and barriers) waiting in the queue.
     pub(super) fn queued(&self) -> usize {
         self.queue.max_capacity() - self.queue.capacity()
+    }
+}
+
+/// After the hub gave up: fails whoever waits for `left` and for what is still queued, and
+/// logs, per session, how many events were not stored.
+pub(super) async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
+    rx.close();
+    let mut lost: Vec<(String, usize)> = Vec::new();
+    let mut count = |item: Queued| {
+        if let Some(done) = item.done {
+            let _ = done.send(Err(
+                "the event log could not be written before shutdown".into()
+            ));
+        }
+        if item.event.is_none() {
+            return;
+        }
+        match lost.iter_mut().find(|(id, _)| *id == item.session_id) {
+            Some((_, n)) => *n += 1,
+            None => lost.push((item.session_id, 1)),
+        }
+    };
+    left.into_iter().for_each(&mut count);
+    while let Some(item) = rx.recv().await {
+        count(item);
+    }
+    for (session, events) in lost {
+        tracing::error!(
+            session,
+            events,
+            "shutting down while the event log cannot be written: these events are not stored"
+        );
     }
 }
 

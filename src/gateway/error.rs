@@ -70,7 +70,7 @@ impl From<StoreError> for Error {
 }
 
 impl From<CallError> for Error {
-    /// The agent's failures, as DESIGN.md's error table says.
+    /// The agent's failures, as the error mapping of docs/behaviour.md says.
     fn from(err: CallError) -> Self {
         match err {
             CallError::Rpc(mut e) => {

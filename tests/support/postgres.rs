@@ -2,7 +2,8 @@
 //! connection, e.g. `postgres://postgres@127.0.0.1:5432/test`) and throwaway databases on it.
 //!
 //! Unset, PostgreSQL is skipped, loudly ([`admin_url_or_skip`]: CI fails on the word SKIPPED);
-//! set but unreachable, creating a database panics. Every database made here is named
+//! set but not connectable (the server down, or the database it names missing), creating a
+//! database panics and says which. Every database made here is named
 //! `acpgw_<label>_<random>`, the pattern CI sweeps after killed runs.
 
 use std::io::Write;
@@ -76,7 +77,12 @@ impl FreshDatabase {
         let name = format!("acpgw_{label}_{}", uuid::Uuid::new_v4().simple());
         let mut conn = sqlx::PgConnection::connect(&admin)
             .await
-            .unwrap_or_else(|e| panic!("DATABASE_URL is set but PostgreSQL is unreachable: {e}"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "DATABASE_URL is set, but connecting to {admin} failed: {e} (the server must \
+                     run and the database named must exist: `createdb` makes it)"
+                )
+            });
         let plain = format!("CREATE DATABASE {name}");
         if collation == Collation::IcuEnUs {
             let icu = format!("{plain} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'");

@@ -1,0 +1,119 @@
+//! The configuration read and checked once, at start: the agents, the API keys (the keys file
+//! is read here), the listen address against the keys, the CORS layer and the workspace roots
+//! (resolved on disk). [`Settings::load`] is the only place that reads the files the flags
+//! name; [`run`](crate::run) takes the result and reads no flag again.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::http::{Method, header};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::api::auth::Keys;
+use crate::config::{AgentSpec, Config};
+
+/// The configuration, checked, with what its flags name read.
+pub struct Settings {
+    /// The flags as given (their plain values are used as they are).
+    pub config: Config,
+    /// Every configured agent, the default first.
+    pub agents: Vec<AgentSpec>,
+    /// The default agent's name.
+    pub default_agent: String,
+    /// The API keys; `None` without any (single tenant).
+    pub keys: Option<Arc<Keys>>,
+    /// CORS for `--cors-origin`, if any is given.
+    pub cors: Option<CorsLayer>,
+    /// `--workspace-root`, canonicalised.
+    pub workspace_roots: Vec<PathBuf>,
+}
+
+impl Settings {
+    /// Checks every setting and reads the files they name (the keys file; the workspace roots
+    /// are resolved).
+    pub fn load(config: Config) -> anyhow::Result<Settings> {
+        let (agents, default_agent) = config.agents()?;
+        let keys = Keys::from_config(&config)?;
+        if keys.is_none() && !config.listen.ip().is_loopback() && !config.allow_unauthenticated {
+            anyhow::bail!(
+                "refusing to listen on {} without API keys: anyone who can reach it could make the agent run tools on this host. Configure --api-key/--admin-api-key, listen on 127.0.0.1, or pass --allow-unauthenticated if something in front of the gateway authenticates clients",
+                config.listen
+            );
+        }
+        let cors = cors(&config.cors_origins)?;
+        let workspace_roots = workspace_roots(&config)?;
+        Ok(Settings {
+            config,
+            agents,
+            default_agent,
+            keys,
+            cors,
+            workspace_roots,
+        })
+    }
+}
+
+/// CORS for the configured origins: credentials, the headers clients send, and the headers
+/// they need to read (`Location`, `x-request-id`, `Retry-After`).
+fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let origins = origins
+        .iter()
+        .map(|o| {
+            o.parse::<axum::http::HeaderValue>()
+                .with_context(|| format!("invalid --cors-origin {o:?}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_credentials(true)
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::ACCEPT,
+                header::HeaderName::from_static("last-event-id"),
+                header::HeaderName::from_static("prefer"),
+                header::HeaderName::from_static("x-request-id"),
+                header::HeaderName::from_static("acp-connection-id"),
+                header::HeaderName::from_static("acp-session-id"),
+            ])
+            .expose_headers([
+                header::LOCATION,
+                header::RETRY_AFTER,
+                header::HeaderName::from_static("x-request-id"),
+                header::HeaderName::from_static("acp-connection-id"),
+                header::HeaderName::from_static("acp-session-id"),
+            ])
+            .max_age(std::time::Duration::from_secs(600)),
+    ))
+}
+
+/// The workspace roots, canonicalised; each must be an existing directory.
+fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    config
+        .workspace_roots
+        .iter()
+        .map(|r| {
+            let real = r
+                .canonicalize()
+                .with_context(|| format!("--workspace-root {}", r.display()))?;
+            anyhow::ensure!(
+                real.is_dir(),
+                "--workspace-root {} is not a directory",
+                r.display()
+            );
+            Ok(real)
+        })
+        .collect()
+}
