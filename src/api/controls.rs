@@ -75,10 +75,9 @@ pub struct ForkSession {
 pub async fn set_mode(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     Json(body): Json<SetMode>,
 ) -> Result<Json<StateAt>, ApiError> {
-    let id = SessionId::parse(&id)?;
     Ok(Json(s.gateway.set_mode(&caller, &id, &body.mode_id).await?))
 }
 
@@ -98,10 +97,9 @@ pub async fn set_mode(
 pub async fn set_model(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     Json(body): Json<SetModel>,
 ) -> Result<Json<StateAt>, ApiError> {
-    let id = SessionId::parse(&id)?;
     Ok(Json(
         s.gateway.set_model(&caller, &id, &body.model_id).await?,
     ))
@@ -123,10 +121,9 @@ pub async fn set_model(
 pub async fn set_config(
     State(s): State<AppState>,
     caller: Caller,
-    Path((id, config_id)): Path<(String, String)>,
+    Path((id, config_id)): Path<(SessionId, String)>,
     Json(body): Json<SetConfig>,
 ) -> Result<Json<StateAt>, ApiError> {
-    let id = SessionId::parse(&id)?;
     let state = s
         .gateway
         .set_config(&caller, &id, &config_id, &body.value)
@@ -151,10 +148,9 @@ pub async fn set_config(
 pub async fn fork_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     Json(body): Json<ForkSession>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let id = SessionId::parse(&id)?;
     let fork = Fork {
         cwd: body.cwd,
         additional_directories: body.additional_directories,

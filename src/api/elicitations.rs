@@ -32,13 +32,9 @@ pub struct ElicitationAnswer {
 pub async fn list_elicitations(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<Vec<ElicitationView>>, ApiError> {
-    Ok(Json(
-        s.gateway
-            .elicitations(&caller, &SessionId::parse(&id)?)
-            .await?,
-    ))
+    Ok(Json(s.gateway.elicitations(&caller, &id).await?))
 }
 
 /// Answer an elicitation.
@@ -58,14 +54,14 @@ pub async fn list_elicitations(
 pub async fn answer_elicitation(
     State(s): State<AppState>,
     caller: Caller,
-    Path((id, request_id)): Path<(String, String)>,
+    Path((id, request_id)): Path<(SessionId, String)>,
     Json(body): Json<ElicitationAnswer>,
 ) -> Result<Json<ElicitationView>, ApiError> {
     Ok(Json(
         s.gateway
             .answer_elicitation(
                 &caller,
-                &SessionId::parse(&id)?,
+                &id,
                 &request_id,
                 body.action,
                 body.content.as_ref(),

@@ -87,11 +87,10 @@ fn with_stream_headers(mut res: Response) -> Response {
 pub async fn session_events(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     headers: HeaderMap,
     Query(p): Query<SessionStreamParams>,
 ) -> Result<Response, ApiError> {
-    let id = SessionId::parse(&id)?;
     let after = cursor(&headers, p.after)?;
     let snapshot = p.snapshot == Some(true);
     let stream = s
@@ -112,10 +111,9 @@ pub async fn session_events(
 pub async fn session_history(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     Query(p): Query<HistoryParams>,
 ) -> Result<Json<HistoryPage>, ApiError> {
-    let id = SessionId::parse(&id)?;
     Ok(Json(
         s.gateway
             .history(&caller, &id, p.after.unwrap_or(0), p.limit.unwrap_or(100))

@@ -170,13 +170,9 @@ pub async fn create_session(
 pub async fn get_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(
-        s.gateway
-            .get_session(&caller, &SessionId::parse(&id)?)
-            .await?,
-    ))
+    Ok(Json(s.gateway.get_session(&caller, &id).await?))
 }
 
 /// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
@@ -191,13 +187,11 @@ pub async fn get_session(
 pub async fn patch_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     Json(body): Json<PatchSession>,
 ) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(
-        s.gateway
-            .patch_session(&caller, &SessionId::parse(&id)?, body.title)
-            .await?,
+        s.gateway.patch_session(&caller, &id, body.title).await?,
     ))
 }
 
@@ -214,11 +208,9 @@ pub async fn patch_session(
 pub async fn delete_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway
-        .delete_session(&caller, &SessionId::parse(&id)?)
-        .await?;
+    s.gateway.delete_session(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -231,11 +223,9 @@ pub async fn delete_session(
 pub async fn session_status(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<StatusView>, ApiError> {
-    Ok(Json(
-        s.gateway.status(&caller, &SessionId::parse(&id)?).await?,
-    ))
+    Ok(Json(s.gateway.status(&caller, &id).await?))
 }
 
 /// Attach a saved session to a pool member (`session/resume`, else `session/load`).
@@ -251,11 +241,9 @@ pub async fn session_status(
 pub async fn resume_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(
-        s.gateway.resume(&caller, &SessionId::parse(&id)?).await?,
-    ))
+    Ok(Json(s.gateway.resume(&caller, &id).await?))
 }
 
 /// Free the agent's resources for a live session (`session/close`); it stays listed.
@@ -269,9 +257,9 @@ pub async fn resume_session(
 pub async fn close_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.close(&caller, &SessionId::parse(&id)?).await?;
+    s.gateway.close(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -291,9 +279,8 @@ pub async fn close_session(
 pub async fn archive_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let id = SessionId::parse(&id)?;
     Ok(Json(s.gateway.set_archived(&caller, &id, true).await?))
 }
 
@@ -309,8 +296,7 @@ pub async fn archive_session(
 pub async fn unarchive_session(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let id = SessionId::parse(&id)?;
     Ok(Json(s.gateway.set_archived(&caller, &id, false).await?))
 }

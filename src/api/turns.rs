@@ -58,11 +58,10 @@ pub struct PermissionAnswer {
 pub async fn prompt(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
     headers: HeaderMap,
     Json(body): Json<PromptBody>,
 ) -> Result<Response, ApiError> {
-    let id = SessionId::parse(&id)?;
     let respond_async = headers
         .get_all("prefer")
         .iter()
@@ -102,9 +101,9 @@ pub async fn prompt(
 pub async fn cancel(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.cancel(&caller, &SessionId::parse(&id)?).await?;
+    s.gateway.cancel(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -117,13 +116,9 @@ pub async fn cancel(
 pub async fn list_permissions(
     State(s): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<Vec<PermissionView>>, ApiError> {
-    Ok(Json(
-        s.gateway
-            .permissions(&caller, &SessionId::parse(&id)?)
-            .await?,
-    ))
+    Ok(Json(s.gateway.permissions(&caller, &id).await?))
 }
 
 /// Answer a permission request with `{optionId}` or `{outcome: "cancelled"}`.
@@ -139,14 +134,14 @@ pub async fn list_permissions(
 pub async fn answer_permission(
     State(s): State<AppState>,
     caller: Caller,
-    Path((id, request_id)): Path<(String, String)>,
+    Path((id, request_id)): Path<(SessionId, String)>,
     Json(body): Json<PermissionAnswer>,
 ) -> Result<Json<PermissionView>, ApiError> {
     Ok(Json(
         s.gateway
             .answer_permission(
                 &caller,
-                &SessionId::parse(&id)?,
+                &id,
                 &request_id,
                 body.option_id,
                 body.outcome.as_deref(),

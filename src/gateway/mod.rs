@@ -13,6 +13,7 @@ mod cache;
 mod caller;
 mod controls;
 mod create;
+mod cursor;
 mod delivery;
 mod elicitations;
 mod error;

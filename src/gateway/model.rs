@@ -1,20 +1,20 @@
 //! Domain types shared by the gateway and the HTTP layer: validated ids and paths, the views
-//! returned to clients, list cursors, and the `session_info_update` merge semantics.
+//! returned to clients (list cursors are `cursor.rs`'s), and the `session_info_update` merge
+//! semantics.
 
 use std::path::{Path, PathBuf};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::Error;
+pub use super::cursor::{decode_cursor, encode_cursor};
 use crate::acp::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::pool::MemberView;
-use crate::store::{ListCursor, ListQuery, SessionRecord};
+use crate::store::SessionRecord;
 
 /// Now, at the store's precision (microseconds).
 pub fn now() -> DateTime<Utc> {
@@ -24,6 +24,14 @@ pub fn now() -> DateTime<Utc> {
 /// A session id from a client: printable ASCII without spaces, 1–256 bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionId(String);
+
+/// Read from a path or a body, an id is checked as [`SessionId::parse`] checks it.
+impl<'de> serde::Deserialize<'de> for SessionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        SessionId::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
 
 impl SessionId {
     pub fn parse(s: &str) -> Result<Self, Error> {
@@ -320,65 +328,6 @@ pub struct StatusView {
     pub activity: Option<Activity>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct CursorData {
-    /// [`ListCursor::snapshot`].
-    n: i64,
-    u: i64,
-    s: String,
-    /// Which query the cursor belongs to: [`query_fingerprint`].
-    q: String,
-}
-
-/// A short digest of a list query's filters: a cursor is only valid for the query it came from.
-fn query_fingerprint(query: &ListQuery) -> String {
-    use sha2::{Digest, Sha256};
-    let filters = json!([
-        query.tenant,
-        query.cwd,
-        query.archived.unwrap_or(false),
-        query.agent
-    ]);
-    let digest = Sha256::digest(filters.to_string().as_bytes());
-    URL_SAFE_NO_PAD.encode(&digest[..9])
-}
-
-/// The opaque list cursor for the page after `next` of `query`.
-pub fn encode_cursor(query: &ListQuery, next: &ListCursor) -> String {
-    let data = CursorData {
-        n: next.snapshot,
-        u: next.updated_at.timestamp_micros(),
-        s: next.session_id.clone(),
-        q: query_fingerprint(query),
-    };
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&data).expect("cursor serialises"))
-}
-
-/// Reads a cursor made by [`encode_cursor`] for the same query; anything else is a 400.
-pub fn decode_cursor(query: &ListQuery, cursor: &str) -> Result<ListCursor, Error> {
-    let bad = || {
-        Error::Malformed("invalid cursor: pass nextCursor from a previous page unchanged".into())
-    };
-    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
-    let data: CursorData = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    if data.q != query_fingerprint(query) {
-        return Err(Error::Malformed(
-            "invalid cursor: it belongs to a listing with other filters (cwd, archived) or \
-             another caller"
-                .into(),
-        ));
-    }
-    let updated_at = DateTime::<Utc>::from_timestamp_micros(data.u).ok_or_else(bad)?;
-    if data.n < 0 {
-        return Err(bad());
-    }
-    Ok(ListCursor {
-        snapshot: data.n,
-        updated_at,
-        session_id: data.s,
-    })
-}
-
 /// Applies a `session_info_update` to a cached row: an absent field is unchanged, `null`
 /// clears it, `_meta` merges recursively with `null` deleting a key. `updatedAt` is taken from
 /// the update when valid, else set to `now` (the update itself is activity).
@@ -559,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn ids_paths_and_cursors() {
+    fn ids_and_paths() {
         assert!(SessionId::parse("sess_abc-123").is_ok());
         assert!(SessionId::parse("").is_err());
         assert!(SessionId::parse("has space").is_err());
@@ -570,29 +519,5 @@ mod tests {
         for bad in ["rel/p", "/a/../b", "/a/./b", "/a//b", "/a/", "/a\0b", ""] {
             assert!(validate_abs_path("cwd", bad).is_err(), "{bad:?}");
         }
-        let at = now();
-        let query = ListQuery {
-            cwd: Some("/w".into()),
-            ..ListQuery::default()
-        };
-        let next = ListCursor {
-            snapshot: 7,
-            updated_at: at,
-            session_id: "sess_1".into(),
-        };
-        let c = encode_cursor(&query, &next);
-        assert_eq!(decode_cursor(&query, &c).unwrap(), next);
-        assert!(decode_cursor(&query, "garbage!").is_err());
-        assert!(decode_cursor(&query, &URL_SAFE_NO_PAD.encode(b"{}")).is_err());
-        let other_cwd = ListQuery {
-            cwd: Some("/x".into()),
-            ..ListQuery::default()
-        };
-        assert!(decode_cursor(&other_cwd, &c).is_err());
-        let other_tenant = ListQuery {
-            tenant: Some("bob".into()),
-            ..query.clone()
-        };
-        assert!(decode_cursor(&other_tenant, &c).is_err());
     }
 }
