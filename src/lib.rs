@@ -71,7 +71,10 @@ pub fn app(
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn(api::restore_surrogates))
-        .layer(axum::middleware::from_fn_with_state(gateway.clone(), api::forward::forward))
+        .layer(axum::middleware::from_fn_with_state(
+            api::forward::Forwarder::new(gateway.clone()),
+            api::forward::forward,
+        ))
         .with_state(api::AppState { gateway })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(

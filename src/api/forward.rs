@@ -36,14 +36,32 @@ fn session_of(path: &str) -> Option<&str> {
     (!id.is_empty() && !served_from_the_log).then_some(id)
 }
 
+/// What forwarding needs: the service (who holds a session) and the HTTP client that reaches
+/// the other replicas.
+#[derive(Clone)]
+pub struct Forwarder {
+    gateway: Gateway,
+    client: reqwest::Client,
+}
+
+impl Forwarder {
+    pub fn new(gateway: Gateway) -> Self {
+        Forwarder {
+            gateway,
+            client: reqwest::Client::new(),
+        }
+    }
+}
+
 /// Middleware: forwards to the owning replica, else serves here.
-pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -> Response {
+pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Next) -> Response {
+    let gateway = &forwarder.gateway;
     if req.headers().contains_key(&FORWARDED) {
         return next.run(req).await;
     }
     if req.method() == Method::POST && req.uri().path() == "/sessions" {
         return match gateway.place_elsewhere() {
-            Some(replica) => proxy(&gateway, &replica, req)
+            Some(replica) => proxy(&forwarder, &replica, req)
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
             None => next.run(req).await,
@@ -53,7 +71,7 @@ pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -
         return next.run(req).await;
     };
     match gateway.owner_elsewhere(id).await {
-        Ok(Some(owner)) => proxy(&gateway, &owner, req)
+        Ok(Some(owner)) => proxy(&forwarder, &owner, req)
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Ok(None) => next.run(req).await,
@@ -62,7 +80,7 @@ pub async fn forward(State(gateway): State<Gateway>, req: Request, next: Next) -
 }
 
 /// Sends `req` to `owner` and streams its answer back.
-async fn proxy(gateway: &Gateway, owner: &str, req: Request) -> Result<Response, ApiError> {
+async fn proxy(forwarder: &Forwarder, owner: &str, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     // Read as an extractor would, so that the configured body limit applies.
     let body = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
@@ -90,8 +108,8 @@ async fn proxy(gateway: &Gateway, owner: &str, req: Request) -> Result<Response,
             "the gateway replica holding this session cannot be reached; retry shortly".into(),
         ))
     };
-    let answer = gateway
-        .forwarder()
+    let answer = forwarder
+        .client
         .request(parts.method, &target)
         .headers(headers)
         .body(body)

@@ -114,8 +114,6 @@ pub(crate) struct Inner {
     store: Arc<dyn Store>,
     hub: Arc<EventHub>,
     cluster: Cluster,
-    /// Forwards requests to the replica holding a session.
-    forwarder: reqwest::Client,
     /// The sessions this replica holds live or is working on.
     live: live::LiveTable,
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
@@ -161,7 +159,6 @@ impl Gateway {
             store,
             hub,
             cluster,
-            forwarder: reqwest::Client::new(),
             live: live::LiveTable::default(),
             replaying: Default::default(),
             state_dirty: Default::default(),

@@ -78,11 +78,6 @@ impl Gateway {
         let here = i64::try_from(self.inner.live.live_count()).unwrap_or(i64::MAX);
         self.inner.cluster.place_elsewhere(here)
     }
-
-    /// The HTTP client that forwards requests to other replicas.
-    pub fn forwarder(&self) -> &reqwest::Client {
-        &self.inner.forwarder
-    }
 }
 
 impl Inner {
