@@ -5,13 +5,14 @@
 //! value the agent did not offer is 422 before the agent is asked. What the agent answers is
 //! logged (`state_changed`), so the state moves even when the agent sends no update.
 
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Map, Value, json};
 
 use super::live::Busy;
 use super::model::SessionId;
 use super::state::{StateAt, select_values};
 use super::{Caller, Error, Gateway};
-use crate::pool::client::AgentClient;
+use crate::pool::client::{AgentClient, SESSION_SET_MODEL};
 
 /// What `POST /sessions` sets before it answers, in this order: mode, model, then each option.
 #[derive(Debug, Default)]
@@ -164,11 +165,11 @@ impl Gateway {
         }
         let (source, result) = match category {
             "mode" => (
-                "session/set_mode",
+                AGENT_METHOD_NAMES.session_set_mode,
                 agent.set_mode(session_id, wanted).await?,
             ),
             _ => (
-                "session/set_model",
+                SESSION_SET_MODEL,
                 agent.set_model(session_id, wanted).await?,
             ),
         };
@@ -197,8 +198,13 @@ impl Gateway {
         change.insert("configId".into(), config_id.into());
         change.insert("value".into(), value.clone());
         let result = json!({"configOptions": result.get("configOptions").filter(|o| o.is_array())});
-        self.note_change(session_id, "session/set_config_option", &result, change)
-            .await
+        self.note_change(
+            session_id,
+            AGENT_METHOD_NAMES.session_set_config_option,
+            &result,
+            change,
+        )
+        .await
     }
 }
 

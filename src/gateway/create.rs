@@ -2,6 +2,7 @@
 //! `POST /sessions/{id}/fork` (`session/fork`). Both record the session, announce it and log
 //! what the agent's answer says of its state.
 
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
 
 use super::controls::Settings;
@@ -94,7 +95,7 @@ impl Gateway {
         let from = self.record(caller, parent).await?;
         self.agent_named(&from.agent)?;
         if !self.caps(&from.agent).fork {
-            let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_fork;
+            let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
         let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
@@ -219,8 +220,8 @@ impl Gateway {
             .lifecycle(&record, "session_created", json!({"session": view}))
             .await;
         let source = match how {
-            Start::New => "session/new",
-            Start::Fork(_) => "session/fork",
+            Start::New => AGENT_METHOD_NAMES.session_new,
+            Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
         };
         self.note_state(&record.session_id, source, &result).await?;
         Ok(record)

@@ -20,6 +20,9 @@ use serde_json::value::RawValue;
 use crate::acp::caps::Capabilities;
 use crate::acp::{CallError, Connection, PendingCall, RpcError};
 
+/// `session/set_model`, which the schema crate names only with an unstable feature.
+pub const SESSION_SET_MODEL: &str = "session/set_model";
+
 /// `session/new` params. Not the schema crate's type: `mcpServers` are passed through as the
 /// client sent them, shapes the gateway does not know included.
 #[derive(Serialize)]
@@ -171,13 +174,13 @@ impl AgentClient {
             .await
     }
 
-    /// `session/set_model` (an older, unstable method some agents still answer).
+    /// [`SESSION_SET_MODEL`] (an older, unstable method some agents still answer).
     pub async fn set_model(&self, session_id: &str, model_id: &str) -> Result<Value, CallError> {
         let params = SetterParams {
             model_id: Some(model_id),
             ..SetterParams::of(session_id)
         };
-        self.control("session/set_model", &params).await
+        self.control(SESSION_SET_MODEL, &params).await
     }
 
     /// `session/set_config_option`; the agent answers the whole option list.

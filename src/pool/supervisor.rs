@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -327,11 +328,12 @@ async fn dispatch(
         Inbound::Request { id, method, params } => {
             let request = Incoming::new(conn.clone(), id);
             let handler = handler.clone();
+            let names = &CLIENT_METHOD_NAMES;
             match method.as_str() {
-                "session/request_permission" => {
+                m if m == names.session_request_permission => {
                     handler.on_permission_request(member, request, params).await
                 }
-                "elicitation/create" => {
+                m if m == names.elicitation_create => {
                     handler
                         .on_elicitation_request(member, request, params)
                         .await
