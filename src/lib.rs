@@ -139,16 +139,16 @@ pub async fn run(
         keys,
         cors,
         workspace_roots,
+        database,
     } = settings;
     // Before anything records a metric.
     telemetry::handle();
     let mcp_servers = config.access.mcp_servers(keys.is_some());
     // Until `run` returns (or the process ends): one gateway per SQLite file.
-    let _replica = store::lock_single_replica(&config.database_url)?;
-    let store::Database { store, replicas } =
-        store::connect(&config.database_url, cluster::replica_id())
-            .await
-            .context("opening the database")?;
+    let _replica = store::lock_single_replica(&database)?;
+    let store::Database { store, replicas } = store::open(&database, cluster::replica_id())
+        .await
+        .context("opening the database")?;
     let stop = CancellationToken::new();
     let retention = Retention {
         max_events: (config.retention_events > 0).then_some(config.retention_events),

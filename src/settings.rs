@@ -1,6 +1,6 @@
 //! The configuration read and checked once, at start: the agents, the API keys (the keys file
-//! is read here), the listen address against the keys, the CORS layer and the workspace roots
-//! (resolved on disk). [`Settings::load`] is the only place that reads the files the flags
+//! is read here), the listen address against the keys, the CORS layer, the workspace roots
+//! (resolved on disk) and the database URL. [`Settings::load`] is the only place that reads the files the flags
 //! name; [`run`](crate::run) takes the result and reads no flag again.
 
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::api::auth::Keys;
 use crate::config::{AgentSpec, Config};
+use crate::store::DatabaseUrl;
 
 /// The configuration, checked, with what its flags name read.
 pub struct Settings {
@@ -27,6 +28,8 @@ pub struct Settings {
     pub cors: Option<CorsLayer>,
     /// `--workspace-root`, canonicalised.
     pub workspace_roots: Vec<PathBuf>,
+    /// `--database-url`, read.
+    pub database: DatabaseUrl,
 }
 
 impl Settings {
@@ -43,6 +46,8 @@ impl Settings {
         }
         let cors = cors(&config.cors_origins)?;
         let workspace_roots = workspace_roots(&config)?;
+        let database = DatabaseUrl::parse(&config.database_url)
+            .with_context(|| format!("--database-url {}", redacted(&config.database_url)))?;
         Ok(Settings {
             config,
             agents,
@@ -50,6 +55,7 @@ impl Settings {
             keys,
             cors,
             workspace_roots,
+            database,
         })
     }
 }
@@ -116,4 +122,15 @@ fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
             Ok(real)
         })
         .collect()
+}
+
+/// A database URL for a message: its password, if any, hidden.
+fn redacted(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -544,17 +544,40 @@ pub enum Appended {
     Lost,
 }
 
-fn is_postgres(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
+/// A database named by a URL, read once: `postgres://…` or `postgresql://…` for PostgreSQL;
+/// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite (created when missing),
+/// `sqlite::memory:` for a private in-memory one.
+#[derive(Debug, Clone)]
+pub enum DatabaseUrl {
+    Postgres(String),
+    Sqlite {
+        options: Box<sqlx::sqlite::SqliteConnectOptions>,
+        in_memory: bool,
+    },
 }
 
-/// For a gateway about to serve `url`: on SQLite, the lock that keeps a second gateway off the
-/// same file (see [`ReplicaLock`]); PostgreSQL takes any number of replicas.
-pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
-    if is_postgres(url) {
-        return Ok(None);
+impl DatabaseUrl {
+    pub fn parse(url: &str) -> StoreResult<DatabaseUrl> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DatabaseUrl::Postgres(url.to_owned()));
+        }
+        let (options, in_memory) = sqlite::parse_url(url)?;
+        Ok(DatabaseUrl::Sqlite {
+            options: Box::new(options),
+            in_memory,
+        })
     }
-    sqlite::lock_single_replica(url)
+}
+
+/// For a gateway about to serve `database`: on SQLite, the lock that keeps a second gateway off
+/// the same file (see [`ReplicaLock`]); PostgreSQL takes any number of replicas.
+pub fn lock_single_replica(database: &DatabaseUrl) -> anyhow::Result<Option<ReplicaLock>> {
+    match database {
+        DatabaseUrl::Postgres(_) => Ok(None),
+        DatabaseUrl::Sqlite { options, in_memory } => {
+            sqlite::lock_single_replica(options, *in_memory)
+        }
+    }
 }
 
 /// A database opened by [`connect`]: its store, and how it records the gateway processes that
@@ -565,22 +588,29 @@ pub struct Database {
     pub replicas: Replicas,
 }
 
-/// Opens the database named by `url` and applies its migrations: `postgres://…` or
-/// `postgresql://…` for PostgreSQL; `sqlite:PATH`, `sqlite://PATH` or a plain file path for
-/// SQLite (the file is created when missing). `replica_id` is the id of the gateway replica
-/// the store serves (see [`PgStore::connect`]).
+/// Opens the database named by `url` and applies its migrations (see [`DatabaseUrl`] and
+/// [`open`]).
 pub async fn connect(url: &str, replica_id: &str) -> StoreResult<Database> {
-    if is_postgres(url) {
-        let db = Arc::new(PgStore::connect(url, replica_id).await?);
-        Ok(Database {
-            store: db.clone(),
-            replicas: Replicas::Shared(db),
-        })
-    } else {
-        let db = Arc::new(SqliteStore::connect(url).await?);
-        Ok(Database {
-            store: db.clone(),
-            replicas: Replicas::Alone(db),
-        })
+    open(&DatabaseUrl::parse(url)?, replica_id).await
+}
+
+/// Opens `database` and applies its migrations. `replica_id` is the id of the gateway replica
+/// the store serves (see [`PgStore::connect`]).
+pub async fn open(database: &DatabaseUrl, replica_id: &str) -> StoreResult<Database> {
+    match database {
+        DatabaseUrl::Postgres(url) => {
+            let db = Arc::new(PgStore::connect(url, replica_id).await?);
+            Ok(Database {
+                store: db.clone(),
+                replicas: Replicas::Shared(db),
+            })
+        }
+        DatabaseUrl::Sqlite { options, in_memory } => {
+            let db = Arc::new(SqliteStore::open((**options).clone(), *in_memory).await?);
+            Ok(Database {
+                store: db.clone(),
+                replicas: Replicas::Alone(db),
+            })
+        }
     }
 }

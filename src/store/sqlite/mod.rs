@@ -69,6 +69,11 @@ impl SqliteStore {
     /// in-memory database, or a plain file path (taken literally).
     pub async fn connect(url: &str) -> StoreResult<Self> {
         let (options, in_memory) = parse_url(url)?;
+        Self::open(options, in_memory).await
+    }
+
+    /// Opens the database `options` name, as [`SqliteStore::connect`] does its URL's.
+    pub(crate) async fn open(options: SqliteConnectOptions, in_memory: bool) -> StoreResult<Self> {
         let options = options
             .create_if_missing(true)
             .foreign_keys(true)
@@ -127,7 +132,7 @@ fn pool_options() -> SqlitePoolOptions {
 }
 
 /// Connect options for `url`, and whether it names an in-memory database.
-fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
+pub(crate) fn parse_url(url: &str) -> StoreResult<(SqliteConnectOptions, bool)> {
     if url == ":memory:" {
         return Ok((SqliteConnectOptions::from_str(url)?, true));
     }

@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{SqliteStore, parse_url};
+use sqlx::sqlite::SqliteConnectOptions;
+
+use super::SqliteStore;
 use crate::store::common::RELEASE_SESSION;
 use crate::store::{HeldSessions, StoreResult};
 
@@ -15,10 +17,12 @@ pub struct ReplicaLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Takes the [`ReplicaLock`] of the SQLite database `url` names (`None` for an in-memory
+/// Takes the [`ReplicaLock`] of the SQLite database `options` name (`None` for an in-memory
 /// database, which no other process can open): an advisory lock on `<database>.gateway-lock`.
-pub fn lock_single_replica(url: &str) -> anyhow::Result<Option<ReplicaLock>> {
-    let (options, in_memory) = parse_url(url)?;
+pub fn lock_single_replica(
+    options: &SqliteConnectOptions,
+    in_memory: bool,
+) -> anyhow::Result<Option<ReplicaLock>> {
     if in_memory {
         return Ok(None);
     }
