@@ -47,8 +47,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("connect", &[]),
     ("telemetry", &[]),
     ("surrogates", &[]),
-    // The configuration read once at start: the API keys (an `api` type) and the flags.
-    ("settings", &["api", "config"]),
+    // The configuration read once at start: the API keys (an `api` type), the flags and the
+    // database URL.
+    ("settings", &["api", "config", "store"]),
 ];
 
 /// Files under `src/` that are crate roots: `lib.rs` wires the layers; `main.rs` is the binary,
