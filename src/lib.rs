@@ -63,9 +63,8 @@ pub fn app(
         max_streams: config.max_streams,
         timeout: Config::secs_or_never(config.request_timeout),
     };
-    let (max_body_bytes, cors_origins) = (config.max_body_bytes, &config.cors_origins);
     let (router, _) = api::router().split_for_parts();
-    let acp = api::acp::Endpoint::new(gateway.clone(), cors_origins, stop);
+    let acp = api::acp::Endpoint::new(gateway.clone(), stop);
     let router = router
         .route(api::acp::PATH, axum::routing::any(api::acp::serve).with_state(acp))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
@@ -76,7 +75,7 @@ pub fn app(
             api::forward::forward,
         ))
         .with_state(api::AppState { gateway })
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());

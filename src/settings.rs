@@ -1,7 +1,7 @@
 //! The configuration read and checked once, at start: the agents, the API keys (the keys file
 //! is read here), the listen address against the keys, the CORS layer, the workspace roots
-//! (resolved on disk) and the database URL. [`Settings::load`] is the only place that reads the files the flags
-//! name; [`run`](crate::run) takes the result and reads no flag again.
+//! (resolved on disk) and the database URL. [`Settings::load`] is the only place that reads
+//! the files the flags name; [`run`](crate::run) takes the result and reads no flag again.
 
 use std::path::PathBuf;
 use std::sync::Arc;

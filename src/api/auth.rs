@@ -82,16 +82,11 @@ fn valid_tenant(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
-/// The `TENANT:KEY` lines of a keys file (blank lines and `#` comments left out).
-fn file_lines(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
+/// The `TENANT:KEY` lines of a keys file's text (blank lines and `#` comments left out).
+fn file_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect())
 }
 
 /// A `TENANT:KEY` (or `*:KEY`) line, checked: the key's digest and caller.
@@ -136,20 +131,28 @@ impl Keys {
             entries: RwLock::default(),
             next_id: Default::default(),
         };
-        keys.load()?;
+        keys.load(keys.read_file()?.as_deref())?;
         Ok(Some(Arc::new(keys)))
     }
 
-    /// Reads the keys anew; a removed key's token is cancelled, a kept key keeps its own.
-    /// Returns how many keys there are and how many were removed.
-    fn load(&self) -> anyhow::Result<(usize, usize)> {
-        let mut lines = self.fixed.clone();
-        if let Some(path) = &self.file {
-            lines.extend(file_lines(path)?);
-        }
-        let parsed = lines
+    /// The keys file's text, read now (`None` without a keys file).
+    fn read_file(&self) -> anyhow::Result<Option<String>> {
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+        };
+        self.file.as_ref().map(read).transpose()
+    }
+
+    /// Sets the keys: the fixed ones and those of `file_text`. A removed key's token is
+    /// cancelled, a kept key keeps its own. Returns how many keys there are and how many were
+    /// removed.
+    fn load(&self, file_text: Option<&str>) -> anyhow::Result<(usize, usize)> {
+        let parsed = self
+            .fixed
             .iter()
-            .map(|l| parse_line(l))
+            .map(String::as_str)
+            .chain(file_text.into_iter().flat_map(file_lines))
+            .map(parse_line)
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut entries = self.entries.write().expect("keys lock");
         let old = entries.clone();
@@ -186,9 +189,10 @@ impl Keys {
         Ok(counts)
     }
 
-    /// Reads the keys again, counted in `/metrics`; a failure keeps the keys as they were.
-    pub fn reload(&self) {
-        match self.load() {
+    /// Sets the keys from the keys file as just `read`, counted in `/metrics`; a failure (to
+    /// read or to parse) keeps the keys as they were.
+    pub fn reload(&self, read: anyhow::Result<Option<String>>) {
+        match read.and_then(|text| self.load(text.as_deref())) {
             Ok((keys, removed)) => {
                 metrics::counter!("acp_gateway_api_key_reloads_total", "result" => "ok")
                     .increment(1);
@@ -215,8 +219,8 @@ impl Keys {
                 None
             }
         };
-        let read = |path: &PathBuf| std::fs::read(path).ok();
-        let mut seen = self.file.as_ref().and_then(read);
+        // Each look reads the file once; a change is loaded from what was read.
+        let mut seen = self.read_file().ok().flatten();
         let mut poll = tokio::time::interval(FILE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -229,14 +233,16 @@ impl Keys {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = hung_up => {
-                    seen = self.file.as_ref().and_then(read);
-                    self.reload();
+                    let read = self.read_file();
+                    seen = read.as_ref().ok().cloned().flatten();
+                    self.reload(read);
                 }
                 _ = poll.tick() => {
-                    let now = self.file.as_ref().and_then(read);
-                    if now != seen {
-                        seen = now;
-                        self.reload();
+                    let read = self.read_file();
+                    let now = read.as_ref().ok().and_then(Option::as_deref);
+                    if now != seen.as_deref() {
+                        seen = now.map(str::to_owned);
+                        self.reload(read);
                     }
                 }
             }
@@ -374,7 +380,7 @@ mod tests {
             entries: RwLock::default(),
             next_id: Default::default(),
         };
-        keys.load().unwrap();
+        keys.load(None).unwrap();
         assert_eq!(
             keys.check("alice-key-0123456789").unwrap().0.tenant,
             "alice"
@@ -413,17 +419,20 @@ mod tests {
             entries: RwLock::default(),
             next_id: Default::default(),
         };
-        keys.load().unwrap();
+        keys.load(keys.read_file().unwrap().as_deref()).unwrap();
         let (_, alice) = keys.check("alice-key-0123456789").unwrap();
         let (_, bob) = keys.check("bob-key-0123456789ab").unwrap();
         std::fs::write(&file, "alice:alice-key-0123456789\n").unwrap();
-        assert_eq!(keys.load().unwrap(), (2, 1));
+        assert_eq!(
+            keys.load(keys.read_file().unwrap().as_deref()).unwrap(),
+            (2, 1)
+        );
         assert!(bob.token.is_cancelled());
         assert!(!alice.token.is_cancelled());
         assert!(keys.check("bob-key-0123456789ab").is_none());
         assert_eq!(keys.check("alice-key-0123456789").unwrap().1.id, alice.id);
         std::fs::write(&file, "alice short\n").unwrap();
-        keys.reload();
+        keys.reload(keys.read_file());
         assert!(
             keys.check("alice-key-0123456789").is_some(),
             "a bad file keeps the keys"

@@ -1,7 +1,8 @@
 //! What every request passes before anything else reads it: the `Host` allow-list that keeps a
 //! web page from driving a gateway on loopback through DNS rebinding, the `Origin` check of
 //! state-changing requests on a gateway without keys (a page may send a form POST to any
-//! address), and no NUL byte in the URL.
+//! address) and of every WebSocket handshake (which CORS does not cover), and no NUL byte in
+//! the URL.
 //!
 //! A rebinding page points a name of its own (`evil.example`) at 127.0.0.1: the browser then
 //! takes the gateway for that site and lets the page read its answers. Its requests still say
@@ -174,8 +175,13 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
         ))
         .into_response();
     }
+    // A WebSocket handshake is not subject to CORS: its origin is checked, keys or not.
+    let websocket = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if guard.check_origin && !safe {
+    if websocket || (guard.check_origin && !safe) {
         let origin = req
             .headers()
             .get(header::ORIGIN)

@@ -139,6 +139,25 @@ impl Gateway {
         Ok(())
     }
 
+    /// `mcpServers` as `--mcp-servers` allows them: with `http`, only servers reached over the
+    /// network (`type` `http` or `sse`); a `stdio` server is a command the agent would run on
+    /// its host for whoever asked.
+    fn check_mcp_servers(&self, servers: &[Value]) -> Result<(), Error> {
+        if self.inner.config.mcp_servers == McpServers::Any {
+            return Ok(());
+        }
+        for server in servers {
+            let kind = server.get("type").and_then(Value::as_str);
+            if !matches!(kind, Some("http" | "sse")) || server.get("command").is_some() {
+                let name = server.get("name").and_then(Value::as_str).unwrap_or("?");
+                return Err(Error::Invalid(format!(
+                    "mcpServers[{name:?}]: only `http` and `sse` MCP servers are allowed here (a `stdio` server is a command run on the gateway's host); --mcp-servers any allows every kind"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Starts the session at the agent and records it: live on the member that started it,
     /// announced with `session_created`, its state logged.
     async fn start_session(
@@ -240,27 +259,6 @@ impl Gateway {
 }
 
 /// ACP's `_meta` is an object.
-impl Gateway {
-    /// `mcpServers` as `--mcp-servers` allows them: with `http`, only servers reached over the
-    /// network (`type` `http` or `sse`); a `stdio` server is a command the agent would run on
-    /// its host for whoever asked.
-    fn check_mcp_servers(&self, servers: &[Value]) -> Result<(), Error> {
-        if self.inner.config.mcp_servers == McpServers::Any {
-            return Ok(());
-        }
-        for server in servers {
-            let kind = server.get("type").and_then(Value::as_str);
-            if !matches!(kind, Some("http" | "sse")) || server.get("command").is_some() {
-                let name = server.get("name").and_then(Value::as_str).unwrap_or("?");
-                return Err(Error::Invalid(format!(
-                    "mcpServers[{name:?}]: only `http` and `sse` MCP servers are allowed here (a `stdio` server is a command run on the gateway's host); --mcp-servers any allows every kind"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
 fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
     match meta {
         Some(m) if !m.is_object() && !m.is_null() => {

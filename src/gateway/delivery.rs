@@ -199,8 +199,9 @@ async fn addresses(config: &WebhookConfig, url: &reqwest::Url) -> Result<Vec<Soc
         })
         .collect();
     match refused {
-        Some(why) if allowed.is_empty() => Err(format!("refused: {host} resolves to {why}")),
-        _ => Ok(allowed),
+        _ if !allowed.is_empty() => Ok(allowed),
+        Some(why) => Err(format!("refused: {host} resolves to {why}")),
+        None => Err(format!("cannot resolve {host}: no address")),
     }
 }
 

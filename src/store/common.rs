@@ -38,9 +38,10 @@ pub(crate) const INSERT_SESSION: &str = concat!(
 pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE agent = ''";
 
 /// What an upsert of session rows does with an id that exists: replaces every column unless
-/// the row is tombstoned or belongs to another tenant or agent (whose session it stays), but `updated_at` only by a later one (a prompt's touch, committed by
-/// the event writer, may land between a sync's read of the row and its write); then answers the
-/// ids written. `$max` is the backend's two-argument maximum.
+/// the row is tombstoned or belongs to another tenant or agent (whose session it stays), but
+/// `updated_at` only by a later one (a prompt's touch, committed by the event writer, may land
+/// between a sync's read of the row and its write); then answers the ids written. `$max` is
+/// the backend's two-argument maximum.
 macro_rules! replace_unless_tombstoned {
     ($max:literal) => {
         concat!(

@@ -325,9 +325,10 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> StoreResult<()>;
 
     /// Writes sessions, each inserted or, if its id exists, is not tombstoned and has the same
-    /// tenant and agent, replacing its row; another row of the id is left as it is. Returns the ids written, in no particular order.
-    /// The ids must differ. A list sync writes the changes of a page in one statement
-    /// (PostgreSQL: any number of rows; SQLite: one per 2,520, its limit on bound parameters).
+    /// tenant and agent, replacing its row; another row of the id is left as it is. Returns the
+    /// ids written, in no particular order. The ids must differ. A list sync writes the changes
+    /// of a page in one statement (PostgreSQL: any number of rows; SQLite: one per 2,520, its
+    /// limit on bound parameters).
     async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>>;
 
     /// Inserts a new session's row; `false` (and nothing changed) when a row of that id exists,

@@ -14,14 +14,13 @@ use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::header;
+use axum::response::Response;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::auth::Revoked;
-use super::error::ApiError;
 use crate::gateway::{Caller, Gateway};
 
 /// The path the endpoint is served at.
@@ -33,9 +32,6 @@ type Transport = (Router, CancellationToken);
 /// Every caller's transport, made when the caller first connects.
 pub struct Endpoint {
     gateway: Gateway,
-    /// `--cors-origin`: the browser origins a WebSocket may be opened from (besides the
-    /// gateway's own).
-    origins: Vec<HeaderValue>,
     /// Each key's transport (by the key's [`Revoked::id`]; `None` without keys).
     servers: Mutex<HashMap<(Caller, Option<u64>), Transport>>,
     /// The gateway's shutdown: the connections' event streams end with it.
@@ -43,10 +39,9 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(gateway: Gateway, origins: &[String], stop: CancellationToken) -> Arc<Self> {
+    pub fn new(gateway: Gateway, stop: CancellationToken) -> Arc<Self> {
         Arc::new(Endpoint {
             gateway,
-            origins: origins.iter().filter_map(|o| o.parse().ok()).collect(),
             servers: Mutex::default(),
             stop,
         })
@@ -80,23 +75,6 @@ impl Endpoint {
             .0
             .clone()
     }
-
-    /// A browser's WebSocket must come from the gateway's own origin or a `--cors-origin` (the
-    /// CORS layer guards the HTTP methods; a WebSocket handshake is not subject to CORS).
-    fn origin_allowed(&self, req: &Request) -> bool {
-        let Some(origin) = req.headers().get(header::ORIGIN) else {
-            return true;
-        };
-        let own = req.headers().get(header::HOST).is_some_and(|host| {
-            let origin = origin.to_str().unwrap_or("");
-            let host = host.to_str().unwrap_or("-");
-            origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"))
-                == Some(host)
-        });
-        own || self.origins.contains(origin)
-    }
 }
 
 /// Every method on `/acp`: the caller's transport answers.
@@ -110,11 +88,8 @@ pub async fn serve(
         .get(header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     if websocket {
-        if !endpoint.origin_allowed(&req) {
-            return ApiError::Forbidden("this origin may not open a WebSocket here".into())
-                .into_response();
-        }
-        // Checked here: the transport itself would refuse every browser origin.
+        // Checked by the guard (`api::guard`): the transport itself would refuse every browser
+        // origin.
         req.headers_mut().remove(header::ORIGIN);
     }
     let revoked = req.extensions().get::<Revoked>().cloned();
