@@ -208,7 +208,6 @@ pub async fn run(
             }
             .to_owned(),
             sync_interval: Config::secs_or_never(config.sync_interval),
-            describe_error: ApiError::problem_json,
             webhooks: webhook_config(&config.webhooks),
             mcp_servers,
         },

@@ -7,28 +7,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::gateway;
 
-/// An RFC 9457 problem document.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"type": "urn:acp-gateway:problem:not-found", "title": "Not found", "status": 404, "detail": "no session sess_nope"}))]
-pub struct Problem {
-    /// Stable identifier of the kind of problem.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Short, human-readable summary of the kind.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What went wrong in this occurrence.
-    pub detail: String,
-    /// The ACP error code, when the agent answered with an error.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent_code: Option<i64>,
-}
+pub use crate::gateway::Problem;
 
 /// Every error a handler can return.
 #[derive(Debug, thiserror::Error)]
@@ -63,98 +45,23 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// The one table: each kind's status, problem type and title.
-    fn parts(&self) -> Parts {
-        use ApiError as A;
-        use gateway::Error as E;
+    /// The HTTP layer's own kinds: each one's status, problem type and title (the service's
+    /// are [`gateway::Error::kind`]).
+    fn kind(&self) -> gateway::problem::Kind {
         match self {
-            A::BadRequest(_) | A::Service(E::Malformed(_)) => {
-                (StatusCode::BAD_REQUEST, "bad-request", "Bad request")
+            ApiError::Service(e) => e.kind(),
+            ApiError::BadRequest(_) => (400, "bad-request", "Bad request"),
+            ApiError::Validation(_) => (422, "validation-failed", "Validation failed"),
+            ApiError::NotFound(_) => (404, "not-found", "Not found"),
+            ApiError::Unauthorized => (401, "unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => (403, "forbidden", "Forbidden"),
+            ApiError::MethodNotAllowed => (405, "method-not-allowed", "Method not allowed"),
+            ApiError::PayloadTooLarge(_) => (413, "payload-too-large", "Payload too large"),
+            ApiError::UnsupportedMediaType(_) => {
+                (415, "unsupported-media-type", "Unsupported media type")
             }
-            A::Validation(_) | A::Service(E::Invalid(_)) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "validation-failed",
-                "Validation failed",
-            ),
-            A::NotFound(_) | A::Service(E::NotFound(_)) => {
-                (StatusCode::NOT_FOUND, "not-found", "Not found")
-            }
-            A::Service(E::Conflict(_)) => (StatusCode::CONFLICT, "conflict", "Conflict"),
-            A::Service(E::NotSupported(_)) => (
-                StatusCode::NOT_IMPLEMENTED,
-                "not-supported-by-agent",
-                "The agent does not support this",
-            ),
-            A::Service(E::NoCapacity(_) | E::NoMember { .. }) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "pool-exhausted",
-                "No agent capacity",
-            ),
-            A::Service(E::HeldElsewhere(_)) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "replica-unavailable",
-                "The gateway replica holding the session is unavailable",
-            ),
-            A::Service(E::AgentAuthRequired(_)) => (
-                StatusCode::BAD_GATEWAY,
-                "agent-auth-required",
-                "The agent requires authentication",
-            ),
-            A::Service(E::Agent { .. }) => {
-                (StatusCode::BAD_GATEWAY, "agent-error", "The agent failed")
-            }
-            A::Service(E::AgentMisbehaved(_)) => (
-                StatusCode::BAD_GATEWAY,
-                "agent-protocol-error",
-                "The agent broke the protocol",
-            ),
-            A::Service(E::AgentGone(_)) => (
-                StatusCode::BAD_GATEWAY,
-                "agent-unavailable",
-                "The agent is unavailable",
-            ),
-            A::Service(E::AgentTimeout(_)) => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "agent-timeout",
-                "The agent did not answer in time",
-            ),
-            A::Service(E::StoreUnavailable(_)) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "The gateway's database is unavailable",
-            ),
-            A::Service(E::Store(_)) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal server error",
-            ),
-            A::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            A::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
-            A::MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method-not-allowed",
-                "Method not allowed",
-            ),
-            A::PayloadTooLarge(_) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Payload too large",
-            ),
-            A::UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-            ),
-            A::TooManyRequests { .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "too-many-requests",
-                "Too many requests",
-            ),
-            A::RequestTimeout => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "request-timeout",
-                "Request timeout",
-            ),
+            ApiError::TooManyRequests { .. } => (429, "too-many-requests", "Too many requests"),
+            ApiError::RequestTimeout => (504, "request-timeout", "Request timeout"),
         }
     }
 
@@ -179,38 +86,12 @@ impl ApiError {
 
     /// The problem document for this error.
     pub fn problem(&self) -> Problem {
-        let (status, kind, title) = self.parts();
-        let detail = match self {
-            // The cause is in the log, never in an answer.
-            ApiError::Service(gateway::Error::Store(_)) => {
-                "an internal error occurred; it has been logged".to_owned()
-            }
-            ApiError::Service(gateway::Error::StoreUnavailable(_)) => {
-                "the gateway's database cannot be reached now; retry later".to_owned()
-            }
-            other => other.to_string(),
-        };
-        Problem {
-            kind: format!("urn:acp-gateway:problem:{kind}"),
-            title: title.to_owned(),
-            status: status.as_u16(),
-            detail,
-            agent_code: match self {
-                ApiError::Service(gateway::Error::Agent { code, .. }) => Some(*code),
-                _ => None,
-            },
+        match self {
+            ApiError::Service(e) => e.problem(),
+            other => Problem::new(other.kind(), other.to_string(), None),
         }
     }
-
-    /// The problem document of a service error, as JSON: what a failed turn's `turn_ended`
-    /// event carries, so that a stream reader sees what the prompt's caller saw.
-    pub fn problem_json(error: gateway::Error) -> serde_json::Value {
-        serde_json::to_value(ApiError::Service(error).problem()).expect("a problem serialises")
-    }
 }
-
-/// A status, the problem type's last segment and its title.
-type Parts = (StatusCode, &'static str, &'static str);
 
 /// An error and its causes, as one line for the log.
 fn chain(e: &dyn std::error::Error) -> String {

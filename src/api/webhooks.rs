@@ -74,7 +74,7 @@ pub async fn create_webhook(
         session_id: body.session_id,
         description: body.description,
     };
-    let view = s.gateway.create_webhook(&caller, new).await?;
+    let view = s.gateway.webhooks().create(&caller, new).await?;
     let location = format!("/webhooks/{}", view.id);
     Ok((
         StatusCode::CREATED,
@@ -90,7 +90,7 @@ pub async fn list_webhooks(
     State(s): State<AppState>,
     caller: Caller,
 ) -> Result<Json<Vec<WebhookView>>, ApiError> {
-    Ok(Json(s.gateway.webhooks(&caller).await?))
+    Ok(Json(s.gateway.webhooks().list(&caller).await?))
 }
 
 /// A subscription.
@@ -105,7 +105,7 @@ pub async fn get_webhook(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<WebhookView>, ApiError> {
-    Ok(Json(s.gateway.webhook(&caller, &id).await?))
+    Ok(Json(s.gateway.webhooks().get(&caller, &id).await?))
 }
 
 /// Change a subscription (URL, events, description, enabled).
@@ -128,7 +128,7 @@ pub async fn patch_webhook(
         description: body.description,
         enabled: body.enabled,
     };
-    Ok(Json(s.gateway.patch_webhook(&caller, &id, patch).await?))
+    Ok(Json(s.gateway.webhooks().patch(&caller, &id, patch).await?))
 }
 
 /// Delete a subscription and its deliveries (idempotent).
@@ -140,7 +140,7 @@ pub async fn delete_webhook(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.delete_webhook(&caller, &id).await?;
+    s.gateway.webhooks().delete(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -156,7 +156,9 @@ pub async fn rotate_secret(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<WebhookView>, ApiError> {
-    Ok(Json(s.gateway.rotate_webhook_secret(&caller, &id).await?))
+    Ok(Json(
+        s.gateway.webhooks().rotate_secret(&caller, &id).await?,
+    ))
 }
 
 /// A subscription's deliveries, newest first.
@@ -175,6 +177,7 @@ pub async fn list_deliveries(
 ) -> Result<Json<DeliveryPage>, ApiError> {
     let page = s
         .gateway
+        .webhooks()
         .deliveries(&caller, &id, p.before, p.limit.unwrap_or(50))
         .await?;
     Ok(Json(page))
@@ -193,6 +196,10 @@ pub async fn retry_delivery(
     caller: Caller,
     Path((id, delivery)): Path<(String, i64)>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let view = s.gateway.retry_delivery(&caller, &id, delivery).await?;
+    let view = s
+        .gateway
+        .webhooks()
+        .retry_delivery(&caller, &id, delivery)
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(view)))
 }

@@ -115,7 +115,7 @@ impl Gateway {
         session_id: &str,
         control: Control<'_>,
     ) -> Result<(), Error> {
-        self.inner.hub.flush().await;
+        self.inner.log.flush().await;
         let state = self.state_of(session_id).await?.state;
         let (category, wanted) = match control {
             Control::Mode(mode) => ("mode", mode),

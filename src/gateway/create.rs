@@ -102,7 +102,7 @@ impl Gateway {
         self.check_dirs(&cwd, &fork.additional_directories).await?;
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
-        self.inner.hub.flush().await;
+        self.inner.log.flush().await;
         let at = self.store().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
             cwd: &cwd,
@@ -115,6 +115,7 @@ impl Gateway {
             .await?;
         let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
         self.inner
+            .log
             .append(&record.session_id, "forked", forked)
             .await;
         self.view_with_state(&record).await
@@ -177,7 +178,7 @@ impl Gateway {
                 },
                 Start::New => self.place(agent_name).await?,
             };
-            let creating = self.inner.creating.read().await;
+            let creating = self.inner.records.creating().await;
             let started = match how {
                 Start::New => agent.new_session(setup).await,
                 Start::Fork(parent) => agent.fork_session(parent, setup).await,
@@ -231,11 +232,12 @@ impl Gateway {
             }
         }
         drop(creating);
-        self.inner.sessions_changed();
+        self.inner.records.sessions_changed();
         self.inner.live.attach(&record, member, &self.agents);
         self.inner.hold(&record.session_id).await;
         let view = self.inner.view(&record);
         self.inner
+            .log
             .lifecycle(&record, "session_created", json!({"session": view}))
             .await;
         let source = match how {
@@ -252,7 +254,7 @@ impl Gateway {
         record: &SessionRecord,
     ) -> Result<SessionView, Error> {
         let mut view = self.inner.view(record);
-        self.inner.hub.flush().await;
+        self.inner.log.flush().await;
         view.state = Some(Box::new(self.state_of(&record.session_id).await?.state));
         Ok(view)
     }

@@ -21,8 +21,8 @@ use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
-use super::Gateway;
 use super::reach;
+use super::webhooks::Webhooks;
 use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
 
 /// Webhook settings.
@@ -48,15 +48,15 @@ const BATCH: i64 = 32;
 /// What is kept of an answer's body.
 const KEPT_BODY: usize = 1024;
 
-impl Gateway {
+impl Webhooks {
     /// Sends deliveries until shutdown.
-    pub(super) async fn deliver_forever(self) {
-        let config = self.inner.config.webhooks.clone();
+    pub(super) async fn deliver_forever(self: std::sync::Arc<Self>) {
+        let config = self.config.clone();
         let mut tick = tokio::time::interval(config.poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = self.inner.stop.cancelled() => return,
+                () = self.stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
             // A batch at a time, until nothing is due.
@@ -80,7 +80,7 @@ impl Gateway {
                     .into_iter()
                     .map(|(d, w)| self.attempt(&config, d, w));
                 tokio::select! {
-                    () = self.inner.stop.cancelled() => return,
+                    () = self.stop.cancelled() => return,
                     _ = futures::future::join_all(attempts) => {}
                 }
                 if !full {
@@ -143,7 +143,7 @@ impl Gateway {
             "delivery {} ({}) failed for {} s; last error: {error}",
             d.id,
             d.message_id,
-            self.inner.config.webhooks.max_age.as_secs()
+            self.config.max_age.as_secs()
         );
         tracing::warn!(webhook = w.id, url = w.url, %reason, "webhook disabled");
         w.enabled = false;
@@ -153,8 +153,7 @@ impl Gateway {
             tracing::warn!(webhook = w.id, error = %e, "a failing webhook could not be disabled");
             return;
         }
-        self.inner
-            .hub
+        self.hub
             .lifecycle(NewLifecycleEvent {
                 session_id: d.session_id.clone(),
                 tenant: w.tenant.clone(),

@@ -22,8 +22,9 @@ use utoipa::ToSchema;
 
 use super::form;
 use super::model::SessionId;
+use super::pending::Requests;
 use super::pending::{Asked, Table};
-use super::{Caller, Error, Gateway, Inner};
+use super::{Caller, Error, Gateway};
 use crate::acp::RpcError;
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
@@ -62,10 +63,6 @@ pub enum ElicitationReply {
     Cancel,
 }
 
-/// The table of elicitations, pending and resolved, each with its requested schema (none in
-/// URL mode).
-pub(super) type Elicitations = Table<ElicitationView>;
-
 impl Asked for ElicitationView {
     type Extra = Option<ElicitationSchema>;
     type Answer = CreateElicitationResponse;
@@ -73,8 +70,8 @@ impl Asked for ElicitationView {
     const REQUESTED: &'static str = "elicitation_requested";
     const RESOLVED: &'static str = "elicitation_resolved";
 
-    fn table(inner: &Inner) -> &Table<Self> {
-        &inner.elicitations
+    fn table(requests: &Requests) -> &Table<Self> {
+        &requests.elicitations
     }
     fn request_id(&self) -> &str {
         &self.request_id
@@ -182,7 +179,8 @@ impl Gateway {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<ElicitationView>, Error> {
-        self.pending_requests(caller, id).await
+        self.record(caller, id).await?;
+        Ok(self.inner.requests.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
@@ -195,14 +193,20 @@ impl Gateway {
         reply: ElicitationReply,
         content: Option<&Value>,
     ) -> Result<ElicitationView, Error> {
-        self.answer_request(caller, id, request_id, |_: &ElicitationView, schema| {
-            answered(schema.as_ref(), reply, content)
-        })
-        .await
+        self.record(caller, id).await?;
+        self.inner
+            .requests
+            .resolve(
+                Some(id.as_str()),
+                request_id,
+                "answered",
+                |_: &ElicitationView, schema| answered(schema.as_ref(), reply, content),
+            )
+            .await
     }
 }
 
-impl Inner {
+impl Requests {
     /// An elicitation from the agent: refused when the gateway cannot serve it, else pending
     /// until answered, or declined now by the policy, or later by the timeout.
     pub(super) async fn elicitation_requested(
@@ -219,7 +223,7 @@ impl Inner {
                 return;
             }
         };
-        let ask = self.config.permission_policy == PermissionPolicy::Ask;
+        let ask = self.policy == PermissionPolicy::Ask;
         let view = ElicitationView {
             request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
             session_id,
@@ -260,14 +264,15 @@ impl Inner {
             return;
         };
         let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "elicitationId": &*id});
-        self.enqueue(&view.session_id, "elicitation_completed", payload)
+        self.log
+            .enqueue(&view.session_id, "elicitation_completed", payload)
             .await;
     }
 
     /// Declines an elicitation still pending (fail closed): nobody answered, or nobody will.
     async fn decline_unanswered(&self, request_id: &str, reason: &str) {
         let _ = self
-            .resolve_request(None, request_id, reason, |_: &ElicitationView, _| {
+            .resolve(None, request_id, reason, |_: &ElicitationView, _| {
                 Ok(decline())
             })
             .await;

@@ -2,12 +2,12 @@
 //! cases that read them (the SSE streams and `GET /sessions/{id}/history`).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa::ToSchema;
 
 use super::model::{SessionId, now};
-use super::{Caller, Error, Gateway, Inner};
-use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord, StoredEvent};
+use super::{Caller, Error, Gateway};
+use crate::store::{Payload, StoredEvent};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -60,7 +60,7 @@ impl Gateway {
             first = Some(crate::events::sse::frame(&event));
             after = Some(at.seq);
         }
-        let rest = self.inner.hub.session_sse(id.as_str(), after).await?;
+        let rest = self.inner.log.hub().session_sse(id.as_str(), after).await?;
         Ok(futures::stream::iter(first).chain(rest))
     }
 
@@ -72,7 +72,8 @@ impl Gateway {
     ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
         Ok(self
             .inner
-            .hub
+            .log
+            .hub()
             .lifecycle_sse(caller.scope().map(str::to_owned), after)
             .await?)
     }
@@ -93,7 +94,7 @@ impl Gateway {
         }
         self.record(caller, id).await?;
         // Events queued before this request (a turn just answered) are read too.
-        self.inner.hub.flush().await;
+        self.inner.log.flush().await;
         let rows = self
             .store()
             .read_events(id.as_str(), after, limit + 1)
@@ -115,64 +116,5 @@ impl Gateway {
             None
         };
         Ok(HistoryPage { events, next_after })
-    }
-}
-
-impl Inner {
-    /// The `session_updated` lifecycle event of a changed cached session.
-    pub(super) async fn updated(&self, r: &SessionRecord) {
-        self.lifecycle(r, "session_updated", json!({"session": self.view(r)}))
-            .await;
-    }
-
-    /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
-    pub(super) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
-        let mut payload = json!({"sessionId": r.session_id, "agent": r.agent});
-        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
-            p.extend(e);
-        }
-        let ev = NewLifecycleEvent {
-            session_id: r.session_id.clone(),
-            tenant: r.tenant.clone(),
-            kind: kind.into(),
-            payload,
-        };
-        self.hub.lifecycle(ev).await;
-    }
-
-    /// Appends to a session's log and waits for the commit.
-    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
-        let event = NewEvent {
-            kind: kind.to_owned(),
-            payload: payload.into(),
-        };
-        // Errors are logged by the writer.
-        let _ = self.hub.append(session_id, event).await;
-    }
-
-    /// Appends without waiting for the store: used on the dispatch loop so that a streaming
-    /// agent is read at the writer's pace, not one commit per update. Order is kept.
-    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
-        let event = NewEvent {
-            kind: kind.to_owned(),
-            payload: payload.into(),
-        };
-        self.hub.enqueue(session_id, event).await;
-    }
-
-    /// As [`Inner::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
-    /// change of the gateway's own, see [`Inner::mark_touched`]).
-    pub(super) async fn enqueue_touching(
-        &self,
-        session_id: &str,
-        kind: &str,
-        payload: impl Into<Payload>,
-    ) {
-        self.mark_touched(session_id);
-        let event = NewEvent {
-            kind: kind.to_owned(),
-            payload: payload.into(),
-        };
-        self.hub.enqueue_touching(session_id, event, now()).await;
     }
 }

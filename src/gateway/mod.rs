@@ -9,7 +9,6 @@
 //! place in the cluster, and `cache` the list pages and the gateway's own changes to cached
 //! sessions.
 
-mod cache;
 mod caller;
 mod controls;
 mod create;
@@ -21,11 +20,14 @@ mod form;
 mod history;
 mod listed;
 mod live;
+mod log;
 pub mod model;
 mod pending;
 mod permissions;
 mod placement;
+pub mod problem;
 pub mod reach;
+mod records;
 mod replicas;
 mod sessions;
 mod state;
@@ -44,11 +46,12 @@ pub use error::Error;
 pub use history::{HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
 pub use permissions::PermissionView;
+pub use problem::Problem;
 pub use sessions::SessionFilter;
 pub use state::{SessionState, StateAt};
 pub use sync::SyncReport;
 pub use system::{NamedAgentView, Stats};
-pub use webhooks::{DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView};
+pub use webhooks::{DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView, Webhooks};
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -92,9 +95,6 @@ pub struct GatewayConfig {
     /// How often the cache is synced with `session/list` after the first sync at start
     /// (`None`: only at start and on `GET /sessions?refresh=true`).
     pub sync_interval: Option<Duration>,
-    /// How a failed turn's error is written into its `turn_ended` event: the API's problem
-    /// document, so that a stream reader sees what the prompt's caller saw.
-    pub describe_error: fn(Error) -> serde_json::Value,
     /// How webhook deliveries are sent.
     pub webhooks: WebhookConfig,
     /// Which `mcpServers` a client may hand the agent.
@@ -109,10 +109,12 @@ pub struct Counters {
     pub member_exits: AtomicU64,
 }
 
-/// The state the use cases share, and what the pool calls back into (see `upstream`).
+/// The parts the use cases share, and what the pool calls back into (see `upstream`).
 pub(crate) struct Inner {
-    store: Arc<dyn Store>,
-    hub: Arc<EventHub>,
+    /// The session records, the list cache and the sync's guards.
+    records: Arc<records::Records>,
+    /// Appends to the logs.
+    log: log::Log,
     cluster: Cluster,
     /// The sessions this replica holds live or is working on.
     live: live::LiveTable,
@@ -121,21 +123,14 @@ pub(crate) struct Inner {
     /// Sessions whose log got a state event since their state snapshot was last stored here
     /// (see `state::refresh_after_turn`).
     state_dirty: std::sync::Mutex<std::collections::HashSet<String>>,
-    permissions: permissions::Permissions,
-    elicitations: elicitations::Elicitations,
+    /// Permission requests and elicitations waiting for a client.
+    requests: Arc<pending::Requests>,
     pub counters: Counters,
     config: GatewayConfig,
     /// Turns, permission and elicitation timers and the idle reaper.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
     stop: CancellationToken,
-    /// One `session/list` sync at a time (held across the sync's awaits on purpose).
-    sync_lock: tokio::sync::Mutex<()>,
-    /// Held shared by a create from `session/new` until its row is stored; a sync takes it
-    /// exclusively (and drops it at once) after listing, so an id the agent listed because
-    /// the gateway just created it is never taken for an upstream session.
-    creating: tokio::sync::RwLock<()>,
-    cache: cache::Cache,
 }
 
 /// The gateway service. Cheap to clone.
@@ -143,6 +138,7 @@ pub(crate) struct Inner {
 pub struct Gateway {
     inner: Arc<Inner>,
     agents: Arc<Agents>,
+    webhooks: Arc<Webhooks>,
 }
 
 impl Gateway {
@@ -155,33 +151,48 @@ impl Gateway {
         agents: Vec<(String, PoolConfig, usize)>,
         config: GatewayConfig,
     ) -> Self {
-        let inner = Arc::new(Inner {
-            store,
+        let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+        let records = Arc::new(records::Records::new(store, hub.clone()));
+        let log = log::Log::new(hub.clone(), records.clone());
+        let requests = Arc::new(pending::Requests::new(
+            config.permission_policy,
+            config.permission_timeout,
+            log.clone(),
+            tasks.clone(),
+            stop.clone(),
+        ));
+        let webhooks = Arc::new(Webhooks::new(
+            records.clone(),
             hub,
+            config.webhooks.clone(),
+            stop.clone(),
+        ));
+        let inner = Arc::new(Inner {
+            records,
+            log,
             cluster,
             live: live::LiveTable::default(),
             replaying: Default::default(),
             state_dirty: Default::default(),
-            permissions: permissions::Permissions::default(),
-            elicitations: elicitations::Elicitations::default(),
+            requests,
             counters: Counters::default(),
             config,
-            tasks: TaskTracker::new(),
-            stop: CancellationToken::new(),
-            sync_lock: tokio::sync::Mutex::new(()),
-            creating: tokio::sync::RwLock::new(()),
-            cache: cache::Cache::default(),
+            tasks,
+            stop,
         });
         let agents = Agents::start(agents, inner.clone());
-        let gateway = Gateway { inner, agents };
+        let gateway = Gateway {
+            inner,
+            agents,
+            webhooks,
+        };
         let tasks = &gateway.inner.tasks;
         let g = gateway.clone();
         let every = gateway.inner.config.sync_interval;
         tasks.spawn(async move { g.sync_forever(every).await });
         let g = gateway.clone();
         tasks.spawn(async move { g.heartbeat_forever().await });
-        let g = gateway.clone();
-        tasks.spawn(g.deliver_forever());
+        tasks.spawn(gateway.webhooks.clone().deliver_forever());
         if let Some(idle) = gateway.inner.config.idle_timeout {
             let g = gateway.clone();
             tasks.spawn(async move { g.reap_idle(idle).await });
@@ -208,7 +219,7 @@ impl Gateway {
     async fn wind_down(&self) {
         let live = self.inner.live.active();
         futures::future::join_all(live.into_iter().map(|id| async move {
-            self.resolve_requests_cancelled(&id).await;
+            self.inner.requests.cancel_session(&id).await;
             if let Some((member, mut done)) = self.running_turn(&id).await {
                 if let Some(agent) = self.client(member) {
                     let _ = agent.cancel(&id).await;
@@ -292,6 +303,11 @@ impl Gateway {
     }
 
     fn store(&self) -> &dyn Store {
-        self.inner.store.as_ref()
+        self.inner.records.store()
+    }
+
+    /// The webhook subscriptions.
+    pub fn webhooks(&self) -> &Webhooks {
+        &self.webhooks
     }
 }

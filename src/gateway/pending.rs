@@ -10,13 +10,20 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::model::SessionId;
-use super::{Caller, Error, Gateway, Inner};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::elicitations::ElicitationView;
+use super::error::Error;
+use super::log::Log;
+use super::permissions::PermissionView;
+use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
 
 /// A kind of request that waits for a client, by the view clients see of one.
@@ -31,8 +38,8 @@ pub(super) trait Asked: Clone + Send + Sync + 'static {
     const REQUESTED: &'static str;
     const RESOLVED: &'static str;
 
-    /// This kind's table in the service.
-    fn table(inner: &Inner) -> &Table<Self>;
+    /// This kind's table.
+    fn table(requests: &Requests) -> &Table<Self>;
     fn request_id(&self) -> &str;
     fn session_id(&self) -> &str;
     fn created_at(&self) -> DateTime<Utc>;
@@ -173,45 +180,46 @@ impl<V: Asked> Table<V> {
     }
 }
 
-impl Gateway {
-    /// The session's pending requests of kind `V`, oldest first.
-    pub(super) async fn pending_requests<V: Asked>(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<Vec<V>, Error> {
-        self.record(caller, id).await?;
-        Ok(V::table(&self.inner).pending_for(id.as_str()))
-    }
-
-    /// A client's answer to a request of the session: `decide` checks it against the request
-    /// and makes the agent's answer.
-    pub(super) async fn answer_request<V: Asked>(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-        request_id: &str,
-        decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
-    ) -> Result<V, Error> {
-        self.record(caller, id).await?;
-        self.inner
-            .resolve_request(Some(id.as_str()), request_id, "answered", decide)
-            .await
-    }
-
-    /// Resolves the session's pending requests as cancelled (before a cancel, close, archive or
-    /// delete, and at shutdown), so that their resolution is logged before the turn's end.
-    pub(super) async fn resolve_requests_cancelled(&self, session_id: &str) {
-        self.inner
-            .cancel_requests::<super::PermissionView>(session_id)
-            .await;
-        self.inner
-            .cancel_requests::<super::ElicitationView>(session_id)
-            .await;
-    }
+/// The requests that wait for a client, of both kinds, and how they are resolved without one.
+pub(super) struct Requests {
+    /// Permission requests, pending and resolved.
+    pub(super) permissions: Table<PermissionView>,
+    /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
+    pub(super) elicitations: Table<ElicitationView>,
+    /// Who answers: a client, or the policy at once.
+    pub(super) policy: PermissionPolicy,
+    /// How long a request waits for a client (`None`: forever).
+    timeout: Option<Duration>,
+    pub(super) log: Log,
+    /// The timers.
+    tasks: TaskTracker,
+    stop: CancellationToken,
 }
 
-impl Inner {
+impl Requests {
+    pub(super) fn new(
+        policy: PermissionPolicy,
+        timeout: Option<Duration>,
+        log: Log,
+        tasks: TaskTracker,
+        stop: CancellationToken,
+    ) -> Self {
+        Requests {
+            permissions: Table::default(),
+            elicitations: Table::default(),
+            policy,
+            timeout,
+            log,
+            tasks,
+            stop,
+        }
+    }
+
+    /// The session's pending requests of kind `V`, oldest first.
+    pub(super) fn pending<V: Asked>(&self, session_id: &str) -> Vec<V> {
+        V::table(self).pending_for(session_id)
+    }
+
     /// Records a new request and logs its `REQUESTED` event.
     pub(super) async fn track<V: Asked>(
         &self,
@@ -222,13 +230,13 @@ impl Inner {
     ) {
         let (session_id, payload) = (view.session_id().to_owned(), view.requested_payload());
         V::table(self).insert(view, member, request, extra);
-        self.append(&session_id, V::REQUESTED, payload).await;
+        self.log.append(&session_id, V::REQUESTED, payload).await;
     }
 
     /// Resolves a request with the answer `decide` makes, logs `RESOLVED` with `reason` and
     /// answers the agent: in this order, so that what the agent does on the answer (end the
     /// turn) is logged after the resolution.
-    pub(super) async fn resolve_request<V: Asked>(
+    pub(super) async fn resolve<V: Asked>(
         &self,
         session_id: Option<&str>,
         request_id: &str,
@@ -243,18 +251,27 @@ impl Inner {
 
     async fn log_resolved<V: Asked>(&self, view: &V, reason: &str) {
         let payload = view.resolved_payload(reason);
-        self.enqueue(view.session_id(), V::RESOLVED, payload).await;
+        self.log
+            .enqueue(view.session_id(), V::RESOLVED, payload)
+            .await;
     }
 
-    async fn cancel_requests<V: Asked>(&self, session_id: &str) {
+    async fn cancel_all<V: Asked>(&self, session_id: &str) {
         for (view, request) in V::table(self).cancel_all(session_id) {
             self.log_resolved(&view, "cancelled").await;
             let _ = request.answer(&V::cancelled()).await;
         }
     }
 
+    /// Resolves the session's pending requests as cancelled (before a cancel, close, archive or
+    /// delete, and at shutdown), so that their resolution is logged before the turn's end.
+    pub(super) async fn cancel_session(&self, session_id: &str) {
+        self.cancel_all::<PermissionView>(session_id).await;
+        self.cancel_all::<ElicitationView>(session_id).await;
+    }
+
     /// A member exited: its requests are gone, the pending ones logged as cancelled.
-    pub(super) async fn drop_member_requests(&self, member: usize) {
+    pub(super) async fn drop_member(&self, member: usize) {
         for view in self.permissions.drop_member(member) {
             self.log_resolved(&view, "cancelled").await;
         }
@@ -270,7 +287,7 @@ impl Inner {
 
     /// When a request made now fails closed (`--permission-timeout`), if it does.
     pub(super) fn deadline(&self) -> Option<DateTime<Utc>> {
-        let after = self.config.permission_timeout?;
+        let after = self.timeout?;
         chrono::Duration::from_std(after)
             .ok()
             .map(|d| super::model::now() + d)
@@ -280,17 +297,17 @@ impl Inner {
     /// stops first.
     pub(super) fn on_timeout<F, Fut>(self: &Arc<Self>, expire: F)
     where
-        F: FnOnce(Arc<Inner>) -> Fut + Send + 'static,
+        F: FnOnce(Arc<Requests>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let Some(after) = self.config.permission_timeout else {
+        let Some(after) = self.timeout else {
             return;
         };
-        let inner = self.clone();
+        let requests = self.clone();
         self.tasks.spawn(async move {
             tokio::select! {
-                _ = tokio::time::sleep(after) => expire(inner).await,
-                _ = inner.stop.cancelled() => {}
+                _ = tokio::time::sleep(after) => expire(requests.clone()).await,
+                _ = requests.stop.cancelled() => {}
             }
         });
     }

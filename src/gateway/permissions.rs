@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::model::SessionId;
+use super::pending::Requests;
 use super::pending::{Asked, Table};
-use super::{Caller, Error, Gateway, Inner};
+use super::{Caller, Error, Gateway};
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
 
@@ -45,9 +46,6 @@ pub struct PermissionView {
     pub outcome: Option<Value>,
 }
 
-/// The table of permission requests, pending and resolved.
-pub(super) type Permissions = Table<PermissionView>;
-
 impl Asked for PermissionView {
     type Extra = ();
     type Answer = RequestPermissionResponse;
@@ -55,8 +53,8 @@ impl Asked for PermissionView {
     const REQUESTED: &'static str = "permission_requested";
     const RESOLVED: &'static str = "permission_resolved";
 
-    fn table(inner: &Inner) -> &Table<Self> {
-        &inner.permissions
+    fn table(requests: &Requests) -> &Table<Self> {
+        &requests.permissions
     }
     fn request_id(&self) -> &str {
         &self.request_id
@@ -139,7 +137,8 @@ impl Gateway {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<PermissionView>, Error> {
-        self.pending_requests(caller, id).await
+        self.record(caller, id).await?;
+        Ok(self.inner.requests.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
@@ -151,14 +150,17 @@ impl Gateway {
         option_id: Option<String>,
         outcome: Option<&str>,
     ) -> Result<PermissionView, Error> {
-        self.answer_request(caller, id, request_id, |view, ()| {
-            answered(view, option_id, outcome)
-        })
-        .await
+        self.record(caller, id).await?;
+        self.inner
+            .requests
+            .resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
+                answered(view, option_id, outcome)
+            })
+            .await
     }
 }
 
-impl Inner {
+impl Requests {
     /// A permission request from the agent: pending until answered, or resolved now by the
     /// policy, or later by the timeout.
     pub(super) async fn permission_requested(
@@ -173,7 +175,7 @@ impl Inner {
             session_id: session_id.to_owned(),
             request: params,
             created_at: super::model::now(),
-            deadline: match self.config.permission_policy {
+            deadline: match self.policy {
                 PermissionPolicy::Ask => self.deadline(),
                 _ => None,
             },
@@ -181,7 +183,7 @@ impl Inner {
         };
         let request_id = view.request_id.clone();
         self.track(view, member, request, ()).await;
-        match self.config.permission_policy {
+        match self.policy {
             PermissionPolicy::Allow => {
                 self.resolve_auto(&request_id, &ALLOW, "policy").await;
             }
@@ -198,7 +200,7 @@ impl Inner {
     /// of the preferred kinds, else `cancelled`.
     async fn resolve_auto(&self, request_id: &str, prefer: &[&str], reason: &str) {
         let _ = self
-            .resolve_request(None, request_id, reason, |view: &PermissionView, ()| {
+            .resolve(None, request_id, reason, |view: &PermissionView, ()| {
                 Ok(match preferred_option(&view.request, prefer) {
                     Some(option) => selected(option),
                     None => PermissionView::cancelled(),

@@ -173,6 +173,7 @@ impl Gateway {
         };
         self.inner.live.attach(record, member, &self.agents);
         self.inner
+            .log
             .lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;
         // A fresh process may say otherwise of its modes and options than the log does.
@@ -241,7 +242,7 @@ impl Gateway {
                 if !self.client(member).is_some_and(|a| a.caps().close) {
                     continue;
                 }
-                if self.inner.awaits_client(&id) {
+                if self.inner.requests.awaits_client(&id) {
                     continue;
                 }
                 let Ok(_claim) = self.claim(&id, Busy::Attaching) else {
@@ -258,6 +259,7 @@ impl Gateway {
                 if let Ok(Some(record)) = self.store().get_session(&id).await {
                     let status = json!({"status": Status::Saved, "reason": "idle"});
                     self.inner
+                        .log
                         .lifecycle(&record, "session_status", status)
                         .await;
                 }

@@ -93,15 +93,15 @@ impl Inner {
         );
         let payload =
             json!({"sessionId": session_id, "member": null, "code": null, "signal": null});
-        self.append(session_id, "agent_exited", payload).await;
-        match self.store.turn_open(session_id).await {
+        self.log.append(session_id, "agent_exited", payload).await;
+        match self.records.store().turn_open(session_id).await {
             Ok(true) => {
                 let gone = Error::AgentGone(
                     "the gateway replica running the turn stopped before it ended".into(),
                 );
-                let error = (self.config.describe_error)(gone);
+                let error = gone.problem_json();
                 let payload = json!({"sessionId": session_id, "error": error});
-                self.append(session_id, "turn_ended", payload).await;
+                self.log.append(session_id, "turn_ended", payload).await;
             }
             Ok(false) => {}
             Err(e) => {

@@ -10,7 +10,7 @@ use super::model::{
 };
 use super::{Caller, Error, Gateway, Inner};
 use crate::acp::CallError;
-use crate::store::{ListQuery, SessionRecord};
+use crate::store::{ListQuery, SessionMutation, SessionRecord, StoreResult};
 
 /// Which sessions `GET /sessions` lists.
 #[derive(Debug, Default)]
@@ -74,7 +74,7 @@ impl Gateway {
             .as_deref()
             .map(|c| decode_cursor(&query, c))
             .transpose()?;
-        let page = self.inner.list_page(&query, fresh).await?;
+        let page = self.inner.records.list_page(&query, fresh).await?;
         Ok(page.render(|id| self.inner.status_of(id)))
     }
 
@@ -140,7 +140,7 @@ impl Gateway {
             self.agent_named(&agent_name)?;
         }
         let caps = self.caps(&agent_name);
-        self.resolve_requests_cancelled(id.as_str()).await;
+        self.inner.requests.cancel_session(id.as_str()).await;
         let live = self.detach(id.as_str()).await.and_then(|m| self.client(m));
         if let Some(agent) = live {
             if caps.close {
@@ -158,14 +158,18 @@ impl Gateway {
             .store()
             .tombstone_session(id.as_str(), tenant, now())
             .await?;
-        self.inner.sessions_changed();
+        self.inner.records.sessions_changed();
         if tombstoned {
             let payload = json!({"sessionId": id.as_str()});
             self.inner
+                .log
                 .append(id.as_str(), "session_deleted", payload)
                 .await;
             if let Some(r) = &existing {
-                self.inner.lifecycle(r, "session_deleted", json!({})).await;
+                self.inner
+                    .log
+                    .lifecycle(r, "session_deleted", json!({}))
+                    .await;
             }
         }
         if caps.delete {
@@ -253,12 +257,13 @@ impl Gateway {
         }
         // Pending permission requests and elicitations are answered first, so that their
         // `*_resolved` comes before the `turn_ended` that closing causes.
-        self.resolve_requests_cancelled(id.as_str()).await;
+        self.inner.requests.cancel_session(id.as_str()).await;
         if let Some(agent) = self.client(member) {
             agent.close_session(id.as_str()).await?;
         }
         self.detach(id.as_str()).await;
         self.inner
+            .log
             .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
             .await;
         Ok(())
@@ -281,7 +286,7 @@ impl Gateway {
         let caps = self.caps(&record.agent);
         let live = self.client_if_live(id.as_str());
         if archived && live.is_some() {
-            self.resolve_requests_cancelled(id.as_str()).await;
+            self.inner.requests.cancel_session(id.as_str()).await;
         }
         if caps.archive {
             let agent = self.client_for(&record).await?;
@@ -298,6 +303,7 @@ impl Gateway {
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
         if freed {
             self.inner
+                .log
                 .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
                 .await;
         }
@@ -318,14 +324,35 @@ impl Inner {
         owner_ok: impl FnOnce(&str) -> bool,
     ) -> (Status, Option<Activity>) {
         self.live.status_if_owner(session_id, owner_ok, || {
-            if self.permissions.has_pending(session_id) {
+            if self.requests.permissions.has_pending(session_id) {
                 Some(Activity::AwaitingPermission)
-            } else if self.elicitations.has_pending(session_id) {
+            } else if self.requests.elicitations.has_pending(session_id) {
                 Some(Activity::AwaitingInput)
             } else {
                 None
             }
         })
+    }
+
+    /// Changes a cached session on the gateway's own authority (see
+    /// [`super::records::Records::update_cached`]); a live session learns its new record.
+    pub(super) async fn update_cached(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let updated = self.records.update_cached(session_id, mutate).await;
+        if let Ok(Some(r)) = &updated {
+            self.live.record_changed(r);
+        }
+        updated
+    }
+
+    /// The `session_updated` lifecycle event of a changed cached session.
+    pub(super) async fn updated(&self, r: &SessionRecord) {
+        self.log
+            .lifecycle(r, "session_updated", json!({"session": self.view(r)}))
+            .await;
     }
 
     pub(super) fn view(&self, r: &SessionRecord) -> SessionView {

@@ -294,7 +294,7 @@ impl Gateway {
         }
         let (this, id) = (self.clone(), session_id.to_owned());
         self.inner.tasks.spawn(async move {
-            this.inner.hub.flush().await;
+            this.inner.log.flush().await;
             if let Err(e) = this.state_of(&id).await {
                 tracing::warn!(session = id, error = %e, "cannot store the state snapshot");
             }
@@ -332,12 +332,15 @@ impl Gateway {
         change.insert("sessionId".into(), session_id.into());
         change.insert("source".into(), source.into());
         let change = Value::Object(change);
-        self.inner.hub.flush().await;
+        self.inner.log.flush().await;
         let now = self.state_of(session_id).await?.state;
         let mut next = now.clone();
         next.apply(STATE_CHANGED, &change);
         if next != now {
-            self.inner.append(session_id, STATE_CHANGED, change).await;
+            self.inner
+                .log
+                .append(session_id, STATE_CHANGED, change)
+                .await;
         }
         Ok(())
     }

@@ -15,7 +15,6 @@
 //! it reads this one, while the previous page is compared.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -101,10 +100,10 @@ impl Gateway {
         if !self.caps(agent).list {
             return Ok(SyncReport::default());
         }
-        let _one_at_a_time = self.inner.sync_lock.lock().await;
+        let _one_at_a_time = self.inner.records.one_sync().await;
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
-        let since = self.inner.cache.touches.load(Ordering::SeqCst);
+        let since = self.inner.records.touches();
         let mut report = SyncReport::default();
         // The listing is read and checked by a task of its own, up to PAGES_AHEAD pages ahead
         // of the one compared here (while the digests are read, at first): parsing and
@@ -121,7 +120,7 @@ impl Gateway {
             let page = page?;
             // Creates that were under way while the agent listed the page have stored their
             // rows now.
-            drop(self.inner.creating.write().await);
+            self.inner.records.creates_stored().await;
             report.listed += page.len();
             // What is listed as a sync last wrote it needs nothing; an id listed twice (pages
             // shift while sessions change) is looked at once.
@@ -142,7 +141,9 @@ impl Gateway {
             .missing(self.store())
             .await?
             .into_iter()
-            .filter(|id| self.inner.live.member(id).is_none() && !self.touched_since(id, since))
+            .filter(|id| {
+                self.inner.live.member(id).is_none() && !self.inner.records.touched_since(id, since)
+            })
             .collect();
         let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
         for id in missing {
@@ -162,31 +163,11 @@ impl Gateway {
                 }
             }
         }
-        self.inner
-            .cache
-            .touched
-            .lock()
-            .expect("touched lock")
-            .retain(|_, n| *n > since);
+        self.inner.records.forget_touches_up_to(since);
         if report.added + report.updated + report.vanished > 0 {
             tracing::info!(agent, ?report, "synced the session list with the agent");
         }
         Ok(report)
-    }
-
-    fn touched_since(&self, session_id: &str, since: u64) -> bool {
-        let touched = self.inner.cache.touched.lock().expect("touched lock");
-        touched.get(session_id).is_some_and(|n| *n > since)
-    }
-
-    /// `items` without those whose session the gateway has changed on its own authority
-    /// since change `since`: that change is newer than the listing.
-    fn untouched<T>(&self, mut items: Vec<T>, id: impl Fn(&T) -> &str, since: u64) -> Vec<T> {
-        let touched = self.inner.cache.touched.lock().expect("touched lock");
-        if touched.values().any(|n| *n > since) {
-            items.retain(|item| touched.get(id(item)).is_none_or(|n| *n <= since));
-        }
-        items
     }
 
     /// Brings one listed page into the cache: the sessions that are new or may have changed
@@ -199,7 +180,7 @@ impl Gateway {
         at: DateTime<Utc>,
         report: &mut SyncReport,
     ) -> Result<(), Error> {
-        let page = self.untouched(page, |l| &l.session_id, since);
+        let page = self.inner.records.untouched(page, |l| &l.session_id, since);
         let listed: Vec<ListedSession> = page
             .iter()
             .map(|l| ListedSession {
@@ -250,8 +231,11 @@ impl Gateway {
         }
         // A change of the gateway's own noted while the page was compared wins too; one made
         // from here on waits for this write, and comes after it.
-        let writing = self.inner.cache.writes.write().await;
-        let writes = self.untouched(writes, |(r, _)| &r.session_id, since);
+        let writing = self.inner.records.sync_writing().await;
+        let writes = self
+            .inner
+            .records
+            .untouched(writes, |(r, _)| &r.session_id, since);
         if writes.is_empty() {
             return Ok(());
         }
@@ -260,7 +244,7 @@ impl Gateway {
             .store()
             .put_sessions(&records)
             .await
-            .inspect(|_| self.inner.sessions_changed())?
+            .inspect(|_| self.inner.records.sessions_changed())?
             .into_iter()
             .collect();
         drop(writing);
@@ -274,6 +258,7 @@ impl Gateway {
                     report.added += 1;
                     let view = self.inner.view(record);
                     self.inner
+                        .log
                         .lifecycle(record, "session_created", json!({"session": view}))
                         .await;
                 }
@@ -320,11 +305,12 @@ impl Gateway {
             .store()
             .tombstone_session(id, &record.tenant, now())
             .await
-            .inspect(|_| self.inner.sessions_changed())?
+            .inspect(|_| self.inner.records.sessions_changed())?
         {
             return Ok(false);
         }
         self.inner
+            .log
             .append(
                 id,
                 "session_deleted",
@@ -332,6 +318,7 @@ impl Gateway {
             )
             .await;
         self.inner
+            .log
             .lifecycle(
                 record,
                 "session_deleted",

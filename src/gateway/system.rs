@@ -116,7 +116,7 @@ impl Gateway {
                 return Some("the database does not answer in time".to_owned());
             }
         }
-        if self.inner.hub.log_failing() {
+        if self.inner.log.hub().log_failing() {
             return Some("the event log cannot be written; appends are retried".to_owned());
         }
         if self.agents.all().iter().any(|a| a.pool.ready_count() > 0) {
@@ -172,7 +172,7 @@ impl Gateway {
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let replicas = self.inner.cluster.view();
-        let streams = self.inner.hub.streams();
+        let streams = self.inner.log.hub().streams();
         let pools = self.agents.all();
         Stats {
             members: pools.iter().flat_map(|a| a.pool.members()).collect(),
@@ -184,16 +184,16 @@ impl Gateway {
             sessions_live: self.inner.live.live_count(),
             replicas: replicas.len(),
             replicas_live: replicas.iter().filter(|r| r.live).count(),
-            events_appended: self.inner.hub.appended(),
-            event_commits: self.inner.hub.commits(),
+            events_appended: self.inner.log.hub().appended(),
+            event_commits: self.inner.log.hub().commits(),
             sse_open: streams.open.load(Ordering::Relaxed),
             sse_lagged: streams.lagged.load(Ordering::Relaxed),
             sse_closed: streams.closed.load(Ordering::Relaxed),
             turns_started: c.turns_started.load(Ordering::Relaxed),
             turns_failed: c.turns_failed.load(Ordering::Relaxed),
             member_exits: c.member_exits.load(Ordering::Relaxed),
-            permissions_pending: self.inner.permissions.pending_count(),
-            elicitations_pending: self.inner.elicitations.pending_count(),
+            permissions_pending: self.inner.requests.permissions.pending_count(),
+            elicitations_pending: self.inner.requests.elicitations.pending_count(),
         }
     }
 }

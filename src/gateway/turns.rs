@@ -50,6 +50,7 @@ impl Gateway {
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
         self.inner
+            .log
             .enqueue_touching(
                 id.as_str(),
                 "turn_started",
@@ -87,20 +88,20 @@ impl Gateway {
                         .counters
                         .turns_failed
                         .fetch_add(1, Ordering::Relaxed);
-                    let problem = (this.inner.config.describe_error)(e.clone().into());
+                    let problem = Error::from(e.clone()).problem_json();
                     json!({"sessionId": sid, "error": problem})
                 }
             };
             let usage = ended.get("usage").is_some();
-            this.inner.enqueue(&sid, "turn_ended", ended).await;
+            this.inner.log.enqueue(&sid, "turn_ended", ended).await;
             this.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
-            if this.inner.hub.log_failing() {
-                this.inner.hub.stored().await;
+            if this.inner.log.hub().log_failing() {
+                this.inner.log.hub().stored().await;
             }
             outcome
         };
@@ -123,7 +124,7 @@ impl Gateway {
     /// `POST /sessions/{id}/cancel`.
     pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         self.record(caller, id).await?;
-        self.resolve_requests_cancelled(id.as_str()).await;
+        self.inner.requests.cancel_session(id.as_str()).await;
         let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
             return Ok(());
         };

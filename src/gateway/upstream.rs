@@ -38,7 +38,7 @@ impl Inner {
             Some(true) => {
                 let mut payload: Value = serde_json::from_str(params.get()).unwrap_or_default();
                 payload["replay"] = json!(true);
-                self.enqueue(&session_id, &kind, payload).await;
+                self.log.enqueue(&session_id, &kind, payload).await;
                 return;
             }
             None => {}
@@ -50,7 +50,8 @@ impl Inner {
                 .and_then(|mut v| v.get_mut("update").map(Value::take))
                 .unwrap_or(Value::Null)
         });
-        self.enqueue(&session_id, &kind, Payload::from_raw(params))
+        self.log
+            .enqueue(&session_id, &kind, Payload::from_raw(params))
             .await;
         if super::state::STATE_KINDS.contains(&kind.as_str()) {
             self.state_changed_in_turn(&session_id);
@@ -86,14 +87,17 @@ impl UpstreamHandler for Inner {
         if method == CLIENT_METHOD_NAMES.session_update {
             self.on_session_update(params, head).await;
         } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
-            self.elicitation_completed(member, params.get()).await;
+            self.requests
+                .elicitation_completed(member, params.get())
+                .await;
         } else if let Some(session_id) = head
             .session_id
             .filter(|id| method.starts_with('_') && self.live.member(id) == Some(member))
         {
             // An extension notification (`_…`) about a session this member holds: logged and
             // streamed as it came, under its method's name.
-            self.enqueue(&session_id, method, Payload::from_raw(params))
+            self.log
+                .enqueue(&session_id, method, Payload::from_raw(params))
                 .await;
         } else {
             tracing::debug!(member, method, "notification from the agent ignored");
@@ -116,7 +120,9 @@ impl UpstreamHandler for Inner {
                 .await;
             return;
         };
-        self.permission_requested(member, request, &session_id, params)
+        self.requests
+            .clone()
+            .permission_requested(member, request, &session_id, params)
             .await;
     }
 
@@ -126,18 +132,21 @@ impl UpstreamHandler for Inner {
         request: Incoming,
         params: Value,
     ) {
-        self.elicitation_requested(member, request, params).await;
+        self.requests
+            .clone()
+            .elicitation_requested(member, request, params)
+            .await;
     }
 
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {
         self.counters.member_exits.fetch_add(1, Ordering::Relaxed);
         let affected = self.live.drop_member(member);
-        self.drop_member_requests(member).await;
+        self.requests.drop_member(member).await;
         for id in affected {
             let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
             // Queued, not awaited: the member's calls fail and it restarts right after this
             // returns, store outage or not; the queue keeps this before their `turn_ended`.
-            self.enqueue(&id, "agent_exited", payload).await;
+            self.log.enqueue(&id, "agent_exited", payload).await;
             self.release(&id).await;
         }
     }

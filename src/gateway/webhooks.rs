@@ -10,9 +10,16 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::delivery::WebhookConfig;
 use super::model::{SessionId, now};
-use super::{Caller, Error, Gateway, reach};
-use crate::store::{DeliveryRecord, WebhookRecord};
+use super::records::Records;
+use super::{Caller, Error, reach};
+use crate::events::EventHub;
+use crate::store::{DeliveryRecord, Store, WebhookRecord};
 
 /// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
 /// notifications (`_…`).
@@ -231,18 +238,43 @@ fn check_description(description: Option<&str>) -> Result<(), Error> {
     }
 }
 
-impl Gateway {
+/// The webhook subscriptions and the task that delivers their outbox.
+pub struct Webhooks {
+    /// Who may name which session.
+    records: Arc<Records>,
+    /// Where a disabled subscription is announced.
+    pub(super) hub: Arc<EventHub>,
+    pub(super) config: WebhookConfig,
+    /// Ends the delivery task.
+    pub(super) stop: CancellationToken,
+}
+
+impl Webhooks {
+    pub(super) fn new(
+        records: Arc<Records>,
+        hub: Arc<EventHub>,
+        config: WebhookConfig,
+        stop: CancellationToken,
+    ) -> Self {
+        Webhooks {
+            records,
+            hub,
+            config,
+            stop,
+        }
+    }
+
+    pub(super) fn store(&self) -> &dyn Store {
+        self.records.store()
+    }
+
     /// `POST /webhooks`: the subscription, with its secret (shown only here and at rotation).
-    pub async fn create_webhook(
-        &self,
-        caller: &Caller,
-        new: NewWebhook,
-    ) -> Result<WebhookView, Error> {
-        check_url(&new.url, self.inner.config.webhooks.allowed)?;
+    pub async fn create(&self, caller: &Caller, new: NewWebhook) -> Result<WebhookView, Error> {
+        check_url(&new.url, self.config.allowed)?;
         check_events(&new.events)?;
         check_description(new.description.as_deref())?;
         if let Some(id) = &new.session_id {
-            self.record(caller, &SessionId::parse(id)?).await?;
+            self.records.get(caller, &SessionId::parse(id)?).await?;
         }
         let at = now();
         let record = WebhookRecord {
@@ -264,7 +296,7 @@ impl Gateway {
     }
 
     /// `GET /webhooks`: the caller's (every tenant's for an admin).
-    pub async fn webhooks(&self, caller: &Caller) -> Result<Vec<WebhookView>, Error> {
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<WebhookView>, Error> {
         let all = self.store().list_webhooks(caller.scope()).await?;
         Ok(all.iter().map(|w| WebhookView::of(w, false)).collect())
     }
@@ -278,7 +310,7 @@ impl Gateway {
     }
 
     /// `GET /webhooks/{id}`.
-    pub async fn webhook(&self, caller: &Caller, id: &str) -> Result<WebhookView, Error> {
+    pub async fn get(&self, caller: &Caller, id: &str) -> Result<WebhookView, Error> {
         Ok(WebhookView::of(
             &self.webhook_record(caller, id).await?,
             false,
@@ -287,7 +319,7 @@ impl Gateway {
 
     /// `PATCH /webhooks/{id}`: enabling it again clears why it was disabled; its pending
     /// deliveries then go out.
-    pub async fn patch_webhook(
+    pub async fn patch(
         &self,
         caller: &Caller,
         id: &str,
@@ -295,7 +327,7 @@ impl Gateway {
     ) -> Result<WebhookView, Error> {
         let mut w = self.webhook_record(caller, id).await?;
         if let Some(url) = patch.url {
-            check_url(&url, self.inner.config.webhooks.allowed)?;
+            check_url(&url, self.config.allowed)?;
             w.url = url;
         }
         if let Some(events) = patch.events {
@@ -324,7 +356,7 @@ impl Gateway {
     }
 
     /// `DELETE /webhooks/{id}`: with its deliveries; idempotent.
-    pub async fn delete_webhook(&self, caller: &Caller, id: &str) -> Result<(), Error> {
+    pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), Error> {
         match self.webhook_record(caller, id).await {
             Ok(_) => {
                 self.store().delete_webhook(id).await?;
@@ -336,11 +368,7 @@ impl Gateway {
     }
 
     /// `POST /webhooks/{id}/rotate-secret`: the new secret signs every attempt from now on.
-    pub async fn rotate_webhook_secret(
-        &self,
-        caller: &Caller,
-        id: &str,
-    ) -> Result<WebhookView, Error> {
+    pub async fn rotate_secret(&self, caller: &Caller, id: &str) -> Result<WebhookView, Error> {
         let mut w = self.webhook_record(caller, id).await?;
         w.secret = new_secret();
         w.updated_at = now();

@@ -1,0 +1,82 @@
+//! What the service appends to a session's log and to the lifecycle log, through the event
+//! hub: waiting for the commit, or queued at the writer's pace.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::model::now;
+use super::records::Records;
+use crate::events::EventHub;
+use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
+
+/// The logs, as the service writes them.
+#[derive(Clone)]
+pub(super) struct Log {
+    hub: Arc<EventHub>,
+    /// Where an append that touches a session notes it.
+    records: Arc<Records>,
+}
+
+fn event(kind: &str, payload: impl Into<Payload>) -> NewEvent {
+    NewEvent {
+        kind: kind.to_owned(),
+        payload: payload.into(),
+    }
+}
+
+impl Log {
+    pub(super) fn new(hub: Arc<EventHub>, records: Arc<Records>) -> Self {
+        Log { hub, records }
+    }
+
+    /// The hub, for its streams and numbers.
+    pub(super) fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
+    /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
+    pub(super) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
+        let mut payload = json!({"sessionId": r.session_id, "agent": r.agent});
+        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
+            p.extend(e);
+        }
+        let ev = NewLifecycleEvent {
+            session_id: r.session_id.clone(),
+            tenant: r.tenant.clone(),
+            kind: kind.into(),
+            payload,
+        };
+        self.hub.lifecycle(ev).await;
+    }
+
+    /// Appends to a session's log and waits for the commit.
+    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
+        // Errors are logged by the writer.
+        let _ = self.hub.append(session_id, event(kind, payload)).await;
+    }
+
+    /// Appends without waiting for the store: used on the dispatch loop so that a streaming
+    /// agent is read at the writer's pace, not one commit per update. Order is kept.
+    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
+        self.hub.enqueue(session_id, event(kind, payload)).await;
+    }
+
+    /// As [`Log::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
+    /// change of the gateway's own, see [`Records::mark_touched`]).
+    pub(super) async fn enqueue_touching(
+        &self,
+        session_id: &str,
+        kind: &str,
+        payload: impl Into<Payload>,
+    ) {
+        self.records.mark_touched(session_id);
+        let event = event(kind, payload);
+        self.hub.enqueue_touching(session_id, event, now()).await;
+    }
+
+    /// Waits until everything appended so far is stored.
+    pub(super) async fn flush(&self) {
+        self.hub.flush().await;
+    }
+}

@@ -1,0 +1,107 @@
+//! How a service error is shown to a client: an RFC 9457 problem document. A failed request's
+//! answer and a failed turn's `turn_ended` event carry the same document, so that a stream
+//! reader sees what the prompt's caller saw; `api/error.rs` adds the HTTP layer's own kinds and
+//! the headers.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::Error;
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"type": "urn:acp-gateway:problem:not-found", "title": "Not found", "status": 404, "detail": "no session sess_nope"}))]
+pub struct Problem {
+    /// Stable identifier of the kind of problem.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short, human-readable summary of the kind.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong in this occurrence.
+    pub detail: String,
+    /// The ACP error code, when the agent answered with an error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_code: Option<i64>,
+}
+
+/// A kind of problem: its status, the problem type's last segment and its title.
+pub type Kind = (u16, &'static str, &'static str);
+
+impl Problem {
+    pub fn new(kind: Kind, detail: String, agent_code: Option<i64>) -> Self {
+        let (status, kind, title) = kind;
+        Problem {
+            kind: format!("urn:acp-gateway:problem:{kind}"),
+            title: title.to_owned(),
+            status,
+            detail,
+            agent_code,
+        }
+    }
+}
+
+impl Error {
+    /// The one table of the service's kinds: each one's status, problem type and title.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Error::Malformed(_) => (400, "bad-request", "Bad request"),
+            Error::Invalid(_) => (422, "validation-failed", "Validation failed"),
+            Error::NotFound(_) => (404, "not-found", "Not found"),
+            Error::Conflict(_) => (409, "conflict", "Conflict"),
+            Error::NotSupported(_) => (
+                501,
+                "not-supported-by-agent",
+                "The agent does not support this",
+            ),
+            Error::NoCapacity(_) | Error::NoMember { .. } => {
+                (503, "pool-exhausted", "No agent capacity")
+            }
+            Error::HeldElsewhere(_) => (
+                503,
+                "replica-unavailable",
+                "The gateway replica holding the session is unavailable",
+            ),
+            Error::AgentAuthRequired(_) => (
+                502,
+                "agent-auth-required",
+                "The agent requires authentication",
+            ),
+            Error::Agent { .. } => (502, "agent-error", "The agent failed"),
+            Error::AgentMisbehaved(_) => {
+                (502, "agent-protocol-error", "The agent broke the protocol")
+            }
+            Error::AgentGone(_) => (502, "agent-unavailable", "The agent is unavailable"),
+            Error::AgentTimeout(_) => (504, "agent-timeout", "The agent did not answer in time"),
+            Error::StoreUnavailable(_) => (
+                503,
+                "store-unavailable",
+                "The gateway's database is unavailable",
+            ),
+            Error::Store(_) => (500, "internal", "Internal server error"),
+        }
+    }
+
+    /// The problem document of this error (a store's failure is described, never shown: its
+    /// cause is for the log).
+    pub fn problem(&self) -> Problem {
+        let detail = match self {
+            Error::Store(_) => "an internal error occurred; it has been logged".to_owned(),
+            Error::StoreUnavailable(_) => {
+                "the gateway's database cannot be reached now; retry later".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let agent_code = match self {
+            Error::Agent { code, .. } => Some(*code),
+            _ => None,
+        };
+        Problem::new(self.kind(), detail, agent_code)
+    }
+
+    /// The problem document as a logged event carries it (`turn_ended`'s `error`).
+    pub(super) fn problem_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.problem()).expect("a problem serialises")
+    }
+}
