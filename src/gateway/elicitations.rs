@@ -22,8 +22,7 @@ use utoipa::ToSchema;
 
 use super::form;
 use super::model::SessionId;
-use super::pending::Requests;
-use super::pending::{Asked, Table};
+use super::pending::{Asked, Asking, Requests, Table};
 use super::{Caller, Error, Gateway};
 use crate::acp::RpcError;
 use crate::config::PermissionPolicy;
@@ -73,14 +72,14 @@ impl Asked for ElicitationView {
     fn table(requests: &Requests) -> &Table<Self> {
         &requests.elicitations
     }
-    fn request_id(&self) -> &str {
-        &self.request_id
-    }
-    fn session_id(&self) -> &str {
-        &self.session_id
-    }
-    fn created_at(&self) -> DateTime<Utc> {
-        self.created_at
+    fn asked(&self) -> Asking<'_> {
+        Asking {
+            request_id: &self.request_id,
+            session_id: &self.session_id,
+            created_at: self.created_at,
+            request: &self.request,
+            deadline: self.deadline,
+        }
     }
     fn is_resolved(&self) -> bool {
         self.response.is_some()
@@ -90,14 +89,6 @@ impl Asked for ElicitationView {
     }
     fn cancelled() -> CreateElicitationResponse {
         CreateElicitationResponse::new(ElicitationAction::Cancel)
-    }
-    /// `{sessionId, requestId, request, deadline?}`.
-    fn requested_payload(&self) -> Value {
-        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request});
-        if let Some(deadline) = self.deadline {
-            payload["deadline"] = json!(deadline);
-        }
-        payload
     }
     /// `{sessionId, requestId, action, content?, reason}`.
     fn resolved_payload(&self, reason: &str) -> Value {

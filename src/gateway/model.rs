@@ -374,29 +374,25 @@ fn merge(base: &mut Value, patch: &Value) {
     }
 }
 
+/// A session of the gateway's, recorded at `at` (for tests).
+#[cfg(test)]
+pub(super) fn recorded(tenant: &str, cwd: &str, at: DateTime<Utc>) -> SessionRecord {
+    let (id, agent) = ("s".into(), "default".into());
+    let origin = crate::store::Origin::Gateway;
+    SessionRecord::new(id, tenant.into(), cwd.into(), agent, origin, at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Origin;
     use serde_json::json;
 
     fn record() -> SessionRecord {
         let t = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
         SessionRecord {
-            session_id: "s".into(),
-            tenant: "default".into(),
-            cwd: "/w".into(),
-            additional_directories: vec![],
             title: Some("old".into()),
-            updated_at: t,
-            created_at: t,
             meta: Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
-            archived: false,
-            origin: Origin::Gateway,
-            deleted_at: None,
-            synced_at: None,
-            listed: None,
-            agent: "default".into(),
+            ..recorded("default", "/w", t)
         }
     }
 

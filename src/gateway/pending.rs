@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -40,19 +40,46 @@ pub(super) trait Asked: Clone + Send + Sync + 'static {
 
     /// This kind's table.
     fn table(requests: &Requests) -> &Table<Self>;
-    fn request_id(&self) -> &str;
-    fn session_id(&self) -> &str;
-    fn created_at(&self) -> DateTime<Utc>;
+    /// What every request has.
+    fn asked(&self) -> Asking<'_>;
+    fn request_id(&self) -> &str {
+        self.asked().request_id
+    }
+    fn session_id(&self) -> &str {
+        self.asked().session_id
+    }
+    fn created_at(&self) -> DateTime<Utc> {
+        self.asked().created_at
+    }
     /// Whether it has been resolved (the view then shows how).
     fn is_resolved(&self) -> bool;
     /// Records `answer` in the view.
     fn mark(&mut self, answer: &Self::Answer);
     /// The answer of a request cancelled with its turn, or whose member is gone.
     fn cancelled() -> Self::Answer;
-    /// The `REQUESTED` event's payload.
-    fn requested_payload(&self) -> Value;
+    /// The `REQUESTED` event's payload: `{sessionId, requestId, request, deadline?}`.
+    fn requested_payload(&self) -> Value {
+        let a = self.asked();
+        let mut payload =
+            json!({"sessionId": a.session_id, "requestId": a.request_id, "request": a.request});
+        if let Some(deadline) = a.deadline {
+            payload["deadline"] = json!(deadline);
+        }
+        payload
+    }
     /// The `RESOLVED` event's payload, once the view is marked.
     fn resolved_payload(&self, reason: &str) -> Value;
+}
+
+/// The fields every kind of request has.
+pub(super) struct Asking<'a> {
+    pub(super) request_id: &'a str,
+    pub(super) session_id: &'a str,
+    pub(super) created_at: DateTime<Utc>,
+    /// The agent's request, as it sent it.
+    pub(super) request: &'a Value,
+    /// When it fails closed, if it does.
+    pub(super) deadline: Option<DateTime<Utc>>,
 }
 
 struct Entry<V: Asked> {

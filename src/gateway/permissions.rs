@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::model::SessionId;
-use super::pending::Requests;
-use super::pending::{Asked, Table};
+use super::pending::{Asked, Asking, Requests, Table};
 use super::{Caller, Error, Gateway};
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
@@ -56,14 +55,14 @@ impl Asked for PermissionView {
     fn table(requests: &Requests) -> &Table<Self> {
         &requests.permissions
     }
-    fn request_id(&self) -> &str {
-        &self.request_id
-    }
-    fn session_id(&self) -> &str {
-        &self.session_id
-    }
-    fn created_at(&self) -> DateTime<Utc> {
-        self.created_at
+    fn asked(&self) -> Asking<'_> {
+        Asking {
+            request_id: &self.request_id,
+            session_id: &self.session_id,
+            created_at: self.created_at,
+            request: &self.request,
+            deadline: self.deadline,
+        }
     }
     fn is_resolved(&self) -> bool {
         self.outcome.is_some()
@@ -73,14 +72,6 @@ impl Asked for PermissionView {
     }
     fn cancelled() -> RequestPermissionResponse {
         RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
-    }
-    /// `{sessionId, requestId, request, deadline?}`.
-    fn requested_payload(&self) -> Value {
-        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id, "request": self.request});
-        if let Some(deadline) = self.deadline {
-            payload["deadline"] = json!(deadline);
-        }
-        payload
     }
     fn resolved_payload(&self, reason: &str) -> Value {
         json!({"sessionId": self.session_id, "requestId": self.request_id, "outcome": self.outcome, "reason": reason})

@@ -391,20 +391,10 @@ mod tests {
     fn cached() -> SessionRecord {
         let at = DateTime::from_timestamp_micros(1_700_000_000_000_000).unwrap();
         SessionRecord {
-            session_id: "s".into(),
-            tenant: "t".into(),
-            cwd: "/a".into(),
             additional_directories: vec!["/x".into()],
             title: Some("kept".into()),
-            updated_at: at,
-            created_at: at,
             meta: Some(json!({"a": 1, "b": {"c": 2}})),
-            archived: false,
-            origin: Origin::Gateway,
-            deleted_at: None,
-            synced_at: None,
-            listed: None,
-            agent: "default".into(),
+            ..super::super::model::recorded("t", "/a", at)
         }
     }
 
