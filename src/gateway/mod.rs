@@ -1,13 +1,13 @@
 //! The service the HTTP handlers call: one file per use case on top of the pool, the store and
 //! the event hub. This file defines [`Gateway`], its settings, its start and its shutdown; the
 //! use cases are `sessions` (metadata and lifecycle), `turns` (prompt and cancel),
-//! `permissions` and `elicitations` (requests from the agent that wait for a client, in the
-//! tables of `pending`; `form` checks an elicitation's answer), `history` (the logs), `sync`
-//! (the agent's own list), `system` (readiness, the agent, the numbers of `/metrics`);
-//! `upstream` handles what the agent sends; `live` is the table of sessions held by this
-//! replica, `placement` decides where a session becomes live, `replicas` keeps this replica's
-//! place in the cluster, and `cache` the list pages and the gateway's own changes to cached
-//! sessions.
+//! `permissions` and `elicitations` (requests from the agent that wait for a client; `form`
+//! checks an elicitation's answer), `history` (the streams and the history), `sync` (the agent's
+//! own list), `system` (readiness, the agent, the numbers of `/metrics`) and `webhooks`;
+//! `upstream` handles what the agent sends. The parts they share own their state: `records`
+//! (session rows, list cache, the sync's guards), `log` (appends), `pending` (the requests
+//! waiting for a client), `live` (the sessions held by this replica); `placement` decides where
+//! a session becomes live and `replicas` keeps this replica's place in the cluster.
 
 mod caller;
 mod controls;
