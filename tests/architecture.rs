@@ -16,8 +16,8 @@ use syn::visit::Visit;
 /// layers, each reaching only down. The crate root (`lib.rs`) wires them all together and may
 /// import anything.
 const ALLOWED: &[(&str, &[&str])] = &[
-    // The HTTP surface: the service, the hub's frames, the pool's member states, the agents'
-    // capabilities, the flags' types, lone surrogates in JSON, the metrics recorder.
+    // The HTTP surface: the service, the hub's typed events, the pool's member states, the
+    // agents' capabilities, the flags' types, lone surrogates in JSON, the metrics recorder.
     (
         "api",
         &[
@@ -36,7 +36,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["pool", "events", "store", "cluster", "acp", "config"],
     ),
     ("pool", &["acp"]),
-    ("events", &["store", "surrogates"]),
+    ("events", &["store"]),
     ("cluster", &["store"]),
     ("acp", &["surrogates", "telemetry"]),
     ("store", &[]),

@@ -3,12 +3,13 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
+use futures::StreamExt;
 use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
 use super::event_schemas::{LifecycleStreamEvent, SessionStreamEvent};
+use super::sse::{lifecycle_frames, session_frames, sse_response};
 use super::{AppState, Json, Path, Query};
-use crate::events::sse_response;
 use crate::gateway::model::SessionId;
 use crate::gateway::{Caller, HistoryPage};
 
@@ -97,7 +98,8 @@ pub async fn session_events(
         .gateway
         .session_events(&caller, &id, after, snapshot)
         .await?;
-    Ok(with_stream_headers(sse_response(stream)))
+    let frames = stream.map(|batch| session_frames(&batch));
+    Ok(with_stream_headers(sse_response(frames)))
 }
 
 /// The session's stored events as JSON pages, for scripts.
@@ -139,5 +141,6 @@ pub async fn lifecycle_events(
 ) -> Result<Response, ApiError> {
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.lifecycle_events(&caller, after).await?;
-    Ok(with_stream_headers(sse_response(stream)))
+    let frames = stream.map(|batch| lifecycle_frames(&batch));
+    Ok(with_stream_headers(sse_response(frames)))
 }

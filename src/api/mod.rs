@@ -15,6 +15,7 @@ pub mod limits;
 mod metrics;
 pub mod serve;
 mod sessions;
+mod sse;
 mod system;
 mod turns;
 mod webhooks;

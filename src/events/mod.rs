@@ -16,12 +16,12 @@
 //!
 //! Here the hub itself: its broadcast channels, its tasks, retention and the wake-ups from other
 //! replicas; `writer.rs` is the log writer task that every append goes through, `lifecycle.rs`
-//! the lifecycle log's (queued and retried the same way), `sse.rs` the subscribers' side
-//! (following a log, SSE framing).
+//! the lifecycle log's (queued and retried the same way), `stream.rs` the subscribers' side
+//! (following a log). What the hub carries is typed: each edge writes its own wire form.
 
 mod lifecycle;
 mod retry;
-pub mod sse;
+mod stream;
 mod writer;
 
 use std::collections::HashMap;
@@ -34,10 +34,12 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::store::{Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store, StoredLifecycleEvent};
+use crate::store::{Appended, NewLifecycleEvent, STABLE_CURSOR_FOR, Store};
 
-use sse::lifecycle_wake;
-pub use sse::{Frame, KEEP_ALIVE, Sequenced, sse_response};
+/// The events the hub carries, as the log stores them.
+pub use crate::store::{StoredEvent, StoredLifecycleEvent};
+use stream::lifecycle_wake;
+pub use stream::{Run, Sequenced};
 pub use writer::MAX_BATCH;
 use writer::{COMMIT_PACE, QUEUE, Queued};
 
@@ -56,11 +58,11 @@ pub struct Retention {
 /// Per-session and lifecycle broadcast, backed by the store's logs.
 pub struct EventHub {
     store: Arc<dyn Store>,
-    sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Frame>>>>,
+    sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Run>>>>,
     lifecycle: broadcast::Sender<Arc<StoredLifecycleEvent>>,
     /// Lifecycle events waiting for their writer (`lifecycle.rs`).
     lifecycle_queue: mpsc::Sender<NewLifecycleEvent>,
-    /// Ends the SSE streams.
+    /// Ends the subscribers' streams.
     shutdown: CancellationToken,
     queue: mpsc::Sender<Queued>,
     /// The writer's pause after each commit ([`COMMIT_PACE`]).
@@ -77,7 +79,7 @@ pub struct EventHub {
     /// The writer has finished.
     finished: CancellationToken,
     appended: AtomicU64,
-    /// Group commits (each one broadcast to live subscribers as one frame).
+    /// Group commits (each one broadcast to live subscribers as one run).
     commits: AtomicU64,
     /// Commits that raised a session's `updated_at` ([`EventHub::enqueue_touching`]), and every
     /// append another replica announced (it may have changed any cached session).
@@ -85,7 +87,7 @@ pub struct EventHub {
     streams: Arc<StreamStats>,
 }
 
-/// Counters of the SSE streams (for `/metrics`).
+/// Counters of the event streams (for `/metrics`).
 #[derive(Debug, Default)]
 pub struct StreamStats {
     /// Streams open now.
@@ -98,7 +100,7 @@ pub struct StreamStats {
 
 impl EventHub {
     /// Starts the writer (and the pruner, when `retention` limits anything). `shutdown` ends
-    /// the SSE streams; [`EventHub::close`] stops the writer once the queue is written.
+    /// the subscribers' streams; [`EventHub::close`] stops the writer once the queue is written.
     pub fn new(
         store: Arc<dyn Store>,
         shutdown: CancellationToken,
@@ -195,7 +197,7 @@ impl EventHub {
             self.touches.fetch_add(1, Ordering::SeqCst);
             match appended {
                 Appended::Session { session_id, seq } => {
-                    self.broadcast(&session_id, || Frame::wake(seq));
+                    self.broadcast(&session_id, || Run::wake(seq));
                 }
                 Appended::Lifecycle { seq } => {
                     let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
@@ -209,7 +211,7 @@ impl EventHub {
                         .cloned()
                         .collect();
                     for tx in senders {
-                        let _ = tx.send(Arc::new(Frame::wake(i64::MAX)));
+                        let _ = tx.send(Arc::new(Run::wake(i64::MAX)));
                     }
                     let _ = self.lifecycle.send(Arc::new(lifecycle_wake(i64::MAX)));
                 }
@@ -275,7 +277,7 @@ impl EventHub {
         self.touches.load(Ordering::SeqCst)
     }
 
-    /// Counters of the SSE streams.
+    /// Counters of the event streams.
     pub fn streams(&self) -> &StreamStats {
         &self.streams
     }
@@ -311,9 +313,9 @@ impl EventHub {
         }
     }
 
-    /// Sends `frame()` to the session's live subscribers; with none, the frame is not built
-    /// (encoding a commit's events is wasted work when nobody follows the session).
-    fn broadcast(&self, session_id: &str, frame: impl FnOnce() -> Frame) {
+    /// Sends `run()` to the session's live subscribers; with none, the run is not built (nor,
+    /// then, ever encoded).
+    fn broadcast(&self, session_id: &str, run: impl FnOnce() -> Run) {
         let sender = self
             .sessions
             .lock()
@@ -322,7 +324,7 @@ impl EventHub {
             .filter(|tx| tx.receiver_count() > 0)
             .cloned();
         if let Some(tx) = sender {
-            let _ = tx.send(Arc::new(frame()));
+            let _ = tx.send(Arc::new(run()));
         }
     }
 }

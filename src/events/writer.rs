@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use super::retry::{Abandoned, KnownSeqs};
-use super::{EventHub, Frame};
+use super::{EventHub, Run};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
 
 /// Events queued for the writer before appenders wait.
@@ -278,12 +278,14 @@ impl EventHub {
                 if share.touch.is_some() {
                     self.touches.fetch_add(1, Ordering::SeqCst);
                 }
-                if !stored.is_empty() {
-                    self.broadcast(&share.session_id, || Frame::run(&stored));
+                // The events are consecutive: the `n`th item's is `first + n`.
+                let (first, count) = (stored.first().map_or(0, |e| e.seq), stored.len());
+                if count > 0 {
+                    self.broadcast(&share.session_id, || Run::committed(stored));
                 }
-                for (item, e) in share.items.into_iter().zip(&stored) {
+                for (item, seq) in share.items.into_iter().zip(first..).take(count) {
                     if let Some(done) = item.done {
-                        let _ = done.send(Ok(e.seq));
+                        let _ = done.send(Ok(seq));
                     }
                 }
             }

@@ -1,13 +1,17 @@
-//! The logs: what the service appends to a session's log and to the lifecycle log, and the use
-//! cases that read them (the SSE streams and `GET /sessions/{id}/history`).
+//! The use cases that read the logs: the event streams of a session and of the lifecycle log,
+//! and `GET /sessions/{id}/history`.
 
+use std::sync::Arc;
+
+use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
 use super::model::{SessionId, now};
 use super::{Caller, Error, Gateway};
-use crate::store::{Payload, StoredEvent};
+use crate::events::Run;
+use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -35,16 +39,17 @@ pub struct HistoryPage {
 }
 
 impl Gateway {
-    /// `GET /sessions/{id}/events`: the SSE stream from `after` (`None`: live tail). With
-    /// `snapshot` and no `after`, it starts with one `state` event, the session's state at the
-    /// log's end (its id is that position), and continues from there.
+    /// `GET /sessions/{id}/events` (and what `/acp` follows): the session's events from
+    /// `after` (`None`: live tail), in batches as the hub delivers them. With `snapshot` and no
+    /// `after`, the first batch is one `state` event, the session's state at the log's end (its
+    /// id is that position), and the stream continues from there.
     pub async fn session_events(
         &self,
         caller: &Caller,
         id: &SessionId,
         mut after: Option<i64>,
         snapshot: bool,
-    ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
+    ) -> Result<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>, Error> {
         use futures::StreamExt;
         self.record(caller, id).await?;
         let mut first = None;
@@ -57,24 +62,30 @@ impl Gateway {
                 payload: json!({"sessionId": id.as_str(), "seq": at.seq, "state": at.state}).into(),
                 created_at: now(),
             };
-            first = Some(crate::events::sse::frame(&event));
+            first = Some(vec![Arc::new(Run::one(event))]);
             after = Some(at.seq);
         }
-        let rest = self.inner.log.hub().session_sse(id.as_str(), after).await?;
+        let rest = self
+            .inner
+            .log
+            .hub()
+            .session_stream(id.as_str(), after)
+            .await?;
         Ok(futures::stream::iter(first).chain(rest))
     }
 
-    /// `GET /events`: lifecycle events from `after` (`None`: live tail).
+    /// `GET /events`: lifecycle events from `after` (`None`: live tail), in batches as the hub
+    /// delivers them.
     pub async fn lifecycle_events(
         &self,
         caller: &Caller,
         after: Option<i64>,
-    ) -> Result<impl futures::Stream<Item = bytes::Bytes> + Send + use<>, Error> {
+    ) -> Result<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>, Error> {
         Ok(self
             .inner
             .log
             .hub()
-            .lifecycle_sse(caller.scope().map(str::to_owned), after)
+            .lifecycle_stream(caller.scope().map(str::to_owned), after)
             .await?)
     }
 

@@ -465,7 +465,7 @@ async fn replay(
             }
             last = e.seq;
             let event = Event {
-                kind: e.event,
+                kind: &e.event,
                 data: e.data.to_value(),
             };
             if event.kind == "forked" {

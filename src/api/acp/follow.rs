@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Client, RequestCancellationHandle, UntypedMessage};
-use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::Run;
 use crate::gateway::model::SessionId;
 use crate::gateway::{Caller, ElicitationReply, Gateway};
 
@@ -31,34 +31,13 @@ pub(super) struct Ctx {
     pub elicitation: Option<Value>,
 }
 
-/// A session's SSE stream, as the hub writes it.
-pub(super) type Events = std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+/// A session's events, in batches as the hub delivers them.
+pub(super) type Events = std::pin::Pin<Box<dyn Stream<Item = Vec<Arc<Run>>> + Send>>;
 
 /// One event of a session's log.
-pub(super) struct Event {
-    pub kind: String,
+pub(super) struct Event<'a> {
+    pub kind: &'a str,
     pub data: Value,
-}
-
-/// The events in a chunk of the session's SSE stream (whole frames, as the hub writes them).
-fn parse_frames(chunk: &[u8]) -> Vec<Event> {
-    let text = String::from_utf8_lossy(chunk);
-    let mut events = Vec::new();
-    for frame in text.split("\n\n").filter(|f| !f.trim().is_empty()) {
-        let (mut kind, mut data) = (None, None);
-        for line in frame.lines() {
-            if let Some(v) = line.strip_prefix("event: ") {
-                kind = Some(v.to_owned());
-            } else if let Some(v) = line.strip_prefix("data: ") {
-                data = serde_json::from_str(v).ok();
-            }
-        }
-        match (kind, data) {
-            (Some(kind), Some(data)) => events.push(Event { kind, data }),
-            _ => tracing::debug!("an event the ACP endpoint cannot read was skipped"),
-        }
-    }
-    events
 }
 
 /// The `session/update` notifications (and extension notifications) a log event is to an ACP
@@ -74,7 +53,7 @@ pub(super) fn notifications(event: &Event, session_id: &str, live: bool) -> Vec<
         ("session/update".to_owned(), params)
     };
     let data = &event.data;
-    match event.kind.as_str() {
+    match event.kind {
         _ if data
             .get("update")
             .is_some_and(|u| u.get("sessionUpdate").is_some()) =>
@@ -172,7 +151,7 @@ impl Attached {
         let Some(turn) = own.as_mut() else {
             return false;
         };
-        match event.kind.as_str() {
+        match event.kind {
             "turn_started" if !turn.started && event.data["prompt"] == turn.prompt => {
                 turn.started = true;
                 true
@@ -209,12 +188,16 @@ pub(super) fn follow(ctx: Ctx, attached: Arc<Attached>, mut stream: Events) {
     let task = async move {
         ask_pending(&ctx, &attached).await;
         loop {
-            let chunk = tokio::select! {
+            let batch = tokio::select! {
                 () = attached.stop.cancelled() => break,
-                chunk = stream.next() => chunk,
+                batch = stream.next() => batch,
             };
-            let Some(chunk) = chunk else { break };
-            for event in parse_frames(&chunk) {
+            let Some(batch) = batch else { break };
+            for e in batch.iter().flat_map(|run| run.events()) {
+                let event = Event {
+                    kind: &e.kind,
+                    data: e.payload.to_value(),
+                };
                 if !on_event(&ctx, &attached, &event) {
                     return Ok(());
                 }
@@ -233,12 +216,12 @@ fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
         return true;
     }
     let request_id = event.data["requestId"].as_str().unwrap_or_default();
-    match event.kind.as_str() {
+    match event.kind {
         "permission_requested" | "elicitation_requested" => {
             ask(
                 ctx,
                 attached,
-                &event.kind,
+                event.kind,
                 request_id,
                 &event.data["request"],
             );

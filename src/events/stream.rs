@@ -1,27 +1,25 @@
 //! The subscribers' side of the hub: a stream follows a log from its cursor, then the live
-//! broadcast, going back to the log when it falls behind; what it yields is SSE framing.
+//! broadcast, going back to the log when it falls behind; what it yields is typed events, in
+//! batches, whose wire form each edge writes (SSE in `api/`, ACP notifications in `/acp`).
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
 
 use super::{EventHub, LIVE_BUFFER, StreamStats};
 use crate::store::{Store, StoreResult, StoredEvent, StoredLifecycleEvent};
 
-/// Most frames written to a subscriber in one go.
+/// Most items (runs, lifecycle events) yielded to a subscriber in one batch (one write).
 const MAX_WRITE: usize = 256;
 /// Page size when a subscriber reads the log.
 const PAGE: i64 = 500;
-/// Keep-alive comment interval on every stream.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Counts one open stream for as long as it lives.
 struct OpenStream(Arc<StreamStats>);
@@ -54,44 +52,72 @@ pub trait Sequenced {
     fn is_wake(&self) -> bool;
 }
 
-/// Consecutive session events encoded once as SSE frames, shared by every live subscriber:
-/// the writer broadcasts one per committed batch, so a thousand subscribers are woken once per
-/// batch rather than once per event.
-pub struct Frame {
+/// Consecutive session events, shared by every live subscriber: the writer broadcasts one per
+/// committed batch, so a thousand subscribers are woken once per batch rather than once per
+/// event, and the run keeps one encoding of its events, made by the first subscriber that
+/// asks ([`Run::encoded`]), which the others share.
+pub struct Run {
     first: i64,
     seq: i64,
-    bytes: Bytes,
+    events: Events,
+    encoded: OnceLock<Bytes>,
 }
 
-impl Frame {
-    fn new(e: &StoredEvent) -> Self {
-        Frame {
-            first: e.seq,
-            seq: e.seq,
-            bytes: frames([e]),
+/// A run's events: one read from the log (held inline, no allocation of its own), a committed
+/// batch, or none (a wake-up).
+enum Events {
+    One(StoredEvent),
+    Many(Vec<StoredEvent>),
+}
+
+impl Run {
+    /// One event: read from the log, or made up for one stream (such as a state snapshot).
+    pub fn one(event: StoredEvent) -> Self {
+        Run {
+            first: event.seq,
+            seq: event.seq,
+            events: Events::One(event),
+            encoded: OnceLock::new(),
         }
     }
 
     /// Another replica appended up to `seq`: subscribers read the log.
     pub(super) fn wake(seq: i64) -> Self {
-        Frame {
+        Run {
             first: seq,
             seq,
-            bytes: Bytes::new(),
+            events: Events::Many(Vec::new()),
+            encoded: OnceLock::new(),
         }
     }
 
     /// `events` must be consecutive and non-empty.
-    pub(super) fn run(events: &[StoredEvent]) -> Self {
-        Frame {
+    pub(super) fn committed(events: Vec<StoredEvent>) -> Self {
+        Run {
             first: events[0].seq,
             seq: events[events.len() - 1].seq,
-            bytes: frames(events),
+            events: Events::Many(events),
+            encoded: OnceLock::new(),
         }
+    }
+
+    /// The events, in order.
+    pub fn events(&self) -> &[StoredEvent] {
+        match &self.events {
+            Events::One(event) => std::slice::from_ref(event),
+            Events::Many(events) => events,
+        }
+    }
+
+    /// The events' encoding: `encode` of them the first time, the same bytes (shared, not
+    /// copied) every time after. There is one encoding per run, whoever asks: every caller
+    /// passes the same `encode`.
+    pub fn encoded(&self, encode: impl FnOnce(&[StoredEvent]) -> Bytes) -> Bytes {
+        self.encoded.get_or_init(|| encode(self.events())).clone()
     }
 }
 
-impl Sequenced for Frame {
+impl Sequenced for Run {
     fn seq(&self) -> i64 {
         self.seq
     }
@@ -99,7 +125,7 @@ impl Sequenced for Frame {
         self.first
     }
     fn is_wake(&self) -> bool {
-        self.bytes.is_empty()
+        self.events().is_empty()
     }
 }
 impl Sequenced for StoredLifecycleEvent {
@@ -125,7 +151,7 @@ pub(super) fn lifecycle_wake(seq: i64) -> StoredLifecycleEvent {
 }
 
 impl EventHub {
-    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Frame>> {
+    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Run>> {
         let mut map = self.sessions.lock().expect("hub lock");
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session_id.to_owned())
@@ -133,36 +159,37 @@ impl EventHub {
             .subscribe()
     }
 
-    /// The SSE stream of one session from `after` (`None`: from the live tail).
-    pub async fn session_sse(
+    /// The events of one session from `after` (`None`: from the live tail), in batches: each
+    /// batch is what reached the subscriber together (one write).
+    pub async fn session_stream(
         &self,
         session_id: &str,
         after: Option<i64>,
-    ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
+    ) -> StoreResult<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>> {
         let rx = self.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
             None => self.store.last_event_seq(session_id).await?,
         };
         let (store, id) = (self.store.clone(), session_id.to_owned());
-        let read: Reader<Frame> = Box::new(move |after| {
+        let read: Reader<Run> = Box::new(move |after| {
             let (store, id) = (store.clone(), id.clone());
             Box::pin(async move {
                 let page = read_with_gap(store.as_ref(), &id, after).await?;
-                Ok(page.iter().map(Frame::new).collect())
+                Ok(page.into_iter().map(Run::one).collect())
             })
         });
-        let events = tail(rx, read, cursor, |_| true, self.streams.clone())
-            .map(|batch| concat(batch.iter().map(|f| f.bytes.clone())));
+        let events = tail(rx, read, cursor, |_| true, self.streams.clone());
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 
-    /// The SSE stream of lifecycle events from `after` (`None`: from the live tail).
-    pub async fn lifecycle_sse(
+    /// The lifecycle events from `after` (`None`: from the live tail), of `tenant`'s sessions
+    /// (`None`: all), in batches as [`EventHub::session_stream`]'s.
+    pub async fn lifecycle_stream(
         &self,
         tenant: Option<String>,
         after: Option<i64>,
-    ) -> StoreResult<impl Stream<Item = Bytes> + Send + use<>> {
+    ) -> StoreResult<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>> {
         let rx = self.lifecycle.subscribe();
         let cursor = match after {
             Some(a) => a,
@@ -174,8 +201,7 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(rx, read, cursor, keep, self.streams.clone())
-            .map(|batch| frames(batch.iter().map(|e| &**e)));
+        let events = tail(rx, read, cursor, keep, self.streams.clone());
         Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
     }
 }
@@ -210,105 +236,6 @@ async fn read_with_gap(
         page.insert(0, gap);
     }
     Ok(page)
-}
-
-/// An event as an SSE frame: `id`, `event` and one `data` line (JSON never contains a raw
-/// newline).
-pub(super) trait Framed {
-    fn seq(&self) -> i64;
-    fn kind(&self) -> &str;
-    fn data(&self) -> &dyn std::fmt::Display;
-}
-
-impl Framed for StoredEvent {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-    fn kind(&self) -> &str {
-        &self.kind
-    }
-    fn data(&self) -> &dyn std::fmt::Display {
-        &self.payload
-    }
-}
-
-impl Framed for StoredLifecycleEvent {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-    fn kind(&self) -> &str {
-        &self.kind
-    }
-    fn data(&self) -> &dyn std::fmt::Display {
-        &self.payload
-    }
-}
-
-/// One event as its SSE frame (an event the gateway makes up for one stream, such as a
-/// state snapshot).
-pub fn frame(event: &StoredEvent) -> Bytes {
-    frames([event])
-}
-
-/// `events` as consecutive frames in one buffer (delivered together, they become one write).
-/// Lone surrogates are written as the escapes they came as ([`crate::surrogates`]).
-fn frames<'a, E: Framed + 'a>(events: impl IntoIterator<Item = &'a E>) -> Bytes {
-    use std::fmt::Write;
-    let mut out = BytesMut::new();
-    for e in events {
-        // The event name comes from the agent: keep it on one line whatever it sends.
-        let kind = e.kind();
-        let kind = if kind.contains(['\n', '\r']) {
-            std::borrow::Cow::Owned(kind.replace(['\n', '\r'], "_"))
-        } else {
-            std::borrow::Cow::Borrowed(kind)
-        };
-        let _ = write!(
-            out,
-            "id: {}\nevent: {kind}\ndata: {}\n\n",
-            e.seq(),
-            e.data()
-        );
-    }
-    match crate::surrogates::restore(&out) {
-        std::borrow::Cow::Borrowed(_) => out.freeze(),
-        std::borrow::Cow::Owned(restored) => Bytes::from(restored),
-    }
-}
-
-/// Frames delivered together become one write.
-fn concat(frames: impl Iterator<Item = Bytes>) -> Bytes {
-    let frames: Vec<Bytes> = frames.collect();
-    if let [one] = frames.as_slice() {
-        return one.clone(); // shared, not copied
-    }
-    let mut out = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
-    for f in &frames {
-        out.extend_from_slice(f);
-    }
-    out.freeze()
-}
-
-/// An SSE response body: the frames, with a keep-alive comment every [`KEEP_ALIVE`]; it ends
-/// when the frames end.
-pub fn sse_response<S>(frames: S) -> axum::response::Response
-where
-    S: Stream<Item = Bytes> + Send + 'static,
-{
-    let start = tokio::time::Instant::now() + KEEP_ALIVE;
-    let keep_alive =
-        tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(start, KEEP_ALIVE))
-            .map(|_| Some(Bytes::from_static(b": keep-alive\n\n")));
-    let frames = frames
-        .map(Some)
-        .chain(futures::stream::once(async { None }));
-    let body = futures::stream::select(frames, keep_alive)
-        .take_while(|item| std::future::ready(item.is_some()))
-        .map(|item| Ok::<_, Infallible>(item.unwrap_or_default()));
-    axum::response::Response::builder()
-        .header(axum::http::header::CONTENT_TYPE, "text/event-stream")
-        .body(axum::body::Body::from_stream(body))
-        .expect("static headers")
 }
 
 /// Follows a log: reads pages after `cursor`, then the live broadcast, returning to the log on
@@ -421,18 +348,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_stay_well_formed_whatever_the_agent_names_its_updates() {
-        let event = StoredEvent {
+    fn a_run_is_encoded_once_and_the_encoding_is_shared() {
+        let event = |seq| StoredEvent {
             session_id: "s".into(),
-            seq: 7,
-            kind: "evil\nevent: forged".into(),
-            payload: serde_json::json!({"text": "two\nlines\r"}).into(),
+            seq,
+            kind: "k".into(),
+            payload: serde_json::json!({}).into(),
             created_at: chrono::Utc::now(),
         };
-        let frame = frames([&event]);
-        assert_eq!(
-            std::str::from_utf8(&frame).unwrap(),
-            "id: 7\nevent: evil_event: forged\ndata: {\"text\":\"two\\nlines\\r\"}\n\n"
-        );
+        let run = Run::committed(vec![event(3), event(4)]);
+        assert_eq!((run.first_seq(), run.seq(), run.is_wake()), (3, 4, false));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let encode = |events: &[StoredEvent]| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Bytes::from(format!("{} events", events.len()))
+        };
+        let (a, b) = (run.encoded(encode), run.encoded(encode));
+        assert_eq!(a, "2 events");
+        assert_eq!(a.as_ptr(), b.as_ptr(), "the same bytes, not a copy");
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        assert!(Run::wake(9).is_wake());
+        assert_eq!(Run::one(event(5)).events().len(), 1);
     }
 }
