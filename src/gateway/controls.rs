@@ -81,8 +81,10 @@ impl Gateway {
             .chain(settings.config.iter().map(|(k, v)| Control::Option(k, v)));
         for control in controls {
             let agent = self
+                .parts
+                .placement
                 .client_if_live(session_id)
-                .ok_or_else(|| self.no_member(agent_name))?;
+                .ok_or_else(|| self.parts.placement.no_member(agent_name))?;
             self.control(&agent, session_id, control).await?;
         }
         Ok(())
@@ -96,17 +98,23 @@ impl Gateway {
         control: Control<'_>,
     ) -> Result<StateAt, Error> {
         let record = self.record(caller, id).await?;
-        let agent = match self.client_if_live(id.as_str()) {
+        let agent = match self.parts.placement.client_if_live(id.as_str()) {
             Some(agent) => agent,
             None => {
-                let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
-                let member = self.ensure_live(&record).await?;
-                self.client(member)
-                    .ok_or_else(|| self.no_member(&record.agent))?
+                let _claim = self
+                    .parts
+                    .placement
+                    .claim_waiting(id.as_str(), Busy::Attaching)
+                    .await?;
+                let member = self.parts.placement.ensure_live(&record).await?;
+                self.parts
+                    .placement
+                    .client(member)
+                    .ok_or_else(|| self.parts.placement.no_member(&record.agent))?
             }
         };
         self.control(&agent, id.as_str(), control).await?;
-        self.state_of(id.as_str()).await
+        self.parts.states.state_of(id.as_str()).await
     }
 
     async fn control(
@@ -115,8 +123,8 @@ impl Gateway {
         session_id: &str,
         control: Control<'_>,
     ) -> Result<(), Error> {
-        self.inner.log.flush().await;
-        let state = self.state_of(session_id).await?.state;
+        self.parts.log.flush().await;
+        let state = self.parts.states.state_of(session_id).await?.state;
         let (category, wanted) = match control {
             Control::Mode(mode) => ("mode", mode),
             Control::Model(model) => ("model", model),
@@ -181,7 +189,10 @@ impl Gateway {
             "models"
         };
         change.insert(parts.into(), json!({ current: wanted }));
-        self.note_change(session_id, source, &result, change).await
+        self.parts
+            .states
+            .note_change(session_id, source, &result, change)
+            .await
     }
 
     async fn set_option(
@@ -198,13 +209,15 @@ impl Gateway {
         change.insert("configId".into(), config_id.into());
         change.insert("value".into(), value.clone());
         let result = json!({"configOptions": result.get("configOptions").filter(|o| o.is_array())});
-        self.note_change(
-            session_id,
-            AGENT_METHOD_NAMES.session_set_config_option,
-            &result,
-            change,
-        )
-        .await
+        self.parts
+            .states
+            .note_change(
+                session_id,
+                AGENT_METHOD_NAMES.session_set_config_option,
+                &result,
+                change,
+            )
+            .await
     }
 }
 

@@ -66,7 +66,12 @@ impl Gateway {
             mcp_servers: &new.mcp_servers,
             meta: new.meta.as_ref(),
         };
-        let agent = self.requested_agent(new.agent.as_deref())?.name.clone();
+        let agent = self
+            .parts
+            .placement
+            .requested_agent(new.agent.as_deref())?
+            .name
+            .clone();
         let record = self
             .start_session(caller, &agent, Start::New, setup)
             .await?;
@@ -93,8 +98,8 @@ impl Gateway {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.record(caller, parent).await?;
-        self.agent_named(&from.agent)?;
-        if !self.caps(&from.agent).fork {
+        self.parts.placement.agent_named(&from.agent)?;
+        if !self.parts.placement.caps(&from.agent).fork {
             let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
@@ -102,7 +107,7 @@ impl Gateway {
         self.check_dirs(&cwd, &fork.additional_directories).await?;
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
-        self.inner.log.flush().await;
+        self.parts.log.flush().await;
         let at = self.store().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
             cwd: &cwd,
@@ -114,7 +119,7 @@ impl Gateway {
             .start_session(caller, &from.agent, Start::Fork(parent.as_str()), setup)
             .await?;
         let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
-        self.inner
+        self.parts
             .log
             .append(&record.session_id, "forked", forked)
             .await;
@@ -125,7 +130,7 @@ impl Gateway {
     /// existing directory (the agent would start its tools there: a path that is not one
     /// would fail them later, or, created by the agent, silently be a different project).
     async fn check_dirs(&self, cwd: &str, additional: &[String]) -> Result<(), Error> {
-        let roots = &self.inner.config.workspace_roots;
+        let roots = &self.parts.config.workspace_roots;
         validate_abs_path("cwd", cwd)?;
         confine("cwd", cwd, roots)?;
         if !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
@@ -144,7 +149,7 @@ impl Gateway {
     /// network (`type` `http` or `sse`); a `stdio` server is a command the agent would run on
     /// its host for whoever asked.
     fn check_mcp_servers(&self, servers: &[Value]) -> Result<(), Error> {
-        if self.inner.config.mcp_servers == McpServers::Any {
+        if self.parts.config.mcp_servers == McpServers::Any {
             return Ok(());
         }
         for server in servers {
@@ -172,19 +177,27 @@ impl Gateway {
         let mut retries = 0;
         let (member, (session_id, result), creating, agent) = loop {
             let (member, agent) = match how {
-                Start::Fork(parent) => match self.inner.live.member(parent) {
-                    Some(m) => (m, self.client(m).ok_or_else(|| self.no_member_at(m))?),
-                    None => self.place(agent_name).await?,
+                Start::Fork(parent) => match self.parts.placement.live.member(parent) {
+                    Some(m) => (
+                        m,
+                        self.parts
+                            .placement
+                            .client(m)
+                            .ok_or_else(|| self.parts.placement.no_member_at(m))?,
+                    ),
+                    None => self.parts.placement.place(agent_name).await?,
                 },
-                Start::New => self.place(agent_name).await?,
+                Start::New => self.parts.placement.place(agent_name).await?,
             };
-            let creating = self.inner.records.creating().await;
+            let creating = self.parts.records.creating().await;
             let started = match how {
                 Start::New => agent.new_session(setup).await,
                 Start::Fork(parent) => agent.fork_session(parent, setup).await,
             };
             match started {
-                Err(CallError::NotSent(why)) if self.retry_unsent(agent_name, &mut retries) => {
+                Err(CallError::NotSent(why))
+                    if self.parts.placement.retry_unsent(agent_name, &mut retries) =>
+                {
                     tracing::warn!(
                         member,
                         why,
@@ -192,7 +205,8 @@ impl Gateway {
                     );
                 }
                 started => {
-                    let started = started.map_err(|e| self.auth_hint(agent_name, e.into()))?;
+                    let started = started
+                        .map_err(|e| self.parts.placement.auth_hint(agent_name, e.into()))?;
                     break (member, started, creating, agent);
                 }
             }
@@ -232,11 +246,14 @@ impl Gateway {
             }
         }
         drop(creating);
-        self.inner.records.sessions_changed();
-        self.inner.live.attach(&record, member, &self.agents);
-        self.inner.hold(&record.session_id).await;
-        let view = self.inner.view(&record);
-        self.inner
+        self.parts.records.sessions_changed();
+        self.parts
+            .placement
+            .live
+            .attach(&record, member, &self.parts.placement.agents);
+        self.parts.placement.hold(&record.session_id).await;
+        let view = self.parts.views.view(&record);
+        self.parts
             .log
             .lifecycle(&record, "session_created", json!({"session": view}))
             .await;
@@ -244,7 +261,10 @@ impl Gateway {
             Start::New => AGENT_METHOD_NAMES.session_new,
             Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
         };
-        self.note_state(&record.session_id, source, &result).await?;
+        self.parts
+            .states
+            .note_state(&record.session_id, source, &result)
+            .await?;
         Ok(record)
     }
 
@@ -253,9 +273,11 @@ impl Gateway {
         &self,
         record: &SessionRecord,
     ) -> Result<SessionView, Error> {
-        let mut view = self.inner.view(record);
-        self.inner.log.flush().await;
-        view.state = Some(Box::new(self.state_of(&record.session_id).await?.state));
+        let mut view = self.parts.views.view(record);
+        self.parts.log.flush().await;
+        view.state = Some(Box::new(
+            self.parts.states.state_of(&record.session_id).await?.state,
+        ));
         Ok(view)
     }
 }

@@ -171,7 +171,7 @@ impl Gateway {
         id: &SessionId,
     ) -> Result<Vec<ElicitationView>, Error> {
         self.record(caller, id).await?;
-        Ok(self.inner.requests.pending(id.as_str()))
+        Ok(self.parts.requests.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
@@ -185,7 +185,7 @@ impl Gateway {
         content: Option<&Value>,
     ) -> Result<ElicitationView, Error> {
         self.record(caller, id).await?;
-        self.inner
+        self.parts
             .requests
             .resolve(
                 Some(id.as_str()),
@@ -226,8 +226,8 @@ impl Requests {
         let request_id = view.request_id.clone();
         self.track(view, member, request, schema).await;
         if ask {
-            self.on_timeout(move |inner| async move {
-                inner.decline_unanswered(&request_id, "timeout").await;
+            self.on_timeout(move |requests| async move {
+                requests.decline_unanswered(&request_id, "timeout").await;
             });
         } else {
             self.decline_unanswered(&request_id, "policy").await;

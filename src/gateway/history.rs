@@ -54,7 +54,7 @@ impl Gateway {
         self.record(caller, id).await?;
         let mut first = None;
         if snapshot && after.is_none() {
-            let at = self.state_of(id.as_str()).await?;
+            let at = self.parts.states.state_of(id.as_str()).await?;
             let event = StoredEvent {
                 session_id: id.as_str().to_owned(),
                 seq: at.seq,
@@ -66,7 +66,7 @@ impl Gateway {
             after = Some(at.seq);
         }
         let rest = self
-            .inner
+            .parts
             .log
             .hub()
             .session_stream(id.as_str(), after)
@@ -82,7 +82,7 @@ impl Gateway {
         after: Option<i64>,
     ) -> Result<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>, Error> {
         Ok(self
-            .inner
+            .parts
             .log
             .hub()
             .lifecycle_stream(caller.scope().map(str::to_owned), after)
@@ -105,7 +105,7 @@ impl Gateway {
         }
         self.record(caller, id).await?;
         // Events queued before this request (a turn just answered) are read too.
-        self.inner.log.flush().await;
+        self.parts.log.flush().await;
         let rows = self
             .store()
             .read_events(id.as_str(), after, limit + 1)

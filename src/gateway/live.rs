@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::Error;
 use super::model::{Activity, Status};
-use super::{Error, Gateway, Inner};
 use crate::pool::Agents;
 use crate::store::SessionRecord;
 
@@ -69,8 +69,10 @@ impl Entry {
 #[derive(Default)]
 pub(super) struct LiveTable {
     sessions: Mutex<HashMap<String, Entry>>,
-    /// Woken whenever a session stops being busy (see [`Gateway::claim_waiting`]).
+    /// Woken whenever a session stops being busy (see [`LiveTable::claim_waiting`]).
     freed: tokio::sync::Notify,
+    /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
+    replaying: Mutex<HashMap<String, bool>>,
 }
 
 impl LiveTable {
@@ -263,7 +265,7 @@ impl LiveTable {
 
 /// Frees a session's busy mark when dropped.
 pub(super) struct Claim {
-    inner: Arc<Inner>,
+    live: Arc<LiveTable>,
     session_id: String,
     /// For a turn: dropping it (after the mark is freed) tells `cancel` and shutdown that the
     /// turn ended.
@@ -281,40 +283,40 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.inner.live.unclaim(&self.session_id);
+        self.live.unclaim(&self.session_id);
     }
 }
 
-impl Gateway {
+impl LiveTable {
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
-    pub(super) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
-        let done = self
-            .inner
-            .live
-            .claim(session_id, what)
-            .map_err(|_| conflict())?;
+    pub(super) fn busy(self: &Arc<Self>, session_id: &str, what: Busy) -> Result<Claim, Error> {
+        let done = self.claim(session_id, what).map_err(|_| conflict())?;
         Ok(Claim {
-            inner: self.inner.clone(),
+            live: self.clone(),
             session_id: session_id.to_owned(),
             done,
         })
     }
 
-    /// [`claim`](Self::claim) for a request: a session being attached, closed when idle or
-    /// taken over from a replica that died is waited for (bounded by the control timeout)
-    /// rather than refused; only a running turn answers 409 at once.
-    pub(super) async fn claim_waiting(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
-        let live = &self.inner.live;
-        let deadline = tokio::time::Instant::now() + self.inner.config.control_timeout;
+    /// [`busy`](Self::busy) for a request: a session being attached, closed when idle or
+    /// taken over from a replica that died is waited for (up to `bound`) rather than refused;
+    /// only a running turn answers 409 at once.
+    pub(super) async fn busy_waiting(
+        self: &Arc<Self>,
+        session_id: &str,
+        what: Busy,
+        bound: Duration,
+    ) -> Result<Claim, Error> {
+        let deadline = tokio::time::Instant::now() + bound;
         loop {
-            let freed = live.freed.notified();
+            let freed = self.freed.notified();
             tokio::pin!(freed);
             // Registered before trying, so that a release in between is not missed.
             freed.as_mut().enable();
-            match live.claim(session_id, what) {
+            match self.claim(session_id, what) {
                 Ok(done) => {
                     return Ok(Claim {
-                        inner: self.inner.clone(),
+                        live: self.clone(),
                         session_id: session_id.to_owned(),
                         done,
                     });
@@ -329,22 +331,43 @@ impl Gateway {
         }
     }
 
-    /// For a running turn: waits (bounded) until its prompt is on its way to the agent, so that a
-    /// cancel cannot overtake it; returns its member and a receiver that closes when it ends.
+    /// For a running turn: waits (up to `bound`) until its prompt is on its way to the agent,
+    /// so that a cancel cannot overtake it; returns its member and a receiver that closes when
+    /// it ends.
     pub(super) async fn running_turn(
         &self,
         session_id: &str,
+        bound: Duration,
     ) -> Option<(usize, watch::Receiver<TurnPhase>)> {
-        let mut done = self.inner.live.turn_done(session_id)?;
-        let bound = self.inner.config.control_timeout;
+        let mut done = self.turn_done(session_id)?;
         let sent = tokio::time::timeout(bound, done.wait_for(|p| *p == TurnPhase::Sent))
             .await
             .is_ok_and(|r| r.is_ok());
         if !sent {
             return None;
         }
-        let member = self.inner.live.member(session_id)?;
+        let member = self.member(session_id)?;
         Some((member, done))
+    }
+
+    /// Whether the session is being loaded, and if so whether its log was empty before.
+    pub(super) fn replaying(&self, session_id: &str) -> Option<bool> {
+        let replaying = self.replaying.lock().expect("replaying lock");
+        replaying.get(session_id).copied()
+    }
+
+    /// Marks the session as being loaded (`log_empty`: replayed updates are kept), until
+    /// [`LiveTable::loaded`].
+    pub(super) fn loading(&self, session_id: &str, log_empty: bool) {
+        let mut replaying = self.replaying.lock().expect("replaying lock");
+        replaying.insert(session_id.to_owned(), log_empty);
+    }
+
+    pub(super) fn loaded(&self, session_id: &str) {
+        self.replaying
+            .lock()
+            .expect("replaying lock")
+            .remove(session_id);
     }
 }
 

@@ -35,6 +35,7 @@ mod sync;
 mod system;
 mod turns;
 mod upstream;
+mod views;
 mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
@@ -60,12 +61,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::acp::caps::Capabilities;
 use crate::cluster::Cluster;
 use crate::config::PermissionPolicy;
 use crate::events::EventHub;
-use crate::pool::client::AgentClient;
-use crate::pool::{AgentPool, Agents, PoolConfig};
+use crate::pool::{Agents, PoolConfig};
 use crate::store::Store;
 
 /// Gateway settings.
@@ -109,23 +108,21 @@ pub struct Counters {
     pub member_exits: AtomicU64,
 }
 
-/// The parts the use cases share, and what the pool calls back into (see `upstream`).
-pub(crate) struct Inner {
+/// The parts the use cases share, each owning its state.
+struct Parts {
     /// The session records, the list cache and the sync's guards.
     records: Arc<records::Records>,
     /// Appends to the logs.
     log: log::Log,
-    cluster: Cluster,
-    /// The sessions this replica holds live or is working on.
-    live: live::LiveTable,
-    /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
-    replaying: std::sync::Mutex<std::collections::HashMap<String, bool>>,
-    /// Sessions whose log got a state event since their state snapshot was last stored here
-    /// (see `state::refresh_after_turn`).
-    state_dirty: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The sessions' states.
+    states: Arc<state::States>,
     /// Permission requests and elicitations waiting for a client.
     requests: Arc<pending::Requests>,
-    pub counters: Counters,
+    /// Records as clients see them.
+    views: Arc<views::Views>,
+    /// The agents, the sessions live on them, this replica among the others.
+    placement: Arc<placement::Placement>,
+    counters: Arc<Counters>,
     config: GatewayConfig,
     /// Turns, permission and elicitation timers and the idle reaper.
     tasks: TaskTracker,
@@ -136,8 +133,7 @@ pub(crate) struct Inner {
 /// The gateway service. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
-    inner: Arc<Inner>,
-    agents: Arc<Agents>,
+    parts: Arc<Parts>,
     webhooks: Arc<Webhooks>,
 }
 
@@ -152,6 +148,7 @@ impl Gateway {
         config: GatewayConfig,
     ) -> Self {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
+        let cluster = Arc::new(cluster);
         let records = Arc::new(records::Records::new(store, hub.clone()));
         let log = log::Log::new(hub.clone(), records.clone());
         let requests = Arc::new(pending::Requests::new(
@@ -161,72 +158,106 @@ impl Gateway {
             tasks.clone(),
             stop.clone(),
         ));
+        let states = Arc::new(state::States::new(
+            records.clone(),
+            log.clone(),
+            tasks.clone(),
+        ));
+        let live = Arc::new(live::LiveTable::default());
+        let views = Arc::new(views::Views::new(
+            live.clone(),
+            requests.clone(),
+            records.clone(),
+            log.clone(),
+        ));
+        let counters = Arc::new(Counters::default());
+        let upstream = Arc::new(upstream::Upstream {
+            live: live.clone(),
+            log: log.clone(),
+            views: views.clone(),
+            states: states.clone(),
+            requests: requests.clone(),
+            cluster: cluster.clone(),
+            counters: counters.clone(),
+        });
+        let agents = Agents::start(agents, upstream);
+        let limits = placement::Limits {
+            max_sessions: config.max_sessions,
+            max_sessions_per_member: config.max_sessions_per_member,
+            acquire_timeout: config.acquire_timeout,
+            control_timeout: config.control_timeout,
+        };
+        let placement = Arc::new(placement::Placement::new(
+            agents,
+            live,
+            records.clone(),
+            log.clone(),
+            states.clone(),
+            requests.clone(),
+            cluster,
+            limits,
+            stop.clone(),
+        ));
         let webhooks = Arc::new(Webhooks::new(
             records.clone(),
             hub,
             config.webhooks.clone(),
             stop.clone(),
         ));
-        let inner = Arc::new(Inner {
+        let every = config.sync_interval;
+        let idle_timeout = config.idle_timeout;
+        let parts = Arc::new(Parts {
             records,
             log,
-            cluster,
-            live: live::LiveTable::default(),
-            replaying: Default::default(),
-            state_dirty: Default::default(),
+            states,
             requests,
-            counters: Counters::default(),
+            views,
+            placement: placement.clone(),
+            counters,
             config,
-            tasks,
+            tasks: tasks.clone(),
             stop,
         });
-        let agents = Agents::start(agents, inner.clone());
-        let gateway = Gateway {
-            inner,
-            agents,
-            webhooks,
-        };
-        let tasks = &gateway.inner.tasks;
+        let gateway = Gateway { parts, webhooks };
         let g = gateway.clone();
-        let every = gateway.inner.config.sync_interval;
         tasks.spawn(async move { g.sync_forever(every).await });
-        let g = gateway.clone();
-        tasks.spawn(async move { g.heartbeat_forever().await });
+        let p = placement.clone();
+        tasks.spawn(async move { p.heartbeat_forever().await });
         tasks.spawn(gateway.webhooks.clone().deliver_forever());
-        if let Some(idle) = gateway.inner.config.idle_timeout {
-            let g = gateway.clone();
-            tasks.spawn(async move { g.reap_idle(idle).await });
+        if let Some(idle) = idle_timeout {
+            tasks.spawn(async move { placement.reap_idle(idle).await });
         }
         gateway
     }
 
     /// Stops background turns and every pool member.
     pub async fn shutdown(&self) {
-        self.inner.stop.cancel();
-        let deadline = self.inner.config.shutdown_timeout;
+        self.parts.stop.cancel();
+        let deadline = self.parts.config.shutdown_timeout;
         if tokio::time::timeout(deadline, self.wind_down())
             .await
             .is_err()
         {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
-        self.agents.shutdown().await;
-        self.inner.tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tasks.wait()).await;
+        self.parts.placement.agents.shutdown().await;
+        self.parts.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.parts.tasks.wait()).await;
     }
 
     /// Cancels every running turn and closes every live session (when the agent can close).
     async fn wind_down(&self) {
-        let live = self.inner.live.active();
+        let placement = &self.parts.placement;
+        let live = placement.live.active();
         futures::future::join_all(live.into_iter().map(|id| async move {
-            self.inner.requests.cancel_session(&id).await;
-            if let Some((member, mut done)) = self.running_turn(&id).await {
-                if let Some(agent) = self.client(member) {
+            self.parts.requests.cancel_session(&id).await;
+            if let Some((member, mut done)) = placement.running_turn(&id).await {
+                if let Some(agent) = placement.client(member) {
                     let _ = agent.cancel(&id).await;
                 }
                 let _ = done.changed().await;
             }
-            let live = self.client_if_live(&id);
+            let live = placement.client_if_live(&id);
             if let Some(agent) = live.filter(|a| a.caps().close) {
                 let _ = agent.close_session(&id).await;
             }
@@ -234,76 +265,18 @@ impl Gateway {
         .await;
     }
 
-    /// The capabilities of agent `agent` (none when this gateway does not run it, or none of
-    /// its members has answered `initialize` yet).
-    fn caps(&self, agent: &str) -> Capabilities {
-        self.agents
-            .get(agent)
-            .map(|a| a.pool.caps())
-            .unwrap_or_default()
+    /// The address of the other replica holding `session_id` live, if one does.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
+        self.parts.placement.owner_elsewhere(session_id).await
     }
 
-    /// The typed client of member `member` (of whichever agent), if it is running.
-    fn client(&self, member: usize) -> Option<AgentClient> {
-        let agent = self.agents.of_member(member)?;
-        let conn = agent.pool.conn(member)?;
-        Some(self.client_of(conn, agent.pool.caps()))
-    }
-
-    /// The typed client of an agent connection: the agent's capabilities, the control timeout.
-    fn client_of(&self, conn: Arc<crate::acp::Connection>, caps: Capabilities) -> AgentClient {
-        AgentClient::new(conn, caps, self.inner.config.control_timeout)
-    }
-
-    /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
-    /// replica does not run it (replicas must run the same agents; another may).
-    fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
-        self.agents.get(name).ok_or_else(|| Error::NoMember {
-            reason: format!("this gateway replica does not run the agent {name:?}"),
-            retry_after: Duration::from_secs(5),
-        })
-    }
-
-    /// An agent's "authentication required", completed with what it offers: the client (an
-    /// operator, really) learns which `auth-method` to configure.
-    pub(super) fn auth_hint(&self, agent: &str, e: Error) -> Error {
-        let Error::AgentAuthRequired(message) = e else {
-            return e;
-        };
-        let offered: Vec<String> = self
-            .agents
-            .get(agent)
-            .and_then(|a| a.pool.init())
-            .and_then(|i| i.auth_methods.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|m| {
-                m.get("id")
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_owned)
-            })
-            .collect();
-        Error::AgentAuthRequired(format!(
-            "{message}: the agent {agent:?} needs a login; it offers authMethods {offered:?} (configure its auth-method and auth-meta)"
-        ))
-    }
-
-    /// The agent a request names (the default one when it names none): 422 for a name not
-    /// configured, naming those that are.
-    pub(super) fn requested_agent(&self, name: Option<&str>) -> Result<&AgentPool, Error> {
-        match name {
-            None => Ok(self.agents.default_agent()),
-            Some(name) => self.agents.get(name).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "unknown agent {name:?}; this gateway runs {:?}",
-                    self.agents.names()
-                ))
-            }),
-        }
+    /// The other replica a new session should be created on, if one holds fewer sessions.
+    pub fn place_elsewhere(&self) -> Option<String> {
+        self.parts.placement.place_elsewhere()
     }
 
     fn store(&self) -> &dyn Store {
-        self.inner.records.store()
+        self.parts.records.store()
     }
 
     /// The webhook subscriptions.

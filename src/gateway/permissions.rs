@@ -129,7 +129,7 @@ impl Gateway {
         id: &SessionId,
     ) -> Result<Vec<PermissionView>, Error> {
         self.record(caller, id).await?;
-        Ok(self.inner.requests.pending(id.as_str()))
+        Ok(self.parts.requests.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
@@ -142,7 +142,7 @@ impl Gateway {
         outcome: Option<&str>,
     ) -> Result<PermissionView, Error> {
         self.record(caller, id).await?;
-        self.inner
+        self.parts
             .requests
             .resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
                 answered(view, option_id, outcome)
@@ -181,8 +181,8 @@ impl Requests {
             PermissionPolicy::Reject => {
                 self.resolve_auto(&request_id, &REJECT, "policy").await;
             }
-            PermissionPolicy::Ask => self.on_timeout(move |inner| async move {
-                inner.resolve_auto(&request_id, &REJECT, "timeout").await;
+            PermissionPolicy::Ask => self.on_timeout(move |requests| async move {
+                requests.resolve_auto(&request_id, &REJECT, "timeout").await;
             }),
         }
     }

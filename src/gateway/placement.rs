@@ -8,21 +8,172 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::live::Busy;
+use super::Error;
+use super::live::{Busy, Claim, LiveTable, TurnPhase};
+use super::log::Log;
 use super::model::Status;
-use super::{Error, Gateway};
+use super::pending::Requests;
+use super::records::Records;
+use super::state::States;
+use crate::acp::caps::Capabilities;
 use crate::acp::{CallError, Connection};
+use crate::cluster::Cluster;
 use crate::pool::client::AgentClient;
+use crate::pool::{AgentPool, Agents};
 use crate::store::{Claimed, SessionRecord};
 
-impl Gateway {
+/// How many sessions may be live, and how long placing one may take.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// Live sessions in the pool (0: no limit).
+    pub(super) max_sessions: usize,
+    /// Live sessions per member (0: no limit).
+    pub(super) max_sessions_per_member: usize,
+    /// How long a request that needs a member waits for a starting or restarting one.
+    pub(super) acquire_timeout: Duration,
+    /// Bound on every agent control call, and on waiting for a busy session.
+    pub(super) control_timeout: Duration,
+}
+
+/// The agents' members and the sessions live on them: where a session goes, which client a
+/// call about it goes through, and this replica's place among the replicas (`replicas.rs`).
+pub(super) struct Placement {
+    pub(super) agents: Arc<Agents>,
+    pub(super) live: Arc<LiveTable>,
+    pub(super) records: Arc<Records>,
+    pub(super) log: Log,
+    states: Arc<States>,
+    requests: Arc<Requests>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) limits: Limits,
+    /// Ends the idle reaper and the heartbeat.
+    pub(super) stop: CancellationToken,
+}
+
+impl Placement {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        agents: Arc<Agents>,
+        live: Arc<LiveTable>,
+        records: Arc<Records>,
+        log: Log,
+        states: Arc<States>,
+        requests: Arc<Requests>,
+        cluster: Arc<Cluster>,
+        limits: Limits,
+        stop: CancellationToken,
+    ) -> Self {
+        Placement {
+            agents,
+            live,
+            records,
+            log,
+            states,
+            requests,
+            cluster,
+            limits,
+            stop,
+        }
+    }
+
+    /// The capabilities of agent `agent` (none when this gateway does not run it, or none of
+    /// its members has answered `initialize` yet).
+    pub(super) fn caps(&self, agent: &str) -> Capabilities {
+        self.agents
+            .get(agent)
+            .map(|a| a.pool.caps())
+            .unwrap_or_default()
+    }
+
+    /// The typed client of member `member` (of whichever agent), if it is running.
+    pub(super) fn client(&self, member: usize) -> Option<AgentClient> {
+        let agent = self.agents.of_member(member)?;
+        let conn = agent.pool.conn(member)?;
+        Some(self.client_of(conn, agent.pool.caps()))
+    }
+
+    /// The typed client of an agent connection: the agent's capabilities, the control timeout.
+    fn client_of(&self, conn: Arc<Connection>, caps: Capabilities) -> AgentClient {
+        AgentClient::new(conn, caps, self.limits.control_timeout)
+    }
+
+    /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
+    /// replica does not run it (replicas must run the same agents; another may).
+    pub(super) fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
+        self.agents.get(name).ok_or_else(|| Error::NoMember {
+            reason: format!("this gateway replica does not run the agent {name:?}"),
+            retry_after: Duration::from_secs(5),
+        })
+    }
+
+    /// An agent's "authentication required", completed with what it offers: the client (an
+    /// operator, really) learns which `auth-method` to configure.
+    pub(super) fn auth_hint(&self, agent: &str, e: Error) -> Error {
+        let Error::AgentAuthRequired(message) = e else {
+            return e;
+        };
+        let offered: Vec<String> = self
+            .agents
+            .get(agent)
+            .and_then(|a| a.pool.init())
+            .and_then(|i| i.auth_methods.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| {
+                m.get("id")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect();
+        Error::AgentAuthRequired(format!(
+            "{message}: the agent {agent:?} needs a login; it offers authMethods {offered:?} (configure its auth-method and auth-meta)"
+        ))
+    }
+
+    /// The agent a request names (the default one when it names none): 422 for a name not
+    /// configured, naming those that are.
+    pub(super) fn requested_agent(&self, name: Option<&str>) -> Result<&AgentPool, Error> {
+        match name {
+            None => Ok(self.agents.default_agent()),
+            Some(name) => self.agents.get(name).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "unknown agent {name:?}; this gateway runs {:?}",
+                    self.agents.names()
+                ))
+            }),
+        }
+    }
+
+    /// Marks the session busy (409 if it already is); the guard frees it on drop.
+    pub(super) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+        self.live.busy(session_id, what)
+    }
+
+    /// [`Placement::claim`] for a request: waits (bounded) for a session being attached.
+    pub(super) async fn claim_waiting(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+        let bound = self.limits.control_timeout;
+        self.live.busy_waiting(session_id, what, bound).await
+    }
+
+    /// For a running turn: its member once its prompt is sent, and a receiver that closes when
+    /// it ends.
+    pub(super) async fn running_turn(
+        &self,
+        session_id: &str,
+    ) -> Option<(usize, watch::Receiver<TurnPhase>)> {
+        let bound = self.limits.control_timeout;
+        self.live.running_turn(session_id, bound).await
+    }
+
     /// Where a session that becomes live goes: the least-loaded ready member below the
     /// per-member cap, if the global cap allows another live session. While members start or
     /// restart, waits up to `--acquire-timeout` for one of them.
     pub(super) async fn place(&self, agent: &str) -> Result<(usize, AgentClient), Error> {
-        let cfg = &self.inner.config;
-        if cfg.max_sessions > 0 && self.inner.live.live_count() >= cfg.max_sessions {
+        let cfg = &self.limits;
+        if cfg.max_sessions > 0 && self.live.live_count() >= cfg.max_sessions {
             return Err(Error::NoCapacity(format!(
                 "the gateway already holds its maximum of {} live sessions; close some or try again later",
                 cfg.max_sessions
@@ -30,7 +181,7 @@ impl Gateway {
         }
         let of_agent = self.agent_named(agent)?;
         if of_agent.max_sessions > 0 {
-            let live = self.inner.live.live_count_where(|m| of_agent.pool.has(m));
+            let live = self.live.live_count_where(|m| of_agent.pool.has(m));
             if live >= of_agent.max_sessions {
                 return Err(Error::NoCapacity(format!(
                     "the agent {agent:?} already holds its maximum of {} live sessions; close some or try again later",
@@ -50,7 +201,7 @@ impl Gateway {
     /// capacity cap (`NoCapacity`), or no member ready in time (`NoMember`, with the time to
     /// the next restart attempt).
     async fn acquire(&self, agent: &str, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
-        let wait = self.inner.config.acquire_timeout;
+        let wait = self.limits.acquire_timeout;
         let pool = &self.agent_named(agent)?.pool;
         pool.acquire(cap, wait).await.map_err(|no| {
             if no.full {
@@ -84,7 +235,7 @@ impl Gateway {
         )
     }
 
-    /// [`Gateway::no_member`] for the agent of member `member`.
+    /// [`Placement::no_member`] for the agent of member `member`.
     pub(super) fn no_member_at(&self, member: usize) -> Error {
         match self.agents.of_member(member) {
             Some(agent) => self.no_member(&agent.name),
@@ -93,7 +244,7 @@ impl Gateway {
     }
 
     /// Any ready member's client of `agent` (for calls about sessions no member holds),
-    /// waiting like [`Gateway::place`] for a starting one.
+    /// waiting like [`Placement::place`] for a starting one.
     pub(super) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
         let (_, conn) = self.acquire(agent, usize::MAX).await?;
         Ok(self.client_of(conn, self.caps(agent)))
@@ -107,7 +258,7 @@ impl Gateway {
 
     /// The client of the member holding the session live, if one does.
     pub(super) fn client_if_live(&self, session_id: &str) -> Option<AgentClient> {
-        self.client(self.inner.live.member(session_id)?)
+        self.client(self.live.member(session_id)?)
     }
 
     /// The member holding the session, or any ready member of its agent.
@@ -122,7 +273,7 @@ impl Gateway {
     /// The caller holds a [`super::live::Claim`].
     pub(super) async fn ensure_live(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
-        let held = self.inner.live.member(id);
+        let held = self.live.member(id);
         // Before the live shortcut: an agent that can neither archive nor close keeps an
         // archived session in memory, and it still must not be prompted.
         if record.archived {
@@ -133,24 +284,24 @@ impl Gateway {
         if let Some(m) = held {
             return Ok(m);
         }
-        match self.inner.cluster.claim(id).await? {
+        match self.cluster.claim(id).await? {
             Claimed::Refused => {
                 return Err(Error::HeldElsewhere(format!(
                     "session {id} is live on another gateway replica; retry"
                 )));
             }
-            Claimed::Orphan => self.inner.close_orphan(id).await,
+            Claimed::Orphan => self.close_orphan(id).await,
             Claimed::Taken => {}
         }
         let attached = self.attach_here(record).await;
         if attached.is_err() {
-            self.inner.release(id).await;
+            self.release(id).await;
         }
         attached
     }
 
     /// Resumes (else loads) the session on a member of this replica's pool; again, on another
-    /// ready process, when the request never reached the agent (see [`Gateway::retry_unsent`]).
+    /// ready process, when the request never reached the agent (see [`Placement::retry_unsent`]).
     async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
         let mut retries = 0;
@@ -171,13 +322,12 @@ impl Gateway {
                 }
             }
         };
-        self.inner.live.attach(record, member, &self.agents);
-        self.inner
-            .log
+        self.live.attach(record, member, &self.agents);
+        self.log
             .lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;
         // A fresh process may say otherwise of its modes and options than the log does.
-        if let Err(e) = self.note_state(id, method, &result).await {
+        if let Err(e) = self.states.note_state(id, method, &result).await {
             tracing::warn!(session = id, error = %e, "cannot record the attached session's state");
         }
         Ok(member)
@@ -199,18 +349,10 @@ impl Gateway {
                 .await
                 .map(|r| (method, r)))
         } else if caps.load {
-            let log_empty = self.store().last_event_seq(id).await? == 0;
-            self.inner
-                .replaying
-                .lock()
-                .expect("replaying lock")
-                .insert(id.to_owned(), log_empty);
+            let log_empty = self.records.store().last_event_seq(id).await? == 0;
+            self.live.loading(id, log_empty);
             let r = agent.load_session(id, &record.cwd).await;
-            self.inner
-                .replaying
-                .lock()
-                .expect("replaying lock")
-                .remove(id);
+            self.live.loaded(id);
             Ok(r.map(|r| (AGENT_METHOD_NAMES.session_load, r)))
         } else {
             Err(Error::NotSupported(
@@ -223,9 +365,9 @@ impl Gateway {
     /// another replica asked next may take it at once (and a release left to run later could
     /// undo a hold taken again meanwhile). Returns the member it was on.
     pub(super) async fn detach(&self, session_id: &str) -> Option<usize> {
-        let member = self.inner.live.detach(session_id, &self.agents);
+        let member = self.live.detach(session_id, &self.agents);
         if member.is_some() {
-            self.inner.release(session_id).await;
+            self.release(session_id).await;
         }
         member
     }
@@ -236,13 +378,13 @@ impl Gateway {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
-                _ = self.inner.stop.cancelled() => return,
+                _ = self.stop.cancelled() => return,
             }
-            for (id, member) in self.inner.live.idle_for(idle) {
+            for (id, member) in self.live.idle_for(idle) {
                 if !self.client(member).is_some_and(|a| a.caps().close) {
                     continue;
                 }
-                if self.inner.requests.awaits_client(&id) {
+                if self.requests.awaits_client(&id) {
                     continue;
                 }
                 let Ok(_claim) = self.claim(&id, Busy::Attaching) else {
@@ -256,12 +398,9 @@ impl Gateway {
                 }
                 self.detach(&id).await;
                 tracing::info!(session = id, "closed an idle session");
-                if let Ok(Some(record)) = self.store().get_session(&id).await {
+                if let Ok(Some(record)) = self.records.store().get_session(&id).await {
                     let status = json!({"status": Status::Saved, "reason": "idle"});
-                    self.inner
-                        .log
-                        .lifecycle(&record, "session_status", status)
-                        .await;
+                    self.log.lifecycle(&record, "session_status", status).await;
                 }
             }
         }

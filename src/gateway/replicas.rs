@@ -4,20 +4,22 @@
 
 use serde_json::json;
 
+use super::Error;
 use super::live::Busy;
-use super::{Error, Gateway, Inner};
+use super::placement::Placement;
+use crate::cluster::Cluster;
 use crate::store::Claimed;
 
-impl Gateway {
+impl Placement {
     /// Sessions held by a replica whose lease expired are `saved` now: this replica claims each
     /// (one replica wins it; a prompt making it live elsewhere may win first and closes it
-    /// itself), closes what the dead one left open ([`Inner::close_orphan`]) and lets it go.
+    /// itself), closes what the dead one left open ([`Placement::close_orphan`]) and lets it go.
     /// The next prompt resumes it on whichever replica receives it.
     async fn take_over_orphans(&self) {
-        if !self.inner.cluster.may_take_orphans() {
+        if !self.cluster.may_take_orphans() {
             return;
         }
-        let orphans = match self.inner.cluster.orphans().await {
+        let orphans = match self.cluster.orphans().await {
             Ok(orphans) => orphans,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot look for sessions of replicas that died");
@@ -29,15 +31,15 @@ impl Gateway {
             let Ok(_busy) = self.claim(&id, Busy::Attaching) else {
                 continue;
             };
-            if self.inner.live.member(&id).is_some() {
+            if self.live.member(&id).is_some() {
                 continue;
             }
-            match self.inner.cluster.claim(&id).await {
+            match self.cluster.claim(&id).await {
                 Ok(Claimed::Orphan) => {
-                    self.inner.close_orphan(&id).await;
-                    self.inner.release(&id).await;
+                    self.close_orphan(&id).await;
+                    self.release(&id).await;
                 }
-                Ok(Claimed::Taken) => self.inner.release(&id).await,
+                Ok(Claimed::Taken) => self.release(&id).await,
                 Ok(Claimed::Refused) => {}
                 Err(e) => {
                     tracing::warn!(session = id, error = %e, "cannot take over the session of a replica that died")
@@ -48,16 +50,16 @@ impl Gateway {
 
     /// Beats in the cluster every heartbeat interval until shutdown, then leaves it.
     pub(super) async fn heartbeat_forever(&self) {
-        let cluster = &self.inner.cluster;
+        let cluster = &self.cluster;
         loop {
-            let live = i64::try_from(self.inner.live.live_count()).unwrap_or(i64::MAX);
+            let live = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
             if let Err(e) = cluster.beat(live).await {
                 tracing::warn!(error = %e, "replica heartbeat failed");
             }
             self.take_over_orphans().await;
             tokio::select! {
                 _ = tokio::time::sleep(cluster.interval()) => {}
-                _ = self.inner.stop.cancelled() => break,
+                _ = self.stop.cancelled() => break,
             }
         }
         if let Err(e) = cluster.leave().await {
@@ -66,21 +68,19 @@ impl Gateway {
     }
 
     /// The address of the other replica holding `session_id` live, if one does.
-    pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
-        if self.inner.live.here(session_id) {
+    pub(super) async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
+        if self.live.here(session_id) {
             return Ok(None);
         }
-        Ok(self.inner.cluster.owner_elsewhere(session_id).await?)
+        Ok(self.cluster.owner_elsewhere(session_id).await?)
     }
 
     /// The other replica a new session should be created on, if one holds fewer sessions.
-    pub fn place_elsewhere(&self) -> Option<String> {
-        let here = i64::try_from(self.inner.live.live_count()).unwrap_or(i64::MAX);
-        self.inner.cluster.place_elsewhere(here)
+    pub(super) fn place_elsewhere(&self) -> Option<String> {
+        let here = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
+        self.cluster.place_elsewhere(here)
     }
-}
 
-impl Inner {
     /// Closes what a replica that died holding `session_id` left open, for the replica that
     /// claimed it from the dead one ([`Claimed::Orphan`]), before anything else happens in it:
     /// its log gets `agent_exited` (without a member, which was the dead replica's), and a turn
@@ -119,8 +119,13 @@ impl Inner {
 
     /// Records that this replica no longer holds a session.
     pub(super) async fn release(&self, session_id: &str) {
-        if let Err(e) = self.cluster.release(session_id).await {
-            tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
-        }
+        release(&self.cluster, session_id).await;
+    }
+}
+
+/// Records in `cluster` that this replica no longer holds a session.
+pub(super) async fn release(cluster: &Cluster, session_id: &str) {
+    if let Err(e) = cluster.release(session_id).await {
+        tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
     }
 }

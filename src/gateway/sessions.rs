@@ -8,9 +8,9 @@ use super::model::{
     Activity, SessionId, SessionView, Status, StatusView, apply_info_update, decode_cursor, now,
     validate_abs_path,
 };
-use super::{Caller, Error, Gateway, Inner};
+use super::{Caller, Error, Gateway};
 use crate::acp::CallError;
-use crate::store::{ListQuery, SessionMutation, SessionRecord, StoreResult};
+use crate::store::{ListQuery, SessionRecord};
 
 /// Which sessions `GET /sessions` lists.
 #[derive(Debug, Default)]
@@ -74,8 +74,8 @@ impl Gateway {
             .as_deref()
             .map(|c| decode_cursor(&query, c))
             .transpose()?;
-        let page = self.inner.records.list_page(&query, fresh).await?;
-        Ok(page.render(|id| self.inner.status_of(id)))
+        let page = self.parts.records.list_page(&query, fresh).await?;
+        Ok(page.render(|id| self.parts.views.status_of(id)))
     }
 
     /// `GET /sessions/{id}`.
@@ -92,8 +92,8 @@ impl Gateway {
     ) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
         // An agent this replica does not run: 503, not a change the agent never sees.
-        self.agent_named(&record.agent)?;
-        let set_title = self.caps(&record.agent).set_title;
+        self.parts.placement.agent_named(&record.agent)?;
+        let set_title = self.parts.placement.caps(&record.agent).set_title;
         if set_title && title.is_none() {
             // session/set_title takes a string, and the agent's list would bring the old
             // title back at the next sync: clearing it only here would be a lie.
@@ -103,7 +103,7 @@ impl Gateway {
             ));
         }
         if let (true, Some(t)) = (set_title, &title) {
-            let agent = self.client_for(&record).await?;
+            let agent = self.parts.placement.client_for(&record).await?;
             if let Some(stored) = agent.set_title(id.as_str(), t).await? {
                 title = Some(stored);
             }
@@ -111,12 +111,13 @@ impl Gateway {
         let update = json!({ "title": title });
         let at = now();
         let record = self
-            .inner
+            .parts
+            .views
             .update_cached(id.as_str(), &|r| apply_info_update(r, &update, at))
             .await?
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
-        self.inner.updated(&record).await;
-        Ok(self.inner.view(&record))
+        self.parts.views.updated(&record).await;
+        Ok(self.parts.views.view(&record))
     }
 
     /// `DELETE /sessions/{id}`: idempotent.
@@ -134,14 +135,19 @@ impl Gateway {
         // replica runs (503 otherwise, not a delete its agent never hears of).
         let agent_name = match &existing {
             Some(r) if !r.agent.is_empty() => r.agent.clone(),
-            _ => self.agents.default_agent().name.clone(),
+            _ => self.parts.placement.agents.default_agent().name.clone(),
         };
         if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
-            self.agent_named(&agent_name)?;
+            self.parts.placement.agent_named(&agent_name)?;
         }
-        let caps = self.caps(&agent_name);
-        self.inner.requests.cancel_session(id.as_str()).await;
-        let live = self.detach(id.as_str()).await.and_then(|m| self.client(m));
+        let caps = self.parts.placement.caps(&agent_name);
+        self.parts.requests.cancel_session(id.as_str()).await;
+        let live = self
+            .parts
+            .placement
+            .detach(id.as_str())
+            .await
+            .and_then(|m| self.parts.placement.client(m));
         if let Some(agent) = live {
             if caps.close {
                 if let Err(e) = agent.close_session(id.as_str()).await {
@@ -158,22 +164,22 @@ impl Gateway {
             .store()
             .tombstone_session(id.as_str(), tenant, now())
             .await?;
-        self.inner.records.sessions_changed();
+        self.parts.records.sessions_changed();
         if tombstoned {
             let payload = json!({"sessionId": id.as_str()});
-            self.inner
+            self.parts
                 .log
                 .append(id.as_str(), "session_deleted", payload)
                 .await;
             if let Some(r) = &existing {
-                self.inner
+                self.parts
                     .log
                     .lifecycle(r, "session_deleted", json!({}))
                     .await;
             }
         }
         if caps.delete {
-            let agent = self.any_client(&agent_name).await?;
+            let agent = self.parts.placement.any_client(&agent_name).await?;
             match agent.delete_session(id.as_str()).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -191,7 +197,10 @@ impl Gateway {
             activity,
         };
         // A live session's owner is in memory: no store read (the common, hot case).
-        let (status, activity) = self.inner.status_if_owner(id.as_str(), |t| caller.sees(t));
+        let (status, activity) = self
+            .parts
+            .views
+            .status_if_owner(id.as_str(), |t| caller.sees(t));
         if status == Status::Live {
             return Ok(view(status, activity));
         }
@@ -205,16 +214,16 @@ impl Gateway {
         if !visible || record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
             return Ok(view(Status::NotFound, None));
         }
-        let (status, activity) = self.inner.status_of(id.as_str());
+        let (status, activity) = self.parts.views.status_of(id.as_str());
         if status == Status::Live {
             return Ok(view(status, activity));
         }
         let agent_name = record.as_ref().map_or_else(
-            || self.agents.default_agent().name.clone(),
+            || self.parts.placement.agents.default_agent().name.clone(),
             |r| r.agent.clone(),
         );
-        let probe = (self.caps(&agent_name).status)
-            .then(|| self.ready_client(&agent_name))
+        let probe = (self.parts.placement.caps(&agent_name).status)
+            .then(|| self.parts.placement.ready_client(&agent_name))
             .flatten();
         if let Some(agent) = probe {
             match agent.session_open(id.as_str()).await {
@@ -238,31 +247,35 @@ impl Gateway {
     /// `POST /sessions/{id}/resume`.
     pub async fn resume(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
-        if self.inner.status_of(id.as_str()).0 != Status::Live {
-            let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
-            self.ensure_live(&record).await?;
+        if self.parts.views.status_of(id.as_str()).0 != Status::Live {
+            let _claim = self
+                .parts
+                .placement
+                .claim_waiting(id.as_str(), Busy::Attaching)
+                .await?;
+            self.parts.placement.ensure_live(&record).await?;
         }
-        Ok(self.inner.view(&record))
+        Ok(self.parts.views.view(&record))
     }
 
     /// `POST /sessions/{id}/close`.
     pub async fn close(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         let record = self.record(caller, id).await?;
-        let Some(member) = self.inner.live.member(id.as_str()) else {
+        let Some(member) = self.parts.placement.live.member(id.as_str()) else {
             return Ok(());
         };
-        if !self.caps(&record.agent).close {
+        if !self.parts.placement.caps(&record.agent).close {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_close;
             return Err(CallError::Unsupported(method).into());
         }
         // Pending permission requests and elicitations are answered first, so that their
         // `*_resolved` comes before the `turn_ended` that closing causes.
-        self.inner.requests.cancel_session(id.as_str()).await;
-        if let Some(agent) = self.client(member) {
+        self.parts.requests.cancel_session(id.as_str()).await;
+        if let Some(agent) = self.parts.placement.client(member) {
             agent.close_session(id.as_str()).await?;
         }
-        self.detach(id.as_str()).await;
-        self.inner
+        self.parts.placement.detach(id.as_str()).await;
+        self.parts
             .log
             .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
             .await;
@@ -281,82 +294,39 @@ impl Gateway {
         archived: bool,
     ) -> Result<SessionView, Error> {
         let record = self.record(caller, id).await?;
-        self.agent_named(&record.agent)?;
-        let _claim = self.claim_waiting(id.as_str(), Busy::Attaching).await?;
-        let caps = self.caps(&record.agent);
-        let live = self.client_if_live(id.as_str());
+        self.parts.placement.agent_named(&record.agent)?;
+        let _claim = self
+            .parts
+            .placement
+            .claim_waiting(id.as_str(), Busy::Attaching)
+            .await?;
+        let caps = self.parts.placement.caps(&record.agent);
+        let live = self.parts.placement.client_if_live(id.as_str());
         if archived && live.is_some() {
-            self.inner.requests.cancel_session(id.as_str()).await;
+            self.parts.requests.cancel_session(id.as_str()).await;
         }
         if caps.archive {
-            let agent = self.client_for(&record).await?;
+            let agent = self.parts.placement.client_for(&record).await?;
             agent.set_archived(id.as_str(), archived).await?;
         } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
             agent.close_session(id.as_str()).await?;
         }
-        let freed =
-            archived && (caps.archive || caps.close) && self.detach(id.as_str()).await.is_some();
+        let freed = archived
+            && (caps.archive || caps.close)
+            && self.parts.placement.detach(id.as_str()).await.is_some();
         let record = self
-            .inner
+            .parts
+            .views
             .update_cached(id.as_str(), &|r| r.archived = archived)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
         if freed {
-            self.inner
+            self.parts
                 .log
                 .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
                 .await;
         }
-        self.inner.updated(&record).await;
-        Ok(self.inner.view(&record))
-    }
-}
-
-impl Inner {
-    pub(super) fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
-        self.status_if_owner(session_id, |_| true)
-    }
-
-    /// The session's status, as live only if it is live and `owner_ok` accepts its owner.
-    pub(super) fn status_if_owner(
-        &self,
-        session_id: &str,
-        owner_ok: impl FnOnce(&str) -> bool,
-    ) -> (Status, Option<Activity>) {
-        self.live.status_if_owner(session_id, owner_ok, || {
-            if self.requests.permissions.has_pending(session_id) {
-                Some(Activity::AwaitingPermission)
-            } else if self.requests.elicitations.has_pending(session_id) {
-                Some(Activity::AwaitingInput)
-            } else {
-                None
-            }
-        })
-    }
-
-    /// Changes a cached session on the gateway's own authority (see
-    /// [`super::records::Records::update_cached`]); a live session learns its new record.
-    pub(super) async fn update_cached(
-        &self,
-        session_id: &str,
-        mutate: SessionMutation<'_>,
-    ) -> StoreResult<Option<SessionRecord>> {
-        let updated = self.records.update_cached(session_id, mutate).await;
-        if let Ok(Some(r)) = &updated {
-            self.live.record_changed(r);
-        }
-        updated
-    }
-
-    /// The `session_updated` lifecycle event of a changed cached session.
-    pub(super) async fn updated(&self, r: &SessionRecord) {
-        self.log
-            .lifecycle(r, "session_updated", json!({"session": self.view(r)}))
-            .await;
-    }
-
-    pub(super) fn view(&self, r: &SessionRecord) -> SessionView {
-        let (status, activity) = self.status_of(&r.session_id);
-        SessionView::new(r, status, activity)
+        self.parts.views.updated(&record).await;
+        Ok(self.parts.views.view(&record))
     }
 }

@@ -9,7 +9,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::{Error, Gateway};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::task::TaskTracker;
+
+use super::Error;
+use super::log::Log;
+use super::records::Records;
 
 /// The log's event kinds that change the state.
 pub(super) const STATE_KINDS: &[&str] = &[
@@ -267,25 +274,43 @@ pub(super) fn select_values(option: &Value) -> Vec<&str> {
     values
 }
 
-impl super::Inner {
-    /// Notes that a state event was logged for `session_id` (see [`Gateway::refresh_after_turn`]).
+/// The sessions' states: folded from their logs, snapshots stored, what the gateway learns
+/// outside updates logged.
+pub(super) struct States {
+    records: Arc<Records>,
+    log: Log,
+    /// Sessions whose log got a state event since their state snapshot was last stored here
+    /// (see [`States::refresh_after_turn`]).
+    dirty: Mutex<HashSet<String>>,
+    /// The snapshot refreshes.
+    tasks: TaskTracker,
+}
+
+impl States {
+    pub(super) fn new(records: Arc<Records>, log: Log, tasks: TaskTracker) -> Self {
+        States {
+            records,
+            log,
+            dirty: Mutex::default(),
+            tasks,
+        }
+    }
+
+    /// Notes that a state event was logged for `session_id` (see [`States::refresh_after_turn`]).
     pub(super) fn state_changed_in_turn(&self, session_id: &str) {
-        let mut dirty = self.state_dirty.lock().expect("state_dirty lock");
+        let mut dirty = self.dirty.lock().expect("state_dirty lock");
         if !dirty.contains(session_id) {
             dirty.insert(session_id.to_owned());
         }
     }
-}
 
-impl Gateway {
     /// After a turn that logged state events (the agent's updates, a prompt's `usage`): the
     /// snapshot is moved to the log's end in the background, so that a read folds little and
     /// retention, which prunes old events, finds what they made in the snapshot (a prune
     /// within the moment between the turn's commit and this one could still miss them).
-    pub(super) fn refresh_after_turn(&self, session_id: &str, usage: bool) {
+    pub(super) fn refresh_after_turn(self: &Arc<Self>, session_id: &str, usage: bool) {
         let dirty = self
-            .inner
-            .state_dirty
+            .dirty
             .lock()
             .expect("state_dirty lock")
             .remove(session_id);
@@ -293,8 +318,8 @@ impl Gateway {
             return;
         }
         let (this, id) = (self.clone(), session_id.to_owned());
-        self.inner.tasks.spawn(async move {
-            this.inner.log.flush().await;
+        self.tasks.spawn(async move {
+            this.log.flush().await;
             if let Err(e) = this.state_of(&id).await {
                 tracing::warn!(session = id, error = %e, "cannot store the state snapshot");
             }
@@ -332,15 +357,12 @@ impl Gateway {
         change.insert("sessionId".into(), session_id.into());
         change.insert("source".into(), source.into());
         let change = Value::Object(change);
-        self.inner.log.flush().await;
+        self.log.flush().await;
         let now = self.state_of(session_id).await?.state;
         let mut next = now.clone();
         next.apply(STATE_CHANGED, &change);
         if next != now {
-            self.inner
-                .log
-                .append(session_id, STATE_CHANGED, change)
-                .await;
+            self.log.append(session_id, STATE_CHANGED, change).await;
         }
         Ok(())
     }
@@ -348,7 +370,7 @@ impl Gateway {
     /// The state folded to the log's end: the stored snapshot, then the state events after it
     /// (the snapshot moves forward when there were any).
     pub(super) async fn state_of(&self, session_id: &str) -> Result<StateAt, Error> {
-        let store = self.store();
+        let store = self.records.store();
         // The position first: every event up to it is committed, so the fold is exact there.
         let last = store.last_event_seq(session_id).await?;
         let (from, mut state) = match store.session_state(session_id).await? {

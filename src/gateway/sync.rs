@@ -66,7 +66,7 @@ impl Gateway {
         let mut total = SyncReport::default();
         let mut failed = None;
         let mut synced = 0;
-        for agent in self.agents.names() {
+        for agent in self.parts.placement.agents.names() {
             if only.is_some_and(|o| o != agent) {
                 continue;
             }
@@ -94,23 +94,30 @@ impl Gateway {
     /// to do; an agent still starting is waited for (up to `--acquire-timeout`) to say whether
     /// it lists.
     async fn sync_agent(&self, agent: &str) -> Result<SyncReport, Error> {
-        if self.agent_named(agent)?.pool.init().is_none() {
-            self.any_client(agent).await?;
+        if self
+            .parts
+            .placement
+            .agent_named(agent)?
+            .pool
+            .init()
+            .is_none()
+        {
+            self.parts.placement.any_client(agent).await?;
         }
-        if !self.caps(agent).list {
+        if !self.parts.placement.caps(agent).list {
             return Ok(SyncReport::default());
         }
-        let _one_at_a_time = self.inner.records.one_sync().await;
+        let _one_at_a_time = self.parts.records.one_sync().await;
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
-        let since = self.inner.records.touches();
+        let since = self.parts.records.touches();
         let mut report = SyncReport::default();
         // The listing is read and checked by a task of its own, up to PAGES_AHEAD pages ahead
         // of the one compared here (while the digests are read, at first): parsing and
         // comparing keep two cores busy.
         let (tx, mut pages) = mpsc::channel(PAGES_AHEAD);
         let lister = AbortOnDropHandle::new(tokio::spawn(list_all(
-            Pages::new(self.any_client(agent).await?, None),
+            Pages::new(self.parts.placement.any_client(agent).await?, None),
             tx,
         )));
         // Read while the agent lists the first pages.
@@ -120,7 +127,7 @@ impl Gateway {
             let page = page?;
             // Creates that were under way while the agent listed the page have stored their
             // rows now.
-            self.inner.records.creates_stored().await;
+            self.parts.records.creates_stored().await;
             report.listed += page.len();
             // What is listed as a sync last wrote it needs nothing; an id listed twice (pages
             // shift while sessions change) is looked at once.
@@ -142,7 +149,8 @@ impl Gateway {
             .await?
             .into_iter()
             .filter(|id| {
-                self.inner.live.member(id).is_none() && !self.inner.records.touched_since(id, since)
+                self.parts.placement.live.member(id).is_none()
+                    && !self.parts.records.touched_since(id, since)
             })
             .collect();
         let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
@@ -153,7 +161,7 @@ impl Gateway {
         }
         for (cwd, records) in by_cwd {
             let mut again = HashSet::new();
-            let mut pages = Pages::new(self.any_client(agent).await?, Some(cwd));
+            let mut pages = Pages::new(self.parts.placement.any_client(agent).await?, Some(cwd));
             while let Some(page) = pages.next().await? {
                 again.extend(page.into_iter().map(|l| l.session_id));
             }
@@ -163,7 +171,7 @@ impl Gateway {
                 }
             }
         }
-        self.inner.records.forget_touches_up_to(since);
+        self.parts.records.forget_touches_up_to(since);
         if report.added + report.updated + report.vanished > 0 {
             tracing::info!(agent, ?report, "synced the session list with the agent");
         }
@@ -180,7 +188,7 @@ impl Gateway {
         at: DateTime<Utc>,
         report: &mut SyncReport,
     ) -> Result<(), Error> {
-        let page = self.inner.records.untouched(page, |l| &l.session_id, since);
+        let page = self.parts.records.untouched(page, |l| &l.session_id, since);
         let listed: Vec<ListedSession> = page
             .iter()
             .map(|l| ListedSession {
@@ -231,9 +239,9 @@ impl Gateway {
         }
         // A change of the gateway's own noted while the page was compared wins too; one made
         // from here on waits for this write, and comes after it.
-        let writing = self.inner.records.sync_writing().await;
+        let writing = self.parts.records.sync_writing().await;
         let writes = self
-            .inner
+            .parts
             .records
             .untouched(writes, |(r, _)| &r.session_id, since);
         if writes.is_empty() {
@@ -244,7 +252,7 @@ impl Gateway {
             .store()
             .put_sessions(&records)
             .await
-            .inspect(|_| self.inner.records.sessions_changed())?
+            .inspect(|_| self.parts.records.sessions_changed())?
             .into_iter()
             .collect();
         drop(writing);
@@ -256,18 +264,18 @@ impl Gateway {
             match change {
                 Change::Added => {
                     report.added += 1;
-                    let view = self.inner.view(record);
-                    self.inner
+                    let view = self.parts.views.view(record);
+                    self.parts
                         .log
                         .lifecycle(record, "session_created", json!({"session": view}))
                         .await;
                 }
                 Change::Updated => {
                     report.updated += 1;
-                    self.inner.live.record_changed(record);
-                    self.inner.updated(record).await;
+                    self.parts.placement.live.record_changed(record);
+                    self.parts.views.updated(record).await;
                 }
-                Change::Sighted => self.inner.live.record_changed(record),
+                Change::Sighted => self.parts.placement.live.record_changed(record),
                 Change::Digest => {}
             }
         }
@@ -287,7 +295,7 @@ impl Gateway {
             listed: Some(l.digest),
             ..SessionRecord::new(
                 l.session_id.clone(),
-                self.inner.config.upstream_tenant.clone(),
+                self.parts.config.upstream_tenant.clone(),
                 String::new(),
                 agent.to_owned(),
                 Origin::Upstream,
@@ -305,11 +313,11 @@ impl Gateway {
             .store()
             .tombstone_session(id, &record.tenant, now())
             .await
-            .inspect(|_| self.inner.records.sessions_changed())?
+            .inspect(|_| self.parts.records.sessions_changed())?
         {
             return Ok(false);
         }
-        self.inner
+        self.parts
             .log
             .append(
                 id,
@@ -317,7 +325,7 @@ impl Gateway {
                 json!({"sessionId": id, "reason": "vanished_upstream"}),
             )
             .await;
-        self.inner
+        self.parts
             .log
             .lifecycle(
                 record,
@@ -330,8 +338,15 @@ impl Gateway {
 
     /// The background sync: once a member is ready, then every `interval` (`None`: only once).
     pub(super) async fn sync_forever(&self, interval: Option<Duration>) {
-        let stop = self.inner.stop.clone();
-        while self.agents.all().iter().all(|a| a.pool.pick().is_none()) {
+        let stop = self.parts.stop.clone();
+        while self
+            .parts
+            .placement
+            .agents
+            .all()
+            .iter()
+            .all(|a| a.pool.pick().is_none())
+        {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = stop.cancelled() => return,

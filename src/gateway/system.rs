@@ -87,6 +87,8 @@ impl Gateway {
             return Err(Error::NoCapacity(why));
         }
         let (ready, not): (Vec<&AgentPool>, Vec<&AgentPool>) = self
+            .parts
+            .placement
             .agents
             .all()
             .iter()
@@ -116,19 +118,28 @@ impl Gateway {
                 return Some("the database does not answer in time".to_owned());
             }
         }
-        if self.inner.log.hub().log_failing() {
+        if self.parts.log.hub().log_failing() {
             return Some("the event log cannot be written; appends are retried".to_owned());
         }
-        if self.agents.all().iter().any(|a| a.pool.ready_count() > 0) {
+        if self
+            .parts
+            .placement
+            .agents
+            .all()
+            .iter()
+            .any(|a| a.pool.ready_count() > 0)
+        {
             return None;
         }
         let why: Vec<String> = self
+            .parts
+            .placement
             .agents
             .all()
             .iter()
             .map(|a| {
                 let reason = a.pool.unready_reason().unwrap_or_default();
-                match self.agents.all().len() {
+                match self.parts.placement.agents.all().len() {
                     1 => reason,
                     _ => format!("{}: {reason}", a.name),
                 }
@@ -139,7 +150,7 @@ impl Gateway {
 
     /// `GET /agents`: every agent, the default first.
     pub fn agents(&self) -> Vec<NamedAgentView> {
-        let all = self.agents.all();
+        let all = self.parts.placement.agents.all();
         all.iter()
             .enumerate()
             .map(|(i, a)| NamedAgentView::of(a, i == 0))
@@ -148,32 +159,32 @@ impl Gateway {
 
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
-        let default = self.agents.default_agent().name == name;
-        match self.agents.get(name) {
+        let default = self.parts.placement.agents.default_agent().name == name;
+        match self.parts.placement.agents.get(name) {
             Some(a) => Ok(NamedAgentView::of(a, default)),
             None => Err(Error::NotFound(format!(
                 "no agent {name:?}; this gateway runs {:?}",
-                self.agents.names()
+                self.parts.placement.agents.names()
             ))),
         }
     }
 
     /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
-        let pool = &self.agents.default_agent().pool;
+        let pool = &self.parts.placement.agents.default_agent().pool;
         AgentView {
             initialize: pool.init(),
             members: pool.members(),
-            replicas: self.inner.cluster.view(),
+            replicas: self.parts.placement.cluster.view(),
         }
     }
 
     /// The numbers `/metrics` publishes.
     pub fn stats(&self) -> Stats {
-        let c = &self.inner.counters;
-        let replicas = self.inner.cluster.view();
-        let streams = self.inner.log.hub().streams();
-        let pools = self.agents.all();
+        let c = &self.parts.counters;
+        let replicas = self.parts.placement.cluster.view();
+        let streams = self.parts.log.hub().streams();
+        let pools = self.parts.placement.agents.all();
         Stats {
             members: pools.iter().flat_map(|a| a.pool.members()).collect(),
             members_ready: pools.iter().map(|a| a.pool.ready_count()).sum(),
@@ -181,19 +192,19 @@ impl Gateway {
                 .iter()
                 .map(|a| (a.name.clone(), a.pool.ready_count()))
                 .collect(),
-            sessions_live: self.inner.live.live_count(),
+            sessions_live: self.parts.placement.live.live_count(),
             replicas: replicas.len(),
             replicas_live: replicas.iter().filter(|r| r.live).count(),
-            events_appended: self.inner.log.hub().appended(),
-            event_commits: self.inner.log.hub().commits(),
+            events_appended: self.parts.log.hub().appended(),
+            event_commits: self.parts.log.hub().commits(),
             sse_open: streams.open.load(Ordering::Relaxed),
             sse_lagged: streams.lagged.load(Ordering::Relaxed),
             sse_closed: streams.closed.load(Ordering::Relaxed),
             turns_started: c.turns_started.load(Ordering::Relaxed),
             turns_failed: c.turns_failed.load(Ordering::Relaxed),
             member_exits: c.member_exits.load(Ordering::Relaxed),
-            permissions_pending: self.inner.requests.permissions.pending_count(),
-            elicitations_pending: self.inner.requests.elicitations.pending_count(),
+            permissions_pending: self.parts.requests.permissions.pending_count(),
+            elicitations_pending: self.parts.requests.elicitations.pending_count(),
         }
     }
 }

@@ -28,28 +28,42 @@ impl Gateway {
         let prompt = prompt.into_blocks();
         // A live session's owner and archived flag are in memory: no store read (the hot case).
         let sees = |t: &str| caller.sees(t);
-        let record = match self.inner.live.live_member(id.as_str(), sees) {
+        let record = match self.parts.placement.live.live_member(id.as_str(), sees) {
             Some(_) => None,
             None => Some(self.record(caller, id).await?),
         };
-        let claim = self.claim_waiting(id.as_str(), Busy::Turn).await?;
-        let member = match (self.inner.live.live_member(id.as_str(), sees), record) {
+        let claim = self
+            .parts
+            .placement
+            .claim_waiting(id.as_str(), Busy::Turn)
+            .await?;
+        let member = match (
+            self.parts.placement.live.live_member(id.as_str(), sees),
+            record,
+        ) {
             (Some(m), _) => m,
-            (None, Some(r)) => self.ensure_live(&r).await?,
-            (None, None) => self.ensure_live(&self.record(caller, id).await?).await?,
+            (None, Some(r)) => self.parts.placement.ensure_live(&r).await?,
+            (None, None) => {
+                self.parts
+                    .placement
+                    .ensure_live(&self.record(caller, id).await?)
+                    .await?
+            }
         };
         let agent = self
+            .parts
+            .placement
             .client(member)
-            .ok_or_else(|| self.no_member_at(member))?;
+            .ok_or_else(|| self.parts.placement.no_member_at(member))?;
         check_content(&prompt, agent.caps().prompt)?;
-        self.inner
+        self.parts
             .counters
             .turns_started
             .fetch_add(1, Ordering::Relaxed);
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
-        self.inner
+        self.parts
             .log
             .enqueue_touching(
                 id.as_str(),
@@ -84,7 +98,7 @@ impl Gateway {
                     ended
                 }
                 Err(e) => {
-                    this.inner
+                    this.parts
                         .counters
                         .turns_failed
                         .fetch_add(1, Ordering::Relaxed);
@@ -93,23 +107,23 @@ impl Gateway {
                 }
             };
             let usage = ended.get("usage").is_some();
-            this.inner.log.enqueue(&sid, "turn_ended", ended).await;
-            this.refresh_after_turn(&sid, usage);
+            this.parts.log.enqueue(&sid, "turn_ended", ended).await;
+            this.parts.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
-            if this.inner.log.hub().log_failing() {
-                this.inner.log.hub().stored().await;
+            if this.parts.log.hub().log_failing() {
+                this.parts.log.hub().stored().await;
             }
             outcome
         };
         if !wait {
-            self.inner.tasks.spawn(turn);
+            self.parts.tasks.spawn(turn);
             return Ok(None);
         }
-        let result = FinishOnDrop::new(turn, &self.inner.tasks).await?;
+        let result = FinishOnDrop::new(turn, &self.parts.tasks).await?;
         let stop_reason = result
             .get("stopReason")
             .and_then(Value::as_str)
@@ -124,22 +138,22 @@ impl Gateway {
     /// `POST /sessions/{id}/cancel`.
     pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         self.record(caller, id).await?;
-        self.inner.requests.cancel_session(id.as_str()).await;
-        let Some((member, mut done)) = self.running_turn(id.as_str()).await else {
+        self.parts.requests.cancel_session(id.as_str()).await;
+        let Some((member, mut done)) = self.parts.placement.running_turn(id.as_str()).await else {
             return Ok(());
         };
-        if let Some(agent) = self.client(member) {
+        if let Some(agent) = self.parts.placement.client(member) {
             agent.cancel(id.as_str()).await?;
         }
         // The turn must end promptly: an agent that ignores the cancel is restarted, which
         // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
         // that it happens even if this request is dropped (client gone, request timeout).
         let (pool, grace, bound) = (
-            self.agents.clone(),
-            self.inner.config.cancel_grace,
-            self.inner.config.control_timeout,
+            self.parts.placement.agents.clone(),
+            self.parts.config.cancel_grace,
+            self.parts.config.control_timeout,
         );
-        let watch = self.inner.tasks.spawn(async move {
+        let watch = self.parts.tasks.spawn(async move {
             if tokio::time::timeout(grace, done.changed()).await.is_err() {
                 pool.restart_member(member, "a turn ignored session/cancel");
                 let _ = tokio::time::timeout(bound, done.changed()).await;

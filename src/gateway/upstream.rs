@@ -10,14 +10,31 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::Inner;
+use super::Counters;
+use super::live::LiveTable;
+use super::log::Log;
 use super::model::{apply_info_update, now};
+use super::pending::Requests;
+use super::state::States;
+use super::views::Views;
 use crate::acp::{ExitInfo, NotificationHead, RpcError};
+use crate::cluster::Cluster;
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
 use crate::store::Payload;
 
-impl Inner {
+/// What the pool calls back into.
+pub(super) struct Upstream {
+    pub(super) live: Arc<LiveTable>,
+    pub(super) log: Log,
+    pub(super) views: Arc<Views>,
+    pub(super) states: Arc<States>,
+    pub(super) requests: Arc<Requests>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Upstream {
     async fn on_session_update(&self, params: Box<RawValue>, head: NotificationHead) {
         // The session and the kind were read while the line was checked; the update itself is
         // not built.
@@ -27,12 +44,7 @@ impl Inner {
             return;
         };
         let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
-        let replay = self
-            .replaying
-            .lock()
-            .expect("replaying lock")
-            .get(&session_id)
-            .copied();
+        let replay = self.live.replaying(&session_id);
         match replay {
             Some(false) => return, // already in the log: a load replays what we stored live
             Some(true) => {
@@ -54,16 +66,17 @@ impl Inner {
             .enqueue(&session_id, &kind, Payload::from_raw(params))
             .await;
         if super::state::STATE_KINDS.contains(&kind.as_str()) {
-            self.state_changed_in_turn(&session_id);
+            self.states.state_changed_in_turn(&session_id);
         }
         if let Some(update) = info {
             let at = now();
             match self
+                .views
                 .update_cached(&session_id, &|r| apply_info_update(r, &update, at))
                 .await
             {
                 Ok(Some(r)) => {
-                    self.updated(&r).await;
+                    self.views.updated(&r).await;
                 }
                 Ok(None) => tracing::debug!(
                     session = session_id,
@@ -76,7 +89,7 @@ impl Inner {
 }
 
 #[async_trait]
-impl UpstreamHandler for Inner {
+impl UpstreamHandler for Upstream {
     async fn on_notification(
         &self,
         member: usize,
@@ -147,7 +160,7 @@ impl UpstreamHandler for Inner {
             // Queued, not awaited: the member's calls fail and it restarts right after this
             // returns, store outage or not; the queue keeps this before their `turn_ended`.
             self.log.enqueue(&id, "agent_exited", payload).await;
-            self.release(&id).await;
+            super::replicas::release(&self.cluster, &id).await;
         }
     }
 }
