@@ -78,7 +78,12 @@ pub async fn set_mode(
     Path(id): Path<SessionId>,
     Json(body): Json<SetMode>,
 ) -> Result<Json<StateAt>, ApiError> {
-    Ok(Json(s.gateway.set_mode(&caller, &id, &body.mode_id).await?))
+    Ok(Json(
+        s.gateway
+            .controls()
+            .set_mode(&caller, &id, &body.mode_id)
+            .await?,
+    ))
 }
 
 /// Set the session's model.
@@ -101,7 +106,10 @@ pub async fn set_model(
     Json(body): Json<SetModel>,
 ) -> Result<Json<StateAt>, ApiError> {
     Ok(Json(
-        s.gateway.set_model(&caller, &id, &body.model_id).await?,
+        s.gateway
+            .controls()
+            .set_model(&caller, &id, &body.model_id)
+            .await?,
     ))
 }
 
@@ -126,6 +134,7 @@ pub async fn set_config(
 ) -> Result<Json<StateAt>, ApiError> {
     let state = s
         .gateway
+        .controls()
         .set_config(&caller, &id, &config_id, &body.value)
         .await?;
     Ok(Json(state))
@@ -157,7 +166,7 @@ pub async fn fork_session(
         mcp_servers: body.mcp_servers,
         meta: body.meta,
     };
-    let view = s.gateway.fork_session(&caller, &id, fork).await?;
+    let view = s.gateway.create().fork_session(&caller, &id, fork).await?;
     let location = format!("/sessions/{}", view.session_id);
     Ok((
         StatusCode::CREATED,

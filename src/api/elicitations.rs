@@ -34,7 +34,7 @@ pub async fn list_elicitations(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Vec<ElicitationView>>, ApiError> {
-    Ok(Json(s.gateway.elicitations(&caller, &id).await?))
+    Ok(Json(s.gateway.requests().elicitations(&caller, &id).await?))
 }
 
 /// Answer an elicitation.
@@ -59,6 +59,7 @@ pub async fn answer_elicitation(
 ) -> Result<Json<ElicitationView>, ApiError> {
     Ok(Json(
         s.gateway
+            .requests()
             .answer_elicitation(
                 &caller,
                 &id,

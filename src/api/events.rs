@@ -96,6 +96,7 @@ pub async fn session_events(
     let snapshot = p.snapshot == Some(true);
     let stream = s
         .gateway
+        .history()
         .session_events(&caller, &id, after, snapshot)
         .await?;
     let frames = stream.map(|batch| session_frames(&batch));
@@ -118,6 +119,7 @@ pub async fn session_history(
 ) -> Result<Json<HistoryPage>, ApiError> {
     Ok(Json(
         s.gateway
+            .history()
             .history(&caller, &id, p.after.unwrap_or(0), p.limit.unwrap_or(100))
             .await?,
     ))
@@ -140,7 +142,7 @@ pub async fn lifecycle_events(
     Query(p): Query<StreamParams>,
 ) -> Result<Response, ApiError> {
     let after = cursor(&headers, p.after)?;
-    let stream = s.gateway.lifecycle_events(&caller, after).await?;
+    let stream = s.gateway.history().lifecycle_events(&caller, after).await?;
     let frames = stream.map(|batch| lifecycle_frames(&batch));
     Ok(with_stream_headers(sse_response(frames)))
 }

@@ -111,7 +111,11 @@ pub async fn list_sessions(
         refresh: p.refresh == Some(true),
         agent: p.agent,
     };
-    let body = s.gateway.list_sessions(&caller, filter, fresh).await?;
+    let body = s
+        .gateway
+        .sessions()
+        .list_sessions(&caller, filter, fresh)
+        .await?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         body,
@@ -151,7 +155,7 @@ pub async fn create_session(
             config: body.config.into_iter().collect(),
         },
     };
-    let view = s.gateway.create_session(&caller, new).await?;
+    let view = s.gateway.create().create_session(&caller, new).await?;
     let location = format!("/sessions/{}", view.session_id);
     Ok((
         StatusCode::CREATED,
@@ -172,7 +176,7 @@ pub async fn get_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.get_session(&caller, &id).await?))
+    Ok(Json(s.gateway.sessions().get_session(&caller, &id).await?))
 }
 
 /// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
@@ -191,7 +195,10 @@ pub async fn patch_session(
     Json(body): Json<PatchSession>,
 ) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(
-        s.gateway.patch_session(&caller, &id, body.title).await?,
+        s.gateway
+            .sessions()
+            .patch_session(&caller, &id, body.title)
+            .await?,
     ))
 }
 
@@ -210,7 +217,7 @@ pub async fn delete_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.delete_session(&caller, &id).await?;
+    s.gateway.sessions().delete_session(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -225,7 +232,7 @@ pub async fn session_status(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<StatusView>, ApiError> {
-    Ok(Json(s.gateway.status(&caller, &id).await?))
+    Ok(Json(s.gateway.sessions().status(&caller, &id).await?))
 }
 
 /// Attach a saved session to a pool member (`session/resume`, else `session/load`).
@@ -243,7 +250,7 @@ pub async fn resume_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.resume(&caller, &id).await?))
+    Ok(Json(s.gateway.sessions().resume(&caller, &id).await?))
 }
 
 /// Free the agent's resources for a live session (`session/close`); it stays listed.
@@ -259,7 +266,7 @@ pub async fn close_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.close(&caller, &id).await?;
+    s.gateway.sessions().close(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -281,7 +288,12 @@ pub async fn archive_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.set_archived(&caller, &id, true).await?))
+    Ok(Json(
+        s.gateway
+            .sessions()
+            .set_archived(&caller, &id, true)
+            .await?,
+    ))
 }
 
 /// Unarchive a session (`session/unarchive` when the agent advertises archive).
@@ -298,5 +310,10 @@ pub async fn unarchive_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(s.gateway.set_archived(&caller, &id, false).await?))
+    Ok(Json(
+        s.gateway
+            .sessions()
+            .set_archived(&caller, &id, false)
+            .await?,
+    ))
 }

@@ -18,7 +18,7 @@ use crate::gateway::{AgentView, Caller, NamedAgentView};
 #[utoipa::path(get, operation_id = "getAgent", path = "/agent", tag = "system", responses((status = 200, description = "The default agent, its pool and the replicas", body = AgentView)))]
 #[deprecated(note = "GET /agents and GET /agents/{name} describe every configured agent")]
 pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
-    Json(s.gateway.agent())
+    Json(s.gateway.system().agent())
 }
 
 /// Every configured agent, the default first.
@@ -28,7 +28,7 @@ pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
 /// replica's members of it.
 #[utoipa::path(get, operation_id = "listAgents", path = "/agents", tag = "system", responses((status = 200, description = "The agents", body = Vec<NamedAgentView>)))]
 pub async fn agents(State(s): State<AppState>) -> Json<Vec<NamedAgentView>> {
-    Json(s.gateway.agents())
+    Json(s.gateway.system().agents())
 }
 
 /// One configured agent.
@@ -42,7 +42,7 @@ pub async fn named_agent(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<NamedAgentView>, ApiError> {
-    Ok(Json(s.gateway.named_agent(&name)?))
+    Ok(Json(s.gateway.system().named_agent(&name)?))
 }
 
 /// Liveness: the process answers.
@@ -57,7 +57,7 @@ pub async fn healthz() -> &'static str {
     (status = 503, description = "Not ready, and why", body = Problem, content_type = "application/problem+json"),
 ))]
 pub async fn readyz(State(s): State<AppState>) -> Result<String, ApiError> {
-    Ok(s.gateway.ready().await?)
+    Ok(s.gateway.system().ready().await?)
 }
 
 /// Prometheus metrics (admin keys only).
@@ -75,7 +75,7 @@ pub async fn metrics(State(s): State<AppState>, caller: Caller) -> Result<Respon
     }
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::metrics::render(&s.gateway.stats()),
+        super::metrics::render(&s.gateway.system().stats()),
     )
         .into_response())
 }

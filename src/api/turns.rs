@@ -71,6 +71,7 @@ pub async fn prompt(
     let prompt = Prompt::new(body.prompt, body.text)?;
     match s
         .gateway
+        .turns()
         .prompt(&caller, &id, prompt, !respond_async)
         .await?
     {
@@ -103,7 +104,7 @@ pub async fn cancel(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<StatusCode, ApiError> {
-    s.gateway.cancel(&caller, &id).await?;
+    s.gateway.turns().cancel(&caller, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -118,7 +119,7 @@ pub async fn list_permissions(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Vec<PermissionView>>, ApiError> {
-    Ok(Json(s.gateway.permissions(&caller, &id).await?))
+    Ok(Json(s.gateway.requests().permissions(&caller, &id).await?))
 }
 
 /// Answer a permission request with `{optionId}` or `{outcome: "cancelled"}`.
@@ -139,6 +140,7 @@ pub async fn answer_permission(
 ) -> Result<Json<PermissionView>, ApiError> {
     Ok(Json(
         s.gateway
+            .requests()
             .answer_permission(
                 &caller,
                 &id,

@@ -5,13 +5,19 @@
 //! value the agent did not offer is 422 before the agent is asked. What the agent answers is
 //! logged (`state_changed`), so the state moves even when the agent sends no update.
 
+use std::sync::Arc;
+
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Map, Value, json};
 
 use super::live::Busy;
+use super::log::Log;
 use super::model::SessionId;
+use super::placement::Placement;
+use super::records::Records;
+use super::state::States;
 use super::state::{StateAt, select_values};
-use super::{Caller, Error, Gateway};
+use super::{Caller, Error};
 use crate::pool::client::{AgentClient, SESSION_SET_MODEL};
 
 /// What `POST /sessions` sets before it answers, in this order: mode, model, then each option.
@@ -30,7 +36,16 @@ enum Control<'a> {
     Option(&'a str, &'a Value),
 }
 
-impl Gateway {
+/// The use case of a session's mode, model and config options, with the parts it needs.
+#[derive(Clone)]
+pub struct Controls {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) states: Arc<States>,
+    pub(super) log: Log,
+}
+
+impl Controls {
     /// `PUT /sessions/{id}/mode`.
     pub async fn set_mode(
         &self,
@@ -81,10 +96,9 @@ impl Gateway {
             .chain(settings.config.iter().map(|(k, v)| Control::Option(k, v)));
         for control in controls {
             let agent = self
-                .parts
                 .placement
                 .client_if_live(session_id)
-                .ok_or_else(|| self.parts.placement.no_member(agent_name))?;
+                .ok_or_else(|| self.placement.no_member(agent_name))?;
             self.control(&agent, session_id, control).await?;
         }
         Ok(())
@@ -97,24 +111,22 @@ impl Gateway {
         id: &SessionId,
         control: Control<'_>,
     ) -> Result<StateAt, Error> {
-        let record = self.record(caller, id).await?;
-        let agent = match self.parts.placement.client_if_live(id.as_str()) {
+        let record = self.records.get(caller, id).await?;
+        let agent = match self.placement.client_if_live(id.as_str()) {
             Some(agent) => agent,
             None => {
                 let _claim = self
-                    .parts
                     .placement
                     .claim_waiting(id.as_str(), Busy::Attaching)
                     .await?;
-                let member = self.parts.placement.ensure_live(&record).await?;
-                self.parts
-                    .placement
+                let member = self.placement.ensure_live(&record).await?;
+                self.placement
                     .client(member)
-                    .ok_or_else(|| self.parts.placement.no_member(&record.agent))?
+                    .ok_or_else(|| self.placement.no_member(&record.agent))?
             }
         };
         self.control(&agent, id.as_str(), control).await?;
-        self.parts.states.state_of(id.as_str()).await
+        self.states.state_of(id.as_str()).await
     }
 
     async fn control(
@@ -123,8 +135,8 @@ impl Gateway {
         session_id: &str,
         control: Control<'_>,
     ) -> Result<(), Error> {
-        self.parts.log.flush().await;
-        let state = self.parts.states.state_of(session_id).await?.state;
+        self.log.flush().await;
+        let state = self.states.state_of(session_id).await?.state;
         let (category, wanted) = match control {
             Control::Mode(mode) => ("mode", mode),
             Control::Model(model) => ("model", model),
@@ -189,8 +201,7 @@ impl Gateway {
             "models"
         };
         change.insert(parts.into(), json!({ current: wanted }));
-        self.parts
-            .states
+        self.states
             .note_change(session_id, source, &result, change)
             .await
     }
@@ -209,8 +220,7 @@ impl Gateway {
         change.insert("configId".into(), config_id.into());
         change.insert("value".into(), value.clone());
         let result = json!({"configOptions": result.get("configOptions").filter(|o| o.is_array())});
-        self.parts
-            .states
+        self.states
             .note_change(
                 session_id,
                 AGENT_METHOD_NAMES.session_set_config_option,

@@ -2,12 +2,22 @@
 //! `POST /sessions/{id}/fork` (`session/fork`). Both record the session, announce it and log
 //! what the agent's answer says of its state.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
 
+use super::controls::Controls;
 use super::controls::Settings;
+use super::log::Log;
 use super::model::{SessionId, SessionView, confine, now, validate_abs_path};
-use super::{Caller, Error, Gateway};
+use super::placement::Placement;
+use super::records::Records;
+use super::sessions::Sessions;
+use super::state::States;
+use super::views::Views;
+use super::{Caller, Error};
 use crate::acp::CallError;
 use crate::config::McpServers;
 use crate::pool::client::{AgentClient, SessionSetup};
@@ -47,7 +57,25 @@ enum Start<'a> {
     Fork(&'a str),
 }
 
-impl Gateway {
+/// The use case of new sessions and forks, with the parts it needs.
+#[derive(Clone)]
+pub struct Create {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) views: Arc<Views>,
+    pub(super) states: Arc<States>,
+    pub(super) log: Log,
+    /// A create whose settings fail is deleted.
+    pub(super) sessions: Sessions,
+    /// The settings a create asks for.
+    pub(super) controls: Controls,
+    /// Canonical directories sessions must work in (empty: anywhere).
+    pub(super) workspace_roots: Arc<[PathBuf]>,
+    /// Which `mcpServers` a client may hand the agent.
+    pub(super) mcp_servers: McpServers,
+}
+
+impl Create {
     /// `POST /sessions`: the session, with its state once the settings are applied. A setting
     /// the agent refuses deletes the new session again (closes it when the agent cannot
     /// delete), so that the client's error leaves nothing behind.
@@ -67,7 +95,6 @@ impl Gateway {
             meta: new.meta.as_ref(),
         };
         let agent = self
-            .parts
             .placement
             .requested_agent(new.agent.as_deref())?
             .name
@@ -77,15 +104,16 @@ impl Gateway {
             .await?;
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
+            .controls
             .apply_settings(id.as_str(), &agent, &new.settings)
             .await
         {
-            if let Err(undo) = self.delete_session(caller, &id).await {
+            if let Err(undo) = self.sessions.delete_session(caller, &id).await {
                 tracing::warn!(session = id.as_str(), error = %undo, "a session whose settings failed could not be deleted");
             }
             return Err(e);
         }
-        self.view_with_state(&record).await
+        self.views.view_with_state(&record).await
     }
 
     /// `POST /sessions/{id}/fork` (501 unless the agent advertises `fork`). The fork's log
@@ -97,9 +125,9 @@ impl Gateway {
         parent: &SessionId,
         fork: Fork,
     ) -> Result<SessionView, Error> {
-        let from = self.record(caller, parent).await?;
-        self.parts.placement.agent_named(&from.agent)?;
-        if !self.parts.placement.caps(&from.agent).fork {
+        let from = self.records.get(caller, parent).await?;
+        self.placement.agent_named(&from.agent)?;
+        if !self.placement.caps(&from.agent).fork {
             let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
@@ -107,8 +135,8 @@ impl Gateway {
         self.check_dirs(&cwd, &fork.additional_directories).await?;
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
-        self.parts.log.flush().await;
-        let at = self.store().last_event_seq(parent.as_str()).await?;
+        self.log.flush().await;
+        let at = self.records.store().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
             cwd: &cwd,
             additional_directories: &fork.additional_directories,
@@ -119,18 +147,15 @@ impl Gateway {
             .start_session(caller, &from.agent, Start::Fork(parent.as_str()), setup)
             .await?;
         let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
-        self.parts
-            .log
-            .append(&record.session_id, "forked", forked)
-            .await;
-        self.view_with_state(&record).await
+        self.log.append(&record.session_id, "forked", forked).await;
+        self.views.view_with_state(&record).await
     }
 
     /// The directories a session works in: absolute, inside the workspace roots, and `cwd` an
     /// existing directory (the agent would start its tools there: a path that is not one
     /// would fail them later, or, created by the agent, silently be a different project).
     async fn check_dirs(&self, cwd: &str, additional: &[String]) -> Result<(), Error> {
-        let roots = &self.parts.config.workspace_roots;
+        let roots = &self.workspace_roots;
         validate_abs_path("cwd", cwd)?;
         confine("cwd", cwd, roots)?;
         if !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
@@ -149,7 +174,7 @@ impl Gateway {
     /// network (`type` `http` or `sse`); a `stdio` server is a command the agent would run on
     /// its host for whoever asked.
     fn check_mcp_servers(&self, servers: &[Value]) -> Result<(), Error> {
-        if self.parts.config.mcp_servers == McpServers::Any {
+        if self.mcp_servers == McpServers::Any {
             return Ok(());
         }
         for server in servers {
@@ -177,26 +202,25 @@ impl Gateway {
         let mut retries = 0;
         let (member, (session_id, result), creating, agent) = loop {
             let (member, agent) = match how {
-                Start::Fork(parent) => match self.parts.placement.live.member(parent) {
+                Start::Fork(parent) => match self.placement.live.member(parent) {
                     Some(m) => (
                         m,
-                        self.parts
-                            .placement
+                        self.placement
                             .client(m)
-                            .ok_or_else(|| self.parts.placement.no_member_at(m))?,
+                            .ok_or_else(|| self.placement.no_member_at(m))?,
                     ),
-                    None => self.parts.placement.place(agent_name).await?,
+                    None => self.placement.place(agent_name).await?,
                 },
-                Start::New => self.parts.placement.place(agent_name).await?,
+                Start::New => self.placement.place(agent_name).await?,
             };
-            let creating = self.parts.records.creating().await;
+            let creating = self.records.creating().await;
             let started = match how {
                 Start::New => agent.new_session(setup).await,
                 Start::Fork(parent) => agent.fork_session(parent, setup).await,
             };
             match started {
                 Err(CallError::NotSent(why))
-                    if self.parts.placement.retry_unsent(agent_name, &mut retries) =>
+                    if self.placement.retry_unsent(agent_name, &mut retries) =>
                 {
                     tracing::warn!(
                         member,
@@ -205,8 +229,8 @@ impl Gateway {
                     );
                 }
                 started => {
-                    let started = started
-                        .map_err(|e| self.parts.placement.auth_hint(agent_name, e.into()))?;
+                    let started =
+                        started.map_err(|e| self.placement.auth_hint(agent_name, e.into()))?;
                     break (member, started, creating, agent);
                 }
             }
@@ -223,7 +247,7 @@ impl Gateway {
                 at,
             )
         };
-        match self.store().insert_session(&record).await {
+        match self.records.store().insert_session(&record).await {
             Ok(true) => {}
             // The agent handed out an id the gateway has given another session already (of
             // another member or agent, another tenant, a deleted one): ACP makes an id unique
@@ -246,39 +270,23 @@ impl Gateway {
             }
         }
         drop(creating);
-        self.parts.records.sessions_changed();
-        self.parts
-            .placement
+        self.records.sessions_changed();
+        self.placement
             .live
-            .attach(&record, member, &self.parts.placement.agents);
-        self.parts.placement.hold(&record.session_id).await;
-        let view = self.parts.views.view(&record);
-        self.parts
-            .log
+            .attach(&record, member, &self.placement.agents);
+        self.placement.hold(&record.session_id).await;
+        let view = self.views.view(&record);
+        self.log
             .lifecycle(&record, "session_created", json!({"session": view}))
             .await;
         let source = match how {
             Start::New => AGENT_METHOD_NAMES.session_new,
             Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
         };
-        self.parts
-            .states
+        self.states
             .note_state(&record.session_id, source, &result)
             .await?;
         Ok(record)
-    }
-
-    /// The session's view with its state.
-    pub(super) async fn view_with_state(
-        &self,
-        record: &SessionRecord,
-    ) -> Result<SessionView, Error> {
-        let mut view = self.parts.views.view(record);
-        self.parts.log.flush().await;
-        view.state = Some(Box::new(
-            self.parts.states.state_of(&record.session_id).await?.state,
-        ));
-        Ok(view)
     }
 }
 

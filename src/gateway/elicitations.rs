@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 use super::form;
 use super::model::SessionId;
 use super::pending::{Asked, Asking, Requests, Table};
-use super::{Caller, Error, Gateway};
+use super::{Caller, Error};
 use crate::acp::RpcError;
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
@@ -163,15 +163,15 @@ fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), Strin
     Ok((scope.session_id.0.to_string(), schema))
 }
 
-impl Gateway {
+impl Requests {
     /// `GET /sessions/{id}/elicitations`.
     pub async fn elicitations(
         &self,
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<ElicitationView>, Error> {
-        self.record(caller, id).await?;
-        Ok(self.parts.requests.pending(id.as_str()))
+        self.records.get(caller, id).await?;
+        Ok(self.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
@@ -184,16 +184,14 @@ impl Gateway {
         reply: ElicitationReply,
         content: Option<&Value>,
     ) -> Result<ElicitationView, Error> {
-        self.record(caller, id).await?;
-        self.parts
-            .requests
-            .resolve(
-                Some(id.as_str()),
-                request_id,
-                "answered",
-                |_: &ElicitationView, schema| answered(schema.as_ref(), reply, content),
-            )
-            .await
+        self.records.get(caller, id).await?;
+        self.resolve(
+            Some(id.as_str()),
+            request_id,
+            "answered",
+            |_: &ElicitationView, schema| answered(schema.as_ref(), reply, content),
+        )
+        .await
     }
 }
 

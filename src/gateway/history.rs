@@ -8,8 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::log::Log;
 use super::model::{SessionId, now};
-use super::{Caller, Error, Gateway};
+use super::records::Records;
+use super::state::States;
+use super::{Caller, Error};
 use crate::events::Run;
 use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
 
@@ -38,7 +41,15 @@ pub struct HistoryPage {
     pub next_after: Option<i64>,
 }
 
-impl Gateway {
+/// The use case of the streams and the history clients read, with the parts it needs.
+#[derive(Clone)]
+pub struct History {
+    pub(super) records: Arc<Records>,
+    pub(super) log: Log,
+    pub(super) states: Arc<States>,
+}
+
+impl History {
     /// `GET /sessions/{id}/events` (and what `/acp` follows): the session's events from
     /// `after` (`None`: live tail), in batches as the hub delivers them. With `snapshot` and no
     /// `after`, the first batch is one `state` event, the session's state at the log's end (its
@@ -51,10 +62,10 @@ impl Gateway {
         snapshot: bool,
     ) -> Result<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>, Error> {
         use futures::StreamExt;
-        self.record(caller, id).await?;
+        self.records.get(caller, id).await?;
         let mut first = None;
         if snapshot && after.is_none() {
-            let at = self.parts.states.state_of(id.as_str()).await?;
+            let at = self.states.state_of(id.as_str()).await?;
             let event = StoredEvent {
                 session_id: id.as_str().to_owned(),
                 seq: at.seq,
@@ -65,12 +76,7 @@ impl Gateway {
             first = Some(vec![Arc::new(Run::one(event))]);
             after = Some(at.seq);
         }
-        let rest = self
-            .parts
-            .log
-            .hub()
-            .session_stream(id.as_str(), after)
-            .await?;
+        let rest = self.log.hub().session_stream(id.as_str(), after).await?;
         Ok(futures::stream::iter(first).chain(rest))
     }
 
@@ -82,7 +88,6 @@ impl Gateway {
         after: Option<i64>,
     ) -> Result<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>, Error> {
         Ok(self
-            .parts
             .log
             .hub()
             .lifecycle_stream(caller.scope().map(str::to_owned), after)
@@ -103,10 +108,11 @@ impl Gateway {
         if after < 0 {
             return Err(Error::Malformed("after must be >= 0".into()));
         }
-        self.record(caller, id).await?;
+        self.records.get(caller, id).await?;
         // Events queued before this request (a turn just answered) are read too.
-        self.parts.log.flush().await;
+        self.log.flush().await;
         let rows = self
+            .records
             .store()
             .read_events(id.as_str(), after, limit + 1)
             .await?;

@@ -39,19 +39,21 @@ mod views;
 mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
-pub use controls::Settings;
-pub use create::{Fork, NewSession};
+pub use controls::{Controls, Settings};
+pub use create::{Create, Fork, NewSession};
 pub use delivery::WebhookConfig;
 pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
-pub use history::{HistoryEvent, HistoryPage};
+pub use history::{History, HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
+pub use pending::Requests;
 pub use permissions::PermissionView;
 pub use problem::Problem;
-pub use sessions::SessionFilter;
+pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
-pub use sync::SyncReport;
-pub use system::{NamedAgentView, Stats};
+pub use sync::{ListSync, SyncReport};
+pub use system::{NamedAgentView, Stats, System};
+pub use turns::Turns;
 pub use webhooks::{DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView, Webhooks};
 
 use std::sync::Arc;
@@ -108,33 +110,25 @@ pub struct Counters {
     pub member_exits: AtomicU64,
 }
 
-/// The parts the use cases share, each owning its state.
-struct Parts {
-    /// The session records, the list cache and the sync's guards.
-    records: Arc<records::Records>,
-    /// Appends to the logs.
-    log: log::Log,
-    /// The sessions' states.
-    states: Arc<state::States>,
-    /// Permission requests and elicitations waiting for a client.
-    requests: Arc<pending::Requests>,
-    /// Records as clients see them.
-    views: Arc<views::Views>,
-    /// The agents, the sessions live on them, this replica among the others.
+/// The gateway service: its use cases, each with the parts it needs. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    sessions: Sessions,
+    create: Create,
+    controls: Controls,
+    turns: Turns,
+    history: History,
+    system: System,
+    requests: Arc<Requests>,
+    webhooks: Arc<Webhooks>,
+    /// What shutdown ends: the agents, the sessions live on them.
     placement: Arc<placement::Placement>,
-    counters: Arc<Counters>,
-    config: GatewayConfig,
-    /// Turns, permission and elicitation timers and the idle reaper.
+    /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
     stop: CancellationToken,
-}
-
-/// The gateway service. Cheap to clone.
-#[derive(Clone)]
-pub struct Gateway {
-    parts: Arc<Parts>,
-    webhooks: Arc<Webhooks>,
+    /// What shutdown gives turns and sessions to cancel and close.
+    shutdown_timeout: Duration,
 }
 
 impl Gateway {
@@ -155,6 +149,7 @@ impl Gateway {
             config.permission_policy,
             config.permission_timeout,
             log.clone(),
+            records.clone(),
             tasks.clone(),
             stop.clone(),
         ));
@@ -169,6 +164,7 @@ impl Gateway {
             requests.clone(),
             records.clone(),
             log.clone(),
+            states.clone(),
         ));
         let counters = Arc::new(Counters::default());
         let upstream = Arc::new(upstream::Upstream {
@@ -204,53 +200,108 @@ impl Gateway {
             config.webhooks.clone(),
             stop.clone(),
         ));
-        let every = config.sync_interval;
-        let idle_timeout = config.idle_timeout;
-        let parts = Arc::new(Parts {
+        let sync = ListSync {
+            placement: placement.clone(),
+            records: records.clone(),
+            views: views.clone(),
+            log: log.clone(),
+            upstream_tenant: config.upstream_tenant.clone(),
+            stop: stop.clone(),
+        };
+        let sessions = Sessions {
+            placement: placement.clone(),
+            records: records.clone(),
+            views: views.clone(),
+            requests: requests.clone(),
+            log: log.clone(),
+            sync: sync.clone(),
+        };
+        let controls = Controls {
+            placement: placement.clone(),
+            records: records.clone(),
+            states: states.clone(),
+            log: log.clone(),
+        };
+        let create = Create {
+            placement: placement.clone(),
+            records: records.clone(),
+            views,
+            states: states.clone(),
+            log: log.clone(),
+            sessions: sessions.clone(),
+            controls: controls.clone(),
+            workspace_roots: config.workspace_roots.clone().into(),
+            mcp_servers: config.mcp_servers,
+        };
+        let turns = Turns {
+            placement: placement.clone(),
+            records: records.clone(),
+            log: log.clone(),
+            states: states.clone(),
+            requests: requests.clone(),
+            counters: counters.clone(),
+            tasks: tasks.clone(),
+            cancel_grace: config.cancel_grace,
+            control_timeout: config.control_timeout,
+        };
+        let history = History {
+            records: records.clone(),
+            log: log.clone(),
+            states,
+        };
+        let system = System {
+            placement: placement.clone(),
             records,
             log,
-            states,
-            requests,
-            views,
-            placement: placement.clone(),
+            requests: requests.clone(),
             counters,
-            config,
-            tasks: tasks.clone(),
-            stop,
-        });
-        let gateway = Gateway { parts, webhooks };
-        let g = gateway.clone();
-        tasks.spawn(async move { g.sync_forever(every).await });
+        };
+        let every = config.sync_interval;
+        tasks.spawn(async move { sync.sync_forever(every).await });
         let p = placement.clone();
         tasks.spawn(async move { p.heartbeat_forever().await });
-        tasks.spawn(gateway.webhooks.clone().deliver_forever());
-        if let Some(idle) = idle_timeout {
-            tasks.spawn(async move { placement.reap_idle(idle).await });
+        tasks.spawn(webhooks.clone().deliver_forever());
+        if let Some(idle) = config.idle_timeout {
+            let p = placement.clone();
+            tasks.spawn(async move { p.reap_idle(idle).await });
         }
-        gateway
+        Gateway {
+            sessions,
+            create,
+            controls,
+            turns,
+            history,
+            system,
+            requests,
+            webhooks,
+            placement,
+            tasks,
+            stop,
+            shutdown_timeout: config.shutdown_timeout,
+        }
     }
 
     /// Stops background turns and every pool member.
     pub async fn shutdown(&self) {
-        self.parts.stop.cancel();
-        let deadline = self.parts.config.shutdown_timeout;
+        self.stop.cancel();
+        let deadline = self.shutdown_timeout;
         if tokio::time::timeout(deadline, self.wind_down())
             .await
             .is_err()
         {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
-        self.parts.placement.agents.shutdown().await;
-        self.parts.tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.parts.tasks.wait()).await;
+        self.placement.agents.shutdown().await;
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
     }
 
     /// Cancels every running turn and closes every live session (when the agent can close).
     async fn wind_down(&self) {
-        let placement = &self.parts.placement;
+        let placement = &self.placement;
         let live = placement.live.active();
         futures::future::join_all(live.into_iter().map(|id| async move {
-            self.parts.requests.cancel_session(&id).await;
+            self.requests.cancel_session(&id).await;
             if let Some((member, mut done)) = placement.running_turn(&id).await {
                 if let Some(agent) = placement.client(member) {
                     let _ = agent.cancel(&id).await;
@@ -267,16 +318,47 @@ impl Gateway {
 
     /// The address of the other replica holding `session_id` live, if one does.
     pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
-        self.parts.placement.owner_elsewhere(session_id).await
+        self.placement.owner_elsewhere(session_id).await
     }
 
     /// The other replica a new session should be created on, if one holds fewer sessions.
     pub fn place_elsewhere(&self) -> Option<String> {
-        self.parts.placement.place_elsewhere()
+        self.placement.place_elsewhere()
     }
 
-    fn store(&self) -> &dyn Store {
-        self.parts.records.store()
+    /// A session's metadata and lifecycle.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// New sessions and forks.
+    pub fn create(&self) -> &Create {
+        &self.create
+    }
+
+    /// A session's mode, model and config options.
+    pub fn controls(&self) -> &Controls {
+        &self.controls
+    }
+
+    /// Prompts and cancels.
+    pub fn turns(&self) -> &Turns {
+        &self.turns
+    }
+
+    /// Permission requests and elicitations, and their answers.
+    pub fn requests(&self) -> &Requests {
+        &self.requests
+    }
+
+    /// The event streams and the history.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Readiness, the agents, the numbers of `/metrics`.
+    pub fn system(&self) -> &System {
+        &self.system
     }
 
     /// The webhook subscriptions.

@@ -23,6 +23,7 @@ use super::elicitations::ElicitationView;
 use super::error::Error;
 use super::log::Log;
 use super::permissions::PermissionView;
+use super::records::Records;
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
 
@@ -208,7 +209,7 @@ impl<V: Asked> Table<V> {
 }
 
 /// The requests that wait for a client, of both kinds, and how they are resolved without one.
-pub(super) struct Requests {
+pub struct Requests {
     /// Permission requests, pending and resolved.
     pub(super) permissions: Table<PermissionView>,
     /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
@@ -218,6 +219,8 @@ pub(super) struct Requests {
     /// How long a request waits for a client (`None`: forever).
     timeout: Option<Duration>,
     pub(super) log: Log,
+    /// Whose sessions a caller may answer for.
+    pub(super) records: Arc<Records>,
     /// The timers.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -228,10 +231,12 @@ impl Requests {
         policy: PermissionPolicy,
         timeout: Option<Duration>,
         log: Log,
+        records: Arc<Records>,
         tasks: TaskTracker,
         stop: CancellationToken,
     ) -> Self {
         Requests {
+            records,
             permissions: Table::default(),
             elicitations: Table::default(),
             policy,

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::model::SessionId;
 use super::pending::{Asked, Asking, Requests, Table};
-use super::{Caller, Error, Gateway};
+use super::{Caller, Error};
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
 
@@ -121,15 +121,15 @@ fn answered(
     }
 }
 
-impl Gateway {
+impl Requests {
     /// `GET /sessions/{id}/permissions`.
     pub async fn permissions(
         &self,
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<PermissionView>, Error> {
-        self.record(caller, id).await?;
-        Ok(self.parts.requests.pending(id.as_str()))
+        self.records.get(caller, id).await?;
+        Ok(self.pending(id.as_str()))
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
@@ -141,13 +141,11 @@ impl Gateway {
         option_id: Option<String>,
         outcome: Option<&str>,
     ) -> Result<PermissionView, Error> {
-        self.record(caller, id).await?;
-        self.parts
-            .requests
-            .resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
-                answered(view, option_id, outcome)
-            })
-            .await
+        self.records.get(caller, id).await?;
+        self.resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
+            answered(view, option_id, outcome)
+        })
+        .await
     }
 }
 

@@ -65,7 +65,8 @@ impl Records {
         self.store.as_ref()
     }
 
-    /// The session `id` as `caller` may see it: 404 when deleted, unknown or another tenant's.
+    /// A known, non-deleted session of the caller's, or 404 (another tenant's session is
+    /// indistinguishable from an unknown one).
     pub(super) async fn get(
         &self,
         caller: &Caller,

@@ -1,16 +1,24 @@
 //! Session metadata and lifecycle: list, create, read, rename, delete, status, resume, close,
 //! archive.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::live::Busy;
+use super::log::Log;
 use super::model::{
     Activity, SessionId, SessionView, Status, StatusView, apply_info_update, decode_cursor, now,
     validate_abs_path,
 };
-use super::{Caller, Error, Gateway};
+use super::pending::Requests;
+use super::placement::Placement;
+use super::records::Records;
+use super::sync::ListSync;
+use super::views::Views;
+use super::{Caller, Error};
 use crate::acp::CallError;
-use crate::store::{ListQuery, SessionRecord};
+use crate::store::ListQuery;
 
 /// Which sessions `GET /sessions` lists.
 #[derive(Debug, Default)]
@@ -29,20 +37,19 @@ pub struct SessionFilter {
     pub agent: Option<String>,
 }
 
-impl Gateway {
-    /// A known, non-deleted session of the caller's, or 404 (another tenant's session is
-    /// indistinguishable from an unknown one).
-    pub(super) async fn record(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<SessionRecord, Error> {
-        match self.store().get_session(id.as_str()).await? {
-            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => Ok(r),
-            _ => Err(Error::NotFound(format!("no session {}", id.as_str()))),
-        }
-    }
+/// The use case of a session's metadata and lifecycle, with the parts it needs.
+#[derive(Clone)]
+pub struct Sessions {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) views: Arc<Views>,
+    pub(super) requests: Arc<Requests>,
+    pub(super) log: Log,
+    /// `GET /sessions?refresh=true` syncs first.
+    pub(super) sync: ListSync,
+}
 
+impl Sessions {
     /// `GET /sessions`: the page's JSON (a `SessionPage`).
     pub async fn list_sessions(
         &self,
@@ -59,7 +66,7 @@ impl Gateway {
             validate_abs_path("cwd", cwd)?;
         }
         if filter.refresh {
-            self.sync(filter.agent.as_deref()).await?;
+            self.sync.sync(filter.agent.as_deref()).await?;
         }
         let mut query = ListQuery {
             agent: filter.agent,
@@ -74,13 +81,15 @@ impl Gateway {
             .as_deref()
             .map(|c| decode_cursor(&query, c))
             .transpose()?;
-        let page = self.parts.records.list_page(&query, fresh).await?;
-        Ok(page.render(|id| self.parts.views.status_of(id)))
+        let page = self.records.list_page(&query, fresh).await?;
+        Ok(page.render(|id| self.views.status_of(id)))
     }
 
     /// `GET /sessions/{id}`.
     pub async fn get_session(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
-        self.view_with_state(&self.record(caller, id).await?).await
+        self.views
+            .view_with_state(&self.records.get(caller, id).await?)
+            .await
     }
 
     /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.
@@ -90,10 +99,10 @@ impl Gateway {
         id: &SessionId,
         mut title: Option<String>,
     ) -> Result<SessionView, Error> {
-        let record = self.record(caller, id).await?;
+        let record = self.records.get(caller, id).await?;
         // An agent this replica does not run: 503, not a change the agent never sees.
-        self.parts.placement.agent_named(&record.agent)?;
-        let set_title = self.parts.placement.caps(&record.agent).set_title;
+        self.placement.agent_named(&record.agent)?;
+        let set_title = self.placement.caps(&record.agent).set_title;
         if set_title && title.is_none() {
             // session/set_title takes a string, and the agent's list would bring the old
             // title back at the next sync: clearing it only here would be a lie.
@@ -103,7 +112,7 @@ impl Gateway {
             ));
         }
         if let (true, Some(t)) = (set_title, &title) {
-            let agent = self.parts.placement.client_for(&record).await?;
+            let agent = self.placement.client_for(&record).await?;
             if let Some(stored) = agent.set_title(id.as_str(), t).await? {
                 title = Some(stored);
             }
@@ -111,20 +120,19 @@ impl Gateway {
         let update = json!({ "title": title });
         let at = now();
         let record = self
-            .parts
             .views
             .update_cached(id.as_str(), &|r| apply_info_update(r, &update, at))
             .await?
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
-        self.parts.views.updated(&record).await;
-        Ok(self.parts.views.view(&record))
+        self.views.updated(&record).await;
+        Ok(self.views.view(&record))
     }
 
     /// `DELETE /sessions/{id}`: idempotent.
     pub async fn delete_session(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         // Another tenant's session, or (for a tenant) an id the cache does not know: exactly
         // as for an unknown id, 204 and no effect.
-        let existing = self.store().get_session(id.as_str()).await?;
+        let existing = self.records.store().get_session(id.as_str()).await?;
         match &existing {
             Some(r) if !caller.sees(&r.tenant) => return Ok(()),
             None if !caller.admin => return Ok(()),
@@ -135,19 +143,18 @@ impl Gateway {
         // replica runs (503 otherwise, not a delete its agent never hears of).
         let agent_name = match &existing {
             Some(r) if !r.agent.is_empty() => r.agent.clone(),
-            _ => self.parts.placement.agents.default_agent().name.clone(),
+            _ => self.placement.agents.default_agent().name.clone(),
         };
         if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
-            self.parts.placement.agent_named(&agent_name)?;
+            self.placement.agent_named(&agent_name)?;
         }
-        let caps = self.parts.placement.caps(&agent_name);
-        self.parts.requests.cancel_session(id.as_str()).await;
+        let caps = self.placement.caps(&agent_name);
+        self.requests.cancel_session(id.as_str()).await;
         let live = self
-            .parts
             .placement
             .detach(id.as_str())
             .await
-            .and_then(|m| self.parts.placement.client(m));
+            .and_then(|m| self.placement.client(m));
         if let Some(agent) = live {
             if caps.close {
                 if let Err(e) = agent.close_session(id.as_str()).await {
@@ -161,25 +168,22 @@ impl Gateway {
             .as_ref()
             .map_or(caller.tenant.as_str(), |r| r.tenant.as_str());
         let tombstoned = self
+            .records
             .store()
             .tombstone_session(id.as_str(), tenant, now())
             .await?;
-        self.parts.records.sessions_changed();
+        self.records.sessions_changed();
         if tombstoned {
             let payload = json!({"sessionId": id.as_str()});
-            self.parts
-                .log
+            self.log
                 .append(id.as_str(), "session_deleted", payload)
                 .await;
             if let Some(r) = &existing {
-                self.parts
-                    .log
-                    .lifecycle(r, "session_deleted", json!({}))
-                    .await;
+                self.log.lifecycle(r, "session_deleted", json!({})).await;
             }
         }
         if caps.delete {
-            let agent = self.parts.placement.any_client(&agent_name).await?;
+            let agent = self.placement.any_client(&agent_name).await?;
             match agent.delete_session(id.as_str()).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
@@ -197,14 +201,11 @@ impl Gateway {
             activity,
         };
         // A live session's owner is in memory: no store read (the common, hot case).
-        let (status, activity) = self
-            .parts
-            .views
-            .status_if_owner(id.as_str(), |t| caller.sees(t));
+        let (status, activity) = self.views.status_if_owner(id.as_str(), |t| caller.sees(t));
         if status == Status::Live {
             return Ok(view(status, activity));
         }
-        let record = self.store().get_session(id.as_str()).await?;
+        let record = self.records.store().get_session(id.as_str()).await?;
         // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
         // know (sessions only the agent knows belong to the admin).
         let visible = match &record {
@@ -214,16 +215,16 @@ impl Gateway {
         if !visible || record.as_ref().is_some_and(|r| r.deleted_at.is_some()) {
             return Ok(view(Status::NotFound, None));
         }
-        let (status, activity) = self.parts.views.status_of(id.as_str());
+        let (status, activity) = self.views.status_of(id.as_str());
         if status == Status::Live {
             return Ok(view(status, activity));
         }
         let agent_name = record.as_ref().map_or_else(
-            || self.parts.placement.agents.default_agent().name.clone(),
+            || self.placement.agents.default_agent().name.clone(),
             |r| r.agent.clone(),
         );
-        let probe = (self.parts.placement.caps(&agent_name).status)
-            .then(|| self.parts.placement.ready_client(&agent_name))
+        let probe = (self.placement.caps(&agent_name).status)
+            .then(|| self.placement.ready_client(&agent_name))
             .flatten();
         if let Some(agent) = probe {
             match agent.session_open(id.as_str()).await {
@@ -246,37 +247,35 @@ impl Gateway {
 
     /// `POST /sessions/{id}/resume`.
     pub async fn resume(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
-        let record = self.record(caller, id).await?;
-        if self.parts.views.status_of(id.as_str()).0 != Status::Live {
+        let record = self.records.get(caller, id).await?;
+        if self.views.status_of(id.as_str()).0 != Status::Live {
             let _claim = self
-                .parts
                 .placement
                 .claim_waiting(id.as_str(), Busy::Attaching)
                 .await?;
-            self.parts.placement.ensure_live(&record).await?;
+            self.placement.ensure_live(&record).await?;
         }
-        Ok(self.parts.views.view(&record))
+        Ok(self.views.view(&record))
     }
 
     /// `POST /sessions/{id}/close`.
     pub async fn close(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
-        let record = self.record(caller, id).await?;
-        let Some(member) = self.parts.placement.live.member(id.as_str()) else {
+        let record = self.records.get(caller, id).await?;
+        let Some(member) = self.placement.live.member(id.as_str()) else {
             return Ok(());
         };
-        if !self.parts.placement.caps(&record.agent).close {
+        if !self.placement.caps(&record.agent).close {
             let method = agent_client_protocol_schema::v1::AGENT_METHOD_NAMES.session_close;
             return Err(CallError::Unsupported(method).into());
         }
         // Pending permission requests and elicitations are answered first, so that their
         // `*_resolved` comes before the `turn_ended` that closing causes.
-        self.parts.requests.cancel_session(id.as_str()).await;
-        if let Some(agent) = self.parts.placement.client(member) {
+        self.requests.cancel_session(id.as_str()).await;
+        if let Some(agent) = self.placement.client(member) {
             agent.close_session(id.as_str()).await?;
         }
-        self.parts.placement.detach(id.as_str()).await;
-        self.parts
-            .log
+        self.placement.detach(id.as_str()).await;
+        self.log
             .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
             .await;
         Ok(())
@@ -293,40 +292,37 @@ impl Gateway {
         id: &SessionId,
         archived: bool,
     ) -> Result<SessionView, Error> {
-        let record = self.record(caller, id).await?;
-        self.parts.placement.agent_named(&record.agent)?;
+        let record = self.records.get(caller, id).await?;
+        self.placement.agent_named(&record.agent)?;
         let _claim = self
-            .parts
             .placement
             .claim_waiting(id.as_str(), Busy::Attaching)
             .await?;
-        let caps = self.parts.placement.caps(&record.agent);
-        let live = self.parts.placement.client_if_live(id.as_str());
+        let caps = self.placement.caps(&record.agent);
+        let live = self.placement.client_if_live(id.as_str());
         if archived && live.is_some() {
-            self.parts.requests.cancel_session(id.as_str()).await;
+            self.requests.cancel_session(id.as_str()).await;
         }
         if caps.archive {
-            let agent = self.parts.placement.client_for(&record).await?;
+            let agent = self.placement.client_for(&record).await?;
             agent.set_archived(id.as_str(), archived).await?;
         } else if let (true, Some(agent), true) = (archived, &live, caps.close) {
             agent.close_session(id.as_str()).await?;
         }
         let freed = archived
             && (caps.archive || caps.close)
-            && self.parts.placement.detach(id.as_str()).await.is_some();
+            && self.placement.detach(id.as_str()).await.is_some();
         let record = self
-            .parts
             .views
             .update_cached(id.as_str(), &|r| r.archived = archived)
             .await?
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
         if freed {
-            self.parts
-                .log
+            self.log
                 .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
                 .await;
         }
-        self.parts.views.updated(&record).await;
-        Ok(self.parts.views.view(&record))
+        self.views.updated(&record).await;
+        Ok(self.views.view(&record))
     }
 }

@@ -15,17 +15,23 @@
 //! it reads this one, while the previous page is compared.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::Error;
 use super::listed::{Listed, Pages, Synced, agent_error, list_all};
+use super::log::Log;
 use super::model::now;
-use super::{Error, Gateway};
+use super::placement::Placement;
+use super::records::Records;
+use super::views::Views;
 use crate::store::{ListedSession, Origin, SessionRecord};
 
 /// Pages listed and checked, waiting to be compared (a page of a thousand sessions holds about
@@ -58,7 +64,20 @@ enum Change {
     Digest,
 }
 
-impl Gateway {
+/// The use case of the agent's own session list, synced into the cache, with the parts it needs.
+#[derive(Clone)]
+pub struct ListSync {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) views: Arc<Views>,
+    pub(super) log: Log,
+    /// The tenant that owns sessions discovered through `session/list` (the admin's).
+    pub(super) upstream_tenant: String,
+    /// Ends the periodic sync.
+    pub(super) stop: CancellationToken,
+}
+
+impl ListSync {
     /// Syncs the cache with every agent's `session/list` now (or only `only`'s), one sync at a
     /// time, each agent's sessions with its own list. An agent that fails is logged and the
     /// others are synced still; the error is the answer only when every agent failed.
@@ -66,7 +85,7 @@ impl Gateway {
         let mut total = SyncReport::default();
         let mut failed = None;
         let mut synced = 0;
-        for agent in self.parts.placement.agents.names() {
+        for agent in self.placement.agents.names() {
             if only.is_some_and(|o| o != agent) {
                 continue;
             }
@@ -94,40 +113,33 @@ impl Gateway {
     /// to do; an agent still starting is waited for (up to `--acquire-timeout`) to say whether
     /// it lists.
     async fn sync_agent(&self, agent: &str) -> Result<SyncReport, Error> {
-        if self
-            .parts
-            .placement
-            .agent_named(agent)?
-            .pool
-            .init()
-            .is_none()
-        {
-            self.parts.placement.any_client(agent).await?;
+        if self.placement.agent_named(agent)?.pool.init().is_none() {
+            self.placement.any_client(agent).await?;
         }
-        if !self.parts.placement.caps(agent).list {
+        if !self.placement.caps(agent).list {
             return Ok(SyncReport::default());
         }
-        let _one_at_a_time = self.parts.records.one_sync().await;
+        let _one_at_a_time = self.records.one_sync().await;
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
-        let since = self.parts.records.touches();
+        let since = self.records.touches();
         let mut report = SyncReport::default();
         // The listing is read and checked by a task of its own, up to PAGES_AHEAD pages ahead
         // of the one compared here (while the digests are read, at first): parsing and
         // comparing keep two cores busy.
         let (tx, mut pages) = mpsc::channel(PAGES_AHEAD);
         let lister = AbortOnDropHandle::new(tokio::spawn(list_all(
-            Pages::new(self.parts.placement.any_client(agent).await?, None),
+            Pages::new(self.placement.any_client(agent).await?, None),
             tx,
         )));
         // Read while the agent lists the first pages.
-        let mut synced = Synced::read(self.store(), agent).await?;
+        let mut synced = Synced::read(self.records.store(), agent).await?;
         let mut looked_at = HashSet::new();
         while let Some(page) = pages.recv().await {
             let page = page?;
             // Creates that were under way while the agent listed the page have stored their
             // rows now.
-            self.parts.records.creates_stored().await;
+            self.records.creates_stored().await;
             report.listed += page.len();
             // What is listed as a sync last wrote it needs nothing; an id listed twice (pages
             // shift while sessions change) is looked at once.
@@ -145,23 +157,22 @@ impl Gateway {
         // its list says. An agent's pages are not always stable while its sessions change, so
         // a miss is confirmed by listing the session's cwd again before it counts.
         let missing: Vec<String> = synced
-            .missing(self.store())
+            .missing(self.records.store())
             .await?
             .into_iter()
             .filter(|id| {
-                self.parts.placement.live.member(id).is_none()
-                    && !self.parts.records.touched_since(id, since)
+                self.placement.live.member(id).is_none() && !self.records.touched_since(id, since)
             })
             .collect();
         let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
         for id in missing {
-            if let Some(r) = self.store().get_session(&id).await? {
+            if let Some(r) = self.records.store().get_session(&id).await? {
                 by_cwd.entry(r.cwd.clone()).or_default().push(r);
             }
         }
         for (cwd, records) in by_cwd {
             let mut again = HashSet::new();
-            let mut pages = Pages::new(self.parts.placement.any_client(agent).await?, Some(cwd));
+            let mut pages = Pages::new(self.placement.any_client(agent).await?, Some(cwd));
             while let Some(page) = pages.next().await? {
                 again.extend(page.into_iter().map(|l| l.session_id));
             }
@@ -171,7 +182,7 @@ impl Gateway {
                 }
             }
         }
-        self.parts.records.forget_touches_up_to(since);
+        self.records.forget_touches_up_to(since);
         if report.added + report.updated + report.vanished > 0 {
             tracing::info!(agent, ?report, "synced the session list with the agent");
         }
@@ -188,7 +199,7 @@ impl Gateway {
         at: DateTime<Utc>,
         report: &mut SyncReport,
     ) -> Result<(), Error> {
-        let page = self.parts.records.untouched(page, |l| &l.session_id, since);
+        let page = self.records.untouched(page, |l| &l.session_id, since);
         let listed: Vec<ListedSession> = page
             .iter()
             .map(|l| ListedSession {
@@ -196,7 +207,7 @@ impl Gateway {
                 digest: l.digest,
             })
             .collect();
-        let to_sync = self.store().sessions_to_sync(&listed).await?;
+        let to_sync = self.records.store().sessions_to_sync(&listed).await?;
         if to_sync.is_empty() {
             return Ok(());
         }
@@ -239,9 +250,8 @@ impl Gateway {
         }
         // A change of the gateway's own noted while the page was compared wins too; one made
         // from here on waits for this write, and comes after it.
-        let writing = self.parts.records.sync_writing().await;
+        let writing = self.records.sync_writing().await;
         let writes = self
-            .parts
             .records
             .untouched(writes, |(r, _)| &r.session_id, since);
         if writes.is_empty() {
@@ -249,10 +259,11 @@ impl Gateway {
         }
         let (records, changes): (Vec<SessionRecord>, Vec<Change>) = writes.into_iter().unzip();
         let written: HashSet<String> = self
+            .records
             .store()
             .put_sessions(&records)
             .await
-            .inspect(|_| self.parts.records.sessions_changed())?
+            .inspect(|_| self.records.sessions_changed())?
             .into_iter()
             .collect();
         drop(writing);
@@ -264,18 +275,17 @@ impl Gateway {
             match change {
                 Change::Added => {
                     report.added += 1;
-                    let view = self.parts.views.view(record);
-                    self.parts
-                        .log
+                    let view = self.views.view(record);
+                    self.log
                         .lifecycle(record, "session_created", json!({"session": view}))
                         .await;
                 }
                 Change::Updated => {
                     report.updated += 1;
-                    self.parts.placement.live.record_changed(record);
-                    self.parts.views.updated(record).await;
+                    self.placement.live.record_changed(record);
+                    self.views.updated(record).await;
                 }
-                Change::Sighted => self.parts.placement.live.record_changed(record),
+                Change::Sighted => self.placement.live.record_changed(record),
                 Change::Digest => {}
             }
         }
@@ -295,7 +305,7 @@ impl Gateway {
             listed: Some(l.digest),
             ..SessionRecord::new(
                 l.session_id.clone(),
-                self.parts.config.upstream_tenant.clone(),
+                self.upstream_tenant.clone(),
                 String::new(),
                 agent.to_owned(),
                 Origin::Upstream,
@@ -310,23 +320,22 @@ impl Gateway {
     async fn vanish(&self, record: &SessionRecord) -> Result<bool, Error> {
         let id = record.session_id.as_str();
         if !self
+            .records
             .store()
             .tombstone_session(id, &record.tenant, now())
             .await
-            .inspect(|_| self.parts.records.sessions_changed())?
+            .inspect(|_| self.records.sessions_changed())?
         {
             return Ok(false);
         }
-        self.parts
-            .log
+        self.log
             .append(
                 id,
                 "session_deleted",
                 json!({"sessionId": id, "reason": "vanished_upstream"}),
             )
             .await;
-        self.parts
-            .log
+        self.log
             .lifecycle(
                 record,
                 "session_deleted",
@@ -338,9 +347,8 @@ impl Gateway {
 
     /// The background sync: once a member is ready, then every `interval` (`None`: only once).
     pub(super) async fn sync_forever(&self, interval: Option<Duration>) {
-        let stop = self.parts.stop.clone();
+        let stop = self.stop.clone();
         while self
-            .parts
             .placement
             .agents
             .all()

@@ -1,14 +1,19 @@
 //! What the system routes read of the service: readiness, the agent and the pool (`/agent`),
 //! and the numbers `/metrics` publishes.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::log::Log;
 use super::model::AgentView;
-use super::{Error, Gateway};
+use super::pending::Requests;
+use super::placement::Placement;
+use super::records::Records;
+use super::{Counters, Error};
 use crate::acp::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
 
@@ -78,7 +83,17 @@ pub struct Stats {
     pub elicitations_pending: usize,
 }
 
-impl Gateway {
+/// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it needs.
+#[derive(Clone)]
+pub struct System {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) log: Log,
+    pub(super) requests: Arc<Requests>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl System {
     /// Ready = the store answers, the event log is written (not retrying a failed append) and
     /// at least one agent has a ready member (an agent that crash-loops does not stop the
     /// others). Answers which agents are ready.
@@ -87,7 +102,6 @@ impl Gateway {
             return Err(Error::NoCapacity(why));
         }
         let (ready, not): (Vec<&AgentPool>, Vec<&AgentPool>) = self
-            .parts
             .placement
             .agents
             .all()
@@ -107,7 +121,7 @@ impl Gateway {
     async fn unready_reason(&self) -> Option<String> {
         // Bounded: while the server is down the pool waits for a connection (its acquire
         // timeout), longer than a probe should.
-        match tokio::time::timeout(READY_PING, self.store().ping()).await {
+        match tokio::time::timeout(READY_PING, self.records.store().ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "readiness: the database does not answer");
@@ -118,11 +132,10 @@ impl Gateway {
                 return Some("the database does not answer in time".to_owned());
             }
         }
-        if self.parts.log.hub().log_failing() {
+        if self.log.hub().log_failing() {
             return Some("the event log cannot be written; appends are retried".to_owned());
         }
         if self
-            .parts
             .placement
             .agents
             .all()
@@ -132,14 +145,13 @@ impl Gateway {
             return None;
         }
         let why: Vec<String> = self
-            .parts
             .placement
             .agents
             .all()
             .iter()
             .map(|a| {
                 let reason = a.pool.unready_reason().unwrap_or_default();
-                match self.parts.placement.agents.all().len() {
+                match self.placement.agents.all().len() {
                     1 => reason,
                     _ => format!("{}: {reason}", a.name),
                 }
@@ -150,7 +162,7 @@ impl Gateway {
 
     /// `GET /agents`: every agent, the default first.
     pub fn agents(&self) -> Vec<NamedAgentView> {
-        let all = self.parts.placement.agents.all();
+        let all = self.placement.agents.all();
         all.iter()
             .enumerate()
             .map(|(i, a)| NamedAgentView::of(a, i == 0))
@@ -159,32 +171,32 @@ impl Gateway {
 
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
-        let default = self.parts.placement.agents.default_agent().name == name;
-        match self.parts.placement.agents.get(name) {
+        let default = self.placement.agents.default_agent().name == name;
+        match self.placement.agents.get(name) {
             Some(a) => Ok(NamedAgentView::of(a, default)),
             None => Err(Error::NotFound(format!(
                 "no agent {name:?}; this gateway runs {:?}",
-                self.parts.placement.agents.names()
+                self.placement.agents.names()
             ))),
         }
     }
 
     /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
-        let pool = &self.parts.placement.agents.default_agent().pool;
+        let pool = &self.placement.agents.default_agent().pool;
         AgentView {
             initialize: pool.init(),
             members: pool.members(),
-            replicas: self.parts.placement.cluster.view(),
+            replicas: self.placement.cluster.view(),
         }
     }
 
     /// The numbers `/metrics` publishes.
     pub fn stats(&self) -> Stats {
-        let c = &self.parts.counters;
-        let replicas = self.parts.placement.cluster.view();
-        let streams = self.parts.log.hub().streams();
-        let pools = self.parts.placement.agents.all();
+        let c = &self.counters;
+        let replicas = self.placement.cluster.view();
+        let streams = self.log.hub().streams();
+        let pools = self.placement.agents.all();
         Stats {
             members: pools.iter().flat_map(|a| a.pool.members()).collect(),
             members_ready: pools.iter().map(|a| a.pool.ready_count()).sum(),
@@ -192,19 +204,19 @@ impl Gateway {
                 .iter()
                 .map(|a| (a.name.clone(), a.pool.ready_count()))
                 .collect(),
-            sessions_live: self.parts.placement.live.live_count(),
+            sessions_live: self.placement.live.live_count(),
             replicas: replicas.len(),
             replicas_live: replicas.iter().filter(|r| r.live).count(),
-            events_appended: self.parts.log.hub().appended(),
-            event_commits: self.parts.log.hub().commits(),
+            events_appended: self.log.hub().appended(),
+            event_commits: self.log.hub().commits(),
             sse_open: streams.open.load(Ordering::Relaxed),
             sse_lagged: streams.lagged.load(Ordering::Relaxed),
             sse_closed: streams.closed.load(Ordering::Relaxed),
             turns_started: c.turns_started.load(Ordering::Relaxed),
             turns_failed: c.turns_failed.load(Ordering::Relaxed),
             member_exits: c.member_exits.load(Ordering::Relaxed),
-            permissions_pending: self.parts.requests.permissions.pending_count(),
-            elicitations_pending: self.parts.requests.elicitations.pending_count(),
+            permissions_pending: self.requests.permissions.pending_count(),
+            elicitations_pending: self.requests.elicitations.pending_count(),
         }
     }
 }

@@ -4,18 +4,42 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
 
 use super::live::Busy;
+use super::log::Log;
 use super::model::{Prompt, SessionId, TurnResult};
-use super::{Caller, Error, Gateway};
+use super::pending::Requests;
+use super::placement::Placement;
+use super::records::Records;
+use super::state::States;
+use super::{Caller, Counters, Error};
 use crate::acp::caps::PromptCapabilities;
 
-impl Gateway {
+/// The use case of prompts and cancels, with the parts it needs.
+#[derive(Clone)]
+pub struct Turns {
+    pub(super) placement: Arc<Placement>,
+    pub(super) records: Arc<Records>,
+    pub(super) log: Log,
+    pub(super) states: Arc<States>,
+    pub(super) requests: Arc<Requests>,
+    pub(super) counters: Arc<Counters>,
+    /// The turns themselves.
+    pub(super) tasks: TaskTracker,
+    /// How long a cancelled turn may take to end before its member is restarted.
+    pub(super) cancel_grace: Duration,
+    /// Bound on the agent's answer to a cancel.
+    pub(super) control_timeout: Duration,
+}
+
+impl Turns {
     /// `POST /sessions/{id}/prompt`. With `wait = false` the turn runs in the background and
     /// this returns once it has started.
     pub async fn prompt(
@@ -28,43 +52,33 @@ impl Gateway {
         let prompt = prompt.into_blocks();
         // A live session's owner and archived flag are in memory: no store read (the hot case).
         let sees = |t: &str| caller.sees(t);
-        let record = match self.parts.placement.live.live_member(id.as_str(), sees) {
+        let record = match self.placement.live.live_member(id.as_str(), sees) {
             Some(_) => None,
-            None => Some(self.record(caller, id).await?),
+            None => Some(self.records.get(caller, id).await?),
         };
         let claim = self
-            .parts
             .placement
             .claim_waiting(id.as_str(), Busy::Turn)
             .await?;
-        let member = match (
-            self.parts.placement.live.live_member(id.as_str(), sees),
-            record,
-        ) {
+        let member = match (self.placement.live.live_member(id.as_str(), sees), record) {
             (Some(m), _) => m,
-            (None, Some(r)) => self.parts.placement.ensure_live(&r).await?,
+            (None, Some(r)) => self.placement.ensure_live(&r).await?,
             (None, None) => {
-                self.parts
-                    .placement
-                    .ensure_live(&self.record(caller, id).await?)
+                self.placement
+                    .ensure_live(&self.records.get(caller, id).await?)
                     .await?
             }
         };
         let agent = self
-            .parts
             .placement
             .client(member)
-            .ok_or_else(|| self.parts.placement.no_member_at(member))?;
+            .ok_or_else(|| self.placement.no_member_at(member))?;
         check_content(&prompt, agent.caps().prompt)?;
-        self.parts
-            .counters
-            .turns_started
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.turns_started.fetch_add(1, Ordering::Relaxed);
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
-        self.parts
-            .log
+        self.log
             .enqueue_touching(
                 id.as_str(),
                 "turn_started",
@@ -98,32 +112,29 @@ impl Gateway {
                     ended
                 }
                 Err(e) => {
-                    this.parts
-                        .counters
-                        .turns_failed
-                        .fetch_add(1, Ordering::Relaxed);
+                    this.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
                     let problem = Error::from(e.clone()).problem_json();
                     json!({"sessionId": sid, "error": problem})
                 }
             };
             let usage = ended.get("usage").is_some();
-            this.parts.log.enqueue(&sid, "turn_ended", ended).await;
-            this.parts.states.refresh_after_turn(&sid, usage);
+            this.log.enqueue(&sid, "turn_ended", ended).await;
+            this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
-            if this.parts.log.hub().log_failing() {
-                this.parts.log.hub().stored().await;
+            if this.log.hub().log_failing() {
+                this.log.hub().stored().await;
             }
             outcome
         };
         if !wait {
-            self.parts.tasks.spawn(turn);
+            self.tasks.spawn(turn);
             return Ok(None);
         }
-        let result = FinishOnDrop::new(turn, &self.parts.tasks).await?;
+        let result = FinishOnDrop::new(turn, &self.tasks).await?;
         let stop_reason = result
             .get("stopReason")
             .and_then(Value::as_str)
@@ -137,23 +148,23 @@ impl Gateway {
 
     /// `POST /sessions/{id}/cancel`.
     pub async fn cancel(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
-        self.record(caller, id).await?;
-        self.parts.requests.cancel_session(id.as_str()).await;
-        let Some((member, mut done)) = self.parts.placement.running_turn(id.as_str()).await else {
+        self.records.get(caller, id).await?;
+        self.requests.cancel_session(id.as_str()).await;
+        let Some((member, mut done)) = self.placement.running_turn(id.as_str()).await else {
             return Ok(());
         };
-        if let Some(agent) = self.parts.placement.client(member) {
+        if let Some(agent) = self.placement.client(member) {
             agent.cancel(id.as_str()).await?;
         }
         // The turn must end promptly: an agent that ignores the cancel is restarted, which
         // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
         // that it happens even if this request is dropped (client gone, request timeout).
         let (pool, grace, bound) = (
-            self.parts.placement.agents.clone(),
-            self.parts.config.cancel_grace,
-            self.parts.config.control_timeout,
+            self.placement.agents.clone(),
+            self.cancel_grace,
+            self.control_timeout,
         );
-        let watch = self.parts.tasks.spawn(async move {
+        let watch = self.tasks.spawn(async move {
             if tokio::time::timeout(grace, done.changed()).await.is_err() {
                 pool.restart_member(member, "a turn ignored session/cancel");
                 let _ = tokio::time::timeout(bound, done.changed()).await;

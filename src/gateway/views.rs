@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::Error;
 use super::live::LiveTable;
 use super::log::Log;
 use super::model::{Activity, SessionView, Status};
 use super::pending::Requests;
 use super::records::Records;
+use super::state::States;
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
 /// A record's view: its status from the live table and the pending requests.
@@ -18,6 +20,7 @@ pub(super) struct Views {
     requests: Arc<Requests>,
     records: Arc<Records>,
     log: Log,
+    states: Arc<States>,
 }
 
 impl Views {
@@ -26,13 +29,28 @@ impl Views {
         requests: Arc<Requests>,
         records: Arc<Records>,
         log: Log,
+        states: Arc<States>,
     ) -> Self {
         Views {
             live,
             requests,
             records,
             log,
+            states,
         }
+    }
+
+    /// The session's view with its state.
+    pub(super) async fn view_with_state(
+        &self,
+        record: &SessionRecord,
+    ) -> Result<SessionView, Error> {
+        let mut view = self.view(record);
+        self.log.flush().await;
+        view.state = Some(Box::new(
+            self.states.state_of(&record.session_id).await?.state,
+        ));
+        Ok(view)
     }
 
     /// The session's status here.

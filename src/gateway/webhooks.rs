@@ -291,19 +291,19 @@ impl Webhooks {
             created_at: at,
             updated_at: at,
         };
-        self.store().put_webhook(&record).await?;
+        self.records.store().put_webhook(&record).await?;
         Ok(WebhookView::of(&record, true))
     }
 
     /// `GET /webhooks`: the caller's (every tenant's for an admin).
     pub async fn list(&self, caller: &Caller) -> Result<Vec<WebhookView>, Error> {
-        let all = self.store().list_webhooks(caller.scope()).await?;
+        let all = self.records.store().list_webhooks(caller.scope()).await?;
         Ok(all.iter().map(|w| WebhookView::of(w, false)).collect())
     }
 
     /// The subscription, if the caller may see it (404 otherwise, as for an unknown id).
     async fn webhook_record(&self, caller: &Caller, id: &str) -> Result<WebhookRecord, Error> {
-        match self.store().get_webhook(id).await? {
+        match self.records.store().get_webhook(id).await? {
             Some(w) if caller.sees(&w.tenant) => Ok(w),
             _ => Err(Error::NotFound(format!("no webhook {id}"))),
         }
@@ -348,7 +348,7 @@ impl Webhooks {
     }
 
     async fn update_webhook_row(&self, w: &WebhookRecord) -> Result<(), Error> {
-        if self.store().update_webhook(w).await? {
+        if self.records.store().update_webhook(w).await? {
             Ok(())
         } else {
             Err(Error::NotFound(format!("no webhook {}", w.id)))
@@ -359,7 +359,7 @@ impl Webhooks {
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), Error> {
         match self.webhook_record(caller, id).await {
             Ok(_) => {
-                self.store().delete_webhook(id).await?;
+                self.records.store().delete_webhook(id).await?;
                 Ok(())
             }
             Err(Error::NotFound(_)) => Ok(()),
@@ -388,7 +388,11 @@ impl Webhooks {
             return Err(Error::Malformed("limit must be between 1 and 200".into()));
         }
         self.webhook_record(caller, id).await?;
-        let mut rows = self.store().list_deliveries(id, before, limit + 1).await?;
+        let mut rows = self
+            .records
+            .store()
+            .list_deliveries(id, before, limit + 1)
+            .await?;
         let more = rows.len() as i64 > limit;
         rows.truncate(limit as usize);
         let next_before = more.then(|| rows.last().map(|d| d.id)).flatten();
@@ -408,7 +412,12 @@ impl Webhooks {
     ) -> Result<DeliveryView, Error> {
         self.webhook_record(caller, id).await?;
         let missing = || Error::NotFound(format!("no delivery {delivery} of webhook {id}"));
-        if !self.store().retry_delivery(id, delivery, now()).await? {
+        if !self
+            .records
+            .store()
+            .retry_delivery(id, delivery, now())
+            .await?
+        {
             return Err(missing());
         }
         let row = self

@@ -177,7 +177,7 @@ impl Conn {
         let (gateway, caller) = (self.gateway.clone(), self.caller.clone());
         // A cancel is the gateway's, not the connection's: it happens even if the client goes.
         tokio::spawn(async move {
-            if let Err(e) = gateway.cancel(&caller, &id).await {
+            if let Err(e) = gateway.turns().cancel(&caller, &id).await {
                 tracing::debug!(error = %e, "an ACP session/cancel failed");
             }
         });
@@ -199,6 +199,7 @@ impl Conn {
                 let id = session_of(params)?;
                 let view = self
                     .gateway
+                    .sessions()
                     .get_session(&self.caller, &id)
                     .await
                     .map_err(rpc_error)?;
@@ -219,12 +220,15 @@ impl Conn {
                 }
                 let done = if method == "session/close" {
                     // Closing a session the agent cannot close only detaches this client.
-                    match self.gateway.close(&self.caller, &id).await {
+                    match self.gateway.sessions().close(&self.caller, &id).await {
                         Err(Error::NotSupported(_)) => Ok(()),
                         other => other,
                     }
                 } else {
-                    self.gateway.delete_session(&self.caller, &id).await
+                    self.gateway
+                        .sessions()
+                        .delete_session(&self.caller, &id)
+                        .await
                 };
                 done.map_err(rpc_error)?;
                 plain(json!({}))
@@ -233,6 +237,7 @@ impl Conn {
                 let id = session_of(params)?;
                 let mode = str_of(params, "modeId")?;
                 self.gateway
+                    .controls()
                     .set_mode(&self.caller, &id, mode)
                     .await
                     .map_err(rpc_error)?;
@@ -242,6 +247,7 @@ impl Conn {
                 let id = session_of(params)?;
                 let model = str_of(params, "modelId")?;
                 self.gateway
+                    .controls()
                     .set_model(&self.caller, &id, model)
                     .await
                     .map_err(rpc_error)?;
@@ -255,6 +261,7 @@ impl Conn {
                     .ok_or_else(|| invalid("value is required"))?;
                 let at = self
                     .gateway
+                    .controls()
                     .set_config(&self.caller, &id, config, value)
                     .await
                     .map_err(rpc_error)?;
@@ -275,6 +282,7 @@ impl Conn {
         *self.elicitation.lock().expect("elicitation lock") = elicitation.cloned();
         let raw = self
             .gateway
+            .system()
             .agent()
             .initialize
             .map(|i| i.raw_capabilities)
@@ -324,6 +332,7 @@ impl Conn {
         };
         let view = self
             .gateway
+            .create()
             .create_session(&self.caller, new)
             .await
             .map_err(rpc_error)?;
@@ -344,6 +353,7 @@ impl Conn {
             .map_err(rpc_error)?;
         let view = self
             .gateway
+            .sessions()
             .get_session(&self.caller, &id)
             .await
             .map_err(rpc_error)?;
@@ -358,7 +368,11 @@ impl Conn {
         let prompt = Prompt::new(blocks.cloned(), None).map_err(rpc_error)?;
         let attached = self.attached(ctx, &id).await?;
         let ended = attached.expect_turn(blocks.map_or(&[][..], Vec::as_slice));
-        let turn = self.gateway.prompt(&self.caller, &id, prompt, true).await;
+        let turn = self
+            .gateway
+            .turns()
+            .prompt(&self.caller, &id, prompt, true)
+            .await;
         let result = match turn {
             Ok(Some(turn)) => turn.result,
             Ok(None) => json!({"stopReason": "end_turn"}),
@@ -379,6 +393,7 @@ impl Conn {
         };
         let page = self
             .gateway
+            .sessions()
             .list_sessions(&self.caller, filter, false)
             .await
             .map_err(rpc_error)?;
@@ -457,6 +472,7 @@ async fn replay(
     loop {
         let page = ctx
             .gateway
+            .history()
             .history(&ctx.caller, id, after, REPLAY_PAGE)
             .await?;
         for e in page.events {

@@ -176,6 +176,7 @@ pub(super) async fn open(
 ) -> Result<(Arc<Attached>, Events), crate::gateway::Error> {
     let stream = ctx
         .gateway
+        .history()
         .session_events(&ctx.caller, id, after, false)
         .await?;
     Ok((Attached::new(id.clone()), Box::pin(stream)))
@@ -244,7 +245,7 @@ fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
 /// followed).
 async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
     let id = &attached.session_id;
-    if let Ok(pending) = ctx.gateway.permissions(&ctx.caller, id).await {
+    if let Ok(pending) = ctx.gateway.requests().permissions(&ctx.caller, id).await {
         for p in pending {
             ask(
                 ctx,
@@ -255,7 +256,7 @@ async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
             );
         }
     }
-    if let Ok(pending) = ctx.gateway.elicitations(&ctx.caller, id).await {
+    if let Ok(pending) = ctx.gateway.requests().elicitations(&ctx.caller, id).await {
         for e in pending {
             ask(
                 ctx,
@@ -331,6 +332,7 @@ fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params
             let option = outcome["optionId"].as_str().map(str::to_owned);
             let cancelled = option.is_none().then_some("cancelled");
             gateway
+                .requests()
                 .answer_permission(caller, id, &request_id, option, cancelled)
                 .await
                 .map(drop)
@@ -342,6 +344,7 @@ fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params
             };
             let content = answer.get("content").filter(|c| !c.is_null());
             gateway
+                .requests()
                 .answer_elicitation(caller, id, &request_id, reply, content)
                 .await
                 .map(drop)
