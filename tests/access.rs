@@ -175,13 +175,12 @@ async fn stdio_mcp_servers_need_the_flag_where_keys_are() {
         if stdio_allowed {
             assert_eq!(status, 201, "{args:?}: {body}");
         } else {
-            assert_eq!(status, 422, "{args:?}: {body}");
-            assert!(
-                body["detail"]
-                    .as_str()
-                    .unwrap()
-                    .contains("--mcp-servers any"),
-                "{body}"
+            assert_problem(
+                &format!("{args:?}"),
+                status,
+                &body,
+                422,
+                "--mcp-servers any",
             );
         }
         w.finish().await;
@@ -199,20 +198,16 @@ async fn prompt_content_must_be_advertised() {
         json!({"type": "resource", "resource": {"uri": "file:///tmp/a.txt", "text": "a"}});
     let link = json!({"type": "resource_link", "uri": "file:///tmp/a.txt", "name": "a.txt"});
     let text = json!({"type": "text", "text": "look"});
-    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let (w, id) = World::with_session(Backend::Sqlite, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
+    let prompt = format!("/sessions/{id}/prompt");
     for (block, capability) in [
         (&image, "image"),
         (&audio, "audio"),
         (&resource, "embeddedContext"),
     ] {
         let body = json!({"prompt": [text, block]});
-        let (status, problem) = gw
-            .with_key(None)
-            .post(&format!("/sessions/{id}/prompt"), body)
-            .await;
-        assert_eq!(status, 422, "{problem}");
+        let problem = gw.send_expecting(Method::POST, &prompt, body, 422).await;
         let detail = problem["detail"].as_str().unwrap();
         assert!(
             detail.contains(&format!("`{capability}`")) && detail.contains("prompt[1]"),
@@ -221,11 +216,7 @@ async fn prompt_content_must_be_advertised() {
     }
     assert_eq!(w.calls("session/prompt"), 0, "the agent was never asked");
     let body = json!({"prompt": [text, link]});
-    let (status, answer) = gw
-        .with_key(None)
-        .post(&format!("/sessions/{id}/prompt"), body)
-        .await;
-    assert_eq!(status, 200, "{answer}");
+    gw.send_expecting(Method::POST, &prompt, body, 200).await;
 
     let acp = AcpClient::start(&gw.base, None, false).await;
     let acp_id = acp.new_session("/tmp").await;
@@ -240,27 +231,14 @@ async fn prompt_content_must_be_advertised() {
     acp.close().await;
     w.finish().await;
 
-    let w = World::start(
-        Backend::Sqlite,
-        Options::default().env("ECHO_AGENT_CAPS", "load,image"),
-    )
-    .await;
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "load,image");
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
+    let prompt = format!("/sessions/{id}/prompt");
     let body = json!({"prompt": [text, image]});
-    let (status, answer) = gw
-        .with_key(None)
-        .post(&format!("/sessions/{id}/prompt"), body)
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    let (status, problem) = gw
-        .with_key(None)
-        .post(
-            &format!("/sessions/{id}/prompt"),
-            json!({"prompt": [audio]}),
-        )
-        .await;
-    assert_eq!(status, 422, "{problem}");
+    gw.send_expecting(Method::POST, &prompt, body, 200).await;
+    let body = json!({"prompt": [audio]});
+    gw.send_expecting(Method::POST, &prompt, body, 422).await;
     w.finish().await;
 }
 
@@ -268,9 +246,8 @@ async fn prompt_content_must_be_advertised() {
 /// carries one the client made; a genuine U+10FFFF and U+0000 are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_lone_surrogate_is_refused() {
-    let w = World::start(Backend::Sqlite, Options::default()).await;
+    let (w, id) = World::with_session(Backend::Sqlite, Options::default()).await;
     let gw = w.gw();
-    let id = gw.create("/tmp").await;
     let raw = |method: Method, path: String, body: &'static str| {
         gw.http
             .request(method, gw.url(&path))
@@ -303,14 +280,8 @@ async fn a_clients_lone_surrogate_is_refused() {
         let r = raw(method.clone(), path.clone(), body).await.unwrap();
         let status = r.status().as_u16();
         let problem: Value = r.json().await.unwrap();
-        assert_eq!(status, 422, "{method} {path}: {problem}");
-        assert!(
-            problem["detail"]
-                .as_str()
-                .unwrap()
-                .contains("lone UTF-16 surrogate"),
-            "{problem}"
-        );
+        let what = format!("{method} {path}");
+        assert_problem(&what, status, &problem, 422, "lone UTF-16 surrogate");
     }
     let r = raw(
         Method::PATCH,

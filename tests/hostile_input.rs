@@ -91,17 +91,11 @@ async fn no_input_gets_a_500(backend: Backend) {
     let w = World::start(backend, opts).await;
     let gw = w.gw();
     let session = gw.create("/tmp").await;
-    let r = gw
-        .post(
-            "/webhooks",
-            json!({"url": "https://hooks.example/acp", "events": ["*"]}),
-        )
+    let hook = json!({"url": "https://hooks.example/acp", "events": ["*"]});
+    let made = gw
+        .send_expecting(Method::POST, "/webhooks", hook, 201)
         .await;
-    assert_eq!(r.status(), 201);
-    let webhook = r.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let webhook = made["id"].as_str().unwrap().to_owned();
 
     let spec = spec();
     let mut sent = 0;
@@ -167,13 +161,9 @@ async fn no_input_gets_a_500(backend: Backend) {
     // A title with U+0000 goes to the agent (`session/set_title`), which sends it back in a
     // `session_info_update`: what is stored and served is what it sent.
     let fresh = gw.create("/tmp").await;
-    let r = gw
-        .patch(
-            &format!("/sessions/{fresh}"),
-            json!({"title": "nul\u{0}title"}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
+    let path = format!("/sessions/{fresh}");
+    let title = json!({"title": "nul\u{0}title"});
+    gw.send_expecting(Method::PATCH, &path, title, 200).await;
     w.gw()
         .wait_until(|g| {
             let path = format!("/sessions/{fresh}");

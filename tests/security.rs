@@ -3,7 +3,7 @@
 
 mod support;
 
-use reqwest::Method;
+use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 use support::*;
 
@@ -21,6 +21,15 @@ fn keyed() -> Options {
         .arg(ADMIN)
 }
 
+/// `method path` with `key` (none: no `Authorization`), not yet sent.
+fn request(gw: &Gateway, key: Option<&str>, method: Method, path: &str) -> RequestBuilder {
+    let req = gw.http.request(method, gw.url(path));
+    match key {
+        Some(k) => req.bearer_auth(k),
+        None => req,
+    }
+}
+
 async fn call(
     gw: &Gateway,
     key: Option<&str>,
@@ -28,10 +37,7 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> reqwest::Response {
-    let mut req = gw.http.request(method, gw.url(path));
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
+    let mut req = request(gw, key, method, path);
     if let Some(b) = body {
         req = req.json(&b);
     }
@@ -64,42 +70,31 @@ async fn status_as(gw: &Gateway, key: &str, path: &str) -> u16 {
 
 /// Every session route, as (method, path, body, what the admin gets).
 fn session_routes(id: &str) -> Vec<(Method, String, Option<Value>, u16)> {
-    vec![
-        (Method::GET, format!("/sessions/{id}"), None, 200),
-        (
-            Method::PATCH,
-            format!("/sessions/{id}"),
-            Some(json!({"title": "stolen"})),
-            200,
-        ),
-        (Method::GET, format!("/sessions/{id}/status"), None, 200),
-        (
-            Method::POST,
-            format!("/sessions/{id}/prompt"),
-            Some(json!({"text": "hi"})),
-            200,
-        ),
-        (Method::POST, format!("/sessions/{id}/cancel"), None, 204),
-        (Method::POST, format!("/sessions/{id}/resume"), None, 200),
-        (
-            Method::GET,
-            format!("/sessions/{id}/permissions"),
-            None,
-            200,
-        ),
+    // (method, the path after `/sessions/{id}`, body, what the admin gets)
+    [
+        (Method::GET, "", None, 200),
+        (Method::PATCH, "", Some(json!({"title": "stolen"})), 200),
+        (Method::GET, "/status", None, 200),
+        (Method::POST, "/prompt", Some(json!({"text": "hi"})), 200),
+        (Method::POST, "/cancel", None, 204),
+        (Method::POST, "/resume", None, 200),
+        (Method::GET, "/permissions", None, 200),
         (
             Method::POST,
-            format!("/sessions/{id}/permissions/perm_x"),
+            "/permissions/perm_x",
             Some(json!({"optionId": "allow"})),
             404,
         ),
-        (Method::GET, format!("/sessions/{id}/history"), None, 200),
-        (Method::GET, format!("/sessions/{id}/events"), None, 200),
-        (Method::POST, format!("/sessions/{id}/archive"), None, 200),
-        (Method::POST, format!("/sessions/{id}/unarchive"), None, 200),
-        (Method::POST, format!("/sessions/{id}/close"), None, 204),
-        (Method::DELETE, format!("/sessions/{id}"), None, 204),
+        (Method::GET, "/history", None, 200),
+        (Method::GET, "/events", None, 200),
+        (Method::POST, "/archive", None, 200),
+        (Method::POST, "/unarchive", None, 200),
+        (Method::POST, "/close", None, 204),
+        (Method::DELETE, "", None, 204),
     ]
+    .into_iter()
+    .map(|(method, rest, body, admin)| (method, format!("/sessions/{id}{rest}"), body, admin))
+    .collect()
 }
 
 #[tokio::test]
@@ -313,11 +308,8 @@ async fn cors_preflight() {
     let r = preflight("http://evil.example").await.unwrap();
     assert!(!r.headers().contains_key("access-control-allow-origin"));
     // The actual request from the allowed origin carries the CORS headers and needs the key.
-    let r = gw
-        .http
-        .post(gw.url("/sessions"))
+    let r = request(gw, Some(ALICE), Method::POST, "/sessions")
         .header("origin", "http://app.example")
-        .bearer_auth(ALICE)
         .json(&json!({"cwd": "/tmp"}))
         .send()
         .await

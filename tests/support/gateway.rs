@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinHandle;
 
 use super::postgres::{Collation, FreshDatabase};
+use super::process::listening_on;
 use super::sse::{Sse, SseEvent};
 use super::{Backend, PATIENCE, echo_agent};
 
@@ -251,19 +251,9 @@ impl Gateway {
         }
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn().expect("start acp-gateway");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("the gateway says where it listens within PATIENCE")
-            .unwrap()
-            .expect("gateway printed nothing");
-        // Keep draining stdout so that the gateway never blocks on it.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let base = listening_on(child.stdout.take().unwrap(), "the gateway").await;
         let mut gw = Gateway {
-            base: first
-                .strip_prefix("listening on ")
-                .expect("listening line")
-                .to_owned(),
+            base,
             http: reqwest::Client::new(),
             ready_after: Duration::ZERO,
             child,
@@ -333,6 +323,19 @@ impl Gateway {
             .send()
             .await
             .unwrap()
+    }
+    /// `method path` with a JSON body and no key, asserting the answer's status; answers its
+    /// body (see [`Keyed::send_expecting`]).
+    pub async fn send_expecting(
+        &self,
+        method: Method,
+        path: &str,
+        body: Value,
+        want: u16,
+    ) -> Value {
+        self.with_key(None)
+            .send_expecting(method, path, Some(body), want)
+            .await
     }
     /// Requests made with `key` as bearer (none: no `Authorization`).
     pub fn with_key<'g>(&'g self, key: Option<&'g str>) -> Keyed<'g> {
@@ -562,6 +565,18 @@ impl Keyed<'_> {
         let text = r.text().await.unwrap();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         (status, body)
+    }
+    /// [`Keyed::send`], asserting that the status is `want`; answers the body.
+    pub async fn send_expecting(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        want: u16,
+    ) -> Value {
+        let (status, answer) = self.send(method.clone(), path, body).await;
+        assert_eq!(status, want, "{method} {path}: {answer}");
+        answer
     }
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.send(Method::GET, path, None).await

@@ -1,7 +1,8 @@
 //! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
 //! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway binary and a test's [`World`] around it
-//! ([`gateway`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]) and a webhook
-//! receiver that checks signatures with the reference library ([`webhooks`]).
+//! ([`gateway`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]), a webhook
+//! receiver that checks signatures with the reference library ([`webhooks`]) and checks on
+//! problem documents ([`problem`]).
 //!
 //! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
 //! what only they need (load generators, baselines, reports) on top of it. Each test and bench
@@ -14,6 +15,7 @@ pub mod agent;
 pub mod gateway;
 pub mod pgcluster;
 pub mod postgres;
+pub mod problem;
 pub mod process;
 pub mod sse;
 pub mod webhooks;
@@ -24,6 +26,7 @@ pub use agent::{DirectClient, echo_agent};
 pub use gateway::{Database, Gateway, Options, World};
 pub use pgcluster::PgCluster;
 pub use postgres::{FreshDatabase, admin_url_or_skip};
+pub use problem::assert_problem;
 pub use process::{pid_alive, processes_with_env};
 pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};
 

@@ -1,9 +1,31 @@
-//! What Linux's `/proc` says about a process (alive, its environment, memory, CPU time), and
-//! pinning one to cores: the tests check that no process outlives the gateway, the benches
-//! measure and place them.
+//! What Linux's `/proc` says about a process (alive, its environment, memory, CPU time),
+//! pinning one to cores, and where a server the tests spawn listens: the tests check that no
+//! process outlives the gateway, the benches measure and place them.
 
 use std::process::Stdio;
 use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStdout;
+
+use super::PATIENCE;
+
+/// The address a server (`who`: the gateway, the webhook receiver) prints as its first line,
+/// `listening on ADDR`, waited for within [`PATIENCE`]; the rest of its stdout is drained from
+/// then on, so that it never blocks on it.
+pub async fn listening_on(stdout: ChildStdout, who: &str) -> String {
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("{who} says where it listens within PATIENCE"))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{who} printed nothing (see its stderr)"));
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not a listening line from {who}: {first:?}"))
+        .to_owned()
+}
 
 /// True if a process with this pid is running (a zombie waiting for a reaper is not).
 pub fn pid_alive(pid: u32) -> bool {

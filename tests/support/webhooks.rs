@@ -14,11 +14,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::OnceCell;
 
 use super::PATIENCE;
+use super::process::listening_on;
 
 /// A running receiver. Deliveries go to `url` plus any path (`format!("{}/hooks", r.url)`);
 /// `/_control/` is the receiver's own.
@@ -98,18 +98,7 @@ impl Receiver {
             .spawn()
             .expect("start tests/webhooks/receiver.py");
         let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("the receiver says where it listens within PATIENCE")
-            .unwrap()
-            .expect("the receiver printed nothing (see its stderr above)");
-        // It prints nothing more, but keep draining so that it could never block on stdout.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let url = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("not a listening line: {first:?}"))
-            .to_owned();
+        let url = listening_on(child.stdout.take().unwrap(), "the receiver").await;
         let port = url.rsplit(':').next().unwrap().parse().unwrap();
         Receiver {
             url,
@@ -149,16 +138,8 @@ impl Receiver {
     }
 
     async fn get_attempts(&self, path: &str) -> Vec<Value> {
-        self.http
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("the receiver answers")
-            .error_for_status()
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        let url = format!("{}{path}", self.url);
+        control(self.http.get(url)).await.json().await.unwrap()
     }
 
     /// Polls the answered attempts every 50 ms until `pred` holds and returns them; panics
@@ -182,19 +163,23 @@ impl Receiver {
 
     /// Forgets the attempts (and with them the fail-first counts); the settings stay.
     pub async fn reset(&self) {
-        self.http
-            .post(format!("{}/_control/reset", self.url))
-            .send()
-            .await
-            .expect("the receiver answers")
-            .error_for_status()
-            .unwrap();
+        control(self.http.post(format!("{}/_control/reset", self.url))).await;
     }
 
     /// Kills the receiver and waits for it: its port then refuses connections.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// Sends a request to the receiver's `/_control/`, which must answer with a 2xx.
+async fn control(request: reqwest::RequestBuilder) -> reqwest::Response {
+    request
+        .send()
+        .await
+        .expect("the receiver answers")
+        .error_for_status()
+        .unwrap()
 }
 
 /// The bodies (`body`) of the verified attempts answered with a 2xx, in arrival order.
