@@ -4,8 +4,9 @@
 //! Paths start at the crate root, at `self`/`super` (inline modules counted) or at a child
 //! module. The test fails when a top-level module imports one its rule does not allow, when a
 //! top-level module has no rule (a new or renamed layer), when a rule names a module that does
-//! not exist, and when the top-level modules import each other in a circle. The rules are
-//! ARCHITECTURE.md's.
+//! not exist, and when the top-level modules import each other in a circle; and when any two
+//! files of `src/` import each other, directly or through others (a name a module re-exports
+//! counts as its defining file's). The rules are ARCHITECTURE.md's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,8 @@ struct Paths {
     /// The module the visitor is in.
     at: Vec<String>,
     found: Vec<(Vec<String>, Vec<String>)>,
+    /// `pub use` items: the module, the name it exports, the path it names.
+    reexports: Vec<(Vec<String>, String, Vec<String>)>,
 }
 
 impl Paths {
@@ -141,13 +144,23 @@ impl Paths {
 
 impl<'ast> Visit<'ast> for Paths {
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        let before = self.found.len();
         self.use_tree(&mut Vec::new(), &item.tree);
+        if !matches!(item.vis, syn::Visibility::Inherited) {
+            for (at, segments) in self.found[before..].to_vec() {
+                let name = segments.last().cloned().unwrap_or_default();
+                self.reexports.push((at, name, segments));
+            }
+        }
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
         self.add(path.segments.iter().map(|s| s.ident.to_string()).collect());
         syn::visit::visit_path(self, path);
     }
+
+    /// `pub(super)` and `pub(in path)` name who may see an item, not what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
         self.at.push(item.ident.to_string());
@@ -164,6 +177,20 @@ impl<'ast> Visit<'ast> for Paths {
 /// The module of the crate that `segments`, named in module `at`, lead into (the longest
 /// prefix that is a module of `modules`); `None` for what lies outside the crate.
 fn resolve(
+    at: &[String],
+    segments: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Option<Vec<String>> {
+    let full = absolute(at, segments, modules)?;
+    (0..=full.len())
+        .rev()
+        .map(|n| full[..n].to_vec())
+        .find(|m| modules.contains(m))
+}
+
+/// `segments`, named in module `at`, as a path from the crate root; `None` for what lies
+/// outside the crate.
+fn absolute(
     at: &[String],
     segments: &[String],
     modules: &BTreeSet<Vec<String>>,
@@ -190,10 +217,7 @@ fn resolve(
         _ => return None,
     };
     full.extend(rest.iter().cloned());
-    (0..=full.len())
-        .rev()
-        .map(|n| full[..n].to_vec())
-        .find(|m| modules.contains(m))
+    Some(full)
 }
 
 /// Each top-level module and the top-level modules it names, from `(file module path,
@@ -296,6 +320,69 @@ fn circle(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>) -> Optio
         .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
+/// Each file (as its module path) and the files it names, from `(file module path, source)`
+/// pairs: a name a module re-exports (`pub use`) leads to the file that defines it; a file's
+/// names of itself and the crate root are left out.
+fn file_graph(
+    sources: &[(Vec<String>, String)],
+) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(m, _)| m.clone()).collect();
+    let parsed: Vec<(Vec<String>, Paths)> = sources
+        .iter()
+        .map(|(module, code)| {
+            let file = syn::parse_file(code).unwrap_or_else(|e| panic!("{module:?}: {e}"));
+            let mut paths = Paths {
+                at: module.clone(),
+                ..Paths::default()
+            };
+            paths.visit_file(&file);
+            (module.clone(), paths)
+        })
+        .collect();
+    let mut reexported: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
+    for (_, paths) in &parsed {
+        for (at, name, segments) in &paths.reexports {
+            if let Some(to) = absolute(at, segments, &modules) {
+                reexported.insert((at.clone(), name.clone()), to);
+            }
+        }
+    }
+    // The file a path leads to, following re-exports (a few hops at most).
+    let target = |mut full: Vec<String>| {
+        for _ in 0..8 {
+            let module = (0..=full.len())
+                .rev()
+                .map(|n| full[..n].to_vec())
+                .find(|m| modules.contains(m))?;
+            match full.get(module.len()) {
+                Some(name) => match reexported.get(&(module.clone(), name.clone())) {
+                    Some(to) if *to != full => full = to.clone(),
+                    _ => return Some(module),
+                },
+                None => return Some(module),
+            }
+        }
+        None
+    };
+    let mut graph: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (module, paths) in &parsed {
+        if module.is_empty() {
+            continue;
+        }
+        let name = |m: &[String]| format!("{}.rs", m.join("/"));
+        let uses = graph.entry(name(module)).or_default();
+        for (at, segments) in &paths.found {
+            let Some(to) = absolute(at, segments, &modules).and_then(&target) else {
+                continue;
+            };
+            if to != *module && !to.is_empty() {
+                uses.entry(name(&to)).or_default();
+            }
+        }
+    }
+    graph
+}
+
 /// Every library source file of `src/` as (module path, text).
 fn sources() -> Vec<(Vec<String>, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -322,6 +409,24 @@ fn every_layer_imports_only_what_its_rule_allows() {
         broken.is_empty(),
         "layer rules broken:\n{}",
         broken.join("\n")
+    );
+}
+
+#[test]
+fn no_two_files_import_each_other_even_through_others() {
+    let mut graph = file_graph(&sources());
+    let mut circles = Vec::new();
+    // Each circle found is reported, and one of its edges set aside to find the next.
+    while let Some(circle) = circle(&graph) {
+        circles.push(circle.join(" -> "));
+        if let Some(uses) = graph.get_mut(&circle[0]) {
+            uses.remove(&circle[1]);
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles between files:\n{}",
+        circles.join("\n")
     );
 }
 
@@ -400,6 +505,42 @@ fn forbidden_imports_circles_and_unknown_layers_fail() {
     ] {
         assert!(broken.contains(expected), "{expected:?} not in:\n{broken}");
     }
+}
+
+#[test]
+fn a_circle_between_files_fails_even_through_a_reexport() {
+    let sources = crate_of(&[
+        ("lib.rs", "pub mod gateway;"),
+        (
+            "gateway/mod.rs",
+            "mod live;\nmod error;\npub use error::Error;\npub struct Gateway;\nfn f(_: live::Table) {}",
+        ),
+        ("gateway/error.rs", "pub struct Error;"),
+        (
+            "gateway/live.rs",
+            "use super::{\n    Error,\n    Gateway,\n};\npub struct Table;",
+        ),
+    ]);
+    let graph = file_graph(&sources);
+    let live: BTreeSet<&str> = graph["gateway/live.rs"]
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(live, ["gateway.rs", "gateway/error.rs"].into(), "{graph:?}");
+    assert_eq!(
+        circle(&graph).map(|c| c.join(" -> ")).as_deref(),
+        Some("gateway.rs -> gateway/live.rs -> gateway.rs")
+    );
+    let fixed = crate_of(&[
+        ("lib.rs", "pub mod gateway;"),
+        (
+            "gateway/mod.rs",
+            "mod live;\nmod error;\npub use error::Error;\nfn f(_: live::Table) {}",
+        ),
+        ("gateway/error.rs", "pub struct Error;"),
+        ("gateway/live.rs", "use super::Error;\npub struct Table;"),
+    ]);
+    assert_eq!(circle(&file_graph(&fixed)), None);
 }
 
 #[test]

@@ -1,13 +1,11 @@
-//! The service the HTTP handlers call: one file per use case on top of the pool, the store and
-//! the event hub. This file defines [`Gateway`], its settings, its start and its shutdown; the
-//! use cases are `sessions` (metadata and lifecycle), `turns` (prompt and cancel),
-//! `permissions` and `elicitations` (requests from the agent that wait for a client; `form`
-//! checks an elicitation's answer), `history` (the streams and the history), `sync` (the agent's
-//! own list), `system` (readiness, the agent, the numbers of `/metrics`) and `webhooks`;
-//! `upstream` handles what the agent sends. The parts they share own their state: `records`
-//! (session rows, list cache, the sync's guards), `log` (appends), `pending` (the requests
-//! waiting for a client), `live` (the sessions held by this replica); `placement` decides where
-//! a session becomes live and `replicas` keeps this replica's place in the cluster.
+//! The service the HTTP handlers call, in two layers. The parts own the state: `records`
+//! (session rows, list cache, the sync's guards), `log` (appends), `state` (a session's state),
+//! `pending` (requests waiting for a client), `live` (the sessions held here), `views` (a record
+//! as clients see it), `placement` (agents, where a session is live; `replicas` its cluster
+//! side) and `upstream` (what the agent sends). The use cases are structs holding the parts they
+//! need: `sessions`, `create`, `controls`, `turns`, `history`, `sync`, `system`, `webhooks` (with
+//! `delivery`), and `pending`'s `Requests` for the answers. This file defines [`Gateway`], which
+//! builds both, hands the use cases out and owns shutdown.
 
 mod caller;
 mod controls;
