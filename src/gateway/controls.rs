@@ -15,7 +15,7 @@ use super::log::Log;
 use super::model::SessionId;
 use super::placement::Placement;
 use super::records::Records;
-use super::state::States;
+use super::snapshots::States;
 use super::state::{StateAt, select_values};
 use super::{Caller, Error};
 use crate::pool::client::{AgentClient, SESSION_SET_MODEL};

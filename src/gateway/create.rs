@@ -15,7 +15,7 @@ use super::model::{SessionId, SessionView, confine, now, validate_abs_path};
 use super::placement::Placement;
 use super::records::Records;
 use super::sessions::Sessions;
-use super::state::States;
+use super::snapshots::States;
 use super::views::Views;
 use super::{Caller, Error};
 use crate::acp::CallError;

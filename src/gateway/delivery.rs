@@ -21,27 +21,8 @@ use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 
-use super::reach;
-use super::webhooks::Webhooks;
+use super::webhooks::{WebhookConfig, Webhooks};
 use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
-
-/// Webhook settings.
-#[derive(Debug, Clone)]
-pub struct WebhookConfig {
-    /// The non-public addresses that may be reached too.
-    pub allowed: reach::Allowed,
-    /// Bound on one attempt (connect, send, answer).
-    pub timeout: Duration,
-    /// The first retry's delay, doubled at each attempt up to `retry_max`.
-    pub retry_base: Duration,
-    pub retry_max: Duration,
-    /// How long a delivery is retried before it fails and its subscription is disabled.
-    pub max_age: Duration,
-    /// How often due deliveries are looked for.
-    pub poll: Duration,
-    /// Largest body sent: a bigger event is sent without its `data` (`truncated: true`).
-    pub max_body: usize,
-}
 
 /// Deliveries claimed at once.
 const BATCH: i64 = 32;
@@ -292,7 +273,7 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_the_cap_with_jitter() {
         let config = WebhookConfig {
-            allowed: reach::Allowed::default(),
+            allowed: super::super::reach::Allowed::default(),
             timeout: Duration::from_secs(1),
             retry_base: Duration::from_secs(10),
             retry_max: Duration::from_secs(60),

@@ -8,25 +8,18 @@
 //! to answer: fail closed), cancelled with the turn or when its member exits. The agent's
 //! `elicitation/complete` for a URL elicitation is logged as `elicitation_completed`.
 
-use std::sync::Arc;
-
 use agent_client_protocol_schema::v1::{
-    CompleteElicitationNotification, CreateElicitationRequest, CreateElicitationResponse,
-    ElicitationAcceptAction, ElicitationAction, ElicitationMode, ElicitationSchema,
-    ElicitationScope,
+    CreateElicitationRequest, CreateElicitationResponse, ElicitationAcceptAction,
+    ElicitationAction, ElicitationMode, ElicitationSchema, ElicitationScope,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::Error;
 use super::form;
-use super::model::SessionId;
-use super::pending::{Asked, Asking, Requests, Table};
-use super::{Caller, Error};
-use crate::acp::RpcError;
-use crate::config::PermissionPolicy;
-use crate::pool::client::Incoming;
+use super::pending::{Asked, Asking};
 
 /// An elicitation as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -69,9 +62,6 @@ impl Asked for ElicitationView {
     const REQUESTED: &'static str = "elicitation_requested";
     const RESOLVED: &'static str = "elicitation_resolved";
 
-    fn table(requests: &Requests) -> &Table<Self> {
-        &requests.elicitations
-    }
     fn asked(&self) -> Asking<'_> {
         Asking {
             request_id: &self.request_id,
@@ -105,13 +95,13 @@ impl Asked for ElicitationView {
     }
 }
 
-fn decline() -> CreateElicitationResponse {
+pub(super) fn decline() -> CreateElicitationResponse {
     CreateElicitationResponse::new(ElicitationAction::Decline)
 }
 
 /// The response a client's answer makes: in form mode (`schema`), `accept` carries content
 /// valid for it; in URL mode nothing carries content.
-fn answered(
+pub(super) fn answered(
     schema: Option<&ElicitationSchema>,
     reply: ElicitationReply,
     content: Option<&Value>,
@@ -146,7 +136,7 @@ fn answered(
 
 /// The session and the requested schema (none in URL mode) of a request the gateway can
 /// serve, or why not.
-fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), String> {
+pub(super) fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), String> {
     let request: CreateElicitationRequest = serde_json::from_value(params.clone())
         .map_err(|e| format!("invalid elicitation/create params: {e}"))?;
     let (scope, schema) = match request.mode {
@@ -161,111 +151,6 @@ fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), Strin
         return Err("sessionId is required: the gateway serves session elicitations only".into());
     };
     Ok((scope.session_id.0.to_string(), schema))
-}
-
-impl Requests {
-    /// `GET /sessions/{id}/elicitations`.
-    pub async fn elicitations(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<Vec<ElicitationView>, Error> {
-        self.records.get(caller, id).await?;
-        Ok(self.pending(id.as_str()))
-    }
-
-    /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
-    /// `cancel`.
-    pub async fn answer_elicitation(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-        request_id: &str,
-        reply: ElicitationReply,
-        content: Option<&Value>,
-    ) -> Result<ElicitationView, Error> {
-        self.records.get(caller, id).await?;
-        self.resolve(
-            Some(id.as_str()),
-            request_id,
-            "answered",
-            |_: &ElicitationView, schema| answered(schema.as_ref(), reply, content),
-        )
-        .await
-    }
-}
-
-impl Requests {
-    /// An elicitation from the agent: refused when the gateway cannot serve it, else pending
-    /// until answered, or declined now by the policy, or later by the timeout.
-    pub(super) async fn elicitation_requested(
-        self: Arc<Self>,
-        member: usize,
-        request: Incoming,
-        params: Value,
-    ) {
-        let (session_id, schema) = match accepted(&params) {
-            Ok(accepted) => accepted,
-            Err(why) => {
-                tracing::warn!(member, why, "elicitation/create refused");
-                let _ = request.refuse(RpcError::invalid_params(why)).await;
-                return;
-            }
-        };
-        let ask = self.policy == PermissionPolicy::Ask;
-        let view = ElicitationView {
-            request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
-            session_id,
-            request: params,
-            created_at: super::model::now(),
-            deadline: if ask { self.deadline() } else { None },
-            response: None,
-        };
-        let request_id = view.request_id.clone();
-        self.track(view, member, request, schema).await;
-        if ask {
-            self.on_timeout(move |requests| async move {
-                requests.decline_unanswered(&request_id, "timeout").await;
-            });
-        } else {
-            self.decline_unanswered(&request_id, "policy").await;
-        }
-    }
-
-    /// `elicitation/complete`: the agent says the interaction a URL elicitation sent the user to
-    /// is over. Logged as `elicitation_completed` on the session of the request with that
-    /// `elicitationId` from the same member; ignored (with a warning) when there is none.
-    pub(super) async fn elicitation_completed(&self, member: usize, params: &str) {
-        let id = match serde_json::from_str::<CompleteElicitationNotification>(params) {
-            Ok(done) => done.elicitation_id.0,
-            Err(e) => {
-                tracing::warn!(member, error = %e, "invalid elicitation/complete; ignored");
-                return;
-            }
-        };
-        let of_id = |v: &ElicitationView| v.request["elicitationId"].as_str() == Some(&*id);
-        let Some(view) = self.elicitations.find(member, of_id) else {
-            tracing::warn!(
-                member,
-                elicitation = &*id,
-                "elicitation/complete for no known elicitation; ignored"
-            );
-            return;
-        };
-        let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "elicitationId": &*id});
-        self.log
-            .enqueue(&view.session_id, "elicitation_completed", payload)
-            .await;
-    }
-
-    /// Declines an elicitation still pending (fail closed): nobody answered, or nobody will.
-    async fn decline_unanswered(&self, request_id: &str, reason: &str) {
-        let _ = self
-            .resolve(None, request_id, reason, |_: &ElicitationView, _| {
-                Ok(decline())
-            })
-            .await;
-    }
 }
 
 #[cfg(test)]

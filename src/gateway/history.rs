@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::log::Log;
 use super::model::{SessionId, now};
 use super::records::Records;
-use super::state::States;
+use super::snapshots::States;
 use super::{Caller, Error};
 use crate::events::Run;
 use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};

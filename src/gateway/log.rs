@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::model::now;
+use super::clock::now;
 use super::records::Records;
 use crate::events::EventHub;
 use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};

@@ -8,6 +8,7 @@
 //! builds both, hands the use cases out and owns shutdown.
 
 mod caller;
+mod clock;
 mod controls;
 mod create;
 mod cursor;
@@ -27,7 +28,9 @@ pub mod problem;
 pub mod reach;
 mod records;
 mod replicas;
+mod requests;
 mod sessions;
+mod snapshots;
 mod state;
 mod sync;
 mod system;
@@ -39,23 +42,23 @@ mod webhooks;
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
 pub use controls::{Controls, Settings};
 pub use create::{Create, Fork, NewSession};
-pub use delivery::WebhookConfig;
 pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use model::{AgentView, Prompt, TurnResult};
-pub use pending::Requests;
 pub use permissions::PermissionView;
 pub use problem::Problem;
+pub use requests::Requests;
 pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
-pub use system::{NamedAgentView, Stats, System};
+pub use system::{Counters, NamedAgentView, Stats, System};
 pub use turns::Turns;
-pub use webhooks::{DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView, Webhooks};
+pub use webhooks::{
+    DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
+};
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -100,14 +103,6 @@ pub struct GatewayConfig {
     pub mcp_servers: crate::config::McpServers,
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub turns_started: AtomicU64,
-    pub turns_failed: AtomicU64,
-    pub member_exits: AtomicU64,
-}
-
 /// The gateway service: its use cases, each with the parts it needs. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -143,7 +138,7 @@ impl Gateway {
         let cluster = Arc::new(cluster);
         let records = Arc::new(records::Records::new(store, hub.clone()));
         let log = log::Log::new(hub.clone(), records.clone());
-        let requests = Arc::new(pending::Requests::new(
+        let requests = Arc::new(requests::Requests::new(
             config.permission_policy,
             config.permission_timeout,
             log.clone(),
@@ -151,7 +146,7 @@ impl Gateway {
             tasks.clone(),
             stop.clone(),
         ));
-        let states = Arc::new(state::States::new(
+        let states = Arc::new(snapshots::States::new(
             records.clone(),
             log.clone(),
             tasks.clone(),

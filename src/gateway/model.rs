@@ -10,16 +10,12 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::Error;
+pub use super::clock::now;
 pub use super::cursor::{decode_cursor, encode_cursor};
 use crate::acp::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::pool::MemberView;
 use crate::store::SessionRecord;
-
-/// Now, at the store's precision (microseconds).
-pub fn now() -> DateTime<Utc> {
-    Utc::now().trunc_subsecs(6)
-}
 
 /// A session id from a client: printable ASCII without spaces, 1–256 bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,8 +3,6 @@
 //! and logs, how a client's choice is checked, and how the configured policy or the timeout
 //! picks an option without a client.
 
-use std::sync::Arc;
-
 use agent_client_protocol_schema::v1::{
     RequestPermissionOutcome, RequestPermissionResponse, SelectedPermissionOutcome,
 };
@@ -13,16 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::model::SessionId;
-use super::pending::{Asked, Asking, Requests, Table};
-use super::{Caller, Error};
-use crate::config::PermissionPolicy;
-use crate::pool::client::Incoming;
+use super::Error;
+use super::pending::{Asked, Asking};
 
 /// Option kinds a permission policy of `allow` picks, in order of preference.
-const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
+pub(super) const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
 /// Option kinds chosen when refusing (policy `reject`, or a timeout), in order of preference.
-const REJECT: [&str; 2] = ["reject_once", "reject_always"];
+pub(super) const REJECT: [&str; 2] = ["reject_once", "reject_always"];
 
 /// A permission request as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -52,9 +47,6 @@ impl Asked for PermissionView {
     const REQUESTED: &'static str = "permission_requested";
     const RESOLVED: &'static str = "permission_resolved";
 
-    fn table(requests: &Requests) -> &Table<Self> {
-        &requests.permissions
-    }
     fn asked(&self) -> Asking<'_> {
         Asking {
             request_id: &self.request_id,
@@ -78,13 +70,13 @@ impl Asked for PermissionView {
     }
 }
 
-fn selected(option: String) -> RequestPermissionResponse {
+pub(super) fn selected(option: String) -> RequestPermissionResponse {
     let outcome = RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option));
     RequestPermissionResponse::new(outcome)
 }
 
 /// The first offered option whose `kind` comes earliest in `prefer`.
-fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
+pub(super) fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
     let options = request["options"].as_array()?;
     prefer.iter().find_map(|kind| {
         options
@@ -97,7 +89,7 @@ fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
 
 /// The answer a client's choice (`optionId`, or `outcome: "cancelled"`) makes, checked
 /// against the request.
-fn answered(
+pub(super) fn answered(
     view: &PermissionView,
     option_id: Option<String>,
     outcome: Option<&str>,
@@ -118,84 +110,6 @@ fn answered(
         _ => Err(Error::Invalid(
             "give either `optionId` or `outcome: \"cancelled\"`".into(),
         )),
-    }
-}
-
-impl Requests {
-    /// `GET /sessions/{id}/permissions`.
-    pub async fn permissions(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<Vec<PermissionView>, Error> {
-        self.records.get(caller, id).await?;
-        Ok(self.pending(id.as_str()))
-    }
-
-    /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
-    pub async fn answer_permission(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-        request_id: &str,
-        option_id: Option<String>,
-        outcome: Option<&str>,
-    ) -> Result<PermissionView, Error> {
-        self.records.get(caller, id).await?;
-        self.resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
-            answered(view, option_id, outcome)
-        })
-        .await
-    }
-}
-
-impl Requests {
-    /// A permission request from the agent: pending until answered, or resolved now by the
-    /// policy, or later by the timeout.
-    pub(super) async fn permission_requested(
-        self: Arc<Self>,
-        member: usize,
-        request: Incoming,
-        session_id: &str,
-        params: Value,
-    ) {
-        let view = PermissionView {
-            request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
-            session_id: session_id.to_owned(),
-            request: params,
-            created_at: super::model::now(),
-            deadline: match self.policy {
-                PermissionPolicy::Ask => self.deadline(),
-                _ => None,
-            },
-            outcome: None,
-        };
-        let request_id = view.request_id.clone();
-        self.track(view, member, request, ()).await;
-        match self.policy {
-            PermissionPolicy::Allow => {
-                self.resolve_auto(&request_id, &ALLOW, "policy").await;
-            }
-            PermissionPolicy::Reject => {
-                self.resolve_auto(&request_id, &REJECT, "policy").await;
-            }
-            PermissionPolicy::Ask => self.on_timeout(move |requests| async move {
-                requests.resolve_auto(&request_id, &REJECT, "timeout").await;
-            }),
-        }
-    }
-
-    /// Resolves a still-pending permission request without a client: the first offered option
-    /// of the preferred kinds, else `cancelled`.
-    async fn resolve_auto(&self, request_id: &str, prefer: &[&str], reason: &str) {
-        let _ = self
-            .resolve(None, request_id, reason, |view: &PermissionView, ()| {
-                Ok(match preferred_option(&view.request, prefer) {
-                    Some(option) => selected(option),
-                    None => PermissionView::cancelled(),
-                })
-            })
-            .await;
     }
 }
 

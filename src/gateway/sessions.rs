@@ -11,9 +11,9 @@ use super::model::{
     Activity, SessionId, SessionView, Status, StatusView, apply_info_update, decode_cursor, now,
     validate_abs_path,
 };
-use super::pending::Requests;
 use super::placement::Placement;
 use super::records::Records;
+use super::requests::Requests;
 use super::sync::ListSync;
 use super::views::Views;
 use super::{Caller, Error};

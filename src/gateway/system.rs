@@ -2,18 +2,18 @@
 //! and the numbers `/metrics` publishes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::Error;
 use super::log::Log;
 use super::model::AgentView;
-use super::pending::Requests;
 use super::placement::Placement;
 use super::records::Records;
-use super::{Counters, Error};
+use super::requests::Requests;
 use crate::acp::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
 
@@ -81,6 +81,14 @@ pub struct Stats {
     pub member_exits: u64,
     pub permissions_pending: usize,
     pub elicitations_pending: usize,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub turns_started: AtomicU64,
+    pub turns_failed: AtomicU64,
+    pub member_exits: AtomicU64,
 }
 
 /// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it needs.

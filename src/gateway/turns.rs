@@ -15,11 +15,12 @@ use tokio_util::task::TaskTracker;
 use super::live::Busy;
 use super::log::Log;
 use super::model::{Prompt, SessionId, TurnResult};
-use super::pending::Requests;
 use super::placement::Placement;
 use super::records::Records;
-use super::state::States;
-use super::{Caller, Counters, Error};
+use super::requests::Requests;
+use super::snapshots::States;
+use super::system::Counters;
+use super::{Caller, Error};
 use crate::acp::caps::PromptCapabilities;
 
 /// The use case of prompts and cancels, with the parts it needs.

@@ -10,12 +10,12 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::Counters;
 use super::live::LiveTable;
 use super::log::Log;
 use super::model::{apply_info_update, now};
-use super::pending::Requests;
-use super::state::States;
+use super::requests::Requests;
+use super::snapshots::States;
+use super::system::Counters;
 use super::views::Views;
 use crate::acp::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;

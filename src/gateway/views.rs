@@ -9,9 +9,9 @@ use super::Error;
 use super::live::LiveTable;
 use super::log::Log;
 use super::model::{Activity, SessionView, Status};
-use super::pending::Requests;
 use super::records::Records;
-use super::state::States;
+use super::requests::Requests;
+use super::snapshots::States;
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
 /// A record's view: its status from the live table and the pending requests.

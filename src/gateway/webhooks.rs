@@ -11,10 +11,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::WebhookConfig;
 use super::model::{SessionId, now};
 use super::records::Records;
 use super::{Caller, Error, reach};
@@ -236,6 +236,24 @@ fn check_description(description: Option<&str>) -> Result<(), Error> {
         )),
         _ => Ok(()),
     }
+}
+
+/// Webhook settings.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// The non-public addresses that may be reached too.
+    pub allowed: reach::Allowed,
+    /// Bound on one attempt (connect, send, answer).
+    pub timeout: Duration,
+    /// The first retry's delay, doubled at each attempt up to `retry_max`.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// How long a delivery is retried before it fails and its subscription is disabled.
+    pub max_age: Duration,
+    /// How often due deliveries are looked for.
+    pub poll: Duration,
+    /// Largest body sent: a bigger event is sent without its `data` (`truncated: true`).
+    pub max_body: usize,
 }
 
 /// The webhook subscriptions and the task that delivers their outbox.

@@ -1,0 +1,363 @@
+//! The requests that wait for a client, as the service keeps them: one table per kind
+//! (`permissions`, `elicitations`), each request logged when it arrives and when it is resolved
+//! — answered through the REST route, by the policy, by the `--permission-timeout` timer, or
+//! cancelled with the turn — and forgotten when its member exits. The agent is answered after
+//! the table's lock is released.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol_schema::v1::CompleteElicitationNotification;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::elicitations::{self, ElicitationReply, ElicitationView};
+use super::log::Log;
+use super::model::SessionId;
+use super::pending::{Asked, Table};
+use super::permissions::{self, ALLOW, PermissionView, REJECT};
+use super::records::Records;
+use super::{Caller, Error};
+use crate::acp::RpcError;
+use crate::config::PermissionPolicy;
+use crate::pool::client::Incoming;
+
+/// A kind of request with its table in [`Requests`].
+pub(super) trait Kind: Asked {
+    fn table(requests: &Requests) -> &Table<Self>;
+}
+
+impl Kind for PermissionView {
+    fn table(requests: &Requests) -> &Table<Self> {
+        &requests.permissions
+    }
+}
+
+impl Kind for ElicitationView {
+    fn table(requests: &Requests) -> &Table<Self> {
+        &requests.elicitations
+    }
+}
+
+/// The requests that wait for a client, of both kinds, and how they are resolved without one.
+pub struct Requests {
+    /// Permission requests, pending and resolved.
+    pub(super) permissions: Table<PermissionView>,
+    /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
+    pub(super) elicitations: Table<ElicitationView>,
+    /// Who answers: a client, or the policy at once.
+    pub(super) policy: PermissionPolicy,
+    /// How long a request waits for a client (`None`: forever).
+    timeout: Option<Duration>,
+    pub(super) log: Log,
+    /// Whose sessions a caller may answer for.
+    pub(super) records: Arc<Records>,
+    /// The timers.
+    tasks: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Requests {
+    pub(super) fn new(
+        policy: PermissionPolicy,
+        timeout: Option<Duration>,
+        log: Log,
+        records: Arc<Records>,
+        tasks: TaskTracker,
+        stop: CancellationToken,
+    ) -> Self {
+        Requests {
+            records,
+            permissions: Table::default(),
+            elicitations: Table::default(),
+            policy,
+            timeout,
+            log,
+            tasks,
+            stop,
+        }
+    }
+
+    /// The session's pending requests of kind `V`, oldest first.
+    pub(super) fn pending<V: Kind>(&self, session_id: &str) -> Vec<V> {
+        V::table(self).pending_for(session_id)
+    }
+
+    /// Records a new request and logs its `REQUESTED` event.
+    pub(super) async fn track<V: Kind>(
+        &self,
+        view: V,
+        member: usize,
+        request: Incoming,
+        extra: V::Extra,
+    ) {
+        let (session_id, payload) = (view.session_id().to_owned(), view.requested_payload());
+        V::table(self).insert(view, member, request, extra);
+        self.log.append(&session_id, V::REQUESTED, payload).await;
+    }
+
+    /// Resolves a request with the answer `decide` makes, logs `RESOLVED` with `reason` and
+    /// answers the agent: in this order, so that what the agent does on the answer (end the
+    /// turn) is logged after the resolution.
+    pub(super) async fn resolve<V: Kind>(
+        &self,
+        session_id: Option<&str>,
+        request_id: &str,
+        reason: &str,
+        decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
+    ) -> Result<V, Error> {
+        let (view, request, answer) = V::table(self).resolve(session_id, request_id, decide)?;
+        self.log_resolved(&view, reason).await;
+        let _ = request.answer(&answer).await;
+        Ok(view)
+    }
+
+    async fn log_resolved<V: Kind>(&self, view: &V, reason: &str) {
+        let payload = view.resolved_payload(reason);
+        self.log
+            .enqueue(view.session_id(), V::RESOLVED, payload)
+            .await;
+    }
+
+    async fn cancel_all<V: Kind>(&self, session_id: &str) {
+        for (view, request) in V::table(self).cancel_all(session_id) {
+            self.log_resolved(&view, "cancelled").await;
+            let _ = request.answer(&V::cancelled()).await;
+        }
+    }
+
+    /// Resolves the session's pending requests as cancelled (before a cancel, close, archive or
+    /// delete, and at shutdown), so that their resolution is logged before the turn's end.
+    pub(super) async fn cancel_session(&self, session_id: &str) {
+        self.cancel_all::<PermissionView>(session_id).await;
+        self.cancel_all::<ElicitationView>(session_id).await;
+    }
+
+    /// A member exited: its requests are gone, the pending ones logged as cancelled.
+    pub(super) async fn drop_member(&self, member: usize) {
+        for view in self.permissions.drop_member(member) {
+            self.log_resolved(&view, "cancelled").await;
+        }
+        for view in self.elicitations.drop_member(member) {
+            self.log_resolved(&view, "cancelled").await;
+        }
+    }
+
+    /// Whether a request of the session waits for a client (permission or elicitation).
+    pub(super) fn awaits_client(&self, session_id: &str) -> bool {
+        self.permissions.has_pending(session_id) || self.elicitations.has_pending(session_id)
+    }
+
+    /// When a request made now fails closed (`--permission-timeout`), if it does.
+    pub(super) fn deadline(&self) -> Option<DateTime<Utc>> {
+        let after = self.timeout?;
+        chrono::Duration::from_std(after)
+            .ok()
+            .map(|d| super::model::now() + d)
+    }
+
+    /// Runs `expire` after `--permission-timeout` (never without one), unless the gateway
+    /// stops first.
+    pub(super) fn on_timeout<F, Fut>(self: &Arc<Self>, expire: F)
+    where
+        F: FnOnce(Arc<Requests>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Some(after) = self.timeout else {
+            return;
+        };
+        let requests = self.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(after) => expire(requests.clone()).await,
+                _ = requests.stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+impl Requests {
+    /// `GET /sessions/{id}/permissions`.
+    pub async fn permissions(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<Vec<PermissionView>, Error> {
+        self.records.get(caller, id).await?;
+        Ok(self.pending(id.as_str()))
+    }
+
+    /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
+    pub async fn answer_permission(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        request_id: &str,
+        option_id: Option<String>,
+        outcome: Option<&str>,
+    ) -> Result<PermissionView, Error> {
+        self.records.get(caller, id).await?;
+        self.resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
+            permissions::answered(view, option_id, outcome)
+        })
+        .await
+    }
+}
+
+impl Requests {
+    /// A permission request from the agent: pending until answered, or resolved now by the
+    /// policy, or later by the timeout.
+    pub(super) async fn permission_requested(
+        self: Arc<Self>,
+        member: usize,
+        request: Incoming,
+        session_id: &str,
+        params: Value,
+    ) {
+        let view = PermissionView {
+            request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
+            session_id: session_id.to_owned(),
+            request: params,
+            created_at: super::model::now(),
+            deadline: match self.policy {
+                PermissionPolicy::Ask => self.deadline(),
+                _ => None,
+            },
+            outcome: None,
+        };
+        let request_id = view.request_id.clone();
+        self.track(view, member, request, ()).await;
+        match self.policy {
+            PermissionPolicy::Allow => {
+                self.resolve_auto(&request_id, &ALLOW, "policy").await;
+            }
+            PermissionPolicy::Reject => {
+                self.resolve_auto(&request_id, &REJECT, "policy").await;
+            }
+            PermissionPolicy::Ask => self.on_timeout(move |requests| async move {
+                requests.resolve_auto(&request_id, &REJECT, "timeout").await;
+            }),
+        }
+    }
+
+    /// Resolves a still-pending permission request without a client: the first offered option
+    /// of the preferred kinds, else `cancelled`.
+    async fn resolve_auto(&self, request_id: &str, prefer: &[&str], reason: &str) {
+        let _ = self
+            .resolve(None, request_id, reason, |view: &PermissionView, ()| {
+                Ok(match permissions::preferred_option(&view.request, prefer) {
+                    Some(option) => permissions::selected(option),
+                    None => PermissionView::cancelled(),
+                })
+            })
+            .await;
+    }
+}
+
+impl Requests {
+    /// `GET /sessions/{id}/elicitations`.
+    pub async fn elicitations(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<Vec<ElicitationView>, Error> {
+        self.records.get(caller, id).await?;
+        Ok(self.pending(id.as_str()))
+    }
+
+    /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
+    /// `cancel`.
+    pub async fn answer_elicitation(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        request_id: &str,
+        reply: ElicitationReply,
+        content: Option<&Value>,
+    ) -> Result<ElicitationView, Error> {
+        self.records.get(caller, id).await?;
+        self.resolve(
+            Some(id.as_str()),
+            request_id,
+            "answered",
+            |_: &ElicitationView, schema| elicitations::answered(schema.as_ref(), reply, content),
+        )
+        .await
+    }
+}
+
+impl Requests {
+    /// An elicitation from the agent: refused when the gateway cannot serve it, else pending
+    /// until answered, or declined now by the policy, or later by the timeout.
+    pub(super) async fn elicitation_requested(
+        self: Arc<Self>,
+        member: usize,
+        request: Incoming,
+        params: Value,
+    ) {
+        let (session_id, schema) = match elicitations::accepted(&params) {
+            Ok(accepted) => accepted,
+            Err(why) => {
+                tracing::warn!(member, why, "elicitation/create refused");
+                let _ = request.refuse(RpcError::invalid_params(why)).await;
+                return;
+            }
+        };
+        let ask = self.policy == PermissionPolicy::Ask;
+        let view = ElicitationView {
+            request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
+            session_id,
+            request: params,
+            created_at: super::model::now(),
+            deadline: if ask { self.deadline() } else { None },
+            response: None,
+        };
+        let request_id = view.request_id.clone();
+        self.track(view, member, request, schema).await;
+        if ask {
+            self.on_timeout(move |requests| async move {
+                requests.decline_unanswered(&request_id, "timeout").await;
+            });
+        } else {
+            self.decline_unanswered(&request_id, "policy").await;
+        }
+    }
+
+    /// `elicitation/complete`: the agent says the interaction a URL elicitation sent the user to
+    /// is over. Logged as `elicitation_completed` on the session of the request with that
+    /// `elicitationId` from the same member; ignored (with a warning) when there is none.
+    pub(super) async fn elicitation_completed(&self, member: usize, params: &str) {
+        let id = match serde_json::from_str::<CompleteElicitationNotification>(params) {
+            Ok(done) => done.elicitation_id.0,
+            Err(e) => {
+                tracing::warn!(member, error = %e, "invalid elicitation/complete; ignored");
+                return;
+            }
+        };
+        let of_id = |v: &ElicitationView| v.request["elicitationId"].as_str() == Some(&*id);
+        let Some(view) = self.elicitations.find(member, of_id) else {
+            tracing::warn!(
+                member,
+                elicitation = &*id,
+                "elicitation/complete for no known elicitation; ignored"
+            );
+            return;
+        };
+        let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "elicitationId": &*id});
+        self.log
+            .enqueue(&view.session_id, "elicitation_completed", payload)
+            .await;
+    }
+
+    /// Declines an elicitation still pending (fail closed): nobody answered, or nobody will.
+    async fn decline_unanswered(&self, request_id: &str, reason: &str) {
+        let _ = self
+            .resolve(None, request_id, reason, |_: &ElicitationView, _| {
+                Ok(elicitations::decline())
+            })
+            .await;
+    }
+}
