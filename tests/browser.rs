@@ -1,7 +1,8 @@
 //! Browsers against the gateway: headless Chromium (Debian's `chromium`, driven by
 //! `playwright-core` from npm). A frontend on another origin creates a session with `fetch` and
 //! a bearer key, prompts it, and reads its stream with `EventSource` and `?access_token=`; the
-//! gateway's own console at `/` is driven through a session's life, a reload and a restart.
+//! gateway's own console at `/` is driven through a session's life, a reload and a restart, and
+//! shows the Mode and Model pickers only for what the session's agent offers.
 //! Ignored by plain `cargo test` because it needs the browser and `npm ci` in `tests/browser`;
 //! `.ci/run` installs both and runs them with `--ignored`.
 
@@ -226,6 +227,11 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     assert_eq!(report["agentCountAfterReload"], 4);
     assert_eq!(report["lastSeqStored"], report["lastSeqShown"]);
 
+    assert_eq!(
+        report["pickersShown"],
+        serde_json::json!(["mode-label", "mode-select", "model-label", "model-select"]),
+        "the agent offers modes and models"
+    );
     assert_eq!(
         report["modesOffered"],
         serde_json::json!(["ask", "code", "architect"])
@@ -486,6 +492,77 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
         .await
         .unwrap();
     assert_eq!(gone.status(), 404, "deleted through the console");
+    w.finish().await;
+}
+
+/// The session view shows a Mode or Model label and picker only for what the session's agent
+/// offers: agents `default` (the echo agent as the README runs it: neither), `modes`, `models`,
+/// `both` (modes and models) and `options` (both as config options); back on `default`'s
+/// session, neither again.
+#[tokio::test]
+#[ignore = "needs Debian's chromium and `npm ci` in tests/browser (.ci/run provides both)"]
+async fn the_console_shows_mode_and_model_only_when_the_agent_offers_them() {
+    let dirs = tempfile::tempdir().unwrap();
+    let echo = echo_agent();
+    let mut opts = Options::default();
+    for (name, controls) in [
+        ("modes", "modes"),
+        ("models", "models"),
+        ("both", "modes,models"),
+        ("options", "options"),
+    ] {
+        let dir = dirs.path().join(name);
+        let cmd = format!(
+            "{name}=env ECHO_AGENT_DIR={} ECHO_AGENT_CONTROLS={controls} {}",
+            dir.display(),
+            echo.display()
+        );
+        opts = opts.arg("--agent").arg(&cmd);
+    }
+    let w = World::start(Backend::Sqlite, opts).await;
+    w.gw()
+        .wait_until(|g| async move {
+            let agents = g.json("/agents").await;
+            agents
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|a| a["ready"] == true)
+        })
+        .await;
+    let out = tokio::time::timeout(
+        PATIENCE * 2,
+        tokio::process::Command::new("node")
+            .arg("console-pickers.mjs")
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
+            .env("GATEWAY_URL", w.gw().url(""))
+            .env("AGENTS", "default,modes,models,both,options")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the browser run ends in time")
+    .expect("node runs (is Node.js installed?)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "node failed: {report}");
+    assert!(report.get("error").is_none(), "the run failed: {report:#}");
+    assert_eq!(report["consoleErrors"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["pageErrors"], serde_json::json!([]), "{report:#}");
+    let mode = ["mode-label", "mode-select"];
+    let model = ["model-label", "model-select"];
+    let both = [mode, model].concat();
+    for (agent, shown) in [
+        ("default", &[][..]),
+        ("modes", &mode[..]),
+        ("models", &model[..]),
+        ("both", &both[..]),
+        ("options", &both[..]),
+        ("again", &[][..]),
+    ] {
+        assert_eq!(report["shown"][agent], serde_json::json!(shown), "{agent}");
+    }
     w.finish().await;
 }
 

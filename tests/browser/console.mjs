@@ -139,6 +139,10 @@ try {
 
   // 7. Mode and model pickers.
   await page.waitForSelector("#mode-select:not([hidden])", { timeout: T });
+  report.pickersShown = [];
+  for (const id of ["mode-label", "mode-select", "model-label", "model-select"]) {
+    if (await page.isVisible(`#${id}`)) report.pickersShown.push(id);
+  }
   report.modesOffered = await page.$$eval("#mode-select option", (os) => os.map((o) => o.value));
   report.modelsOffered = await page.$$eval("#model-select option", (os) => os.map((o) => o.value));
   let put = page.waitForResponse((r) => r.url().endsWith("/mode") && r.request().method() === "PUT");
