@@ -147,10 +147,11 @@ impl<'ast> Visit<'ast> for Paths {
         let before = self.found.len();
         self.use_tree(&mut Vec::new(), &item.tree);
         if !matches!(item.vis, syn::Visibility::Inherited) {
-            for (at, segments) in self.found[before..].to_vec() {
+            let exported = self.found[before..].iter().map(|(at, segments)| {
                 let name = segments.last().cloned().unwrap_or_default();
-                self.reexports.push((at, name, segments));
-            }
+                (at.clone(), name, segments.clone())
+            });
+            self.reexports.extend(exported.collect::<Vec<_>>());
         }
     }
 
