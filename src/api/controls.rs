@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path};
-use crate::gateway::model::{SessionId, SessionView};
+use crate::gateway::input::SessionId;
+use crate::gateway::output::SessionView;
 use crate::gateway::{Caller, Fork, StateAt};
 
 /// `PUT /sessions/{id}/mode` body.

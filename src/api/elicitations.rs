@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path};
-use crate::gateway::model::SessionId;
+use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, ElicitationView};
 
 /// `POST /sessions/{id}/elicitations/{requestId}` body: `{action: "accept", content}`,

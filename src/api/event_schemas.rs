@@ -8,7 +8,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::Problem;
-use crate::gateway::model::{SessionView, Status};
+use crate::gateway::output::{SessionView, Status};
 
 /// One event of `GET /sessions/{id}/events`, decoded from its SSE fields.
 #[derive(ToSchema)]

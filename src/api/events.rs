@@ -10,7 +10,7 @@ use super::error::{ApiError, Problem};
 use super::event_schemas::{LifecycleStreamEvent, SessionStreamEvent};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use super::{AppState, Json, Path, Query};
-use crate::gateway::model::SessionId;
+use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, HistoryPage};
 
 /// Where a stream starts.

@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path, Query};
-use crate::gateway::model::{SessionId, SessionPage, SessionView, StatusView};
+use crate::gateway::input::SessionId;
+use crate::gateway::output::{SessionPage, SessionView, StatusView};
 use crate::gateway::{Caller, NewSession, SessionFilter, Settings};
 
 /// `POST /sessions` body.

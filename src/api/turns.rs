@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::{AppState, Json, Path};
-use crate::gateway::model::SessionId;
+use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
 
 /// `POST /sessions/{id}/prompt` body: ACP content blocks, or plain text.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Map, Value, json};
 
+use super::input::SessionId;
 use super::live::Busy;
 use super::log::Log;
-use super::model::SessionId;
 use super::placement::Placement;
 use super::records::Records;
 use super::snapshots::States;

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
 
+use super::clock::now;
 use super::controls::Controls;
 use super::controls::Settings;
+use super::input::{SessionId, confine, validate_abs_path};
 use super::log::Log;
-use super::model::{SessionId, SessionView, confine, now, validate_abs_path};
+use super::output::SessionView;
 use super::placement::Placement;
 use super::records::Records;
 use super::sessions::Sessions;

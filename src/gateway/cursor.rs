@@ -74,7 +74,7 @@ mod tests {
 
     #[test]
     fn a_cursor_reads_back_for_its_own_query_only() {
-        let at = super::super::model::now();
+        let at = super::super::clock::now();
         let query = ListQuery {
             cwd: Some("/w".into()),
             ..ListQuery::default()

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::clock::now;
+use super::input::SessionId;
 use super::log::Log;
-use super::model::{SessionId, now};
 use super::records::Records;
 use super::snapshots::States;
 use super::{Caller, Error};

@@ -192,8 +192,8 @@ fn checked(info: &RawValue) -> Option<Listed> {
             return None;
         }
         let usable: Usable<'_> = serde_json::from_str(info.get()).ok()?;
-        super::model::SessionId::parse(&usable.session_id).ok()?;
-        super::model::validate_abs_path("cwd", &usable.cwd).ok()?;
+        super::input::SessionId::parse(&usable.session_id).ok()?;
+        super::input::validate_abs_path("cwd", &usable.cwd).ok()?;
         Some(usable.session_id.into_owned())
     };
     match usable(info) {

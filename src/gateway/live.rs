@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::Error;
-use super::model::{Activity, Status};
+use super::output::{Activity, Status};
 use crate::pool::Agents;
 use crate::store::SessionRecord;
 

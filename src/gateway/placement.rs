@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use super::live::{Busy, Claim, LiveTable, TurnPhase};
 use super::log::Log;
-use super::model::Status;
+use super::output::Status;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use super::caller::Caller;
 use super::cursor::encode_cursor;
 use super::error::Error;
-use super::model::{PageJson, SessionId};
+use super::input::SessionId;
+use super::output::PageJson;
 use crate::events::EventHub;
 use crate::store::{ListQuery, SessionMutation, SessionRecord, Store, StoreResult};
 

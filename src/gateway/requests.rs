@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::elicitations::{self, ElicitationReply, ElicitationView};
+use super::input::SessionId;
 use super::log::Log;
-use super::model::SessionId;
 use super::pending::{Asked, Table};
 use super::permissions::{self, ALLOW, PermissionView, REJECT};
 use super::records::Records;
@@ -156,7 +156,7 @@ impl Requests {
         let after = self.timeout?;
         chrono::Duration::from_std(after)
             .ok()
-            .map(|d| super::model::now() + d)
+            .map(|d| super::clock::now() + d)
     }
 
     /// Runs `expire` after `--permission-timeout` (never without one), unless the gateway
@@ -221,7 +221,7 @@ impl Requests {
             request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
             session_id: session_id.to_owned(),
             request: params,
-            created_at: super::model::now(),
+            created_at: super::clock::now(),
             deadline: match self.policy {
                 PermissionPolicy::Ask => self.deadline(),
                 _ => None,
@@ -311,7 +311,7 @@ impl Requests {
             request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
             session_id,
             request: params,
-            created_at: super::model::now(),
+            created_at: super::clock::now(),
             deadline: if ask { self.deadline() } else { None },
             response: None,
         };

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::clock::now;
+use super::cursor::decode_cursor;
+use super::info_update::apply_info_update;
+use super::input::{SessionId, validate_abs_path};
 use super::live::Busy;
 use super::log::Log;
-use super::model::{
-    Activity, SessionId, SessionView, Status, StatusView, apply_info_update, decode_cursor, now,
-    validate_abs_path,
-};
+use super::output::{Activity, SessionView, Status, StatusView};
 use super::placement::Placement;
 use super::records::Records;
 use super::requests::Requests;

@@ -26,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::Error;
+use super::clock::now;
 use super::listed::{Listed, Pages, Synced, agent_error, list_all};
 use super::log::Log;
-use super::model::now;
 use super::placement::Placement;
 use super::records::Records;
 use super::views::Views;
@@ -417,7 +417,7 @@ mod tests {
             additional_directories: vec!["/x".into()],
             title: Some("kept".into()),
             meta: Some(json!({"a": 1, "b": {"c": 2}})),
-            ..super::super::model::recorded("t", "/a", at)
+            ..super::super::info_update::recorded("t", "/a", at)
         }
     }
 

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::Error;
 use super::log::Log;
-use super::model::AgentView;
+use super::output::AgentView;
 use super::placement::Placement;
 use super::records::Records;
 use super::requests::Requests;

@@ -12,9 +12,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
 
+use super::input::{Prompt, SessionId};
 use super::live::Busy;
 use super::log::Log;
-use super::model::{Prompt, SessionId, TurnResult};
+use super::output::TurnResult;
 use super::placement::Placement;
 use super::records::Records;
 use super::requests::Requests;

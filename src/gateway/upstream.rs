@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::clock::now;
+use super::info_update::apply_info_update;
 use super::live::LiveTable;
 use super::log::Log;
-use super::model::{apply_info_update, now};
 use super::requests::Requests;
 use super::snapshots::States;
 use super::system::Counters;

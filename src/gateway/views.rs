@@ -8,7 +8,7 @@ use serde_json::json;
 use super::Error;
 use super::live::LiveTable;
 use super::log::Log;
-use super::model::{Activity, SessionView, Status};
+use super::output::{Activity, SessionView, Status};
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::model::{SessionId, now};
+use super::clock::now;
+use super::input::SessionId;
 use super::records::Records;
 use super::{Caller, Error, reach};
 use crate::events::EventHub;

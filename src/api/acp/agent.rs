@@ -17,7 +17,7 @@ use agent_client_protocol::{
 use serde_json::{Value, json};
 
 use super::follow::{self, Attached, Ctx, Cx, Event};
-use crate::gateway::model::SessionId;
+use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, Error, Gateway, NewSession, Prompt, SessionFilter};
 
 /// How long a prompt's answer waits, once the turn has ended, for the turn's last updates to

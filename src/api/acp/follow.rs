@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Run;
-use crate::gateway::model::SessionId;
+use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, Gateway};
 
 /// The connection to the ACP client.

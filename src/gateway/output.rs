@@ -1,86 +1,15 @@
-//! Domain types shared by the gateway and the HTTP layer: validated ids and paths, the views
-//! returned to clients (list cursors are `cursor.rs`'s), and the `session_info_update` merge
-//! semantics.
+//! What the service answers with: a session's view and status, pages of them (list cursors are
+//! `cursor.rs`'s), a turn's result, the agent's view.
 
-use std::path::{Path, PathBuf};
-
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::Error;
-pub use super::clock::now;
-pub use super::cursor::{decode_cursor, encode_cursor};
 use crate::acp::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::pool::MemberView;
 use crate::store::SessionRecord;
-
-/// A session id from a client: printable ASCII without spaces, 1–256 bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionId(String);
-
-/// Read from a path or a body, an id is checked as [`SessionId::parse`] checks it.
-impl<'de> serde::Deserialize<'de> for SessionId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        SessionId::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-impl SessionId {
-    pub fn parse(s: &str) -> Result<Self, Error> {
-        let ok = (1..=256).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic());
-        if ok {
-            Ok(SessionId(s.to_owned()))
-        } else {
-            Err(Error::Malformed(
-                "invalid session id: expected 1-256 printable ASCII characters without spaces"
-                    .into(),
-            ))
-        }
-    }
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-    /// An id the agent gave, whatever its form.
-    pub(super) fn known(id: String) -> Self {
-        SessionId(id)
-    }
-}
-
-/// A prompt's ACP content blocks: at least one, each with a string `type`.
-#[derive(Debug, Clone)]
-pub struct Prompt(Vec<Value>);
-
-impl Prompt {
-    /// From a request's `prompt` blocks or its `text` shorthand: exactly one of them.
-    pub fn new(blocks: Option<Vec<Value>>, text: Option<String>) -> Result<Self, Error> {
-        let blocks = match (blocks, text) {
-            (Some(p), None) if !p.is_empty() => p,
-            (None, Some(t)) => vec![json!({"type": "text", "text": t})],
-            _ => {
-                return Err(Error::Invalid(
-                    "give exactly one of `prompt` (non-empty ContentBlock[]) or `text`".into(),
-                ));
-            }
-        };
-        if blocks
-            .iter()
-            .any(|b| b.get("type").and_then(Value::as_str).is_none())
-        {
-            return Err(Error::Invalid(
-                "every prompt block needs a string `type`".into(),
-            ));
-        }
-        Ok(Prompt(blocks))
-    }
-
-    pub fn into_blocks(self) -> Vec<Value> {
-        self.0
-    }
-}
 
 /// How a turn ended.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -105,61 +34,6 @@ pub struct AgentView {
     /// The gateway replicas sharing the database, this one included (`this`), oldest first, as
     /// of this replica's last heartbeat.
     pub replicas: Vec<ReplicaView>,
-}
-
-/// Checks that `path` is absolute and normalised (no `.`/`..` segments, no empty segments, no
-/// trailing slash, no NUL), as ACP requires for `cwd`.
-pub fn validate_abs_path(field: &str, path: &str) -> Result<(), Error> {
-    let bad = |why: &str| Err(Error::Invalid(format!("{field} {why}: {path:?}")));
-    if !path.starts_with('/') {
-        return bad("must be an absolute path");
-    }
-    if path.contains('\0') {
-        return bad("must not contain NUL");
-    }
-    if path != "/"
-        && path[1..]
-            .split('/')
-            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-    {
-        return bad("must be normalised (no empty, '.' or '..' segments, no trailing slash)");
-    }
-    Ok(())
-}
-
-/// With workspace roots configured, `path` (already absolute and normalised), with symlinks
-/// resolved as far as it exists, must lie inside one of them.
-pub fn confine(field: &str, path: &str, roots: &[PathBuf]) -> Result<(), Error> {
-    if roots.is_empty()
-        || roots
-            .iter()
-            .any(|r| resolve(Path::new(path)).starts_with(r))
-    {
-        return Ok(());
-    }
-    Err(Error::Invalid(format!(
-        "{field} is outside the workspace roots this gateway allows: {path:?}"
-    )))
-}
-
-/// The path with its deepest existing ancestor canonicalised (symlinks resolved) and the rest,
-/// which does not exist yet, appended.
-fn resolve(path: &Path) -> PathBuf {
-    let mut missing = Vec::new();
-    let mut existing = path;
-    loop {
-        if let Ok(mut real) = existing.canonicalize() {
-            real.extend(missing.iter().rev());
-            return real;
-        }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
 }
 
 /// Whether a session is loaded in a pool member.
@@ -324,130 +198,10 @@ pub struct StatusView {
     pub activity: Option<Activity>,
 }
 
-/// Applies a `session_info_update` to a cached row: an absent field is unchanged, `null`
-/// clears it, `_meta` merges recursively with `null` deleting a key. `updatedAt` is taken from
-/// the update when valid, else set to `now` (the update itself is activity).
-pub fn apply_info_update(record: &mut SessionRecord, update: &Value, now: DateTime<Utc>) {
-    if let Some(title) = update.get("title") {
-        record.title = title.as_str().map(str::to_owned);
-    }
-    record.updated_at = update
-        .get("updatedAt")
-        .and_then(Value::as_str)
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc).trunc_subsecs(6))
-        .unwrap_or(now);
-    match update.get("_meta") {
-        None => {}
-        Some(Value::Null) => record.meta = None,
-        Some(patch) => {
-            let mut base = record.meta.take().unwrap_or(Value::Object(Map::new()));
-            merge(&mut base, patch);
-            record.meta = Some(base);
-        }
-    }
-}
-
-/// Recursive JSON merge: objects merge key by key, `null` deletes, anything else replaces.
-fn merge(base: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *base = patch.clone();
-        return;
-    };
-    if !base.is_object() {
-        // A patch object never stores its nulls: it merges into an empty object.
-        *base = Value::Object(Map::new());
-    }
-    let Value::Object(b) = base else {
-        unreachable!()
-    };
-    for (k, v) in p {
-        if v.is_null() {
-            b.remove(k);
-        } else {
-            merge(b.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
-
-/// A session of the gateway's, recorded at `at` (for tests).
-#[cfg(test)]
-pub(super) fn recorded(tenant: &str, cwd: &str, at: DateTime<Utc>) -> SessionRecord {
-    let (id, agent) = ("s".into(), "default".into());
-    let origin = crate::store::Origin::Gateway;
-    SessionRecord::new(id, tenant.into(), cwd.into(), agent, origin, at)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn record() -> SessionRecord {
-        let t = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
-        SessionRecord {
-            title: Some("old".into()),
-            meta: Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
-            ..recorded("default", "/w", t)
-        }
-    }
-
-    #[test]
-    fn info_update_semantics() {
-        let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
-        let cases: Vec<(Value, Option<&str>, Option<Value>)> = vec![
-            (
-                json!({}),
-                Some("old"),
-                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
-            ),
-            (
-                json!({"title": "new"}),
-                Some("new"),
-                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
-            ),
-            (
-                json!({"title": null}),
-                None,
-                Some(json!({"a": 1, "n": {"x": 1, "y": 2}})),
-            ),
-            (json!({"_meta": null}), Some("old"), None),
-            (
-                json!({"_meta": {"b": 2}}),
-                Some("old"),
-                Some(json!({"a": 1, "b": 2, "n": {"x": 1, "y": 2}})),
-            ),
-            (
-                json!({"_meta": {"a": null}}),
-                Some("old"),
-                Some(json!({"n": {"x": 1, "y": 2}})),
-            ),
-            (
-                json!({"_meta": {"n": {"y": null, "z": 3}}}),
-                Some("old"),
-                Some(json!({"a": 1, "n": {"x": 1, "z": 3}})),
-            ),
-            (
-                json!({"_meta": {"n": 5}}),
-                Some("old"),
-                Some(json!({"a": 1, "n": 5})),
-            ),
-        ];
-        for (update, title, meta) in cases {
-            let mut r = record();
-            apply_info_update(&mut r, &update, now);
-            assert_eq!(r.title.as_deref(), title, "{update}");
-            assert_eq!(r.meta, meta, "{update}");
-            assert_eq!(r.updated_at, now, "{update}");
-        }
-        let mut r = record();
-        apply_info_update(&mut r, &json!({"updatedAt": "2025-10-29T14:22:15Z"}), now);
-        assert_eq!(r.updated_at.to_rfc3339(), "2025-10-29T14:22:15+00:00");
-        let mut r = record();
-        r.meta = None;
-        apply_info_update(&mut r, &json!({"_meta": {"k": {"d": null, "e": 1}}}), now);
-        assert_eq!(r.meta, Some(json!({"k": {"e": 1}})));
-    }
 
     #[test]
     fn page_json_is_the_serialised_page() {
@@ -497,19 +251,5 @@ mod tests {
         }
         let empty = PageJson::new(&[], None).render(statuses);
         assert_eq!(empty, br#"{"sessions":[]}"#);
-    }
-
-    #[test]
-    fn ids_and_paths() {
-        assert!(SessionId::parse("sess_abc-123").is_ok());
-        assert!(SessionId::parse("").is_err());
-        assert!(SessionId::parse("has space").is_err());
-        assert!(SessionId::parse(&"x".repeat(257)).is_err());
-        assert!(SessionId::parse("é").is_err());
-        assert!(validate_abs_path("cwd", "/home/u/p").is_ok());
-        assert!(validate_abs_path("cwd", "/").is_ok());
-        for bad in ["rel/p", "/a/../b", "/a/./b", "/a//b", "/a/", "/a\0b", ""] {
-            assert!(validate_abs_path("cwd", bad).is_err(), "{bad:?}");
-        }
     }
 }
