@@ -40,32 +40,19 @@ pub fn lifecycle_frames(batch: &[Arc<StoredLifecycleEvent>]) -> Bytes {
 /// An event as an SSE frame: `id`, `event` and one `data` line (JSON never contains a raw
 /// newline).
 trait Framed {
-    fn seq(&self) -> i64;
-    fn kind(&self) -> &str;
-    fn data(&self) -> &dyn std::fmt::Display;
+    /// Its id, event name and data.
+    fn frame(&self) -> (i64, &str, &dyn std::fmt::Display);
 }
 
 impl Framed for StoredEvent {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-    fn kind(&self) -> &str {
-        &self.kind
-    }
-    fn data(&self) -> &dyn std::fmt::Display {
-        &self.payload
+    fn frame(&self) -> (i64, &str, &dyn std::fmt::Display) {
+        (self.seq, &self.kind, &self.payload)
     }
 }
 
 impl Framed for StoredLifecycleEvent {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-    fn kind(&self) -> &str {
-        &self.kind
-    }
-    fn data(&self) -> &dyn std::fmt::Display {
-        &self.payload
+    fn frame(&self) -> (i64, &str, &dyn std::fmt::Display) {
+        (self.seq, &self.kind, &self.payload)
     }
 }
 
@@ -76,18 +63,13 @@ fn frames<'a, E: Framed + 'a>(events: impl IntoIterator<Item = &'a E>) -> Bytes 
     let mut out = BytesMut::new();
     for e in events {
         // The event name comes from the agent: keep it on one line whatever it sends.
-        let kind = e.kind();
+        let (seq, kind, data) = e.frame();
         let kind = if kind.contains(['\n', '\r']) {
             std::borrow::Cow::Owned(kind.replace(['\n', '\r'], "_"))
         } else {
             std::borrow::Cow::Borrowed(kind)
         };
-        let _ = write!(
-            out,
-            "id: {}\nevent: {kind}\ndata: {}\n\n",
-            e.seq(),
-            e.data()
-        );
+        let _ = write!(out, "id: {seq}\nevent: {kind}\ndata: {data}\n\n");
     }
     match crate::surrogates::restore(&out) {
         std::borrow::Cow::Borrowed(_) => out.freeze(),
