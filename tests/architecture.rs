@@ -147,7 +147,7 @@ impl<'ast> Visit<'ast> for Paths {
         let before = self.found.len();
         self.use_tree(&mut Vec::new(), &item.tree);
         if !matches!(item.vis, syn::Visibility::Inherited) {
-            for (at, segments) in self.found[before..].to_vec() {
+            for (at, segments) in self.found[before..].iter().cloned() {
                 let name = segments.last().cloned().unwrap_or_default();
                 self.reexports.push((at, name, segments));
             }
