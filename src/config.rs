@@ -1,13 +1,14 @@
 //! Configuration (clap derive): every flag also reads an `ACP_GATEWAY_*` variable and a key of
 //! the optional `--config` TOML file, in that order of precedence. The agents (`--agent`, the
-//! file's `[agents.NAME]` tables) are read in `agents`.
+//! file's `[agents.NAME]` tables) are read in `agents`, into the types of `agent`.
 
 mod access;
+mod agent;
 mod agents;
 mod webhooks;
 
 pub use access::{AccessFlags, McpServers};
-pub use agents::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
+pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 pub use webhooks::WebhookFlags;
 
 use std::net::SocketAddr;
@@ -49,7 +50,7 @@ pub struct Config {
 
     /// The `[agents.NAME]` tables of the --config file, as written.
     #[arg(skip)]
-    pub file_agents: Vec<agents::FileAgent>,
+    pub file_agents: Vec<agent::FileAgent>,
 
     /// Extra environment for the agent processes, `KEY=VALUE` (repeatable).
     #[arg(long = "agent-env", env = "ACP_GATEWAY_AGENT_ENV", value_delimiter = ',', value_parser = parse_key_value, global = true)]
@@ -396,9 +397,9 @@ impl Config {
         let first = Config::command().try_get_matches_from(&args)?;
         let mut file_agents = Vec::new();
         if let Some(path) = first.get_one::<PathBuf>("config") {
-            let (file, agents) = file_args(path, &first)?;
+            let (file, tables) = file_args(path, &first)?;
             args.extend(file);
-            file_agents = agents;
+            file_agents = tables;
         }
         let matches = Config::command().try_get_matches_from(&args)?;
         let mut config = Config::from_arg_matches(&matches)?;
@@ -432,7 +433,7 @@ impl Config {
 fn file_args(
     path: &std::path::Path,
     given: &ArgMatches,
-) -> anyhow::Result<(Vec<OsString>, Vec<agents::FileAgent>)> {
+) -> anyhow::Result<(Vec<OsString>, Vec<agent::FileAgent>)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --config {}", path.display()))?;
     let table: toml::Table =
@@ -442,7 +443,7 @@ fn file_args(
     let mut file_agents = Vec::new();
     for (key, value) in table {
         if key == "agents" {
-            file_agents = agents::FileAgent::parse_all(value)
+            file_agents = agent::FileAgent::parse_all(value)
                 .with_context(|| format!("--config {}", path.display()))?;
             continue;
         }

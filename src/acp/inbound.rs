@@ -6,7 +6,29 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Inbound, RpcError};
+use super::RpcError;
+
+/// One message from the agent, in the order it was written.
+#[derive(Debug)]
+pub enum Inbound {
+    Response {
+        id: u64,
+        /// A result as the agent wrote it: the caller reads what it needs of it.
+        result: Result<Box<RawValue>, RpcError>,
+    },
+    Notification {
+        method: String,
+        /// As the agent wrote it (the log keeps this text).
+        params: Box<RawValue>,
+        /// What the gateway reads of it, found while checking it.
+        head: NotificationHead,
+    },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+}
 
 /// A JSON-RPC message's members, borrowed from its line: nothing is built for what is passed
 /// on whole (a notification's params).

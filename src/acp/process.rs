@@ -21,10 +21,23 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::stdin::AgentStdin;
-use super::{Connection, Inbound, MAX_LINE_BYTES, parse_line};
+use super::{Connection, Inbound, parse_line};
+
+/// Longest line accepted from an agent: base64 images make lines large.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Lines from agents that were not valid JSON-RPC, over all members (for `/metrics`).
 pub static GARBAGE_LINES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one line or message from an agent that the gateway had to ignore.
+pub fn count_garbage() {
+    GARBAGE_LINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Lines or messages from agents that were ignored, over all members.
+pub fn garbage_count() -> u64 {
+    GARBAGE_LINES.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 const STDERR_TAIL_LINES: usize = 20;
 
@@ -231,7 +244,7 @@ impl AgentStdout {
             match read {
                 Ok(None) => return None,
                 Ok(Some(false)) => {
-                    super::count_garbage();
+                    count_garbage();
                     tracing::warn!(member = %self.member, limit = self.max_line, "agent wrote an over-long line; dropped");
                 }
                 Ok(Some(true)) => {
@@ -247,7 +260,7 @@ impl AgentStdout {
                     match parse_line(line) {
                         Ok(msg) => return Some(msg),
                         Err(why) => {
-                            super::count_garbage();
+                            count_garbage();
                             let shown: String = line.chars().take(200).collect();
                             tracing::warn!(member = %self.member, why, line = shown, "agent wrote a line that is not JSON-RPC; ignored");
                         }

@@ -23,7 +23,8 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use super::ApiError;
+use super::error::ApiError;
+pub use super::extract::Revoked;
 use crate::config::Config;
 use crate::gateway::{ADMIN_TENANT, Caller};
 
@@ -41,14 +42,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             .cloned()
             .ok_or(ApiError::Unauthorized)
     }
-}
-
-/// Cancelled when the key a request was made with is removed; `id` tells the keys apart (the
-/// same for a key kept across reloads). Absent without keys.
-#[derive(Clone)]
-pub struct Revoked {
-    pub id: u64,
-    pub token: CancellationToken,
 }
 
 /// One key: its digest, its caller, and what ends when it is removed.

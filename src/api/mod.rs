@@ -1,5 +1,6 @@
 //! The HTTP surface: one route table that is also the OpenAPI document. Handlers are thin:
-//! extract → validate into domain types → one gateway call → response.
+//! extract → validate into domain types → one gateway call → response. What a handler
+//! receives (the state and the extractors) is `extract.rs`'s.
 
 pub mod acp;
 pub mod auth;
@@ -9,6 +10,7 @@ mod elicitations;
 pub mod error;
 mod event_schemas;
 mod events;
+mod extract;
 pub mod forward;
 pub mod guard;
 pub mod limits;
@@ -22,62 +24,15 @@ mod webhooks;
 
 use std::borrow::Cow;
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::body::Body;
+use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use self::error::ApiError;
-use crate::gateway::Gateway;
-
-/// The one state type handlers receive.
-#[derive(Clone)]
-pub struct AppState {
-    pub gateway: Gateway,
-}
-
-/// JSON body extractor whose rejection is a problem+json [`ApiError`]. A lone UTF-16 surrogate
-/// in the body's strings (`"\ud83d"`, which JSON's grammar lets through but which is not text)
-/// is refused (422), so that what a client sends never makes a response strict parsers refuse;
-/// a U+10FFFF is kept ([`crate::surrogates::escape`]), as it would otherwise be read as a mark.
-pub struct Json<T>(pub T);
-
-impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let (parts, body) = req.into_parts();
-        // Read as axum's `Json` would (the body limit applies), and handed to it escaped.
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
-            .await
-            .map_err(JsonRejection::from)?;
-        let escaped = match std::str::from_utf8(&bytes).map(crate::surrogates::escape) {
-            Ok(Cow::Owned(text)) => {
-                if let Some(unit) = crate::surrogates::first_lone(&text) {
-                    return Err(ApiError::Validation(format!(
-                        "the body holds a lone UTF-16 surrogate (\\u{unit:04x}), which is not text: send whole characters"
-                    )));
-                }
-                Some(Bytes::from(text))
-            }
-            _ => None, // unchanged, or not UTF-8 (which the parser refuses)
-        };
-        let body = Body::from(escaped.unwrap_or(bytes));
-        let axum::Json(value) =
-            axum::Json::from_request(Request::from_parts(parts, body), state).await?;
-        Ok(Json(value))
-    }
-}
-
-impl<T: serde::Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        axum::Json(self.0).into_response()
-    }
-}
+pub use extract::{AppState, Json, Path, Query};
 
 /// The layer under which every JSON response body (`application/json`, `…+json`) writes lone
 /// surrogates as the escapes they came as ([`crate::surrogates::restore`]). Only a body holding
@@ -116,16 +71,6 @@ pub async fn restore_surrogates(req: Request, next: axum::middleware::Next) -> R
     };
     Response::from_parts(parts, body)
 }
-
-/// Path extractor whose rejection is a problem+json [`ApiError`].
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub struct Path<T>(pub T);
-
-/// Query extractor whose rejection is a problem+json [`ApiError`].
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
-pub struct Query<T>(pub T);
 
 /// Adds the bearer-key security scheme (required on every route but the public probes and
 /// this document when the gateway has API keys).

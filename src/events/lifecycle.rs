@@ -8,11 +8,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::EventHub;
+use super::hub::LIFECYCLE_QUEUE;
 use super::retry::RETRY_FIRST;
 use crate::store::{NewLifecycleEvent, StoreError};
 
-/// Lifecycle events waiting to be stored; past it, whoever emits one waits.
-pub(super) const LIFECYCLE_QUEUE: usize = 1024;
 /// Lifecycle events stored in one append at most.
 const LIFECYCLE_BATCH: usize = LIFECYCLE_QUEUE;
 

@@ -1,38 +1,19 @@
 //! The log writer: one task, on a thread of its own, through which every append to a session's
-//! log goes (group commit, then a pause of [`COMMIT_PACE`]), the hub's methods that queue for
+//! log goes (group commit, then a pause of [`COMMIT_PACE`](super::hub::COMMIT_PACE)), the hub's methods that queue for
 //! it, and the account of what was not stored when a shutdown gives up on the store.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use super::hub::Queued;
 use super::retry::{Abandoned, KnownSeqs};
 use super::{EventHub, Run};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
 
-/// Events queued for the writer before appenders wait.
-pub(super) const QUEUE: usize = 8192;
-/// The least time between the end of one commit of the event log and the start of the next,
-/// unless someone waits for one ([`EventHub::append`], [`EventHub::flush`]) or the last batch
-/// was full: events queued meanwhile gather into one commit, without waking the writer. An
-/// event queued while the writer is idle is committed at once; a streaming turn's are
-/// committed (and reach live subscribers) in batches about this far apart. On a small
-/// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
-/// the agent the gateway is waiting for (see `bench/README.md`).
-pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// Most events written in one batch.
 pub const MAX_BATCH: usize = 2048;
-
-pub(super) struct Queued {
-    pub(super) session_id: String,
-    /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
-    pub(super) event: Option<NewEvent>,
-    /// Raise the session's `updated_at` to at least this, with the event.
-    touch: Option<DateTime<Utc>>,
-    pub(super) done: Option<oneshot::Sender<Result<i64, String>>>,
-}
 
 /// One session's share of a batch: its items (their events taken out, in order) and the
 /// latest `touch` among them.
@@ -340,6 +321,7 @@ pub(super) async fn give_up(left: Vec<Queued>, mut rx: mpsc::Receiver<Queued>) {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{CRASH_LOOP_AFTER, MemberState, Pool};
+use super::members::CRASH_LOOP_AFTER;
+use super::{MemberState, Pool};
 use crate::acp::Connection;
 
 /// What a client should wait before retrying when every ready member is full: nothing about

@@ -11,9 +11,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Incoming;
-use super::{
-    CRASH_LOOP_AFTER, HEALTHY_AFTER, Member, MemberState, Pool, PoolConfig, UpstreamHandler,
-};
+use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
+use super::{Member, MemberState, Pool, PoolConfig, UpstreamHandler};
 use crate::acp::caps::{AgentInit, initialize_params};
 use crate::acp::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 

@@ -209,7 +209,7 @@ macro_rules! impl_store {
 
             async fn put_sessions(
                 &self,
-                records: &[$crate::store::SessionRecord],
+                records: &[$crate::store::records::SessionRecord],
             ) -> $crate::store::StoreResult<Vec<String>> {
                 if records.is_empty() {
                     return Ok(Vec::new());
@@ -240,7 +240,7 @@ macro_rules! impl_store {
 
             async fn sessions_to_sync(
                 &self,
-                listed: &[$crate::store::ListedSession],
+                listed: &[$crate::store::records::ListedSession],
             ) -> $crate::store::StoreResult<Vec<$crate::store::ToSync>> {
                 if listed.is_empty() {
                     return Ok(Vec::new());
@@ -259,7 +259,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 let current = row.as_ref().map($crate::store::rows::session_from).transpose()?;
-                let Some(record) = $crate::store::apply_mutation(current, session_id, mutate)
+                let Some(record) = $crate::store::records::apply_mutation(current, session_id, mutate)
                 else {
                     return Ok(None);
                 };
@@ -328,7 +328,7 @@ macro_rules! impl_store {
             async fn append_events(
                 &self,
                 session_id: &str,
-                events: &[$crate::store::NewEvent],
+                events: &[$crate::store::event::NewEvent],
             ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
                 match $crate::store::Batch::new(session_id, events, None)? {
                     Some(batch) => self.append_batch(&batch).await,
@@ -458,7 +458,7 @@ macro_rules! impl_store {
 
             async fn append_lifecycle(
                 &self,
-                events: &[$crate::store::NewLifecycleEvent],
+                events: &[$crate::store::records::NewLifecycleEvent],
             ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
                 if events.is_empty() {
                     return Ok(Vec::new());
@@ -555,7 +555,7 @@ macro_rules! impl_store {
                 lease_until: chrono::DateTime<chrono::Utc>,
                 limit: i64,
             ) -> $crate::store::StoreResult<
-                Vec<($crate::store::DeliveryRecord, $crate::store::WebhookRecord)>,
+                Vec<($crate::store::DeliveryRecord, $crate::store::records::WebhookRecord)>,
             > {
                 if limit <= 0 {
                     return Ok(Vec::new());

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::{PgStore, ReplicaLock, Replicas, SqliteStore, Store, StoreResult, sqlite};
+use super::sqlite::{self, replica};
+use super::{PgStore, ReplicaLock, Replicas, SqliteStore, Store, StoreResult};
 
 /// A database named by a URL, read once: `postgres://…` or `postgresql://…` for PostgreSQL;
 /// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite (created when missing),
@@ -36,7 +37,7 @@ pub fn lock_single_replica(database: &DatabaseUrl) -> anyhow::Result<Option<Repl
     match database {
         DatabaseUrl::Postgres(_) => Ok(None),
         DatabaseUrl::Sqlite { options, in_memory } => {
-            sqlite::lock_single_replica(options, *in_memory)
+            replica::lock_single_replica(options, *in_memory)
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Webhooks: the subscriptions ([`WebhookRecord`]) and their outbox, one row per event to send
-//! to one webhook ([`DeliveryRecord`]), with how an attempt ended ([`Attempt`]).
+//! Webhooks: the subscriptions ([`WebhookRecord`](super::WebhookRecord)) and their outbox, one
+//! row per event to send to one webhook ([`DeliveryRecord`](super::DeliveryRecord)), as
+//! `records.rs` holds them with how an attempt ended ([`Attempt`](super::Attempt)).
 //!
 //! Delivery rows are inserted by the appends themselves, in the statement or transaction that
 //! stores the events (each backend's `events.rs` and `lifecycle.rs`), so that an event stored is
@@ -7,91 +8,6 @@
 //! The rest runs alike on both backends and is written once here: the SQL, and
 //! [`impl_webhooks!`], which writes each backend's inherent methods for it (the `impl Store` of
 //! [`impl_store!`] forwards to them; `common.rs` would otherwise outgrow its file).
-
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-
-/// A webhook subscription. Timestamps are kept with microsecond precision.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WebhookRecord {
-    /// `"wh_"` and a UUID.
-    pub id: String,
-    /// The creating caller's tenant.
-    pub tenant: String,
-    /// Created with an admin key: hears every tenant's events.
-    pub admin: bool,
-    pub url: String,
-    /// The event kinds it hears, or `["*"]` for all.
-    pub events: Vec<String>,
-    /// Only this session's events when set.
-    pub session_id: Option<String>,
-    pub description: Option<String>,
-    /// The signing secret (`"whsec_"` and base64); never logged.
-    pub secret: String,
-    pub enabled: bool,
-    /// Why it was disabled, when the gateway disabled it.
-    pub disabled_reason: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// One event to send to one webhook, and how sending it went.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeliveryRecord {
-    /// In log order among a session's deliveries to a webhook.
-    pub id: i64,
-    pub webhook_id: String,
-    /// Stable across attempts: `"<sessionId>.<seq>"`, or `"lifecycle:<seq>"` (without a `.`:
-    /// never a session's) for a lifecycle event.
-    pub message_id: String,
-    pub session_id: String,
-    pub tenant: String,
-    /// The event's sequence number in its log.
-    pub seq: i64,
-    pub kind: String,
-    pub payload: Value,
-    /// When the event was stored.
-    pub event_at: DateTime<Utc>,
-    /// `pending`, `delivered` or `failed`.
-    pub status: String,
-    pub attempts: i32,
-    pub next_attempt_at: DateTime<Utc>,
-    /// Retries give up some time after this (a manual retry resets it).
-    pub retry_from: DateTime<Utc>,
-    pub last_status: Option<i32>,
-    /// The start of the last response's body.
-    pub last_body: Option<String>,
-    pub last_error: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// How one attempt ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Attempt {
-    Delivered {
-        status: i32,
-        body: String,
-    },
-    /// Failed; try again at `next` (None: give up, status 'failed').
-    Failed {
-        status: Option<i32>,
-        body: Option<String>,
-        error: String,
-        next: Option<DateTime<Utc>>,
-    },
-}
-
-impl Attempt {
-    /// The delivery's status after this attempt.
-    pub(crate) fn status(&self) -> &'static str {
-        match self {
-            Attempt::Delivered { .. } => "delivered",
-            Attempt::Failed { next: Some(_), .. } => "pending",
-            Attempt::Failed { next: None, .. } => "failed",
-        }
-    }
-}
 
 /// The `webhooks` columns, in the order of [`PUT_WEBHOOK`]'s parameters.
 macro_rules! webhook_columns {
@@ -101,7 +17,7 @@ macro_rules! webhook_columns {
     };
 }
 
-/// The `webhook_deliveries` columns a [`DeliveryRecord`] is read from.
+/// The `webhook_deliveries` columns a [`DeliveryRecord`](super::DeliveryRecord) is read from.
 macro_rules! delivery_columns {
     () => {
         "id, webhook_id, message_id, session_id, tenant, seq, kind, payload, event_at, status, \

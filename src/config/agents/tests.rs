@@ -1,6 +1,8 @@
 //! Unit tests of the agents of a configuration: the `--agent` forms, the `[agents.NAME]`
 //! tables, the default, `${VAR}` references and what the log shows.
 
+use std::path::PathBuf;
+
 use super::*;
 
 /// A configuration from `args`, with `file` (when not empty) as its --config file.

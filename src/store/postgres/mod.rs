@@ -16,7 +16,7 @@
 
 #[macro_use]
 mod webhooks;
-mod events;
+pub(super) mod events;
 mod lifecycle;
 mod replicas;
 mod sessions;
@@ -33,8 +33,6 @@ use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
 use super::rows::{Columns, Native};
 use super::{Appended, Payload, StoreResult};
-
-pub use events::PG_LOG_WRITER_NAME;
 
 /// Connections in the pool.
 const MAX_CONNECTIONS: u32 = 10;

@@ -24,7 +24,7 @@
 mod webhooks;
 mod events;
 mod lifecycle;
-mod replica;
+pub(super) mod replica;
 mod sessions;
 
 use std::str::FromStr;
@@ -40,8 +40,6 @@ use sqlx::sqlite::{
 
 use super::rows::{Columns, Native};
 use super::{Payload, StoreError, StoreResult};
-
-pub use replica::{ReplicaLock, lock_single_replica};
 
 /// Connections in the reader pool of a file database.
 const READER_CONNECTIONS: u32 = 4;

@@ -1,0 +1,241 @@
+//! The [`Store`] trait: the gateway's use cases against its database, which both backends
+//! implement; and [`Appended`], the appends another replica commits.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use super::{
+    Attempt, DeliveryRecord, ListQuery, ListedSession, LogWriter, NewEvent, NewLifecycleEvent,
+    SessionList, SessionMutation, SessionRecord, StoreResult, StoredEvent, StoredLifecycleEvent,
+    SyncedVisitor, ToSync, WebhookRecord,
+};
+
+/// The gateway's use cases against its database.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Cheap round trip, for `/readyz`.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Writes sessions, each inserted or, if its id exists, is not tombstoned and has the same
+    /// tenant and agent, replacing its row; another row of the id is left as it is. Returns the
+    /// ids written, in no particular order. The ids must differ. A list sync writes the changes
+    /// of a page in one statement (PostgreSQL: any number of rows; SQLite: one per 2,520, its
+    /// limit on bound parameters).
+    async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>>;
+
+    /// Inserts a new session's row; `false` (and nothing changed) when a row of that id exists,
+    /// tombstoned or not, whoever's it is.
+    async fn insert_session(&self, record: &SessionRecord) -> StoreResult<bool>;
+
+    /// The row for `session_id`, tombstoned or not.
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>>;
+
+    /// Of a page of the agent's list, the sessions a sync has to look at, in one query: those
+    /// the cache does not know (with no row) and those whose live row is not what this very
+    /// listing made it ([`SessionRecord::listed`] differs), with their row. Tombstoned ids are
+    /// left out: nothing brings them back. The ids must differ.
+    async fn sessions_to_sync(&self, listed: &[ListedSession]) -> StoreResult<Vec<ToSync>>;
+
+    /// Reads the row, applies `mutate`, writes it back, in one transaction (row locked on
+    /// PostgreSQL). Returns the new row; `None` when the id is unknown or tombstoned. The row
+    /// is no longer what a listing made it: its [`SessionRecord::listed`] is cleared.
+    async fn update_session(
+        &self,
+        session_id: &str,
+        mutate: SessionMutation<'_>,
+    ) -> StoreResult<Option<SessionRecord>>;
+
+    /// One page of non-tombstoned sessions, newest `updated_at` first, see [`ListQuery`] and
+    /// [`ListCursor`](super::ListCursor). `limit` must be at least 1.
+    async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList>;
+
+    /// Hands `visit` each live (non-tombstoned) session of `agent` a sync has seen in its list,
+    /// with its [`SessionRecord::listed`] digest: one query, nothing collected (a large agent
+    /// lists a million).
+    async fn visit_synced(&self, agent: &str, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
+
+    /// Gives the sessions recorded before agents had names to `agent`; returns how many.
+    async fn adopt_sessions(&self, agent: &str) -> StoreResult<u64>;
+
+    /// Forgets recorded list moves older than `before` (see [`ListCursor`](super::ListCursor));
+    /// returns how many.
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+
+    /// Marks the session deleted at `at`. Returns `true` when a live (non-tombstoned) row was
+    /// tombstoned now, `false` when it was unknown or already deleted. An unknown id still gets a
+    /// tombstone row (tenant `tenant`, empty cwd) so that a later sync cannot bring it back.
+    async fn tombstone_session(
+        &self,
+        session_id: &str,
+        tenant: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Appends events to a session's log, assigning consecutive sequence numbers after the
+    /// current last one, atomically: concurrent appenders never produce gaps or duplicates. The
+    /// same statement or transaction inserts each event's deliveries to the enabled webhooks it
+    /// matches (every append of session events does, the log writer's too).
+    async fn append_events(
+        &self,
+        session_id: &str,
+        events: &[NewEvent],
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// A writer of the event log with a database connection of its own (opened on first use,
+    /// opened again after an error), for the one task that appends everything the gateway logs:
+    /// an append is then one round trip, with no pool checkout before it or check after it.
+    /// SQLite's runs on the calling thread and blocks it for the append: call it from a thread
+    /// of its own (the event hub's writer has one).
+    fn log_writer(&self) -> Box<dyn LogWriter>;
+
+    /// Events with `seq > after`, ascending, at most `limit`.
+    async fn read_events(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Events with `after < seq <= upto` of one of `kinds`, ascending.
+    async fn read_events_of_kinds(
+        &self,
+        session_id: &str,
+        after: i64,
+        upto: i64,
+        kinds: &[&str],
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The session's state snapshot, if one was stored: the log position it was made at and
+    /// its JSON (see [`Store::put_session_state`]).
+    async fn session_state(&self, session_id: &str) -> StoreResult<Option<(i64, Value)>>;
+
+    /// Stores the session's state as made from its log up to `seq`, unless a snapshot made
+    /// further along is stored already (replicas and requests may race to store one).
+    async fn put_session_state(&self, session_id: &str, seq: i64, state: &Value)
+    -> StoreResult<()>;
+
+    /// Retention: deletes, in every session, the events beyond the latest `max_events` and those
+    /// created before `before`. Sequence counters are kept, so numbering continues after the
+    /// pruned events. Returns how many events were deleted.
+    async fn prune_events(
+        &self,
+        max_events: Option<i64>,
+        before: Option<DateTime<Utc>>,
+    ) -> StoreResult<u64>;
+
+    /// The last sequence number ever assigned in a session's log (0 when none), whether or not
+    /// that event is still retained.
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
+
+    /// Whether the session's log shows a turn that started and has not ended (its latest
+    /// `turn_started` has no `turn_ended` after it).
+    async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
+
+    /// Appends lifecycle events, in one transaction, numbered in their order with the next
+    /// global sequence numbers; returns them as stored, in the same order. The transaction
+    /// inserts their deliveries to the enabled webhooks they match, but `session_deleted`'s
+    /// (the session's own log has it too).
+    async fn append_lifecycle(
+        &self,
+        events: &[NewLifecycleEvent],
+    ) -> StoreResult<Vec<StoredLifecycleEvent>>;
+
+    /// Lifecycle events with `seq > after`, ascending, at most `limit`; `tenant = None` = all.
+    async fn read_lifecycle(
+        &self,
+        tenant: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredLifecycleEvent>>;
+
+    /// The last lifecycle sequence number (0 when empty).
+    async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
+
+    /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
+    /// see `webhooks.rs`). Timestamps are kept to the microsecond.
+    async fn put_webhook(&self, w: &WebhookRecord) -> StoreResult<()>;
+
+    async fn get_webhook(&self, id: &str) -> StoreResult<Option<WebhookRecord>>;
+
+    /// The webhooks of `tenant` (`None`: all, for an admin), newest first.
+    async fn list_webhooks(&self, tenant: Option<&str>) -> StoreResult<Vec<WebhookRecord>>;
+
+    /// Writes `w`'s url, events, session_id, description, secret, enabled, disabled_reason and
+    /// updated_at over the row of its id; `false` when there is none.
+    async fn update_webhook(&self, w: &WebhookRecord) -> StoreResult<bool>;
+
+    /// Deletes the webhook and its deliveries; `false` when there was none.
+    async fn delete_webhook(&self, id: &str) -> StoreResult<bool>;
+
+    /// Newest first (id DESC), at most `limit`, with id < `before` when given.
+    async fn list_deliveries(
+        &self,
+        webhook_id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
+
+    async fn get_delivery(&self, webhook_id: &str, id: i64) -> StoreResult<Option<DeliveryRecord>>;
+
+    /// Manual retry: status 'pending', next_attempt_at = retry_from = now, lease cleared.
+    /// `false` if unknown.
+    async fn retry_delivery(
+        &self,
+        webhook_id: &str,
+        id: i64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Claims up to `limit` due deliveries for `owner` until `lease_until`, lowest id first,
+    /// each with its webhook: deliveries of enabled webhooks, status 'pending', next_attempt_at
+    /// <= now, lease free or expired (lease_until < now), each the lowest id among the pending
+    /// deliveries of its (webhook_id, session_id), so that a session's deliveries go out one
+    /// at a time in log order. Two replicas never claim the same row at once.
+    async fn claim_deliveries(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<Vec<(DeliveryRecord, WebhookRecord)>>;
+
+    /// Records an attempt of a delivery claimed by `owner` (attempts + 1, last_* set, lease
+    /// cleared, status and next_attempt_at per `attempt`). `false` when the lease is no longer
+    /// `owner`'s (taken by another, or the delivery retried or deleted): nothing is written.
+    async fn finish_delivery(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Appends that other replicas commit to this database, as they commit (`None` where no
+    /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything
+    /// may have been missed.
+    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
+        Ok(None)
+    }
+}
+
+impl dyn Store {
+    /// Inserts a session, or, if the id exists, is not tombstoned and has the same tenant and
+    /// agent, replaces its row. Returns `false` (and changes nothing) otherwise.
+    pub async fn put_session(&self, record: &SessionRecord) -> StoreResult<bool> {
+        let written = self.put_sessions(std::slice::from_ref(record)).await?;
+        Ok(!written.is_empty())
+    }
+}
+
+/// An append by another replica (see [`Store::appended_elsewhere`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Appended {
+    /// A session's log now reaches `seq`.
+    Session { session_id: String, seq: i64 },
+    /// The lifecycle log now reaches `seq`.
+    Lifecycle { seq: i64 },
+    /// Notifications may have been missed.
+    Lost,
+}
