@@ -74,7 +74,12 @@ pub fn app(
             api::forward::Forwarder::new(gateway.clone()),
             api::forward::forward,
         ))
-        .with_state(api::AppState { gateway })
+        .with_state(api::AppState {
+            gateway,
+            openapi: serde_json::to_vec(&api::openapi())
+                .expect("the document serialises")
+                .into(),
+        })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request| {

@@ -6,7 +6,8 @@
 //! top-level module has no rule (a new or renamed layer), when a rule names a module that does
 //! not exist, and when the top-level modules import each other in a circle; and when any two
 //! files of `src/` import each other, directly or through others (a name a module re-exports
-//! counts as its defining file's). The rules are ARCHITECTURE.md's.
+//! counts as its defining file's; a file's `#[cfg(test)]` module may use what it likes). The
+//! rules are ARCHITECTURE.md's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -91,12 +92,21 @@ struct Paths {
     found: Vec<(Vec<String>, Vec<String>)>,
     /// `pub use` items: the module, the name it exports, the path it names.
     reexports: Vec<(Vec<String>, String, Vec<String>)>,
+    /// Inside a `#[cfg(test)]` module: what is found goes to `in_tests`.
+    testing: usize,
+    in_tests: Vec<(Vec<String>, Vec<String>)>,
 }
 
 impl Paths {
     fn add(&mut self, segments: Vec<String>) {
-        if !segments.is_empty() {
-            self.found.push((self.at.clone(), segments));
+        if segments.is_empty() {
+            return;
+        }
+        let found = (self.at.clone(), segments);
+        if self.testing > 0 {
+            self.in_tests.push(found);
+        } else {
+            self.found.push(found);
         }
     }
 
@@ -119,22 +129,38 @@ impl Paths {
         }
     }
 
-    /// `crate :: a :: b` and `$crate :: a` in a macro's tokens.
+    /// The paths in a macro's tokens (`crate :: a :: b`, `$crate :: a`, `child :: f` in a
+    /// `routes!(…)`), each word read up to its first character that cannot be in a name (a
+    /// token string glues `]` or `)` to the word before it).
     fn tokens(&mut self, tokens: &str) {
+        let ident = |w: &str| -> String {
+            w.trim_start_matches('$')
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
         let words: Vec<&str> = tokens.split_whitespace().collect();
         for (i, w) in words.iter().enumerate() {
-            if *w != "crate" {
+            let first = ident(w);
+            let starts = !first.is_empty() && (i == 0 || words[i - 1] != "::");
+            if !starts || words.get(i + 1) != Some(&"::") || first.len() + 1 < w.len() {
                 continue;
             }
-            let mut segments = vec!["crate".to_owned()];
+            let mut segments = vec![first];
             let mut j = i + 1;
             while words.get(j) == Some(&"::") {
-                match words.get(j + 1) {
-                    Some(s) if s.chars().all(|c| c.is_alphanumeric() || c == '_') => {
-                        segments.push((*s).to_owned());
-                        j += 2;
-                    }
-                    _ => break,
+                let Some(next) = words.get(j + 1) else {
+                    break;
+                };
+                let name = ident(next);
+                if name.is_empty() {
+                    break;
+                }
+                let whole = name.len() == next.len();
+                segments.push(name);
+                j += 2;
+                if !whole {
+                    break;
                 }
             }
             self.add(segments);
@@ -155,8 +181,11 @@ impl<'ast> Visit<'ast> for Paths {
         }
     }
 
+    /// A path of one segment in code is a local name or an item in scope, never a module.
     fn visit_path(&mut self, path: &'ast syn::Path) {
-        self.add(path.segments.iter().map(|s| s.ident.to_string()).collect());
+        if path.segments.len() > 1 {
+            self.add(path.segments.iter().map(|s| s.ident.to_string()).collect());
+        }
         syn::visit::visit_path(self, path);
     }
 
@@ -164,9 +193,14 @@ impl<'ast> Visit<'ast> for Paths {
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        let test = item.attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+        });
+        self.testing += usize::from(test);
         self.at.push(item.ident.to_string());
         syn::visit::visit_item_mod(self, item);
         self.at.pop();
+        self.testing -= usize::from(test);
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
@@ -239,7 +273,7 @@ fn graph(
         };
         paths.visit_file(&file);
         let uses = graph.entry(top.clone()).or_default();
-        for (at, segments) in &paths.found {
+        for (at, segments) in paths.found.iter().chain(&paths.in_tests) {
             let Some(target) = resolve(at, segments, &modules) else {
                 continue;
             };

@@ -17,6 +17,8 @@ use crate::gateway::Gateway;
 #[derive(Clone)]
 pub struct AppState {
     pub gateway: Gateway,
+    /// The OpenAPI document served at `/openapi.json`, made once at start.
+    pub openapi: Bytes,
 }
 
 /// JSON body extractor whose rejection is a problem+json [`ApiError`]. A lone UTF-16 surrogate

@@ -1,7 +1,7 @@
 //! The agent's description, health, readiness, metrics, the OpenAPI document and a docs page.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 
 use super::error::{ApiError, Problem};
@@ -82,8 +82,8 @@ pub async fn metrics(State(s): State<AppState>, caller: Caller) -> Result<Respon
 
 /// This OpenAPI document.
 #[utoipa::path(get, operation_id = "getOpenApi", path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1", body = Object)))]
-pub async fn openapi_json() -> impl IntoResponse {
-    (StatusCode::OK, axum::Json(super::openapi()))
+pub async fn openapi_json(State(s): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], s.openapi)
 }
 
 /// A self-contained page that renders `/openapi.json` (no assets fetched from elsewhere).

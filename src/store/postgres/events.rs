@@ -7,7 +7,7 @@ use chrono::SubsecRound;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use super::{PgStore, nul_safe_text, text_in};
+use super::store::{PgStore, nul_safe_text, text_in};
 use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
 
 /// The outbox insert of [`APPEND`] and [`APPEND_ALL`] (see [`pg_insert_deliveries!`]): the

@@ -4,8 +4,8 @@
 use chrono::{SubsecRound, Utc};
 use sqlx::types::Json;
 
-use super::PgStore;
 use super::replicas::LIFECYCLE_CHANNEL;
+use super::store::PgStore;
 use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
 
 /// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
@@ -50,7 +50,7 @@ impl PgStore {
         let column = |f: fn(&NewLifecycleEvent) -> &str| events.iter().map(f).collect::<Vec<_>>();
         let payloads: Vec<_> = events
             .iter()
-            .map(|e| Json(super::nul_safe(&e.payload)))
+            .map(|e| Json(super::store::nul_safe(&e.payload)))
             .collect();
         let seqs: Vec<i64> = sqlx::query_scalar(INSERT_LIFECYCLE)
             .bind(column(|e| &e.session_id))

@@ -9,7 +9,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use futures::stream::BoxStream;
 use sqlx::postgres::{PgListener, PgNotification};
 
-use super::PgStore;
+use super::store::PgStore;
 use crate::store::common::RELEASE_SESSION;
 use crate::store::rows::Columns;
 use crate::store::{Appended, Claimed, Replica, ReplicaRegistry, StoreResult};

@@ -7,7 +7,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::types::Json;
 
-use super::{PgStore, nul_safe, nul_safe_strings, text_in};
+use super::store::{PgStore, nul_safe, nul_safe_strings, text_in};
 use crate::store::common::TOMBSTONE_LIVE;
 use crate::store::listing::FirstMoves;
 use crate::store::rows::to_sync_from;

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use super::PgStore;
+use super::store::PgStore;
 use crate::store::rows::{delivery_from, webhook_from};
 use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 

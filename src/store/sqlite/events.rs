@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
-use super::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros};
+use super::store::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros};
 use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).

@@ -3,7 +3,7 @@
 
 use chrono::{SubsecRound, Utc};
 
-use super::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
+use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
 
 /// Lifecycle events per insert: five parameters each, within SQLite's 32,766.

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::SqliteStore;
+use super::store::SqliteStore;
 use crate::store::common::RELEASE_SESSION;
 use crate::store::{HeldSessions, StoreResult};
 

@@ -7,7 +7,7 @@ use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::{Row, Sqlite};
 
-use super::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
+use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::common::{GET_SESSION, TOMBSTONE_LIVE};
 use crate::store::listing::FirstMoves;
 use crate::store::rows::to_sync_from;

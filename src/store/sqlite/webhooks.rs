@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{BEGIN_IMMEDIATE, SqliteStore, micros};
+use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros};
 use crate::store::rows::{delivery_from, webhook_from};
 use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 
