@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::acp::caps::{AgentInit, initialize_params};
-use crate::acp::{AgentProcess, CallError, ExitInfo, Inbound, RpcError};
+use crate::agent_rpc::caps::{AgentInit, initialize_params};
+use crate::agent_rpc::{AgentProcess, CallError, ExitInfo, Inbound, RpcError};
 use crate::config::{AgentSpec, Config};
 
 /// What `check-agent` found.
@@ -134,7 +134,7 @@ enum Failure {
 
 async fn describe(
     agent: &AgentSpec,
-    conn: &crate::acp::Connection,
+    conn: &crate::agent_rpc::Connection,
     timeout: Duration,
 ) -> Result<String, Failure> {
     let result = conn

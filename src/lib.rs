@@ -3,12 +3,12 @@
 //! [`run`] is what `main` and the tests call: it opens the store, starts the pool and serves the
 //! router of [`api`] on a listener until `shutdown` resolves, then stops every agent process.
 
-pub mod acp;
+pub mod agent_rpc;
 pub mod api;
+pub mod bridge;
 pub mod check;
 pub mod cluster;
 pub mod config;
-pub mod connect;
 pub mod events;
 pub mod gateway;
 pub mod pool;
@@ -64,9 +64,9 @@ pub fn app(
         timeout: Config::secs_or_never(config.request_timeout),
     };
     let (router, _) = api::router().split_for_parts();
-    let acp = api::acp::Endpoint::new(gateway.clone(), stop);
+    let acp = api::acp_server::Endpoint::new(gateway.clone(), stop);
     let router = router
-        .route(api::acp::PATH, axum::routing::any(api::acp::serve).with_state(acp))
+        .route(api::acp_server::PATH, axum::routing::any(api::acp_server::serve).with_state(acp))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn(api::restore_surrogates))

@@ -59,7 +59,7 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
         }
         Some(Command::Connect { ref url }) => {
             let key = config.api_keys.last().map(String::as_str);
-            return acp_gateway::connect::connect(url, key).await;
+            return acp_gateway::bridge::connect(url, key).await;
         }
         Some(Command::Serve) | None => {}
     }

@@ -26,7 +26,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "gateway",
             "events",
             "pool",
-            "acp",
+            "agent_rpc",
             "config",
             "surrogates",
             "telemetry",
@@ -35,18 +35,19 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The service: everything below it, nothing of the HTTP surface.
     (
         "gateway",
-        &["pool", "events", "store", "cluster", "acp", "config"],
+        &["pool", "events", "store", "cluster", "agent_rpc", "config"],
     ),
-    ("pool", &["acp"]),
+    ("pool", &["agent_rpc"]),
     ("events", &["store"]),
     ("cluster", &["store"]),
-    ("acp", &["surrogates", "telemetry"]),
+    ("agent_rpc", &["surrogates", "telemetry"]),
     ("store", &[]),
     // The flags: an agent's command line is the transport's `AgentCommand`.
-    ("config", &["acp"]),
-    // `check-agent` starts each agent once; `connect` is only a client of some `/acp`.
-    ("check", &["acp", "pool", "config"]),
-    ("connect", &[]),
+    ("config", &["agent_rpc"]),
+    // `check-agent` starts each agent once; `bridge` (`acp-gateway connect`) is only a client of
+    // some `/acp`.
+    ("check", &["agent_rpc", "pool", "config"]),
+    ("bridge", &[]),
     ("telemetry", &[]),
     ("surrogates", &[]),
     // The configuration read once at start: the API keys (an `api` type), the flags and the

@@ -5,7 +5,7 @@
 //! `update.sessionUpdate`) what a parse into a value finds there.
 #![no_main]
 
-use acp_gateway::acp::{Inbound, parse_line};
+use acp_gateway::agent_rpc::{Inbound, parse_line};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -267,7 +267,7 @@ pub(crate) fn is_public(path: &str) -> bool {
 /// SSE routes, which browsers' EventSource opens without custom headers.
 fn is_stream(method: &Method, path: &str) -> bool {
     method == Method::GET
-        && (path == "/events" || path.ends_with("/events") || path == super::acp::PATH)
+        && (path == "/events" || path.ends_with("/events") || path == super::acp_server::PATH)
 }
 
 fn query_token(query: &str) -> Option<String> {

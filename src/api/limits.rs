@@ -126,7 +126,7 @@ fn too_many(what: String, retry_after_secs: u64) -> ApiError {
 fn is_stream(req: &Request) -> bool {
     let path = req.uri().path();
     req.method() == Method::GET
-        && (path == "/events" || path.ends_with("/events") || path == super::acp::PATH)
+        && (path == "/events" || path.ends_with("/events") || path == super::acp_server::PATH)
 }
 
 fn waits_for_a_turn(req: &Request) -> bool {

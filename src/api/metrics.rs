@@ -123,7 +123,7 @@ pub fn render(stats: &Stats) -> String {
     set_counter(
         "acp_gateway_agent_garbage_total",
         "Agent output lines or messages ignored as invalid.",
-        crate::acp::garbage_count(),
+        crate::agent_rpc::garbage_count(),
     );
     handle.run_upkeep();
     handle.render()

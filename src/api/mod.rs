@@ -2,7 +2,7 @@
 //! extract → validate into domain types → one gateway call → response. What a handler
 //! receives (the state and the extractors) is `extract.rs`'s.
 
-pub mod acp;
+pub mod acp_server;
 pub mod auth;
 mod console;
 mod controls;

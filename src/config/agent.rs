@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::acp::AgentCommand;
+use crate::agent_rpc::AgentCommand;
 
 /// The name of the agent of a plain `--agent "CMD ARGS"`, and the default agent when several are
 /// configured and `--default-agent` names none.

@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::{AgentSpec, Config, DEFAULT_AGENT, valid_agent_name};
-use crate::acp::AgentCommand;
+use crate::agent_rpc::AgentCommand;
 
 /// `NAME=CMD ARGS` → `(NAME, CMD ARGS)` when the value starts with a valid name immediately
 /// followed by `=` and something; `None` for a plain command line.

@@ -20,7 +20,7 @@ use super::sessions::Sessions;
 use super::snapshots::States;
 use super::views::Views;
 use super::{Caller, Error};
-use crate::acp::CallError;
+use crate::agent_rpc::CallError;
 use crate::config::McpServers;
 use crate::pool::client::{AgentClient, SessionSetup};
 use crate::store::{Origin, SessionRecord};

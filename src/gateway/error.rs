@@ -2,7 +2,7 @@
 //! layer maps each kind to a status and a problem type, in one place). An agent's JSON-RPC
 //! error codes become kinds here, in [`From<CallError>`].
 
-use crate::acp::CallError;
+use crate::agent_rpc::CallError;
 use crate::store::StoreError;
 
 /// Every failure of a use case.
@@ -88,7 +88,7 @@ impl From<CallError> for Error {
 }
 
 impl Error {
-    fn from_rpc(e: crate::acp::RpcError) -> Self {
+    fn from_rpc(e: crate::agent_rpc::RpcError) -> Self {
         match e.code {
             -32002 => Error::NotFound(format!("the agent does not know it: {}", e.message)),
             -32602 => Error::Invalid(format!("the agent rejected the parameters: {}", e.message)),

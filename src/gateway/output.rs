@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::acp::caps::AgentInit;
+use crate::agent_rpc::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::pool::MemberView;
 use crate::store::SessionRecord;

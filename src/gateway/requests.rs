@@ -21,7 +21,7 @@ use super::pending::{Asked, Table};
 use super::permissions::{self, ALLOW, PermissionView, REJECT};
 use super::records::Records;
 use super::{Caller, Error};
-use crate::acp::RpcError;
+use crate::agent_rpc::RpcError;
 use crate::config::PermissionPolicy;
 use crate::pool::client::Incoming;
 

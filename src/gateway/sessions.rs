@@ -18,7 +18,7 @@ use super::requests::Requests;
 use super::sync::ListSync;
 use super::views::Views;
 use super::{Caller, Error};
-use crate::acp::CallError;
+use crate::agent_rpc::CallError;
 use crate::store::ListQuery;
 
 /// Which sessions `GET /sessions` lists.

@@ -14,7 +14,7 @@ use super::output::AgentView;
 use super::placement::Placement;
 use super::records::Records;
 use super::requests::Requests;
-use crate::acp::caps::Capabilities;
+use crate::agent_rpc::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
 
 /// One configured agent, as `GET /agents` shows it.

@@ -22,7 +22,7 @@ use super::requests::Requests;
 use super::snapshots::States;
 use super::system::Counters;
 use super::{Caller, Error};
-use crate::acp::caps::PromptCapabilities;
+use crate::agent_rpc::caps::PromptCapabilities;
 
 /// The use case of prompts and cancels, with the parts it needs.
 #[derive(Clone)]

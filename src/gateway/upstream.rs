@@ -18,7 +18,7 @@ use super::requests::Requests;
 use super::snapshots::States;
 use super::system::Counters;
 use super::views::Views;
-use crate::acp::{ExitInfo, NotificationHead, RpcError};
+use crate::agent_rpc::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
@@ -40,7 +40,7 @@ impl Upstream {
         // The session and the kind were read while the line was checked; the update itself is
         // not built.
         let Some(session_id) = head.session_id else {
-            crate::acp::count_garbage();
+            crate::agent_rpc::count_garbage();
             tracing::warn!("session/update without a sessionId; ignored");
             return;
         };

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::members::CRASH_LOOP_AFTER;
 use super::{MemberState, Pool};
-use crate::acp::Connection;
+use crate::agent_rpc::Connection;
 
 /// What a client should wait before retrying when every ready member is full: nothing about
 /// the pool says when a session will be closed.

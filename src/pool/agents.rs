@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::{Pool, PoolConfig, UpstreamHandler};
-use crate::acp::Connection;
+use crate::agent_rpc::Connection;
 
 /// One agent: its name, its pool and its limits.
 pub struct AgentPool {

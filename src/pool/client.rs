@@ -17,8 +17,8 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::acp::caps::Capabilities;
-use crate::acp::{CallError, Connection, PendingCall, RpcError};
+use crate::agent_rpc::caps::Capabilities;
+use crate::agent_rpc::{CallError, Connection, PendingCall, RpcError};
 
 /// `session/set_model`, which the schema crate names only with an unstable feature.
 pub const SESSION_SET_MODEL: &str = "session/set_model";

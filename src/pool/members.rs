@@ -14,8 +14,8 @@ use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
 use super::client::Incoming;
-use crate::acp::caps::{AgentInit, Capabilities};
-use crate::acp::{AgentCommand, Connection, ExitInfo, NotificationHead};
+use crate::agent_rpc::caps::{AgentInit, Capabilities};
+use crate::agent_rpc::{AgentCommand, Connection, ExitInfo, NotificationHead};
 
 /// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
 /// they run on the member's dispatch loop, which preserves the agent's message order.

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::client::Incoming;
 use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
 use super::{Member, MemberState, Pool, PoolConfig, UpstreamHandler};
-use crate::acp::caps::{AgentInit, initialize_params};
-use crate::acp::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
+use crate::agent_rpc::caps::{AgentInit, initialize_params};
+use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 
 impl Pool {
     pub(super) async fn supervise(
@@ -315,7 +315,7 @@ async fn dispatch(
     match msg {
         Inbound::Response { id, result } => {
             if !conn.resolve(id, result) {
-                crate::acp::count_garbage();
+                crate::agent_rpc::count_garbage();
                 tracing::warn!(member, id, "response to an unknown request id; ignored");
             }
         }

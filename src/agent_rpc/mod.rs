@@ -7,21 +7,21 @@
 //! JSON so unknown `sessionUpdate` variants pass through.
 //!
 //! Files: `connection.rs` the client side of a connection (its calls and the lines it writes),
-//! `rpc.rs` JSON-RPC's errors and answers, `inbound.rs` what the agent writes, parsed,
+//! `errors.rs` JSON-RPC's errors and answers, `inbound.rs` what the agent writes, parsed,
 //! `process.rs` the agent's process (and the count of lines it had to ignore), `stdin.rs` its
 //! stdin, `caps.rs` the capabilities an agent advertises. This file only declares them and
 //! re-exports their names.
 
 pub mod caps;
 mod connection;
+mod errors;
 mod inbound;
 mod process;
-mod rpc;
 mod stdin;
 
 pub use connection::{Connection, PendingCall};
+pub use errors::{CallError, RpcError, answer_value};
 pub use inbound::{Inbound, NotificationHead, parse_line};
 pub use process::{
     AgentCommand, AgentProcess, AgentStdout, ExitInfo, MAX_LINE_BYTES, count_garbage, garbage_count,
 };
-pub use rpc::{CallError, RpcError, answer_value};

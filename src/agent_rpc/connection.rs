@@ -265,7 +265,7 @@ impl<'a, P: Serialize + ?Sized> Outbound<'a, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acp::{Inbound, parse_line};
+    use crate::agent_rpc::{Inbound, parse_line};
 
     /// A lone surrogate (a JavaScript agent's string cut inside a pair) is no garbage, and goes
     /// back to the agent as the escape it came as.
