@@ -4,9 +4,8 @@
 //! must satisfy the rule they stand for; nothing may panic.
 #![no_main]
 
-use acp_gateway::gateway::model::{
-    SessionId, confine, decode_cursor, encode_cursor, validate_abs_path,
-};
+use acp_gateway::gateway::cursor::{decode_cursor, encode_cursor};
+use acp_gateway::gateway::input::{SessionId, confine, validate_abs_path};
 use acp_gateway::gateway::reach::{self, Allowed, Reach};
 use acp_gateway::store::ListQuery;
 use libfuzzer_sys::fuzz_target;

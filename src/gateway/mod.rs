@@ -11,7 +11,7 @@ mod caller;
 mod clock;
 mod controls;
 mod create;
-mod cursor;
+pub mod cursor;
 mod delivery;
 mod elicitations;
 mod error;
