@@ -106,9 +106,13 @@ pub struct GatewayConfig {
     pub mcp_servers: crate::config::McpServers,
 }
 
-/// The gateway service: its use cases, each with the parts it needs. Cheap to clone.
+/// The gateway service: its use cases, each with the parts it needs. Cheap to clone (one
+/// `Arc`: a request's handler and layers clone it).
 #[derive(Clone)]
-pub struct Gateway {
+pub struct Gateway(Arc<Service>);
+
+/// What [`Gateway`] shares.
+struct Service {
     sessions: Sessions,
     create: Create,
     controls: Controls,
@@ -261,7 +265,7 @@ impl Gateway {
             let p = placement.clone();
             tasks.spawn(async move { p.reap_idle(idle).await });
         }
-        Gateway {
+        Gateway(Arc::new(Service {
             sessions,
             create,
             controls,
@@ -274,30 +278,30 @@ impl Gateway {
             tasks,
             stop,
             shutdown_timeout: config.shutdown_timeout,
-        }
+        }))
     }
 
     /// Stops background turns and every pool member.
     pub async fn shutdown(&self) {
-        self.stop.cancel();
-        let deadline = self.shutdown_timeout;
+        self.0.stop.cancel();
+        let deadline = self.0.shutdown_timeout;
         if tokio::time::timeout(deadline, self.wind_down())
             .await
             .is_err()
         {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
-        self.placement.agents.shutdown().await;
-        self.tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        self.0.placement.agents.shutdown().await;
+        self.0.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.0.tasks.wait()).await;
     }
 
     /// Cancels every running turn and closes every live session (when the agent can close).
     async fn wind_down(&self) {
-        let placement = &self.placement;
+        let placement = &self.0.placement;
         let live = placement.live.active();
         futures::future::join_all(live.into_iter().map(|id| async move {
-            self.requests.cancel_session(&id).await;
+            self.0.requests.cancel_session(&id).await;
             if let Some((member, mut done)) = placement.running_turn(&id).await {
                 if let Some(agent) = placement.client(member) {
                     let _ = agent.cancel(&id).await;
@@ -314,51 +318,51 @@ impl Gateway {
 
     /// The address of the other replica holding `session_id` live, if one does.
     pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
-        self.placement.owner_elsewhere(session_id).await
+        self.0.placement.owner_elsewhere(session_id).await
     }
 
     /// The other replica a new session should be created on, if one holds fewer sessions.
     pub fn place_elsewhere(&self) -> Option<String> {
-        self.placement.place_elsewhere()
+        self.0.placement.place_elsewhere()
     }
 
     /// A session's metadata and lifecycle.
     pub fn sessions(&self) -> &Sessions {
-        &self.sessions
+        &self.0.sessions
     }
 
     /// New sessions and forks.
     pub fn create(&self) -> &Create {
-        &self.create
+        &self.0.create
     }
 
     /// A session's mode, model and config options.
     pub fn controls(&self) -> &Controls {
-        &self.controls
+        &self.0.controls
     }
 
     /// Prompts and cancels.
     pub fn turns(&self) -> &Turns {
-        &self.turns
+        &self.0.turns
     }
 
     /// Permission requests and elicitations, and their answers.
     pub fn requests(&self) -> &Requests {
-        &self.requests
+        &self.0.requests
     }
 
     /// The event streams and the history.
     pub fn history(&self) -> &History {
-        &self.history
+        &self.0.history
     }
 
     /// Readiness, the agents, the numbers of `/metrics`.
     pub fn system(&self) -> &System {
-        &self.system
+        &self.0.system
     }
 
     /// The webhook subscriptions.
     pub fn webhooks(&self) -> &Webhooks {
-        &self.webhooks
+        &self.0.webhooks
     }
 }
