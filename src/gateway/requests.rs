@@ -186,8 +186,7 @@ impl Requests {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<Vec<PermissionView>, Error> {
-        self.records.get(caller, id).await?;
-        Ok(self.pending(id.as_str()))
+        self.listed(caller, id).await
     }
 
     /// `POST /sessions/{id}/permissions/{requestId}`: `option_id`, or `outcome` `"cancelled"`.
@@ -199,11 +198,55 @@ impl Requests {
         option_id: Option<String>,
         outcome: Option<&str>,
     ) -> Result<PermissionView, Error> {
-        self.records.get(caller, id).await?;
-        self.resolve(Some(id.as_str()), request_id, "answered", |view, ()| {
+        self.answered(caller, id, request_id, |view, ()| {
             permissions::answered(view, option_id, outcome)
         })
         .await
+    }
+
+    /// `GET /sessions/{id}/elicitations`.
+    pub async fn elicitations(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<Vec<ElicitationView>, Error> {
+        self.listed(caller, id).await
+    }
+
+    /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
+    /// `cancel`.
+    pub async fn answer_elicitation(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        request_id: &str,
+        reply: ElicitationReply,
+        content: Option<&Value>,
+    ) -> Result<ElicitationView, Error> {
+        self.answered(caller, id, request_id, |_: &ElicitationView, schema| {
+            elicitations::answered(schema.as_ref(), reply, content)
+        })
+        .await
+    }
+
+    /// The session's pending requests of kind `V`, for a caller who may see the session.
+    async fn listed<V: Kind>(&self, caller: &Caller, id: &SessionId) -> Result<Vec<V>, Error> {
+        self.records.get(caller, id).await?;
+        Ok(self.pending(id.as_str()))
+    }
+
+    /// A caller's answer to a request of kind `V` of the session: `decide` checks it against
+    /// the request and makes the agent's answer.
+    async fn answered<V: Kind>(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        request_id: &str,
+        decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
+    ) -> Result<V, Error> {
+        self.records.get(caller, id).await?;
+        self.resolve(Some(id.as_str()), request_id, "answered", decide)
+            .await
     }
 }
 
@@ -254,38 +297,6 @@ impl Requests {
                 })
             })
             .await;
-    }
-}
-
-impl Requests {
-    /// `GET /sessions/{id}/elicitations`.
-    pub async fn elicitations(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<Vec<ElicitationView>, Error> {
-        self.records.get(caller, id).await?;
-        Ok(self.pending(id.as_str()))
-    }
-
-    /// `POST /sessions/{id}/elicitations/{requestId}`: `accept` with `content`, `decline` or
-    /// `cancel`.
-    pub async fn answer_elicitation(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-        request_id: &str,
-        reply: ElicitationReply,
-        content: Option<&Value>,
-    ) -> Result<ElicitationView, Error> {
-        self.records.get(caller, id).await?;
-        self.resolve(
-            Some(id.as_str()),
-            request_id,
-            "answered",
-            |_: &ElicitationView, schema| elicitations::answered(schema.as_ref(), reply, content),
-        )
-        .await
     }
 }
 

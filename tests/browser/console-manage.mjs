@@ -4,7 +4,7 @@
 // availableCommands, the plan and usage, an elicitation answered through its form, rename,
 // archive and the archived filter, delete after a confirmation, sign-out. The last stdout line is
 // the JSON report.
-import { chromium } from "playwright-core";
+import { T, launch } from "./chromium.mjs";
 import { createInterface } from "node:readline";
 
 const base = process.env.GATEWAY_URL.replace(/\/$/, "");
@@ -14,13 +14,8 @@ const stdin = createInterface({ input: process.stdin });
 const lines = stdin[Symbol.asyncIterator]();
 const report = { steps: [], consoleErrors: [], signInErrors: [], elsewhere: [], pageErrors: [] };
 let phase = "sign-in";
-const T = 30_000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on("console", (m) => {

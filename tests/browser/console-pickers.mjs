@@ -4,19 +4,14 @@
 // opened again from the list. The last stdout line is the JSON report: for each agent, the ids
 // of the four elements the page shows (`mode-label`, `mode-select`, `model-label`,
 // `model-select`), and the same for the first agent again as `again`.
-import { chromium } from "playwright-core";
+import { T, launch } from "./chromium.mjs";
 
 const base = process.env.GATEWAY_URL.replace(/\/$/, "");
 const agents = process.env.AGENTS.split(",");
 const report = { steps: [], shown: {}, consoleErrors: [], pageErrors: [] };
-const T = 30_000;
 const PICKERS = ["mode-label", "mode-select", "model-label", "model-select"];
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   page.on("console", (m) => m.type() === "error" && report.consoleErrors.push(m.text()));

@@ -3,7 +3,7 @@
 // text, a permission answered, a reload mid-turn, a gateway restart mid-stream (asked of the
 // Rust test with a "RESTART" line on stdout, answered "RESTARTED" on stdin), mode and model
 // switched. Screenshots go to SHOTS_DIR. The last stdout line is the JSON report.
-import { chromium } from "playwright-core";
+import { T, launch } from "./chromium.mjs";
 import { createInterface } from "node:readline";
 import { mkdirSync } from "node:fs";
 
@@ -16,13 +16,8 @@ const lines = stdin[Symbol.asyncIterator]();
 
 const report = { steps: [], consoleErrors: [], restartErrors: [], elsewhere: [], pageErrors: [] };
 let phase = "normal";
-const T = 30_000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox"],
-});
+const browser = await launch();
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();

@@ -1,13 +1,8 @@
 // Opens PAGE_URL (served from an origin other than the gateway's) in headless Chromium and
 // prints what the page's script reports as one JSON line. Used by tests/browser.rs.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
-const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
-const browser = await chromium.launch({
-  executablePath,
-  headless: true,
-  args: ["--no-sandbox"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage();
   const logs = [];

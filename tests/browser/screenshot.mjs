@@ -14,17 +14,12 @@
 // GATEWAY_URL (default http://127.0.0.1:8080), OUT (default docs/console.png) and CHROMIUM
 // (default /usr/bin/chromium) change what it talks to and writes. It fails, writing nothing,
 // when the page shows a Mode or Model label or picker, or the browser reports an error.
-import { chromium } from "playwright-core";
+import { T, launch } from "./chromium.mjs";
 
 const base = (process.env.GATEWAY_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
 const out = process.env.OUT || "docs/console.png";
-const T = 30_000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 }, colorScheme: "light" });
   const errors = [];
