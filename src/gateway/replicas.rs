@@ -48,20 +48,35 @@ impl Placement {
         }
     }
 
-    /// Beats in the cluster every heartbeat interval until shutdown, then leaves it.
+    /// Beats in the cluster every heartbeat interval until shutdown, then leaves it; beside
+    /// the beats, takes over the sessions of replicas that died. The two run apart: closing an
+    /// orphan waits for its log's commit (through a database outage, for as long as that
+    /// lasts), and a beat held up behind it would let this replica's own lease run out while
+    /// it holds sessions live, for another replica to take them from under it.
     pub(super) async fn heartbeat_forever(&self) {
         let cluster = &self.cluster;
-        loop {
-            let live = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
-            if let Err(e) = cluster.beat(live).await {
-                tracing::warn!(error = %e, "replica heartbeat failed");
+        let beats = async {
+            loop {
+                let live = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
+                if let Err(e) = cluster.beat(live).await {
+                    tracing::warn!(error = %e, "replica heartbeat failed");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(cluster.interval()) => {}
+                    _ = self.stop.cancelled() => break,
+                }
             }
-            self.take_over_orphans().await;
-            tokio::select! {
-                _ = tokio::time::sleep(cluster.interval()) => {}
-                _ = self.stop.cancelled() => break,
+        };
+        let take_overs = async {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(cluster.interval()) => {}
+                    _ = self.stop.cancelled() => break,
+                }
+                self.take_over_orphans().await;
             }
-        }
+        };
+        tokio::join!(beats, take_overs);
         if let Err(e) = cluster.leave().await {
             tracing::warn!(error = %e, "could not unregister this replica");
         }
