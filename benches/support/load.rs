@@ -1,5 +1,6 @@
 //! Closed-loop load: `concurrency` clients, each sending its next request when its last
-//! answer has arrived, counted over a window after a warm-up ([`closed_loop`], and
+//! answer has arrived, counted over a window after a warm-up ([`closed_loop`]; at a fixed rate
+//! instead, [`open_loop`]; and
 //! [`load`] for HTTP GETs); and the gateway against a bare route measured alternately, best of
 //! each.
 
@@ -96,6 +97,64 @@ where
         out.push(w.await.unwrap());
     }
     out
+}
+
+/// `clients` clients, each sending its calls at a fixed `period` (an open loop, as a user
+/// types, whatever the answers take), the clients' first calls spread evenly over one period;
+/// a call still running when the next is due delays it (the ticks missed are skipped). Returns
+/// as [`closed_loop`] does.
+pub async fn open_loop<F, Fut>(
+    clients: usize,
+    period: Duration,
+    window: Window,
+    call: F,
+) -> Vec<Calls>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let first = tokio::time::Instant::now();
+    let workers: Vec<_> = (0..clients)
+        .map(|k| {
+            let call = call.clone();
+            let offset = period * k as u32 / clients.max(1) as u32;
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval_at(first + offset, period);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut calls = Calls::new();
+                loop {
+                    let started = ticks.tick().await.into_std();
+                    if started >= window.end {
+                        return calls;
+                    }
+                    call(k).await;
+                    calls.push((started, Instant::now()));
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(clients);
+    for w in workers {
+        out.push(w.await.unwrap());
+    }
+    out
+}
+
+/// [`closed_loop`] when `every` is `None`, else [`open_loop`] at that period.
+pub async fn clients<F, Fut>(
+    clients: usize,
+    every: Option<Duration>,
+    window: Window,
+    call: F,
+) -> Vec<Calls>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    match every {
+        None => closed_loop(clients, window, call).await,
+        Some(period) => open_loop(clients, period, window, call).await,
+    }
 }
 
 /// Requests per second of `gateway` and of `bare` (both answering `expected_len` bytes), each

@@ -1,7 +1,8 @@
 //! What only the benchmarks need, on top of what they share with the tests (`tests/support`,
 //! included here as [`shared`] and re-exported): baselines to measure the gateway against
 //! ([`baselines`], and the peers installed by `bench/peers.sh`: [`peers`]), the interleaved
-//! prompt round trip ([`latency`]), closed-loop load ([`load`]), event rates, and the run's
+//! prompt round trip ([`latency`]), closed- and open-loop load ([`load`]), the fronts the load
+//! benches drive ([`fronts`]), event rates, and the run's
 //! commit for the reports.
 //!
 //! Each bench includes it with `mod support;`. A bench uses part of it, hence the `allow`.
@@ -12,6 +13,7 @@ pub mod shared;
 
 pub mod baselines;
 pub mod floor;
+pub mod fronts;
 pub mod latency;
 pub mod load;
 pub mod peers;
@@ -23,7 +25,9 @@ use serde_json::{Value, json};
 
 pub use baselines::{BareProxy, DirectAgent, MultiplexedAgent, bare_server};
 pub use latency::{BLOCK, Sides, prompt_latency};
-pub use load::{Calls, LoadPlan, Window, best_alternated, closed_loop, load, load_spread};
+pub use load::{
+    Calls, LoadPlan, Window, best_alternated, clients, closed_loop, load, load_spread, open_loop,
+};
 pub use shared::agent::{bench_agent, echo_agent};
 pub use shared::process::{cores, cpu_time, pin, rss_kib};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
