@@ -51,6 +51,13 @@ impl EventHub {
         self.enqueue_with(session_id, event, None, None).await;
     }
 
+    /// As [`EventHub::enqueue`], and the writer's pause ([`EventHub::pace`]) ends: what ends a
+    /// turn reaches subscribers with the answer, not a pace later.
+    pub async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
+        self.enqueue_with(session_id, event, None, None).await;
+        self.urgent.notify_one();
+    }
+
     /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
     /// the same commit; [`EventHub::touches`] counts such commits.
     pub async fn enqueue_touching(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {

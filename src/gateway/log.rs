@@ -62,6 +62,17 @@ impl Log {
         self.hub.enqueue(session_id, event(kind, payload)).await;
     }
 
+    /// As [`Log::enqueue`], and the writer commits it without its pause: for the event that
+    /// ends a turn, which a client waits to see.
+    pub(super) async fn enqueue_now(
+        &self,
+        session_id: &str,
+        kind: &str,
+        payload: impl Into<Payload>,
+    ) {
+        self.hub.enqueue_now(session_id, event(kind, payload)).await;
+    }
+
     /// As [`Log::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
     /// change of the gateway's own, see [`Records::mark_touched`]).
     pub(super) async fn enqueue_touching(

@@ -120,7 +120,7 @@ impl Turns {
                 }
             };
             let usage = ended.get("usage").is_some();
-            this.log.enqueue(&sid, "turn_ended", ended).await;
+            this.log.enqueue_now(&sid, "turn_ended", ended).await;
             this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
