@@ -322,25 +322,20 @@ mod tests {
         let data = b"short\nthis line is far too long\nok\nlast".to_vec();
         let mut r = BufReader::with_capacity(4, &data[..]);
         let mut buf = Vec::new();
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
-        assert_eq!(buf, b"short");
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(false)
-        );
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
-        assert_eq!(buf, b"ok");
-        assert_eq!(
-            read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
-            Some(true)
-        );
-        assert_eq!(buf, b"last");
-        assert_eq!(read_bounded_line(&mut r, &mut buf, 10).await.unwrap(), None);
+        // Each read's answer, and what it leaves in `buf` (nothing of a skipped line, nor at
+        // the end).
+        for (answer, line) in [
+            (Some(true), &b"short"[..]),
+            (Some(false), b""),
+            (Some(true), b"ok"),
+            (Some(true), b"last"),
+            (None, b""),
+        ] {
+            assert_eq!(
+                read_bounded_line(&mut r, &mut buf, 10).await.unwrap(),
+                answer
+            );
+            assert_eq!(buf, line);
+        }
     }
 }

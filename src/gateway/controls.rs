@@ -5,17 +5,12 @@
 //! value the agent did not offer is 422 before the agent is asked. What the agent answers is
 //! logged (`state_changed`), so the state moves even when the agent sends no update.
 
-use std::sync::Arc;
-
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Map, Value, json};
 
 use super::input::SessionId;
 use super::live::Busy;
-use super::log::Log;
-use super::placement::Placement;
-use super::records::Records;
-use super::snapshots::States;
+use super::parts::use_case;
 use super::state::{StateAt, select_values};
 use super::{Caller, Error};
 use crate::pool::client::{AgentClient, SESSION_SET_MODEL};
@@ -36,13 +31,11 @@ enum Control<'a> {
     Option(&'a str, &'a Value),
 }
 
-/// The use case of a session's mode, model and config options, with the parts it needs.
-#[derive(Clone)]
-pub struct Controls {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) states: Arc<States>,
-    pub(super) log: Log,
+use_case! {
+    /// The use case of a session's mode, model and config options, with the parts it needs.
+    pub struct Controls {
+        parts: [placement, records, states, log],
+    }
 }
 
 impl Controls {

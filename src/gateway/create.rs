@@ -12,13 +12,9 @@ use super::clock::now;
 use super::controls::Controls;
 use super::controls::Settings;
 use super::input::{SessionId, confine, validate_abs_path};
-use super::log::Log;
 use super::output::SessionView;
-use super::placement::Placement;
-use super::records::Records;
+use super::parts::use_case;
 use super::sessions::Sessions;
-use super::snapshots::States;
-use super::views::Views;
 use super::{Caller, Error};
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
@@ -59,22 +55,19 @@ enum Start<'a> {
     Fork(&'a str),
 }
 
-/// The use case of new sessions and forks, with the parts it needs.
-#[derive(Clone)]
-pub struct Create {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) views: Arc<Views>,
-    pub(super) states: Arc<States>,
-    pub(super) log: Log,
-    /// A create whose settings fail is deleted.
-    pub(super) sessions: Sessions,
-    /// The settings a create asks for.
-    pub(super) controls: Controls,
-    /// Canonical directories sessions must work in (empty: anywhere).
-    pub(super) workspace_roots: Arc<[PathBuf]>,
-    /// Which `mcpServers` a client may hand the agent.
-    pub(super) mcp_servers: McpServers,
+use_case! {
+    /// The use case of new sessions and forks, with the parts it needs.
+    pub struct Create {
+        parts: [placement, records, views, states, log],
+        /// A create whose settings fail is deleted.
+        sessions: Sessions,
+        /// The settings a create asks for.
+        controls: Controls,
+        /// Canonical directories sessions must work in (empty: anywhere).
+        workspace_roots: Arc<[PathBuf]>,
+        /// Which `mcpServers` a client may hand the agent.
+        mcp_servers: McpServers,
+    }
 }
 
 impl Create {

@@ -10,9 +10,7 @@ use utoipa::ToSchema;
 
 use super::clock::now;
 use super::input::SessionId;
-use super::log::Log;
-use super::records::Records;
-use super::snapshots::States;
+use super::parts::use_case;
 use super::{Caller, Error};
 use crate::events::Run;
 use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
@@ -42,12 +40,11 @@ pub struct HistoryPage {
     pub next_after: Option<i64>,
 }
 
-/// The use case of the streams and the history clients read, with the parts it needs.
-#[derive(Clone)]
-pub struct History {
-    pub(super) records: Arc<Records>,
-    pub(super) log: Log,
-    pub(super) states: Arc<States>,
+use_case! {
+    /// The use case of the streams and the history clients read, with the parts it needs.
+    pub struct History {
+        parts: [records, log, states],
+    }
 }
 
 impl History {

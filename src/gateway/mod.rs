@@ -3,9 +3,10 @@
 //! `pending` (requests waiting for a client), `live` (the sessions held here), `views` (a record
 //! as clients see it), `placement` (agents, where a session is live; `replicas` its cluster
 //! side) and `upstream` (what the agent sends). The use cases are structs holding the parts they
-//! need: `sessions`, `create`, `controls`, `turns`, `history`, `sync`, `system`, `webhooks` (with
-//! `delivery`), and `pending`'s `Requests` for the answers. This file defines [`Gateway`], which
-//! builds both, hands the use cases out and owns shutdown.
+//! need: `sessions`, `create`, `controls`, `turns`, `history`, `sync`, `system` (each declared
+//! with `parts`' `use_case!` by the names of its parts, and made from the one `Parts`),
+//! `webhooks` (with `delivery`), and `pending`'s `Requests` for the answers. This file defines
+//! [`Gateway`], which builds both, hands the use cases out and owns shutdown.
 
 mod caller;
 mod clock;
@@ -23,6 +24,7 @@ mod listed;
 mod live;
 mod log;
 pub mod output;
+mod parts;
 mod pending;
 mod permissions;
 mod placement;
@@ -49,13 +51,14 @@ pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use input::{Prompt, SessionId};
 pub use output::{AgentView, TurnResult};
+pub use parts::Counters;
 pub use permissions::PermissionView;
 pub use problem::Problem;
 pub use requests::Requests;
 pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
-pub use system::{Counters, NamedAgentView, Stats, System};
+pub use system::{NamedAgentView, Stats, System};
 pub use turns::Turns;
 pub use webhooks::{
     DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
@@ -200,62 +203,31 @@ impl Gateway {
             config.webhooks.clone(),
             stop.clone(),
         ));
-        let sync = ListSync {
-            placement: placement.clone(),
-            records: records.clone(),
-            views: views.clone(),
-            log: log.clone(),
-            upstream_tenant: config.upstream_tenant.clone(),
-            stop: stop.clone(),
-        };
-        let sessions = Sessions {
-            placement: placement.clone(),
-            records: records.clone(),
-            views: views.clone(),
-            requests: requests.clone(),
-            log: log.clone(),
-            sync: sync.clone(),
-        };
-        let controls = Controls {
-            placement: placement.clone(),
-            records: records.clone(),
-            states: states.clone(),
-            log: log.clone(),
-        };
-        let create = Create {
-            placement: placement.clone(),
-            records: records.clone(),
-            views,
-            states: states.clone(),
-            log: log.clone(),
-            sessions: sessions.clone(),
-            controls: controls.clone(),
-            workspace_roots: config.workspace_roots.clone().into(),
-            mcp_servers: config.mcp_servers,
-        };
-        let turns = Turns {
-            placement: placement.clone(),
-            records: records.clone(),
-            log: log.clone(),
-            states: states.clone(),
-            requests: requests.clone(),
-            counters: counters.clone(),
-            tasks: tasks.clone(),
-            cancel_grace: config.cancel_grace,
-            control_timeout: config.control_timeout,
-        };
-        let history = History {
-            records: records.clone(),
-            log: log.clone(),
-            states,
-        };
-        let system = System {
+        let parts = parts::Parts {
             placement: placement.clone(),
             records,
             log,
+            states,
+            views,
             requests: requests.clone(),
             counters,
+            tasks: tasks.clone(),
+            stop: stop.clone(),
         };
+        let sync = ListSync::new(&parts, config.upstream_tenant.clone());
+        let sessions = Sessions::new(&parts, sync.clone());
+        let controls = Controls::new(&parts);
+        let roots = config.workspace_roots.clone().into();
+        let create = Create::new(
+            &parts,
+            sessions.clone(),
+            controls.clone(),
+            roots,
+            config.mcp_servers,
+        );
+        let turns = Turns::new(&parts, config.cancel_grace, config.control_timeout);
+        let history = History::new(&parts);
+        let system = System::new(&parts);
         let every = config.sync_interval;
         tasks.spawn(async move { sync.sync_forever(every).await });
         let p = placement.clone();

@@ -1,8 +1,6 @@
 //! Session metadata and lifecycle: list, create, read, rename, delete, status, resume, close,
 //! archive.
 
-use std::sync::Arc;
-
 use serde_json::json;
 
 use super::clock::now;
@@ -10,13 +8,9 @@ use super::cursor::decode_cursor;
 use super::info_update::apply_info_update;
 use super::input::{SessionId, validate_abs_path};
 use super::live::Busy;
-use super::log::Log;
 use super::output::{Activity, SessionView, Status, StatusView};
-use super::placement::Placement;
-use super::records::Records;
-use super::requests::Requests;
+use super::parts::use_case;
 use super::sync::ListSync;
-use super::views::Views;
 use super::{Caller, Error};
 use crate::agent_rpc::CallError;
 use crate::store::ListQuery;
@@ -38,16 +32,13 @@ pub struct SessionFilter {
     pub agent: Option<String>,
 }
 
-/// The use case of a session's metadata and lifecycle, with the parts it needs.
-#[derive(Clone)]
-pub struct Sessions {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) views: Arc<Views>,
-    pub(super) requests: Arc<Requests>,
-    pub(super) log: Log,
-    /// `GET /sessions?refresh=true` syncs first.
-    pub(super) sync: ListSync,
+use_case! {
+    /// The use case of a session's metadata and lifecycle, with the parts it needs.
+    pub struct Sessions {
+        parts: [placement, records, views, requests, log],
+        /// `GET /sessions?refresh=true` syncs first.
+        sync: ListSync,
+    }
 }
 
 impl Sessions {

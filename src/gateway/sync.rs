@@ -15,23 +15,18 @@
 //! it reads this one, while the previous page is compared.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::Error;
 use super::clock::now;
 use super::listed::{Listed, Pages, Synced, agent_error, list_all};
-use super::log::Log;
-use super::placement::Placement;
-use super::records::Records;
-use super::views::Views;
+use super::parts::use_case;
 use crate::store::{ListedSession, Origin, SessionRecord};
 
 /// Pages listed and checked, waiting to be compared (a page of a thousand sessions holds about
@@ -64,17 +59,14 @@ enum Change {
     Digest,
 }
 
-/// The use case of the agent's own session list, synced into the cache, with the parts it needs.
-#[derive(Clone)]
-pub struct ListSync {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) views: Arc<Views>,
-    pub(super) log: Log,
-    /// The tenant that owns sessions discovered through `session/list` (the admin's).
-    pub(super) upstream_tenant: String,
-    /// Ends the periodic sync.
-    pub(super) stop: CancellationToken,
+use_case! {
+    /// The use case of the agent's own session list, synced into the cache, with the parts it
+    /// needs (`stop` ends the periodic sync).
+    pub struct ListSync {
+        parts: [placement, records, views, log, stop],
+        /// The tenant that owns sessions discovered through `session/list` (the admin's).
+        upstream_tenant: String,
+    }
 }
 
 impl ListSync {

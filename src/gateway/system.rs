@@ -1,19 +1,15 @@
 //! What the system routes read of the service: readiness, the agent and the pool (`/agent`),
 //! and the numbers `/metrics` publishes.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::Error;
-use super::log::Log;
 use super::output::AgentView;
-use super::placement::Placement;
-use super::records::Records;
-use super::requests::Requests;
+use super::parts::use_case;
 use crate::agent_rpc::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
 
@@ -83,22 +79,12 @@ pub struct Stats {
     pub elicitations_pending: usize,
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub turns_started: AtomicU64,
-    pub turns_failed: AtomicU64,
-    pub member_exits: AtomicU64,
-}
-
-/// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it needs.
-#[derive(Clone)]
-pub struct System {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) log: Log,
-    pub(super) requests: Arc<Requests>,
-    pub(super) counters: Arc<Counters>,
+use_case! {
+    /// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it
+    /// needs.
+    pub struct System {
+        parts: [placement, records, log, requests, counters],
+    }
 }
 
 impl System {

@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,31 +13,21 @@ use tokio_util::task::TaskTracker;
 
 use super::input::{Prompt, SessionId};
 use super::live::Busy;
-use super::log::Log;
 use super::output::TurnResult;
-use super::placement::Placement;
-use super::records::Records;
-use super::requests::Requests;
-use super::snapshots::States;
-use super::system::Counters;
+use super::parts::use_case;
 use super::{Caller, Error};
 use crate::agent_rpc::caps::PromptCapabilities;
 
-/// The use case of prompts and cancels, with the parts it needs.
-#[derive(Clone)]
-pub struct Turns {
-    pub(super) placement: Arc<Placement>,
-    pub(super) records: Arc<Records>,
-    pub(super) log: Log,
-    pub(super) states: Arc<States>,
-    pub(super) requests: Arc<Requests>,
-    pub(super) counters: Arc<Counters>,
-    /// The turns themselves.
-    pub(super) tasks: TaskTracker,
-    /// How long a cancelled turn may take to end before its member is restarted.
-    pub(super) cancel_grace: Duration,
-    /// Bound on the agent's answer to a cancel.
-    pub(super) control_timeout: Duration,
+use_case! {
+    /// The use case of prompts and cancels, with the parts it needs (`tasks`: the turns
+    /// themselves).
+    pub struct Turns {
+        parts: [placement, records, log, states, requests, counters, tasks],
+        /// How long a cancelled turn may take to end before its member is restarted.
+        cancel_grace: Duration,
+        /// Bound on the agent's answer to a cancel.
+        control_timeout: Duration,
+    }
 }
 
 impl Turns {
