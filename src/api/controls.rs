@@ -9,6 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::responses::{AgentFailed, AgentRefused, InvalidSessionParams, UnknownOrDeletedSession};
 use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::SessionView;
@@ -68,10 +69,9 @@ pub struct ForkSession {
     params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session's state after the change", body = StateAt),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A mode the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no modes", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent refused it (its error `data` in the detail)", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession, AgentRefused,
     ))]
 pub async fn set_mode(
     State(s): State<AppState>,
@@ -95,10 +95,9 @@ pub async fn set_mode(
     params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session's state after the change", body = StateAt),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A model the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no models", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent refused it (its error `data` in the detail)", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession, AgentRefused,
     ))]
 pub async fn set_model(
     State(s): State<AppState>,
@@ -122,10 +121,9 @@ pub async fn set_model(
     params(("id" = String, Path, description = "Session id"), ("configId" = String, Path, description = "The option's id")),
     responses(
         (status = 200, description = "The session's state after the change", body = StateAt),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "An unknown option, or a value it does not take", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no config options", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent refused it (its error `data` in the detail)", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession, AgentRefused,
     ))]
 pub async fn set_config(
     State(s): State<AppState>,
@@ -150,10 +148,8 @@ pub async fn set_config(
     params(("id" = String, Path, description = "The session to fork")),
     responses(
         (status = 201, description = "The fork; `Location` names it", body = SessionView),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cwd or parameters", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent does not advertise fork", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession, InvalidSessionParams, AgentFailed,
     ))]
 pub async fn fork_session(
     State(s): State<AppState>,

@@ -7,6 +7,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::responses::{AlreadyResolved, UnknownSession};
 use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, ElicitationView};
@@ -27,7 +28,7 @@ pub struct ElicitationAnswer {
 #[utoipa::path(get, operation_id = "listElicitations", path = "/sessions/{id}/elicitations", tag = "turns", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "Pending elicitations, oldest first", body = Vec<ElicitationView>),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        UnknownSession,
     ))]
 pub async fn list_elicitations(
     State(s): State<AppState>,
@@ -48,8 +49,8 @@ pub async fn list_elicitations(
     responses(
         (status = 200, description = "Resolved", body = ElicitationView),
         (status = 404, description = "Unknown elicitation", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already resolved", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`content` missing, not matching the requested schema, or given with decline or cancel", body = Problem, content_type = "application/problem+json"),
+        AlreadyResolved,
     ))]
 pub async fn answer_elicitation(
     State(s): State<AppState>,

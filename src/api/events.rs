@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
 use super::event_schemas::{LifecycleStreamEvent, SessionStreamEvent};
+use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use super::{AppState, Json, Path, Query};
 use crate::gateway::input::SessionId;
@@ -83,7 +84,7 @@ fn with_stream_headers(mut res: Response) -> Response {
     responses(
         (status = 200, description = "An endless text/event-stream; each event decodes to a SessionStreamEvent", content_type = "text/event-stream", body = SessionStreamEvent),
         (status = 400, description = "Malformed cursor or id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession,
     ))]
 pub async fn session_events(
     State(s): State<AppState>,
@@ -108,8 +109,7 @@ pub async fn session_events(
     params(("id" = String, Path, description = "Session id"), HistoryParams),
     responses(
         (status = 200, description = "One page of events", body = HistoryPage),
-        (status = 400, description = "Malformed parameters", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+        MalformedParams, UnknownOrDeletedSession,
     ))]
 pub async fn session_history(
     State(s): State<AppState>,

@@ -1,12 +1,15 @@
 //! What a handler receives: the state ([`AppState`]), the `Json`, `Path` and `Query`
-//! extractors whose rejections are problem+json [`ApiError`]s, and the [`Revoked`] token of the
-//! key a request was made with, which the auth layer (`auth.rs`) attaches to it.
+//! extractors whose rejections are problem+json [`ApiError`]s, the [`Revoked`] token of the
+//! key a request was made with, which the auth layer (`auth.rs`) attaches to it, and
+//! [`header_lists`] to read list-valued headers.
 
 use std::borrow::Cow;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::HeaderMap;
+use axum::http::header::AsHeaderName;
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 
@@ -76,4 +79,15 @@ pub struct Query<T>(pub T);
 pub struct Revoked {
     pub id: u64,
     pub token: CancellationToken,
+}
+
+/// Whether a comma-separated header (`Cache-Control`, `Prefer`), on any of its lines, lists
+/// `item` (compared without case).
+pub fn header_lists(headers: &HeaderMap, name: impl AsHeaderName, item: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().eq_ignore_ascii_case(item))
 }

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod guard;
 pub mod limits;
 mod metrics;
+mod responses;
 pub mod serve;
 mod sessions;
 mod sse;
@@ -172,18 +173,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// id, 413/415/422 for a JSON body, 504 for the request timeout (not on streams) and 500.
 /// Public routes get no security requirement.
 fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-    let problem = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/problem+json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("Problem")))
-                    .build(),
-            )
-            .build()
-    };
+    use responses::problem;
     for (path, item) in doc.paths.paths.iter_mut() {
         let public = auth::is_public(path);
         let streams = path.ends_with("/events");

@@ -9,6 +9,11 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::extract::header_lists;
+use super::responses::{
+    AgentFailed, InvalidSessionParams, NoReadyMember, SessionBusy, UnknownOrDeletedSession,
+    UnknownSession,
+};
 use super::{AppState, Json, Path, Query};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::{SessionPage, SessionView, StatusView};
@@ -96,14 +101,7 @@ pub async fn list_sessions(
     Query(p): Query<ListParams>,
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
     // `Cache-Control: no-cache` reads the page from the store even if it was read before.
-    let fresh = headers
-        .get_all(axum::http::header::CACHE_CONTROL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|d| d.trim().eq_ignore_ascii_case("no-cache"))
-        });
+    let fresh = header_lists(&headers, header::CACHE_CONTROL, "no-cache");
     let filter = SessionFilter {
         cwd: p.cwd,
         cursor: p.cursor,
@@ -117,10 +115,7 @@ pub async fn list_sessions(
         .sessions()
         .list_sessions(&caller, filter, fresh)
         .await?;
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body,
-    ))
+    Ok(([(header::CONTENT_TYPE, "application/json")], body))
 }
 
 /// Create a session on the least-loaded ready pool member (`session/new`).
@@ -133,11 +128,9 @@ pub async fn list_sessions(
         (status = 501, description = "A mode, model or config option was asked for and the agent offers none", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cwd or parameters", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed or requires authentication", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The agent did not answer in time", body = Problem, content_type = "application/problem+json"),
+        InvalidSessionParams, NoReadyMember,
     ))]
 pub async fn create_session(
     State(s): State<AppState>,
@@ -169,8 +162,7 @@ pub async fn create_session(
 #[utoipa::path(get, operation_id = "getSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session", body = SessionView),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession,
     ))]
 pub async fn get_session(
     State(s): State<AppState>,
@@ -186,8 +178,7 @@ pub async fn get_session(
     responses(
         (status = 200, description = "The updated session", body = SessionView),
         (status = 400, description = "Invalid id or JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown or deleted session", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        UnknownOrDeletedSession, AgentFailed,
     ))]
 pub async fn patch_session(
     State(s): State<AppState>,
@@ -210,7 +201,6 @@ pub async fn patch_session(
 #[utoipa::path(delete, operation_id = "deleteSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Deleted (or never existed)"),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed to delete it (it is already gone from the list)", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn delete_session(
@@ -226,7 +216,6 @@ pub async fn delete_session(
 #[utoipa::path(get, operation_id = "getSessionStatus", path = "/sessions/{id}/status", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The status (`not_found` for unknown ids)", body = StatusView),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn session_status(
     State(s): State<AppState>,
@@ -240,11 +229,9 @@ pub async fn session_status(
 #[utoipa::path(post, operation_id = "resumeSession", path = "/sessions/{id}/resume", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, now live", body = SessionView),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A turn is running or it is being resumed", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent can neither resume nor load sessions", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+        UnknownSession, AgentFailed, NoReadyMember,
     ))]
 pub async fn resume_session(
     State(s): State<AppState>,
@@ -258,9 +245,8 @@ pub async fn resume_session(
 #[utoipa::path(post, operation_id = "closeSession", path = "/sessions/{id}/close", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Closed (or was not live)"),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent does not support session/close", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
+        UnknownSession, AgentFailed,
     ))]
 pub async fn close_session(
     State(s): State<AppState>,
@@ -279,10 +265,7 @@ pub async fn close_session(
 #[utoipa::path(post, operation_id = "archiveSession", path = "/sessions/{id}/archive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, archived", body = SessionView),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A turn is running or the session is being resumed", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+        UnknownSession, SessionBusy, AgentFailed, NoReadyMember,
     ))]
 pub async fn archive_session(
     State(s): State<AppState>,
@@ -301,10 +284,7 @@ pub async fn archive_session(
 #[utoipa::path(post, operation_id = "unarchiveSession", path = "/sessions/{id}/unarchive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "The session, not archived", body = SessionView),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A turn is running or the session is being resumed", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+        UnknownSession, SessionBusy, AgentFailed, NoReadyMember,
     ))]
 pub async fn unarchive_session(
     State(s): State<AppState>,

@@ -9,6 +9,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::extract::header_lists;
+use super::responses::{AlreadyResolved, NoReadyMember, UnknownSession};
 use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
@@ -48,12 +50,11 @@ pub struct PermissionAnswer {
         (status = 200, description = "The turn ended", body = TurnResult),
         (status = 202, description = "The turn started (Prefer: respond-async)"),
         (status = 400, description = "Malformed JSON or id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A turn is already running on this session", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid prompt", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The session is saved and the agent can neither resume nor load", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The agent failed or exited during the turn", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No ready pool member", body = Problem, content_type = "application/problem+json"),
+        UnknownSession, NoReadyMember,
     ))]
 pub async fn prompt(
     State(s): State<AppState>,
@@ -62,12 +63,7 @@ pub async fn prompt(
     headers: HeaderMap,
     Json(body): Json<PromptBody>,
 ) -> Result<Response, ApiError> {
-    let respond_async = headers
-        .get_all("prefer")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim().eq_ignore_ascii_case("respond-async"));
+    let respond_async = header_lists(&headers, "prefer", "respond-async");
     let prompt = Prompt::new(body.prompt, body.text)?;
     match s
         .gateway
@@ -97,7 +93,7 @@ pub async fn prompt(
 #[utoipa::path(post, operation_id = "cancelTurn", path = "/sessions/{id}/cancel", tag = "turns", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 204, description = "Cancel sent (a no-op when no turn runs)"),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        UnknownSession,
     ))]
 pub async fn cancel(
     State(s): State<AppState>,
@@ -112,7 +108,7 @@ pub async fn cancel(
 #[utoipa::path(get, operation_id = "listPermissions", path = "/sessions/{id}/permissions", tag = "turns", params(("id" = String, Path, description = "Session id")),
     responses(
         (status = 200, description = "Pending requests, oldest first", body = Vec<PermissionView>),
-        (status = 404, description = "Unknown session", body = Problem, content_type = "application/problem+json"),
+        UnknownSession,
     ))]
 pub async fn list_permissions(
     State(s): State<AppState>,
@@ -129,8 +125,8 @@ pub async fn list_permissions(
     responses(
         (status = 200, description = "Resolved", body = PermissionView),
         (status = 404, description = "Unknown request", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already resolved", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not one of the offered options", body = Problem, content_type = "application/problem+json"),
+        AlreadyResolved,
     ))]
 pub async fn answer_permission(
     State(s): State<AppState>,

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::responses::{InvalidWebhook, MalformedParams, UnknownWebhook};
 use super::{AppState, Json, Path, Query};
 use crate::gateway::{Caller, DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView};
 
@@ -61,7 +62,7 @@ pub struct DeliveryParams {
         (status = 201, description = "The subscription, with its signing secret", body = WebhookView,
             headers(("Location" = String, description = "/webhooks/{id}"))),
         (status = 404, description = "sessionId names no session of the caller's", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid URL or event kind", body = Problem, content_type = "application/problem+json"),
+        InvalidWebhook,
     ))]
 pub async fn create_webhook(
     State(s): State<AppState>,
@@ -98,7 +99,7 @@ pub async fn list_webhooks(
     params(("id" = String, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The subscription (without its secret)", body = WebhookView),
-        (status = 404, description = "Unknown webhook", body = Problem, content_type = "application/problem+json"),
+        UnknownWebhook,
     ))]
 pub async fn get_webhook(
     State(s): State<AppState>,
@@ -113,8 +114,7 @@ pub async fn get_webhook(
     params(("id" = String, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The subscription", body = WebhookView),
-        (status = 404, description = "Unknown webhook", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid URL or event kind", body = Problem, content_type = "application/problem+json"),
+        UnknownWebhook, InvalidWebhook,
     ))]
 pub async fn patch_webhook(
     State(s): State<AppState>,
@@ -149,7 +149,7 @@ pub async fn delete_webhook(
     params(("id" = String, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The subscription with its new secret, which signs every attempt from now on", body = WebhookView),
-        (status = 404, description = "Unknown webhook", body = Problem, content_type = "application/problem+json"),
+        UnknownWebhook,
     ))]
 pub async fn rotate_secret(
     State(s): State<AppState>,
@@ -166,8 +166,7 @@ pub async fn rotate_secret(
     params(("id" = String, Path, description = "Webhook id"), DeliveryParams),
     responses(
         (status = 200, description = "One page of deliveries: status, attempts, last response code and body", body = DeliveryPage),
-        (status = 400, description = "Malformed parameters", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown webhook", body = Problem, content_type = "application/problem+json"),
+        MalformedParams, UnknownWebhook,
     ))]
 pub async fn list_deliveries(
     State(s): State<AppState>,

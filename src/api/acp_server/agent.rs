@@ -195,17 +195,7 @@ impl Conn {
             "authenticate" => plain(json!({})),
             "session/new" => self.new_session(ctx, params).await,
             "session/load" => self.load(ctx, params).await,
-            "session/resume" => {
-                let id = session_of(params)?;
-                let view = self
-                    .gateway
-                    .sessions()
-                    .get_session(&self.caller, &id)
-                    .await
-                    .map_err(rpc_error)?;
-                let follow = follow::open(ctx, &id, None).await.map_err(rpc_error)?;
-                Ok((with_state(json!({}), view.state.as_deref()), Some(follow)))
-            }
+            "session/resume" => self.followed(ctx, &session_of(params)?, None).await,
             "session/prompt" => plain(self.prompt(ctx, params).await?),
             "session/list" => plain(self.list(params).await?),
             "session/close" | "session/delete" => {
@@ -233,24 +223,17 @@ impl Conn {
                 done.map_err(rpc_error)?;
                 plain(json!({}))
             }
-            "session/set_mode" => {
+            "session/set_mode" | "session/set_model" => {
                 let id = session_of(params)?;
-                let mode = str_of(params, "modeId")?;
-                self.gateway
-                    .controls()
-                    .set_mode(&self.caller, &id, mode)
-                    .await
-                    .map_err(rpc_error)?;
-                plain(json!({}))
-            }
-            "session/set_model" => {
-                let id = session_of(params)?;
-                let model = str_of(params, "modelId")?;
-                self.gateway
-                    .controls()
-                    .set_model(&self.caller, &id, model)
-                    .await
-                    .map_err(rpc_error)?;
+                let controls = self.gateway.controls();
+                let done = if method == "session/set_mode" {
+                    let mode = str_of(params, "modeId")?;
+                    controls.set_mode(&self.caller, &id, mode).await
+                } else {
+                    let model = str_of(params, "modelId")?;
+                    controls.set_model(&self.caller, &id, model).await
+                };
+                done.map_err(rpc_error)?;
                 plain(json!({}))
             }
             "session/set_config_option" => {
@@ -351,13 +334,24 @@ impl Conn {
         let end = replay(ctx, &id, id.as_str(), None)
             .await
             .map_err(rpc_error)?;
+        self.followed(ctx, &id, Some(end)).await
+    }
+
+    /// The answer of `session/resume` and `session/load`: the session's state, with the session
+    /// followed after `after` (`None`: from now on).
+    async fn followed(
+        &self,
+        ctx: &Ctx,
+        id: &SessionId,
+        after: Option<i64>,
+    ) -> Result<(Value, Option<Follow>), RpcError> {
         let view = self
             .gateway
             .sessions()
-            .get_session(&self.caller, &id)
+            .get_session(&self.caller, id)
             .await
             .map_err(rpc_error)?;
-        let follow = follow::open(ctx, &id, Some(end)).await.map_err(rpc_error)?;
+        let follow = follow::open(ctx, id, after).await.map_err(rpc_error)?;
         Ok((with_state(json!({}), view.state.as_deref()), Some(follow)))
     }
 

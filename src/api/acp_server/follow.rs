@@ -244,28 +244,18 @@ fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
 /// Asks the client what is pending when it attaches (events before its position are not
 /// followed).
 async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
-    let id = &attached.session_id;
-    if let Ok(pending) = ctx.gateway.requests().permissions(&ctx.caller, id).await {
-        for p in pending {
-            ask(
-                ctx,
-                attached,
-                "permission_requested",
-                &p.request_id,
-                &p.request,
-            );
-        }
-    }
-    if let Ok(pending) = ctx.gateway.requests().elicitations(&ctx.caller, id).await {
-        for e in pending {
-            ask(
-                ctx,
-                attached,
-                "elicitation_requested",
-                &e.request_id,
-                &e.request,
-            );
-        }
+    let (requests, caller, id) = (ctx.gateway.requests(), &ctx.caller, &attached.session_id);
+    // A list that cannot be read now is not asked about.
+    let permissions = requests.permissions(caller, id).await.unwrap_or_default();
+    let elicitations = requests.elicitations(caller, id).await.unwrap_or_default();
+    let permissions = permissions
+        .iter()
+        .map(|p| ("permission_requested", &p.request_id, &p.request));
+    let elicitations = elicitations
+        .iter()
+        .map(|e| ("elicitation_requested", &e.request_id, &e.request));
+    for (kind, request_id, request) in permissions.chain(elicitations) {
+        ask(ctx, attached, kind, request_id, request);
     }
 }
 
