@@ -1,7 +1,7 @@
 //! What both backends run alike: the SQL text they share (numbered `$n` parameters, which
-//! SQLite takes too), and their `impl Store`, written once by [`impl_store!`]: the use cases
-//! whose SQL, binds and mapping are the same on both, and a forward to the backend's inherent
-//! method of the same name for the others.
+//! SQLite takes too), the helpers both call, and their `impl Store`, written once by
+//! [`impl_store!`]: the use cases whose SQL, binds and mapping are the same on both, and a
+//! forward to the backend's inherent method of the same name for the others.
 //!
 //! A trait impl cannot span files, but a backend's own use cases are spread over a file each
 //! (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the macro
@@ -169,9 +169,37 @@ pub(crate) const READ_LIFECYCLE_TENANT: &str = "SELECT seq, session_id, tenant, 
 
 pub(crate) const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_events";
 
-/// Ends `$2`'s hold on session `$1` (nothing if another replica holds it).
-pub(crate) const RELEASE_SESSION: &str =
-    "DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2";
+/// Ends `replica`'s hold on `session_id` (nothing if another replica holds it), through `pool`.
+pub(crate) async fn release_session<DB>(
+    pool: &sqlx::Pool<DB>,
+    session_id: &str,
+    replica: &str,
+) -> crate::store::StoreResult<()>
+where
+    DB: sqlx::Database,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    sqlx::query("DELETE FROM session_owners WHERE session_id = $1 AND replica_id = $2")
+        .bind(session_id)
+        .bind(replica)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Nothing, without a round trip, for no `items`; else what `use_case` answers (a future, which
+/// does nothing until awaited).
+pub(crate) async fn unless_empty<T, R>(
+    items: &[T],
+    use_case: impl Future<Output = crate::store::StoreResult<Vec<R>>>,
+) -> crate::store::StoreResult<Vec<R>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    use_case.await
+}
 
 /// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::Store) for
 /// `Backend`. Its shared use cases read through the pool `self.reads` and write through
@@ -180,12 +208,12 @@ pub(crate) const RELEASE_SESSION: &str =
 /// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
 /// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
 /// keep), find the moves of listed sessions with `first_moves` (see
-/// [`FirstMoves`](crate::store::listing::FirstMoves)) and the synced sessions with
+/// [`FirstMoves`](crate::store::listing::FirstMoves)), the sessions to sync of a page with
+/// `to_sync_query(listed)` (its statement, the page bound) and the synced sessions with
 /// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
-/// `items` are the trait's provided methods the backend overrides. The webhook use cases forward
-/// to inherent methods: those both run alike written by
-/// [`impl_webhooks!`](crate::store::webhooks) from the same parameters, `claim_deliveries` the
-/// backend's own.
+/// `items` are the trait's provided methods the backend overrides. The impl itself is written by
+/// [`impl_webhooks!`](crate::store::webhooks), which adds the webhook use cases both run alike,
+/// from the same parameters; `claim_deliveries` forwards to the backend's own.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -197,11 +225,11 @@ macro_rules! impl_store {
             lock_session: $lock_session:path,
             prune_events_by_count: $prune_by_count:path,
             first_moves: $first_moves:path,
+            to_sync_query: $to_sync_query:path,
             synced_sessions: $synced_sessions:expr $(,)?
         } { $($extra:tt)* }
     ) => {
-        #[async_trait::async_trait]
-        impl $crate::store::Store for $backend {
+        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time } {
             async fn ping(&self) -> $crate::store::StoreResult<()> {
                 sqlx::query("SELECT 1").execute(&self.$reads).await?;
                 Ok(())
@@ -211,10 +239,7 @@ macro_rules! impl_store {
                 &self,
                 records: &[$crate::store::records::SessionRecord],
             ) -> $crate::store::StoreResult<Vec<String>> {
-                if records.is_empty() {
-                    return Ok(Vec::new());
-                }
-                self.put_sessions(records).await
+                $crate::store::common::unless_empty(records, self.put_sessions(records)).await
             }
 
             async fn insert_session(
@@ -245,7 +270,8 @@ macro_rules! impl_store {
                 if listed.is_empty() {
                     return Ok(Vec::new());
                 }
-                self.sessions_to_sync(listed).await
+                let rows = $to_sync_query(listed).fetch_all(&self.$reads).await?;
+                rows.iter().map($crate::store::rows::to_sync_from).collect()
             }
 
             async fn update_session(
@@ -285,14 +311,6 @@ macro_rules! impl_store {
                 $crate::store::listing::page_of(query, &rows)
             }
 
-            async fn adopt_sessions(&self, agent: &str) -> $crate::store::StoreResult<u64> {
-                Ok(sqlx::query($crate::store::common::ADOPT_SESSIONS)
-                    .bind(agent)
-                    .execute(&self.$writes)
-                    .await?
-                    .rows_affected())
-            }
-
             async fn visit_synced(
                 &self,
                 agent: &str,
@@ -303,6 +321,14 @@ macro_rules! impl_store {
                     .fetch_one(&self.$reads)
                     .await?;
                 $crate::store::common::visit_ids_and_digests(&ids, &digests, visit)
+            }
+
+            async fn adopt_sessions(&self, agent: &str) -> $crate::store::StoreResult<u64> {
+                Ok(sqlx::query($crate::store::common::ADOPT_SESSIONS)
+                    .bind(agent)
+                    .execute(&self.$writes)
+                    .await?
+                    .rows_affected())
             }
 
             async fn prune_moves(
@@ -322,7 +348,9 @@ macro_rules! impl_store {
                 tenant: &str,
                 at: chrono::DateTime<chrono::Utc>,
             ) -> $crate::store::StoreResult<bool> {
-                self.tombstone_session(session_id, tenant, at).await
+                use chrono::SubsecRound;
+                self.tombstone_session(session_id, tenant, $time(at.trunc_subsecs(6)))
+                    .await
             }
 
             async fn append_events(
@@ -460,10 +488,7 @@ macro_rules! impl_store {
                 &self,
                 events: &[$crate::store::records::NewLifecycleEvent],
             ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
-                if events.is_empty() {
-                    return Ok(Vec::new());
-                }
-                self.append_lifecycle(events).await
+                $crate::store::common::unless_empty(events, self.append_lifecycle(events)).await
             }
 
             async fn read_lifecycle(
@@ -490,64 +515,6 @@ macro_rules! impl_store {
                     .await?)
             }
 
-            async fn put_webhook(
-                &self,
-                w: &$crate::store::WebhookRecord,
-            ) -> $crate::store::StoreResult<()> {
-                self.put_webhook(w).await
-            }
-
-            async fn get_webhook(
-                &self,
-                id: &str,
-            ) -> $crate::store::StoreResult<Option<$crate::store::WebhookRecord>> {
-                self.get_webhook(id).await
-            }
-
-            async fn list_webhooks(
-                &self,
-                tenant: Option<&str>,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::WebhookRecord>> {
-                self.list_webhooks(tenant).await
-            }
-
-            async fn update_webhook(
-                &self,
-                w: &$crate::store::WebhookRecord,
-            ) -> $crate::store::StoreResult<bool> {
-                self.update_webhook(w).await
-            }
-
-            async fn delete_webhook(&self, id: &str) -> $crate::store::StoreResult<bool> {
-                self.delete_webhook(id).await
-            }
-
-            async fn list_deliveries(
-                &self,
-                webhook_id: &str,
-                before: Option<i64>,
-                limit: i64,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::DeliveryRecord>> {
-                self.list_deliveries(webhook_id, before, limit).await
-            }
-
-            async fn get_delivery(
-                &self,
-                webhook_id: &str,
-                id: i64,
-            ) -> $crate::store::StoreResult<Option<$crate::store::DeliveryRecord>> {
-                self.get_delivery(webhook_id, id).await
-            }
-
-            async fn retry_delivery(
-                &self,
-                webhook_id: &str,
-                id: i64,
-                now: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
-                self.retry_delivery(webhook_id, id, now).await
-            }
-
             async fn claim_deliveries(
                 &self,
                 owner: &str,
@@ -557,25 +524,16 @@ macro_rules! impl_store {
             ) -> $crate::store::StoreResult<
                 Vec<($crate::store::DeliveryRecord, $crate::store::records::WebhookRecord)>,
             > {
+                use chrono::SubsecRound;
                 if limit <= 0 {
                     return Ok(Vec::new());
                 }
+                let now = $time(now.trunc_subsecs(6));
+                let lease_until = $time(lease_until.trunc_subsecs(6));
                 self.claim_deliveries(owner, now, lease_until, limit).await
             }
 
-            async fn finish_delivery(
-                &self,
-                id: i64,
-                owner: &str,
-                attempt: &$crate::store::Attempt,
-                now: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
-                self.finish_delivery(id, owner, attempt, now).await
-            }
-
             $($extra)*
-        }
-
-        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time });
+        });
     };
 }

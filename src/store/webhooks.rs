@@ -5,15 +5,23 @@
 //! Delivery rows are inserted by the appends themselves, in the statement or transaction that
 //! stores the events (each backend's `events.rs` and `lifecycle.rs`), so that an event stored is
 //! an event that will be sent; senders claim them with leases (each backend's `webhooks.rs`).
-//! The rest runs alike on both backends and is written once here: the SQL, and
-//! [`impl_webhooks!`], which writes each backend's inherent methods for it (the `impl Store` of
-//! [`impl_store!`] forwards to them; `common.rs` would otherwise outgrow its file).
+//! The rest runs alike on both backends and is written once here: the SQL (the outbox insert
+//! too, [`insert_deliveries!`], which each backend completes in its dialect), and
+//! [`impl_webhooks!`], which writes the `impl Store` with those use cases and the others
+//! [`impl_store!`] hands it (`common.rs` would otherwise outgrow its file).
 
-/// The `webhooks` columns, in the order of [`PUT_WEBHOOK`]'s parameters.
+use sqlx::query::Query;
+use sqlx::types::Json;
+use sqlx::{Database, Encode, Type};
+
+use super::WebhookRecord;
+
+/// The `webhooks` columns, in the order of [`PUT_WEBHOOK`]'s parameters: first those
+/// [`bind_webhook`] binds, then those an update leaves.
 macro_rules! webhook_columns {
     () => {
-        "id, tenant, admin, url, events, session_id, description, secret, enabled, \
-         disabled_reason, created_at, updated_at"
+        "id, url, events, session_id, description, secret, enabled, disabled_reason, \
+         updated_at, tenant, admin, created_at"
     };
 }
 
@@ -26,12 +34,47 @@ macro_rules! delivery_columns {
     };
 }
 
-/// The columns of `webhook_deliveries` an append fills (the others take their defaults), as
-/// each backend's outbox insert lists them.
-macro_rules! delivery_insert_columns {
-    () => {
-        "INSERT INTO webhook_deliveries (webhook_id, message_id, session_id, tenant, seq, kind, \
-         payload, event_at, next_attempt_at, retry_from, created_at, updated_at) "
+/// The outbox insert of an append, which `pg_insert_deliveries!` and `sqlite_insert_deliveries!`
+/// complete in their backend's dialect: one delivery per event of `$from` (a FROM item naming the events `i`, with their
+/// `session_id`, `seq`, `kind`, `created_at`) and enabled webhook `w` that hears it, `$message_id`,
+/// `$tenant` and `$payload` the expressions of those columns (the others take their defaults),
+/// `$filter` what follows the join's condition (more of it, or a `WHERE`). A webhook hears an
+/// event of a kind it lists or `*` (`$hears_kind`), of its session when it names one (compared
+/// to `$event_session`), of its tenant unless it is an admin's. Deliveries are numbered in log
+/// order, `$lock` the backend's locking of the webhook rows; an event already delivered to a
+/// webhook (by message id) is not inserted again.
+macro_rules! insert_deliveries {
+    (
+        from: $from:literal,
+        message_id: $message_id:literal,
+        tenant: $tenant:literal,
+        payload: $payload:literal,
+        filter: $filter:expr,
+        event_session: $event_session:literal,
+        hears_kind: $hears_kind:literal,
+        lock: $lock:literal $(,)?
+    ) => {
+        concat!(
+            "INSERT INTO webhook_deliveries (webhook_id, message_id, session_id, tenant, seq, kind, \
+             payload, event_at, next_attempt_at, retry_from, created_at, updated_at) SELECT w.id, ",
+            $message_id,
+            ", i.session_id, ",
+            $tenant,
+            ", i.seq, i.kind, ",
+            $payload,
+            ", i.created_at, i.created_at, i.created_at, i.created_at, i.created_at FROM ",
+            $from,
+            " JOIN webhooks w ON w.enabled AND (w.admin OR w.tenant = ",
+            $tenant,
+            ") AND (w.session_id IS NULL OR w.session_id = ",
+            $event_session,
+            ") AND ",
+            $hears_kind,
+            $filter,
+            " ORDER BY i.session_id, i.seq, w.id",
+            $lock,
+            " ON CONFLICT (webhook_id, message_id) DO NOTHING"
+        )
     };
 }
 
@@ -78,10 +121,38 @@ pub(crate) const LIST_WEBHOOKS_TENANT: &str = concat!(
     " FROM webhooks WHERE tenant = $1 ORDER BY created_at DESC, id DESC"
 );
 
-/// Everything but the id, the tenant, `admin` and `created_at`.
+/// Everything but the id, the tenant, `admin` and `created_at`, its parameters those of
+/// [`bind_webhook`].
 pub(crate) const UPDATE_WEBHOOK: &str = "UPDATE webhooks SET url = $2, events = $3, \
      session_id = $4, description = $5, secret = $6, enabled = $7, disabled_reason = $8, \
      updated_at = $9 WHERE id = $1";
+
+/// Binds the parameters [`PUT_WEBHOOK`] and [`UPDATE_WEBHOOK`] share, `$1`…`$9`: `w`'s id, the
+/// columns an update changes, and `updated_at` (as the backend binds a timestamp).
+pub(crate) fn bind_webhook<'q, DB, T>(
+    query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
+    w: &'q WebhookRecord,
+    updated_at: T,
+) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
+where
+    DB: Database,
+    T: 'q + Encode<'q, DB> + Type<DB>,
+    String: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
+    bool: Encode<'q, DB> + Type<DB>,
+    Json<&'q Vec<String>>: Encode<'q, DB> + Type<DB>,
+{
+    query
+        .bind(&w.id)
+        .bind(&w.url)
+        .bind(Json(&w.events))
+        .bind(&w.session_id)
+        .bind(&w.description)
+        .bind(&w.secret)
+        .bind(w.enabled)
+        .bind(&w.disabled_reason)
+        .bind(updated_at)
+}
 
 /// Its deliveries go with it (`ON DELETE CASCADE`).
 pub(crate) const DELETE_WEBHOOK: &str = "DELETE FROM webhooks WHERE id = $1";
@@ -111,33 +182,37 @@ pub(crate) const FINISH_DELIVERY: &str = "UPDATE webhook_deliveries SET status =
      last_status = $5, last_body = $6, last_error = $7, lease_owner = NULL, \
      lease_until = NULL, updated_at = $8 WHERE id = $1 AND lease_owner = $2";
 
-/// `impl_webhooks!(Backend { reads, writes, time })` writes `Backend`'s inherent methods for
-/// the webhook use cases both backends run alike (all but `claim_deliveries`), reading through
-/// the pool `self.reads`, writing through `self.writes` and binding a timestamp as
-/// `time(at)`, as [`impl_store!`] does; [`impl_store!`] invokes it.
+/// `impl_webhooks!(Backend { reads, writes, time } { items })` implements
+/// [`Store`](crate::store::Store) for `Backend` with `items`, the other use cases (from
+/// [`impl_store!`], which invokes it), and the webhook use cases both backends run alike (all
+/// but `claim_deliveries`): these read through the pool `self.reads`, write through
+/// `self.writes` and bind a timestamp as `time(at)`, as [`impl_store!`]'s do. The impl is written
+/// whole here because `#[async_trait]` rewrites the `async fn`s it is given, not those a macro
+/// inside the impl would write.
 macro_rules! impl_webhooks {
-    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
-        impl $backend {
+    (
+        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
+        { $($items:tt)* }
+    ) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $backend {
+            $($items)*
+
             async fn put_webhook(
                 &self,
                 w: &$crate::store::WebhookRecord,
             ) -> $crate::store::StoreResult<()> {
                 use chrono::SubsecRound;
-                sqlx::query($crate::store::webhooks::PUT_WEBHOOK)
-                    .bind(&w.id)
-                    .bind(&w.tenant)
-                    .bind(w.admin)
-                    .bind(&w.url)
-                    .bind(sqlx::types::Json(&w.events))
-                    .bind(&w.session_id)
-                    .bind(&w.description)
-                    .bind(&w.secret)
-                    .bind(w.enabled)
-                    .bind(&w.disabled_reason)
-                    .bind($time(w.created_at.trunc_subsecs(6)))
-                    .bind($time(w.updated_at.trunc_subsecs(6)))
-                    .execute(&self.$writes)
-                    .await?;
+                $crate::store::webhooks::bind_webhook(
+                    sqlx::query($crate::store::webhooks::PUT_WEBHOOK),
+                    w,
+                    $time(w.updated_at.trunc_subsecs(6)),
+                )
+                .bind(&w.tenant)
+                .bind(w.admin)
+                .bind($time(w.created_at.trunc_subsecs(6)))
+                .execute(&self.$writes)
+                .await?;
                 Ok(())
             }
 
@@ -175,18 +250,13 @@ macro_rules! impl_webhooks {
                 w: &$crate::store::WebhookRecord,
             ) -> $crate::store::StoreResult<bool> {
                 use chrono::SubsecRound;
-                let updated = sqlx::query($crate::store::webhooks::UPDATE_WEBHOOK)
-                    .bind(&w.id)
-                    .bind(&w.url)
-                    .bind(sqlx::types::Json(&w.events))
-                    .bind(&w.session_id)
-                    .bind(&w.description)
-                    .bind(&w.secret)
-                    .bind(w.enabled)
-                    .bind(&w.disabled_reason)
-                    .bind($time(w.updated_at.trunc_subsecs(6)))
-                    .execute(&self.$writes)
-                    .await?;
+                let updated = $crate::store::webhooks::bind_webhook(
+                    sqlx::query($crate::store::webhooks::UPDATE_WEBHOOK),
+                    w,
+                    $time(w.updated_at.trunc_subsecs(6)),
+                )
+                .execute(&self.$writes)
+                .await?;
                 Ok(updated.rows_affected() > 0)
             }
 

@@ -20,7 +20,7 @@ macro_rules! deliveries_of_inserted {
             message_id: "i.session_id || '.' || i.seq",
             tenant: "s.tenant",
             payload: "i.payload::jsonb",
-            and: "",
+            filter: "",
         )
     };
 }

@@ -27,7 +27,7 @@ const INSERT_LIFECYCLE: &str = concat!(
         message_id: "'lifecycle:' || i.seq",
         tenant: "i.tenant",
         payload: "i.payload",
-        and: " AND i.kind <> 'session_deleted'",
+        filter: " AND i.kind <> 'session_deleted'",
     ),
     ") SELECT seq FROM inserted"
 );

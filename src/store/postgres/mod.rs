@@ -37,6 +37,7 @@ impl_store!(PgStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
+    to_sync_query: sessions::to_sync_query,
     synced_sessions: synced_sessions!(
         "COALESCE(json_agg(session_id), '[]')::text",
         "COALESCE(json_agg(listed), '[]')::text"

@@ -10,7 +10,7 @@ use futures::stream::BoxStream;
 use sqlx::postgres::{PgListener, PgNotification};
 
 use super::store::PgStore;
-use crate::store::common::RELEASE_SESSION;
+use crate::store::common::release_session;
 use crate::store::rows::Columns;
 use crate::store::{Appended, Claimed, Replica, ReplicaRegistry, StoreResult};
 
@@ -181,12 +181,7 @@ impl ReplicaRegistry for PgStore {
     }
 
     async fn release_session(&self, session_id: &str, replica: &str) -> StoreResult<()> {
-        sqlx::query(RELEASE_SESSION)
-            .bind(session_id)
-            .bind(replica)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        release_session(&self.pool, session_id, replica).await
     }
 
     async fn session_owner(

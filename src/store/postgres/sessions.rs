@@ -10,8 +10,7 @@ use sqlx::types::Json;
 use super::store::{PgStore, nul_safe, nul_safe_strings, text_in};
 use crate::store::common::TOMBSTONE_LIVE;
 use crate::store::listing::FirstMoves;
-use crate::store::rows::to_sync_from;
-use crate::store::{ListedSession, SessionRecord, StoreResult, ToSync};
+use crate::store::{ListedSession, SessionRecord, StoreResult};
 
 /// The row [`Store::update_session`](crate::store::Store::update_session) changes: `FOR UPDATE`
 /// holds it until commit, so concurrent updates of one session queue up instead of overwriting
@@ -36,6 +35,13 @@ const PUT_SESSIONS: &str = concat!(
 /// The page as two arrays: ids (`$1`) and digests (`$2`).
 const SESSIONS_TO_SYNC: &str =
     sessions_to_sync!("unnest($1::text[], $2::bigint[]) AS l(id, digest)");
+
+/// [`SESSIONS_TO_SYNC`] of the page `listed`.
+pub(super) fn to_sync_query(listed: &[ListedSession]) -> Query<'_, Postgres, PgArguments> {
+    let ids: Vec<&str> = listed.iter().map(|l| l.session_id.as_str()).collect();
+    let digests: Vec<i64> = listed.iter().map(|l| l.digest).collect();
+    sqlx::query(SESSIONS_TO_SYNC).bind(ids).bind(digests)
+}
 
 /// A bare tombstone for an id the cache does not know. Such an id can only have come from the
 /// agent, hence `origin = 'upstream'`.
@@ -106,27 +112,14 @@ impl PgStore {
             .await?)
     }
 
-    pub(super) async fn sessions_to_sync(
-        &self,
-        listed: &[ListedSession],
-    ) -> StoreResult<Vec<ToSync>> {
-        let ids: Vec<&str> = listed.iter().map(|l| l.session_id.as_str()).collect();
-        let digests: Vec<i64> = listed.iter().map(|l| l.digest).collect();
-        let rows = sqlx::query(SESSIONS_TO_SYNC)
-            .bind(ids)
-            .bind(digests)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(to_sync_from).collect()
-    }
-
+    /// [`Store::tombstone_session`](crate::store::Store::tombstone_session), `at` to the
+    /// microsecond.
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,
         tenant: &str,
         at: DateTime<Utc>,
     ) -> StoreResult<bool> {
-        let at = at.trunc_subsecs(6);
         let tombstone_live = || {
             sqlx::query(TOMBSTONE_LIVE)
                 .bind(session_id)

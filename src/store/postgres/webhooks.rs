@@ -3,48 +3,26 @@
 //! deliveries, one statement that locks what it takes (`FOR UPDATE SKIP LOCKED`) so that two
 //! replicas never claim the same row. The rest is written once in `store/webhooks.rs`.
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 
 use super::store::PgStore;
 use crate::store::rows::{delivery_from, webhook_from};
 use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 
-/// The outbox insert of an append, a statement (or data-modifying CTE) of its own: one
-/// delivery per event of `$from` (a FROM item naming the events `i`, with their `session_id`,
-/// `seq`, `kind`, `created_at`) and enabled webhook that hears it, `$message_id`, `$tenant` and
-/// `$payload` the expressions of its columns, `$and` any further condition on the event. A
-/// webhook hears an event of a kind it lists (or `*`), of its session when it names one, of its
-/// tenant unless it is an admin's. Deliveries are numbered in log order; an event already
-/// delivered to a webhook (by message id) is not inserted again.
+/// The outbox insert of an append, a statement (or data-modifying CTE) of its own: the
+/// [`insert_deliveries!`] of `from`, `message_id`, `tenant`, `payload` and `filter` (any further
+/// condition on the event, ` AND …`), each followed by a comma, in PostgreSQL's dialect.
 ///
 /// The webhook rows are locked (`FOR KEY SHARE`, as the foreign key's check would lock them) as
 /// they are read: a webhook deleted meanwhile is then skipped, where the foreign key's check
 /// would fail the append.
 macro_rules! pg_insert_deliveries {
-    (
-        from: $from:literal,
-        message_id: $message_id:literal,
-        tenant: $tenant:literal,
-        payload: $payload:literal,
-        and: $and:literal $(,)?
-    ) => {
-        concat!(
-            delivery_insert_columns!(),
-            "SELECT w.id, ",
-            $message_id,
-            ", i.session_id, ",
-            $tenant,
-            ", i.seq, i.kind, ",
-            $payload,
-            ", i.created_at, i.created_at, i.created_at, i.created_at, i.created_at FROM ",
-            $from,
-            " JOIN webhooks w ON w.enabled AND (w.admin OR w.tenant = ",
-            $tenant,
-            ") AND (w.session_id IS NULL OR w.session_id = i.session_id COLLATE \"C\") \
-             AND w.events ?| ARRAY[i.kind, '*']",
-            $and,
-            " ORDER BY i.session_id, i.seq, w.id FOR KEY SHARE OF w \
-             ON CONFLICT (webhook_id, message_id) DO NOTHING"
+    ($($use_case:tt)*) => {
+        insert_deliveries!(
+            $($use_case)*
+            event_session: "i.session_id COLLATE \"C\"",
+            hears_kind: "w.events ?| ARRAY[i.kind, '*']",
+            lock: " FOR KEY SHARE OF w",
         )
     };
 }
@@ -65,6 +43,8 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl PgStore {
+    /// [`Store::claim_deliveries`](crate::store::Store::claim_deliveries), its timestamps to the
+    /// microsecond.
     pub(super) async fn claim_deliveries(
         &self,
         owner: &str,
@@ -74,8 +54,8 @@ impl PgStore {
     ) -> StoreResult<Vec<(DeliveryRecord, WebhookRecord)>> {
         let rows = sqlx::query(CLAIM_DELIVERIES)
             .bind(owner)
-            .bind(now.trunc_subsecs(6))
-            .bind(lease_until.trunc_subsecs(6))
+            .bind(now)
+            .bind(lease_until)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;

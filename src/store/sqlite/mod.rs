@@ -43,5 +43,6 @@ impl_store!(SqliteStore {
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
     first_moves: sessions::FIRST_MOVES,
+    to_sync_query: sessions::to_sync_query,
     synced_sessions: synced_sessions!("json_group_array(session_id)", "json_group_array(listed)"),
 } {});

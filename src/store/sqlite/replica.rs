@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
 
 use super::store::SqliteStore;
-use crate::store::common::RELEASE_SESSION;
+use crate::store::common::release_session;
 use crate::store::{HeldSessions, StoreResult};
 
 /// Held for as long as one gateway serves an SQLite database file: a second gateway on the same
@@ -69,12 +69,7 @@ impl HeldSessions for SqliteStore {
     }
 
     async fn release(&self, session_id: &str, replica: &str) -> StoreResult<()> {
-        sqlx::query(RELEASE_SESSION)
-            .bind(session_id)
-            .bind(replica)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        release_session(&self.writer, session_id, replica).await
     }
 
     async fn release_all(&self, replica: &str) -> StoreResult<()> {

@@ -1,7 +1,6 @@
 //! The session cache: rows of `sessions`, their tombstones, and how the list finds the moves
 //! recorded in `session_moves`.
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
@@ -10,8 +9,7 @@ use sqlx::{Row, Sqlite};
 use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::common::{GET_SESSION, TOMBSTONE_LIVE};
 use crate::store::listing::FirstMoves;
-use crate::store::rows::to_sync_from;
-use crate::store::{ListedSession, SessionRecord, StoreResult, ToSync};
+use crate::store::{ListedSession, SessionRecord, StoreResult};
 
 /// The row [`Store::update_session`](crate::store::Store::update_session) changes. Its
 /// transaction is an immediate one, which holds the write lock from this read to the commit, so
@@ -47,6 +45,18 @@ fn put_sessions_statement(rows: usize) -> String {
 /// The page as one JSON array of `[id, digest]` pairs (`$1`).
 const SESSIONS_TO_SYNC: &str =
     sessions_to_sync!("(SELECT value ->> 0 AS id, value ->> 1 AS digest FROM json_each($1)) AS l");
+
+/// [`SESSIONS_TO_SYNC`] of the page `listed`.
+pub(super) fn to_sync_query(
+    listed: &[ListedSession],
+) -> Query<'static, Sqlite, SqliteArguments<'static>> {
+    let page: Vec<(&str, i64)> = listed
+        .iter()
+        .map(|l| (l.session_id.as_str(), l.digest))
+        .collect();
+    let page = serde_json::to_string(&page).expect("strings and numbers serialize");
+    sqlx::query(SESSIONS_TO_SYNC).bind(page)
+}
 
 /// A bare tombstone for an id the cache does not know. Such an id can only have come from the
 /// agent, hence `origin = 'upstream'`.
@@ -101,29 +111,14 @@ impl SqliteStore {
         Ok(written)
     }
 
-    pub(super) async fn sessions_to_sync(
-        &self,
-        listed: &[ListedSession],
-    ) -> StoreResult<Vec<ToSync>> {
-        let page: Vec<(&str, i64)> = listed
-            .iter()
-            .map(|l| (l.session_id.as_str(), l.digest))
-            .collect();
-        let page = serde_json::to_string(&page).expect("strings and numbers serialize");
-        let rows = sqlx::query(SESSIONS_TO_SYNC)
-            .bind(page)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(to_sync_from).collect()
-    }
-
+    /// [`Store::tombstone_session`](crate::store::Store::tombstone_session), `at` in unix
+    /// microseconds.
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,
         tenant: &str,
-        at: DateTime<Utc>,
+        at: i64,
     ) -> StoreResult<bool> {
-        let at = micros(at);
         let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let updated = sqlx::query(TOMBSTONE_LIVE)
             .bind(session_id)

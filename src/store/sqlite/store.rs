@@ -45,52 +45,42 @@ impl SqliteStore {
 
     /// Opens the database `options` name, as [`SqliteStore::connect`] does its URL's.
     pub(crate) async fn open(options: SqliteConnectOptions, in_memory: bool) -> StoreResult<Self> {
-        let options = options
+        let mut options = options
             .create_if_missing(true)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT);
-
+        let mut writer = pool_options()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT);
         if in_memory {
             // One connection that never closes: the database lives exactly as long as its last
             // connection, and every query must see the same one.
-            let pool = pool_options()
-                .max_connections(1)
+            writer = writer
                 .min_connections(1)
                 .idle_timeout(None)
-                .max_lifetime(None)
-                .acquire_timeout(ACQUIRE_TIMEOUT)
-                .connect_with(options)
-                .await?;
-            super::super::migrations::migrator(super::super::migrations::SQLITE)
-                .run(&pool)
-                .await?;
-            return Ok(Self {
-                writer: pool.clone(),
-                reader: pool,
-                in_memory: true,
-            });
+                .max_lifetime(None);
+        } else {
+            options = options
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal);
         }
-
-        let options = options
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal);
-        let writer = pool_options()
-            .max_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.clone())
-            .await?;
+        let writer = writer.connect_with(options.clone()).await?;
         super::super::migrations::migrator(super::super::migrations::SQLITE)
             .run(&writer)
             .await?;
-        let reader = pool_options()
-            .max_connections(READER_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
-            .await?;
+        let reader = if in_memory {
+            writer.clone()
+        } else {
+            pool_options()
+                .max_connections(READER_CONNECTIONS)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?
+        };
         Ok(Self {
             writer,
             reader,
-            in_memory: false,
+            in_memory,
         })
     }
 }

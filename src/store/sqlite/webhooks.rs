@@ -3,19 +3,14 @@
 //! deliveries (one writer at a time: a transaction is enough to keep two claims apart). The
 //! rest is written once in `store/webhooks.rs`.
 
-use chrono::{DateTime, Utc};
-
-use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros};
+use super::store::{BEGIN_IMMEDIATE, SqliteStore};
 use crate::store::rows::{delivery_from, webhook_from};
 use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 
 /// The outbox insert of an append, a statement of its own in the append's transaction, with
-/// anonymous parameters (`?`) in `$where` only: one delivery per event of `$from` (a FROM item
-/// naming the events `i`, with their `session_id`, `seq`, `kind`, `payload`, `created_at`) that
-/// `$where` selects and enabled webhook that hears it, `$message_id` and `$tenant` the
-/// expressions of those columns. A webhook hears an event of a kind it lists (or `*`), of its
-/// session when it names one, of its tenant unless it is an admin's. Deliveries are numbered in
-/// log order; an event already delivered to a webhook (by message id) is not inserted again.
+/// anonymous parameters (`?`) in `$where` only: the [`insert_deliveries!`] of `$from` (its
+/// events with their `payload` too), `$message_id` and `$tenant` in SQLite's dialect, of the
+/// events `$where` selects.
 macro_rules! sqlite_insert_deliveries {
     (
         from: $from:literal,
@@ -23,22 +18,15 @@ macro_rules! sqlite_insert_deliveries {
         tenant: $tenant:literal,
         where: $where:literal $(,)?
     ) => {
-        concat!(
-            delivery_insert_columns!(),
-            "SELECT w.id, ",
-            $message_id,
-            ", i.session_id, ",
-            $tenant,
-            ", i.seq, i.kind, i.payload, i.created_at, i.created_at, i.created_at, \
-             i.created_at, i.created_at FROM ",
-            $from,
-            " JOIN webhooks w ON w.enabled AND (w.admin OR w.tenant = ",
-            $tenant,
-            ") AND (w.session_id IS NULL OR w.session_id = i.session_id) \
-             AND EXISTS (SELECT 1 FROM json_each(w.events) k WHERE k.value IN (i.kind, '*')) \
-             WHERE ",
-            $where,
-            " ORDER BY i.session_id, i.seq, w.id ON CONFLICT (webhook_id, message_id) DO NOTHING"
+        insert_deliveries!(
+            from: $from,
+            message_id: $message_id,
+            tenant: $tenant,
+            payload: "i.payload",
+            filter: concat!(" WHERE ", $where),
+            event_session: "i.session_id",
+            hears_kind: "EXISTS (SELECT 1 FROM json_each(w.events) k WHERE k.value IN (i.kind, '*'))",
+            lock: "",
         )
     };
 }
@@ -52,18 +40,20 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl SqliteStore {
+    /// [`Store::claim_deliveries`](crate::store::Store::claim_deliveries), its timestamps in unix
+    /// microseconds.
     pub(super) async fn claim_deliveries(
         &self,
         owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
+        now: i64,
+        lease_until: i64,
         limit: i64,
     ) -> StoreResult<Vec<(DeliveryRecord, WebhookRecord)>> {
         let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let rows = sqlx::query(CLAIM_DELIVERIES)
             .bind(owner)
-            .bind(micros(now))
-            .bind(micros(lease_until))
+            .bind(now)
+            .bind(lease_until)
             .bind(limit)
             .fetch_all(&mut *tx)
             .await?;
