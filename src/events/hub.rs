@@ -17,8 +17,14 @@ use super::run::lifecycle_wake;
 use super::{Run, StoredLifecycleEvent};
 use crate::store::{Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store};
 
-/// Events kept in each live broadcast buffer before a subscriber is considered behind.
-pub(super) const LIVE_BUFFER: usize = 1024;
+/// Lifecycle events kept in the live broadcast buffer before a subscriber is considered behind
+/// (and reads the log instead).
+pub(super) const LIFECYCLE_BUFFER: usize = 1024;
+/// Runs (each one commit's events of a session) kept in a followed session's broadcast buffer
+/// before a subscriber is considered behind (and reads the log instead). A buffer's slots are
+/// allocated when the session gets its first subscriber: this is most of what a subscriber
+/// costs in memory (`bench/memory.sh`).
+pub(super) const SESSION_BUFFER: usize = 128;
 
 /// Events queued for the writer before appenders wait.
 pub(super) const QUEUE: usize = 8192;
@@ -118,7 +124,7 @@ impl EventHub {
         let hub = Arc::new(EventHub {
             store,
             sessions: Mutex::default(),
-            lifecycle: broadcast::channel(LIVE_BUFFER).0,
+            lifecycle: broadcast::channel(LIFECYCLE_BUFFER).0,
             lifecycle_queue,
             shutdown,
             queue,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
 
-use super::hub::LIVE_BUFFER;
+use super::hub::SESSION_BUFFER;
 use super::{EventHub, Run, Sequenced, StreamStats};
 use crate::store::{Store, StoreResult, StoredEvent, StoredLifecycleEvent};
 
@@ -45,7 +45,7 @@ impl EventHub {
         let mut map = self.sessions.lock().expect("hub lock");
         map.retain(|_, tx| tx.receiver_count() > 0);
         map.entry(session_id.to_owned())
-            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
+            .or_insert_with(|| broadcast::channel(SESSION_BUFFER).0)
             .subscribe()
     }
 

@@ -150,6 +150,7 @@ impl EventHub {
                 give_up(left, rx).await;
                 return;
             }
+            log.upkeep();
             if !full {
                 tokio::select! {
                     biased;
