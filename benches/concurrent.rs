@@ -24,7 +24,8 @@
 //! (default 2; the samples are pooled), `CONCURRENT_AGENT` the agent (`bench`, the default:
 //! `examples/bench_agent.rs`, which costs far less than any front; or `echo`),
 //! `CONCURRENT_FRONTS` which fronts (names holding one of its comma-separated words),
-//! `CONCURRENT_BASELINE` the path of another build of the gateway to measure beside this one.
+//! `CONCURRENT_BASELINE` the paths of other builds of the gateway to measure beside this one
+//! (comma-separated).
 //! Writes `bench/results/concurrent.md`.
 
 mod support;

@@ -451,7 +451,8 @@ pub fn load_average() -> String {
 }
 
 /// What a load bench runs, from its environment (`{PREFIX}_SECS`, `_ROUNDS`, `_AGENT`,
-/// `_SESSIONS`, `_FRONTS`, `_BASELINE`: see `benches/concurrent.rs`).
+/// `_SESSIONS`, `_FRONTS`, `_BASELINE`: see `benches/concurrent.rs`; `_BASELINE` may name
+/// several builds, separated by commas).
 #[derive(Clone)]
 pub struct Setup {
     pub secs: u64,
@@ -483,7 +484,8 @@ impl Setup {
         for backend in Backend::available() {
             let name = format!("acp-gateway, {}", backend.name());
             fronts.push((name, Which::Gateway(backend, None)));
-            if let Ok(other) = std::env::var(var("BASELINE")) {
+            let others: String = env_or(&var("BASELINE"), String::new());
+            for other in others.split(',').filter(|o| !o.is_empty()) {
                 let name = format!("acp-gateway {other}, {}", backend.name());
                 fronts.push((name, Which::Gateway(backend, Some(other.into()))));
             }

@@ -36,6 +36,11 @@ pub(super) const QUEUE: usize = 8192;
 /// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
 /// the agent the gateway is waiting for (see `bench/README.md`).
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
+/// A commit of fewer events than this leaves the writer quiet: the end of a turn then ends its
+/// pause, so that a client sees the turn end with the answer. A larger commit means events
+/// arrive faster than the pace gathers them; turns' ends then wait for the pace like the rest,
+/// and the commits (and their CPU) stay few.
+pub(super) const QUIET_BATCH: usize = 64;
 /// Lifecycle events waiting to be stored; past it, whoever emits one waits.
 pub(super) const LIFECYCLE_QUEUE: usize = 1024;
 
@@ -72,6 +77,9 @@ pub struct EventHub {
     pub(super) pace: Duration,
     /// Ends the writer's pause: someone waits for a commit.
     pub(super) urgent: Notify,
+    /// Ends the writer's pause when its last commit was a small one ([`QUIET_BATCH`]): a turn
+    /// has ended ([`EventHub::enqueue_now`]).
+    pub(super) turn_ended: Notify,
     /// The writer and the pruner; stopped by [`EventHub::close`] after everything is written.
     pub(super) tasks: TaskTracker,
     pub(super) closing: CancellationToken,
@@ -130,6 +138,7 @@ impl EventHub {
             queue,
             pace,
             urgent: Notify::new(),
+            turn_ended: Notify::new(),
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             abandon: CancellationToken::new(),

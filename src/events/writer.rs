@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-use super::hub::Queued;
+use super::hub::{QUIET_BATCH, Queued};
 use super::retry::{Abandoned, KnownSeqs};
 use super::{EventHub, Run};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
@@ -51,11 +51,12 @@ impl EventHub {
         self.enqueue_with(session_id, event, None, None).await;
     }
 
-    /// As [`EventHub::enqueue`], and the writer's pause ([`EventHub::pace`]) ends: what ends a
-    /// turn reaches subscribers with the answer, not a pace later.
+    /// As [`EventHub::enqueue`], and the writer's pause ([`EventHub::pace`]) ends unless the
+    /// writer is busy ([`QUIET_BATCH`]): what ends a turn reaches subscribers with the answer,
+    /// not a pace later.
     pub async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
         self.enqueue_with(session_id, event, None, None).await;
-        self.urgent.notify_one();
+        self.turn_ended.notify_one();
     }
 
     /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
@@ -146,6 +147,7 @@ impl EventHub {
                 }
             }
             let full = batch.len() == MAX_BATCH;
+            let quiet = batch.len() < QUIET_BATCH;
             if let Err(left) = self.write_batch(log.as_mut(), &mut known, &mut batch).await {
                 give_up(left, rx).await;
                 return;
@@ -155,6 +157,7 @@ impl EventHub {
                 tokio::select! {
                     biased;
                     _ = self.urgent.notified() => {}
+                    _ = self.turn_ended.notified(), if quiet => {}
                     _ = self.closing.cancelled() => {}
                     _ = tokio::time::sleep(self.pace) => {}
                 }
