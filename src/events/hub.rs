@@ -325,6 +325,13 @@ impl EventHub {
         }
     }
 
+    /// Whether the session has live subscribers.
+    pub(super) fn followed(&self, session_id: &str) -> bool {
+        (self.sessions.lock().expect("hub lock"))
+            .get(session_id)
+            .is_some_and(|tx| tx.receiver_count() > 0)
+    }
+
     /// Sends `run()` to the session's live subscribers; with none, the run is not built (nor,
     /// then, ever encoded).
     pub(super) fn broadcast(&self, session_id: &str, run: impl FnOnce() -> Run) {

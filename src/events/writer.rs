@@ -51,12 +51,15 @@ impl EventHub {
         self.enqueue_with(session_id, event, None, None).await;
     }
 
-    /// As [`EventHub::enqueue`], and the writer's pause ([`EventHub::pace`]) ends unless the
-    /// writer is busy ([`QUIET_BATCH`]): what ends a turn reaches subscribers with the answer,
-    /// not a pace later.
+    /// As [`EventHub::enqueue`], and, when someone follows the session live, the writer's
+    /// pause ([`EventHub::pace`]) ends unless the writer is busy ([`QUIET_BATCH`]): what ends a
+    /// turn reaches its subscribers with the answer, not a pace later. Unfollowed, it waits for
+    /// the pace: the commit it would cost falls on the client's next request instead.
     pub async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
         self.enqueue_with(session_id, event, None, None).await;
-        self.turn_ended.notify_one();
+        if self.followed(session_id) {
+            self.turn_ended.notify_one();
+        }
     }
 
     /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
@@ -436,5 +439,63 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(30), hub.close())
             .await
             .expect("closing ends the pause");
+    }
+
+    /// Waits until `store` holds `n` events of "s".
+    async fn until_appended(store: &Arc<dyn Store>, n: usize, what: &str) {
+        let stored = async {
+            while appended(store, "s").await < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), stored)
+            .await
+            .expect(what);
+    }
+
+    /// A turn's end (`enqueue_now`) in a session someone follows is committed without waiting
+    /// out the pause while the writer is quiet, and waits for it after a commit of a busy
+    /// writer ([`QUIET_BATCH`] events or more); in a session nobody follows it always waits.
+    /// The pace is far longer than the test.
+    #[tokio::test]
+    async fn a_turns_end_cuts_the_pause_of_a_quiet_writer_only() {
+        let (_dir, store) = file_store().await;
+        let hub = EventHub::with_pace(
+            store.clone(),
+            CancellationToken::new(),
+            Retention::default(),
+            Duration::from_secs(600),
+        );
+        hub.enqueue("s", event(0)).await;
+        until_appended(&store, 1, "an idle writer commits at once").await;
+        hub.enqueue_now("s", event(1)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            appended(&store, "s").await,
+            1,
+            "the end of a turn nobody follows waits for the pace"
+        );
+        let follower = hub.session_stream("s", None).await.unwrap();
+        hub.enqueue_now("s", event(2)).await;
+        until_appended(&store, 3, "a followed turn's end cuts a quiet writer's pause").await;
+
+        // A busy writer: one commit of QUIET_BATCH events, queued before it wakes (an awaited
+        // append ends the pause), then a turn's end, which waits for the pace.
+        for i in 0..QUIET_BATCH - 1 {
+            hub.enqueue("s", event(3 + i)).await;
+        }
+        hub.append("s", event(2 + QUIET_BATCH)).await.unwrap();
+        let busy = 3 + QUIET_BATCH;
+        hub.enqueue_now("s", event(busy)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            appended(&store, "s").await,
+            busy,
+            "after a large commit a turn's end waits for the pace"
+        );
+        hub.flush().await;
+        assert_eq!(appended(&store, "s").await, busy + 1);
+        drop(follower);
+        hub.close().await;
     }
 }
