@@ -155,7 +155,6 @@ impl EventHub {
                 give_up(left, rx).await;
                 return;
             }
-            log.upkeep();
             if !full {
                 tokio::select! {
                     biased;

@@ -210,8 +210,4 @@ pub trait LogWriter: Send {
     async fn append_batches(&mut self, _: &[Batch<'_>]) -> Option<StoreResult<BatchesStored>> {
         None
     }
-
-    /// Upkeep that no reader should wait for, called after the events of a commit have been
-    /// handed on (SQLite: a WAL checkpoint every few commits). Nothing by default.
-    fn upkeep(&mut self) {}
 }

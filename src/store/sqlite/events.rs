@@ -61,10 +61,9 @@ pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <=
 /// It does not checkpoint the WAL when a commit crosses SQLite's threshold of a thousand pages
 /// (`wal_autocheckpoint = 0`): copying that much back into the database in one go would land on
 /// one append and, on a small machine, take the CPU from a prompt in flight. Instead it runs a
-/// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, once the commit's events have
-/// been handed to subscribers ([`LogWriter::upkeep`]: the checkpoint's syncs do not delay
-/// them), copying a dozen pages or so each time; being the only writer, it always copies
-/// everything, and its next transaction starts the WAL file over, so the file stays small.
+/// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after a commit, copying
+/// a dozen pages or so each time; being the only writer, it always copies everything, and its
+/// next transaction starts the WAL file over, so the file stays small.
 struct SqliteLogWriter {
     pool: SqlitePool,
     /// Use the pool's connection (an in-memory database).
@@ -116,25 +115,23 @@ impl LogWriter for SqliteLogWriter {
         let appended = append_here(conn, batches);
         Some(self.appended(appended))
     }
+}
 
-    fn upkeep(&mut self) {
-        let Some(conn) = &mut self.own else { return };
-        if self.appends >= CHECKPOINT_EVERY {
+impl SqliteLogWriter {
+    /// Counts an append on the own connection, checkpoints every [`CHECKPOINT_EVERY`], and
+    /// drops the connection after a failure.
+    fn appended<T>(&mut self, appended: StoreResult<T>) -> StoreResult<T> {
+        let Some(conn) = &mut self.own else {
+            return appended;
+        };
+        self.appends += 1;
+        if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
             if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
                 tracing::warn!(error = %e, "WAL checkpoint failed");
             }
         }
-    }
-}
-
-impl SqliteLogWriter {
-    /// Counts a commit on the own connection (for [`LogWriter::upkeep`]'s checkpoints), and
-    /// drops the connection after a failure.
-    fn appended<T>(&mut self, appended: StoreResult<T>) -> StoreResult<T> {
-        if appended.is_ok() {
-            self.appends += 1;
-        } else {
+        if appended.is_err() {
             self.own = None;
         }
         appended
