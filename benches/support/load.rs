@@ -76,22 +76,30 @@ where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
-    let workers: Vec<_> = (0..clients)
-        .map(|k| {
-            let call = call.clone();
-            tokio::spawn(async move {
-                let mut calls = Calls::new();
-                let mut started = Instant::now();
-                while started < window.end {
-                    call(k).await;
-                    let ended = Instant::now();
-                    calls.push((started, ended));
-                    started = ended;
-                }
-                calls
-            })
-        })
-        .collect();
+    each_client(clients, move |k| {
+        let call = call.clone();
+        async move {
+            let mut calls = Calls::new();
+            let mut started = Instant::now();
+            while started < window.end {
+                call(k).await;
+                let ended = Instant::now();
+                calls.push((started, ended));
+                started = ended;
+            }
+            calls
+        }
+    })
+    .await
+}
+
+/// Runs `client(k)` for each of `clients` clients, each a task of its own; their calls.
+async fn each_client<C, Fut>(clients: usize, client: C) -> Vec<Calls>
+where
+    C: Fn(usize) -> Fut,
+    Fut: Future<Output = Calls> + Send + 'static,
+{
+    let workers: Vec<_> = (0..clients).map(|k| tokio::spawn(client(k))).collect();
     let mut out = Vec::with_capacity(clients);
     for w in workers {
         out.push(w.await.unwrap());
@@ -114,30 +122,24 @@ where
     Fut: Future<Output = ()> + Send,
 {
     let first = tokio::time::Instant::now();
-    let workers: Vec<_> = (0..clients)
-        .map(|k| {
-            let call = call.clone();
-            let offset = period * k as u32 / clients.max(1) as u32;
-            tokio::spawn(async move {
-                let mut ticks = tokio::time::interval_at(first + offset, period);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                let mut calls = Calls::new();
-                loop {
-                    let started = ticks.tick().await.into_std();
-                    if started >= window.end {
-                        return calls;
-                    }
-                    call(k).await;
-                    calls.push((started, Instant::now()));
+    each_client(clients, move |k| {
+        let call = call.clone();
+        let offset = period * k as u32 / clients.max(1) as u32;
+        async move {
+            let mut ticks = tokio::time::interval_at(first + offset, period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut calls = Calls::new();
+            loop {
+                let started = ticks.tick().await.into_std();
+                if started >= window.end {
+                    return calls;
                 }
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(clients);
-    for w in workers {
-        out.push(w.await.unwrap());
-    }
-    out
+                call(k).await;
+                calls.push((started, Instant::now()));
+            }
+        }
+    })
+    .await
 }
 
 /// [`closed_loop`] when `every` is `None`, else [`open_loop`] at that period.

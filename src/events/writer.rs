@@ -476,7 +476,12 @@ mod tests {
         );
         let follower = hub.session_stream("s", None).await.unwrap();
         hub.enqueue_now("s", event(2)).await;
-        until_appended(&store, 3, "a followed turn's end cuts a quiet writer's pause").await;
+        until_appended(
+            &store,
+            3,
+            "a followed turn's end cuts a quiet writer's pause",
+        )
+        .await;
 
         // A busy writer: one commit of QUIET_BATCH events, queued before it wakes (an awaited
         // append ends the pause), then a turn's end, which waits for the pace.
