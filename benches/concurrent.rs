@@ -69,12 +69,7 @@ fn row(n: usize, name: &str, f: &Figures) -> String {
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let setup = Setup::from_env("CONCURRENT", "8,64");
-    let Setup {
-        secs,
-        rounds,
-        agent_name,
-        ..
-    } = setup.clone();
+    let (secs, rounds, agent_name) = (setup.secs, setup.rounds, setup.agent_name);
     let load_before = load_average();
     let mut table = String::new();
     let mut ratios = String::new();

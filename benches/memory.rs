@@ -43,7 +43,7 @@ fn per(before: u64, after: u64, items: usize) -> String {
 }
 
 async fn measure(backend: Backend, dir: &Path, counts: &[usize], subscribers: usize) -> String {
-    let db = Database::create(backend, dir, "memory").await;
+    let mut db = Database::create(backend, dir, "memory").await;
     let opts = Options {
         agent: support::bench_agent(),
         ..Options::bench()
@@ -101,7 +101,6 @@ async fn measure(backend: Backend, dir: &Path, counts: &[usize], subscribers: us
     );
     drop(streams);
     gw.stop().await;
-    let mut db = db;
     db.remove().await;
     format!(
         "| {} | idle, one session | {:.1} MiB | — |\n{out}",

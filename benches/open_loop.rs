@@ -68,7 +68,7 @@ async fn main() {
     let mut table = String::new();
     let mut ratios = String::new();
     for &n in &setup.counts {
-        let results = setup.run(n, Some(period), Path::new(dir.path())).await;
+        let results = setup.run(n, Some(period), dir.path()).await;
         let adapter = setup
             .fronts
             .iter()

@@ -83,7 +83,6 @@ impl Front {
 }
 
 /// Which front to start.
-#[derive(Clone)]
 pub enum Which {
     Direct,
     /// On a backend; another build than this one's when given.
@@ -453,7 +452,6 @@ pub fn load_average() -> String {
 /// What a load bench runs, from its environment (`{PREFIX}_SECS`, `_ROUNDS`, `_AGENT`,
 /// `_SESSIONS`, `_FRONTS`, `_BASELINE`: see `benches/concurrent.rs`; `_BASELINE` may name
 /// several builds, separated by commas).
-#[derive(Clone)]
 pub struct Setup {
     pub secs: u64,
     pub rounds: usize,

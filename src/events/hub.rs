@@ -75,11 +75,12 @@ pub struct EventHub {
     pub(super) queue: mpsc::Sender<Queued>,
     /// The writer's pause after each commit ([`COMMIT_PACE`]).
     pub(super) pace: Duration,
-    /// Ends the writer's pause: someone waits for a commit.
+    /// Ends the writer's pause: someone waits for a commit, or a followed turn has ended
+    /// while the writer is quiet.
     pub(super) urgent: Notify,
-    /// Ends the writer's pause when its last commit was a small one ([`QUIET_BATCH`]): a turn
-    /// has ended ([`EventHub::enqueue_now`]).
-    pub(super) turn_ended: Notify,
+    /// The writer's last batch was small ([`QUIET_BATCH`]): a turn's end may end its pause
+    /// ([`EventHub::enqueue_now`]).
+    pub(super) quiet: AtomicBool,
     /// The writer and the pruner; stopped by [`EventHub::close`] after everything is written.
     pub(super) tasks: TaskTracker,
     pub(super) closing: CancellationToken,
@@ -138,7 +139,7 @@ impl EventHub {
             queue,
             pace,
             urgent: Notify::new(),
-            turn_ended: Notify::new(),
+            quiet: AtomicBool::new(true),
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
             abandon: CancellationToken::new(),
@@ -325,24 +326,23 @@ impl EventHub {
         }
     }
 
-    /// Whether the session has live subscribers.
-    pub(super) fn followed(&self, session_id: &str) -> bool {
+    /// The session's broadcast sender, when it has live subscribers.
+    fn followers(&self, session_id: &str) -> Option<broadcast::Sender<Arc<Run>>> {
         (self.sessions.lock().expect("hub lock"))
             .get(session_id)
-            .is_some_and(|tx| tx.receiver_count() > 0)
+            .filter(|tx| tx.receiver_count() > 0)
+            .cloned()
+    }
+
+    /// Whether the session has live subscribers.
+    pub(super) fn followed(&self, session_id: &str) -> bool {
+        self.followers(session_id).is_some()
     }
 
     /// Sends `run()` to the session's live subscribers; with none, the run is not built (nor,
     /// then, ever encoded).
     pub(super) fn broadcast(&self, session_id: &str, run: impl FnOnce() -> Run) {
-        let sender = self
-            .sessions
-            .lock()
-            .expect("hub lock")
-            .get(session_id)
-            .filter(|tx| tx.receiver_count() > 0)
-            .cloned();
-        if let Some(tx) = sender {
+        if let Some(tx) = self.followers(session_id) {
             let _ = tx.send(Arc::new(run()));
         }
     }

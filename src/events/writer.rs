@@ -57,8 +57,8 @@ impl EventHub {
     /// the pace: the commit it would cost falls on the client's next request instead.
     pub async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
         self.enqueue_with(session_id, event, None, None).await;
-        if self.followed(session_id) {
-            self.turn_ended.notify_one();
+        if self.quiet.load(Ordering::Relaxed) && self.followed(session_id) {
+            self.urgent.notify_one();
         }
     }
 
@@ -125,7 +125,8 @@ impl EventHub {
     }
 
     /// The writer: group commit of everything queued, session by session, in queue order, then
-    /// a pause of [`EventHub::pace`] unless someone waits for a commit or the batch was full.
+    /// a pause of [`EventHub::pace`] unless someone waits for a commit (or a
+    /// followed turn ends, [`EventHub::enqueue_now`]) or the batch was full.
     /// An append that fails is retried until it succeeds (see [`EventHub::append_group`]);
     /// meanwhile nothing more is taken from the queue, so appenders wait when it is full.
     pub(super) async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
@@ -150,7 +151,9 @@ impl EventHub {
                 }
             }
             let full = batch.len() == MAX_BATCH;
-            let quiet = batch.len() < QUIET_BATCH;
+            // Before the batch is written, so that whoever it answers sees it.
+            self.quiet
+                .store(batch.len() < QUIET_BATCH, Ordering::Relaxed);
             if let Err(left) = self.write_batch(log.as_mut(), &mut known, &mut batch).await {
                 give_up(left, rx).await;
                 return;
@@ -159,7 +162,6 @@ impl EventHub {
                 tokio::select! {
                     biased;
                     _ = self.urgent.notified() => {}
-                    _ = self.turn_ended.notified(), if quiet => {}
                     _ = self.closing.cancelled() => {}
                     _ = tokio::time::sleep(self.pace) => {}
                 }
