@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
+use super::checkpoint::{CHECKPOINT_EVERY, Checkpointer};
 use super::store::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros};
 use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
 
@@ -60,26 +61,17 @@ pub(super) const PRUNE_BY_COUNT: &str = "DELETE FROM session_events WHERE seq <=
 ///
 /// It does not checkpoint the WAL when a commit crosses SQLite's threshold of a thousand pages
 /// (`wal_autocheckpoint = 0`): copying that much back into the database in one go would land on
-/// one append and, on a small machine, take the CPU from a prompt in flight. Instead it runs a
-/// passive checkpoint itself every [`CHECKPOINT_EVERY`] appends, right after a commit, copying
-/// a dozen pages or so each time; being the only writer, it always copies everything, and its
-/// next transaction starts the WAL file over, so the file stays small.
+/// one append and, on a small machine, take the CPU from a prompt in flight. Instead it asks
+/// its [`Checkpointer`] for a passive checkpoint every [`CHECKPOINT_EVERY`] appends, on a thread
+/// of its own, so that the checkpoint's sync holds back no commit.
 struct SqliteLogWriter {
     pool: SqlitePool,
     /// Use the pool's connection (an in-memory database).
     shared: bool,
-    own: Option<rusqlite::Connection>,
+    own: Option<(rusqlite::Connection, Checkpointer)>,
     /// Appends since the last checkpoint.
     appends: u32,
 }
-
-/// Appends between two checkpoints of the log writer's connection.
-///
-/// Each checkpoint syncs the WAL and the database file, and what a sync has to write grows with
-/// the appends since the last one; a sync's pause fell on about one prompt in ten at 32, which
-/// showed in the prompt's p99 (0.9–1.4 ms added with the agent alone on a core, 0.45–0.6 ms at 8;
-/// `bench/latency.sh`).
-const CHECKPOINT_EVERY: u32 = 8;
 
 /// One event of an append, numbered by the caller (see [`append_here`]).
 const INSERT_EVENT: &str = "INSERT INTO session_events \
@@ -105,12 +97,18 @@ impl LogWriter for SqliteLogWriter {
         if self.shared {
             return None;
         }
-        let conn = match &mut self.own {
-            Some(conn) => conn,
-            own => match open_log_connection(self.pool.connect_options().get_filename()) {
-                Ok(conn) => own.insert(conn),
-                Err(e) => return Some(Err(e)),
-            },
+        let (conn, _) = match &mut self.own {
+            Some(own) => own,
+            own => {
+                let options = self.pool.connect_options();
+                let path = options.get_filename();
+                match open_log_connection(path)
+                    .and_then(|conn| Ok((conn, Checkpointer::start(path, open_log_connection)?)))
+                {
+                    Ok(opened) => own.insert(opened),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
         };
         let appended = append_here(conn, batches);
         Some(self.appended(appended))
@@ -118,18 +116,16 @@ impl LogWriter for SqliteLogWriter {
 }
 
 impl SqliteLogWriter {
-    /// Counts an append on the own connection, checkpoints every [`CHECKPOINT_EVERY`], and
-    /// drops the connection after a failure.
+    /// Counts an append on the own connection, has the WAL checkpointed every
+    /// [`CHECKPOINT_EVERY`], and drops the connection after a failure.
     fn appended<T>(&mut self, appended: StoreResult<T>) -> StoreResult<T> {
-        let Some(conn) = &mut self.own else {
+        let Some((conn, checkpointer)) = &self.own else {
             return appended;
         };
         self.appends += 1;
         if appended.is_ok() && self.appends >= CHECKPOINT_EVERY {
             self.appends = 0;
-            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                tracing::warn!(error = %e, "WAL checkpoint failed");
-            }
+            checkpointer.after_appends(conn);
         }
         if appended.is_err() {
             self.own = None;

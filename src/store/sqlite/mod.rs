@@ -14,7 +14,7 @@
 //! connection would not see the same database reliably.
 //!
 //! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
-//! their writer, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
+//! their writer, `checkpoint.rs` the thread that checkpoints the writer's WAL, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
 //! lock and the sessions it holds), `webhooks.rs` the webhook outbox's insert (which the appends
 //! run) and claim; `store.rs` the pools and the column conversions they share; here the
 //! [`Store`] implementation they make up. What
@@ -23,6 +23,7 @@
 
 #[macro_use]
 mod webhooks;
+mod checkpoint;
 mod events;
 mod lifecycle;
 pub(super) mod replica;

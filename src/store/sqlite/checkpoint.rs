@@ -1,0 +1,154 @@
+//! The WAL's checkpoints, on a thread of their own beside the log writer's.
+//!
+//! A checkpoint copies the WAL's pages back into the database file and syncs both, which takes
+//! milliseconds on a small VM's disk. Run by the log writer between two commits, that sync held
+//! back every event of the next commit from its subscribers: one commit in [`CHECKPOINT_EVERY`]
+//! was delivered late, which is what a stream's p99 showed. Here a thread with a connection of
+//! its own runs a passive checkpoint when the writer asks for one (it never blocks the writer,
+//! and the writer never waits for it), so the writer's commits go on while the pages are copied.
+//!
+//! While the writer keeps writing, a checkpoint may end with pages still to copy, and the WAL
+//! only starts over once one has copied everything. So that it cannot grow without bound under a
+//! load that never lets the thread catch up, the writer checkpoints inline (as the only writer,
+//! copying everything) once the WAL holds more than [`WAL_PAGES_MAX`] pages.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+
+use crate::store::StoreResult;
+
+/// Appends between two checkpoints.
+///
+/// What a checkpoint has to copy and sync grows with the appends since the last one; a few
+/// appends' pages are a dozen or so.
+pub(super) const CHECKPOINT_EVERY: u32 = 8;
+
+/// WAL pages (4 KiB each) beyond which the log writer checkpoints inline: 16 MiB.
+const WAL_PAGES_MAX: i64 = 4096;
+
+/// The checkpointing thread, stopped (and joined) when dropped.
+pub(super) struct Checkpointer {
+    wake: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// The WAL held more than [`WAL_PAGES_MAX`] pages after the thread's last checkpoint.
+    behind: Arc<AtomicBool>,
+}
+
+impl Checkpointer {
+    /// Starts the thread on a connection of its own (`open` makes it).
+    pub(super) fn start(
+        path: &Path,
+        open: impl Fn(&Path) -> StoreResult<rusqlite::Connection>,
+    ) -> StoreResult<Checkpointer> {
+        let conn = open(path)?;
+        // One request waits at most: more asked while one runs would copy nothing new.
+        let (wake, asked) = sync_channel::<()>(1);
+        let behind = Arc::new(AtomicBool::new(false));
+        let flag = behind.clone();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                while asked.recv().is_ok() {
+                    match checkpoint(&conn) {
+                        Ok(pages) => flag.store(pages > WAL_PAGES_MAX, Ordering::Relaxed),
+                        Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
+                    }
+                }
+            })
+            .map_err(|e| crate::store::StoreError::Corrupt(format!("checkpoint thread: {e}")))?;
+        Ok(Checkpointer {
+            wake: Some(wake),
+            thread: Some(thread),
+            behind,
+        })
+    }
+
+    /// After [`CHECKPOINT_EVERY`] appends on `writer` (between two of its transactions): asks
+    /// the thread for a checkpoint, or, when the WAL has grown past [`WAL_PAGES_MAX`] pages,
+    /// checkpoints on `writer` itself.
+    pub(super) fn after_appends(&self, writer: &rusqlite::Connection) {
+        if self.behind.load(Ordering::Relaxed) {
+            match checkpoint(writer) {
+                Ok(pages) => self.behind.store(pages > WAL_PAGES_MAX, Ordering::Relaxed),
+                Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
+            }
+            return;
+        }
+        if let Some(wake) = &self.wake
+            && let Err(TrySendError::Disconnected(())) = wake.try_send(())
+        {
+            tracing::warn!("the WAL checkpoint thread has stopped");
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.wake = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A passive checkpoint on `conn`; the WAL's size in pages afterwards.
+fn checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::store::NewEvent;
+
+    /// The log writer's appends reach the database file without the writer checkpointing: the
+    /// thread copies them there (the file grows past what the migrations left) while the
+    /// writer goes on, and the WAL starts over instead of growing.
+    #[tokio::test]
+    async fn the_thread_copies_the_writers_appends_into_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.db");
+        let url = format!("sqlite:{}", path.display());
+        let store = crate::store::connect(&url, "test-replica")
+            .await
+            .unwrap()
+            .store;
+        let size = |name: &str| std::fs::metadata(dir.path().join(name)).map_or(0, |m| m.len());
+        let empty = size("log.db");
+        let mut writer = store.log_writer();
+        let event = NewEvent {
+            kind: "agent_message_chunk".into(),
+            payload: serde_json::json!({"text": "x".repeat(2000)}).into(),
+        };
+        let events = vec![event; 50];
+        let mut wal_most = 0;
+        for round in 0..40 {
+            let session = format!("s{}", round % 4);
+            writer
+                .append_all(&[(session.as_str(), &events[..], None)])
+                .await
+                .unwrap()
+                .unwrap();
+            wal_most = wal_most.max(size("log.db-wal"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while size("log.db") < empty + 40 * 50 * 2000 {
+            assert!(
+                Instant::now() < deadline,
+                "the appends never reached the database file ({} bytes, {empty} at first)",
+                size("log.db")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // 40 appends of about 100 KB: the WAL was started over several times on the way.
+        assert!(
+            wal_most < 40 * 50 * 2000 / 2,
+            "the WAL grew to {wal_most} bytes"
+        );
+        assert_eq!(store.read_events("s0", 0, 1000).await.unwrap().len(), 500);
+    }
+}
