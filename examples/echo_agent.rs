@@ -97,6 +97,7 @@
 //! | `ECHO_AGENT_CALL_LOG` | File to which one line `<method> <sessionId or ->` is appended for every request received (`authenticate -` included) and every `session/cancel`. |
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
 //! | `ECHO_AGENT_RESUME_DELAY_MS` | Sleep this long before answering `session/resume`. |
+//! | `ECHO_AGENT_NEW_DELAY_MS` | Sleep this long in `session/new`, before the session is made. |
 //! | `ECHO_AGENT_CONTROLS` | Comma-separated from `modes,models,options` (default none): the session controls offered, their setters, `usage` in prompt results and the `/state` directive (see `echo_agent/controls.rs`). |
 //! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
 //! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
@@ -317,6 +318,8 @@ struct Config {
     init_delay_ms: u64,
     /// `ECHO_AGENT_RESUME_DELAY_MS`.
     resume_delay_ms: u64,
+    /// `ECHO_AGENT_NEW_DELAY_MS`.
+    new_delay_ms: u64,
     /// `ECHO_AGENT_CONTROLS`.
     controls: controls::Controls,
     /// `ECHO_AGENT_CRASH=start`.
@@ -391,6 +394,7 @@ impl Config {
             call_log: env("ECHO_AGENT_CALL_LOG").map(PathBuf::from),
             init_delay_ms: env_num("ECHO_AGENT_INIT_DELAY_MS").unwrap_or(0),
             resume_delay_ms: env_num("ECHO_AGENT_RESUME_DELAY_MS").unwrap_or(0),
+            new_delay_ms: env_num("ECHO_AGENT_NEW_DELAY_MS").unwrap_or(0),
             controls: controls::Controls::from_env(env("ECHO_AGENT_CONTROLS").as_deref()),
             crash_at_start: crash.trim() == "start",
             auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
@@ -551,7 +555,7 @@ async fn main() {
         )
         .on_receive_request(
             async move |req: NewSessionRequest, responder, _cx| {
-                responder.respond_with_result(s.new_session(req))
+                responder.respond_with_result(s.new_session(req).await)
             },
             on_receive_request!(),
         )

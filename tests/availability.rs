@@ -40,6 +40,7 @@ async fn wait_torn_down(pid: u32) {
 
 both_backends!(
     killed_member_leaves_placement_at_once,
+    creates_in_flight_on_a_killed_member_start_elsewhere,
     create_right_after_the_port_opens_waits_for_a_member,
 );
 
@@ -69,6 +70,59 @@ async fn killed_member_leaves_placement_at_once(backend: Backend) {
         statuses.iter().all(|(s, _)| *s == 201),
         "every create succeeds while a member is ready: {statuses:?}"
     );
+    w.finish().await;
+}
+
+/// Pool of 2, the agent slow to make a session: one member is SIGKILLed while 20 creates are in
+/// flight on both, five times over. Every create answers 201 with a session that can be
+/// prompted: those the dead member had taken are started again on the other one (the agent was
+/// asked for more than 20 sessions, so some did die with their member).
+async fn creates_in_flight_on_a_killed_member_start_elsewhere(backend: Backend) {
+    let opts = Options::default()
+        .pool(2)
+        .env("ECHO_AGENT_NEW_DELAY_MS", "300");
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    for round in 0..5 {
+        gw.wait_members_ready().await;
+        let asked_before = w.calls("session/new");
+        let pid = gw.json("/agent").await["members"][0]["pid"]
+            .as_u64()
+            .expect("member 0's pid") as i32;
+        let creates = futures::future::join_all(
+            (0..20).map(|_| gw.post("/sessions", json!({"cwd": "/tmp"}))),
+        );
+        let kill = async {
+            // Both members are inside a `session/new` (it logs the call, then waits).
+            let deadline = Instant::now() + PATIENCE;
+            while w.calls("session/new") < asked_before + 2 {
+                assert!(Instant::now() < deadline, "no create reached the agent");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        };
+        let (answers, ()) = tokio::join!(creates, kill);
+        let mut ids = Vec::new();
+        for r in answers {
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            assert_eq!(status, 201, "round {round}: {body}");
+            ids.push(body["sessionId"].as_str().unwrap().to_owned());
+        }
+        let asked = w.calls("session/new") - asked_before;
+        assert!(
+            asked > 20,
+            "round {round}: no create died with the member ({asked} asked)"
+        );
+        for id in &ids {
+            let (status, body) = gw.prompt(id, "still here").await;
+            assert_eq!(status, 200, "round {round}: {body}");
+        }
+    }
     w.finish().await;
 }
 

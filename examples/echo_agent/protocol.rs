@@ -61,8 +61,12 @@ impl EchoAgent {
         Ok(AuthenticateResponse::new())
     }
 
-    pub(super) fn new_session(&self, req: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    pub(super) async fn new_session(
+        &self,
+        req: NewSessionRequest,
+    ) -> Result<NewSessionResponse, Error> {
         self.enter("session/new", None, None)?;
+        tokio::time::sleep(Duration::from_millis(self.cfg.new_delay_ms)).await;
         self.require_auth()?;
         if !req.cwd.is_absolute() {
             return Err(invalid("cwd must be an absolute path"));

@@ -193,7 +193,7 @@ impl Create {
         how: Start<'_>,
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
-        // Again on another process when the request never reached the agent (`retry_unsent`).
+        // Again on another process when its member died before answering (`retry_elsewhere`).
         let mut retries = 0;
         let (member, (session_id, result), creating, agent) = loop {
             let (member, agent) = match how {
@@ -214,13 +214,11 @@ impl Create {
                 Start::Fork(parent) => agent.fork_session(parent, setup).await,
             };
             match started {
-                Err(CallError::NotSent(why))
-                    if self.placement.retry_unsent(agent_name, &mut retries) =>
-                {
+                Err(e) if self.placement.retry_elsewhere(agent_name, &e, &mut retries) => {
                     tracing::warn!(
                         member,
-                        why,
-                        "the session never reached the agent; trying another member"
+                        error = %e,
+                        "the member died before the session was started; trying another member"
                     );
                 }
                 started => {

@@ -215,12 +215,23 @@ impl Placement {
         })
     }
 
-    /// Whether a create or an attach whose request never reached the agent (its connection was
-    /// gone: `CallError::NotSent`) is tried again; counts the retry. That connection is never
-    /// picked again, so each retry goes to another member's process, or to a restarted one;
-    /// at most one per member. A request that did reach the agent is never repeated: it may
-    /// have had effects.
-    pub(super) fn retry_unsent(&self, agent: &str, retries: &mut usize) -> bool {
+    /// Whether a create or an attach that failed with `error` is tried again on another member;
+    /// counts the retry. Only when its member's connection ended before it answered: the
+    /// request never reached the agent (`CallError::NotSent`), or it did and the process died
+    /// with it (`CallError::Closed`): a create or an attach that died with its member had no
+    /// effect a client saw. That connection
+    /// is never picked again, so each retry goes to another member's process, or to a
+    /// restarted one; at most one per member. A request the agent answered, even with an
+    /// error, is never repeated.
+    pub(super) fn retry_elsewhere(
+        &self,
+        agent: &str,
+        error: &CallError,
+        retries: &mut usize,
+    ) -> bool {
+        if !matches!(error, CallError::NotSent(_) | CallError::Closed(_)) {
+            return false;
+        }
         *retries += 1;
         *retries <= self.agents.get(agent).map_or(0, |a| a.pool.size())
     }
@@ -301,19 +312,19 @@ impl Placement {
     }
 
     /// Resumes (else loads) the session on a member of this replica's pool; again, on another
-    /// ready process, when the request never reached the agent (see [`Placement::retry_unsent`]).
+    /// ready process, when its member died before answering (see [`Placement::retry_elsewhere`]).
     async fn attach_here(&self, record: &SessionRecord) -> Result<usize, Error> {
         let id = record.session_id.as_str();
         let mut retries = 0;
         let (member, (method, result)) = loop {
             let (member, agent) = self.place(&record.agent).await?;
             match self.resume_or_load(&agent, record).await? {
-                Err(CallError::NotSent(why)) if self.retry_unsent(&record.agent, &mut retries) => {
+                Err(e) if self.retry_elsewhere(&record.agent, &e, &mut retries) => {
                     tracing::warn!(
                         session = id,
                         member,
-                        why,
-                        "attach never reached the agent; trying another member"
+                        error = %e,
+                        "the member died before the attach was answered; trying another member"
                     );
                 }
                 attached => {
