@@ -124,10 +124,10 @@ impl EchoAgent {
         let id = params["sessionId"].as_str().unwrap_or_default().to_owned();
         let typed = |e: serde_json::Error| invalid(&e.to_string());
         let answer = match msg.method.as_str() {
-            "session/new" if c.any() => serde_json::from_value(params.clone())
-                .map_err(typed)
-                .and_then(|req| self.new_session(req))
-                .map(|r| to_json(&r)),
+            "session/new" if c.any() => match serde_json::from_value(params.clone()) {
+                Ok(req) => self.new_session(req).await.map(|r| to_json(&r)),
+                Err(e) => Err(typed(e)),
+            },
             "session/load" if c.any() => match serde_json::from_value(params.clone()) {
                 Ok(req) => self.load(cx, req).map(|r| to_json(&r)),
                 Err(e) => Err(typed(e)),

@@ -264,10 +264,11 @@ impl Create {
         }
         drop(creating);
         self.records.sessions_changed();
-        self.placement
-            .live
-            .attach(&record, member, &self.placement.agents);
-        self.placement.hold(&record.session_id).await;
+        // Its member may have exited since it answered: the session is then saved, not live
+        // (made at the agent and recorded, it is resumed where the next prompt lands).
+        if self.placement.attach_if_alive(&record, member, &agent) {
+            self.placement.hold(&record.session_id).await;
+        }
         let view = self.views.view(&record);
         self.log
             .lifecycle(&record, "session_created", json!({"session": view}))

@@ -236,6 +236,24 @@ impl Placement {
         *retries <= self.agents.get(agent).map_or(0, |a| a.pool.size())
     }
 
+    /// Records that `member` holds the session, unless the process that answered for it
+    /// (`agent`) has exited meanwhile: then (false) the session is held nowhere. Checked after
+    /// the record, since the member's exit may have been handled (its sessions let go) between
+    /// the answer and now; a process exit marks its connection gone before that.
+    pub(super) fn attach_if_alive(
+        &self,
+        record: &SessionRecord,
+        member: usize,
+        agent: &AgentClient,
+    ) -> bool {
+        self.live.attach(record, member, &self.agents);
+        if agent.is_gone() {
+            self.live.detach(&record.session_id, &self.agents);
+            return false;
+        }
+        true
+    }
+
     /// 503 for a session whose member is gone: why its agent has none ready.
     pub(super) fn no_member(&self, agent: &str) -> Error {
         Error::NoCapacity(
@@ -318,7 +336,7 @@ impl Placement {
         let mut retries = 0;
         let (member, (method, result)) = loop {
             let (member, agent) = self.place(&record.agent).await?;
-            match self.resume_or_load(&agent, record).await? {
+            let answered = match self.resume_or_load(&agent, record).await? {
                 Err(e) if self.retry_elsewhere(&record.agent, &e, &mut retries) => {
                     tracing::warn!(
                         session = id,
@@ -326,14 +344,18 @@ impl Placement {
                         error = %e,
                         "the member died before the attach was answered; trying another member"
                     );
+                    continue;
                 }
-                attached => {
-                    let attached = attached.map_err(|e| self.auth_hint(&record.agent, e.into()))?;
-                    break (member, attached);
-                }
+                answered => answered.map_err(|e| self.auth_hint(&record.agent, e.into()))?,
+            };
+            if self.attach_if_alive(record, member, &agent) {
+                break (member, answered);
+            }
+            let gone = CallError::Closed("the member exited right after the attach".into());
+            if !self.retry_elsewhere(&record.agent, &gone, &mut retries) {
+                return Err(self.no_member(&record.agent));
             }
         };
-        self.live.attach(record, member, &self.agents);
         self.log
             .lifecycle(record, "session_status", json!({"status": Status::Live}))
             .await;

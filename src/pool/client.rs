@@ -109,6 +109,11 @@ impl AgentClient {
         self.caps
     }
 
+    /// True once this member's process can no longer answer (see `Connection::is_gone`).
+    pub fn is_gone(&self) -> bool {
+        self.conn.is_gone()
+    }
+
     async fn control<P: Serialize>(&self, method: &str, params: &P) -> Result<Value, CallError> {
         self.conn.call(method, params, Some(self.timeout)).await
     }

@@ -105,9 +105,10 @@ mod tests {
 
     use crate::store::NewEvent;
 
-    /// The log writer's appends reach the database file without the writer checkpointing: the
-    /// thread copies them there (the file grows past what the migrations left) while the
-    /// writer goes on, and the WAL starts over instead of growing.
+    /// The log writer's appends reach the database file without the writer checkpointing (the
+    /// WAL stays far below the size at which it would): the thread copies them there, and the
+    /// file grows past what the migrations left. (That the WAL stays bounded however fast the
+    /// appends come is the store contract's `log_writer_keeps_the_wal_bounded`.)
     #[tokio::test]
     async fn the_thread_copies_the_writers_appends_into_the_database() {
         let dir = tempfile::tempdir().unwrap();
@@ -125,7 +126,6 @@ mod tests {
             payload: serde_json::json!({"text": "x".repeat(2000)}).into(),
         };
         let events = vec![event; 50];
-        let mut wal_most = 0;
         for round in 0..40 {
             let session = format!("s{}", round % 4);
             writer
@@ -133,7 +133,6 @@ mod tests {
                 .await
                 .unwrap()
                 .unwrap();
-            wal_most = wal_most.max(size("log.db-wal"));
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while size("log.db") < empty + 40 * 50 * 2000 {
@@ -144,11 +143,6 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // 40 appends of about 100 KB: the WAL was started over several times on the way.
-        assert!(
-            wal_most < 40 * 50 * 2000 / 2,
-            "the WAL grew to {wal_most} bytes"
-        );
         assert_eq!(store.read_events("s0", 0, 1000).await.unwrap().len(), 500);
     }
 }

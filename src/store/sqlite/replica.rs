@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::store::SqliteStore;
+use super::store::{BEGIN_IMMEDIATE, SqliteStore};
 use crate::store::common::release_session;
 use crate::store::{HeldSessions, StoreResult};
 
@@ -50,7 +50,10 @@ pub fn lock_single_replica(
 #[async_trait]
 impl HeldSessions for SqliteStore {
     async fn hold(&self, session_id: &str, replica: &str) -> StoreResult<bool> {
-        let mut tx = self.writer.begin().await?;
+        // The write lock up front: a deferred transaction that read first and then found the
+        // log writer's connection writing would fail at once (SQLite waits for a lock only
+        // when a transaction starts, not when a reading one turns into a writing one).
+        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let before: Option<String> =
             sqlx::query_scalar("SELECT replica_id FROM session_owners WHERE session_id = ?")
                 .bind(session_id)
