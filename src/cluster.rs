@@ -1,9 +1,12 @@
 //! The replicas sharing one database. Each gateway registers itself under a fresh id with the
 //! URL other replicas reach it at, beats every heartbeat interval (stamped with the database's
-//! clock, with the number of sessions it holds live), and unregisters at a clean shutdown. Its
-//! latest reading of the table is the cluster view of `GET /agent` and `/metrics`; a replica
-//! silent for three intervals is shown as not live. On PostgreSQL every append to a log also
-//! notifies the other replicas, so that their subscribers follow sessions written elsewhere.
+//! clock, with the number of sessions it holds live and the agents it runs), and unregisters at
+//! a clean shutdown. Its latest reading of the table is the cluster view of `GET /agent`,
+//! `GET /agents` and `/metrics`; a replica silent for three intervals is shown as not live. The
+//! view also says where a new session goes (the least loaded live replica that runs its agent)
+//! and where the requests about a session of an agent this replica does not run go. On
+//! PostgreSQL every append to a log also notifies the other replicas, so that their subscribers
+//! follow sessions written elsewhere.
 //!
 //! On SQLite, which one gateway serves at a time, there is no registry: the view is this
 //! replica alone, every claim succeeds, and the sessions it holds live are recorded only so
@@ -42,6 +45,8 @@ pub struct ReplicaView {
     pub heartbeat_at: DateTime<Utc>,
     /// Sessions it held live at that heartbeat.
     pub sessions_live: i64,
+    /// The agents it runs (`--agent`), its default first.
+    pub agents: Vec<String>,
     /// Whether it beat within the last three heartbeat intervals.
     pub live: bool,
     /// Whether it is the replica answering.
@@ -54,6 +59,8 @@ pub struct Cluster {
     /// may be held elsewhere; else the record of the sessions held here (SQLite).
     replicas: Replicas,
     address: String,
+    /// The agents this replica runs, its default first.
+    agents: Vec<String>,
     started_at: DateTime<Utc>,
     interval: Duration,
     view: Mutex<Vec<ReplicaView>>,
@@ -63,10 +70,17 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(replicas: Replicas, address: String, interval: Duration) -> Self {
+    /// This replica's membership, reached at `address`, running `agents` (the default first).
+    pub fn new(
+        replicas: Replicas,
+        address: String,
+        agents: Vec<String>,
+        interval: Duration,
+    ) -> Self {
         Cluster {
             replicas,
             address,
+            agents,
             // As a database stores it, to the microsecond.
             started_at: Utc::now().trunc_subsecs(6),
             interval,
@@ -128,6 +142,7 @@ impl Cluster {
                     started_at: self.started_at,
                     heartbeat_at: Utc::now().trunc_subsecs(6),
                     sessions_live,
+                    agents: self.agents.clone(),
                     live: true,
                     this: true,
                 }];
@@ -140,6 +155,7 @@ impl Cluster {
                 &self.address,
                 self.started_at,
                 sessions_live,
+                &self.agents,
                 FORGET_AFTER,
             )
             .await?;
@@ -155,6 +171,7 @@ impl Cluster {
                 started_at: r.started_at,
                 heartbeat_at: r.heartbeat_at,
                 sessions_live: r.sessions_live,
+                agents: r.agents,
             })
             .collect();
         *self.view.lock().expect("view lock") = view;
@@ -206,20 +223,70 @@ impl Cluster {
         Ok(owner.and_then(|(id, address)| (id != replica_id()).then_some(address)))
     }
 
-    /// Where a new session should go: the live replica holding the fewest sessions, when that
-    /// is fewer than `live_here` (this replica's count now; the others' are as of their last
-    /// heartbeat, raised here for each session sent their way since). `None`: here.
-    pub fn place_elsewhere(&self, live_here: i64) -> Option<String> {
+    /// Where a new session of `agent` (`None`: this replica's default) should go, among the
+    /// other live replicas that can start it: those that run the agent named, or, when none is
+    /// named, those whose default agent is this one's (the request, forwarded as it is, gets
+    /// the default of the replica that serves it). When this replica runs the agent, the one
+    /// holding the fewest sessions, if that is fewer than `live_here` (this replica's count
+    /// now; the others' are as of their last heartbeat, raised here for each session sent
+    /// their way since); when it does not, the one holding the fewest. `None`: here (where a
+    /// create for an agent no live replica runs fails).
+    pub fn place_elsewhere(&self, agent: Option<&str>, live_here: i64) -> Option<String> {
+        let default = self.agents.first().map(String::as_str);
+        let wanted = agent.or(default)?;
+        let can_start = |r: &ReplicaView| match agent {
+            Some(_) => r.agents.iter().any(|a| a == wanted),
+            None => r.agents.first().is_some_and(|a| a == wanted),
+        };
+        let runs_here = self.agents.iter().any(|a| a == wanted);
         let mut view = self.view.lock().expect("view lock");
         let least = view
             .iter_mut()
-            .filter(|r| r.live && !r.this)
+            .filter(|r| r.live && !r.this && can_start(r))
             .min_by_key(|r| r.sessions_live)?;
-        if least.sessions_live >= live_here {
+        if runs_here && least.sessions_live >= live_here {
             return None;
         }
         least.sessions_live += 1;
         Some(least.address.clone())
+    }
+
+    /// Where the requests about a session of `agent` go when no replica holds it live: `None`
+    /// when this replica runs the agent (or no live one does), else the address of the live
+    /// replica running it that holds the fewest sessions.
+    pub fn runner_elsewhere(&self, agent: &str) -> Option<String> {
+        if self.agents.iter().any(|a| a == agent) {
+            return None;
+        }
+        let view = self.view.lock().expect("view lock");
+        view.iter()
+            .filter(|r| r.live && !r.this && r.agents.iter().any(|a| a == agent))
+            .min_by_key(|r| r.sessions_live)
+            .map(|r| r.address.clone())
+    }
+
+    /// The ids of the live replicas (this one included) that run `agent`, oldest first.
+    pub fn runners(&self, agent: &str) -> Vec<String> {
+        let view = self.view.lock().expect("view lock");
+        view.iter()
+            .filter(|r| r.live && r.agents.iter().any(|a| a == agent))
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    /// The agents that live replicas run and this one does not, by name.
+    pub fn agents_elsewhere(&self) -> Vec<String> {
+        let view = self.view.lock().expect("view lock");
+        let mut names: Vec<String> = view
+            .iter()
+            .filter(|r| r.live)
+            .flat_map(|r| &r.agents)
+            .filter(|a| !self.agents.contains(a))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The sessions of replicas whose lease expired (to be claimed, as [`Claimed::Orphan`], by
@@ -246,5 +313,90 @@ impl Cluster {
     /// The replicas as of the last heartbeat, oldest first.
     pub fn view(&self) -> Vec<ReplicaView> {
         self.view.lock().expect("view lock").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::HeldSessions;
+
+    /// Holds nothing: these tests read only the view.
+    struct NothingHeld;
+
+    #[async_trait::async_trait]
+    impl HeldSessions for NothingHeld {
+        async fn hold(&self, _: &str, _: &str) -> StoreResult<bool> {
+            Ok(false)
+        }
+        async fn release(&self, _: &str, _: &str) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn release_all(&self, _: &str) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn left(&self, _: &str) -> StoreResult<Vec<String>> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn replica(id: &str, agents: &[&str], sessions_live: i64, live: bool) -> ReplicaView {
+        ReplicaView {
+            id: id.to_owned(),
+            address: format!("http://{id}"),
+            started_at: DateTime::UNIX_EPOCH,
+            heartbeat_at: DateTime::UNIX_EPOCH,
+            sessions_live,
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            live,
+            this: id == "here",
+        }
+    }
+
+    /// This replica ("here") runs `a` only; r2 runs `a` and `b`, holding 5 sessions; r3 runs
+    /// `b` (its default) and `a`, holding none; r4, not live, runs `b` and `c`.
+    fn cluster() -> Cluster {
+        let cluster = Cluster::new(
+            Replicas::Alone(Arc::new(NothingHeld)),
+            "http://here".into(),
+            vec!["a".into()],
+            Duration::from_secs(1),
+        );
+        *cluster.view.lock().unwrap() = vec![
+            replica("here", &["a"], 0, true),
+            replica("r2", &["a", "b"], 5, true),
+            replica("r3", &["b", "a"], 0, true),
+            replica("r4", &["b", "c"], 0, false),
+        ];
+        cluster
+    }
+
+    #[test]
+    fn a_new_session_goes_to_a_live_replica_that_can_start_it() {
+        let c = cluster();
+        let elsewhere = |agent, here| c.place_elsewhere(agent, here);
+        // Not run here: the least loaded live replica running it, whatever this one holds.
+        assert_eq!(elsewhere(Some("b"), 0).as_deref(), Some("http://r3"));
+        // Run here: elsewhere only to a replica holding fewer (r3 holds 1 since the last).
+        assert_eq!(elsewhere(Some("a"), 1), None);
+        assert_eq!(elsewhere(Some("a"), 2).as_deref(), Some("http://r3"));
+        // Named by nobody: only to a replica whose default is this one's (r3's is b).
+        assert_eq!(elsewhere(None, 9).as_deref(), Some("http://r2"));
+        // Run by no live replica (r4 is not): here, where the create fails.
+        assert_eq!(elsewhere(Some("c"), 9), None);
+    }
+
+    #[test]
+    fn the_view_says_which_live_replicas_run_an_agent() {
+        let c = cluster();
+        assert_eq!(c.runners("a"), ["here", "r2", "r3"]);
+        assert_eq!(c.runners("b"), ["r2", "r3"]);
+        assert!(c.runners("c").is_empty(), "r4 is not live");
+        assert_eq!(c.agents_elsewhere(), ["b"]);
+        assert_eq!(c.runner_elsewhere("a"), None, "run here");
+        assert_eq!(c.runner_elsewhere("b").as_deref(), Some("http://r3"));
+        assert_eq!(c.runner_elsewhere("c"), None);
     }
 }

@@ -171,6 +171,7 @@ pub async fn run(
     let cluster = Cluster::new(
         replicas,
         address,
+        agents.iter().map(|a| a.name.clone()).collect(),
         Duration::from_secs(config.heartbeat_interval),
     );
     // Registered before anything is served, so that no session is claimed by a replica the

@@ -1,7 +1,7 @@
-//! Three gateway replicas on different loopback ports sharing one PostgreSQL database (and one
-//! agent state directory, as agents on one host share their home): any replica answers for any
-//! session, and a replica killed mid-turn loses no stored event. Skipped, loudly, without
-//! `DATABASE_URL`.
+//! Gateway replicas on different loopback ports sharing one PostgreSQL database (and one agent
+//! state directory, as agents on one host share their home): any replica answers for any
+//! session, also of an agent it does not run, and a replica killed mid-turn loses no stored
+//! event. Skipped, loudly, without `DATABASE_URL`.
 
 mod support;
 
@@ -269,58 +269,183 @@ async fn new_sessions_are_spread_by_load() {
     w.finish().await;
 }
 
-/// Replicas must run the same agents: a replica that does not run a session's agent answers
-/// 503 for it, never guesses another agent, while the one that runs it serves it.
+/// This replica's id, as its `GET /agent` shows it.
+async fn id_of(g: &Gateway) -> String {
+    let agent = g.json("/agent").await;
+    let this = agent["replicas"].as_array().unwrap().iter();
+    let this = this.filter(|r| r["this"] == true).collect::<Vec<_>>();
+    assert_eq!(this.len(), 1, "{agent}");
+    this[0]["id"].as_str().unwrap().to_owned()
+}
+
+/// What `GET /agents` on `g` says: each agent's name, with the ids of the live replicas that
+/// run it, sorted.
+async fn runners(g: &Gateway) -> Vec<(String, Vec<String>)> {
+    let agents = g.json("/agents").await;
+    agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let mut ids: Vec<String> = a["replicas"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no replicas in {a}"))
+                .iter()
+                .map(|id| id.as_str().unwrap().to_owned())
+                .collect();
+            ids.sort();
+            (a["name"].as_str().unwrap().to_owned(), ids)
+        })
+        .collect()
+}
+
+/// Replicas may run different agents. A create for agent `b` sent to a replica that runs only
+/// `a` is forwarded to the replica that runs `b`; the session, saved and held by nobody, is
+/// prompted, renamed, archived and deleted through the replica without `b` (each request
+/// forwarded to the one with it). `GET /agent` and `GET /agents` on either replica say which
+/// replicas run which agent. Once no live replica runs `b`, a create for it is refused as on
+/// a gateway alone (422 naming the agents it runs).
 #[tokio::test]
-async fn a_replica_without_the_sessions_agent_answers_503() {
+async fn a_replica_forwards_what_only_another_replicas_agent_serves() {
     let Some(admin) = admin_url_or_skip("cluster test") else {
         return;
     };
     drop(admin);
     let echo = echo_agent();
-    let both = Options {
-        agent: format!("a={}", echo.display()).into(),
-        args: vec!["--heartbeat-interval".into(), "1".into()],
-        ..Options::default()
-    }
-    .args(&[
-        "--agent",
-        &format!("b={}", echo.display()),
-        "--default-agent",
-        "a",
-    ]);
     let only_a = Options {
         agent: format!("a={}", echo.display()).into(),
         args: vec!["--heartbeat-interval".into(), "1".into()],
         ..Options::default()
     };
-    let w = World::start(Backend::Postgres, both).await;
+    let both = only_a.clone().args(&[
+        "--agent",
+        &format!("b={}", echo.display()),
+        "--default-agent",
+        "a",
+    ]);
+    let mut w = World::start(Backend::Postgres, both).await;
     let one = Gateway::spawn(&w.db.url, w.dir.path(), &only_a).await;
     let two = w.gw();
-    let r = two
+    for g in [&one, two] {
+        g.wait_until(|g| async move {
+            let replicas = g.json("/agent").await["replicas"].clone();
+            replicas.as_array().unwrap().len() == 2
+                && replicas
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|r| r["live"] == true)
+        })
+        .await;
+    }
+    let (id_one, id_two) = (id_of(&one).await, id_of(two).await);
+    let mut both_ids = vec![id_one.clone(), id_two.clone()];
+    both_ids.sort();
+
+    // Created through the replica without b: forwarded to the one with it.
+    let r = one
         .post(
             "/sessions",
             serde_json::json!({"cwd": "/tmp", "agent": "b"}),
         )
         .await;
-    assert_eq!(r.status(), 201);
-    let id = r.json::<Value>().await.unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    // Saved, held by no replica: whoever is asked serves it, if it runs the agent.
-    assert_eq!(two.session_action(&id, "close").await.status(), 204);
+    let status = r.status();
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["agent"], "b", "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(two.json("/agents/b").await["members"][0]["sessions"], 1);
+
+    // Saved, held by no replica: each request through the replica without b succeeds.
+    let saved = |what: &'static str| {
+        let (one, id) = (&one, &id);
+        async move {
+            assert_eq!(
+                one.session_action(id, "close").await.status(),
+                204,
+                "{what}"
+            );
+            assert_eq!(one.status(id).await, "saved", "before {what}");
+        }
+    };
+    saved("the prompt").await;
     let (status, body) = one.prompt(&id, "on a replica without b").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("\"b\""), "{body}");
-    // Nor is it renamed, archived or deleted there behind its agent's back.
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn")),
+        "{body}"
+    );
+    saved("the rename").await;
     let path = format!("/sessions/{id}");
     let renamed = one.patch(&path, serde_json::json!({"title": "t"})).await;
-    assert_eq!(renamed.status(), 503);
-    assert_eq!(one.session_action(&id, "archive").await.status(), 503);
-    assert_eq!(one.delete(&path).await.status(), 503);
-    let (status, body) = two.prompt(&id, "on the one with b").await;
-    assert_eq!(status, 200, "{body}");
+    let status = renamed.status();
+    let renamed: Value = renamed.json().await.unwrap();
+    assert_eq!(
+        (status.as_u16(), &renamed["title"]),
+        (200, &Value::from("t")),
+        "{renamed}"
+    );
+    assert_eq!(one.status(&id).await, "saved", "before the archive");
+    let archived = one.session_action(&id, "archive").await;
+    let status = archived.status();
+    let archived: Value = archived.json().await.unwrap();
+    assert_eq!(
+        (status.as_u16(), &archived["archived"]),
+        (200, &Value::Bool(true)),
+        "{archived}"
+    );
+    assert_eq!(one.delete(&path).await.status(), 204);
+    assert_eq!(two.get(&path).await.status(), 404);
+
+    // Each replica publishes its agents, the default first.
+    for g in [&one, two] {
+        let agent = g.json("/agent").await;
+        for r in agent["replicas"].as_array().unwrap() {
+            let expected = if r["id"] == id_two.as_str() {
+                serde_json::json!(["a", "b"])
+            } else {
+                serde_json::json!(["a"])
+            };
+            assert_eq!(r["agents"], expected, "{agent}");
+        }
+        let expected = vec![
+            ("a".to_owned(), both_ids.clone()),
+            ("b".to_owned(), vec![id_two.clone()]),
+        ];
+        assert_eq!(runners(g).await, expected, "GET /agents on {}", g.base);
+    }
+    let b_on_one = one.json("/agents/b").await;
+    assert_eq!(
+        (&b_on_one["members"], &b_on_one["ready"]),
+        (&serde_json::json!([]), &Value::Bool(false)),
+        "{b_on_one}"
+    );
+
+    // The replica with b stops: once it is gone from the others' view, nobody runs b.
+    w.gw.take().unwrap().stop().await;
+    one.wait_until(|g| async move { g.get("/agents/b").await.status() == 404 })
+        .await;
+    assert_eq!(
+        runners(&one).await,
+        vec![("a".to_owned(), vec![id_one.clone()])]
+    );
+    let r = one
+        .post(
+            "/sessions",
+            serde_json::json!({"cwd": "/tmp", "agent": "b"}),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(
+        problem["type"]
+            .as_str()
+            .map(|t| t.ends_with("validation-failed")),
+        Some(true),
+        "{problem}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("unknown agent \"b\""), "{problem}");
     one.stop().await;
     w.finish().await;
 }

@@ -1,17 +1,23 @@
-//! A new session is created on the live replica holding the fewest sessions (this one on a
-//! tie). Requests for a session that another live replica holds are forwarded to it: its prompt,
-//! status, permissions and the rest need the agent process that has the session loaded. The
+//! Replicas may run different agents. A new session is created on the live replica holding the
+//! fewest sessions among those that run its agent (this one on a tie); a create for an agent
+//! this replica does not run goes to the least loaded live replica that does (and fails here,
+//! 422, when none does). Requests for a session that another live replica holds are forwarded
+//! to it: its prompt, status, permissions and the rest need the agent process that has the
+//! session loaded. A session no replica holds is served here, unless this replica does not run
+//! its agent: then by the least loaded live replica that does (here, 503, when none does). The
 //! event stream and the history are served here from the shared log. A forwarded request
-//! carries [`FORWARDED`] and is never forwarded again; if the owner cannot be reached the
-//! answer is 503 with `Retry-After` (the session becomes available here once the owner's lease
-//! expires).
+//! carries [`FORWARDED`] and is never forwarded again; if the replica it goes to cannot be
+//! reached the answer is 503 with `Retry-After` (a session held there becomes available here
+//! once the owner's lease expires).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
+use serde::Deserialize;
 
 use super::error::ApiError;
 use crate::gateway::{self, Gateway};
@@ -53,25 +59,42 @@ impl Forwarder {
     }
 }
 
-/// Middleware: forwards to the owning replica, else serves here.
+/// The agent a `POST /sessions` body names (`None`: none, or a body the handler will refuse).
+fn agent_named(body: &[u8]) -> Option<String> {
+    /// The one field of the body that says where it may be served.
+    #[derive(Deserialize)]
+    struct Named {
+        agent: Option<String>,
+    }
+    // Escaped as the `Json` extractor does, so that a lone surrogate elsewhere in the body
+    // does not hide the name.
+    let text = crate::surrogates::escape(std::str::from_utf8(body).ok()?);
+    serde_json::from_str::<Named>(&text).ok()?.agent
+}
+
+/// Middleware: forwards to the replica that must serve the request, else serves here.
 pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Next) -> Response {
     let gateway = &forwarder.gateway;
     if req.headers().contains_key(&FORWARDED) {
         return next.run(req).await;
     }
     if req.method() == Method::POST && req.uri().path() == "/sessions" {
-        return match gateway.place_elsewhere() {
-            Some(replica) => proxy(&forwarder, &replica, req)
+        let (parts, body) = match read_body(req).await {
+            Ok(read) => read,
+            Err(e) => return e.into_response(),
+        };
+        return match gateway.replica_for_new(agent_named(&body).as_deref()) {
+            Some(replica) => send(&forwarder, &replica, parts, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
-            None => next.run(req).await,
+            None => next.run(Request::from_parts(parts, Body::from(body))).await,
         };
     }
     let Some(id) = session_of(req.uri().path()) else {
         return next.run(req).await;
     };
-    match gateway.owner_elsewhere(id).await {
-        Ok(Some(owner)) => proxy(&forwarder, &owner, req)
+    match gateway.replica_for_session(id).await {
+        Ok(Some(replica)) => proxy(&forwarder, &replica, req)
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Ok(None) => next.run(req).await,
@@ -79,17 +102,32 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
     }
 }
 
+/// Reads the body of `req` as an extractor would, so that the configured body limit applies.
+async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
+    let (parts, body) = req.into_parts();
+    match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
+        Ok(body) => Ok((parts, body)),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(ApiError::PayloadTooLarge(rejection.body_text()))
+        }
+        Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
+    }
+}
+
 /// Sends `req` to `owner` and streams its answer back.
 async fn proxy(forwarder: &Forwarder, owner: &str, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
-    // Read as an extractor would, so that the configured body limit applies.
-    let body = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(ApiError::PayloadTooLarge(rejection.body_text()));
-        }
-        Err(rejection) => return Err(ApiError::BadRequest(rejection.body_text())),
-    };
+    let (parts, body) = read_body(req).await?;
+    send(forwarder, owner, parts, body).await
+}
+
+/// Sends the request of `parts` and `body`, marked [`FORWARDED`], to `owner` and streams its
+/// answer back.
+async fn send(
+    forwarder: &Forwarder,
+    owner: &str,
+    parts: Parts,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let target = format!(
         "{owner}{}",
         parts.uri.path_and_query().map_or("/", |p| p.as_str())
@@ -103,9 +141,9 @@ async fn proxy(forwarder: &Forwarder, owner: &str, req: Request) -> Result<Respo
     headers.remove(header::ORIGIN);
     headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
     let unreachable = |e: reqwest::Error| {
-        tracing::warn!(owner, error = %e, "the replica holding the session cannot be reached");
+        tracing::warn!(owner, error = %e, "the replica serving the request cannot be reached");
         ApiError::Service(gateway::Error::HeldElsewhere(
-            "the gateway replica holding this session cannot be reached; retry shortly".into(),
+            "the gateway replica serving this request cannot be reached; retry shortly".into(),
         ))
     };
     let answer = forwarder
@@ -130,7 +168,21 @@ async fn proxy(forwarder: &Forwarder, owner: &str, req: Request) -> Result<Respo
 
 #[cfg(test)]
 mod tests {
-    use super::session_of;
+    use super::{agent_named, session_of};
+
+    #[test]
+    fn the_agent_a_create_names() {
+        assert_eq!(
+            agent_named(br#"{"cwd": "/", "agent": "b"}"#).as_deref(),
+            Some("b")
+        );
+        assert_eq!(agent_named(br#"{"cwd": "/", "agent": null}"#), None);
+        assert_eq!(agent_named(br#"{"cwd": "/"}"#), None);
+        assert_eq!(agent_named(br#"{"agent": 7}"#), None);
+        assert_eq!(agent_named(b"not json"), None);
+        let lone = br#"{"cwd": "/\ud800", "agent": "b"}"#;
+        assert_eq!(agent_named(lone).as_deref(), Some("b"));
+    }
 
     #[test]
     fn session_routes_that_need_the_owner() {

@@ -21,22 +21,24 @@ pub async fn agent(State(s): State<AppState>) -> Json<AgentView> {
     Json(s.gateway.system().agent())
 }
 
-/// Every configured agent, the default first.
+/// Every agent this replica runs, the default first, then those only other live replicas run.
 ///
 /// Name, whether it is the default (used when `POST /sessions` names none), whether a member
-/// is ready (and why not), its `agentInfo`, normalised capabilities and `authMethods`, and this
-/// replica's members of it.
+/// is ready (and why not), its `agentInfo`, normalised capabilities and `authMethods`, this
+/// replica's members of it, and the ids of the live replicas that run it (as of this replica's
+/// last heartbeat). An agent only other replicas run has no members here and is not `ready`
+/// here; creates and the requests about its sessions are forwarded to a replica that runs it.
 #[utoipa::path(get, operation_id = "listAgents", path = "/agents", tag = "system", responses((status = 200, description = "The agents", body = Vec<NamedAgentView>)))]
 pub async fn agents(State(s): State<AppState>) -> Json<Vec<NamedAgentView>> {
     Json(s.gateway.system().agents())
 }
 
-/// One configured agent.
+/// One agent, as `GET /agents` shows it.
 #[utoipa::path(get, operation_id = "getNamedAgent", path = "/agents/{name}", tag = "system",
     params(("name" = String, Path, description = "The agent's name")),
     responses(
         (status = 200, description = "The agent", body = NamedAgentView),
-        (status = 404, description = "No agent of that name (the detail names those configured)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No live replica runs an agent of that name (the detail names those that run)", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn named_agent(
     State(s): State<AppState>,

@@ -288,14 +288,18 @@ impl Gateway {
         .await;
     }
 
-    /// The address of the other replica holding `session_id` live, if one does.
-    pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
-        self.0.placement.owner_elsewhere(session_id).await
+    /// The address of the other replica a request about `session_id` must go to, if one: the
+    /// live replica holding it, else the least loaded live one running its agent when this
+    /// replica does not.
+    pub async fn replica_for_session(&self, session_id: &str) -> Result<Option<String>, Error> {
+        self.0.placement.replica_for_session(session_id).await
     }
 
-    /// The other replica a new session should be created on, if one holds fewer sessions.
-    pub fn place_elsewhere(&self) -> Option<String> {
-        self.0.placement.place_elsewhere()
+    /// The other replica a new session of `agent` (`None`: this replica's default) should be
+    /// created on, if one: a live replica running it that holds fewer sessions, or any live
+    /// one running it when this replica does not.
+    pub fn replica_for_new(&self, agent: Option<&str>) -> Option<String> {
+        self.0.placement.replica_for_new(agent)
     }
 
     /// A session's metadata and lifecycle.

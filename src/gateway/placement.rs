@@ -101,7 +101,8 @@ impl Placement {
     }
 
     /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
-    /// replica does not run it (replicas must run the same agents; another may).
+    /// replica does not run it (a request about such a session reaches this replica only when
+    /// no live replica runs the agent: `api::forward` sends it to one that does).
     pub(super) fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
         self.agents.get(name).ok_or_else(|| Error::NoMember {
             reason: format!("this gateway replica does not run the agent {name:?}"),

@@ -1,6 +1,7 @@
 //! This replica's place among the replicas sharing the database: its heartbeat, the sessions
 //! it holds (recorded so that the others forward to it), taking over the sessions of replicas
-//! that died, and where a request for a session held elsewhere goes.
+//! that died, and where a request goes that another replica must serve (a session held there,
+//! or one of an agent only others run; a new session placed by load or by agent).
 
 use serde_json::json;
 
@@ -82,18 +83,36 @@ impl Placement {
         }
     }
 
-    /// The address of the other replica holding `session_id` live, if one does.
-    pub(super) async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, Error> {
+    /// The address of the other replica a request about `session_id` goes to: the live one
+    /// holding it, else, when this replica does not run the session's agent, the least loaded
+    /// live one that does. `None`: here (where a session of an agent no live replica runs
+    /// answers 503).
+    pub(super) async fn replica_for_session(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<String>, Error> {
         if self.live.here(session_id) {
             return Ok(None);
         }
-        Ok(self.cluster.owner_elsewhere(session_id).await?)
+        if let Some(owner) = self.cluster.owner_elsewhere(session_id).await? {
+            return Ok(Some(owner));
+        }
+        // Read the record only when some live replica runs an agent this one does not.
+        if self.cluster.agents_elsewhere().is_empty() {
+            return Ok(None);
+        }
+        let record = self.records.store().get_session(session_id).await?;
+        Ok(record
+            .filter(|r| r.deleted_at.is_none())
+            .and_then(|r| self.cluster.runner_elsewhere(&r.agent)))
     }
 
-    /// The other replica a new session should be created on, if one holds fewer sessions.
-    pub(super) fn place_elsewhere(&self) -> Option<String> {
+    /// The other replica a new session of `agent` (`None`: the default) is created on: one
+    /// that holds fewer sessions, or, when this replica does not run the agent, one that does
+    /// (see [`Cluster::place_elsewhere`]).
+    pub(super) fn replica_for_new(&self, agent: Option<&str>) -> Option<String> {
         let here = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
-        self.cluster.place_elsewhere(here)
+        self.cluster.place_elsewhere(agent, here)
     }
 
     /// Closes what a replica that died holding `session_id` left open, for the replica that

@@ -1,4 +1,5 @@
-//! What the system routes read of the service: readiness, the agent and the pool (`/agent`),
+//! What the system routes read of the service: readiness, the agents (`/agents`: this
+//! replica's pools, and which live replicas run each agent), the agent and the pool (`/agent`),
 //! and the numbers `/metrics` publishes.
 
 use std::sync::atomic::Ordering;
@@ -13,16 +14,18 @@ use super::parts::use_case;
 use crate::agent_rpc::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
 
-/// One configured agent, as `GET /agents` shows it.
+/// One agent, as `GET /agents` shows it: one this replica runs, or one only other live
+/// replicas run (then without members, `agentInfo` or capabilities: `replicas` says which
+/// run it, and its sessions' requests go there).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"name": "claude", "default": true, "ready": true, "agentInfo": {"name": "claude-agent-acp", "version": "0.100.0"}, "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": true}, "authMethods": [], "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}]}))]
+#[schema(example = json!({"name": "claude", "default": true, "ready": true, "agentInfo": {"name": "claude-agent-acp", "version": "0.100.0"}, "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": true}, "authMethods": [], "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": ["5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7"]}))]
 pub struct NamedAgentView {
     /// What sessions name it by (`POST /sessions {agent}`).
     pub name: String,
-    /// Whether a request that names no agent gets this one.
+    /// Whether a request to this replica that names no agent gets this one.
     pub default: bool,
-    /// Whether a member is ready.
+    /// Whether a member of this replica is ready.
     pub ready: bool,
     /// Why not, when it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -34,11 +37,15 @@ pub struct NamedAgentView {
     /// `authMethods` from its `initialize`.
     #[schema(value_type = Vec<Object>)]
     pub auth_methods: Value,
+    /// This replica's members of it.
     pub members: Vec<MemberView>,
+    /// The ids of the live replicas that run it (as of this replica's last heartbeat; see
+    /// `GET /agent`'s `replicas`), oldest first.
+    pub replicas: Vec<String>,
 }
 
 impl NamedAgentView {
-    fn of(agent: &AgentPool, default: bool) -> Self {
+    fn of(agent: &AgentPool, default: bool, replicas: Vec<String>) -> Self {
         let init = agent.pool.init();
         let unready_reason = agent.pool.unready_reason();
         NamedAgentView {
@@ -50,6 +57,25 @@ impl NamedAgentView {
             capabilities: init.as_ref().map(|i| i.capabilities).unwrap_or_default(),
             auth_methods: init.map_or(Value::Array(Vec::new()), |i| i.auth_methods),
             members: agent.pool.members(),
+            replicas,
+        }
+    }
+
+    /// An agent that only the other live `replicas` run.
+    fn elsewhere(name: String, replicas: Vec<String>) -> Self {
+        NamedAgentView {
+            name,
+            default: false,
+            ready: false,
+            unready_reason: Some(
+                "this gateway replica does not run the agent: the replicas that do serve its sessions"
+                    .to_owned(),
+            ),
+            agent_info: Value::Null,
+            capabilities: Capabilities::default(),
+            auth_methods: Value::Array(Vec::new()),
+            members: Vec::new(),
+            replicas,
         }
     }
 }
@@ -154,25 +180,41 @@ impl System {
         Some(why.join("; "))
     }
 
-    /// `GET /agents`: every agent, the default first.
+    /// `GET /agents`: the agents this replica runs, the default first, then those only other
+    /// live replicas run, by name.
     pub fn agents(&self) -> Vec<NamedAgentView> {
-        let all = self.placement.agents.all();
-        all.iter()
-            .enumerate()
-            .map(|(i, a)| NamedAgentView::of(a, i == 0))
-            .collect()
+        let cluster = &self.placement.cluster;
+        let here = self.placement.agents.all().iter().enumerate();
+        let here = here.map(|(i, a)| NamedAgentView::of(a, i == 0, cluster.runners(&a.name)));
+        let elsewhere = cluster.agents_elsewhere().into_iter().map(|name| {
+            let replicas = cluster.runners(&name);
+            NamedAgentView::elsewhere(name, replicas)
+        });
+        here.chain(elsewhere).collect()
     }
 
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
+        let cluster = &self.placement.cluster;
         let default = self.placement.agents.default_agent().name == name;
-        match self.placement.agents.get(name) {
-            Some(a) => Ok(NamedAgentView::of(a, default)),
-            None => Err(Error::NotFound(format!(
-                "no agent {name:?}; this gateway runs {:?}",
-                self.placement.agents.names()
-            ))),
+        if let Some(a) = self.placement.agents.get(name) {
+            return Ok(NamedAgentView::of(a, default, cluster.runners(name)));
         }
+        let elsewhere = cluster.agents_elsewhere();
+        if elsewhere.iter().any(|a| a == name) {
+            return Ok(NamedAgentView::elsewhere(
+                name.to_owned(),
+                cluster.runners(name),
+            ));
+        }
+        let here = self.placement.agents.names();
+        Err(Error::NotFound(if elsewhere.is_empty() {
+            format!("no agent {name:?}; this gateway runs {here:?}")
+        } else {
+            format!(
+                "no agent {name:?}; this gateway runs {here:?}, other live replicas {elsewhere:?}"
+            )
+        }))
     }
 
     /// `GET /agent`: the default agent.

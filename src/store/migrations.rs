@@ -30,6 +30,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0008_session_states",
     "0009_session_agent",
     "0010_webhooks",
+    "0012_replica_agents",
 );
 
 /// `migrations/sqlite`.
@@ -44,6 +45,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0009_session_agent",
     "0010_webhooks",
     "0011_event_rowid",
+    "0012_replica_agents",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -20,6 +20,8 @@ pub struct Replica {
     pub heartbeat_at: DateTime<Utc>,
     /// Sessions it held live at that heartbeat.
     pub sessions_live: i64,
+    /// The agents it runs (`--agent`), its default first.
+    pub agents: Vec<String>,
     /// How long ago that heartbeat was, by the database's clock (never negative).
     pub silent_for: std::time::Duration,
 }
@@ -30,13 +32,15 @@ pub struct Replica {
 #[async_trait]
 pub trait ReplicaRegistry: Send + Sync + 'static {
     /// Records a heartbeat of replica `id` (registering it on the first) stamped with the
-    /// database's clock, and forgets replicas silent for longer than `forget_after`.
+    /// database's clock, with the `agents` it runs, and forgets replicas silent for longer than
+    /// `forget_after`.
     async fn heartbeat_replica(
         &self,
         id: &str,
         address: &str,
         started_at: DateTime<Utc>,
         sessions_live: i64,
+        agents: &[String],
         forget_after: std::time::Duration,
     ) -> StoreResult<()>;
 

@@ -3,18 +3,30 @@
 
 use super::*;
 
-/// Replicas register by heartbeat, are listed oldest first with how long they have been silent,
-/// are forgotten once silent for longer than asked, and unregister.
+/// Agent names as a replica's heartbeat gives them.
+fn agents(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Replicas register by heartbeat (with the agents they run), are listed oldest first with how
+/// long they have been silent, are forgotten once silent for longer than asked, and unregister.
 pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     use std::time::Duration as StdDuration;
     let hour = StdDuration::from_secs(3600);
     assert!(registry.replicas().await.unwrap().is_empty());
     registry
-        .heartbeat_replica("b", "http://127.0.0.1:2", ts(T0 + 1), 3, hour)
+        .heartbeat_replica(
+            "b",
+            "http://127.0.0.1:2",
+            ts(T0 + 1),
+            3,
+            &agents(&["x", "y"]),
+            hour,
+        )
         .await
         .unwrap();
     registry
-        .heartbeat_replica("a", "http://127.0.0.1:1", ts(T0), 0, hour)
+        .heartbeat_replica("a", "http://127.0.0.1:1", ts(T0), 0, &[], hour)
         .await
         .unwrap();
     let replicas = registry.replicas().await.unwrap();
@@ -23,6 +35,8 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     assert_eq!(replicas[1].address, "http://127.0.0.1:2");
     assert_eq!(replicas[1].started_at, ts(T0 + 1));
     assert_eq!(replicas[1].sessions_live, 3);
+    assert_eq!(replicas[1].agents, ["x", "y"], "in the order given");
+    assert!(replicas[0].agents.is_empty());
     assert!(
         replicas
             .iter()
@@ -33,13 +47,20 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     // A later beat updates the row in place.
     tokio::time::sleep(StdDuration::from_millis(5)).await;
     registry
-        .heartbeat_replica("b", "http://127.0.0.1:22", ts(T0 + 1), 7, hour)
+        .heartbeat_replica(
+            "b",
+            "http://127.0.0.1:22",
+            ts(T0 + 1),
+            7,
+            &agents(&["y"]),
+            hour,
+        )
         .await
         .unwrap();
     let b = registry.replicas().await.unwrap().remove(1);
     assert_eq!(
-        (b.address.as_str(), b.sessions_live),
-        ("http://127.0.0.1:22", 7)
+        (b.address.as_str(), b.sessions_live, b.agents.as_slice()),
+        ("http://127.0.0.1:22", 7, ["y".to_owned()].as_slice())
     );
     assert!(b.heartbeat_at > first_beat);
 
@@ -51,6 +72,7 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
             "http://127.0.0.1:22",
             ts(T0 + 1),
             7,
+            &agents(&["y"]),
             StdDuration::from_millis(10),
         )
         .await
@@ -76,7 +98,7 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     let hour = StdDuration::from_secs(3600);
     for id in ["a", "b"] {
         registry
-            .heartbeat_replica(id, "http://127.0.0.1:1", ts(T0), 0, hour)
+            .heartbeat_replica(id, "http://127.0.0.1:1", ts(T0), 0, &[], hour)
             .await
             .unwrap();
     }
@@ -102,7 +124,7 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     assert_eq!(registry.session_owner("s1", short).await.unwrap(), None);
     assert_eq!(registry.orphans(short).await.unwrap(), ["s1"]);
     registry
-        .heartbeat_replica("b", "http://127.0.0.1:1", ts(T0), 0, hour)
+        .heartbeat_replica("b", "http://127.0.0.1:1", ts(T0), 0, &[], hour)
         .await
         .unwrap();
     assert_eq!(

@@ -83,18 +83,21 @@ impl ReplicaRegistry for PgStore {
         address: &str,
         started_at: DateTime<Utc>,
         sessions_live: i64,
+        agents: &[String],
         forget_after: Duration,
     ) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live) \
-             VALUES ($1, $2, $3, now(), $4) ON CONFLICT (id) DO UPDATE SET \
-             address = excluded.address, heartbeat_at = now(), sessions_live = excluded.sessions_live",
+            "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live, agents) \
+             VALUES ($1, $2, $3, now(), $4, $5) ON CONFLICT (id) DO UPDATE SET \
+             address = excluded.address, heartbeat_at = now(), \
+             sessions_live = excluded.sessions_live, agents = excluded.agents",
         )
         .bind(id)
         .bind(address)
         .bind(started_at.trunc_subsecs(6))
         .bind(sessions_live)
+        .bind(agents)
         .execute(&mut *tx)
         .await?;
         sqlx::query(
@@ -109,7 +112,7 @@ impl ReplicaRegistry for PgStore {
 
     async fn replicas(&self) -> StoreResult<Vec<Replica>> {
         let rows = sqlx::query(
-            "SELECT id, address, started_at, heartbeat_at, sessions_live, \
+            "SELECT id, address, started_at, heartbeat_at, sessions_live, agents, \
              GREATEST(0, (EXTRACT(EPOCH FROM clock_timestamp() - heartbeat_at) * 1000000)::BIGINT) AS silent \
              FROM replicas ORDER BY started_at, id",
         )
@@ -124,6 +127,8 @@ impl ReplicaRegistry for PgStore {
                     started_at: r.time("started_at")?,
                     heartbeat_at: r.time("heartbeat_at")?,
                     sessions_live: r.get("sessions_live")?,
+                    // An array of text, which only this backend has (not a `Columns` type).
+                    agents: sqlx::Row::try_get(r, "agents")?,
                     silent_for: Duration::from_micros(silent.max(0) as u64),
                 })
             })
