@@ -243,6 +243,80 @@ async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
     w.finish().await;
 }
 
+/// An ACP client connected to one replica drives a session that another replica holds live:
+/// its prompts, a permission its turn asks and its close are carried out on the holder (which
+/// keeps the session), and the client reads the turns' updates, each once, from the log.
+#[tokio::test]
+async fn an_acp_client_drives_a_session_another_replica_holds() {
+    let Some((w, b, c)) = three_replicas().await else {
+        return;
+    };
+    let a = w.gw();
+    let created = reqwest::Client::new()
+        .post(b.url("/sessions"))
+        .header("acp-gateway-forwarded", "1")
+        .json(&serde_json::json!({"cwd": "/tmp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let id = created.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let held = |agent: Value| agent["members"][0]["sessions"].as_u64().unwrap();
+    let mut acp = support::acp::AcpClient::start(&a.base, None, false).await;
+    acp.call(
+        "session/resume",
+        serde_json::json!({"sessionId": id, "cwd": "/tmp"}),
+    )
+    .await
+    .unwrap();
+
+    let answer = acp.prompt(&id, "hello from a").await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let text = support::acp::agent_text(&acp.drain_notes());
+    assert_eq!(text, "hello from a");
+    assert_eq!(
+        (held(a.json("/agent").await), held(b.json("/agent").await)),
+        (0, 1),
+        "the session stays on b"
+    );
+
+    // A permission the turn on b asks is answered by the client on a.
+    let prompt = {
+        let cx = acp.cx.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let msg = agent_client_protocol::UntypedMessage::new(
+                "session/prompt",
+                serde_json::json!({"sessionId": id, "prompt": [{"type": "text", "text": "/permission done"}]}),
+            )
+            .unwrap();
+            cx.send_request(msg).block_task().await
+        })
+    };
+    let asked = acp.next_asked().await;
+    assert_eq!(asked.method, "session/request_permission");
+    asked
+        .responder
+        .respond(serde_json::json!({"outcome": {"outcome": "selected", "optionId": "allow"}}))
+        .unwrap();
+    let answer = prompt.await.unwrap().unwrap();
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let text = support::acp::agent_text(&acp.drain_notes());
+    assert!(text.starts_with("permission: allow"), "{text}");
+
+    acp.call("session/close", serde_json::json!({"sessionId": id}))
+        .await
+        .unwrap();
+    assert_eq!(b.status(&id).await, "saved");
+    assert_eq!(held(b.json("/agent").await), 0);
+    acp.close().await;
+    c.stop().await;
+    w.finish().await;
+}
+
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! `set_config_option`, `close`, `delete` and `list` are the REST routes' use cases;
 //! `session/load` replays the session's durable log (whether or not the agent can load) and
 //! `session/resume` follows it from now. A prompt's turn belongs to the gateway: a connection
-//! that drops does not stop it.
+//! that drops does not stop it. A session call for a session another replica serves is carried
+//! out there (`remote.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use agent_client_protocol::{
 use serde_json::{Value, json};
 
 use super::follow::{self, Attached, Ctx, Cx, Event};
+use super::remote::Remote;
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, Error, Gateway, NewSession, Prompt, SessionFilter};
 
@@ -31,16 +33,23 @@ const REPLAY_PAGE: i64 = 1000;
 struct Conn {
     gateway: Gateway,
     caller: Caller,
+    /// Where calls for a session another replica serves go.
+    remote: Remote,
     elicitation: Mutex<Option<Value>>,
     /// The sessions this connection follows.
     attached: Mutex<HashMap<String, Arc<Attached>>>,
 }
 
 /// The agent a new connection talks to.
-pub(super) fn connection(gateway: Gateway, caller: Caller) -> impl ConnectTo<Client> {
+pub(super) fn connection(
+    gateway: Gateway,
+    caller: Caller,
+    remote: Remote,
+) -> impl ConnectTo<Client> {
     let conn = Arc::new(Conn {
         gateway,
         caller,
+        remote,
         elicitation: Mutex::default(),
         attached: Mutex::default(),
     });
@@ -103,6 +112,22 @@ fn invalid(what: &str) -> RpcError {
     error
 }
 
+/// The answer of `method` (about the session its `sessionId` names) from the replica that must
+/// serve that session, when another must (see [`Remote`]); `None`: this one serves it.
+async fn elsewhere(
+    gateway: &Gateway,
+    remote: &Remote,
+    method: &str,
+    params: &Value,
+) -> Option<Result<Value, RpcError>> {
+    let id = session_of(params).ok()?;
+    match gateway.replica_for_session(id.as_str()).await {
+        Ok(Some(address)) => remote.call(&address, method, &id, params).await,
+        Ok(None) => None,
+        Err(e) => Some(Err(rpc_error(e))),
+    }
+}
+
 fn session_of(params: &Value) -> Result<SessionId, RpcError> {
     let id = params["sessionId"]
         .as_str()
@@ -139,6 +164,7 @@ impl Conn {
             gateway: self.gateway.clone(),
             caller: self.caller.clone(),
             cx: cx.clone(),
+            remote: self.remote.clone(),
             elicitation: self.elicitation.lock().expect("elicitation lock").clone(),
         }
     }
@@ -175,9 +201,18 @@ impl Conn {
             return;
         };
         let (gateway, caller) = (self.gateway.clone(), self.caller.clone());
+        let remote = self.remote.clone();
         // A cancel is the gateway's, not the connection's: it happens even if the client goes.
         tokio::spawn(async move {
-            if let Err(e) = gateway.turns().cancel(&caller, &id).await {
+            let cancelled = match elsewhere(&gateway, &remote, &msg.method, &msg.params).await {
+                Some(done) => done.map(drop),
+                None => gateway
+                    .turns()
+                    .cancel(&caller, &id)
+                    .await
+                    .map_err(rpc_error),
+            };
+            if let Err(e) = cancelled {
                 tracing::debug!(error = %e, "an ACP session/cancel failed");
             }
         });
@@ -208,6 +243,9 @@ impl Conn {
                 if let Some(a) = attached {
                     a.stop();
                 }
+                if let Some(answer) = self.elsewhere(method, params).await {
+                    return plain(answer?);
+                }
                 let done = if method == "session/close" {
                     // Closing a session the agent cannot close only detaches this client.
                     match self.gateway.sessions().close(&self.caller, &id).await {
@@ -222,6 +260,11 @@ impl Conn {
                 };
                 done.map_err(rpc_error)?;
                 plain(json!({}))
+            }
+            "session/set_mode" | "session/set_model" | "session/set_config_option"
+                if let Some(answer) = self.elsewhere(method, params).await =>
+            {
+                plain(answer?)
             }
             "session/set_mode" | "session/set_model" => {
                 let id = session_of(params)?;
@@ -362,21 +405,27 @@ impl Conn {
         let prompt = Prompt::new(blocks.cloned(), None).map_err(rpc_error)?;
         let attached = self.attached(ctx, &id).await?;
         let ended = attached.expect_turn(blocks.map_or(&[][..], Vec::as_slice));
-        let turn = self
-            .gateway
-            .turns()
-            .prompt(&self.caller, &id, prompt, true)
-            .await;
-        let result = match turn {
-            Ok(Some(turn)) => turn.result,
-            Ok(None) => json!({"stopReason": "end_turn"}),
-            Err(e) => {
-                attached.forget_turn();
-                return Err(rpc_error(e));
-            }
+        let turn = match self.elsewhere("session/prompt", params).await {
+            Some(answered) => answered,
+            None => match self
+                .gateway
+                .turns()
+                .prompt(&self.caller, &id, prompt, true)
+                .await
+            {
+                Ok(Some(turn)) => Ok(turn.result),
+                Ok(None) => Ok(json!({"stopReason": "end_turn"})),
+                Err(e) => Err(rpc_error(e)),
+            },
         };
+        let result = turn.inspect_err(|_| attached.forget_turn())?;
         let _ = tokio::time::timeout(TAIL_WAIT, ended).await;
         Ok(result)
+    }
+
+    /// The answer of `method` from the replica that must serve its session, when another must.
+    async fn elsewhere(&self, method: &str, params: &Value) -> Option<Result<Value, RpcError>> {
+        elsewhere(&self.gateway, &self.remote, method, params).await
     }
 
     async fn list(&self, params: &Value) -> Result<Value, RpcError> {

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::remote::Remote;
 use crate::events::Run;
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, Gateway};
@@ -27,6 +28,8 @@ pub(super) struct Ctx {
     pub gateway: Gateway,
     pub caller: Caller,
     pub cx: Cx,
+    /// Where an answer goes when another replica holds the request's session.
+    pub remote: Remote,
     /// The client's `elicitation` capability (`{form, url}`), if it declared one.
     pub elicitation: Option<Value>,
 }
@@ -317,27 +320,45 @@ fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params
             return Ok(()); // this client could not answer; another may
         };
         let (gateway, caller, id) = (&ctx2.gateway, &ctx2.caller, &attached.session_id);
-        let done = if permission {
-            let outcome = &answer["outcome"];
-            let option = outcome["optionId"].as_str().map(str::to_owned);
-            let cancelled = option.is_none().then_some("cancelled");
-            gateway
-                .requests()
-                .answer_permission(caller, id, &request_id, option, cancelled)
-                .await
-                .map(drop)
-        } else {
-            let reply = match answer["action"].as_str() {
-                Some("accept") => ElicitationReply::Accept,
-                Some("decline") => ElicitationReply::Decline,
-                _ => ElicitationReply::Cancel,
-            };
-            let content = answer.get("content").filter(|c| !c.is_null());
-            gateway
+        let option = answer["outcome"]["optionId"].as_str().map(str::to_owned);
+        let reply = match answer["action"].as_str() {
+            Some("accept") => ElicitationReply::Accept,
+            Some("decline") => ElicitationReply::Decline,
+            _ => ElicitationReply::Cancel,
+        };
+        let content = answer.get("content").filter(|c| !c.is_null());
+        // The turn that asked runs where the session is held.
+        let done = match gateway.replica_for_session(id.as_str()).await {
+            Ok(Some(address)) => {
+                let body = if permission {
+                    match &option {
+                        Some(option) => json!({"optionId": option}),
+                        None => json!({"outcome": "cancelled"}),
+                    }
+                } else {
+                    json!({"action": reply, "content": content})
+                };
+                ctx2.remote
+                    .answer(&address, id, permission, &request_id, body)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Ok(None) if permission => {
+                let cancelled = option.is_none().then_some("cancelled");
+                gateway
+                    .requests()
+                    .answer_permission(caller, id, &request_id, option, cancelled)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+            Ok(None) => gateway
                 .requests()
                 .answer_elicitation(caller, id, &request_id, reply, content)
                 .await
                 .map(drop)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
         };
         if let Err(e) = done {
             tracing::debug!(request = %request_id, error = %e, "an ACP client's answer was not taken");

@@ -2,10 +2,12 @@
 //! and WebSocket transport (`agent-client-protocol-http`). Each caller (an API key's tenant, or
 //! the one caller of a gateway without keys) gets a transport of its own, so a connection id
 //! opened with one key is unknown under another; when the key is removed its connections end.
-//! What a connection can do is `agent.rs`; how it follows a session's log, `follow.rs`.
+//! What a connection can do is `agent.rs`; how it follows a session's log, `follow.rs`; how it
+//! has another replica carry out a call for a session that replica serves, `remote.rs`.
 
 mod agent;
 mod follow;
+mod remote;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,7 @@ use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +51,14 @@ impl Endpoint {
 
     /// The transport of `caller`'s key: its connections, and an agent per connection acting
     /// for it, which ends when the key is removed.
-    fn server(&self, caller: &Caller, revoked: Option<&Revoked>) -> Router {
+    /// `authorization`: what the request carried, with which the connections' calls for a
+    /// session another replica serves are made there.
+    fn server(
+        &self,
+        caller: &Caller,
+        revoked: Option<&Revoked>,
+        authorization: Option<&HeaderValue>,
+    ) -> Router {
         let mut servers = self.servers.lock().expect("acp servers lock");
         // The transports of removed keys go (their connections have ended).
         servers.retain(|_, (_, revoked)| !revoked.is_cancelled());
@@ -57,10 +66,11 @@ impl Endpoint {
             .entry((caller.clone(), revoked.map(|r| r.id)))
             .or_insert_with(|| {
                 let (gateway, caller) = (self.gateway.clone(), caller.clone());
+                let remote = remote::Remote::new(authorization.cloned());
                 let token = revoked.map(|r| r.token.clone()).unwrap_or_default();
                 let revoked = token.clone();
                 let factory = move || agent::Revocable {
-                    agent: agent::connection(gateway.clone(), caller.clone()),
+                    agent: agent::connection(gateway.clone(), caller.clone(), remote.clone()),
                     revoked: revoked.clone(),
                 };
                 let router = AcpHttpServer::new(factory)
@@ -93,7 +103,8 @@ pub async fn serve(
         req.headers_mut().remove(header::ORIGIN);
     }
     let revoked = req.extensions().get::<Revoked>().cloned();
-    let server = endpoint.server(&caller, revoked.as_ref());
+    let authorization = req.headers().get(header::AUTHORIZATION);
+    let server = endpoint.server(&caller, revoked.as_ref(), authorization);
     let Ok(res) = server.oneshot(req).await;
     // An event stream ends at shutdown, as the REST streams do, so that the server can stop.
     let (parts, body) = res.into_parts();
