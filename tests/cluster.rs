@@ -317,6 +317,45 @@ async fn an_acp_client_drives_a_session_another_replica_holds() {
     w.finish().await;
 }
 
+/// An ACP client over the HTTP transport behind a balancer with no stickiness (every new TCP
+/// connection to the next replica, so its POSTs and its event stream land on different
+/// replicas): it creates a session, prompts it twice and closes it, and reads every update once,
+/// in order.
+#[tokio::test]
+async fn an_acp_client_needs_no_sticky_balancer() {
+    let Some((w, b, c)) = three_replicas().await else {
+        return;
+    };
+    let balancer = support::balancer::RoundRobin::start(&[&w.gw().base, &b.base, &c.base]).await;
+    // Every request on a connection of its own, as to a balancer that picks per request.
+    let transport = agent_client_protocol_http::HttpClient::builder(balancer.base.clone())
+        .configure_http(|h| h.no_proxy().pool_max_idle_per_host(0))
+        .build()
+        .unwrap();
+    let mut acp = support::acp::AcpClient::connect(transport).await;
+    acp.initialize().await.unwrap();
+    let id = acp.new_session("/tmp").await;
+    for text in ["one two three", "four five"] {
+        let answer = acp.prompt(&id, text).await.unwrap();
+        assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+        assert_eq!(support::acp::agent_text(&acp.drain_notes()), text);
+    }
+    acp.call("session/close", serde_json::json!({"sessionId": id}))
+        .await
+        .unwrap();
+    assert!(
+        balancer
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2,
+        "the client's requests went over more than one connection"
+    );
+    acp.close().await;
+    b.stop().await;
+    c.stop().await;
+    w.finish().await;
+}
+
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]

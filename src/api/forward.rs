@@ -84,7 +84,7 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
             Err(e) => return e.into_response(),
         };
         return match gateway.replica_for_new(agent_named(&body).as_deref()) {
-            Some(replica) => send(&forwarder, &replica, parts, body)
+            Some(replica) => send(&forwarder.client, &replica, parts, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
             None => next.run(Request::from_parts(parts, Body::from(body))).await,
@@ -94,7 +94,7 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
         return next.run(req).await;
     };
     match gateway.replica_for_session(id).await {
-        Ok(Some(replica)) => proxy(&forwarder, &replica, req)
+        Ok(Some(replica)) => proxy(&forwarder.client, &replica, req)
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Ok(None) => next.run(req).await,
@@ -114,16 +114,20 @@ async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
     }
 }
 
-/// Sends `req` to `owner` and streams its answer back.
-async fn proxy(forwarder: &Forwarder, owner: &str, req: Request) -> Result<Response, ApiError> {
+/// Sends `req` to `owner` with `client` and streams its answer back.
+pub(super) async fn proxy(
+    client: &reqwest::Client,
+    owner: &str,
+    req: Request,
+) -> Result<Response, ApiError> {
     let (parts, body) = read_body(req).await?;
-    send(forwarder, owner, parts, body).await
+    send(client, owner, parts, body).await
 }
 
 /// Sends the request of `parts` and `body`, marked [`FORWARDED`], to `owner` and streams its
 /// answer back.
 async fn send(
-    forwarder: &Forwarder,
+    client: &reqwest::Client,
     owner: &str,
     parts: Parts,
     body: Bytes,
@@ -146,8 +150,7 @@ async fn send(
             "the gateway replica serving this request cannot be reached; retry shortly".into(),
         ))
     };
-    let answer = forwarder
-        .client
+    let answer = client
         .request(parts.method, &target)
         .headers(headers)
         .body(body)

@@ -302,6 +302,23 @@ impl Gateway {
         self.0.placement.replica_for_new(agent)
     }
 
+    /// This replica's id in the registry.
+    pub fn replica_id(&self) -> &'static str {
+        crate::cluster::replica_id()
+    }
+
+    /// The address of the live replica other than this one whose id is `id`, as of the last
+    /// heartbeat.
+    pub fn replica_address(&self, id: &str) -> Option<String> {
+        self.0
+            .placement
+            .cluster
+            .view()
+            .into_iter()
+            .find(|r| r.id == id && r.live && !r.this)
+            .map(|r| r.address)
+    }
+
     /// A session's metadata and lifecycle.
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

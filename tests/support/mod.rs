@@ -12,6 +12,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod balancer;
 pub mod gateway;
 pub mod pgcluster;
 pub mod postgres;

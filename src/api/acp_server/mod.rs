@@ -16,17 +16,23 @@ use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::auth::Revoked;
+use super::forward::proxy;
 use crate::gateway::{Caller, Gateway};
 
 /// The path the endpoint is served at.
 pub const PATH: &str = "/acp";
+
+/// The HTTP transport's connection id. The gateway hands it out as `REPLICA.ID`: the replica
+/// whose transport holds connection `ID`, so that any replica can send the connection's later
+/// requests (its POSTs, its event stream) there, whatever the balancer in front did.
+const CONNECTION_ID: HeaderName = HeaderName::from_static("acp-connection-id");
 
 /// A key's transport: its router, and what ends its connections when the key is removed.
 type Transport = (Router, CancellationToken);
@@ -38,6 +44,8 @@ pub struct Endpoint {
     servers: Mutex<HashMap<(Caller, Option<u64>), Transport>>,
     /// The gateway's shutdown: the connections' event streams end with it.
     stop: CancellationToken,
+    /// Reaches the replica holding a connection.
+    client: reqwest::Client,
 }
 
 impl Endpoint {
@@ -46,6 +54,7 @@ impl Endpoint {
             gateway,
             servers: Mutex::default(),
             stop,
+            client: reqwest::Client::new(),
         })
     }
 
@@ -102,12 +111,36 @@ pub async fn serve(
         // origin.
         req.headers_mut().remove(header::ORIGIN);
     }
+    // A connection another replica holds is served there.
+    let tagged = req
+        .headers()
+        .get(&CONNECTION_ID)
+        .and_then(|v| v.to_str().ok());
+    if let Some((replica, id)) = tagged.and_then(|t| t.split_once('.')) {
+        if replica == endpoint.gateway.replica_id() {
+            let id = HeaderValue::from_str(id).expect("part of a valid header value");
+            req.headers_mut().insert(CONNECTION_ID, id);
+        } else if let Some(address) = endpoint.gateway.replica_address(replica) {
+            return proxy(&endpoint.client, &address, req)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+        }
+    }
     let revoked = req.extensions().get::<Revoked>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION);
     let server = endpoint.server(&caller, revoked.as_ref(), authorization);
     let Ok(res) = server.oneshot(req).await;
+    let (mut parts, body) = res.into_parts();
+    if let Some(id) = parts
+        .headers
+        .get(&CONNECTION_ID)
+        .and_then(|v| v.to_str().ok())
+    {
+        let tagged = format!("{}.{id}", endpoint.gateway.replica_id());
+        let tagged = HeaderValue::from_str(&tagged).expect("an id and a replica id");
+        parts.headers.insert(CONNECTION_ID, tagged);
+    }
     // An event stream ends at shutdown, as the REST streams do, so that the server can stop.
-    let (parts, body) = res.into_parts();
     let body = body
         .into_data_stream()
         .take_until(endpoint.stop.clone().cancelled_owned());
