@@ -542,6 +542,22 @@ async fn a_replica_forwards_what_only_another_replicas_agent_serves() {
         "{b_on_one}"
     );
 
+    // Over ACP too: a session of b made through the replica without b is made on the other,
+    // and prompted there through this connection.
+    let acp = support::acp::AcpClient::start(&one.base, None, false).await;
+    let made = acp
+        .call(
+            "session/new",
+            serde_json::json!({"cwd": "/tmp", "mcpServers": [], "_meta": {"agent": "b"}}),
+        )
+        .await
+        .unwrap();
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(two.json(&format!("/sessions/{id}")).await["agent"], "b");
+    let answer = acp.prompt(&id, "made elsewhere").await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    acp.close().await;
+
     // The replica with b stops: once it is gone from the others' view, nobody runs b.
     w.gw.take().unwrap().stop().await;
     one.wait_until(|g| async move { g.get("/agents/b").await.status() == 404 })

@@ -302,6 +302,12 @@ impl Gateway {
         self.0.placement.replica_for_new(agent)
     }
 
+    /// The live replica a session of `agent` (`None`: this replica's default) must be made on
+    /// when this replica does not run that agent.
+    pub fn runner_elsewhere(&self, agent: Option<&str>) -> Option<String> {
+        self.0.placement.cluster.runner_elsewhere(agent?)
+    }
+
     /// This replica's id in the registry.
     pub fn replica_id(&self) -> &'static str {
         crate::cluster::replica_id()

@@ -356,6 +356,22 @@ impl Conn {
             meta,
             ..NewSession::default()
         };
+        // An agent only another replica runs: the session is made there.
+        if let Some(address) = self.gateway.runner_elsewhere(new.agent.as_deref()) {
+            let body = json!({"cwd": new.cwd, "additionalDirectories": new.additional_directories,
+                              "mcpServers": new.mcp_servers, "agent": new.agent, "_meta": new.meta});
+            let view = self.remote.create(&address, body).await?;
+            let id = view["sessionId"].as_str().unwrap_or_default();
+            let id = SessionId::parse(id).map_err(rpc_error)?;
+            let follow = follow::open(ctx, &id, Some(0)).await.map_err(rpc_error)?;
+            let mut answer = json!({"sessionId": id.as_str()});
+            for key in ["modes", "models", "configOptions"] {
+                if let Some(v) = view["state"].get(key).filter(|v| !v.is_null()) {
+                    answer[key] = v.clone();
+                }
+            }
+            return Ok((answer, Some(follow)));
+        }
         let view = self
             .gateway
             .create()

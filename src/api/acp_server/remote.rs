@@ -38,7 +38,24 @@ impl Remote {
         params: &Value,
     ) -> Option<Result<Value, RpcError>> {
         let (verb, path, body) = route(method, id.as_str(), params)?;
-        Some(self.send(address, verb, &path, body, method).await)
+        let answer = match self.send(address, verb, &path, body).await {
+            Ok(answer) => answer,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(match method {
+            "session/prompt" => answer["result"].clone(),
+            "session/set_config_option" => {
+                json!({"configOptions": answer.pointer("/state/configOptions").cloned().unwrap_or_else(|| json!([]))})
+            }
+            _ => json!({}),
+        }))
+    }
+
+    /// Creates a session (`POST /sessions` with `body`) on the replica at `address`; the
+    /// session as REST shows it.
+    pub(super) async fn create(&self, address: &str, body: Value) -> Result<Value, RpcError> {
+        self.send(address, Method::POST, &["sessions"], Some(body))
+            .await
     }
 
     /// Sends a client's answer to a permission request (`permission`) or an elicitation of
@@ -57,7 +74,7 @@ impl Remote {
             "elicitations"
         };
         let path = ["sessions", id.as_str(), kind, request_id];
-        self.send(address, Method::POST, &path, Some(body), "")
+        self.send(address, Method::POST, &path, Some(body))
             .await
             .map(drop)
     }
@@ -79,7 +96,6 @@ impl Remote {
         verb: Method,
         path: &[&str],
         body: Option<Value>,
-        method: &str,
     ) -> Result<Value, RpcError> {
         let mut headers = HeaderMap::new();
         headers.insert(FORWARDED, HeaderValue::from_static("1"));
@@ -103,13 +119,7 @@ impl Remote {
         if !status.is_success() {
             return Err(refused(status.as_u16(), &body));
         }
-        Ok(match method {
-            "session/prompt" => body["result"].clone(),
-            "session/set_config_option" => {
-                json!({"configOptions": body.pointer("/state/configOptions").cloned().unwrap_or_else(|| json!([]))})
-            }
-            _ => json!({}),
-        })
+        Ok(body)
     }
 }
 
