@@ -356,6 +356,90 @@ async fn an_acp_client_needs_no_sticky_balancer() {
     w.finish().await;
 }
 
+/// `acp-gateway connect` (an editor's bridge) through the round-robin balancer: the editor's
+/// session is prompted; the replica holding it (and the bridge's connection) is SIGKILLed and
+/// another started at its address, as an orchestrator restarts a pod. The bridge connects again
+/// and resumes the session, which is served once the dead replica's lease has expired; each
+/// prompt's updates reach the editor once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+    let Some((mut w, b, c)) = three_replicas().await else {
+        return;
+    };
+    let mut replicas = vec![w.gw.take().unwrap(), b, c];
+    let bases: Vec<String> = replicas.iter().map(|g| g.base.clone()).collect();
+    let balancer =
+        support::balancer::RoundRobin::start(&bases.iter().map(String::as_str).collect::<Vec<_>>())
+            .await;
+    let log = std::fs::File::create(w.dir.path().join("connect.log")).unwrap();
+    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+        .args(["connect", &balancer.base])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdio = agent_client_protocol::ByteStreams::new(
+        bridge.stdin.take().unwrap().compat_write(),
+        bridge.stdout.take().unwrap().compat(),
+    );
+    let mut editor = support::acp::AcpClient::connect(stdio).await;
+    editor.initialize().await.unwrap();
+    let id = editor.new_session("/tmp").await;
+    let answer = editor.prompt(&id, "before the kill").await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    assert_eq!(
+        support::acp::agent_text(&editor.drain_notes()),
+        "before the kill"
+    );
+
+    let mut holder = None;
+    for (i, g) in replicas.iter().enumerate() {
+        if g.json("/agent").await["members"][0]["sessions"] == 1 {
+            holder = Some(i);
+        }
+    }
+    let holder = holder.expect("a replica holds the session");
+    replicas[holder].kill().await;
+    let port = bases[holder].rsplit(':').next().unwrap().to_owned();
+    let opts = Options::default().args(&[
+        "--heartbeat-interval",
+        "1",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let answer = loop {
+        match editor.prompt(&id, "after the kill").await {
+            Ok(answer) => break answer,
+            // Answered by the bridge while it connects again, or by a replica while the dead
+            // one's lease runs.
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no answer after the kill: {e:?}\n{}",
+                std::fs::read_to_string(w.dir.path().join("connect.log")).unwrap()
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let text = support::acp::agent_text(&editor.drain_notes());
+    assert!(text.ends_with("after the kill"), "{text}");
+    assert_eq!(text.matches("after the kill").count(), 1, "{text}");
+
+    editor.close().await;
+    let _ = tokio::time::timeout(PATIENCE, bridge.wait()).await;
+    for g in replicas {
+        g.stop().await;
+    }
+    w.finish().await;
+}
+
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]
