@@ -307,6 +307,31 @@ async fn an_acp_client_drives_a_session_another_replica_holds() {
     let text = support::acp::agent_text(&acp.drain_notes());
     assert!(text.starts_with("permission: allow"), "{text}");
 
+    // A permission already pending on b when a client attaches through a is asked of it.
+    let turn = b.prompt_in_background(&id, "/permission again");
+    b.wait_until(|g| {
+        let id = id.clone();
+        async move { g.json(&format!("/sessions/{id}/permissions")).await[0].is_object() }
+    })
+    .await;
+    let mut late = support::acp::AcpClient::start(&a.base, None, true).await;
+    late.call(
+        "session/resume",
+        serde_json::json!({"sessionId": id, "cwd": "/tmp"}),
+    )
+    .await
+    .unwrap();
+    let asked = late.next_asked().await;
+    assert_eq!(asked.method, "session/request_permission");
+    asked
+        .responder
+        .respond(serde_json::json!({"outcome": {"outcome": "selected", "optionId": "allow"}}))
+        .unwrap();
+    let turn = turn.await.unwrap().unwrap();
+    assert_eq!(turn.status(), 200);
+    late.close().await;
+    acp.drain_notes();
+
     acp.call("session/close", serde_json::json!({"sessionId": id}))
         .await
         .unwrap();

@@ -245,25 +245,29 @@ fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
 }
 
 /// Asks the client what is pending when it attaches (events before its position are not
-/// followed).
+/// followed): on the replica where the session's turn runs.
 async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
     let (requests, caller, id) = (ctx.gateway.requests(), &ctx.caller, &attached.session_id);
-    // A list that cannot be read now is not asked about.
-    let permissions = requests.permissions(caller, id).await.unwrap_or_default();
-    let elicitations = requests.elicitations(caller, id).await.unwrap_or_default();
-    let permissions = permissions
-        .iter()
-        .map(|p| ("permission_requested", &p.request_id, &p.request));
-    let elicitations = elicitations
-        .iter()
-        .map(|e| ("elicitation_requested", &e.request_id, &e.request));
-    for (kind, request_id, request) in permissions.chain(elicitations) {
+    let pending = match ctx.gateway.replica_for_session(id.as_str()).await {
+        Ok(Some(address)) => ctx.remote.pending(&address, id).await,
+        _ => {
+            // A list that cannot be read now is not asked about.
+            let permissions = requests.permissions(caller, id).await.unwrap_or_default();
+            let elicitations = requests.elicitations(caller, id).await.unwrap_or_default();
+            let permissions = permissions
+                .into_iter()
+                .map(|p| ("permission_requested", p.request_id, p.request));
+            let elicitations = elicitations
+                .into_iter()
+                .map(|e| ("elicitation_requested", e.request_id, e.request));
+            permissions.chain(elicitations).collect()
+        }
+    };
+    for (kind, request_id, request) in &pending {
         ask(ctx, attached, kind, request_id, request);
     }
 }
 
-/// Sends the client a permission request or an elicitation (once per request id), and its
-/// answer, when it comes first, to the service.
 fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params: &Value) {
     let permission = kind == "permission_requested";
     if !permission {

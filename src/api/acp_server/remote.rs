@@ -79,6 +79,31 @@ impl Remote {
             .map(drop)
     }
 
+    /// The permission requests and elicitations pending for session `id` on the replica at
+    /// `address` (its event kind, request id and request); none when they cannot be read.
+    pub(super) async fn pending(
+        &self,
+        address: &str,
+        id: &SessionId,
+    ) -> Vec<(&'static str, String, Value)> {
+        let mut pending = Vec::new();
+        for (kind, list) in [
+            ("permission_requested", "permissions"),
+            ("elicitation_requested", "elicitations"),
+        ] {
+            let path = ["sessions", id.as_str(), list];
+            let Ok(Value::Array(items)) = self.send(address, Method::GET, &path, None).await else {
+                continue;
+            };
+            for item in items {
+                if let Some(request_id) = item["requestId"].as_str() {
+                    pending.push((kind, request_id.to_owned(), item["request"].clone()));
+                }
+            }
+        }
+        pending
+    }
+
     /// The URL of `path` (its segments, each encoded) on the replica at `address`.
     fn url(address: &str, path: &[&str]) -> Result<reqwest::Url, RpcError> {
         let mut url = reqwest::Url::parse(address)
