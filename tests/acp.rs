@@ -90,18 +90,7 @@ async fn permissions_are_answered_from_either_side(backend: Backend) {
 
     // Asked during an ACP prompt: both ACP clients are asked; REST answers first; the ACP
     // clients' requests are cancelled, and the turn goes on with REST's answer.
-    let prompt = {
-        let cx = acp.cx.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            let msg = agent_client_protocol::UntypedMessage::new(
-                "session/prompt",
-                json!({"sessionId": id, "prompt": [{"type": "text", "text": "/permission done"}]}),
-            )
-            .unwrap();
-            cx.send_request(msg).block_task().await
-        })
-    };
+    let prompt = acp.prompt_in_background(&id, "/permission done");
     let asked = acp.next_asked().await;
     let asked_other = other.next_asked().await;
     assert_eq!(asked.method, "session/request_permission");

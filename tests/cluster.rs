@@ -200,25 +200,10 @@ async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
         return;
     };
     let a = w.gw();
-    // Marked as forwarded already, a create stays on b.
-    let create = || async {
-        let r = reqwest::Client::new()
-            .post(b.url("/sessions"))
-            .header("acp-gateway-forwarded", "1")
-            .json(&serde_json::json!({"cwd": "/tmp"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-        r.json::<Value>().await.unwrap()["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
-    let x = create().await;
+    let x = b.create_here("/tmp").await;
     let (status, body) = b.prompt(&x, "on b").await;
     assert_eq!(status, 200, "{body}");
-    let y = create().await;
+    let y = b.create_here("/tmp").await;
     b.kill().await;
     let started = std::time::Instant::now();
     loop {
@@ -252,18 +237,7 @@ async fn an_acp_client_drives_a_session_another_replica_holds() {
         return;
     };
     let a = w.gw();
-    let created = reqwest::Client::new()
-        .post(b.url("/sessions"))
-        .header("acp-gateway-forwarded", "1")
-        .json(&serde_json::json!({"cwd": "/tmp"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let id = created.json::<Value>().await.unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = b.create_here("/tmp").await;
     let held = |agent: Value| agent["members"][0]["sessions"].as_u64().unwrap();
     let mut acp = support::acp::AcpClient::start(&a.base, None, false).await;
     acp.call(
@@ -284,18 +258,7 @@ async fn an_acp_client_drives_a_session_another_replica_holds() {
     );
 
     // A permission the turn on b asks is answered by the client on a.
-    let prompt = {
-        let cx = acp.cx.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            let msg = agent_client_protocol::UntypedMessage::new(
-                "session/prompt",
-                serde_json::json!({"sessionId": id, "prompt": [{"type": "text", "text": "/permission done"}]}),
-            )
-            .unwrap();
-            cx.send_request(msg).block_task().await
-        })
-    };
+    let prompt = acp.prompt_in_background(&id, "/permission done");
     let asked = acp.next_asked().await;
     assert_eq!(asked.method, "session/request_permission");
     asked
@@ -388,7 +351,6 @@ async fn an_acp_client_needs_no_sticky_balancer() {
 /// prompt's updates reach the editor once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
-    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
     let Some((mut w, b, c)) = three_replicas().await else {
         return;
     };
@@ -397,22 +359,8 @@ async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
     let balancer =
         support::balancer::RoundRobin::start(&bases.iter().map(String::as_str).collect::<Vec<_>>())
             .await;
-    let log = std::fs::File::create(w.dir.path().join("connect.log")).unwrap();
-    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
-        .args(["connect", &balancer.base])
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdio = agent_client_protocol::ByteStreams::new(
-        bridge.stdin.take().unwrap().compat_write(),
-        bridge.stdout.take().unwrap().compat(),
-    );
-    let mut editor = support::acp::AcpClient::connect(stdio).await;
-    editor.initialize().await.unwrap();
+    let log = w.dir.path().join("connect.log");
+    let (mut bridge, mut editor, _) = support::acp::bridge(&balancer.base, None, &log).await;
     let id = editor.new_session("/tmp").await;
     let answer = editor.prompt(&id, "before the kill").await.unwrap();
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
@@ -438,20 +386,11 @@ async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
     ]);
     replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
 
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let answer = loop {
-        match editor.prompt(&id, "after the kill").await {
-            Ok(answer) => break answer,
-            // Answered by the bridge while it connects again, or by a replica while the dead
-            // one's lease runs.
-            Err(e) => assert!(
-                tokio::time::Instant::now() < deadline,
-                "no answer after the kill: {e:?}\n{}",
-                std::fs::read_to_string(w.dir.path().join("connect.log")).unwrap()
-            ),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    };
+    // Answered by the bridge while it connects again, or by a replica while the dead one's
+    // lease runs, until the session is served again.
+    let answer = editor
+        .prompt_through_reconnect(&id, "after the kill", &log)
+        .await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     let text = support::acp::agent_text(&editor.drain_notes());
     assert!(text.ends_with("after the kill"), "{text}");

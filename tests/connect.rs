@@ -6,12 +6,9 @@
 
 mod support;
 
-use std::process::Stdio;
-
 use serde_json::json;
-use support::acp::{AcpClient, agent_text};
+use support::acp::{agent_text, bridge};
 use support::*;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 const KEY: &str = "editor-key-0123456789";
 
@@ -32,22 +29,8 @@ async fn connect_bridges_an_editor_and_reconnects() {
         "2",
     ]);
     let mut w = World::start(Backend::Sqlite, opts).await;
-    let log = std::fs::File::create(w.dir.path().join("connect.log")).unwrap();
-    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
-        .args(["connect", &w.gw().base, "--api-key", KEY])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdio = agent_client_protocol::ByteStreams::new(
-        bridge.stdin.take().unwrap().compat_write(),
-        bridge.stdout.take().unwrap().compat(),
-    );
-    let mut editor = AcpClient::connect(stdio).await;
-    let init = editor.initialize().await.unwrap();
+    let log = w.dir.path().join("connect.log");
+    let (mut bridge, mut editor, init) = bridge(&w.gw().base, Some(KEY), &log).await;
     assert_eq!(init["agentInfo"]["name"], "acp-gateway", "{init}");
     assert_eq!(init["agentCapabilities"]["loadSession"], true);
     let id = editor.new_session("/tmp").await;
@@ -57,19 +40,9 @@ async fn connect_bridges_an_editor_and_reconnects() {
 
     // The gateway goes away and comes back: the editor keeps its session.
     w.restart().await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let answer = loop {
-        match editor.prompt(&id, "after the restart").await {
-            Ok(answer) => break answer,
-            // Answered by the bridge while it connects again.
-            Err(e) => assert!(
-                tokio::time::Instant::now() < deadline,
-                "no answer after the restart: {e:?}\n{}",
-                std::fs::read_to_string(w.dir.path().join("connect.log")).unwrap()
-            ),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    };
+    let answer = editor
+        .prompt_through_reconnect(&id, "after the restart", &log)
+        .await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     let text = agent_text(&editor.drain_notes());
     assert!(text.ends_with("after the restart"), "{text}");

@@ -157,6 +157,20 @@ impl AcpClient {
         .await
     }
 
+    /// `session/prompt` with one text block, sent now and answered in a task of its own (for
+    /// a turn that asks the client something first).
+    pub fn prompt_in_background(
+        &self,
+        session: &str,
+        text: &str,
+    ) -> tokio::task::JoinHandle<Result<Value, Error>> {
+        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        let sent = self
+            .cx
+            .send_request(UntypedMessage::new("session/prompt", params).unwrap());
+        tokio::spawn(async move { sent.block_task().await })
+    }
+
     /// The next notification (bounded by PATIENCE).
     pub async fn next_note(&mut self) -> (String, Value) {
         tokio::time::timeout(PATIENCE, self.notes.recv())
@@ -216,4 +230,59 @@ pub fn agent_text(notes: &[(String, Value)]) -> String {
         .filter(|(_, p)| p["update"]["sessionUpdate"] == "agent_message_chunk")
         .filter_map(|(_, p)| p["update"]["content"]["text"].as_str())
         .collect()
+}
+
+/// `acp-gateway connect URL` (with `key` as `--api-key`) started as an editor starts an agent
+/// command, its log in `log`, and the editor: a client on the bridge's stdio, initialized
+/// (with `initialize`'s answer).
+pub async fn bridge(
+    url: &str,
+    key: Option<&str>,
+    log: &std::path::Path,
+) -> (tokio::process::Child, AcpClient, Value) {
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"));
+    command.args(["connect", url]);
+    if let Some(key) = key {
+        command.args(["--api-key", key]);
+    }
+    let mut bridge = command
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdio = agent_client_protocol::ByteStreams::new(
+        bridge.stdin.take().unwrap().compat_write(),
+        bridge.stdout.take().unwrap().compat(),
+    );
+    let editor = AcpClient::connect(stdio).await;
+    let init = editor.initialize().await.unwrap();
+    (bridge, editor, init)
+}
+
+impl AcpClient {
+    /// A prompt through a bridge that is connecting again: sent every 200 ms until answered
+    /// (the bridge answers with an error meanwhile), within PATIENCE; `log` is the bridge's.
+    pub async fn prompt_through_reconnect(
+        &self,
+        session: &str,
+        text: &str,
+        log: &std::path::Path,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match self.prompt(session, text).await {
+                Ok(answer) => return answer,
+                Err(e) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no answer to {text:?}: {e:?}\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }

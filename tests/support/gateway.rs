@@ -353,6 +353,24 @@ impl Gateway {
     }
 
     /// Creates a session in `cwd` and returns its id.
+    /// A session in `cwd` created on this replica (marked as forwarded already, the request is
+    /// not placed on another replica): its id.
+    pub async fn create_here(&self, cwd: &str) -> String {
+        let r = self
+            .http
+            .post(self.url("/sessions"))
+            .header("acp-gateway-forwarded", "1")
+            .json(&json!({"cwd": cwd}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        r.json::<Value>().await.unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub async fn create(&self, cwd: &str) -> String {
         // The gateway accepts only an existing directory.
         std::fs::create_dir_all(cwd).unwrap();
