@@ -274,6 +274,24 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether a live replica runs an agent this one does not (what [`Cluster::agents_elsewhere`]
+    /// lists, without listing it).
+    pub fn runs_agents_elsewhere(&self) -> bool {
+        let view = self.view.lock().expect("view lock");
+        view.iter()
+            .filter(|r| r.live)
+            .flat_map(|r| &r.agents)
+            .any(|a| !self.agents.contains(a))
+    }
+
+    /// The address of the live replica other than this one whose id is `id`.
+    pub fn address_of(&self, id: &str) -> Option<String> {
+        let view = self.view.lock().expect("view lock");
+        view.iter()
+            .find(|r| r.id == id && r.live && !r.this)
+            .map(|r| r.address.clone())
+    }
+
     /// The agents that live replicas run and this one does not, by name.
     pub fn agents_elsewhere(&self) -> Vec<String> {
         let view = self.view.lock().expect("view lock");
@@ -395,6 +413,9 @@ mod tests {
         assert_eq!(c.runners("b"), ["r2", "r3"]);
         assert!(c.runners("c").is_empty(), "r4 is not live");
         assert_eq!(c.agents_elsewhere(), ["b"]);
+        assert!(c.runs_agents_elsewhere());
+        assert_eq!(c.address_of("r2").as_deref(), Some("http://r2"));
+        assert_eq!(c.address_of("r4"), None, "not live");
         assert_eq!(c.runner_elsewhere("a"), None, "run here");
         assert_eq!(c.runner_elsewhere("b").as_deref(), Some("http://r3"));
         assert_eq!(c.runner_elsewhere("c"), None);

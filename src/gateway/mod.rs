@@ -316,13 +316,7 @@ impl Gateway {
     /// The address of the live replica other than this one whose id is `id`, as of the last
     /// heartbeat.
     pub fn replica_address(&self, id: &str) -> Option<String> {
-        self.0
-            .placement
-            .cluster
-            .view()
-            .into_iter()
-            .find(|r| r.id == id && r.live && !r.this)
-            .map(|r| r.address)
+        self.0.placement.cluster.address_of(id)
     }
 
     /// A session's metadata and lifecycle.

@@ -98,7 +98,7 @@ impl Placement {
             return Ok(Some(owner));
         }
         // Read the record only when some live replica runs an agent this one does not.
-        if self.cluster.agents_elsewhere().is_empty() {
+        if !self.cluster.runs_agents_elsewhere() {
             return Ok(None);
         }
         let record = self.records.store().get_session(session_id).await?;

@@ -364,12 +364,8 @@ impl Conn {
             let id = view["sessionId"].as_str().unwrap_or_default();
             let id = SessionId::parse(id).map_err(rpc_error)?;
             let follow = follow::open(ctx, &id, Some(0)).await.map_err(rpc_error)?;
-            let mut answer = json!({"sessionId": id.as_str()});
-            for key in ["modes", "models", "configOptions"] {
-                if let Some(v) = view["state"].get(key).filter(|v| !v.is_null()) {
-                    answer[key] = v.clone();
-                }
-            }
+            let state = serde_json::from_value(view["state"].clone()).ok();
+            let answer = with_state(json!({"sessionId": id.as_str()}), state.as_ref());
             return Ok((answer, Some(follow)));
         }
         let view = self
