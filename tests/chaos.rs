@@ -1,6 +1,7 @@
 //! Chaos: a seeded, bounded run of faults while turns stream through two gateway replicas on a
 //! PostgreSQL cluster of the test's own. Agent members are SIGKILLed, the cluster is stopped and
-//! started again, a replica is SIGKILLed (and replaced), SSE clients are dropped mid-stream.
+//! started again, a replica is SIGKILLed (and replaced), SSE clients are dropped mid-stream;
+//! ACP clients prompt sessions of their own through a round-robin balancer ([`acp`]).
 //! Afterwards every event any client was sent is in the log exactly once, in order, as sent;
 //! every turn that started has ended; every prompt got an answer (no 500, no hang; a lost
 //! connection only from a replica that was killed); every session answers a last prompt; and
@@ -9,6 +10,8 @@
 //! `CHAOS_SEED` picks the run (printed; random when unset), `CHAOS_FAULTS` how many faults
 //! (default 8, each kind at least once). `scripts/chaos.sh N` runs N seeds of a longer run.
 
+#[path = "chaos/acp.rs"]
+mod acp;
 mod support;
 
 use std::collections::HashSet;
@@ -17,23 +20,49 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::balancer::RoundRobin;
 use support::*;
 use tokio::sync::Notify;
 
 /// Sessions, each with a client prompting it in a closed loop and an SSE follower.
 const SESSIONS: usize = 4;
 
-/// The gateway replicas alive now, each with a generation number; and the generations killed.
-#[derive(Default)]
+/// ACP clients through the balancer, each prompting a session of its own in a closed loop.
+const ACP_CLIENTS: usize = 2;
+
+/// The gateway replicas alive now, each with a generation number; the generations killed; and
+/// a round-robin balancer in front of those alive.
 struct Replicas {
     alive: Mutex<Vec<(u64, Arc<Gateway>)>>,
     killed: Mutex<HashSet<u64>>,
     /// Killed gateways, kept until the end so that their processes are reaped.
     dead: Mutex<Vec<Arc<Gateway>>>,
     next: AtomicU64,
+    balancer: RoundRobin,
 }
 
 impl Replicas {
+    async fn new() -> Replicas {
+        Replicas {
+            alive: Mutex::default(),
+            killed: Mutex::default(),
+            dead: Mutex::default(),
+            next: AtomicU64::default(),
+            balancer: RoundRobin::start(&[]).await,
+        }
+    }
+
+    /// Points the balancer at the replicas alive.
+    fn balance(&self, alive: &[(u64, Arc<Gateway>)]) {
+        let bases: Vec<&str> = alive.iter().map(|(_, g)| g.base.as_str()).collect();
+        self.balancer.set_backends(&bases);
+    }
+
+    /// How many replicas were killed so far.
+    fn kills(&self) -> usize {
+        self.killed.lock().unwrap().len()
+    }
+
     /// Starts a replica on `db`; its log is `dir/r<generation>/gateway.log`, its agents' state
     /// the one all replicas share, `dir/agent`.
     async fn start(&self, db: &str, dir: &std::path::Path) {
@@ -44,7 +73,9 @@ impl Replicas {
             .args(&["--heartbeat-interval", "1"])
             .env("ECHO_AGENT_DIR", &agent);
         let gw = Gateway::spawn(db, &dir.join(format!("r{generation}")), &opts).await;
-        self.alive.lock().unwrap().push((generation, Arc::new(gw)));
+        let mut alive = self.alive.lock().unwrap();
+        alive.push((generation, Arc::new(gw)));
+        self.balance(&alive);
     }
 
     fn pick(&self, rng: &mut fastrand::Rng) -> (u64, Arc<Gateway>) {
@@ -59,7 +90,9 @@ impl Replicas {
         let (generation, gw) = {
             let mut alive = self.alive.lock().unwrap();
             let victim = rng.usize(..alive.len());
-            alive.remove(victim)
+            let out = alive.remove(victim);
+            self.balance(&alive);
+            out
         };
         self.killed.lock().unwrap().insert(generation);
         signal(gw.pid(), nix::sys::signal::Signal::SIGKILL);
@@ -207,7 +240,7 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     eprintln!("chaos: CHAOS_SEED={seed} CHAOS_FAULTS={count}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
-    let replicas = Arc::new(Replicas::default());
+    let replicas = Arc::new(Replicas::new().await);
     for _ in 0..2 {
         replicas.start(&cluster.url(), dir.path()).await;
     }
@@ -238,6 +271,10 @@ async fn faults_lose_no_event_and_leave_no_agent() {
         drops.push(drop);
         ends.push(end);
     }
+
+    let acp_clients: Vec<_> = (0..ACP_CLIENTS)
+        .map(|_| tokio::spawn(acp::prompter(replicas.clone(), stop.clone(), rng.fork())))
+        .collect();
 
     let started = Instant::now();
     for fault in faults(&mut rng, count) {
@@ -288,10 +325,24 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     for p in prompters {
         outcomes.extend(p.await.unwrap());
     }
+    let mut problems = vec![];
+    let mut acp_ids = vec![];
+    for client in acp_clients {
+        let run = client.await.unwrap();
+        eprintln!(
+            "chaos: ACP client of {:?}: {} turns answered end_turn over {} connections; {:?}",
+            run.session, run.answered, run.connects, run.tally
+        );
+        problems.extend(run.problems);
+        match run.session {
+            Some(id) => acp_ids.push(id),
+            None => problems.push("an ACP client never made its session".into()),
+        }
+    }
     eprintln!("chaos: faults done at {:?}", started.elapsed());
 
     // After the faults, every session answers a prompt (once the dead replica's lease is over).
-    for id in &ids {
+    for id in ids.iter().chain(&acp_ids) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let (_, gw) = replicas.pick(&mut rng);
@@ -318,7 +369,9 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     for drop in &drops {
         drop.notify_one(); // a follower waiting on a quiet stream looks at `end` again
     }
-    let mut problems = vec![];
+    for id in &acp_ids {
+        problems.extend(check_log(id, &reader.history(id).await));
+    }
     let mut streamed_total = 0;
     for ((id, end), follower) in ids.iter().zip(&ends).zip(followers) {
         let (seen, disorder, connects) = follower.await.unwrap();

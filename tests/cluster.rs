@@ -6,28 +6,8 @@
 mod support;
 
 use serde_json::Value;
+use support::cluster::{beating, three_replicas};
 use support::*;
-
-/// A PostgreSQL world with replicas `a` (the world's), `b` and `c`, heartbeats every second.
-async fn three_replicas() -> Option<(World, Gateway, Gateway)> {
-    three_replicas_beating(&["--heartbeat-interval", "1"]).await
-}
-
-/// As [`three_replicas`], each replica also given `args`.
-async fn three_replicas_beating(args: &[&str]) -> Option<(World, Gateway, Gateway)> {
-    admin_url_or_skip("cluster test")?;
-    let opts = Options::default().args(args);
-    let w = World::start(Backend::Postgres, opts.clone()).await;
-    let b = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
-    let c = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
-    for g in [w.gw(), &b, &c] {
-        g.wait_until(|g| async move {
-            g.json("/agent").await["replicas"].as_array().unwrap().len() == 3
-        })
-        .await;
-    }
-    Some((w, b, c))
-}
 
 fn seqs(events: &[SseEvent]) -> Vec<i64> {
     events.iter().map(|e| e.id).collect()
@@ -37,7 +17,7 @@ fn seqs(events: &[SseEvent]) -> Vec<i64> {
 /// and deleted through the others.
 #[tokio::test]
 async fn any_replica_serves_any_session() {
-    let Some((w, b, c)) = three_replicas().await else {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
         return;
     };
     let a = w.gw();
@@ -103,7 +83,7 @@ async fn any_replica_serves_any_session() {
 /// decides it.
 #[tokio::test]
 async fn a_replica_lists_what_another_created() {
-    let Some((w, b, c)) = three_replicas().await else {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
         return;
     };
     let listed = |page: &Value, id: &str| {
@@ -140,7 +120,7 @@ async fn a_replica_lists_what_another_created() {
 /// resumes the session on a live replica.
 #[tokio::test]
 async fn a_replica_killed_mid_turn_loses_no_stored_event() {
-    let Some((w, mut b, c)) = three_replicas().await else {
+    let Some((w, mut b, c)) = three_replicas(beating()).await else {
         return;
     };
     let a = w.gw();
@@ -196,7 +176,7 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
 /// 503, never forwarded to the dead one.
 #[tokio::test]
 async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
-    let Some((w, mut b, c)) = three_replicas_beating(&[]).await else {
+    let Some((w, mut b, c)) = three_replicas(Options::default()).await else {
         return;
     };
     let a = w.gw();
@@ -228,187 +208,11 @@ async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
     w.finish().await;
 }
 
-/// An ACP client connected to one replica drives a session that another replica holds live:
-/// its prompts, a permission its turn asks and its close are carried out on the holder (which
-/// keeps the session), and the client reads the turns' updates, each once, from the log.
-#[tokio::test]
-async fn an_acp_client_drives_a_session_another_replica_holds() {
-    let Some((w, b, c)) = three_replicas().await else {
-        return;
-    };
-    let a = w.gw();
-    let id = b.create_here("/tmp").await;
-    let held = |agent: Value| agent["members"][0]["sessions"].as_u64().unwrap();
-    let mut acp = support::acp::AcpClient::start(&a.base, None, false).await;
-    acp.call(
-        "session/resume",
-        serde_json::json!({"sessionId": id, "cwd": "/tmp"}),
-    )
-    .await
-    .unwrap();
-
-    let answer = acp.prompt(&id, "hello from a").await.unwrap();
-    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-    let text = support::acp::agent_text(&acp.drain_notes());
-    assert_eq!(text, "hello from a");
-    assert_eq!(
-        (held(a.json("/agent").await), held(b.json("/agent").await)),
-        (0, 1),
-        "the session stays on b"
-    );
-
-    // A permission the turn on b asks is answered by the client on a.
-    let prompt = acp.prompt_in_background(&id, "/permission done");
-    let asked = acp.next_asked().await;
-    assert_eq!(asked.method, "session/request_permission");
-    asked
-        .responder
-        .respond(serde_json::json!({"outcome": {"outcome": "selected", "optionId": "allow"}}))
-        .unwrap();
-    let answer = prompt.await.unwrap().unwrap();
-    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-    let text = support::acp::agent_text(&acp.drain_notes());
-    assert!(text.starts_with("permission: allow"), "{text}");
-
-    // A permission already pending on b when a client attaches through a is asked of it.
-    let turn = b.prompt_in_background(&id, "/permission again");
-    b.wait_until(|g| {
-        let id = id.clone();
-        async move { g.json(&format!("/sessions/{id}/permissions")).await[0].is_object() }
-    })
-    .await;
-    let mut late = support::acp::AcpClient::start(&a.base, None, true).await;
-    late.call(
-        "session/resume",
-        serde_json::json!({"sessionId": id, "cwd": "/tmp"}),
-    )
-    .await
-    .unwrap();
-    let asked = late.next_asked().await;
-    assert_eq!(asked.method, "session/request_permission");
-    asked
-        .responder
-        .respond(serde_json::json!({"outcome": {"outcome": "selected", "optionId": "allow"}}))
-        .unwrap();
-    let turn = turn.await.unwrap().unwrap();
-    assert_eq!(turn.status(), 200);
-    late.close().await;
-    acp.drain_notes();
-
-    acp.call("session/close", serde_json::json!({"sessionId": id}))
-        .await
-        .unwrap();
-    assert_eq!(b.status(&id).await, "saved");
-    assert_eq!(held(b.json("/agent").await), 0);
-    acp.close().await;
-    c.stop().await;
-    w.finish().await;
-}
-
-/// An ACP client over the HTTP transport behind a balancer with no stickiness (every new TCP
-/// connection to the next replica, so its POSTs and its event stream land on different
-/// replicas): it creates a session, prompts it twice and closes it, and reads every update once,
-/// in order.
-#[tokio::test]
-async fn an_acp_client_needs_no_sticky_balancer() {
-    let Some((w, b, c)) = three_replicas().await else {
-        return;
-    };
-    let balancer = support::balancer::RoundRobin::start(&[&w.gw().base, &b.base, &c.base]).await;
-    // Every request on a connection of its own, as to a balancer that picks per request.
-    let transport = agent_client_protocol_http::HttpClient::builder(balancer.base.clone())
-        .configure_http(|h| h.no_proxy().pool_max_idle_per_host(0))
-        .build()
-        .unwrap();
-    let mut acp = support::acp::AcpClient::connect(transport).await;
-    acp.initialize().await.unwrap();
-    let id = acp.new_session("/tmp").await;
-    for text in ["one two three", "four five"] {
-        let answer = acp.prompt(&id, text).await.unwrap();
-        assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-        assert_eq!(support::acp::agent_text(&acp.drain_notes()), text);
-    }
-    acp.call("session/close", serde_json::json!({"sessionId": id}))
-        .await
-        .unwrap();
-    assert!(
-        balancer
-            .connections
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 2,
-        "the client's requests went over more than one connection"
-    );
-    acp.close().await;
-    b.stop().await;
-    c.stop().await;
-    w.finish().await;
-}
-
-/// `acp-gateway connect` (an editor's bridge) through the round-robin balancer: the editor's
-/// session is prompted; the replica holding it (and the bridge's connection) is SIGKILLed and
-/// another started at its address, as an orchestrator restarts a pod. The bridge connects again
-/// and resumes the session, which is served once the dead replica's lease has expired; each
-/// prompt's updates reach the editor once, in order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
-    let Some((mut w, b, c)) = three_replicas().await else {
-        return;
-    };
-    let mut replicas = vec![w.gw.take().unwrap(), b, c];
-    let bases: Vec<String> = replicas.iter().map(|g| g.base.clone()).collect();
-    let balancer =
-        support::balancer::RoundRobin::start(&bases.iter().map(String::as_str).collect::<Vec<_>>())
-            .await;
-    let log = w.dir.path().join("connect.log");
-    let (mut bridge, mut editor, _) = support::acp::bridge(&balancer.base, None, &log).await;
-    let id = editor.new_session("/tmp").await;
-    let answer = editor.prompt(&id, "before the kill").await.unwrap();
-    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-    assert_eq!(
-        support::acp::agent_text(&editor.drain_notes()),
-        "before the kill"
-    );
-
-    let mut holder = None;
-    for (i, g) in replicas.iter().enumerate() {
-        if g.json("/agent").await["members"][0]["sessions"] == 1 {
-            holder = Some(i);
-        }
-    }
-    let holder = holder.expect("a replica holds the session");
-    replicas[holder].kill().await;
-    let port = bases[holder].rsplit(':').next().unwrap().to_owned();
-    let opts = Options::default().args(&[
-        "--heartbeat-interval",
-        "1",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-    ]);
-    replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
-
-    // Answered by the bridge while it connects again, or by a replica while the dead one's
-    // lease runs, until the session is served again.
-    let answer = editor
-        .prompt_through_reconnect(&id, "after the kill", &log)
-        .await;
-    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
-    let text = support::acp::agent_text(&editor.drain_notes());
-    assert!(text.ends_with("after the kill"), "{text}");
-    assert_eq!(text.matches("after the kill").count(), 1, "{text}");
-
-    editor.close().await;
-    let _ = tokio::time::timeout(PATIENCE, bridge.wait()).await;
-    for g in replicas {
-        g.stop().await;
-    }
-    w.finish().await;
-}
-
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]
 async fn new_sessions_are_spread_by_load() {
-    let Some((w, b, c)) = three_replicas().await else {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
         return;
     };
     let a = w.gw();

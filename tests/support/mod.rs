@@ -13,6 +13,7 @@
 pub mod acp;
 pub mod agent;
 pub mod balancer;
+pub mod cluster;
 pub mod gateway;
 pub mod pgcluster;
 pub mod postgres;
