@@ -11,6 +11,11 @@
 //! the turn → a subscriber reads its last chunk), each at p50 / p99 / p99.9; events lost; the
 //! front's CPU per event read. Then the gateway's delivery against acp-http-adapter's.
 //!
+//! The floor under fresh delivery, in the same run: for each store, the commit holding a turn's
+//! last chunk, timed through the store's own log writer at the same rate with nothing else
+//! running (`benches/support/floor.rs`, [`support::floor::commit_latency`]); no front that
+//! stores an event before a subscriber reads it delivers a turn's last chunk faster.
+//!
 //! Run with `bash bench/open-loop.sh`, which builds the release binaries and installs the peers
 //! first. `OPEN_LOOP_PERIOD_MS` sets the period per session (default 100),
 //! `OPEN_LOOP_SESSIONS` the session counts (default `8,64`); `OPEN_LOOP_SECS`, `_ROUNDS`,
@@ -22,6 +27,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use support::Backend;
 use support::fronts::{Figures, PROMPT, Setup, Which, env_or, load_average, ms, us};
 use support::peers::PeerKind;
 use support::percentile;
@@ -67,14 +73,50 @@ async fn main() {
     let load_before = load_average();
     let mut table = String::new();
     let mut ratios = String::new();
+    let mut floors = String::new();
     for &n in &setup.counts {
         let results = setup.run(n, Some(period), dir.path()).await;
-        let adapter = setup
-            .fronts
-            .iter()
-            .zip(&results)
+        let adapter = (setup.fronts.iter().zip(&results))
             .find(|((_, which), _)| matches!(which, Which::Peer(PeerKind::AcpHttpAdapter)))
             .map(|(_, (_, f))| f);
+        // The peer whose fresh delivery is fastest at p99: its samples, and its CPU per event.
+        let best_peer = (setup.fronts.iter().zip(&results))
+            .filter(|((_, which), (_, f))| {
+                matches!(which, Which::Peer(_)) && !f.since_written.is_empty()
+            })
+            .map(|(_, (name, f))| (name, f))
+            .min_by_key(|(_, f)| percentile(&f.since_written, 0.99));
+        for backend in gateway_backends(&setup) {
+            let state = dir.path().join(format!("{n}-commit-{}", backend.name()));
+            let secs = Duration::from_secs(setup.secs);
+            let (took, storing) =
+                support::floor::commit_latency(backend, &state, n, period, secs).await;
+            table += &format!(
+                "| {n} | the log alone, {}: a turn's last commit | — | — | — | {} | — | {} |\n",
+                backend.name(),
+                spread(&took),
+                us(storing.cpu, storing.events as usize),
+            );
+            if let Some((peer, f)) = best_peer {
+                // A relay as fast as the peer's that also commits: each of its fresh deliveries
+                // plus a commit drawn from this run's.
+                let mut sum: Vec<Duration> = (f.since_written.iter().enumerate())
+                    .map(|(i, d)| *d + took[(i * 7919) % took.len()])
+                    .collect();
+                sum.sort();
+                floors += &format!(
+                    "- {n} sessions, {}: a turn's last commit alone takes {} at p99 and storing \
+                     {} of CPU per event, against {peer}'s fresh delivery p99 of {} and {} of \
+                     CPU per event; its relay plus a commit: fresh p99 {}\n",
+                    backend.name(),
+                    ms(percentile(&took, 0.99)),
+                    us(storing.cpu, storing.events as usize),
+                    ms(percentile(&f.since_written, 0.99)),
+                    us(f.usage.front, f.events as usize),
+                    ms(percentile(&sum, 0.99)),
+                );
+            }
+        }
         for ((_, which), (name, f)) in setup.fronts.iter().zip(&results) {
             table += &row(n, name, f);
             if let (Which::Gateway(_, None), Some(adapter)) = (which, adapter) {
@@ -105,10 +147,13 @@ async fn main() {
          subscriber reads the turn's last chunk (the direct stdio client: its round trip, the \
          updates read before the answer); fresh: the agent writes the turn → a subscriber reads \
          its last chunk (the bench agent's `CLOCK_MONOTONIC` stamp). CPU from /proc over the \
-         window.\n\n\
+         window. The log alone: the store's own log writer, nothing else running, each session \
+         given a turn at the same rate, its first events committed, then its last chunk with its \
+         `turn_ended`, that commit timed (in the fresh column): the floor under a fresh delivery \
+         for a front that stores an event before a subscriber reads it.\n\n\
          | sessions | front | prompts/s | round trip p50 / p99 / p99.9 | delivery p50 / p99 / p99.9 | fresh p50 / p99 / p99.9 | events lost | front CPU per event |\n\
          |---|---|---|---|---|---|---|---|\n\
-         {table}\n{ratios}",
+         {table}\n{ratios}{floors}",
         support::commit(),
         support::cores(),
         load_average(),
@@ -120,4 +165,17 @@ async fn main() {
     print!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/open-loop.md");
     std::fs::write(out, report).unwrap();
+}
+
+/// The stores the gateway is measured on in this run.
+fn gateway_backends(setup: &Setup) -> Vec<Backend> {
+    let mut out = Vec::new();
+    for (_, which) in &setup.fronts {
+        if let Which::Gateway(backend, None) = which
+            && !out.contains(backend)
+        {
+            out.push(*backend);
+        }
+    }
+    out
 }

@@ -6,6 +6,9 @@
 //! server's processes') is what any front that keeps the log must spend before it does anything
 //! else. With the agent's and the load generator's CPU per prompt it bounds the prompts per
 //! second that the machine's cores can carry with the durable log on.
+//!
+//! [`commit_latency`] is the floor under the open-loop bench's fresh delivery: how long the
+//! commit that holds a turn's last chunk takes on this machine, at the bench's rate.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -34,9 +37,18 @@ impl Floor {
     }
 }
 
-/// Appends turns of `sessions` sessions through `backend`'s log writer for `secs`.
-pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Duration) -> Floor {
-    let mut db = Database::create(backend, dir, "floor").await;
+/// A fresh database through `backend` with `sessions` sessions: the database, its store and
+/// the sessions' ids.
+async fn sessions_in(
+    backend: Backend,
+    dir: &Path,
+    sessions: usize,
+) -> (
+    Database,
+    std::sync::Arc<dyn acp_gateway::store::Store>,
+    Vec<String>,
+) {
+    let db = Database::create(backend, dir, "floor").await;
     let store = acp_gateway::store::connect(&db.url, "bench-floor")
         .await
         .expect("the floor's store opens")
@@ -50,6 +62,12 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
         })
         .collect();
     store.put_sessions(&records).await.unwrap();
+    (db, store, ids)
+}
+
+/// Appends turns of `sessions` sessions through `backend`'s log writer for `secs`.
+pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Duration) -> Floor {
+    let (mut db, store, ids) = sessions_in(backend, dir, sessions).await;
     let per_commit = (MAX_BATCH / (sessions * EVENTS_PER_TURN)).max(1);
     let turns: Vec<Vec<NewEvent>> = (ids.iter())
         .map(|id| (0..per_commit).flat_map(|_| turn(id)).collect())
@@ -83,6 +101,51 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
     drop(store);
     db.remove().await;
     Floor { events, cpu }
+}
+
+/// How long the commit holding a turn's last chunk takes, sorted, and what storing cost in
+/// all (CPU per event, as [`measure`]'s): `sessions` sessions each
+/// given a turn every `period` (spread over it) for `secs`, through `backend`'s log writer with
+/// nothing else running. Each turn is committed as a writer with nothing else to do commits it
+/// as it comes: its first events in one append, then its last chunk with its `turn_ended` in
+/// another, the one timed. No front that stores an event before a subscriber reads it can hand
+/// a turn's last chunk over faster than that commit.
+pub async fn commit_latency(
+    backend: Backend,
+    dir: &Path,
+    sessions: usize,
+    period: Duration,
+    secs: Duration,
+) -> (Vec<Duration>, Floor) {
+    let (mut db, store, ids) = sessions_in(backend, dir, sessions).await;
+    let server = || match backend {
+        Backend::Postgres => postgres_cpu(),
+        Backend::Sqlite => Duration::ZERO,
+    };
+    let (cpu_before, server_before) = (cpu_time(std::process::id()), server());
+    let turns: Vec<Vec<NewEvent>> = ids.iter().map(|id| turn(id)).collect();
+    let mut writer = store.log_writer();
+    let mut tick = tokio::time::interval(period / sessions as u32);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut took, end) = (Vec::new(), Instant::now() + secs);
+    for (id, turn) in ids.iter().zip(&turns).cycle() {
+        if Instant::now() >= end {
+            break;
+        }
+        tick.tick().await;
+        let (head, tail) = turn.split_at(EVENTS_PER_TURN - 2);
+        writer.append(id, head, Some(Utc::now())).await.unwrap();
+        let started = Instant::now();
+        writer.append(id, tail, None).await.unwrap();
+        took.push(started.elapsed());
+    }
+    let cpu = cpu_time(std::process::id()) - cpu_before + (server() - server_before);
+    let events = (took.len() * EVENTS_PER_TURN) as u64;
+    drop(writer);
+    drop(store);
+    db.remove().await;
+    took.sort();
+    (took, Floor { events, cpu })
 }
 
 /// One turn's events, with the bench agent's own update text.
