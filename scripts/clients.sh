@@ -2,9 +2,9 @@
 # Generated clients against a live gateway: generates a TypeScript client (openapi-typescript types +
 # openapi-fetch, clients/ts) and a Python client (openapi-python-client, clients/python) from the
 # committed openapi/openapi.json into target/clients/, then runs each one's smoke script against a
-# gateway in front of the echo agent: create a session, prompt it (end_turn), set its mode and its
-# model, list it, read its status (live), delete it (204), and see it gone (status not_found, GET
-# 404, not listed).
+# gateway in front of the echo agent: create a session, prompt it (end_turn; and twice with one
+# Idempotency-Key: a replay), set its mode and its model, list it, read its status (live), delete
+# it (204), and see it gone (status not_found, GET 404, not listed).
 #   bash scripts/clients.sh
 # Installs (npm ci in clients/ts, a venv under target/) only when missing or when their pins changed;
 # the generated code is rebuilt on every run and never committed. CLIENTS_NO_BUILD=1 skips the cargo

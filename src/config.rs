@@ -5,10 +5,12 @@
 mod access;
 mod agent;
 mod agents;
+mod keep;
 mod webhooks;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
+pub use keep::KeepFlags;
 pub use webhooks::WebhookFlags;
 
 use std::net::SocketAddr;
@@ -288,24 +290,6 @@ pub struct Config {
     )]
     pub shutdown_timeout: u64,
 
-    /// Keep at most this many of each session's latest events (0: all).
-    #[arg(
-        long,
-        env = "ACP_GATEWAY_RETENTION_EVENTS",
-        default_value_t = 0,
-        global = true
-    )]
-    pub retention_events: i64,
-
-    /// Drop events older than this many seconds (0: never).
-    #[arg(
-        long,
-        env = "ACP_GATEWAY_RETENTION_AGE",
-        default_value_t = 0,
-        global = true
-    )]
-    pub retention_age: u64,
-
     /// Longest line accepted from an agent, in bytes; longer lines are dropped and counted.
     #[arg(long, env = "ACP_GATEWAY_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024, global = true)]
     pub max_line_bytes: usize,
@@ -313,6 +297,9 @@ pub struct Config {
     /// Largest accepted request body in bytes (larger → 413).
     #[arg(long, env = "ACP_GATEWAY_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024, global = true)]
     pub max_body_bytes: usize,
+
+    #[command(flatten)]
+    pub keep: KeepFlags,
 
     #[command(flatten)]
     pub access: AccessFlags,

@@ -74,6 +74,13 @@ pub fn app(
             api::forward::Forwarder::new(gateway.clone()),
             api::forward::forward,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            api::idempotency::Keys {
+                gateway: gateway.clone(),
+                max_body_bytes: config.max_body_bytes,
+            },
+            api::idempotency::idempotent,
+        ))
         .with_state(api::AppState {
             gateway,
             openapi: serde_json::to_vec(&api::openapi())
@@ -155,8 +162,8 @@ pub async fn run(
         .context("opening the database")?;
     let stop = CancellationToken::new();
     let retention = Retention {
-        max_events: (config.retention_events > 0).then_some(config.retention_events),
-        max_age: Config::secs_or_never(config.retention_age),
+        max_events: (config.keep.retention_events > 0).then_some(config.keep.retention_events),
+        max_age: Config::secs_or_never(config.keep.retention_age),
     };
     let hub = EventHub::new(store.clone(), stop.clone(), retention);
     // One pool per agent, the default first (as `agents` are).
@@ -216,6 +223,7 @@ pub async fn run(
             sync_interval: Config::secs_or_never(config.sync_interval),
             webhooks: webhook_config(&config.webhooks),
             mcp_servers,
+            idempotency_ttl: Duration::from_secs(config.keep.idempotency_ttl),
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live

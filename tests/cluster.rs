@@ -438,3 +438,66 @@ async fn a_replica_forwards_what_only_another_replicas_agent_serves() {
     one.stop().await;
     w.finish().await;
 }
+
+/// A request sent again with its `Idempotency-Key` through another replica gets the first
+/// one's answer: a create makes one session, and a prompt whose client was cut mid-turn on one
+/// replica, sent again through another, waits for that turn and answers its result.
+#[tokio::test]
+async fn every_replica_honours_an_idempotency_key() {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
+        return;
+    };
+    let a = w.gw();
+    let keyed = |g: &Gateway, path: &str, key: &str, body: Value| {
+        g.http
+            .post(g.url(path))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let first = keyed(a, "/sessions", "create", serde_json::json!({"cwd": "/tmp"}))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.unwrap();
+    let again = keyed(
+        &b,
+        "/sessions",
+        "create",
+        serde_json::json!({"cwd": "/tmp"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.json::<Value>().await.unwrap(), first);
+    let listed = c.json("/sessions").await["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(listed, 1);
+
+    let id = first["sessionId"].as_str().unwrap();
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = serde_json::json!({"text": "/chunks 10 /delay 100"});
+    let cut = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        keyed(a, &path, "turn", prompt.clone()),
+    )
+    .await;
+    assert!(cut.is_err(), "the first prompt's client gave up mid-turn");
+    let answer = keyed(&c, &path, "turn", prompt).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["idempotent-replayed"], "true");
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let turns = a.history(id).await;
+    let started = turns
+        .iter()
+        .filter(|e| e["event"] == "turn_started")
+        .count();
+    assert_eq!(started, 1);
+    b.stop().await;
+    c.stop().await;
+    w.finish().await;
+}

@@ -87,6 +87,19 @@ def run(base_url: str) -> str:
     assert isinstance(turn, TurnResult)
     check(turn.stop_reason == "end_turn", "promptSession: stopReason is end_turn", turn.stop_reason)
 
+    # promptSession with an Idempotency-Key, sent twice: one turn, the same answer replayed
+    keyed = [
+        prompt_session.sync_detailed(
+            sid, client=client, body=PromptBody(text="once only"), idempotency_key=f"smoke-{sid}"
+        )
+        for _ in range(2)
+    ]
+    statuses = [r.status_code for r in keyed]
+    check(statuses == [HTTPStatus.OK] * 2, "promptSession with an Idempotency-Key answers 200 twice", statuses)
+    replayed = keyed[1].headers.get("idempotent-replayed")
+    check(replayed == "true", "promptSession sent again with its Idempotency-Key is a replay", replayed)
+    check(keyed[1].content == keyed[0].content, "the replay is the first answer", keyed[1].content)
+
     # setSessionMode, setSessionModel: the echo agent offers both (ECHO_AGENT_CONTROLS)
     resp = set_session_mode.sync_detailed(sid, client=client, body=SetMode(mode_id="code"))
     check(resp.status_code == HTTPStatus.OK, "setSessionMode answers 200", (resp.status_code, resp.parsed))
@@ -169,7 +182,7 @@ def main() -> int:
         return 1
     print(
         "python client (openapi-python-client): OK: session "
-        f"{sid} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone; "
+        f"{sid} created, prompted (end_turn; a keyed prompt replayed), mode and model set, listed, status live, deleted, gone; "
         "a webhook created, listed, deleted"
     )
     return 0

@@ -56,6 +56,22 @@ async function main(): Promise<string> {
   const turn: Turn | undefined = prompted.data;
   check(turn?.stopReason === "end_turn", "promptSession: stopReason is end_turn", turn);
 
+  // promptSession with an Idempotency-Key, sent twice: one turn, the same answer replayed
+  const keyed = () =>
+    client.POST("/sessions/{id}/prompt", {
+      params: { path: { id }, header: { "Idempotency-Key": `smoke-${id}` } },
+      body: { text: "once only" },
+    });
+  const first = await keyed();
+  check(first.response.status === 200, "promptSession with an Idempotency-Key answers 200", first.error ?? first.response.status);
+  const again = await keyed();
+  check(
+    again.response.status === 200 && again.response.headers.get("idempotent-replayed") === "true",
+    "promptSession sent again with its Idempotency-Key is a replay",
+    [again.response.status, again.response.headers.get("idempotent-replayed")],
+  );
+  check(JSON.stringify(again.data) === JSON.stringify(first.data), "the replay is the first answer", again.data);
+
   // setSessionMode, setSessionModel: the echo agent offers both (ECHO_AGENT_CONTROLS)
   const mode = await client.PUT("/sessions/{id}/mode", {
     params: { path: { id } },
@@ -123,7 +139,7 @@ async function main(): Promise<string> {
 }
 
 main().then(
-  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn), mode and model set, listed, status live, deleted, gone; a webhook created, listed, deleted`),
+  (id) => console.log(`typescript client (openapi-typescript + openapi-fetch): OK: session ${id} created, prompted (end_turn; a keyed prompt replayed), mode and model set, listed, status live, deleted, gone; a webhook created, listed, deleted`),
   (err: unknown) => {
     console.error(`typescript client: FAILED: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);

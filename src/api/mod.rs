@@ -13,6 +13,7 @@ mod events;
 mod extract;
 pub mod forward;
 pub mod guard;
+pub mod idempotency;
 pub mod limits;
 mod metrics;
 mod responses;
@@ -165,6 +166,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = router().into_openapi();
     add_common_responses(&mut doc);
+    idempotency::document(&mut doc);
     doc
 }
 

@@ -18,6 +18,7 @@ mod elicitations;
 mod error;
 mod form;
 mod history;
+mod idempotency;
 mod info_update;
 pub mod input;
 mod listed;
@@ -49,6 +50,7 @@ pub use create::{Create, Fork, NewSession};
 pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};
+pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
 pub use output::{AgentView, TurnResult};
 pub use parts::Counters;
@@ -107,6 +109,8 @@ pub struct GatewayConfig {
     pub webhooks: WebhookConfig,
     /// Which `mcpServers` a client may hand the agent.
     pub mcp_servers: crate::config::McpServers,
+    /// How long an idempotency key and its response are kept.
+    pub idempotency_ttl: Duration,
 }
 
 /// The gateway service: its use cases, each with the parts it needs. Cheap to clone (one
@@ -124,6 +128,7 @@ struct Service {
     system: System,
     requests: Arc<Requests>,
     webhooks: Arc<Webhooks>,
+    idempotency: Idempotency,
     /// What shutdown ends: the agents, the sessions live on them.
     placement: Arc<placement::Placement>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
@@ -228,6 +233,8 @@ impl Gateway {
         let turns = Turns::new(&parts, config.cancel_grace, config.control_timeout);
         let history = History::new(&parts);
         let system = System::new(&parts);
+        let idempotency = Idempotency::new(&parts, config.idempotency_ttl);
+        tasks.spawn(idempotency.clone().prune_forever());
         let every = config.sync_interval;
         tasks.spawn(async move { sync.sync_forever(every).await });
         let p = placement.clone();
@@ -246,6 +253,7 @@ impl Gateway {
             system,
             requests,
             webhooks,
+            idempotency,
             placement,
             tasks,
             stop,
@@ -357,5 +365,10 @@ impl Gateway {
     /// The webhook subscriptions.
     pub fn webhooks(&self) -> &Webhooks {
         &self.0.webhooks
+    }
+
+    /// Idempotency keys.
+    pub fn idempotency(&self) -> &Idempotency {
+        &self.0.idempotency
     }
 }

@@ -7,9 +7,9 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::{
-    Attempt, DeliveryRecord, ListQuery, ListedSession, LogWriter, NewEvent, NewLifecycleEvent,
-    SessionList, SessionMutation, SessionRecord, StoreResult, StoredEvent, StoredLifecycleEvent,
-    SyncedVisitor, ToSync, WebhookRecord,
+    Attempt, DeliveryRecord, KeyClaim, ListQuery, ListedSession, LogWriter, NewEvent,
+    NewLifecycleEvent, SessionList, SessionMutation, SessionRecord, StoreResult, StoredEvent,
+    StoredLifecycleEvent, StoredResponse, SyncedVisitor, ToSync, WebhookRecord,
 };
 
 /// The gateway's use cases against its database.
@@ -152,6 +152,32 @@ pub trait Store: Send + Sync + 'static {
 
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
+
+    /// Takes `key` of `tenant` for a request with `fingerprint`, until `expires_at`, unless
+    /// another request holds it (an expired one does not): [`KeyClaim::Held`] with that
+    /// request's fingerprint and, once it has answered, its response.
+    async fn take_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<KeyClaim>;
+
+    /// Records the response of the request holding `key` (once).
+    async fn finish_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()>;
+
+    /// Frees `key` while its request has no response (it failed in a way a repeat may not).
+    async fn release_idempotency_key(&self, tenant: &str, key: &str) -> StoreResult<()>;
+
+    /// Deletes the keys expired at `now`; returns how many.
+    async fn prune_idempotency_keys(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 
     /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
     /// see `webhooks.rs`). Timestamps are kept to the microsecond.

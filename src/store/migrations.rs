@@ -31,6 +31,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0009_session_agent",
     "0010_webhooks",
     "0012_replica_agents",
+    "0013_idempotency_keys",
 );
 
 /// `migrations/sqlite`.
@@ -46,6 +47,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0010_webhooks",
     "0011_event_rowid",
     "0012_replica_agents",
+    "0013_idempotency_keys",
 );
 
 /// A migrator applying `files` (one of the lists above).

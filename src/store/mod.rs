@@ -27,6 +27,8 @@ mod database;
 mod error;
 #[macro_use]
 mod webhooks;
+#[macro_use]
+mod idempotency;
 mod event;
 mod listing;
 mod migrations;
@@ -40,6 +42,7 @@ pub use contract::{Appended, Store};
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
+pub use idempotency::{KeyClaim, KeyRecord, StoredResponse};
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
 pub use records::{

@@ -10,6 +10,7 @@
 mod support;
 
 mod events;
+mod idempotency;
 mod listing;
 mod reopen;
 mod replicas;
@@ -236,6 +237,8 @@ macro_rules! store_contract {
             webhooks::check_list_and_cascade,
             webhooks::check_concurrent_claims,
             webhooks::check_appends_while_webhooks_change,
+            idempotency::check_idempotency_keys,
+            idempotency::check_concurrent_idempotency_keys,
         );
     };
 }

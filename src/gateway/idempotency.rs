@@ -1,0 +1,124 @@
+//! Idempotency keys (`Idempotency-Key`, as the IETF httpapi draft and Stripe use it): per
+//! tenant, the first request under a key runs and its response is kept in the store for
+//! `ttl`, so that a repeat of the same request gets that response again on any replica and
+//! after a restart, and a repeat while it runs waits for it. Expired keys are pruned.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::clock::now;
+use super::parts::use_case;
+use super::{Caller, Error};
+use crate::store::KeyClaim;
+pub use crate::store::StoredResponse;
+
+/// How often expired keys are deleted, at most (a shorter time to live prunes as often).
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// What a request's key says to do.
+#[derive(Debug)]
+pub enum Keyed {
+    /// The key is this request's now: run it, then [`Idempotency::finish`] (or
+    /// [`Idempotency::release`]) it.
+    Run,
+    /// The same request answered before: send this again.
+    Replay(StoredResponse),
+    /// The same request is still running (here or on another replica).
+    Running,
+    /// The key was used for another request.
+    Mismatch,
+}
+
+use_case! {
+    /// The use case of idempotency keys, with the parts it needs.
+    pub struct Idempotency {
+        parts: [records, tasks, stop],
+        /// How long a key is kept.
+        ttl: Duration,
+    }
+}
+
+impl Idempotency {
+    /// The digest a key is bound to: method, path (with its query) and body.
+    pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+        let mut digest = Sha256::new();
+        for part in [method.as_bytes(), path.as_bytes()] {
+            digest.update((part.len() as u64).to_be_bytes());
+            digest.update(part);
+        }
+        digest.update(body);
+        format!("{:x}", digest.finalize())
+    }
+
+    /// Takes `key` for the request with `fingerprint`, or says what holds it.
+    pub async fn take(
+        &self,
+        caller: &Caller,
+        key: &str,
+        fingerprint: &str,
+    ) -> Result<Keyed, Error> {
+        let at = now();
+        let until = at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX);
+        let store = self.records.store();
+        Ok(
+            match store
+                .take_idempotency_key(&caller.tenant, key, fingerprint, at, until)
+                .await?
+            {
+                KeyClaim::Taken => Keyed::Run,
+                KeyClaim::Held(held) if held.fingerprint != fingerprint => Keyed::Mismatch,
+                KeyClaim::Held(held) => match held.response {
+                    Some(response) => Keyed::Replay(response),
+                    None => Keyed::Running,
+                },
+            },
+        )
+    }
+
+    /// Keeps the response of the request holding `key`.
+    pub async fn finish(
+        &self,
+        caller: &Caller,
+        key: &str,
+        response: &StoredResponse,
+    ) -> Result<(), Error> {
+        let store = self.records.store();
+        Ok(store
+            .finish_idempotency_key(&caller.tenant, key, response)
+            .await?)
+    }
+
+    /// Frees `key`: its request failed in a way a repeat may not (the store, an agent or a
+    /// replica unavailable), so a repeat runs again.
+    pub async fn release(&self, caller: &Caller, key: &str) -> Result<(), Error> {
+        let store = self.records.store();
+        Ok(store.release_idempotency_key(&caller.tenant, key).await?)
+    }
+
+    /// Runs `work` (a keyed request) in a task of the gateway's own, to its end whether or not
+    /// its client waits for it.
+    pub fn run_to_end<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(work)
+    }
+
+    /// Deletes expired keys every [`PRUNE_EVERY`] (or time to live, if shorter) until the
+    /// gateway stops.
+    pub async fn prune_forever(self) {
+        loop {
+            match self.records.store().prune_idempotency_keys(now()).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "expired idempotency keys deleted"),
+                Err(e) => tracing::warn!(error = %e, "expired idempotency keys not deleted"),
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep(self.ttl.clamp(Duration::from_secs(1), PRUNE_EVERY)) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Idempotency keys: per tenant, a request's key, a digest of the request and, once it has
+//! answered, its response ([`KeyRecord`]), so that a repeat on any replica, or after a restart,
+//! gets that response again. The SQL runs alike on both backends and is written once here,
+//! with [`impl_idempotency!`], which adds these use cases to the `impl Store` that
+//! [`impl_store!`](crate::store::common) writes.
+
+/// A response kept under its key: status, the headers a replay repeats, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What a key holds: the digest of the request that took it, and its response once it has
+/// one (`None`: that request is still running).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub fingerprint: String,
+    pub response: Option<StoredResponse>,
+}
+
+/// The outcome of taking a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key was free (or expired): this request runs, and records its response.
+    Taken,
+    /// An earlier request holds it.
+    Held(KeyRecord),
+}
+
+/// Frees the key when it expired (`$3`: now).
+pub const FREE_EXPIRED: &str =
+    "DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND expires_at <= $3";
+pub const TAKE: &str = "INSERT INTO idempotency_keys (tenant, key, fingerprint, created_at, \
+     expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO NOTHING";
+pub const READ: &str = "SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE tenant = $1 AND key = $2";
+pub const FINISH: &str = "UPDATE idempotency_keys SET status = $3, headers = $4, body = $5 \
+     WHERE tenant = $1 AND key = $2 AND status IS NULL";
+pub const RELEASE: &str =
+    "DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND status IS NULL";
+pub const PRUNE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
+
+/// Reads a [`KeyRecord`] from a row of [`READ`].
+pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::StoreResult<KeyRecord> {
+    let status: Option<i32> = row.get("status")?;
+    let response = match status {
+        None => None,
+        Some(status) => {
+            let headers: Option<String> = row.get("headers")?;
+            let headers = match headers {
+                Some(h) => serde_json::from_str(&h).map_err(|e| {
+                    super::StoreError::Corrupt(format!("an idempotency key's headers: {e}"))
+                })?,
+                None => Vec::new(),
+            };
+            let body: Option<Vec<u8>> = row.get("body")?;
+            Some(StoredResponse {
+                status: u16::try_from(status).unwrap_or(500),
+                headers,
+                body: body.unwrap_or_default(),
+            })
+        }
+    };
+    Ok(KeyRecord {
+        fingerprint: row.get("fingerprint")?,
+        response,
+    })
+}
+
+/// `impl_idempotency!(Backend { reads, writes, time } { items })` passes `items` and the
+/// idempotency use cases on to [`impl_webhooks!`](crate::store::webhooks), with the same
+/// parameters (see [`impl_store!`](crate::store::common)).
+macro_rules! impl_idempotency {
+    (
+        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
+        { $($items:tt)* }
+    ) => {
+        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time } {
+            $($items)*
+
+            async fn take_idempotency_key(
+                &self,
+                tenant: &str,
+                key: &str,
+                fingerprint: &str,
+                now: chrono::DateTime<chrono::Utc>,
+                expires_at: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<$crate::store::KeyClaim> {
+                use $crate::store::idempotency as sql;
+                // A request released between the insert and the read leaves no row: take again.
+                for _ in 0..3 {
+                    sqlx::query(sql::FREE_EXPIRED)
+                        .bind(tenant)
+                        .bind(key)
+                        .bind($time(now))
+                        .execute(&self.$writes)
+                        .await?;
+                    let taken = sqlx::query(sql::TAKE)
+                        .bind(tenant)
+                        .bind(key)
+                        .bind(fingerprint)
+                        .bind($time(now))
+                        .bind($time(expires_at))
+                        .execute(&self.$writes)
+                        .await?;
+                    if taken.rows_affected() == 1 {
+                        return Ok($crate::store::KeyClaim::Taken);
+                    }
+                    let row = sqlx::query(sql::READ)
+                        .bind(tenant)
+                        .bind(key)
+                        .fetch_optional(&self.$writes)
+                        .await?;
+                    if let Some(row) = row {
+                        return Ok($crate::store::KeyClaim::Held(sql::record_from(&row)?));
+                    }
+                }
+                // Taken and released again and again: as good as still running.
+                Ok($crate::store::KeyClaim::Held($crate::store::KeyRecord {
+                    fingerprint: fingerprint.to_owned(),
+                    response: None,
+                }))
+            }
+
+            async fn finish_idempotency_key(
+                &self,
+                tenant: &str,
+                key: &str,
+                response: &$crate::store::StoredResponse,
+            ) -> $crate::store::StoreResult<()> {
+                let headers = serde_json::to_string(&response.headers)
+                    .expect("pairs of strings serialise");
+                sqlx::query($crate::store::idempotency::FINISH)
+                    .bind(tenant)
+                    .bind(key)
+                    .bind(i32::from(response.status))
+                    .bind(headers)
+                    .bind(&response.body)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(())
+            }
+
+            async fn release_idempotency_key(
+                &self,
+                tenant: &str,
+                key: &str,
+            ) -> $crate::store::StoreResult<()> {
+                sqlx::query($crate::store::idempotency::RELEASE)
+                    .bind(tenant)
+                    .bind(key)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(())
+            }
+
+            async fn prune_idempotency_keys(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<u64> {
+                let pruned = sqlx::query($crate::store::idempotency::PRUNE)
+                    .bind($time(now))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(pruned.rows_affected())
+            }
+        });
+    };
+}

@@ -1,0 +1,203 @@
+//! `Idempotency-Key` against the real echo agent on both stores: a create retried makes one
+//! session; a prompt whose client is cut mid-turn and sent again runs one turn and answers the
+//! same twice; a webhook created twice is one subscription with one secret; a key used for
+//! another request is 422, a malformed one 400; a restarted gateway still replays; an expired
+//! key is pruned and runs again.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::*;
+
+both_backends!(
+    a_retried_create_makes_one_session,
+    a_prompt_cut_mid_turn_and_sent_again_runs_once,
+    a_key_names_one_request,
+    a_restarted_gateway_replays,
+    an_expired_key_is_pruned_and_runs_again,
+    a_retried_webhook_is_one_subscription,
+);
+
+/// `body` POSTed to `path` under `key`: status, whether it was a replay, body.
+async fn post_keyed(gw: &Gateway, path: &str, key: &str, body: Value) -> (u16, bool, Value) {
+    let res = gw
+        .http
+        .post(gw.url(path))
+        .header("idempotency-key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let replayed = res
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    (status, replayed, res.json().await.unwrap_or(Value::Null))
+}
+
+async fn session_count(gw: &Gateway) -> usize {
+    gw.json("/sessions").await["sessions"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+async fn a_retried_create_makes_one_session(backend: Backend) {
+    let w = World::start(backend, Options::default()).await;
+    let gw = w.gw();
+    let create = json!({"cwd": "/tmp"});
+    let (status, replayed, first) = post_keyed(gw, "/sessions", "create-1", create.clone()).await;
+    assert_eq!((status, replayed), (201, false), "{first}");
+    let (status, replayed, again) = post_keyed(gw, "/sessions", "create-1", create.clone()).await;
+    assert_eq!((status, replayed), (201, true), "{again}");
+    assert_eq!(again, first);
+    assert_eq!(session_count(gw).await, 1);
+    assert_eq!(w.calls("session/new"), 1);
+    // Another key is another request.
+    let (status, replayed, other) = post_keyed(gw, "/sessions", "create-2", create).await;
+    assert_eq!((status, replayed), (201, false));
+    assert_ne!(other["sessionId"], first["sessionId"]);
+    assert_eq!(session_count(gw).await, 2);
+    w.finish().await;
+}
+
+async fn a_prompt_cut_mid_turn_and_sent_again_runs_once(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let prompt = json!({"text": "/chunks 10 /delay 100"});
+    // The client gives up (its connection is cut) a second before the turn ends.
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let cut = impatient
+        .post(gw.prompt_url(&id))
+        .header("idempotency-key", "turn-1")
+        .json(&prompt)
+        .send()
+        .await;
+    assert!(cut.is_err(), "the first request was cut: {cut:?}");
+    let path = format!("/sessions/{id}/prompt");
+    let (status, replayed, answer) = post_keyed(gw, &path, "turn-1", prompt.clone()).await;
+    assert_eq!((status, replayed), (200, true), "{answer}");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let (status, replayed, again) = post_keyed(gw, &path, "turn-1", prompt).await;
+    assert_eq!((status, replayed), (200, true));
+    assert_eq!(again, answer);
+    let kinds: Vec<String> = (gw.history(&id).await.iter())
+        .filter_map(|e| e["event"].as_str())
+        .filter(|k| k.starts_with("turn_"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(kinds, ["turn_started", "turn_ended"]);
+    assert_eq!(w.calls("session/prompt"), 1);
+    w.finish().await;
+}
+
+async fn a_key_names_one_request(backend: Backend) {
+    let w = World::start(backend, Options::default()).await;
+    let gw = w.gw();
+    let (status, _, _) = post_keyed(gw, "/sessions", "k", json!({"cwd": "/tmp"})).await;
+    assert_eq!(status, 201);
+    let (status, _, problem) = post_keyed(gw, "/sessions", "k", json!({"cwd": "/"})).await;
+    assert_eq!(status, 422, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Idempotency-Key"),
+        "{problem}"
+    );
+    let (status, _, problem) = post_keyed(gw, "/sessions", "a key", json!({"cwd": "/tmp"})).await;
+    assert_eq!(status, 400, "{problem}");
+    // A request that fails in a way a repeat may not leaves the key free: a prompt to a
+    // session that does not exist is 404 and kept; a webhook to nowhere is refused and kept.
+    let missing = "/sessions/sess_00000000000000000000000000000000/prompt";
+    let (status, _, _) = post_keyed(gw, missing, "p", json!({"text": "hi"})).await;
+    assert_eq!(status, 404);
+    let (status, replayed, _) = post_keyed(gw, missing, "p", json!({"text": "hi"})).await;
+    assert_eq!((status, replayed), (404, true));
+    assert_eq!(session_count(gw).await, 1);
+    w.finish().await;
+}
+
+async fn a_restarted_gateway_replays(backend: Backend) {
+    let mut w = World::start(backend, Options::default()).await;
+    let (status, _, first) =
+        post_keyed(w.gw(), "/sessions", "across", json!({"cwd": "/tmp"})).await;
+    assert_eq!(status, 201);
+    w.restart().await;
+    let (status, replayed, again) =
+        post_keyed(w.gw(), "/sessions", "across", json!({"cwd": "/tmp"})).await;
+    assert_eq!((status, replayed), (201, true));
+    assert_eq!(again, first);
+    assert_eq!(session_count(w.gw()).await, 1);
+    w.finish().await;
+}
+
+async fn an_expired_key_is_pruned_and_runs_again(backend: Backend) {
+    let w = World::start(
+        backend,
+        Options::default().args(&["--idempotency-ttl", "1"]),
+    )
+    .await;
+    let gw = w.gw();
+    let (status, _, first) = post_keyed(gw, "/sessions", "brief", json!({"cwd": "/tmp"})).await;
+    assert_eq!(status, 201);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(StatusCode::OK, gw.get("/readyz").await.status());
+    let (status, replayed, again) =
+        post_keyed(gw, "/sessions", "brief", json!({"cwd": "/tmp"})).await;
+    assert_eq!((status, replayed), (201, false));
+    assert_ne!(again["sessionId"], first["sessionId"]);
+    // The pruner deletes expired keys (every TTL here): the table empties once this one expires.
+    let db = w.db.url.clone();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while keys_stored(&db).await > 0 {
+        assert!(std::time::Instant::now() < deadline, "expired keys pruned");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    w.finish().await;
+}
+
+/// Rows of `idempotency_keys` in the database at `url`.
+async fn keys_stored(url: &str) -> i64 {
+    use sqlx::Connection;
+    let query = "SELECT COUNT(*) FROM idempotency_keys";
+    if url.starts_with("postgres") {
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+    } else {
+        let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+    }
+}
+
+async fn a_retried_webhook_is_one_subscription(backend: Backend) {
+    let opts = Options::default().arg("--webhook-allow-private");
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let hook = json!({"url": "http://127.0.0.1:9/hook", "events": ["turn_ended"]});
+    let (status, replayed, first) = post_keyed(gw, "/webhooks", "hook", hook.clone()).await;
+    assert_eq!((status, replayed), (201, false), "{first}");
+    assert!(
+        first["secret"].as_str().is_some_and(|s| !s.is_empty()),
+        "{first}"
+    );
+    let (status, replayed, again) = post_keyed(gw, "/webhooks", "hook", hook).await;
+    assert_eq!((status, replayed), (201, true));
+    assert_eq!(again, first, "the same subscription, with the same secret");
+    let listed = gw.json("/webhooks").await;
+    let listed = listed["webhooks"]
+        .as_array()
+        .or(listed.as_array())
+        .unwrap()
+        .len();
+    assert_eq!(listed, 1);
+    w.finish().await;
+}
