@@ -96,6 +96,32 @@ async fn a_prompt_cut_mid_turn_and_sent_again_runs_once(backend: Backend) {
         .collect();
     assert_eq!(kinds, ["turn_started", "turn_ended"]);
     assert_eq!(w.calls("session/prompt"), 1);
+
+    // `Prefer: respond-async`: the 202 is kept, and the repeat starts no second turn.
+    let started = || async {
+        let res = gw
+            .http
+            .post(gw.prompt_url(&id))
+            .header("idempotency-key", "async-1")
+            .header("prefer", "respond-async")
+            .json(&json!({"text": "later"}))
+            .send()
+            .await
+            .unwrap();
+        let replayed = res.headers().get("idempotent-replayed").is_some();
+        (res.status().as_u16(), replayed)
+    };
+    assert_eq!(started().await, (202, false));
+    assert_eq!(started().await, (202, true));
+    gw.wait_until(|g| {
+        let id = id.clone();
+        async move {
+            let log = g.history(&id).await;
+            log.iter().filter(|e| e["event"] == "turn_ended").count() == 2
+        }
+    })
+    .await;
+    assert_eq!(w.calls("session/prompt"), 2);
     w.finish().await;
 }
 

@@ -14,6 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use super::error::ApiError;
 use super::forward::FORWARDED;
@@ -23,8 +24,9 @@ use crate::gateway::{self, Caller, Gateway, Idempotency, Keyed, StoredResponse};
 pub const KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// Set on a response that is a replay.
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-/// How long a repeat waits for the request still running under its key.
-pub const WAIT: Duration = Duration::from_secs(60);
+/// How long a repeat waits for the request still running under its key (within the default
+/// `--request-timeout`, so that the client hears 409 rather than 504).
+pub const WAIT: Duration = Duration::from_secs(30);
 /// How often a waiting repeat looks again.
 const POLL: Duration = Duration::from_millis(100);
 /// The longest key.
@@ -99,10 +101,13 @@ pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> R
     // Run to the end (and keep the response) even if this client goes away.
     let req = Request::from_parts(parts, Body::from(body));
     let gateway = keys.gateway.clone();
-    let run = keys.gateway.idempotency().run_to_end(async move {
-        let res = next.run(req).await;
-        keep(gateway.idempotency(), &caller, &key, res).await
-    });
+    let run = keys.gateway.idempotency().run_to_end(
+        async move {
+            let res = next.run(req).await;
+            keep(gateway.idempotency(), &caller, &key, res).await
+        }
+        .instrument(tracing::Span::current()),
+    );
     run.await.unwrap_or_else(|e| {
         tracing::error!(error = %e, "a request with an Idempotency-Key failed");
         StatusCode::INTERNAL_SERVER_ERROR.into_response()
