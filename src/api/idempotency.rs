@@ -201,6 +201,12 @@ pub fn document(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     use utoipa::openapi::{ObjectBuilder, RefOr, Required, Type, header::Header};
     let string = || ObjectBuilder::new().schema_type(Type::String).build();
+    // What [`parse`] takes: visible ASCII but `"` and `\`, 1 to 255, quoted or not.
+    let key = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(r#"^("[!#-\[\]-~]{1,255}"|[!#-\[\]-~]{1,255})$"#))
+        .examples(["8e03978e-40d5-43e8-bc93-6894a57f9324"])
+        .build();
     for item in doc.paths.paths.values_mut() {
         let Some(op) = item.post.as_mut() else {
             continue;
@@ -215,7 +221,7 @@ pub fn document(doc: &mut utoipa::openapi::OpenApi) {
                  replica, for --idempotency-ttl (default 24 h). 1 to 255 visible ASCII \
                  characters, quoted or not.",
             ))
-            .schema(Some(string()))
+            .schema(Some(key.clone()))
             .build();
         op.parameters.get_or_insert_with(Vec::new).push(parameter);
         let responses = &mut op.responses.responses;
@@ -256,7 +262,15 @@ mod tests {
         let key = |s: &str| parse(&HeaderValue::from_str(s).unwrap());
         assert_eq!(key("\"8e03978e-40d5\"").unwrap(), "8e03978e-40d5");
         assert_eq!(key("abc_123").unwrap(), "abc_123");
-        for bad in ["", "\"\"", "a b", "\"open", "x\"y", &"k".repeat(256)] {
+        for bad in [
+            "",
+            "\"\"",
+            "a b",
+            "\"open",
+            "x\"y",
+            "a\\b",
+            &"k".repeat(256),
+        ] {
             assert!(key(bad).is_err(), "{bad:?}");
         }
     }
