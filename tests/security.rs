@@ -386,7 +386,8 @@ async fn workspace_confinement() {
     w.finish().await;
 }
 
-/// Per-tenant request rate, requests in flight and open streams answer 429 with Retry-After;
+/// Per-tenant request rate, requests in flight and open streams answer 429 with Retry-After
+/// and the IETF RateLimit-Policy and RateLimit headers;
 /// one tenant's excess never blocks another; ordinary requests time out with 504.
 #[tokio::test]
 async fn per_tenant_limits() {
@@ -401,6 +402,10 @@ async fn per_tenant_limits() {
         .expect("20 requests at once exceed 1 per second");
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(r.headers()["content-type"], "application/problem+json");
+    // The IETF RateLimit headers name the limit reached.
+    assert_eq!(r.headers()["ratelimit-policy"], "\"requests\";q=1;w=1");
+    let state = r.headers()["ratelimit"].to_str().unwrap();
+    assert!(state.starts_with("\"requests\";r=0;t="), "{state}");
     assert_eq!(
         status_as(gw, BOB, "/sessions").await,
         200,
@@ -428,6 +433,11 @@ async fn per_tenant_limits() {
     assert_eq!(first.status(), 200);
     let second = alices_stream().await;
     assert_eq!(second.status(), 429);
+    assert_eq!(
+        second.headers()["ratelimit-policy"],
+        "\"streams\";q=1;qu=\"concurrent-requests\""
+    );
+    assert_eq!(second.headers()["ratelimit"], "\"streams\";r=0");
     // (A closed stream's slot is freed when the gateway next writes to it: at the latest after
     // two keep-alive intervals, so the test does not wait for it.)
     drop(first);

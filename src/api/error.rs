@@ -39,9 +39,41 @@ pub enum ApiError {
     TooManyRequests {
         message: String,
         retry_after_secs: u64,
+        /// The limit reached, for the `RateLimit-Policy` and `RateLimit` headers.
+        policy: Policy,
     },
     #[error("the request took longer than the gateway allows")]
     RequestTimeout,
+}
+
+/// A limit a 429 names in the IETF `RateLimit-Policy` and `RateLimit` headers
+/// (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit-Policy: "name";q=QUOTA;w=WINDOW` for a
+/// rate, `"name";q=QUOTA;qu="concurrent-requests"` for what may run at once; `RateLimit:
+/// "name";r=0`, with `t=` the seconds until the quota returns for a rate.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub name: &'static str,
+    pub quota: u64,
+    /// The window in seconds of a rate; `None`: a count of things at once.
+    pub window_secs: Option<u64>,
+}
+
+impl Policy {
+    /// The two header values, for a request refused now, `retry_after_secs` before the quota
+    /// returns.
+    fn headers(&self, retry_after_secs: u64) -> (String, String) {
+        let (name, quota) = (self.name, self.quota);
+        match self.window_secs {
+            Some(w) => (
+                format!("\"{name}\";q={quota};w={w}"),
+                format!("\"{name}\";r=0;t={retry_after_secs}"),
+            ),
+            None => (
+                format!("\"{name}\";q={quota};qu=\"concurrent-requests\""),
+                format!("\"{name}\";r=0"),
+            ),
+        }
+    }
 }
 
 impl ApiError {
@@ -127,6 +159,19 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after() {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let ApiError::TooManyRequests {
+            retry_after_secs,
+            policy,
+            ..
+        } = &self
+        {
+            let (policy, state) = policy.headers(*retry_after_secs);
+            for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    res.headers_mut().insert(name, value);
+                }
+            }
         }
         res
     }

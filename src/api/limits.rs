@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use super::error::ApiError;
+use super::error::{ApiError, Policy};
 use crate::gateway::Caller;
 
 /// The configured limits (0 / `None`: unlimited).
@@ -82,25 +82,43 @@ impl Limits {
             u.refilled = Instant::now();
             if u.tokens < 1.0 {
                 let wait = ((1.0 - u.tokens) / rate).ceil().max(1.0) as u64;
+                let policy = Policy {
+                    name: "requests",
+                    quota: u64::from(c.rate_per_sec),
+                    window_secs: Some(1),
+                };
                 return Err(too_many(
                     format!("more than {} requests per second", c.rate_per_sec),
                     wait,
+                    policy,
                 ));
             }
         }
         if stream {
             if c.max_streams > 0 && u.streams >= c.max_streams {
+                let policy = Policy {
+                    name: "streams",
+                    quota: c.max_streams as u64,
+                    window_secs: None,
+                };
                 return Err(too_many(
                     format!("{} event streams already open", u.streams),
                     5,
+                    policy,
                 ));
             }
             u.streams += 1;
         } else {
             if c.max_in_flight > 0 && u.in_flight >= c.max_in_flight {
+                let policy = Policy {
+                    name: "in-flight",
+                    quota: c.max_in_flight as u64,
+                    window_secs: None,
+                };
                 return Err(too_many(
                     format!("{} requests already in flight", u.in_flight),
                     1,
+                    policy,
                 ));
             }
             u.in_flight += 1;
@@ -116,10 +134,11 @@ impl Limits {
     }
 }
 
-fn too_many(what: String, retry_after_secs: u64) -> ApiError {
+fn too_many(what: String, retry_after_secs: u64, policy: Policy) -> ApiError {
     ApiError::TooManyRequests {
         message: format!("too many requests for this API key: {what}; retry later"),
         retry_after_secs,
+        policy,
     }
 }
 
@@ -163,4 +182,24 @@ pub async fn limit(State(limits): State<Arc<Limits>>, req: Request, next: Next) 
     };
     drop(slot);
     res
+}
+
+/// Documents the `RateLimit-Policy` and `RateLimit` headers of a 429 `response`.
+pub(super) fn document_headers(response: &mut utoipa::openapi::Response) {
+    use utoipa::openapi::{ObjectBuilder, Type, header::Header};
+    for (name, description) in [
+        (
+            "RateLimit-Policy",
+            "The limit reached (draft-ietf-httpapi-ratelimit-headers): `\"requests\";q=N;w=1`, \
+             `\"in-flight\";q=N;qu=\"concurrent-requests\"` or `\"streams\";q=N;qu=\"concurrent-requests\"`",
+        ),
+        (
+            "RateLimit",
+            "What is left of it: `\"NAME\";r=0`, with `t=SECONDS` until a rate's quota returns",
+        ),
+    ] {
+        let mut header = Header::new(ObjectBuilder::new().schema_type(Type::String).build());
+        header.description = Some(description.into());
+        response.headers.insert(name.into(), header);
+    }
 }

@@ -226,7 +226,11 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
             for (status, description) in common {
                 let responses = &mut op.responses.responses;
                 if !responses.contains_key(status) {
-                    responses.insert(status.to_owned(), problem(description).into());
+                    let mut response = problem(description);
+                    if status == "429" {
+                        limits::document_headers(&mut response);
+                    }
+                    responses.insert(status.to_owned(), response.into());
                 }
             }
         }
