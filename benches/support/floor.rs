@@ -73,10 +73,7 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
         .map(|id| (0..per_commit).flat_map(|_| turn(id)).collect())
         .collect();
     let mut writer = store.log_writer();
-    let server = || match backend {
-        Backend::Postgres => postgres_cpu(),
-        Backend::Sqlite => Duration::ZERO,
-    };
+    let server = || server_cpu(backend);
     let (cpu_before, server_before) = (cpu_time(std::process::id()), server());
     let (mut events, end) = (0u64, Instant::now() + secs);
     while Instant::now() < end {
@@ -118,10 +115,7 @@ pub async fn commit_latency(
     secs: Duration,
 ) -> (Vec<Duration>, Floor) {
     let (mut db, store, ids) = sessions_in(backend, dir, sessions).await;
-    let server = || match backend {
-        Backend::Postgres => postgres_cpu(),
-        Backend::Sqlite => Duration::ZERO,
-    };
+    let server = || server_cpu(backend);
     let (cpu_before, server_before) = (cpu_time(std::process::id()), server());
     let turns: Vec<Vec<NewEvent>> = ids.iter().map(|id| turn(id)).collect();
     let mut writer = store.log_writer();
@@ -171,6 +165,14 @@ fn turn(id: &str) -> Vec<NewEvent> {
         format!(r#"{{"sessionId":"{id}","stopReason":"end_turn"}}"#),
     ));
     events
+}
+
+/// CPU time used so far by `backend`'s server processes (none for SQLite, which runs in ours).
+fn server_cpu(backend: Backend) -> Duration {
+    match backend {
+        Backend::Postgres => postgres_cpu(),
+        Backend::Sqlite => Duration::ZERO,
+    }
 }
 
 /// CPU time used so far by every PostgreSQL server process on this machine (the bench's

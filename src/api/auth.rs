@@ -344,10 +344,7 @@ pub async fn authenticate(
     req.extensions_mut().insert(caller);
     req.extensions_mut().insert(revoked.clone());
     let res = next.run(req).await;
-    let streaming = res
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let streaming = super::sse::is_event_stream(&res);
     if !streaming {
         return res;
     }

@@ -139,10 +139,7 @@ fn parse(raw: &HeaderValue) -> Result<String, ApiError> {
 /// Keeps `res` under `key` (or frees the key when a repeat may run again) and passes it on.
 async fn keep(idempotency: &Idempotency, caller: &Caller, key: &str, res: Response) -> Response {
     let status = res.status();
-    let stream = res
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let stream = super::sse::is_event_stream(&res);
     let again = status.is_server_error()
         || status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS;

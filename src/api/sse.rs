@@ -99,6 +99,13 @@ where
         .expect("static headers")
 }
 
+/// Whether `res` is an event stream (which layers that buffer or keep a body leave alone).
+pub(super) fn is_event_stream(res: &axum::response::Response) -> bool {
+    res.headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,11 +29,13 @@ pub enum KeyClaim {
     Held(KeyRecord),
 }
 
-/// Frees the key when it expired (`$3`: now).
-pub const FREE_EXPIRED: &str =
-    "DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND expires_at <= $3";
+/// Takes the key: inserts it, or replaces it when it expired (`$4`: now); no row changed when
+/// another request holds it.
 pub const TAKE: &str = "INSERT INTO idempotency_keys (tenant, key, fingerprint, created_at, \
-     expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO NOTHING";
+     expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO UPDATE SET \
+     fingerprint = excluded.fingerprint, status = NULL, headers = NULL, body = NULL, \
+     created_at = excluded.created_at, expires_at = excluded.expires_at \
+     WHERE idempotency_keys.expires_at <= excluded.created_at";
 pub const READ: &str = "SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE tenant = $1 AND key = $2";
 pub const FINISH: &str = "UPDATE idempotency_keys SET status = $3, headers = $4, body = $5 \
      WHERE tenant = $1 AND key = $2 AND status IS NULL";
@@ -90,12 +92,6 @@ macro_rules! impl_idempotency {
                 use $crate::store::idempotency as sql;
                 // A request released between the insert and the read leaves no row: take again.
                 for _ in 0..3 {
-                    sqlx::query(sql::FREE_EXPIRED)
-                        .bind(tenant)
-                        .bind(key)
-                        .bind($time(now))
-                        .execute(&self.$writes)
-                        .await?;
                     let taken = sqlx::query(sql::TAKE)
                         .bind(tenant)
                         .bind(key)
