@@ -8,13 +8,15 @@
 //! and the writer never waits for it), so the writer's commits go on while the pages are copied.
 //!
 //! While the writer keeps writing, a checkpoint may end with pages still to copy, and the WAL
-//! only starts over once one has copied everything. So that it cannot grow without bound under a
-//! load that never lets the thread catch up, the writer checkpoints inline (as the only writer,
-//! copying everything) once the WAL holds more than [`WAL_PAGES_MAX`] pages.
+//! only starts over once one has copied everything between two commits, which a steady stream of
+//! commits rarely allows. So that it cannot grow without bound, the writer looks at the WAL
+//! file's size itself every [`CHECKPOINT_EVERY`] appends (the thread's last result may be
+//! seconds old on a loaded machine) and, past [`WAL_BYTES_MAX`], checkpoints inline with
+//! `TRUNCATE`: as the only writer it copies everything and empties the file. Should the thread
+//! hold the checkpoint lock just then, it tries again after the next appends, and asks the
+//! thread for nothing until the file is small again.
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
@@ -26,15 +28,15 @@ use crate::store::StoreResult;
 /// appends' pages are a dozen or so.
 pub(super) const CHECKPOINT_EVERY: u32 = 8;
 
-/// WAL pages (4 KiB each) beyond which the log writer checkpoints inline: 16 MiB.
-const WAL_PAGES_MAX: i64 = 4096;
+/// The WAL file's size beyond which the log writer checkpoints inline: 16 MiB.
+const WAL_BYTES_MAX: u64 = 16 << 20;
 
 /// The checkpointing thread, stopped (and joined) when dropped.
 pub(super) struct Checkpointer {
     wake: Option<SyncSender<()>>,
     thread: Option<JoinHandle<()>>,
-    /// The WAL held more than [`WAL_PAGES_MAX`] pages after the thread's last checkpoint.
-    behind: Arc<AtomicBool>,
+    /// The database's WAL file.
+    wal: PathBuf,
 }
 
 impl Checkpointer {
@@ -46,33 +48,35 @@ impl Checkpointer {
         let conn = open(path)?;
         // One request waits at most: more asked while one runs would copy nothing new.
         let (wake, asked) = sync_channel::<()>(1);
-        let behind = Arc::new(AtomicBool::new(false));
-        let flag = behind.clone();
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
             .spawn(move || {
                 while asked.recv().is_ok() {
-                    match checkpoint(&conn) {
-                        Ok(pages) => flag.store(pages > WAL_PAGES_MAX, Ordering::Relaxed),
-                        Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
+                    if let Err(e) = checkpoint(&conn, "PASSIVE") {
+                        tracing::warn!(error = %e, "WAL checkpoint failed");
                     }
                 }
             })
             .map_err(|e| crate::store::StoreError::Corrupt(format!("checkpoint thread: {e}")))?;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
         Ok(Checkpointer {
             wake: Some(wake),
             thread: Some(thread),
-            behind,
+            wal: wal.into(),
         })
     }
 
     /// After [`CHECKPOINT_EVERY`] appends on `writer` (between two of its transactions): asks
-    /// the thread for a checkpoint, or, when the WAL has grown past [`WAL_PAGES_MAX`] pages,
-    /// checkpoints on `writer` itself.
+    /// the thread for a checkpoint, or, when the WAL file has grown past [`WAL_BYTES_MAX`],
+    /// checkpoints and empties it on `writer` itself.
     pub(super) fn after_appends(&self, writer: &rusqlite::Connection) {
-        if self.behind.load(Ordering::Relaxed) {
-            match checkpoint(writer) {
-                Ok(pages) => self.behind.store(pages > WAL_PAGES_MAX, Ordering::Relaxed),
+        let size = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
+        if size > WAL_BYTES_MAX {
+            match checkpoint(writer, "TRUNCATE") {
+                Ok(true) => tracing::debug!(size, "the WAL was checkpointed inline"),
+                // The thread holds the checkpoint lock: again after the next appends.
+                Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
             }
             return;
@@ -94,9 +98,13 @@ impl Drop for Checkpointer {
     }
 }
 
-/// A passive checkpoint on `conn`; the WAL's size in pages afterwards.
-fn checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+/// A checkpoint of `mode` on `conn`; whether it ran (false: another connection was
+/// checkpointing, or a reader held it back).
+fn checkpoint(conn: &rusqlite::Connection, mode: &str) -> rusqlite::Result<bool> {
+    let busy: i64 = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+        row.get(0)
+    })?;
+    Ok(busy == 0)
 }
 
 #[cfg(test)]
