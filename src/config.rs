@@ -6,11 +6,13 @@ mod access;
 mod agent;
 mod agents;
 mod keep;
+mod oidc;
 mod webhooks;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 pub use keep::KeepFlags;
+pub use oidc::OidcFlags;
 pub use webhooks::WebhookFlags;
 
 use std::net::SocketAddr;
@@ -303,6 +305,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub access: AccessFlags,
+
+    #[command(flatten)]
+    pub oidc: OidcFlags,
 
     #[command(flatten)]
     pub webhooks: WebhookFlags,

@@ -245,7 +245,6 @@ pub async fn run(
     };
     let watcher = keys
         .clone()
-        .filter(|_| config.api_keys_file.is_some())
         .map(|keys| tokio::spawn(keys.watch(stop.clone())));
     let app = app(gateway.clone(), &config, keys, cors, stop.clone());
     let served = api::serve::serve(listener, app, {

@@ -7,6 +7,9 @@
 //! changes ([`Keys::watch`]): a removed key stops working at once, and what was opened with it
 //! (event streams, `/acp` connections) ends, through the key's [`Revoked`] token. A file that
 //! does not parse leaves the keys as they were.
+//!
+//! With `--oidc-issuer`, a bearer token shaped as a JWT is an access token of that provider,
+//! checked by [`Oidc`] (`oidc.rs`); what was opened with it ends when it expires.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -25,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 pub use super::extract::Revoked;
+use super::oidc::{Oidc, TokenError};
 use crate::config::Config;
 use crate::gateway::{ADMIN_TENANT, Caller};
 
@@ -57,7 +61,8 @@ pub struct Keys {
     fixed: Vec<String>,
     file: Option<PathBuf>,
     entries: RwLock<Arc<Vec<Entry>>>,
-    next_id: std::sync::atomic::AtomicU64,
+    /// The OpenID provider whose access tokens are taken too.
+    oidc: Option<Oidc>,
 }
 
 fn digest(key: &str) -> [u8; 32] {
@@ -67,12 +72,6 @@ fn digest(key: &str) -> [u8; 32] {
 /// Equality without an early exit, so that timing does not reveal a matching prefix.
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn valid_tenant(t: &str) -> bool {
-    (1..=64).contains(&t.len())
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// The `TENANT:KEY` lines of a keys file's text (blank lines and `#` comments left out).
@@ -98,7 +97,7 @@ fn parse_line(line: &str) -> anyhow::Result<([u8; 32], Caller)> {
         }
     } else {
         anyhow::ensure!(
-            valid_tenant(tenant),
+            Caller::valid_tenant(tenant),
             "invalid tenant name {tenant:?}: 1-64 of A-Z a-z 0-9 - _ ."
         );
         Caller {
@@ -110,19 +109,21 @@ fn parse_line(line: &str) -> anyhow::Result<([u8; 32], Caller)> {
 }
 
 impl Keys {
-    /// The keys from flags, environment and file; `None` when none is given and no keys file
-    /// is configured (a gateway with a keys file is keyed even while the file is empty).
+    /// The keys from flags, environment and file, and the OpenID provider; `None` when no key
+    /// is given and neither a keys file nor a provider is configured (a gateway with a keys
+    /// file is keyed even while the file is empty).
     pub fn from_config(config: &Config) -> anyhow::Result<Option<Arc<Keys>>> {
         let mut fixed: Vec<String> = config.api_keys.clone();
         fixed.extend(config.admin_api_keys.iter().map(|k| format!("*:{k}")));
-        if fixed.is_empty() && config.api_keys_file.is_none() {
+        let oidc = Oidc::from_flags(&config.oidc)?;
+        if fixed.is_empty() && config.api_keys_file.is_none() && oidc.is_none() {
             return Ok(None);
         }
         let keys = Keys {
             fixed,
             file: config.api_keys_file.clone(),
             entries: RwLock::default(),
-            next_id: Default::default(),
+            oidc,
         };
         keys.load(keys.read_file()?.as_deref())?;
         Ok(Some(Arc::new(keys)))
@@ -157,12 +158,7 @@ impl Keys {
         let new: Vec<Entry> = parsed
             .into_iter()
             .map(|(digest, caller)| {
-                let revoked = kept(&digest, &caller).unwrap_or_else(|| Revoked {
-                    id: self
-                        .next_id
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                    token: CancellationToken::new(),
-                });
+                let revoked = kept(&digest, &caller).unwrap_or_else(Revoked::fresh);
                 Entry {
                     digest,
                     caller,
@@ -202,7 +198,8 @@ impl Keys {
         }
     }
 
-    /// Reloads on SIGHUP and when the keys file's content changes, until `stop`.
+    /// Reloads on SIGHUP and when the keys file's content changes, and ends what expired
+    /// tokens opened, until `stop`.
     pub async fn watch(self: Arc<Self>, stop: CancellationToken) {
         let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         {
@@ -231,6 +228,12 @@ impl Keys {
                     self.reload(read);
                 }
                 _ = poll.tick() => {
+                    if let Some(oidc) = &self.oidc {
+                        oidc.expire().await;
+                    }
+                    if self.file.is_none() {
+                        continue;
+                    }
                     let read = self.read_file();
                     let now = read.as_ref().ok().and_then(Option::as_deref);
                     if now != seen.as_deref() {
@@ -254,6 +257,19 @@ impl Keys {
             }
         }
         found
+    }
+
+    /// The caller a bearer token identifies (an API key, or a provider's access token), and
+    /// what ends when the key is removed or the token expires.
+    async fn identify(&self, token: &str) -> Result<(Caller, Revoked), ApiError> {
+        if let Some(oidc) = self.oidc.as_ref().filter(|_| Oidc::is_jwt(token)) {
+            return oidc.identify(token).await.map_err(|e| match e {
+                TokenError::Invalid(why) => ApiError::InvalidToken(why),
+                TokenError::NoTenant(why) => ApiError::Forbidden(why),
+                TokenError::Unavailable(why) => ApiError::ProviderUnavailable(why),
+            });
+        }
+        self.check(token).ok_or(ApiError::Unauthorized)
     }
 }
 
@@ -335,11 +351,24 @@ pub async fn authenticate(
                 .then(|| req.uri().query().and_then(query_token))
                 .flatten()
         });
-    let Some((caller, revoked)) = token.and_then(|t| keys.check(&t)) else {
-        let mut res = ApiError::Unauthorized.into_response();
-        res.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return res;
+    let identified = match token {
+        Some(token) => keys.identify(&token).await,
+        None => Err(ApiError::Unauthorized),
+    };
+    let (caller, revoked) = match identified {
+        Ok(identified) => identified,
+        Err(e) => {
+            let challenge = match &e {
+                ApiError::InvalidToken(_) => "Bearer error=\"invalid_token\"",
+                _ => "Bearer",
+            };
+            let mut res = e.into_response();
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+            return res;
+        }
     };
     req.extensions_mut().insert(caller);
     req.extensions_mut().insert(revoked.clone());
@@ -368,7 +397,7 @@ mod tests {
             ],
             file: None,
             entries: RwLock::default(),
-            next_id: Default::default(),
+            oidc: None,
         };
         keys.load(None).unwrap();
         assert_eq!(
@@ -407,7 +436,7 @@ mod tests {
             fixed: vec!["*:admin-key-0123456789".into()],
             file: Some(file.clone()),
             entries: RwLock::default(),
-            next_id: Default::default(),
+            oidc: None,
         };
         keys.load(keys.read_file().unwrap().as_deref()).unwrap();
         let (_, alice) = keys.check("alice-key-0123456789").unwrap();

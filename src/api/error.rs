@@ -24,6 +24,12 @@ pub enum ApiError {
     Validation(String),
     #[error("a valid API key is required: Authorization: Bearer KEY")]
     Unauthorized,
+    /// A bearer token of the OpenID provider that is not valid here: why.
+    #[error("{0}")]
+    InvalidToken(String),
+    /// The OpenID provider's keys cannot be fetched, so its tokens cannot be checked.
+    #[error("{0}")]
+    ProviderUnavailable(String),
     #[error("{0}")]
     NotFound(String),
     /// Known, but not allowed here (a WebSocket from a browser origin not configured).
@@ -85,7 +91,14 @@ impl ApiError {
             ApiError::BadRequest(_) => (400, "bad-request", "Bad request"),
             ApiError::Validation(_) => (422, "validation-failed", "Validation failed"),
             ApiError::NotFound(_) => (404, "not-found", "Not found"),
-            ApiError::Unauthorized => (401, "unauthorized", "Unauthorized"),
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => {
+                (401, "unauthorized", "Unauthorized")
+            }
+            ApiError::ProviderUnavailable(_) => (
+                503,
+                "identity-provider-unavailable",
+                "Identity provider unavailable",
+            ),
             ApiError::Forbidden(_) => (403, "forbidden", "Forbidden"),
             ApiError::MethodNotAllowed => (405, "method-not-allowed", "Method not allowed"),
             ApiError::PayloadTooLarge(_) => (413, "payload-too-large", "Payload too large"),
@@ -104,7 +117,8 @@ impl ApiError {
                 gateway::Error::NoCapacity(_)
                 | gateway::Error::HeldElsewhere(_)
                 | gateway::Error::StoreUnavailable(_),
-            ) => Some(5),
+            )
+            | ApiError::ProviderUnavailable(_) => Some(5),
             // The time to the pool's next restart attempt.
             ApiError::Service(gateway::Error::NoMember { retry_after, .. }) => {
                 Some(retry_after.as_secs().max(1))

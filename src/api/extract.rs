@@ -73,12 +73,23 @@ pub struct Path<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
 
-/// Cancelled when the key a request was made with is removed; `id` tells the keys apart (the
-/// same for a key kept across reloads). Absent without keys.
+/// Cancelled when the key a request was made with is removed, or its token expires; `id` tells
+/// the keys and tokens apart (the same for a key kept across reloads). Absent without keys.
 #[derive(Clone)]
 pub struct Revoked {
     pub id: u64,
     pub token: CancellationToken,
+}
+
+impl Revoked {
+    /// A new one, with an id no other has in this process.
+    pub fn fresh() -> Revoked {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Revoked {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            token: CancellationToken::new(),
+        }
+    }
 }
 
 /// Whether a comma-separated header (`Cache-Control`, `Prefer`), on any of its lines, lists

@@ -16,6 +16,7 @@ pub mod guard;
 pub mod idempotency;
 pub mod limits;
 mod metrics;
+mod oidc;
 mod responses;
 pub mod serve;
 mod sessions;
@@ -87,7 +88,7 @@ impl utoipa::Modify for BearerAuth {
             SecurityScheme::Http(
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("An API key (--api-key TENANT:KEY or --admin-api-key KEY). SSE routes also accept ?access_token=KEY."))
+                    .description(Some("An API key (--api-key TENANT:KEY or --admin-api-key KEY) or, with --oidc-issuer, a JWT access token of that OpenID Connect provider. SSE routes also accept ?access_token=KEY."))
                     .build(),
             ),
         );

@@ -25,6 +25,14 @@ impl Caller {
         }
     }
 
+    /// Whether `name` may name a tenant: 1-64 of `A-Z a-z 0-9 - _ .`.
+    pub fn valid_tenant(name: &str) -> bool {
+        (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    }
+
     /// Whether sessions of `tenant` exist for this caller.
     pub fn sees(&self, tenant: &str) -> bool {
         self.admin || self.tenant == tenant
