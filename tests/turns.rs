@@ -17,7 +17,27 @@ both_backends!(
     live_tail_and_after_cursor,
     agent_requests_outside_permission_get_method_not_found,
     a_prompt_waits_for_a_resume_under_way,
+    a_prompt_sent_on_seeing_turn_ended_is_taken,
 );
+
+/// A client that prompts again the moment its stream shows `turn_ended` (as a frontend does)
+/// is never refused with 409: the turn that ended may not have freed its session yet, and the
+/// prompt waits for that. Several sessions at once, back to back.
+async fn a_prompt_sent_on_seeing_turn_ended_is_taken(backend: Backend) {
+    let w = World::start(backend, Options::default().pool(2)).await;
+    let gw = w.gw();
+    let clients = (0..4).map(|_| async {
+        let id = gw.create("/tmp").await;
+        let mut stream = gw.events(&id, Some(0)).await;
+        for _ in 0..25 {
+            gw.prompt_async(&id, "hi").await;
+            let turn = stream.until("turn_ended").await;
+            assert!(turn.iter().any(|e| e.event == "agent_message_chunk"));
+        }
+    });
+    futures::future::join_all(clients).await;
+    w.finish().await;
+}
 
 /// A prompt that arrives while its session is being resumed (by a request, the idle closer or
 /// a replica taking it over) waits for that, rather than answering 409 as a second turn does.

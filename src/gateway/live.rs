@@ -28,6 +28,8 @@ pub(super) enum TurnPhase {
     Starting,
     /// `session/prompt` is queued for (or at) the agent.
     Sent,
+    /// Its `turn_ended` is being queued: the session is free a moment later.
+    Ending,
 }
 
 /// What the gateway knows of a session it holds or works on.
@@ -281,6 +283,16 @@ impl Claim {
     }
 }
 
+impl Claim {
+    /// The turn is over and its `turn_ended` about to be queued: a client that has seen it
+    /// and prompts again waits for the session to be free rather than being refused.
+    pub(super) fn mark_ending(&self) {
+        if let Some(tx) = &self.done {
+            tx.send_replace(TurnPhase::Ending);
+        }
+    }
+}
+
 impl Drop for Claim {
     fn drop(&mut self) {
         self.live.unclaim(&self.session_id);
@@ -299,8 +311,8 @@ impl LiveTable {
     }
 
     /// [`busy`](Self::busy) for a request: a session being attached, closed when idle or
-    /// taken over from a replica that died is waited for (up to `bound`) rather than refused;
-    /// only a running turn answers 409 at once.
+    /// taken over from a replica that died, or whose turn is ending, is waited for (up to
+    /// `bound`) rather than refused; only a running turn answers 409 at once.
     pub(super) async fn busy_waiting(
         self: &Arc<Self>,
         session_id: &str,
@@ -321,14 +333,20 @@ impl LiveTable {
                         done,
                     });
                 }
-                Err(Busy::Attaching) => {
+                Err(Busy::Turn) if !self.turn_ending(session_id) => return Err(conflict()),
+                Err(_) => {
                     if tokio::time::timeout_at(deadline, freed).await.is_err() {
                         return Err(conflict());
                     }
                 }
-                Err(_) => return Err(conflict()),
             }
         }
+    }
+
+    /// Whether the session's turn is queueing its `turn_ended`.
+    fn turn_ending(&self, session_id: &str) -> bool {
+        self.turn_done(session_id)
+            .is_some_and(|done| *done.borrow() == TurnPhase::Ending)
     }
 
     /// For a running turn: waits (up to `bound`) until its prompt is on its way to the agent,

@@ -109,6 +109,9 @@ impl Turns {
                 }
             };
             let usage = ended.get("usage").is_some();
+            // A client may see `turn_ended` and prompt again before the session is freed
+            // here: marked as ending, it waits for that instead of being refused.
+            claim.mark_ending();
             this.log.enqueue_now(&sid, "turn_ended", ended).await;
             this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
