@@ -213,8 +213,9 @@ pub(crate) async fn unless_empty<T, R>(
 /// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
 /// `items` are the trait's provided methods the backend overrides. The impl itself is written by
 /// [`impl_webhooks!`](crate::store::webhooks), which adds the webhook use cases both run alike,
-/// from the same parameters (through [`impl_idempotency!`](crate::store::idempotency), which
-/// adds the idempotency keys'); `claim_deliveries` forwards to the backend's own.
+/// from the same parameters (through [`impl_quotas!`](crate::store::quotas) and
+/// [`impl_idempotency!`](crate::store::idempotency), which add the tenant quotas' and the
+/// idempotency keys'); `claim_deliveries` forwards to the backend's own.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -230,7 +231,7 @@ macro_rules! impl_store {
             synced_sessions: $synced_sessions:expr $(,)?
         } { $($extra:tt)* }
     ) => {
-        impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time } {
+        impl_quotas!($backend { reads: $reads, writes: $writes, time: $time } {
             async fn ping(&self) -> $crate::store::StoreResult<()> {
                 sqlx::query("SELECT 1").execute(&self.$reads).await?;
                 Ok(())

@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use super::{
     Attempt, DeliveryRecord, KeyClaim, ListQuery, ListedSession, LogWriter, NewEvent,
-    NewLifecycleEvent, SessionList, SessionMutation, SessionRecord, StoreResult, StoredEvent,
-    StoredLifecycleEvent, StoredResponse, SyncedVisitor, ToSync, WebhookRecord,
+    NewLifecycleEvent, SessionList, SessionMutation, SessionRecord, SlotKind, StoreResult,
+    StoredEvent, StoredLifecycleEvent, StoredResponse, SyncedVisitor, TenantSlot, ToSync,
+    WebhookRecord,
 };
 
 /// The gateway's use cases against its database.
@@ -178,6 +179,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes the keys expired at `now`; returns how many.
     async fn prune_idempotency_keys(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+
+    /// Takes `slot` unless its tenant already has `quota` under way: its slots of that kind
+    /// held by live replicas (a session's slot for [`SESSION_SLOT_MAX`](super::SESSION_SLOT_MAX)
+    /// at most) and, for [`SlotKind::Session`], the sessions they hold live. True when taken
+    /// (a slot of the same holder is taken over).
+    async fn take_tenant_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool>;
+
+    /// Frees the slot of `kind` that `holder` holds (nothing if none).
+    async fn release_tenant_slot(&self, kind: SlotKind, holder: &str) -> StoreResult<()>;
+
+    /// Counts a prompt of `tenant` in `minute` (unix time / 60) unless it has `quota` there
+    /// already: true when counted.
+    async fn count_tenant_prompt(&self, tenant: &str, minute: i64, quota: u64)
+    -> StoreResult<bool>;
+
+    /// Deletes the prompt counts of minutes before `before`; returns how many.
+    async fn prune_tenant_prompts(&self, before: i64) -> StoreResult<u64>;
 
     /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
     /// see `webhooks.rs`). Timestamps are kept to the microsecond.

@@ -32,6 +32,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0010_webhooks",
     "0012_replica_agents",
     "0013_idempotency_keys",
+    "0014_tenant_quotas",
 );
 
 /// `migrations/sqlite`.
@@ -48,6 +49,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0011_event_rowid",
     "0012_replica_agents",
     "0013_idempotency_keys",
+    "0014_tenant_quotas",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -7,7 +7,7 @@
 //! records the gateway replicas using it (`replicas.rs`). What the two run alike is written
 //! once: the shared SQL and the `impl Store` of both (`common.rs`), the mapping of rows to
 //! records (`rows.rs`) and the session list's statement and pages (`listing.rs`); webhooks and
-//! their outbox (`webhooks.rs`). This file only declares the parts and re-exports their names.
+//! their outbox (`webhooks.rs`); per-tenant quotas (`quotas.rs`). This file only declares the parts and re-exports their names.
 //! This module depends on nothing else in the crate: the replica id it tags notifications with
 //! is given to [`connect`].
 
@@ -29,6 +29,8 @@ mod error;
 mod webhooks;
 #[macro_use]
 mod idempotency;
+#[macro_use]
+mod quotas;
 mod event;
 mod listing;
 mod migrations;
@@ -45,6 +47,7 @@ pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent}
 pub use idempotency::{KeyClaim, KeyRecord, StoredResponse};
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
+pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantSlot};
 pub use records::{
     Attempt, DeliveryRecord, ListCursor, ListQuery, ListedSession, NewLifecycleEvent, Origin,
     STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,

@@ -12,6 +12,7 @@ mod support;
 mod events;
 mod idempotency;
 mod listing;
+mod quotas;
 mod reopen;
 mod replicas;
 mod sessions;
@@ -167,6 +168,11 @@ fn store(db: Database) -> Arc<dyn Store> {
     db.store
 }
 
+/// The whole database: its store and how it records replicas.
+fn whole(db: Database) -> Database {
+    db
+}
+
 /// The registry of a database several replicas share.
 fn registry(db: Database) -> Arc<dyn ReplicaRegistry> {
     match db.replicas {
@@ -239,6 +245,11 @@ macro_rules! store_contract {
             webhooks::check_appends_while_webhooks_change,
             idempotency::check_idempotency_keys,
             idempotency::check_concurrent_idempotency_keys,
+            quotas::check_tenant_prompts,
+        );
+        store_tests!($open, whole:
+            quotas::check_tenant_slots,
+            quotas::check_concurrent_tenant_slots,
         );
     };
 }

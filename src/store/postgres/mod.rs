@@ -18,6 +18,7 @@
 mod webhooks;
 pub(super) mod events;
 mod lifecycle;
+mod quotas;
 mod replicas;
 mod sessions;
 mod store;

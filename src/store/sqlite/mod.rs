@@ -26,6 +26,7 @@ mod webhooks;
 mod checkpoint;
 mod events;
 mod lifecycle;
+mod quotas;
 pub(super) mod replica;
 mod sessions;
 mod store;

@@ -1,0 +1,55 @@
+//! Taking a tenant's slot on PostgreSQL: under a transaction-scoped advisory lock of the tenant
+//! and kind, the slots (and live sessions) of replicas that beat within the lease are counted,
+//! and the slot inserted if the quota allows.
+
+use super::PgStore;
+use crate::store::{StoreResult, TenantSlot};
+
+/// The tenant's slots of kind `$2` held by live replicas, but holder `$3`'s, since `$5`; with
+/// its sessions owned by live replicas for kind `session`. `$4`: the lease in microseconds.
+const IN_USE: &str = "SELECT \
+     (SELECT count(*) FROM tenant_slots t JOIN replicas r ON r.id = t.replica_id \
+      WHERE t.tenant = $1 AND t.kind = $2 AND t.holder <> $3 AND t.taken_at >= $5 \
+      AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') \
+   + (CASE WHEN $2 = 'session' THEN \
+      (SELECT count(*) FROM session_owners o JOIN sessions s ON s.session_id = o.session_id \
+       JOIN replicas r ON r.id = o.replica_id \
+       WHERE s.tenant = $1 AND o.session_id <> $3 \
+       AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') ELSE 0 END) AS in_use";
+
+impl PgStore {
+    /// [`Store::take_tenant_slot`](crate::store::Store::take_tenant_slot).
+    pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!(
+                "tenant-slots/{}/{}",
+                slot.kind.as_str(),
+                slot.tenant
+            ))
+            .execute(&mut *tx)
+            .await?;
+        let lease = i64::try_from(slot.lease.as_micros()).unwrap_or(i64::MAX);
+        let in_use: i64 = sqlx::query_scalar(IN_USE)
+            .bind(slot.tenant)
+            .bind(slot.kind.as_str())
+            .bind(slot.holder)
+            .bind(lease)
+            .bind(slot.counted_since())
+            .fetch_one(&mut *tx)
+            .await?;
+        if u64::try_from(in_use).unwrap_or(0) >= quota {
+            return Ok(false);
+        }
+        sqlx::query(crate::store::quotas::TAKE)
+            .bind(slot.kind.as_str())
+            .bind(slot.holder)
+            .bind(slot.tenant)
+            .bind(slot.replica)
+            .bind(slot.now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,131 @@
+//! Per-tenant quotas across replicas: the slots a tenant's running turns and the sessions
+//! being made live hold ([`TenantSlot`]), counted against a quota when one is taken, and each
+//! tenant's prompts per minute. Taking a slot counts and inserts under one lock per tenant and
+//! kind (an advisory lock on PostgreSQL, the write lock on SQLite), so that replicas taking
+//! slots at once never go past the quota together. The SQL both backends run alike is here;
+//! `postgres/quotas.rs` and `sqlite/quotas.rs` count the slots of their live replicas.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// What a slot bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A running turn, held by its session's id.
+    Turn,
+    /// A session being made live, until its replica holds it: it counts with the tenant's
+    /// live sessions.
+    Session,
+}
+
+impl SlotKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotKind::Turn => "turn",
+            SlotKind::Session => "session",
+        }
+    }
+}
+
+/// How long a session's slot counts at most: making a session live takes less (an agent's
+/// answer within the control timeout), and a slot whose release was lost frees itself.
+pub const SESSION_SLOT_MAX: Duration = Duration::from_secs(120);
+
+/// A slot to take.
+#[derive(Debug, Clone)]
+pub struct TenantSlot<'a> {
+    pub kind: SlotKind,
+    pub holder: &'a str,
+    pub tenant: &'a str,
+    /// The replica taking it (its slots count while it beats).
+    pub replica: &'a str,
+    /// How long a silent replica's slots still count (its heartbeat lease).
+    pub lease: Duration,
+    pub now: DateTime<Utc>,
+}
+
+impl TenantSlot<'_> {
+    /// The oldest slot of this kind that still counts.
+    pub fn counted_since(&self) -> DateTime<Utc> {
+        match self.kind {
+            SlotKind::Turn => DateTime::<Utc>::UNIX_EPOCH,
+            SlotKind::Session => {
+                self.now - chrono::Duration::from_std(SESSION_SLOT_MAX).expect("two minutes")
+            }
+        }
+    }
+}
+
+/// Inserts (or takes over) a slot: `$1` kind, `$2` holder, `$3` tenant, `$4` replica, `$5` now.
+pub const TAKE: &str = "INSERT INTO tenant_slots (kind, holder, tenant, replica_id, taken_at) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, holder) DO UPDATE SET \
+     tenant = excluded.tenant, replica_id = excluded.replica_id, taken_at = excluded.taken_at";
+pub const RELEASE: &str = "DELETE FROM tenant_slots WHERE kind = $1 AND holder = $2";
+/// Counts a prompt of tenant `$1` in minute `$2` unless it has `$3` there already.
+pub const COUNT_PROMPT: &str = "INSERT INTO tenant_prompts (tenant, minute, prompts) \
+     VALUES ($1, $2, 1) ON CONFLICT (tenant, minute) DO UPDATE SET \
+     prompts = tenant_prompts.prompts + 1 WHERE tenant_prompts.prompts < $3";
+pub const PRUNE_PROMPTS: &str = "DELETE FROM tenant_prompts WHERE minute < $1";
+
+/// `impl_quotas!(Backend { reads, writes, time } { items })` passes `items` and the quota use
+/// cases both backends run alike (releasing a slot, counting prompts) on to
+/// [`impl_idempotency!`](crate::store::idempotency), with the same parameters (see
+/// [`impl_store!`](crate::store::common)); taking a slot is the backend's own `take_slot`.
+macro_rules! impl_quotas {
+    (
+        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
+        { $($items:tt)* }
+    ) => {
+        impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time } {
+            $($items)*
+
+            async fn take_tenant_slot(
+                &self,
+                slot: &$crate::store::TenantSlot<'_>,
+                quota: u64,
+            ) -> $crate::store::StoreResult<bool> {
+                self.take_slot(slot, quota).await
+            }
+
+            async fn release_tenant_slot(
+                &self,
+                kind: $crate::store::SlotKind,
+                holder: &str,
+            ) -> $crate::store::StoreResult<()> {
+                sqlx::query($crate::store::quotas::RELEASE)
+                    .bind(kind.as_str())
+                    .bind(holder)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(())
+            }
+
+            async fn count_tenant_prompt(
+                &self,
+                tenant: &str,
+                minute: i64,
+                quota: u64,
+            ) -> $crate::store::StoreResult<bool> {
+                let counted = sqlx::query($crate::store::quotas::COUNT_PROMPT)
+                    .bind(tenant)
+                    .bind(minute)
+                    .bind(i64::try_from(quota).unwrap_or(i64::MAX))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(counted.rows_affected() == 1)
+            }
+
+            async fn prune_tenant_prompts(
+                &self,
+                before: i64,
+            ) -> $crate::store::StoreResult<u64> {
+                let pruned = sqlx::query($crate::store::quotas::PRUNE_PROMPTS)
+                    .bind(before)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(pruned.rows_affected())
+            }
+        });
+    };
+}
