@@ -1,29 +1,29 @@
 //! Configuration (clap derive): every flag also reads an `ACP_GATEWAY_*` variable and a key of
-//! the optional `--config` TOML file, in that order of precedence. The agents (`--agent`, the
-//! file's `[agents.NAME]` tables) are read in `agents`, into the types of `agent`.
+//! the optional `--config` TOML file (`file`), in that order of precedence. The agents
+//! (`--agent`, the file's `[agents.NAME]` tables) are read in `agents`, into the types of
+//! `agent`; a tenant's own limits (`[tenants.NAME]`) in `tenants`.
 
 mod access;
 mod agent;
 mod agents;
+mod file;
 mod keep;
 mod oidc;
+mod tenants;
 mod webhooks;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 pub use keep::KeepFlags;
 pub use oidc::OidcFlags;
+pub use tenants::{TenantFlags, TenantLimits};
 pub use webhooks::WebhookFlags;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use std::ffi::OsString;
-
-use anyhow::Context;
-use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// HTTP + Server-Sent Events gateway in front of ACP coding agents.
 #[derive(Debug, Clone, Parser)]
@@ -310,6 +310,9 @@ pub struct Config {
     pub oidc: OidcFlags,
 
     #[command(flatten)]
+    pub tenants: TenantFlags,
+
+    #[command(flatten)]
     pub webhooks: WebhookFlags,
 
     /// Log format.
@@ -381,30 +384,6 @@ impl Config {
         }
     }
 
-    /// [`Config::load`] from the given arguments (the first is the program name).
-    pub fn load_from(
-        args: impl IntoIterator<Item = impl Into<OsString>>,
-    ) -> anyhow::Result<Config> {
-        let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-        let first = Config::command().try_get_matches_from(&args)?;
-        let mut file_agents = Vec::new();
-        if let Some(path) = first.get_one::<PathBuf>("config") {
-            let (file, tables) = file_args(path, &first)?;
-            args.extend(file);
-            file_agents = tables;
-        }
-        let matches = Config::command().try_get_matches_from(&args)?;
-        let mut config = Config::from_arg_matches(&matches)?;
-        config.effective = effective(&matches);
-        config.effective.extend(
-            file_agents
-                .iter()
-                .map(|a| (format!("agents.{}", a.name), a.shown())),
-        );
-        config.file_agents = file_agents;
-        Ok(config)
-    }
-
     pub fn control_timeout(&self) -> Duration {
         Duration::from_secs(self.control_timeout)
     }
@@ -420,72 +399,9 @@ impl Config {
     }
 }
 
-/// The settings of a `--config` file as arguments, leaving out those the command line or the
-/// environment already set; and its `[agents.NAME]` tables, which add to the `--agent` flags.
-fn file_args(
-    path: &std::path::Path,
-    given: &ArgMatches,
-) -> anyhow::Result<(Vec<OsString>, Vec<agent::FileAgent>)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --config {}", path.display()))?;
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("--config {}", path.display()))?;
-    let command = Config::command();
-    let mut out = Vec::new();
-    let mut file_agents = Vec::new();
-    for (key, value) in table {
-        if key == "agents" {
-            file_agents = agent::FileAgent::parse_all(value)
-                .with_context(|| format!("--config {}", path.display()))?;
-            continue;
-        }
-        let long = key.replace('_', "-");
-        let arg = command
-            .get_arguments()
-            .find(|a| a.get_long() == Some(long.as_str()) && long != "config")
-            .with_context(|| {
-                format!(
-                    "--config {}: unknown setting {key:?} (the keys are the long flag names of --help)",
-                    path.display()
-                )
-            })?;
-        if matches!(
-            given.value_source(arg.get_id().as_str()),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        ) {
-            continue;
-        }
-        let values = match value {
-            toml::Value::Array(items) => items,
-            one => vec![one],
-        };
-        for value in values {
-            let text = match value {
-                toml::Value::String(s) => s,
-                toml::Value::Boolean(b) if matches!(arg.get_action(), ArgAction::SetTrue) => {
-                    if b {
-                        out.push(format!("--{long}").into());
-                    }
-                    continue;
-                }
-                toml::Value::Integer(n) => n.to_string(),
-                toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                other => anyhow::bail!(
-                    "--config {}: {key} must be a string, number or boolean, not {}",
-                    path.display(),
-                    other.type_str()
-                ),
-            };
-            out.push(format!("--{long}={text}").into());
-        }
-    }
-    Ok((out, file_agents))
-}
-
 /// Every setting's value as given or defaulted, with API keys, the database password and the
 /// agents' environment values redacted (the `[agents.NAME]` tables are added by the caller).
-fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
+pub(super) fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for arg in Config::command().get_arguments() {
         let id = arg.get_id().as_str();

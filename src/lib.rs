@@ -224,6 +224,7 @@ pub async fn run(
             webhooks: webhook_config(&config.webhooks),
             mcp_servers,
             idempotency_ttl: Duration::from_secs(config.keep.idempotency_ttl),
+            tenants: config.tenants.clone(),
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live

@@ -125,7 +125,10 @@ impl ApiError {
             }
             ApiError::TooManyRequests {
                 retry_after_secs, ..
-            } => Some(*retry_after_secs),
+            }
+            | ApiError::Service(gateway::Error::TenantLimit {
+                retry_after_secs, ..
+            }) => Some(*retry_after_secs),
             _ => None,
         }
     }
@@ -174,13 +177,30 @@ impl IntoResponse for ApiError {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if let ApiError::TooManyRequests {
-            retry_after_secs,
-            policy,
-            ..
-        } = &self
-        {
-            let (policy, state) = policy.headers(*retry_after_secs);
+        let limited = match &self {
+            ApiError::TooManyRequests {
+                retry_after_secs,
+                policy,
+                ..
+            } => Some((*policy, *retry_after_secs)),
+            ApiError::Service(gateway::Error::TenantLimit {
+                limit,
+                quota,
+                window_secs,
+                retry_after_secs,
+                ..
+            }) => Some((
+                Policy {
+                    name: limit,
+                    quota: *quota,
+                    window_secs: *window_secs,
+                },
+                *retry_after_secs,
+            )),
+            _ => None,
+        };
+        if let Some((policy, retry_after_secs)) = limited {
+            let (policy, state) = policy.headers(retry_after_secs);
             for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     res.headers_mut().insert(name, value);

@@ -185,8 +185,26 @@ impl Create {
     }
 
     /// Starts the session at the agent and records it: live on the member that started it,
-    /// announced with `session_created`, its state logged.
+    /// announced with `session_created`, its state logged. Counted among the tenant's live
+    /// sessions from the start, by a slot of its own until this replica holds it.
     async fn start_session(
+        &self,
+        caller: &Caller,
+        agent_name: &str,
+        how: Start<'_>,
+        setup: SessionSetup<'_>,
+    ) -> Result<SessionRecord, Error> {
+        let quotas = &self.placement.quotas;
+        let name = format!("new:{}", uuid::Uuid::new_v4());
+        let slot = quotas.session(&caller.tenant, &name).await?;
+        let started = self.start_here(caller, agent_name, how, setup).await;
+        if let Some(slot) = slot {
+            quotas.release(slot).await;
+        }
+        started
+    }
+
+    async fn start_here(
         &self,
         caller: &Caller,
         agent_name: &str,

@@ -32,6 +32,17 @@ pub enum Error {
         reason: String,
         retry_after: std::time::Duration,
     },
+    /// The caller's tenant has reached one of its limits (`--tenant-*`).
+    #[error("{message}")]
+    TenantLimit {
+        message: String,
+        /// The limit's name, quota and window (seconds; `None` for a count of things at once),
+        /// for the `RateLimit-Policy` and `RateLimit` headers.
+        limit: &'static str,
+        quota: u64,
+        window_secs: Option<u64>,
+        retry_after_secs: u64,
+    },
     /// Another replica holds the session (or cannot be reached).
     #[error("{0}")]
     HeldElsewhere(String),

@@ -30,6 +30,7 @@ mod pending;
 mod permissions;
 mod placement;
 pub mod problem;
+mod quotas;
 pub mod reach;
 mod records;
 mod replicas;
@@ -111,6 +112,8 @@ pub struct GatewayConfig {
     pub mcp_servers: crate::config::McpServers,
     /// How long an idempotency key and its response are kept.
     pub idempotency_ttl: Duration,
+    /// Per-tenant limits (`--tenant-*`, `[tenants.NAME]`).
+    pub tenants: crate::config::TenantFlags,
 }
 
 /// The gateway service: its use cases, each with the parts it needs. Cheap to clone (one
@@ -151,7 +154,7 @@ impl Gateway {
     ) -> Self {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
         let cluster = Arc::new(cluster);
-        let records = Arc::new(records::Records::new(store, hub.clone()));
+        let records = Arc::new(records::Records::new(store.clone(), hub.clone()));
         let log = log::Log::new(hub.clone(), records.clone());
         let requests = Arc::new(requests::Requests::new(
             config.permission_policy,
@@ -191,6 +194,11 @@ impl Gateway {
             acquire_timeout: config.acquire_timeout,
             control_timeout: config.control_timeout,
         };
+        let quotas = Arc::new(quotas::Quotas::new(
+            config.tenants.clone(),
+            store,
+            cluster.clone(),
+        ));
         let placement = Arc::new(placement::Placement::new(
             agents,
             live,
@@ -199,7 +207,7 @@ impl Gateway {
             states.clone(),
             requests.clone(),
             cluster,
-            limits,
+            (limits, quotas),
             stop.clone(),
         ));
         let webhooks = Arc::new(Webhooks::new(

@@ -15,6 +15,7 @@ use super::Error;
 use super::live::{Busy, Claim, LiveTable, TurnPhase};
 use super::log::Log;
 use super::output::Status;
+use super::quotas::Quotas;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
@@ -49,6 +50,8 @@ pub(super) struct Placement {
     requests: Arc<Requests>,
     pub(super) cluster: Arc<Cluster>,
     pub(super) limits: Limits,
+    /// The tenants' limits, which a session being made live counts against.
+    pub(super) quotas: Arc<Quotas>,
     /// Ends the idle reaper and the heartbeat.
     pub(super) stop: CancellationToken,
 }
@@ -63,7 +66,7 @@ impl Placement {
         states: Arc<States>,
         requests: Arc<Requests>,
         cluster: Arc<Cluster>,
-        limits: Limits,
+        (limits, quotas): (Limits, Arc<Quotas>),
         stop: CancellationToken,
     ) -> Self {
         Placement {
@@ -75,6 +78,7 @@ impl Placement {
             requests,
             cluster,
             limits,
+            quotas,
             stop,
         }
     }
@@ -314,6 +318,19 @@ impl Placement {
         if let Some(m) = held {
             return Ok(m);
         }
+        // Counted among its tenant's live sessions from here: by its slot until this replica
+        // holds it, then as one it holds.
+        let slot = self.quotas.session(&record.tenant, id).await?;
+        let attached = self.claim_and_attach(record).await;
+        if let Some(slot) = slot {
+            self.quotas.release(slot).await;
+        }
+        attached
+    }
+
+    /// [`Placement::ensure_live`] once the session may be made live here.
+    async fn claim_and_attach(&self, record: &SessionRecord) -> Result<usize, Error> {
+        let id = record.session_id.as_str();
         match self.cluster.claim(id).await? {
             Claimed::Refused => {
                 return Err(Error::HeldElsewhere(format!(

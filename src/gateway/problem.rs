@@ -58,6 +58,7 @@ impl Error {
             Error::NoCapacity(_) | Error::NoMember { .. } => {
                 (503, "pool-exhausted", "No agent capacity")
             }
+            Error::TenantLimit { .. } => (429, "too-many-requests", "Too many requests"),
             Error::HeldElsewhere(_) => (
                 503,
                 "replica-unavailable",

@@ -65,6 +65,11 @@ impl Turns {
             .client(member)
             .ok_or_else(|| self.placement.no_member_at(member))?;
         check_content(&prompt, agent.caps().prompt)?;
+        let slot = self
+            .placement
+            .quotas
+            .turn(&caller.tenant, id.as_str())
+            .await?;
         self.counters.turns_started.fetch_add(1, Ordering::Relaxed);
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
@@ -117,6 +122,9 @@ impl Turns {
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);
+            if let Some(slot) = slot {
+                this.placement.quotas.release(slot).await;
+            }
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
             if this.log.hub().log_failing() {

@@ -1,0 +1,141 @@
+//! The flags of per-tenant limits (`--tenant-max-sessions`, `--tenant-max-turns`,
+//! `--tenant-prompts-per-minute`), flattened into [`super::Config`], and a tenant's own limits
+//! from the `[tenants.NAME]` tables of the `--config` file.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+/// What every tenant may use at once across the replicas, and a tenant's own where set.
+#[derive(Debug, Clone, Args)]
+pub struct TenantFlags {
+    /// Live sessions a tenant may hold at once, across replicas (0: no limit); more are 429.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_TENANT_MAX_SESSIONS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub tenant_max_sessions: u64,
+
+    /// Turns a tenant may run at once, across replicas (0: no limit); more are 429.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_TENANT_MAX_TURNS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub tenant_max_turns: u64,
+
+    /// Prompts a tenant may send per minute (a fixed window on the clock), across replicas (0:
+    /// no limit); more are 429 until the next minute.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_TENANT_PROMPTS_PER_MINUTE",
+        default_value_t = 0,
+        global = true
+    )]
+    pub tenant_prompts_per_minute: u64,
+
+    /// The `[tenants.NAME]` tables of the --config file: a tenant's own limits.
+    #[arg(skip)]
+    pub own: BTreeMap<String, TenantLimits>,
+}
+
+/// A tenant's limits (0: none); in a `[tenants.NAME]` table, each one left out is the flag's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TenantLimits {
+    pub max_sessions: Option<u64>,
+    pub max_turns: Option<u64>,
+    pub prompts_per_minute: Option<u64>,
+}
+
+impl TenantFlags {
+    /// The `[tenants]` table of a --config file: `NAME = { max-turns = 2, … }` each.
+    pub fn parse_tables(value: toml::Value) -> anyhow::Result<BTreeMap<String, TenantLimits>> {
+        let toml::Value::Table(tables) = value else {
+            anyhow::bail!("[tenants] must be a table of [tenants.NAME] tables");
+        };
+        tables
+            .into_iter()
+            .map(|(name, limits)| {
+                let limits = limits.try_into::<TenantLimits>().with_context(|| {
+                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute)")
+                })?;
+                Ok((name, limits))
+            })
+            .collect()
+    }
+
+    /// `tenant`'s limits: its own where its table sets them, else the flags'.
+    pub fn limits(&self, tenant: &str) -> TenantLimits {
+        let own = self.own.get(tenant).copied().unwrap_or_default();
+        TenantLimits {
+            max_sessions: own.max_sessions.or(Some(self.tenant_max_sessions)),
+            max_turns: own.max_turns.or(Some(self.tenant_max_turns)),
+            prompts_per_minute: own
+                .prompts_per_minute
+                .or(Some(self.tenant_prompts_per_minute)),
+        }
+    }
+
+    /// The tables as the effective configuration shows them.
+    pub fn shown(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.own
+            .iter()
+            .map(|(name, limits)| (format!("tenants.{name}"), format!("{limits:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tenants_own_limits_and_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "tenant-max-turns = 4\n[tenants.acme]\nmax-turns = 1\nprompts-per-minute = 9\n",
+        )
+        .unwrap();
+        let config = crate::config::Config::load_from([
+            "acp-gateway",
+            "--agent",
+            "x",
+            "--tenant-max-sessions",
+            "3",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+        .unwrap();
+        let flags = &config.tenants;
+        let acme = flags.limits("acme");
+        assert_eq!(
+            (acme.max_sessions, acme.max_turns, acme.prompts_per_minute),
+            (Some(3), Some(1), Some(9))
+        );
+        let other = flags.limits("globex");
+        assert_eq!(
+            (
+                other.max_sessions,
+                other.max_turns,
+                other.prompts_per_minute
+            ),
+            (Some(3), Some(4), Some(0))
+        );
+
+        std::fs::write(&file, "[tenants.acme]\nmax-turn = 1\n").unwrap();
+        let refused = crate::config::Config::load_from([
+            "acp-gateway",
+            "--agent",
+            "x",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(format!("{refused:#}").contains("max-turn"), "{refused:#}");
+    }
+}

@@ -1,0 +1,316 @@
+//! Per-tenant limits (`--tenant-max-sessions`, `--tenant-max-turns`,
+//! `--tenant-prompts-per-minute`, a tenant's own in `[tenants.NAME]`): one gateway on SQLite,
+//! and two replicas on one PostgreSQL database taking turns at the requests, so that each
+//! limit is shown to hold across replicas: 429 with `Retry-After` and the IETF `RateLimit`
+//! headers past it, another tenant untouched, the slot free again once a session closes or a
+//! turn ends, and exactly the quota granted to many creates at once.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::*;
+
+const ALICE: &str = "alice-key-0123456789";
+const BOB: &str = "bob-key-0123456789ab";
+const ADMIN: &str = "admin-key-0123456789";
+
+/// Keys for alice, bob and an admin; two live sessions and one turn per tenant; bob may send
+/// three prompts a minute (his own table in the config file).
+fn limited(dir: &std::path::Path) -> Options {
+    let file = dir.join("limits.toml");
+    std::fs::write(&file, "[tenants.bob]\nprompts-per-minute = 3\n").unwrap();
+    Options::default().args(&[
+        "--api-key",
+        &format!("alice:{ALICE}"),
+        "--api-key",
+        &format!("bob:{BOB}"),
+        "--admin-api-key",
+        ADMIN,
+        "--tenant-max-sessions",
+        "2",
+        "--tenant-max-turns",
+        "1",
+        "--config",
+        file.to_str().unwrap(),
+    ])
+}
+
+/// `method path` with `key` on `gw`: the response, whole.
+async fn send(
+    gw: &Gateway,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> reqwest::Response {
+    gw.http
+        .request(method, gw.url(path))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn create(gw: &Gateway, key: &str) -> reqwest::Response {
+    send(gw, key, Method::POST, "/sessions", json!({"cwd": "/tmp"})).await
+}
+
+async fn created(gw: &Gateway, key: &str) -> String {
+    let r = create(gw, key).await;
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    v["sessionId"].as_str().unwrap().to_owned()
+}
+
+/// A 429 of the limit `policy` names, with its headers.
+async fn assert_limited(r: reqwest::Response, policy: &str, says: &str) {
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(r.headers()["ratelimit-policy"], policy);
+    let body: Value = r.json().await.unwrap();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains(says), "{detail}");
+}
+
+async fn limits_hold(gws: &[&Gateway]) {
+    let at = |i: usize| gws[i % gws.len()];
+    // Live sessions: two of alice's, on different replicas; a third refused on either.
+    let s1 = created(at(0), ALICE).await;
+    let s2 = created(at(1), ALICE).await;
+    for i in 0..2 {
+        assert_limited(
+            create(at(i), ALICE).await,
+            "\"sessions\";q=2;qu=\"concurrent-requests\"",
+            "maximum of 2 live sessions",
+        )
+        .await;
+    }
+    let bobs = created(at(1), BOB).await;
+    // Closed, a session frees its place; resumed, it takes one again.
+    let r = send(
+        at(0),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s2}/close"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status(), 204);
+    let s3 = created(at(1), ALICE).await;
+    let r = send(
+        at(0),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s2}/resume"),
+        json!({}),
+    )
+    .await;
+    assert_limited(
+        r,
+        "\"sessions\";q=2;qu=\"concurrent-requests\"",
+        "live sessions",
+    )
+    .await;
+
+    // Turns: one of alice's at a time, whichever replica is asked.
+    let hanging = {
+        let (gw, s1) = (at(0), s1.clone());
+        let (http, url) = (gw.http.clone(), gw.url(&format!("/sessions/{s1}/prompt")));
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(ALICE)
+                .json(&json!({"text": "/hang"}))
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        })
+    };
+    at(0)
+        .wait_until(|g| {
+            let s1 = s1.clone();
+            async move {
+                let r = send(
+                    g,
+                    ALICE,
+                    Method::GET,
+                    &format!("/sessions/{s1}/status"),
+                    json!(null),
+                )
+                .await;
+                r.json::<Value>().await.unwrap()["activity"] == "running"
+            }
+        })
+        .await;
+    let r = send(
+        at(1),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s3}/prompt"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_limited(
+        r,
+        "\"turns\";q=1;qu=\"concurrent-requests\"",
+        "1 turns at once",
+    )
+    .await;
+    let r = send(
+        at(1),
+        BOB,
+        Method::POST,
+        &format!("/sessions/{bobs}/prompt"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "bob has his own turns");
+    let r = send(
+        at(1),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s1}/cancel"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(hanging.await.unwrap()["stopReason"], "cancelled");
+    let r = send(
+        at(1),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s3}/prompt"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "the ended turn's slot is free");
+
+    // Prompts per minute: bob's own three (one sent above), counted across replicas. Not
+    // across a minute's end: wait for the next minute if this one is nearly over.
+    let second = chrono::Utc::now().timestamp().rem_euclid(60);
+    if second >= 50 {
+        tokio::time::sleep(std::time::Duration::from_secs((61 - second) as u64)).await;
+        let r = send(
+            at(0),
+            BOB,
+            Method::POST,
+            &format!("/sessions/{bobs}/prompt"),
+            json!({"text": "hi"}),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+    }
+    for i in 0..2 {
+        let r = send(
+            at(i),
+            BOB,
+            Method::POST,
+            &format!("/sessions/{bobs}/prompt"),
+            json!({"text": "hi"}),
+        )
+        .await;
+        assert_eq!(r.status(), 200, "prompt {} of 3", i + 2);
+    }
+    let r = send(
+        at(0),
+        BOB,
+        Method::POST,
+        &format!("/sessions/{bobs}/prompt"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    let state = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert!(state.starts_with("\"prompts\";r=0;t="), "{state}");
+    assert_limited(r, "\"prompts\";q=3;w=60", "3 prompts of this minute").await;
+    let r = send(
+        at(1),
+        ALICE,
+        Method::POST,
+        &format!("/sessions/{s3}/prompt"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(r.status(), 200, "alice has no prompt limit");
+
+    // Counted per tenant in /metrics (each replica's own refusals).
+    let mut metrics = String::new();
+    for gw in gws {
+        let r = send(gw, ADMIN, Method::GET, "/metrics", json!(null)).await;
+        metrics.push_str(&r.text().await.unwrap());
+    }
+    for (tenant, limit) in [
+        ("alice", "sessions"),
+        ("alice", "turns"),
+        ("bob", "prompts"),
+    ] {
+        let labels = [format!("tenant=\"{tenant}\""), format!("limit=\"{limit}\"")];
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("acp_gateway_tenant_limited_total{")
+                    && labels.iter().all(|label| l.contains(label.as_str()))),
+            "{labels:?} in\n{metrics}"
+        );
+    }
+
+    // Many creates at once, spread over the replicas: exactly the places left are granted.
+    for id in [&s1, &s3] {
+        let r = send(
+            at(0),
+            ALICE,
+            Method::DELETE,
+            &format!("/sessions/{id}"),
+            json!(null),
+        )
+        .await;
+        assert_eq!(r.status(), 204);
+    }
+    let creates = (0..8).map(|i| create(at(i), ALICE));
+    let statuses: Vec<u16> = futures::future::join_all(creates)
+        .await
+        .iter()
+        .map(|r| r.status().as_u16())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 429),
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_limits_on_one_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(Backend::Sqlite, limited(dir.path())).await;
+    limits_hold(&[w.gw()]).await;
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_limits_hold_across_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    if admin_url_or_skip("tenant limits across replicas").is_none() {
+        return;
+    }
+    let opts = limited(dir.path());
+    let w = World::start(Backend::Postgres, opts.clone()).await;
+    let b = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
+    for g in [w.gw(), &b] {
+        g.wait_until(|g| async move {
+            let r = send(g, ADMIN, Method::GET, "/agent", json!(null)).await;
+            r.json::<Value>().await.unwrap()["replicas"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2)
+        })
+        .await;
+    }
+    limits_hold(&[w.gw(), &b]).await;
+    w.finish().await;
+}
