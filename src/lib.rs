@@ -86,6 +86,10 @@ pub fn app(
             openapi: serde_json::to_vec(&api::openapi())
                 .expect("the document serialises")
                 .into(),
+            sign_in: keys
+                .as_ref()
+                .and_then(|k| k.oidc())
+                .filter(|_| config.oidc.oidc_console_client_id.is_some()),
         })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(

@@ -42,6 +42,8 @@ impl Provider {
             .expect("the provider starts in time")
             .unwrap()
             .expect("the provider prints where it listens");
+        // Read on: a closed pipe would end the provider at its next line.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let started: Value = serde_json::from_str(&first).unwrap();
         Provider {
             issuer: started["issuer"].as_str().unwrap().to_owned(),
@@ -424,5 +426,90 @@ async fn two_tenants_at_once_stay_apart() {
             assert_eq!(status, 404);
         }
     }
+    w.finish().await;
+}
+
+/// The console signs in with the provider (authorization code with PKCE, in Chromium through
+/// the provider's own sign-in pages): the login names the tenant, the console works with the
+/// token it gets, refreshes it before it expires, and goes on working past its first token's
+/// life. Needs Debian's chromium too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and `npm ci` in tests/browser (.ci/run provides both)"]
+async fn the_console_signs_in_with_the_provider() {
+    let idp = Provider::start().await;
+    let opts = idp.options().args(&["--oidc-console-client-id", "console"]);
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    idp.test("console", json!({"redirectUri": gw.url("/")}))
+        .await;
+    let (status, sign_in) = gw.with_key(None).get("/console/sign-in").await;
+    assert_eq!(status, 200);
+    assert_eq!(sign_in["oidc"]["clientId"], "console", "{sign_in}");
+    assert_eq!(sign_in["oidc"]["resource"], AUDIENCE);
+
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser");
+    let out = tokio::time::timeout(
+        PATIENCE * 2,
+        tokio::process::Command::new("node")
+            .arg("console-oidc.mjs")
+            .current_dir(dir)
+            .env("GATEWAY_URL", gw.url(""))
+            .env("LOGIN", "acme")
+            .env("CONSOLE_TTL", "10")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the browser run ends in time")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no report: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(report["error"].is_null(), "{report:#}");
+    assert_eq!(
+        report["steps"],
+        json!(["offered", "signed-in", "prompted", "past-expiry"]),
+        "{report:#}"
+    );
+    assert!(
+        report["button"].as_str().unwrap().contains("127.0.0.1"),
+        "{report}"
+    );
+    assert_eq!(
+        report["providerPage"], true,
+        "the sign-in is the provider's page"
+    );
+    assert_eq!(report["tokenIsJwt"], true);
+    assert_eq!(
+        report["refreshed"], true,
+        "the token was refreshed: {report}"
+    );
+    assert!(
+        !report["backAt"].as_str().unwrap().contains("code="),
+        "the code is taken off the address: {report}"
+    );
+    assert_eq!(report["consoleErrors"], json!([]), "{report:#}");
+    assert_eq!(report["pageErrors"], json!([]), "{report:#}");
+    // The sessions are the tenant's the login named.
+    let mut made: Vec<String> = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    made.sort();
+    let mut acmes = listed(gw, &idp.token("acme").await).await;
+    acmes.sort();
+    assert_eq!(made.len(), 2);
+    assert_eq!(acmes, made);
+    assert!(listed(gw, &idp.token("globex").await).await.is_empty());
     w.finish().await;
 }

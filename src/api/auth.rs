@@ -62,7 +62,7 @@ pub struct Keys {
     file: Option<PathBuf>,
     entries: RwLock<Arc<Vec<Entry>>>,
     /// The OpenID provider whose access tokens are taken too.
-    oidc: Option<Oidc>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 fn digest(key: &str) -> [u8; 32] {
@@ -115,7 +115,7 @@ impl Keys {
     pub fn from_config(config: &Config) -> anyhow::Result<Option<Arc<Keys>>> {
         let mut fixed: Vec<String> = config.api_keys.clone();
         fixed.extend(config.admin_api_keys.iter().map(|k| format!("*:{k}")));
-        let oidc = Oidc::from_flags(&config.oidc)?;
+        let oidc = Oidc::from_flags(&config.oidc)?.map(Arc::new);
         if fixed.is_empty() && config.api_keys_file.is_none() && oidc.is_none() {
             return Ok(None);
         }
@@ -257,6 +257,11 @@ impl Keys {
             }
         }
         found
+    }
+
+    /// The OpenID provider whose tokens are taken, if any.
+    pub fn oidc(&self) -> Option<Arc<Oidc>> {
+        self.oidc.clone()
     }
 
     /// The caller a bearer token identifies (an API key, or a provider's access token), and

@@ -1,13 +1,16 @@
 //! The web console: a page at `/` and its assets, embedded in the binary (`include_str!`), so that
 //! the gateway alone serves it: no Node at build time, nothing fetched from another origin. The
 //! page is plain HTML, CSS and JavaScript modules (`console/`); it calls the REST API and the SSE
-//! streams of this same origin, and asks for an API key only when the API answers 401.
+//! streams of this same origin, and asks for an API key only when the API answers 401, or, with
+//! `--oidc-console-client-id`, signs in with the OpenID provider (`/console/sign-in` says how).
 
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
 
-use super::Path;
 use super::error::{ApiError, Problem};
+use super::{AppState, Path};
 
 /// What the console's pages may load and do: only this origin's scripts, styles and API; no
 /// inline script or style (agent text that slipped into the DOM as HTML still could not run).
@@ -46,6 +49,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("console/elicitation.js"),
     ),
     (
+        "oidc.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/oidc.js"),
+    ),
+    (
         "sessions.js",
         "text/javascript; charset=utf-8",
         include_str!("console/sessions.js"),
@@ -53,6 +61,15 @@ const ASSETS: &[(&str, &str, &str)] = &[
 ];
 
 fn embedded(content_type: &'static str, body: &'static str) -> Response {
+    embedded_allowing(content_type, body, None)
+}
+
+/// [`embedded`], the page allowed to call `token_origin` too (the provider's token endpoint).
+fn embedded_allowing(
+    content_type: &'static str,
+    body: &'static str,
+    token_origin: Option<&str>,
+) -> Response {
     let mut res = (
         [
             (header::CONTENT_TYPE, content_type),
@@ -64,10 +81,17 @@ fn embedded(content_type: &'static str, body: &'static str) -> Response {
         body,
     )
         .into_response();
-    res.headers_mut().insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
+    let policy = match token_origin {
+        Some(origin) => CONTENT_SECURITY_POLICY.replace(
+            "connect-src 'self'",
+            &format!("connect-src 'self' {origin}"),
+        ),
+        None => CONTENT_SECURITY_POLICY.to_owned(),
+    };
+    if let Ok(policy) = HeaderValue::from_str(&policy) {
+        res.headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
     res
 }
 
@@ -77,11 +101,36 @@ fn embedded(content_type: &'static str, body: &'static str) -> Response {
 /// strict `Content-Security-Policy`. It calls this API with the key it asks for when the API
 /// answers 401 (kept in the tab's sessionStorage).
 #[utoipa::path(get, operation_id = "getConsole", path = "/", tag = "system", responses((status = 200, description = "HTML", body = String, content_type = "text/html")))]
-pub async fn index() -> Response {
-    embedded(
+pub async fn index(State(state): State<AppState>) -> Response {
+    let token_origin = match &state.sign_in {
+        Some(oidc) => {
+            // The provider's endpoints, fetched now if they are not yet.
+            oidc.console_sign_in().await;
+            oidc.token_origin()
+        }
+        None => None,
+    };
+    embedded_allowing(
         "text/html; charset=utf-8",
         include_str!("console/index.html"),
+        token_origin.as_deref(),
     )
+}
+
+/// How the console signs in.
+///
+/// `{"oidc": null}`: with an API key, when the API asks for one. Otherwise the OpenID
+/// provider's issuer, the console's client id, scopes and resource, and the provider's
+/// authorization and token endpoints (authorization code with PKCE).
+#[utoipa::path(get, operation_id = "getConsoleSignIn", path = "/console/sign-in", tag = "system",
+    responses((status = 200, description = "How the console signs in", body = Object,
+        example = json!({"oidc": {"issuer": "https://idp.example.com/realms/team", "clientId": "acp-console", "scope": "openid", "resource": "acp-gateway", "authorizationEndpoint": "https://idp.example.com/realms/team/protocol/openid-connect/auth", "tokenEndpoint": "https://idp.example.com/realms/team/protocol/openid-connect/token"}}))))]
+pub async fn sign_in(State(state): State<AppState>) -> axum::Json<Value> {
+    let oidc = match &state.sign_in {
+        Some(oidc) => oidc.console_sign_in().await,
+        None => None,
+    };
+    axum::Json(json!({ "oidc": oidc }))
 }
 
 /// One of the console's embedded assets (CSS, JavaScript modules).

@@ -22,6 +22,8 @@ pub struct AppState {
     pub gateway: Gateway,
     /// The OpenAPI document served at `/openapi.json`, made once at start.
     pub openapi: Bytes,
+    /// The OpenID provider the console signs in with (`--oidc-console-client-id`), if any.
+    pub sign_in: Option<std::sync::Arc<super::oidc::Oidc>>,
 }
 
 /// JSON body extractor whose rejection is a problem+json [`ApiError`]. A lone UTF-16 surrogate

@@ -161,6 +161,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::docs))
         .routes(routes!(console::index))
         .routes(routes!(console::asset))
+        .routes(routes!(console::sign_in))
 }
 
 /// The OpenAPI document of [`router`].

@@ -51,14 +51,22 @@ pub enum TokenError {
     Unavailable(String),
 }
 
-/// The provider's keys as last fetched.
+/// The provider's keys as last fetched, and its endpoints.
 #[derive(Default)]
 struct KeySet {
     keys: Vec<Key>,
+    endpoints: Option<Endpoints>,
     /// When they were last fetched, or a fetch last failed.
     fetched: Option<Instant>,
     /// Whether that last fetch failed.
     failed: bool,
+}
+
+/// Where a browser signs in with the provider (from its discovery document).
+#[derive(Clone, Debug)]
+pub struct Endpoints {
+    pub authorization: String,
+    pub token: String,
 }
 
 /// One key of the provider's set: its id, the key, and the algorithms it signs with.
@@ -80,6 +88,9 @@ struct Known {
 /// The provider's settings, its keys and the tokens taken.
 pub struct Oidc {
     issuer: String,
+    audience: String,
+    /// The console's client id and scopes, when the console signs in with the provider.
+    console: Option<(String, String)>,
     validation: Validation,
     tenant_claim: String,
     roles_claim: String,
@@ -109,7 +120,7 @@ impl Oidc {
             .context("--oidc-issuer needs --oidc-audience: the aud its tokens must carry")?;
         let mut validation = Validation::new(Algorithm::RS256);
         validation.set_issuer(&[&issuer]);
-        validation.set_audience(&[audience]);
+        validation.set_audience(&[&audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.validate_nbf = true;
         validation.leeway = flags.oidc_clock_skew;
@@ -117,8 +128,14 @@ impl Oidc {
             .timeout(FETCH_TIMEOUT)
             .build()
             .context("the HTTP client for the OpenID provider")?;
+        let console = flags
+            .oidc_console_client_id
+            .clone()
+            .map(|id| (id, flags.oidc_console_scope.clone()));
         Ok(Some(Oidc {
             issuer,
+            audience,
+            console,
             validation,
             tenant_claim: flags.oidc_tenant_claim.clone(),
             roles_claim: flags.oidc_roles_claim.clone(),
@@ -254,9 +271,10 @@ impl Oidc {
         let set = match fetched {
             Ok(fetched) => {
                 metrics::counter!("acp_gateway_oidc_key_fetches_total").increment(1);
-                tracing::info!(keys = fetched.len(), issuer = %self.issuer, "the OpenID provider's keys fetched");
+                tracing::info!(keys = fetched.0.len(), issuer = %self.issuer, "the OpenID provider's keys fetched");
                 KeySet {
-                    keys: fetched,
+                    keys: fetched.0,
+                    endpoints: Some(fetched.1),
                     fetched: Some(Instant::now()),
                     failed: false,
                 }
@@ -266,6 +284,7 @@ impl Oidc {
                 tracing::warn!(error = format!("{e:#}"), issuer = %self.issuer, "the OpenID provider's keys could not be fetched");
                 KeySet {
                     keys: keys.keys.clone(),
+                    endpoints: keys.endpoints.clone(),
                     fetched: Some(Instant::now()),
                     failed: true,
                 }
@@ -274,8 +293,8 @@ impl Oidc {
         *keys = Arc::new(set);
     }
 
-    /// The provider's signing keys, through its discovery document.
-    async fn fetch(&self) -> anyhow::Result<Vec<Key>> {
+    /// The provider's signing keys and endpoints, through its discovery document.
+    async fn fetch(&self) -> anyhow::Result<(Vec<Key>, Endpoints)> {
         let discovery = format!(
             "{}/.well-known/openid-configuration",
             self.issuer.trim_end_matches('/')
@@ -295,8 +314,48 @@ impl Oidc {
             .get("keys")
             .and_then(Value::as_array)
             .with_context(|| format!("{jwks_uri} is not a JWK set"))?;
+        let endpoint = |name: &str| {
+            document
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        let endpoints = Endpoints {
+            authorization: endpoint("authorization_endpoint"),
+            token: endpoint("token_endpoint"),
+        };
         // One key at a time: a key of a kind this build cannot read is left out, not the set.
-        Ok(keys.iter().filter_map(signing_key).collect())
+        Ok((keys.iter().filter_map(signing_key).collect(), endpoints))
+    }
+
+    /// How the console signs in with the provider (`None` without `--oidc-console-client-id`,
+    /// or while the provider's discovery document cannot be fetched).
+    pub async fn console_sign_in(&self) -> Option<Value> {
+        let (client_id, scope) = self.console.as_ref()?;
+        let mut endpoints = self.keys.read().expect("keys lock").endpoints.clone();
+        if endpoints.is_none() {
+            self.refetch(None).await;
+            endpoints = self.keys.read().expect("keys lock").endpoints.clone();
+        }
+        let endpoints = endpoints?;
+        Some(serde_json::json!({
+            "issuer": self.issuer,
+            "clientId": client_id,
+            "scope": scope,
+            "resource": self.audience,
+            "authorizationEndpoint": endpoints.authorization,
+            "tokenEndpoint": endpoints.token,
+        }))
+    }
+
+    /// The origin of the provider's token endpoint, which the console's page must be allowed
+    /// to call (its `connect-src`), once known.
+    pub fn token_origin(&self) -> Option<String> {
+        self.console.as_ref()?;
+        let endpoints = self.keys.read().expect("keys lock").endpoints.clone()?;
+        let url = reqwest::Url::parse(&endpoints.token).ok()?;
+        Some(url.origin().ascii_serialization())
     }
 
     async fn get_json(&self, url: &str) -> anyhow::Result<Value> {

@@ -43,6 +43,21 @@ pub struct OidcFlags {
     #[arg(long, env = "ACP_GATEWAY_OIDC_ADMIN_ROLE", global = true)]
     pub oidc_admin_role: Option<String>,
 
+    /// The provider's client id of the web console (a public client: authorization code with
+    /// PKCE, redirect URI this gateway's `/`): the console then offers to sign in with the
+    /// provider. None: the console asks for an API key.
+    #[arg(long, env = "ACP_GATEWAY_OIDC_CONSOLE_CLIENT_ID", global = true)]
+    pub oidc_console_client_id: Option<String>,
+
+    /// The scopes the console asks the provider for.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_OIDC_CONSOLE_SCOPE",
+        default_value = "openid",
+        global = true
+    )]
+    pub oidc_console_scope: String,
+
     /// Seconds of clock difference with the provider allowed when checking `exp` and `nbf`.
     #[arg(
         long,

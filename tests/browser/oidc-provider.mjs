@@ -6,6 +6,11 @@
 // (no tenant). Tokens last 300 s; a token request may name its `resource` (the audience,
 // default AUDIENCE).
 //
+// The console's client (`console`, public, authorization code with PKCE, refresh tokens; its
+// users' login names are their tenants; access tokens of CONSOLE_TTL seconds) is registered by
+// POST /test/console {redirectUri}, once the gateway's address is known; its sign-in pages are
+// the provider's development ones (any login and password).
+//
 // Test-only routes beside the provider's:
 // - POST /test/rotate: a new signing key, published first in the JWKS; the old one stays listed.
 // - POST /test/forge {header, claims, sign}: a token signed with the current private key
@@ -20,6 +25,8 @@ import Provider from 'oidc-provider';
 
 const AUDIENCE = process.env.AUDIENCE || 'urn:acp-gateway';
 const BRIEF_TTL = Number(process.env.BRIEF_TTL || 4);
+const CONSOLE_TTL = Number(process.env.CONSOLE_TTL || 10);
+let consoleRedirect = null;
 const TENANTS = { acme: 'acme', 'acme-brief': 'acme', globex: 'globex' };
 const ROLES = { ops: ['admin'] };
 
@@ -41,11 +48,23 @@ function build() {
     redirect_uris: [],
     response_types: [],
   }));
+  if (consoleRedirect) {
+    clients.push({
+      client_id: 'console',
+      token_endpoint_auth_method: 'none',
+      grant_types: ['authorization_code', 'refresh_token'],
+      redirect_uris: [consoleRedirect],
+      response_types: ['code'],
+    });
+  }
   const p = new Provider(issuer, {
     clients,
+    clientBasedCORS: () => true,
+    issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
+    findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
     jwks: { keys: keys.map((k) => k.jwk) },
     features: {
-      devInteractions: { enabled: false },
+      devInteractions: { enabled: true },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,
@@ -55,13 +74,14 @@ function build() {
           scope: 'api',
           audience: resource,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: client.clientId === 'acme-brief' ? BRIEF_TTL : 300,
+          accessTokenTTL: { 'acme-brief': BRIEF_TTL, console: CONSOLE_TTL }[client.clientId] || 300,
         }),
       },
     },
     extraTokenClaims: (ctx, token) => {
       const claims = {};
       if (TENANTS[token.clientId]) claims.tenant = TENANTS[token.clientId];
+      if (token.clientId === 'console' && token.accountId) claims.tenant = token.accountId;
       if (ROLES[token.clientId]) claims.roles = ROLES[token.clientId];
       return claims;
     },
@@ -98,6 +118,13 @@ const server = http.createServer(async (req, res) => {
     provider = build();
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ kid: keys[0].kid }));
+    return;
+  }
+  if (req.url === '/test/console' && req.method === 'POST') {
+    consoleRedirect = (await readJson(req)).redirectUri;
+    provider = build();
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end('{}');
     return;
   }
   if (req.url === '/test/forge' && req.method === 'POST') {

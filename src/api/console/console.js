@@ -1,7 +1,9 @@
-// The console's entry point: sign-in when the API asks for a key, the session list, the
-// create form, and the open session (the URL's #/s/<id>, so a reload comes back to it).
+// The console's entry point: sign-in when the API asks for a key (or with the OpenID provider
+// the gateway names: oidc.js), the session list, the create form, and the open session (the
+// URL's #/s/<id>, so a reload comes back to it).
 
 import { api, sessionPath } from "./api.js";
+import * as oidc from "./oidc.js";
 import { SessionList } from "./sessions.js";
 import { SessionView } from "./session.js";
 
@@ -25,8 +27,12 @@ function showSignIn(message) {
   $("app").hidden = true;
   $("sign-in").hidden = false;
   $("sign-in-error").textContent = message || "";
-  $("api-key").focus();
+  $("oidc-sign-in").hidden = !signInWith;
+  if (signInWith) $("oidc-sign-in").textContent = `Sign in with ${new URL(signInWith.issuer).host}`;
+  (signInWith ? $("oidc-sign-in") : $("api-key")).focus();
 }
+
+let signInWith = null;
 
 api.onUnauthorized = () => showSignIn(api.key() ? "That key was not accepted." : "");
 
@@ -189,7 +195,9 @@ function wire() {
     $("api-key").value = "";
     start();
   });
+  $("oidc-sign-in").addEventListener("click", () => oidc.begin());
   $("sign-out").addEventListener("click", () => {
+    oidc.forget();
     api.setKey(null);
     showSignIn("Signed out.");
   });
@@ -292,7 +300,26 @@ function wire() {
     }
   });
   window.addEventListener("hashchange", route);
+  window.addEventListener("acp-console-token", () => {
+    if (!started) return;
+    list?.follow();
+    view?.renew();
+  });
 }
 
-wire();
-start();
+async function boot() {
+  wire();
+  signInWith = await oidc.provider();
+  if (signInWith) {
+    try {
+      await oidc.complete();
+      oidc.keepFresh();
+    } catch (e) {
+      showSignIn(e.message);
+      return;
+    }
+  }
+  start();
+}
+
+boot();

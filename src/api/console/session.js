@@ -126,6 +126,13 @@ export class SessionView {
     };
   }
 
+  /** Reopens the stream (with the API's current key), from the last event applied. */
+  renew() {
+    const source = this.source;
+    source?.close();
+    this.reconnect(source);
+  }
+
   async reconnect(source) {
     if (this.closed || this.source !== source) return;
     try {
