@@ -3,7 +3,8 @@
 //! and two replicas on one PostgreSQL database taking turns at the requests, so that each
 //! limit is shown to hold across replicas: 429 with `Retry-After` and the IETF `RateLimit`
 //! headers past it, another tenant untouched, the slot free again once a session closes or a
-//! turn ends, and exactly the quota granted to many creates at once.
+//! turn ends, exactly the quota granted to many creates at once, and one tenant's flood refused
+//! while the other tenant's requests at the same time all succeed.
 
 mod support;
 
@@ -285,21 +286,72 @@ async fn limits_hold(gws: &[&Gateway]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tenant_limits_on_one_gateway() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = World::start(Backend::Sqlite, limited(dir.path())).await;
-    limits_hold(&[w.gw()]).await;
-    w.finish().await;
+/// Alice floods the gateway with prompts, six at once, past her two turns, while bob prompts
+/// at his own pace on two sessions at the same time: the flood gets 429s (and some turns run),
+/// and every request of bob's succeeds.
+async fn a_flood_leaves_the_other_tenant_alone(gws: &[&Gateway]) {
+    let at = |i: usize| gws[i % gws.len()];
+    let mut alices = Vec::new();
+    for i in 0..6 {
+        alices.push(created(at(i), ALICE).await);
+    }
+    let bobs = [created(at(0), BOB).await, created(at(1), BOB).await];
+    let prompt = |i: usize, key: &'static str, id: String, text: &'static str| async move {
+        let path = format!("/sessions/{id}/prompt");
+        send(at(i), key, Method::POST, &path, json!({"text": text}))
+            .await
+            .status()
+            .as_u16()
+    };
+    let flood = async {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let round = alices
+                .iter()
+                .enumerate()
+                .map(|(i, id)| prompt(i, ALICE, id.clone(), "/delay 200 flood"));
+            statuses.extend(futures::future::join_all(round).await);
+        }
+        statuses
+    };
+    let steady = bobs.iter().enumerate().map(|(i, id)| async move {
+        let mut statuses = Vec::new();
+        for _ in 0..6 {
+            statuses.push(prompt(i, BOB, id.clone(), "/delay 50 steady").await);
+        }
+        statuses
+    });
+    let (flooded, steady) = tokio::join!(flood, futures::future::join_all(steady));
+    assert!(flooded.contains(&429), "{flooded:?}");
+    assert!(flooded.contains(&200), "{flooded:?}");
+    assert!(
+        flooded.iter().all(|s| *s == 200 || *s == 429),
+        "{flooded:?}"
+    );
+    assert!(
+        steady.iter().flatten().all(|s| *s == 200),
+        "bob's requests: {steady:?}"
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tenant_limits_hold_across_replicas() {
-    let dir = tempfile::tempdir().unwrap();
-    if admin_url_or_skip("tenant limits across replicas").is_none() {
-        return;
-    }
-    let opts = limited(dir.path());
+/// Keys, and two turns at once per tenant (agent processes enough for both tenants' turns).
+fn turns_limited() -> Options {
+    Options::default().pool(4).args(&[
+        "--api-key",
+        &format!("alice:{ALICE}"),
+        "--api-key",
+        &format!("bob:{BOB}"),
+        "--admin-api-key",
+        ADMIN,
+        "--tenant-max-turns",
+        "2",
+    ])
+}
+
+/// Two replicas on one PostgreSQL database, each started with `opts`, once each sees the
+/// other; `None` (after saying so) without `DATABASE_URL`.
+async fn two_replicas(opts: Options) -> Option<(World, Gateway)> {
+    admin_url_or_skip("tenant limits across replicas")?;
     let w = World::start(Backend::Postgres, opts.clone()).await;
     let b = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
     for g in [w.gw(), &b] {
@@ -311,6 +363,32 @@ async fn tenant_limits_hold_across_replicas() {
         })
         .await;
     }
+    Some((w, b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_limits_on_one_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(Backend::Sqlite, limited(dir.path())).await;
+    limits_hold(&[w.gw()]).await;
+    w.finish().await;
+    let w = World::start(Backend::Sqlite, turns_limited()).await;
+    a_flood_leaves_the_other_tenant_alone(&[w.gw()]).await;
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_limits_hold_across_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((w, b)) = two_replicas(limited(dir.path())).await else {
+        return;
+    };
     limits_hold(&[w.gw(), &b]).await;
+    drop(b);
+    w.finish().await;
+    let Some((w, b)) = two_replicas(turns_limited()).await else {
+        return;
+    };
+    a_flood_leaves_the_other_tenant_alone(&[w.gw(), &b]).await;
     w.finish().await;
 }
