@@ -54,6 +54,18 @@ async fn send(
         .unwrap()
 }
 
+/// `POST /sessions/{id}/prompt` with `text`.
+async fn prompt(gw: &Gateway, key: &str, id: &str, text: &str) -> reqwest::Response {
+    let path = format!("/sessions/{id}/prompt");
+    send(gw, key, Method::POST, &path, json!({"text": text})).await
+}
+
+/// `POST /sessions/{id}/{action}`.
+async fn action(gw: &Gateway, key: &str, id: &str, action: &str) -> reqwest::Response {
+    let path = format!("/sessions/{id}/{action}");
+    send(gw, key, Method::POST, &path, json!({})).await
+}
+
 async fn create(gw: &Gateway, key: &str) -> reqwest::Response {
     send(gw, key, Method::POST, "/sessions", json!({"cwd": "/tmp"})).await
 }
@@ -90,24 +102,10 @@ async fn limits_hold(gws: &[&Gateway]) {
     }
     let bobs = created(at(1), BOB).await;
     // Closed, a session frees its place; resumed, it takes one again.
-    let r = send(
-        at(0),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s2}/close"),
-        json!({}),
-    )
-    .await;
+    let r = action(at(0), ALICE, &s2, "close").await;
     assert_eq!(r.status(), 204);
     let s3 = created(at(1), ALICE).await;
-    let r = send(
-        at(0),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s2}/resume"),
-        json!({}),
-    )
-    .await;
+    let r = action(at(0), ALICE, &s2, "resume").await;
     assert_limited(
         r,
         "\"sessions\";q=2;qu=\"concurrent-requests\"",
@@ -146,47 +144,19 @@ async fn limits_hold(gws: &[&Gateway]) {
             }
         })
         .await;
-    let r = send(
-        at(1),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s3}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let r = prompt(at(1), ALICE, &s3, "hi").await;
     assert_limited(
         r,
         "\"turns\";q=1;qu=\"concurrent-requests\"",
         "1 turns at once",
     )
     .await;
-    let r = send(
-        at(1),
-        BOB,
-        Method::POST,
-        &format!("/sessions/{bobs}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let r = prompt(at(1), BOB, &bobs, "hi").await;
     assert_eq!(r.status(), 200, "bob has his own turns");
-    let r = send(
-        at(1),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s1}/cancel"),
-        json!({}),
-    )
-    .await;
+    let r = action(at(1), ALICE, &s1, "cancel").await;
     assert_eq!(r.status(), 204);
     assert_eq!(hanging.await.unwrap()["stopReason"], "cancelled");
-    let r = send(
-        at(1),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s3}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let r = prompt(at(1), ALICE, &s3, "hi").await;
     assert_eq!(r.status(), 200, "the ended turn's slot is free");
 
     // Prompts per minute: bob's own three (one sent above), counted across replicas. Not
@@ -194,46 +164,18 @@ async fn limits_hold(gws: &[&Gateway]) {
     let second = chrono::Utc::now().timestamp().rem_euclid(60);
     if second >= 50 {
         tokio::time::sleep(std::time::Duration::from_secs((61 - second) as u64)).await;
-        let r = send(
-            at(0),
-            BOB,
-            Method::POST,
-            &format!("/sessions/{bobs}/prompt"),
-            json!({"text": "hi"}),
-        )
-        .await;
+        let r = prompt(at(0), BOB, &bobs, "hi").await;
         assert_eq!(r.status(), 200);
     }
     for i in 0..2 {
-        let r = send(
-            at(i),
-            BOB,
-            Method::POST,
-            &format!("/sessions/{bobs}/prompt"),
-            json!({"text": "hi"}),
-        )
-        .await;
+        let r = prompt(at(i), BOB, &bobs, "hi").await;
         assert_eq!(r.status(), 200, "prompt {} of 3", i + 2);
     }
-    let r = send(
-        at(0),
-        BOB,
-        Method::POST,
-        &format!("/sessions/{bobs}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let r = prompt(at(0), BOB, &bobs, "hi").await;
     let state = r.headers()["ratelimit"].to_str().unwrap().to_owned();
     assert!(state.starts_with("\"prompts\";r=0;t="), "{state}");
     assert_limited(r, "\"prompts\";q=3;w=60", "3 prompts of this minute").await;
-    let r = send(
-        at(1),
-        ALICE,
-        Method::POST,
-        &format!("/sessions/{s3}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let r = prompt(at(1), ALICE, &s3, "hi").await;
     assert_eq!(r.status(), 200, "alice has no prompt limit");
 
     // Counted per tenant in /metrics (each replica's own refusals).
@@ -296,12 +238,8 @@ async fn a_flood_leaves_the_other_tenant_alone(gws: &[&Gateway]) {
         alices.push(created(at(i), ALICE).await);
     }
     let bobs = [created(at(0), BOB).await, created(at(1), BOB).await];
-    let prompt = |i: usize, key: &'static str, id: String, text: &'static str| async move {
-        let path = format!("/sessions/{id}/prompt");
-        send(at(i), key, Method::POST, &path, json!({"text": text}))
-            .await
-            .status()
-            .as_u16()
+    let status = |i: usize, key: &'static str, id: String, text: &'static str| async move {
+        prompt(at(i), key, &id, text).await.status().as_u16()
     };
     let flood = async {
         let mut statuses = Vec::new();
@@ -309,7 +247,7 @@ async fn a_flood_leaves_the_other_tenant_alone(gws: &[&Gateway]) {
             let round = alices
                 .iter()
                 .enumerate()
-                .map(|(i, id)| prompt(i, ALICE, id.clone(), "/delay 200 flood"));
+                .map(|(i, id)| status(i, ALICE, id.clone(), "/delay 200 flood"));
             statuses.extend(futures::future::join_all(round).await);
         }
         statuses
@@ -317,7 +255,7 @@ async fn a_flood_leaves_the_other_tenant_alone(gws: &[&Gateway]) {
     let steady = bobs.iter().enumerate().map(|(i, id)| async move {
         let mut statuses = Vec::new();
         for _ in 0..6 {
-            statuses.push(prompt(i, BOB, id.clone(), "/delay 50 steady").await);
+            statuses.push(status(i, BOB, id.clone(), "/delay 50 steady").await);
         }
         statuses
     });
