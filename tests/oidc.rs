@@ -293,7 +293,7 @@ async fn provider_tokens_identify_their_callers() {
 }
 
 /// What a token opened ends when it expires: its lifecycle stream, its session's event
-/// stream and its `/acp` connection; the token itself is refused from then on, and the same
+/// stream and its `/acp` connections (HTTP/SSE and WebSocket); the token itself is refused from then on, and the same
 /// client carries on with a fresh token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs `npm ci` in tests/browser (.ci/run provides it)"]
@@ -330,7 +330,10 @@ async fn what_a_token_opened_ends_when_it_expires() {
     let mut events = open(format!("/sessions/{id}/events"), brief.clone()).await;
     let mut lasting_stream = open("/events".into(), lasting.clone()).await;
     let acp = AcpClient::start(&gw.base, Some(&brief), false).await;
-    assert!(acp.call("session/list", json!({})).await.is_ok());
+    let acp_ws = AcpClient::start(&gw.base, Some(&brief), true).await;
+    for client in [&acp, &acp_ws] {
+        assert!(client.call("session/list", json!({})).await.is_ok());
+    }
 
     for (name, sse) in [("lifecycle", &mut lifecycle), ("events", &mut events)] {
         let ended =
@@ -342,8 +345,13 @@ async fn what_a_token_opened_ends_when_it_expires() {
         lived >= Duration::from_secs(2),
         "the streams lived until the token expired, not less: {lived:?}"
     );
-    let listed = acp.call("session/list", json!({})).await;
-    assert!(listed.is_err(), "/acp with an expired token: {listed:?}");
+    for (name, client) in [("HTTP/SSE", &acp), ("WebSocket", &acp_ws)] {
+        let listed = client.call("session/list", json!({})).await;
+        assert!(
+            listed.is_err(),
+            "/acp over {name} with an expired token: {listed:?}"
+        );
+    }
     let (status, detail, _) = refused(gw, &brief).await;
     assert_eq!(status, 401);
     assert!(detail.contains("expired"), "{detail}");
@@ -371,6 +379,7 @@ async fn what_a_token_opened_ends_when_it_expires() {
         .unwrap();
     assert!(!turn.is_empty());
     acp.close().await;
+    acp_ws.close().await;
     w.finish().await;
 }
 
