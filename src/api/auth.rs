@@ -27,8 +27,8 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
-pub use super::extract::Revoked;
 use super::oidc::{Oidc, TokenError};
+pub use super::revoked::Revoked;
 use crate::config::Config;
 use crate::gateway::{ADMIN_TENANT, Caller};
 

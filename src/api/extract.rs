@@ -1,7 +1,6 @@
 //! What a handler receives: the state ([`AppState`]), the `Json`, `Path` and `Query`
-//! extractors whose rejections are problem+json [`ApiError`]s, the [`Revoked`] token of the
-//! key a request was made with, which the auth layer (`auth.rs`) attaches to it, and
-//! [`header_lists`] to read list-valued headers.
+//! extractors whose rejections are problem+json [`ApiError`]s, and [`header_lists`] to read
+//! list-valued headers.
 
 use std::borrow::Cow;
 
@@ -11,7 +10,6 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
 use axum::http::header::AsHeaderName;
 use axum::response::{IntoResponse, Response};
-use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use crate::gateway::Gateway;
@@ -74,25 +72,6 @@ pub struct Path<T>(pub T);
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
-
-/// Cancelled when the key a request was made with is removed, or its token expires; `id` tells
-/// the keys and tokens apart (the same for a key kept across reloads). Absent without keys.
-#[derive(Clone)]
-pub struct Revoked {
-    pub id: u64,
-    pub token: CancellationToken,
-}
-
-impl Revoked {
-    /// A new one, with an id no other has in this process.
-    pub fn fresh() -> Revoked {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        Revoked {
-            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            token: CancellationToken::new(),
-        }
-    }
-}
 
 /// Whether a comma-separated header (`Cache-Control`, `Prefer`), on any of its lines, lists
 /// `item` (compared without case).

@@ -18,6 +18,7 @@ pub mod limits;
 mod metrics;
 mod oidc;
 mod responses;
+mod revoked;
 pub mod serve;
 mod sessions;
 mod sse;

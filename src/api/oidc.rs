@@ -24,7 +24,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::extract::Revoked;
+use super::revoked::Revoked;
 use crate::config::OidcFlags;
 use crate::gateway::{ADMIN_TENANT, Caller};
 
