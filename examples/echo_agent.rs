@@ -133,10 +133,11 @@
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
+//! | `/meta` | Stream one chunk `meta: <the session/prompt request's _meta as JSON>` (`null` without one); then continue normally. |
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`,
-//! each `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end
+//! `/meta`, each `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end
 //! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
@@ -253,6 +254,8 @@ struct Directives {
     env: Vec<String>,
     /// `/pwd`: report the current working directory.
     pwd: bool,
+    /// `/meta`: report the prompt request's `_meta`.
+    meta: bool,
     /// `/state`: send the state updates of `controls::state_updates` first.
     state: bool,
 }
@@ -279,6 +282,7 @@ impl Directives {
                 ("/garbage", _) => d.garbage = true,
                 ("/surrogate", _) => d.surrogate = true,
                 ("/pwd", _) => d.pwd = true,
+                ("/meta", _) => d.meta = true,
                 ("/state", _) => d.state = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),

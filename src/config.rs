@@ -315,6 +315,11 @@ pub struct Config {
     #[command(flatten)]
     pub webhooks: WebhookFlags,
 
+    /// An OTLP collector to export traces to (HTTP/protobuf, `URL/v1/traces`), as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` does; the other `OTEL_*` variables apply.
+    #[arg(long, env = "ACP_GATEWAY_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
+
     /// Log format.
     #[arg(long, env = "ACP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]
     pub log_format: LogFormat,

@@ -96,7 +96,10 @@ pub fn app(
             TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
                 let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                tracing::info_span!("request", method = %req.method(), route = route.as_deref().unwrap_or("-"), request_id)
+                let route = route.as_deref().unwrap_or("-");
+                let span = tracing::info_span!("request", method = %req.method(), route, request_id, "otel.name" = %format_args!("{} {route}", req.method()), "otel.kind" = "server");
+                telemetry::traces::continue_in(&span, req.headers());
+                span
             })
             .on_failure(log_failure),
         )

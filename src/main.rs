@@ -3,7 +3,11 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+use acp_gateway::telemetry::traces::Traces;
 
 use acp_gateway::config::{Command, Config, LogFormat};
 
@@ -22,27 +26,50 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let traces = match Traces::start(config.otlp_endpoint.as_deref()) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("acp-gateway: OpenTelemetry: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let otel = traces.as_ref().map(|t| {
+        tracing_opentelemetry::layer()
+            .with_tracer(t.tracer.clone())
+            .with_filter(filter())
+    });
+    let registry = tracing_subscriber::registry().with(otel);
     match config.log_format {
-        LogFormat::Pretty => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
+        LogFormat::Pretty => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter()),
+            )
             .init(),
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter()),
+            )
             .init(),
     }
-    match serve_or_migrate(config).await {
+    let code = match serve_or_migrate(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("acp-gateway: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    };
+    if let Some(traces) = traces {
+        traces.shutdown().await;
     }
+    code
 }
 
 async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {

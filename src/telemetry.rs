@@ -1,6 +1,9 @@
 //! Prometheus metrics through the `metrics` facade and `metrics-exporter-prometheus`: the
 //! recorder (installed once per process), the HTTP middleware that counts and times every
-//! request by route and status, and the names shared by the places that record.
+//! request by route and status, and the names shared by the places that record. OpenTelemetry
+//! traces are `traces.rs`'s.
+
+pub mod traces;
 
 use std::sync::OnceLock;
 use std::time::Instant;

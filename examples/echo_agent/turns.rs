@@ -89,6 +89,10 @@ impl EchoAgent {
         self.update(&id.0, |r| r.updated_at = Utc::now())?;
         self.append_history(&id.0, [to_json(&user)])?;
         let (directives, rest) = self.cfg.defaults.parse(&text);
+        if directives.meta {
+            let meta = serde_json::to_string(&req.meta).unwrap_or_default();
+            self.chunk(cx, &id, format!("meta: {meta}"))?;
+        }
         let stop = self.stream(cx, &id, &directives, rest, turn).await?;
         self.finish(cx, &id, &text)?;
         Ok(stop)

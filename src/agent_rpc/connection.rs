@@ -1,6 +1,8 @@
 //! The client side of one agent connection ([`Connection`]): the gateway's own request ids and
 //! the map of calls waiting for their answers ([`PendingCall`]), and the lines it writes to the
-//! agent's stdin, serialized from borrowed parts ([`Outbound`]).
+//! agent's stdin, serialized from borrowed parts ([`Outbound`]). Each request is a span of its
+//! own (`acp` `METHOD`, to its answer) whose W3C trace context goes to the agent in the
+//! request's `params._meta` (`traceparent`, `tracestate`, `baggage`) when traces are exported.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +30,8 @@ pub struct PendingCall {
     pending: Pending,
     started: std::time::Instant,
     member: Arc<str>,
+    /// The call's span, ended with it.
+    span: tracing::Span,
 }
 
 impl PendingCall {
@@ -45,6 +49,7 @@ impl PendingCall {
             pending,
             started,
             member,
+            span,
         } = self;
         let waited = match timeout {
             Some(t) => match tokio::time::timeout(t, rx).await {
@@ -65,6 +70,10 @@ impl PendingCall {
             Err(CallError::Unsupported(_)) => "unsupported",
         };
         let elapsed = started.elapsed();
+        span.record("outcome", outcome);
+        if outcome != "ok" {
+            span.record("otel.status_code", "ERROR");
+        }
         crate::telemetry::upstream_call(&method, outcome, elapsed);
         tracing::debug!(
             method,
@@ -140,7 +149,23 @@ impl Connection {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().expect("pending lock").insert(id, tx);
-        let line = Outbound::request(&Value::from(id), method, params).line();
+        let span = tracing::info_span!(
+            "acp",
+            "otel.name" = method,
+            "otel.kind" = "client",
+            "rpc.system" = "jsonrpc",
+            "rpc.method" = method,
+            member = %self.member,
+            outcome = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+        );
+        let id_value = Value::from(id);
+        let line = match crate::telemetry::traces::context_of(&span) {
+            Some(carrier) => {
+                Outbound::request(&id_value, method, &with_meta(params, carrier)).line()
+            }
+            None => Outbound::request(&id_value, method, params).line(),
+        };
         if let Err(closed) = self.send_line(line).await {
             self.pending.lock().expect("pending lock").remove(&id);
             return Err(closed);
@@ -152,6 +177,7 @@ impl Connection {
             rx,
             pending: self.pending.clone(),
             started: std::time::Instant::now(),
+            span,
         })
     }
 
@@ -200,6 +226,24 @@ impl Connection {
             let _ = tx.send(Err(CallError::Closed(reason.to_owned())));
         }
     }
+}
+
+/// `params` with the trace context `carrier` merged into its `_meta` (what the client put there
+/// kept beside it).
+fn with_meta<P: Serialize + ?Sized>(params: &P, carrier: HashMap<String, String>) -> Value {
+    let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+    if let Some(object) = params.as_object_mut() {
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !meta.is_object() {
+            *meta = Value::Object(Default::default());
+        }
+        if let Some(meta) = meta.as_object_mut() {
+            meta.extend(carrier.into_iter().map(|(k, v)| (k, Value::from(v))));
+        }
+    }
+    params
 }
 
 /// One line to the agent, serialized straight from borrowed parts (building a `json!` object

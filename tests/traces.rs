@@ -1,0 +1,201 @@
+//! OpenTelemetry traces: a real OTLP/HTTP receiver on loopback (decoding what it is sent with the
+//! published `opentelemetry-proto` messages) collects what the gateway exports. A prompt sent
+//! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
+//! call to the agent is a span of the same trace, and the agent receives the call's trace
+//! context in `params._meta`. With the collector gone, requests are answered as before and the
+//! dropped spans are counted.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+use serde_json::{Value, json};
+use support::*;
+
+/// What the receiver was sent: each span with its resource's `service.name`.
+type Received = Arc<Mutex<Vec<(String, Span)>>>;
+
+/// An OTLP/HTTP receiver on a loopback port: its base URL and what it receives.
+async fn receiver() -> (String, Received, tokio::task::JoinHandle<()>) {
+    let received = Received::default();
+    let kept = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            let kept = kept.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                for resource in request.resource_spans {
+                    let service = resource
+                        .resource
+                        .iter()
+                        .flat_map(|r| &r.attributes)
+                        .find(|kv| kv.key == "service.name")
+                        .and_then(|kv| kv.value.as_ref()?.value.clone());
+                    let service = match service {
+                        Some(AnyValue::StringValue(s)) => s,
+                        _ => String::new(),
+                    };
+                    for scope in resource.scope_spans {
+                        for span in scope.spans {
+                            kept.lock().unwrap().push((service.clone(), span));
+                        }
+                    }
+                }
+                (
+                    [("content-type", "application/x-protobuf")],
+                    ExportTraceServiceResponse::default().encode_to_vec(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, received, server)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A string attribute of `span`.
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    match span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?
+        .value
+        .as_ref()?
+    {
+        AnyValue::StringValue(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Waits until a span matching `wanted` has been received; returns it.
+async fn span_where(received: &Received, wanted: impl Fn(&Span) -> bool) -> (String, Span) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(found) = received.lock().unwrap().iter().find(|(_, s)| wanted(s)) {
+            return found.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no such span among {:?}",
+            received
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, s)| s.name.clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_continues_the_callers_trace_into_the_agent() {
+    let (url, received, server) = receiver().await;
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_SERVICE_NAME", "gateway-under-test");
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let r = gw
+        .http
+        .post(gw.prompt_url(&id))
+        .header("traceparent", format!("00-{trace}-{parent}-01"))
+        .json(&json!({"text": "/meta hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // The request's span is the caller's child, named by its route.
+    let (service, request) = span_where(&received, |s| {
+        hex(&s.trace_id) == trace && s.name == "POST /sessions/{id}/prompt"
+    })
+    .await;
+    assert_eq!(service, "gateway-under-test");
+    assert_eq!(hex(&request.parent_span_id), parent);
+    // The ACP call to the agent is a span of the same trace, within the request's.
+    let (_, call) = span_where(&received, |s| {
+        hex(&s.trace_id) == trace && s.name == "session/prompt"
+    })
+    .await;
+    assert_eq!(
+        attribute(&call, "rpc.method").as_deref(),
+        Some("session/prompt")
+    );
+    assert_eq!(attribute(&call, "outcome").as_deref(), Some("ok"));
+    assert!(call.start_time_unix_nano >= request.start_time_unix_nano);
+    // The agent was handed the call's trace context in `_meta`.
+    let history = gw.json(&format!("/sessions/{id}/history")).await;
+    let said = history.to_string();
+    let meta = said
+        .split("meta: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the agent reported no _meta: {history}"));
+    let expected = format!("00-{trace}-{}-01", hex(&call.span_id));
+    assert!(
+        meta.contains(&expected),
+        "the agent's _meta carries the call's traceparent {expected}: {meta}"
+    );
+    w.finish().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_out_of_reach_costs_only_the_spans() {
+    // A port nothing listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let opts = Options::default()
+        .args(&["--otlp-endpoint", &url])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500");
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    for _ in 0..3 {
+        let (status, _) = gw.prompt(&id, "hi").await;
+        assert_eq!(status, 200);
+    }
+    let failed = |text: &str| -> f64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("acp_gateway_otel_spans_total{result=\"failed\"} ")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    gw.wait_until(|g| async move {
+        let text = g.get("/metrics").await.text().await.unwrap();
+        failed(&text) > 0.0
+    })
+    .await;
+    assert!(
+        w.log().contains("spans could not be exported"),
+        "{}",
+        w.log()
+    );
+    let (status, body) = gw.prompt(&id, "still answered").await;
+    assert_eq!(status, 200, "{body}");
+    let _: Value = body;
+    w.finish().await;
+}
