@@ -1,9 +1,9 @@
 //! OpenTelemetry traces: a real OTLP/HTTP receiver on loopback (decoding what it is sent with the
 //! published `opentelemetry-proto` messages) collects what the gateway exports. A prompt sent
 //! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
-//! call to the agent is a span of the same trace, and the agent receives the call's trace
-//! context in `params._meta`. With the collector gone, requests are answered as before and the
-//! dropped spans are counted.
+//! call to the agent is a span of the same trace within the turn's, and the agent receives the
+//! call's trace context in `params._meta`. With the collector gone, requests are answered as
+//! before and the dropped spans are counted.
 
 mod support;
 
@@ -143,6 +143,12 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
     );
     assert_eq!(attribute(&call, "outcome").as_deref(), Some("ok"));
     assert!(call.start_time_unix_nano >= request.start_time_unix_nano);
+    // Within the turn, which the request's span holds, and which says how it ended.
+    let (_, turn) = span_where(&received, |s| hex(&s.trace_id) == trace && s.name == "turn").await;
+    assert_eq!(hex(&call.parent_span_id), hex(&turn.span_id));
+    assert_eq!(hex(&turn.parent_span_id), hex(&request.span_id));
+    assert_eq!(attribute(&turn, "stop_reason").as_deref(), Some("end_turn"));
+    assert_eq!(attribute(&turn, "session_id").as_deref(), Some(id.as_str()));
     // The agent was handed the call's trace context in `_meta`.
     let history = gw.json(&format!("/sessions/{id}/history")).await;
     let said = history.to_string();

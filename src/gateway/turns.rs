@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use super::input::{Prompt, SessionId};
 use super::live::Busy;
@@ -82,7 +83,16 @@ impl Turns {
             )
             .await;
         let sid = id.as_str().to_owned();
-        let sent = agent.prompt(&sid, &prompt).await;
+        // The turn, from its prompt to its `turn_ended`, as a span of the request's trace.
+        let span = tracing::info_span!(
+            "turn",
+            "otel.name" = "turn",
+            session_id = id.as_str(),
+            stop_reason = tracing::field::Empty,
+            usage_total_tokens = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+        );
+        let sent = agent.prompt(&sid, &prompt).instrument(span.clone()).await;
         claim.mark_sent();
         // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
         // the turn finishes in a task of its own if the request is dropped; not waited for, it
@@ -113,6 +123,14 @@ impl Turns {
                     json!({"sessionId": sid, "error": problem})
                 }
             };
+            let span = tracing::Span::current();
+            match ended.get("stopReason").and_then(Value::as_str) {
+                Some(stop) => span.record("stop_reason", stop),
+                None => span.record("otel.status_code", "ERROR"),
+            };
+            if let Some(tokens) = ended.pointer("/usage/totalTokens").and_then(Value::as_u64) {
+                span.record("usage_total_tokens", tokens);
+            }
             let usage = ended.get("usage").is_some();
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
@@ -132,6 +150,7 @@ impl Turns {
             }
             outcome
         };
+        let turn = turn.instrument(span);
         if !wait {
             self.tasks.spawn(turn);
             return Ok(None);
