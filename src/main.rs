@@ -3,9 +3,9 @@
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
 
 use acp_gateway::telemetry::traces::Traces;
 
@@ -33,28 +33,26 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let otel = traces.as_ref().map(|t| {
-        tracing_opentelemetry::layer()
-            .with_tracer(t.tracer.clone())
-            .with_filter(filter())
-    });
-    let registry = tracing_subscriber::registry().with(otel);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // One filter for both layers: the spans and events it lets through are exported (when
+    // traces are on) and logged alike.
+    let otel = traces
+        .as_ref()
+        .map(|t| tracing_opentelemetry::layer().with_tracer(t.tracer.clone()));
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
     match config.log_format {
         LogFormat::Pretty => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(std::io::stderr)
-                    .with_filter(filter()),
+                    .with_writer(std::io::stderr),
             )
             .init(),
         LogFormat::Json => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
-                    .with_writer(std::io::stderr)
-                    .with_filter(filter()),
+                    .with_writer(std::io::stderr),
             )
             .init(),
     }

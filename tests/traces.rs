@@ -2,8 +2,9 @@
 //! published `opentelemetry-proto` messages) collects what the gateway exports. A prompt sent
 //! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
 //! call to the agent is a span of the same trace within the turn's, and the agent receives the
-//! call's trace context in `params._meta`. With the collector gone, requests are answered as
-//! before and the dropped spans are counted.
+//! call's trace context in `params._meta`; a request forwarded to the replica that holds the
+//! session carries the trace there. With the collector gone, requests are answered as before
+//! and the dropped spans are counted.
 
 mod support;
 
@@ -161,6 +162,55 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
         meta.contains(&expected),
         "the agent's _meta carries the call's traceparent {expected}: {meta}"
     );
+    // The log still has every line, in its request's span (one filter serves both).
+    let log = w.log();
+    let logged = log
+        .lines()
+        .find(|l| l.contains("upstream call method=\"session/prompt\""))
+        .unwrap_or_else(|| panic!("the call is logged: {log}"));
+    assert!(logged.contains("request{"), "{logged}");
+    w.finish().await;
+    server.abort();
+}
+
+/// Two replicas exporting to one receiver: a prompt sent to the replica that does not hold the
+/// session is forwarded to the one that does, and the trace goes on there, as a child of the
+/// forwarding hop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_carries_its_trace_to_the_owner() {
+    let (url, received, server) = receiver().await;
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let Some((w, b, _c)) = support::cluster::three_replicas(opts).await else {
+        return;
+    };
+    let id = w.gw().create_here("/tmp").await;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let r = b
+        .http
+        .post(b.prompt_url(&id))
+        .header("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
+        .json(&json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // (Read whole: the request's span ends with its body.)
+    r.bytes().await.unwrap();
+    let (_, hop) = span_where(&received, |s| {
+        hex(&s.trace_id) == trace && s.name == "forward"
+    })
+    .await;
+    // The owner's request span is the hop's child, and the turn ran there.
+    let (_, there) = span_where(&received, |s| {
+        hex(&s.trace_id) == trace
+            && s.name == "POST /sessions/{id}/prompt"
+            && s.parent_span_id == hop.span_id
+    })
+    .await;
+    let (_, turn) = span_where(&received, |s| hex(&s.trace_id) == trace && s.name == "turn").await;
+    assert_eq!(turn.parent_span_id, there.span_id);
     w.finish().await;
     server.abort();
 }

@@ -18,6 +18,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 use serde::Deserialize;
+use tracing::Instrument as _;
 
 use super::error::ApiError;
 use crate::gateway::{self, Gateway};
@@ -144,6 +145,22 @@ async fn send(
     // owner, reached at another name, would take it for a foreign page's.
     headers.remove(header::ORIGIN);
     headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
+    // The trace goes on at the owner, as a child of this hop's span.
+    let span = tracing::info_span!(
+        "forward",
+        "otel.name" = "forward",
+        "otel.kind" = "client",
+        owner,
+        "http.response.status_code" = tracing::field::Empty,
+    );
+    for (name, value) in crate::telemetry::traces::context_of(&span).unwrap_or_default() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name),
+            axum::http::HeaderValue::try_from(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
     let unreachable = |e: reqwest::Error| {
         tracing::warn!(owner, error = %e, "the replica serving the request cannot be reached");
         ApiError::Service(gateway::Error::HeldElsewhere(
@@ -155,8 +172,10 @@ async fn send(
         .headers(headers)
         .body(body)
         .send()
+        .instrument(span.clone())
         .await
         .map_err(unreachable)?;
+    span.record("http.response.status_code", answer.status().as_u16());
     let mut response = Response::builder().status(answer.status());
     for (name, value) in answer.headers() {
         if !HOP_BY_HOP.contains(name) {
