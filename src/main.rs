@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use acp_gateway::telemetry::traces::Traces;
+use acp_gateway::telemetry::traces::{Traces, WithTraceIds};
 
 use acp_gateway::config::{Command, Config, LogFormat};
 
@@ -52,10 +52,12 @@ async fn main() -> std::process::ExitCode {
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
+                    .event_format(WithTraceIds(tracing_subscriber::fmt::format().json()))
                     .with_writer(std::io::stderr),
             )
             .init(),
     }
+    acp_gateway::telemetry::traces::remember_dispatch();
     let code = match serve_or_migrate(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -3,8 +3,8 @@
 //! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
 //! call to the agent is a span of the same trace within the turn's, and the agent receives the
 //! call's trace context in `params._meta`; a request forwarded to the replica that holds the
-//! session carries the trace there. With the collector gone, requests are answered as before
-//! and the dropped spans are counted.
+//! session carries the trace there; JSON log lines name their trace. With the collector gone,
+//! requests are answered as before and the dropped spans are counted.
 
 mod support;
 
@@ -211,6 +211,49 @@ async fn a_forwarded_request_carries_its_trace_to_the_owner() {
     .await;
     let (_, turn) = span_where(&received, |s| hex(&s.trace_id) == trace && s.name == "turn").await;
     assert_eq!(turn.parent_span_id, there.span_id);
+    w.finish().await;
+    server.abort();
+}
+
+/// JSON log lines carry the `trace_id` and `span_id` of the span they were written in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_name_their_trace() {
+    let (url, _received, server) = receiver().await;
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .args(&["--log-format", "json"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let trace = "5b8aa5a2d2c872e8321cf37308d69df2";
+    let r = gw
+        .http
+        .post(gw.prompt_url(&id))
+        .header("traceparent", format!("00-{trace}-051581bf3cb55c13-01"))
+        .json(&json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let lines: Vec<Value> = w
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let call = lines
+        .iter()
+        .find(|l| l["fields"]["method"] == "session/prompt")
+        .unwrap_or_else(|| panic!("the call is logged: {lines:?}"));
+    assert_eq!(call["trace_id"], trace, "{call}");
+    let span_id = call["span_id"].as_str().unwrap();
+    assert!(
+        span_id.len() == 16 && span_id != "0000000000000000",
+        "{call}"
+    );
+    let start = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "effective configuration")
+        .unwrap();
+    assert!(start.get("trace_id").is_none(), "outside any span: {start}");
     w.finish().await;
     server.abort();
 }

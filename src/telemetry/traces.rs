@@ -193,3 +193,57 @@ pub fn context_of(span: &tracing::Span) -> Option<HashMap<String, String>> {
     carrier.retain(|_, v| !v.is_empty());
     Some(carrier)
 }
+
+/// The subscriber, for [`WithTraceIds`] (a dispatcher looked up inside an event's dispatch
+/// would be none while a scoped one is set).
+static DISPATCH: std::sync::OnceLock<tracing::dispatcher::WeakDispatch> =
+    std::sync::OnceLock::new();
+
+/// After the subscriber is installed: remembers it for [`WithTraceIds`].
+pub fn remember_dispatch() {
+    let _ = DISPATCH.set(tracing::dispatcher::get_default(|d| d.downgrade()));
+}
+
+/// A JSON log line format that adds the `trace_id` and `span_id` of the event's span, when it
+/// is traced, to the line `F` writes.
+pub struct WithTraceIds<F>(pub F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let traced = ctx
+            .parent_span()
+            .map(|span| span.id())
+            .zip(DISPATCH.get().and_then(|d| d.upgrade()))
+            .and_then(|(id, dispatch)| tracing_opentelemetry::get_otel_context(&id, &dispatch))
+            .map(|cx| cx.span().span_context().clone())
+            .filter(|sc| sc.is_valid());
+        let Some(sc) = traced else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::with_capacity(256);
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(
+                writer,
+                "{{\"trace_id\":\"{}\",\"span_id\":\"{}\",{rest}",
+                sc.trace_id(),
+                sc.span_id()
+            ),
+            None => writer.write_str(&line),
+        }
+    }
+}
