@@ -3,7 +3,8 @@
 //! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
 //! call to the agent is a span of the same trace within the turn's, and the agent receives the
 //! call's trace context in `params._meta`; a request forwarded to the replica that holds the
-//! session carries the trace there; JSON log lines name their trace. With the collector gone,
+//! session carries the trace there, as does an `/acp` client's `_meta.traceparent`; JSON log
+//! lines name their trace. With the collector gone,
 //! requests are answered as before and the dropped spans are counted.
 
 mod support;
@@ -254,6 +255,38 @@ async fn json_log_lines_name_their_trace() {
         .find(|l| l["fields"]["message"] == "effective configuration")
         .unwrap();
     assert!(start.get("trace_id").is_none(), "outside any span: {start}");
+    w.finish().await;
+    server.abort();
+}
+
+/// An `/acp` client's `_meta.traceparent` is continued: its `session/prompt` is a server span
+/// of that trace, holding the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_clients_meta_traceparent_is_continued() {
+    let (url, received, server) = receiver().await;
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let w = World::start(Backend::Sqlite, opts).await;
+    let client = support::acp::AcpClient::start(&w.gw().base, None, false).await;
+    let id = client.new_session("/tmp").await;
+    let (trace, parent) = ("80f198ee56343ba864fe8b2a57d3eff7", "e457b5a2e4d86bd1");
+    let prompt = json!({
+        "sessionId": id,
+        "prompt": [{"type": "text", "text": "hi"}],
+        "_meta": {"traceparent": format!("00-{trace}-{parent}-01"), "editor": "kept"},
+    });
+    let answer = client.call("session/prompt", prompt).await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    const SERVER: i32 = 2;
+    let (_, call) = span_where(&received, |s| {
+        hex(&s.trace_id) == trace && s.name == "session/prompt" && s.kind == SERVER
+    })
+    .await;
+    assert_eq!(hex(&call.parent_span_id), parent);
+    let (_, turn) = span_where(&received, |s| hex(&s.trace_id) == trace && s.name == "turn").await;
+    assert_eq!(turn.parent_span_id, call.span_id);
+    client.close().await;
     w.finish().await;
     server.abort();
 }

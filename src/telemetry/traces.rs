@@ -181,6 +181,23 @@ pub fn continue_in(span: &tracing::Span, headers: &axum::http::HeaderMap) {
     let _ = span.set_parent(parent);
 }
 
+/// Continues in `span` (not entered yet) the trace that JSON-RPC `params._meta` names
+/// (`traceparent`, `tracestate`, `baggage`: ACP's convention), if any.
+pub fn continue_from_meta(span: &tracing::Span, params: &serde_json::Value) {
+    let Some(meta) = params.get("_meta").and_then(serde_json::Value::as_object) else {
+        return;
+    };
+    if !meta.contains_key("traceparent") {
+        return;
+    }
+    let carrier: HashMap<String, String> = ["traceparent", "tracestate", "baggage"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_owned(), meta.get(k)?.as_str()?.to_owned())))
+        .collect();
+    let parent = global::get_text_map_propagator(|p| p.extract(&carrier));
+    let _ = span.set_parent(parent);
+}
+
 /// The W3C trace context of `span` (`traceparent`, `tracestate`, `baggage`), to send along with
 /// a request it makes; `None` when it is not traced.
 pub fn context_of(span: &tracing::Span) -> Option<HashMap<String, String>> {

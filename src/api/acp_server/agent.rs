@@ -16,6 +16,7 @@ use agent_client_protocol::{
     on_receive_request,
 };
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use super::follow::{self, Attached, Ctx, Cx, Event};
 use super::remote::Remote;
@@ -177,9 +178,22 @@ impl Conn {
         responder: Responder<Value>,
         cx: Cx,
     ) -> Result<(), RpcError> {
+        // The call as a span of the trace the client's `_meta.traceparent` names, if any.
+        let span = tracing::info_span!(
+            "acp_server",
+            "otel.name" = msg.method.as_str(),
+            "otel.kind" = "server",
+            "rpc.system" = "jsonrpc",
+            "rpc.method" = msg.method.as_str(),
+        );
+        crate::telemetry::traces::continue_from_meta(&span, &msg.params);
         cx.clone().spawn(async move {
             let ctx = self.ctx(&cx);
-            match self.answer(&ctx, &msg.method, &msg.params).await {
+            let answered = self
+                .answer(&ctx, &msg.method, &msg.params)
+                .instrument(span)
+                .await;
+            match answered {
                 Ok((answer, follow)) => {
                     responder.respond(answer)?;
                     // Followed only now: the client knows the session before its updates.
