@@ -163,6 +163,27 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
         meta.contains(&expected),
         "the agent's _meta carries the call's traceparent {expected}: {meta}"
     );
+    // A create waits for a member in a span of its own, within the create's.
+    let created = "d4cda95b652f4a1592b449d5929fda1b";
+    let r = gw
+        .http
+        .post(gw.url("/sessions"))
+        .header("traceparent", format!("00-{created}-{parent}-01"))
+        .json(&json!({"cwd": "/tmp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let (_, create) = span_where(&received, |s| {
+        hex(&s.trace_id) == created && s.name == "POST /sessions"
+    })
+    .await;
+    let (_, waited) = span_where(&received, |s| {
+        hex(&s.trace_id) == created && s.name == "acquire member"
+    })
+    .await;
+    assert_eq!(waited.parent_span_id, create.span_id);
+    assert_eq!(attribute(&waited, "agent").as_deref(), Some("default"));
     // The log still has every line, in its request's span (one filter serves both).
     let log = w.log();
     let logged = log

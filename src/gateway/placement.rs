@@ -10,6 +10,7 @@ use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::Error;
 use super::live::{Busy, Claim, LiveTable, TurnPhase};
@@ -208,7 +209,13 @@ impl Placement {
     async fn acquire(&self, agent: &str, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
         let wait = self.limits.acquire_timeout;
         let pool = &self.agent_named(agent)?.pool;
-        pool.acquire(cap, wait).await.map_err(|no| {
+        // A wait of its own in the request's trace (short when a member is ready).
+        let span = tracing::info_span!("acquire member", agent, member = tracing::field::Empty);
+        let acquired = pool.acquire(cap, wait).instrument(span.clone()).await;
+        if let Ok((member, _)) = &acquired {
+            span.record("member", member);
+        }
+        acquired.map_err(|no| {
             if no.full {
                 Error::NoCapacity(no.reason)
             } else {
