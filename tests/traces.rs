@@ -312,6 +312,44 @@ async fn an_acp_clients_meta_traceparent_is_continued() {
     server.abort();
 }
 
+/// Each webhook attempt is a span of its own, with the answer's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_attempt_is_a_span() {
+    let (url, received, server) = receiver().await;
+    let hooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", hooks.local_addr().unwrap());
+    let hook_server = tokio::spawn(async move {
+        let app = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+        let _ = axum::serve(hooks, app).await;
+    });
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .args(&["--webhook-allow-private", "--webhook-poll-ms", "100"]);
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let r = gw
+        .post("/webhooks", json!({"url": hook_url, "events": ["*"]}))
+        .await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    gw.create("/tmp").await;
+    let (_, attempt) = span_where(&received, |s| s.name == "webhook attempt").await;
+    assert_eq!(
+        attribute(&attempt, "webhook").as_deref(),
+        created["id"].as_str()
+    );
+    let status = attempt
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "http.response.status_code")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(status, Some(AnyValue::IntValue(200)));
+    w.finish().await;
+    server.abort();
+    hook_server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_out_of_reach_costs_only_the_spans() {
     // A port nothing listens on.

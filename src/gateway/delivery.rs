@@ -20,6 +20,7 @@ use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
+use tracing::Instrument as _;
 
 use super::webhooks::{WebhookConfig, Webhooks};
 use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
@@ -73,7 +74,30 @@ impl Webhooks {
 
     /// One attempt of one delivery, recorded.
     async fn attempt(&self, config: &WebhookConfig, d: DeliveryRecord, w: WebhookRecord) {
-        let sent = send(config, &d, &w).await;
+        // Each attempt a trace of its own (made by the outbox, not by a request).
+        let span = tracing::info_span!(
+            "webhook attempt",
+            "otel.kind" = "client",
+            webhook = w.id.as_str(),
+            delivery = d.id,
+            attempt = d.attempts + 1,
+            "http.response.status_code" = tracing::field::Empty,
+            error = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+        );
+        let sent = send(config, &d, &w).instrument(span.clone()).await;
+        match &sent {
+            Ok((status, _)) => {
+                span.record("http.response.status_code", status);
+                if !(200..300).contains(status) {
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            Err(error) => {
+                span.record("error", error.as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+        }
         let now = Utc::now();
         let attempt = match sent {
             Ok((status, body)) if (200..300).contains(&status) => {
