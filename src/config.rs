@@ -320,6 +320,13 @@ pub struct Config {
     #[arg(long, env = "ACP_GATEWAY_OTLP_ENDPOINT", global = true)]
     pub otlp_endpoint: Option<String>,
 
+    /// The agents export their own telemetry to the gateway's collector: their processes get
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL` and `OTEL_SERVICE_NAME`
+    /// (`acp-agent-NAME`) unless their own environment sets them. Without it, the gateway's
+    /// `OTEL_*` variables are not passed on to them.
+    #[arg(long, env = "ACP_GATEWAY_AGENT_OTEL", global = true)]
+    pub agent_otel: bool,
+
     /// Log format.
     #[arg(long, env = "ACP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty, global = true)]
     pub log_format: LogFormat,

@@ -350,6 +350,49 @@ async fn a_webhook_attempt_is_a_span() {
     hook_server.abort();
 }
 
+/// What the echo agent says of its OTLP variables.
+async fn agents_otel_variables(gw: &Gateway, id: &str) -> String {
+    let (status, _) = gw
+        .prompt(
+            id,
+            "/env OTEL_EXPORTER_OTLP_ENDPOINT /env OTEL_SERVICE_NAME hi",
+        )
+        .await;
+    assert_eq!(status, 200);
+    gw.json(&format!("/sessions/{id}/history"))
+        .await
+        .to_string()
+}
+
+/// `--agent-otel`: the agent's process gets the gateway's collector and a service name of its
+/// own; without it, the gateway's `OTEL_*` variables do not reach the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_export_to_the_collector_only_when_asked() {
+    let (url, _received, server) = receiver().await;
+    let opts = Options::default().args(&["--otlp-endpoint", &url, "--agent-otel"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let text = agents_otel_variables(w.gw(), &id).await;
+    assert!(
+        text.contains(&format!("OTEL_EXPORTER_OTLP_ENDPOINT={url}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("OTEL_SERVICE_NAME=acp-agent-default"),
+        "{text}"
+    );
+    w.finish().await;
+
+    let opts = Options::default()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OTEL_SERVICE_NAME", "the-gateway");
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let text = agents_otel_variables(w.gw(), &id).await;
+    assert!(text.contains("OTEL_EXPORTER_OTLP_ENDPOINT unset"), "{text}");
+    assert!(text.contains("OTEL_SERVICE_NAME unset"), "{text}");
+    w.finish().await;
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_out_of_reach_costs_only_the_spans() {
     // A port nothing listens on.

@@ -48,6 +48,8 @@ pub struct AgentCommand {
     pub program: String,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Variables of the gateway's environment not passed on.
+    pub env_remove: Vec<String>,
     pub cwd: Option<std::path::PathBuf>,
     /// Longest accepted stdout line.
     pub max_line_bytes: usize,
@@ -106,6 +108,9 @@ impl AgentProcess {
         // registers with the runtime); the agent's ends stay as they were.
         let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let (stdin_r, stdin) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        for name in &cmd.env_remove {
+            command.env_remove(name);
+        }
         let mut child = command
             .args(&cmd.args)
             .envs(cmd.env.iter().map(|(k, v)| (k, v)))

@@ -113,7 +113,48 @@ impl Config {
             ),
         };
         specs.sort_by(|a, b| (a.name != default, &a.name).cmp(&(b.name != default, &b.name)));
+        for spec in &mut specs {
+            self.otel_env(spec, &env)?;
+        }
         Ok((specs, default))
+    }
+
+    /// `--agent-otel`: the agent's process exports to the gateway's collector, under a name of
+    /// its own; without it, none of the gateway's `OTEL_*` variables reach it.
+    fn otel_env(
+        &self,
+        spec: &mut AgentSpec,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<()> {
+        let command = &mut spec.command;
+        if !self.agent_otel {
+            command.env_remove = std::env::vars_os()
+                .filter_map(|(k, _)| k.into_string().ok())
+                .filter(|k| k.starts_with("OTEL_"))
+                .filter(|k| !command.env.iter().any(|(own, _)| own == k))
+                .collect();
+            return Ok(());
+        }
+        let endpoint = self
+            .otlp_endpoint
+            .clone()
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .filter(|e| !e.is_empty())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--agent-otel needs a collector: --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT"
+                )
+            })?;
+        for (key, value) in [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
+            ("OTEL_SERVICE_NAME", format!("acp-agent-{}", spec.name)),
+        ] {
+            if !command.env.iter().any(|(own, _)| own == key) {
+                command.env.push((key.to_owned(), value));
+            }
+        }
+        Ok(())
     }
 
     /// An agent's spec from the global flags alone.
