@@ -16,11 +16,8 @@ const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";
 const ADMIN: &str = "admin-key-0123456789";
 
-/// Keys for alice, bob and an admin; two live sessions and one turn per tenant; bob may send
-/// three prompts a minute (his own table in the config file).
-fn limited(dir: &std::path::Path) -> Options {
-    let file = dir.join("limits.toml");
-    std::fs::write(&file, "[tenants.bob]\nprompts-per-minute = 3\n").unwrap();
+/// Keys for alice, bob and an admin.
+fn keyed() -> Options {
     Options::default().args(&[
         "--api-key",
         &format!("alice:{ALICE}"),
@@ -28,6 +25,15 @@ fn limited(dir: &std::path::Path) -> Options {
         &format!("bob:{BOB}"),
         "--admin-api-key",
         ADMIN,
+    ])
+}
+
+/// Keys for alice, bob and an admin; two live sessions and one turn per tenant; bob may send
+/// three prompts a minute (his own table in the config file).
+fn limited(dir: &std::path::Path) -> Options {
+    let file = dir.join("limits.toml");
+    std::fs::write(&file, "[tenants.bob]\nprompts-per-minute = 3\n").unwrap();
+    keyed().args(&[
         "--tenant-max-sessions",
         "2",
         "--tenant-max-turns",
@@ -274,16 +280,7 @@ async fn a_flood_leaves_the_other_tenant_alone(gws: &[&Gateway]) {
 
 /// Keys, and two turns at once per tenant (agent processes enough for both tenants' turns).
 fn turns_limited() -> Options {
-    Options::default().pool(4).args(&[
-        "--api-key",
-        &format!("alice:{ALICE}"),
-        "--api-key",
-        &format!("bob:{BOB}"),
-        "--admin-api-key",
-        ADMIN,
-        "--tenant-max-turns",
-        "2",
-    ])
+    keyed().pool(4).args(&["--tenant-max-turns", "2"])
 }
 
 /// Two replicas on one PostgreSQL database, each started with `opts`, once each sees the

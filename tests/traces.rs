@@ -66,6 +66,19 @@ async fn receiver() -> (String, Received, tokio::task::JoinHandle<()>) {
     (url, received, server)
 }
 
+/// `POST url` with `body`, as a child of span `parent` of trace `trace`.
+async fn post_traced(
+    gw: &Gateway,
+    url: &str,
+    trace: &str,
+    parent: &str,
+    body: Value,
+) -> reqwest::Response {
+    let traceparent = format!("00-{trace}-{parent}-01");
+    let request = gw.http.post(url).header("traceparent", traceparent);
+    request.json(&body).send().await.unwrap()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -117,14 +130,14 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
     let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
-    let r = gw
-        .http
-        .post(gw.prompt_url(&id))
-        .header("traceparent", format!("00-{trace}-{parent}-01"))
-        .json(&json!({"text": "/meta hi"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_traced(
+        gw,
+        &gw.prompt_url(&id),
+        trace,
+        parent,
+        json!({"text": "/meta hi"}),
+    )
+    .await;
     assert_eq!(r.status(), 200);
 
     // The request's span is the caller's child, named by its route.
@@ -165,14 +178,14 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
     );
     // A create waits for a member in a span of its own, within the create's.
     let created = "d4cda95b652f4a1592b449d5929fda1b";
-    let r = gw
-        .http
-        .post(gw.url("/sessions"))
-        .header("traceparent", format!("00-{created}-{parent}-01"))
-        .json(&json!({"cwd": "/tmp"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_traced(
+        gw,
+        &gw.url("/sessions"),
+        created,
+        parent,
+        json!({"cwd": "/tmp"}),
+    )
+    .await;
     assert_eq!(r.status(), 201);
     let (_, create) = span_where(&received, |s| {
         hex(&s.trace_id) == created && s.name == "POST /sessions"
@@ -209,14 +222,14 @@ async fn a_forwarded_request_carries_its_trace_to_the_owner() {
     };
     let id = w.gw().create_here("/tmp").await;
     let trace = "0af7651916cd43dd8448eb211c80319c";
-    let r = b
-        .http
-        .post(b.prompt_url(&id))
-        .header("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
-        .json(&json!({"text": "hi"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_traced(
+        &b,
+        &b.prompt_url(&id),
+        trace,
+        "b7ad6b7169203331",
+        json!({"text": "hi"}),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     // (Read whole: the request's span ends with its body.)
     r.bytes().await.unwrap();
@@ -247,14 +260,14 @@ async fn json_log_lines_name_their_trace() {
     let (w, id) = World::with_session(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let trace = "5b8aa5a2d2c872e8321cf37308d69df2";
-    let r = gw
-        .http
-        .post(gw.prompt_url(&id))
-        .header("traceparent", format!("00-{trace}-051581bf3cb55c13-01"))
-        .json(&json!({"text": "hi"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_traced(
+        gw,
+        &gw.prompt_url(&id),
+        trace,
+        "051581bf3cb55c13",
+        json!({"text": "hi"}),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     let lines: Vec<Value> = w
         .log()
