@@ -251,8 +251,10 @@ pub async fn run(
             hub.close().await;
         })
     };
+    // Only a keys file or expiring tokens need watching: fixed keys never change.
     let watcher = keys
         .clone()
+        .filter(|k| config.api_keys_file.is_some() || k.oidc().is_some())
         .map(|keys| tokio::spawn(keys.watch(stop.clone())));
     let app = app(gateway.clone(), &config, keys, cors, stop.clone());
     let served = api::serve::serve(listener, app, {
