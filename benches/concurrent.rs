@@ -25,8 +25,9 @@
 //! `examples/bench_agent.rs`, which costs far less than any front; or `echo`),
 //! `CONCURRENT_FRONTS` which fronts (names holding one of its comma-separated words),
 //! `CONCURRENT_BASELINE` the paths of other builds of the gateway to measure beside this one
-//! (comma-separated).
-//! Writes `bench/results/concurrent.md`.
+//! (comma-separated), `CONCURRENT_TRACED=1` adds this build with its spans on (`RUST_LOG=info`),
+//! traces off, and traces on with the collector down, sampling none and all.
+//! Writes `bench/results/concurrent.md` (`concurrent-traced.md` with `CONCURRENT_TRACED=1`).
 
 mod support;
 
@@ -149,6 +150,13 @@ async fn main() {
         support::cores(),
     );
     print!("{report}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/concurrent.md");
+    // With the traced fronts, a report of its own (it is run with only some fronts).
+    let name = match std::env::var("CONCURRENT_TRACED").as_deref() {
+        Ok("1") => "concurrent-traced.md",
+        _ => "concurrent.md",
+    };
+    let out = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench/results")
+        .join(name);
     std::fs::write(out, report).unwrap();
 }

@@ -97,9 +97,14 @@ pub fn app(
                 let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
                 let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                 let route = route.as_deref().unwrap_or("-");
-                let span = tracing::info_span!("request", method = %req.method(), route, request_id, "otel.name" = %format_args!("{} {route}", req.method()), "otel.kind" = "server");
+                let session_id = telemetry::traces::session_in(route, req.uri().path());
+                let span = tracing::info_span!("request", method = %req.method(), route, request_id, session_id, tenant = tracing::field::Empty, "http.response.status_code" = tracing::field::Empty, "otel.name" = %format_args!("{} {route}", req.method()), "otel.kind" = "server");
                 telemetry::traces::continue_in(&span, req.headers());
                 span
+            })
+            .on_response(|res: &axum::http::Response<_>, latency: Duration, span: &tracing::Span| {
+                span.record("http.response.status_code", i64::from(res.status().as_u16()));
+                tower_http::trace::OnResponse::on_response(tower_http::trace::DefaultOnResponse::default(), res, latency, span);
             })
             .on_failure(log_failure),
         )
@@ -173,6 +178,9 @@ pub async fn run(
         max_age: Config::secs_or_never(config.keep.retention_age),
     };
     let hub = EventHub::new(store.clone(), stop.clone(), retention);
+    if telemetry::traces::exporting() {
+        hub.traced().turn_on(telemetry::traces::sampled);
+    }
     // One pool per agent, the default first (as `agents` are).
     let pools = agents
         .iter()

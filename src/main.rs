@@ -36,9 +36,17 @@ async fn main() -> std::process::ExitCode {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // One filter for both layers: the spans and events it lets through are exported (when
     // traces are on) and logged alike.
-    let otel = traces
-        .as_ref()
-        .map(|t| tracing_opentelemetry::layer().with_tracer(t.tracer.clone()));
+    let otel = traces.as_ref().map(|t| {
+        // Only what the spans say: no thread, source location or busy/idle times, and
+        // no OpenTelemetry context attached on every enter (the gateway reads a span's
+        // context where it sends it on), which costs on every poll of a traced future.
+        tracing_opentelemetry::layer()
+            .with_tracer(t.tracer.clone())
+            .with_context_activation(false)
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+    });
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     match config.log_format {
         LogFormat::Pretty => registry

@@ -3,7 +3,8 @@
 //! with a `traceparent` continues that trace: its request span is the caller's child, the ACP
 //! call to the agent is a span of the same trace within the turn's, and the agent receives the
 //! call's trace context in `params._meta`; a request forwarded to the replica that holds the
-//! session carries the trace there, as does an `/acp` client's `_meta.traceparent`; JSON log
+//! session carries the trace there, with the turn's permission wait and log writes in it, as
+//! does an `/acp` client's `_meta.traceparent`; JSON log
 //! lines name their trace. With the collector gone,
 //! requests are answered as before and the dropped spans are counted.
 
@@ -99,6 +100,15 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
     }
 }
 
+/// An integer attribute of `span` (0 when it has none).
+fn int_attribute(span: &Span, key: &str) -> i64 {
+    let value = span.attributes.iter().find(|kv| kv.key == key);
+    match value.and_then(|kv| kv.value.as_ref()?.value.as_ref()) {
+        Some(AnyValue::IntValue(n)) => *n,
+        _ => 0,
+    }
+}
+
 /// Waits until a span matching `wanted` has been received; returns it.
 async fn span_where(received: &Received, wanted: impl Fn(&Span) -> bool) -> (String, Span) {
     let deadline = std::time::Instant::now() + PATIENCE;
@@ -147,6 +157,13 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
     .await;
     assert_eq!(service, "gateway-under-test");
     assert_eq!(hex(&request.parent_span_id), parent);
+    // It says whose request it was, about which session, and how it was answered.
+    assert_eq!(
+        attribute(&request, "session_id").as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(attribute(&request, "tenant").as_deref(), Some("default"));
+    assert_eq!(int_attribute(&request, "http.response.status_code"), 200);
     // The ACP call to the agent is a span of the same trace, within the request's.
     let (_, call) = span_where(&received, |s| {
         hex(&s.trace_id) == trace && s.name == "session/prompt"
@@ -210,9 +227,10 @@ async fn a_prompt_continues_the_callers_trace_into_the_agent() {
 
 /// Two replicas exporting to one receiver: a prompt sent to the replica that does not hold the
 /// session is forwarded to the one that does, and the trace goes on there, as a child of the
-/// forwarding hop.
+/// forwarding hop: the turn, its ACP call (whose context the agent is handed), the permission
+/// the agent asks for while the turn waits for a client, and the log writes of its events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forwarded_request_carries_its_trace_to_the_owner() {
+async fn a_forwarded_turn_is_one_trace_from_the_caller_to_the_agent_and_the_log() {
     let (url, received, server) = receiver().await;
     let opts = Options::default()
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
@@ -220,23 +238,43 @@ async fn a_forwarded_request_carries_its_trace_to_the_owner() {
     let Some((w, b, _c)) = support::cluster::three_replicas(opts).await else {
         return;
     };
-    let id = w.gw().create_here("/tmp").await;
+    let gw = w.gw();
+    let id = gw.create_here("/tmp").await;
     let trace = "0af7651916cd43dd8448eb211c80319c";
-    let r = post_traced(
-        &b,
-        &b.prompt_url(&id),
-        trace,
-        "b7ad6b7169203331",
-        json!({"text": "hi"}),
-    )
-    .await;
+    let prompt = {
+        let (b_url, http) = (b.prompt_url(&id), b.http.clone());
+        let traceparent = format!("00-{trace}-b7ad6b7169203331-01");
+        let request = http.post(b_url).header("traceparent", traceparent);
+        tokio::spawn(
+            request
+                .json(&json!({"text": "/permission /meta hi"}))
+                .send(),
+        )
+    };
+    // The agent asks; a client of the replica that holds the session answers.
+    let pending = loop {
+        let pending = gw.json(&format!("/sessions/{id}/permissions")).await;
+        if let Some(request) = pending[0]["requestId"].as_str() {
+            break request.to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let r = gw
+        .post(
+            &format!("/sessions/{id}/permissions/{pending}"),
+            json!({"optionId": "allow"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = prompt.await.unwrap().unwrap();
     assert_eq!(r.status(), 200);
     // (Read whole: the request's span ends with its body.)
     r.bytes().await.unwrap();
-    let (_, hop) = span_where(&received, |s| {
-        hex(&s.trace_id) == trace && s.name == "forward"
-    })
-    .await;
+    let in_trace = |name: &'static str| {
+        let received = received.clone();
+        async move { span_where(&received, |s| hex(&s.trace_id) == trace && s.name == name).await }
+    };
+    let (_, hop) = in_trace("forward").await;
     // The owner's request span is the hop's child, and the turn ran there.
     let (_, there) = span_where(&received, |s| {
         hex(&s.trace_id) == trace
@@ -244,8 +282,51 @@ async fn a_forwarded_request_carries_its_trace_to_the_owner() {
             && s.parent_span_id == hop.span_id
     })
     .await;
-    let (_, turn) = span_where(&received, |s| hex(&s.trace_id) == trace && s.name == "turn").await;
+    let (_, turn) = in_trace("turn").await;
     assert_eq!(turn.parent_span_id, there.span_id);
+    // The ACP call is the turn's child, and the agent was handed its context.
+    let (_, call) = in_trace("session/prompt").await;
+    assert_eq!(call.parent_span_id, turn.span_id);
+    let said = gw
+        .json(&format!("/sessions/{id}/history"))
+        .await
+        .to_string();
+    let expected = format!("00-{trace}-{}-01", hex(&call.span_id));
+    assert!(
+        said.contains(&expected),
+        "the agent was sent {expected}: {said}"
+    );
+    // The wait for the permission's answer is the turn's, and says how it ended.
+    let (_, waited) = in_trace("permission request pending").await;
+    assert_eq!(waited.parent_span_id, turn.span_id);
+    assert_eq!(attribute(&waited, "request_id").as_deref(), Some(&*pending));
+    assert_eq!(attribute(&waited, "reason").as_deref(), Some("answered"));
+    // The turn's events were stored in log writes of its own trace, its children.
+    let (_, write) = in_trace("log write").await;
+    assert_eq!(write.parent_span_id, turn.span_id);
+    assert_eq!(
+        attribute(&write, "session_id").as_deref(),
+        Some(id.as_str())
+    );
+    let writes: Vec<Span> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, s)| hex(&s.trace_id) == trace && s.name == "log write")
+        .map(|(_, s)| s.clone())
+        .collect();
+    assert!(writes.iter().all(|s| s.parent_span_id == turn.span_id));
+    // Together they wrote every event of the turn, from `turn_started` to `turn_ended`.
+    let logged: Vec<String> = gw.logged(&id).await.into_iter().map(|(_, e)| e).collect();
+    let from = logged.iter().position(|e| e == "turn_started").unwrap();
+    let to = logged.iter().position(|e| e == "turn_ended").unwrap();
+    let written: i64 = writes.iter().map(|s| int_attribute(s, "events")).sum();
+    assert_eq!(written as usize, to - from + 1, "{logged:?}");
+    assert!(
+        writes
+            .iter()
+            .all(|s| s.start_time_unix_nano >= turn.start_time_unix_nano)
+    );
     w.finish().await;
     server.abort();
 }

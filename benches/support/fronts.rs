@@ -34,14 +34,27 @@ impl Front {
     pub async fn start(which: &Which, agent: &Path, dir: &Path) -> Front {
         match which {
             Which::Direct => Front::Direct(Arc::new(MultiplexedAgent::start(agent, dir).await)),
-            Which::Gateway(backend, binary) => {
-                let db = Database::create(*backend, dir, "bench").await;
+            Which::Gateway(..) | Which::Traced(..) => {
+                let backend = which.backend().expect("a gateway");
+                let db = Database::create(backend, dir, "bench").await;
                 let mut opts = Options {
                     agent: agent.to_owned(),
                     ..Options::bench()
                 };
-                if let Some(binary) = binary {
+                if let Which::Gateway(_, Some(binary)) = which {
                     opts.binary = binary.clone();
+                }
+                if let Which::Traced(_, sampled) = which {
+                    // The spans at `info` exist (the filter lets them through), as they do by
+                    // default; the request log lines are still off.
+                    opts.rust_log = "info,tower_http=off".into();
+                    if let Some(ratio) = sampled {
+                        // Exporting to a collector that is down: nothing listens on port 9.
+                        opts = opts
+                            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+                            .env("OTEL_TRACES_SAMPLER", "traceidratio")
+                            .env("OTEL_TRACES_SAMPLER_ARG", ratio);
+                    }
                 }
                 let gw = Gateway::spawn(&db.url, dir, &opts).await;
                 Front::Gateway(Box::new(gw), db)
@@ -87,7 +100,20 @@ pub enum Which {
     Direct,
     /// On a backend; another build than this one's when given.
     Gateway(Backend, Option<std::path::PathBuf>),
+    /// This build with its spans at `info` on: traces off (`None`), or on with the collector
+    /// down, sampling this ratio of them ("0" or "1").
+    Traced(Backend, Option<&'static str>),
     Peer(PeerKind),
+}
+
+impl Which {
+    /// The gateway's backend, for a gateway.
+    pub fn backend(&self) -> Option<Backend> {
+        match self {
+            Which::Gateway(backend, _) | Which::Traced(backend, _) => Some(*backend),
+            _ => None,
+        }
+    }
 }
 
 /// What the subscribers saw.
@@ -486,6 +512,19 @@ impl Setup {
             for other in others.split(',').filter(|o| !o.is_empty()) {
                 let name = format!("acp-gateway {other}, {}", backend.name());
                 fronts.push((name, Which::Gateway(backend, Some(other.into()))));
+            }
+            // `…_TRACED=1`: beside it, with its spans on, traces off and on (the collector
+            // down), sampling none and all.
+            if env_or(&var("TRACED"), 0) == 1 {
+                let traced = [
+                    (None, "spans on, traces off"),
+                    (Some("0"), "traces on, sampling none"),
+                    (Some("1"), "traces on, sampling all"),
+                ];
+                for (ratio, what) in traced {
+                    let name = format!("acp-gateway {what}, {}", backend.name());
+                    fronts.push((name, Which::Traced(backend, ratio)));
+                }
             }
         }
         fronts.push((String::new(), Which::Peer(PeerKind::AcpHttpAdapter)));

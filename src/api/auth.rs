@@ -40,11 +40,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or(ApiError::Unauthorized)
+        let caller = parts.extensions.get::<Caller>().cloned();
+        let caller = caller.ok_or(ApiError::Unauthorized)?;
+        // The request's span (the handler runs in it) names whose request it is.
+        tracing::Span::current().record("tenant", caller.tenant.as_str());
+        Ok(caller)
     }
 }
 

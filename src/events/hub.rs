@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::run::lifecycle_wake;
+use super::traced::Traced;
 use super::{Run, StoredLifecycleEvent};
 use crate::store::{Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store};
 
@@ -52,6 +53,8 @@ pub(super) struct Queued {
     /// Raise the session's `updated_at` to at least this, with the event.
     pub(super) touch: Option<DateTime<Utc>>,
     pub(super) done: Option<oneshot::Sender<Result<i64, String>>>,
+    /// The span whose trace the append belongs to (a turn's), while traces are exported.
+    pub(super) span: Option<tracing::Span>,
 }
 
 /// How long events are kept (per session).
@@ -97,6 +100,8 @@ pub struct EventHub {
     /// append another replica announced (it may have changed any cached session).
     pub(super) touches: AtomicU64,
     pub(super) streams: Arc<StreamStats>,
+    /// The sessions whose appends are traced, and their spans.
+    pub(super) traced: Traced,
 }
 
 /// Counters of the event streams (for `/metrics`).
@@ -149,6 +154,7 @@ impl EventHub {
             commits: AtomicU64::new(0),
             touches: AtomicU64::new(0),
             streams: Arc::default(),
+            traced: Traced::default(),
         });
         let writer = hub.clone();
         let (written, stopped) = oneshot::channel::<()>();
@@ -288,6 +294,11 @@ impl EventHub {
     /// session list read before one may be stale.
     pub fn touches(&self) -> u64 {
         self.touches.load(Ordering::SeqCst)
+    }
+
+    /// Which sessions' appends are written in a turn's trace.
+    pub fn traced(&self) -> &Traced {
+        &self.traced
     }
 
     /// Counters of the event streams.

@@ -18,7 +18,7 @@
 //! wake-ups from other replicas; `writer.rs` is the log writer task that every append goes
 //! through, `retry.rs` what it does when an append fails, `lifecycle.rs` the lifecycle log's
 //! writer (queued and retried the same way), `stream.rs` the subscribers' side (following a
-//! log), `run.rs` what they follow. What the hub carries is typed: each edge writes its own
+//! log), `run.rs` what they follow, `traced.rs` the trace a turn's appends are written in. What the hub carries is typed: each edge writes its own
 //! wire form. This file only declares the parts and re-exports their names.
 
 mod hub;
@@ -26,10 +26,12 @@ mod lifecycle;
 mod retry;
 mod run;
 mod stream;
+mod traced;
 mod writer;
 
 pub use hub::{EventHub, Retention, StreamStats};
 pub use run::{Run, Sequenced};
+pub use traced::Traced;
 pub use writer::MAX_BATCH;
 
 /// The events the hub carries, as the log stores them.

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::hub::{QUIET_BATCH, Queued};
 use super::retry::{Abandoned, KnownSeqs};
+use super::traced::write_spans;
 use super::{EventHub, Run};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
 
@@ -86,6 +87,7 @@ impl EventHub {
             event: None,
             touch: None,
             done: Some(tx),
+            span: None,
         };
         if self.send(barrier).await.is_ok() {
             let _ = rx.await;
@@ -104,6 +106,7 @@ impl EventHub {
             event: Some(event),
             touch,
             done,
+            span: self.traced.of(session_id),
         };
         if let Err(mpsc::error::SendError(item)) = self.send(item).await {
             tracing::error!(
@@ -205,6 +208,18 @@ impl EventHub {
             share.events.push(event);
             share.items.push(item);
         }
+        // Ended when the batch is written (or given up on).
+        let total = shares.iter().map(|s| s.events.len()).sum();
+        let _spans: Vec<tracing::Span> = shares
+            .iter()
+            .flat_map(|s| {
+                write_spans(
+                    &s.session_id,
+                    s.items.iter().map(|i| i.span.as_ref()),
+                    total,
+                )
+            })
+            .collect();
         let mut unsure = false;
         if shares.len() > 1 {
             let all: Vec<_> = shares

@@ -213,7 +213,8 @@ impl Placement {
         let span = tracing::info_span!("acquire member", agent, member = tracing::field::Empty);
         let acquired = pool.acquire(cap, wait).instrument(span.clone()).await;
         if let Ok((member, _)) = &acquired {
-            span.record("member", member);
+            // (Integers as `i64`: OpenTelemetry has no unsigned attributes.)
+            span.record("member", *member as i64);
         }
         acquired.map_err(|no| {
             if no.full {

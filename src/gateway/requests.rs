@@ -4,8 +4,9 @@
 //! cancelled with the turn — and forgotten when its member exits. The agent is answered after
 //! the table's lock is released.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::CompleteElicitationNotification;
@@ -55,6 +56,9 @@ pub struct Requests {
     pub(super) log: Log,
     /// Whose sessions a caller may answer for.
     pub(super) records: Arc<Records>,
+    /// The spans of the requests pending in a traced turn, by request id, ended with their
+    /// resolution.
+    waits: Mutex<HashMap<String, tracing::Span>>,
     /// The timers.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -76,6 +80,7 @@ impl Requests {
             policy,
             timeout,
             log,
+            waits: Mutex::default(),
             tasks,
             stop,
         }
@@ -95,6 +100,19 @@ impl Requests {
         extra: V::Extra,
     ) {
         let (session_id, payload) = (view.session_id().to_owned(), view.requested_payload());
+        // In a traced turn, the wait for an answer is a span of the turn's.
+        if let Some(turn) = self.log.hub().traced().of(&session_id) {
+            let span = tracing::info_span!(
+                parent: &turn,
+                "pending",
+                "otel.name" = format!("{} pending", V::NOUN),
+                request_id = view.request_id(),
+                member = member as i64,
+                reason = tracing::field::Empty,
+            );
+            let mut waits = self.waits.lock().expect("request spans lock");
+            waits.insert(view.request_id().to_owned(), span);
+        }
         V::table(self).insert(view, member, request, extra);
         self.log.append(&session_id, V::REQUESTED, payload).await;
     }
@@ -116,6 +134,14 @@ impl Requests {
     }
 
     async fn log_resolved<V: Kind>(&self, view: &V, reason: &str) {
+        let waited = self
+            .waits
+            .lock()
+            .expect("request spans lock")
+            .remove(view.request_id());
+        if let Some(span) = waited {
+            span.record("reason", reason);
+        }
         let payload = view.resolved_payload(reason);
         self.log
             .enqueue(view.session_id(), V::RESOLVED, payload)

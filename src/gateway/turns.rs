@@ -72,16 +72,6 @@ impl Turns {
             .turn(&caller.tenant, id.as_str())
             .await?;
         self.counters.turns_started.fetch_add(1, Ordering::Relaxed);
-        // Queued, not awaited: the log's order is the queue's, so it precedes every update the
-        // agent sends for this turn, and the prompt goes out without waiting for a commit. The
-        // session's `updatedAt` moves with it, in the same commit.
-        self.log
-            .enqueue_touching(
-                id.as_str(),
-                "turn_started",
-                json!({"sessionId": id.as_str(), "prompt": prompt}),
-            )
-            .await;
         let sid = id.as_str().to_owned();
         // The turn, from its prompt to its `turn_ended`, as a span of the request's trace.
         let span = tracing::info_span!(
@@ -92,6 +82,18 @@ impl Turns {
             usage_total_tokens = tracing::field::Empty,
             "otel.status_code" = tracing::field::Empty,
         );
+        // What the turn appends is written in its trace, until its `turn_ended` is queued.
+        self.log.hub().traced().begin(&sid, &span);
+        // Queued, not awaited: the log's order is the queue's, so it precedes every update the
+        // agent sends for this turn, and the prompt goes out without waiting for a commit. The
+        // session's `updatedAt` moves with it, in the same commit.
+        self.log
+            .enqueue_touching(
+                id.as_str(),
+                "turn_started",
+                json!({"sessionId": id.as_str(), "prompt": prompt}),
+            )
+            .await;
         let sent = agent.prompt(&sid, &prompt).instrument(span.clone()).await;
         claim.mark_sent();
         // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
@@ -129,13 +131,14 @@ impl Turns {
                 None => span.record("otel.status_code", "ERROR"),
             };
             if let Some(tokens) = ended.pointer("/usage/totalTokens").and_then(Value::as_u64) {
-                span.record("usage_total_tokens", tokens);
+                span.record("usage_total_tokens", tokens as i64);
             }
             let usage = ended.get("usage").is_some();
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();
             this.log.enqueue_now(&sid, "turn_ended", ended).await;
+            this.log.hub().traced().end(&sid);
             this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.

@@ -93,6 +93,14 @@ pub struct Traces {
     pub tracer: SdkTracer,
 }
 
+/// Set once [`Traces::start`] has started an exporter.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported (the process's traces are on).
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
 /// Whether an environment variable is set to something.
 fn set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty())
@@ -155,6 +163,7 @@ impl Traces {
             Box::new(TraceContextPropagator::new()),
             Box::new(BaggagePropagator::new()),
         ]));
+        EXPORTING.store(true, Ordering::Relaxed);
         Ok(Some(Traces { provider, tracer }))
     }
 
@@ -198,11 +207,33 @@ pub fn continue_from_meta(span: &tracing::Span, params: &serde_json::Value) {
     let _ = span.set_parent(parent);
 }
 
+/// The session a request is about: the path's segment where its route has `/sessions/{id}`.
+pub fn session_in<'a>(route: &str, path: &'a str) -> Option<&'a str> {
+    let at = route
+        .split('/')
+        .zip(route.split('/').skip(1))
+        .position(|(parent, this)| parent == "sessions" && this == "{id}")?;
+    path.split('/').nth(at + 1)
+}
+
+/// Whether `span` is in a trace that is sampled (exported).
+pub fn sampled(span: &tracing::Span) -> bool {
+    sampled_in(&span.context())
+}
+
+fn sampled_in(cx: &Context) -> bool {
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid() && sc.is_sampled()
+}
+
 /// The W3C trace context of `span` (`traceparent`, `tracestate`, `baggage`), to send along with
-/// a request it makes; `None` when it is not traced.
+/// a request it makes; `None` when it is not traced or not sampled (then nothing is added to
+/// the request: what an unsampled trace would tell the next hop is not worth its bytes on
+/// every call).
 pub fn context_of(span: &tracing::Span) -> Option<HashMap<String, String>> {
     let cx: Context = span.context();
-    if !cx.span().span_context().is_valid() {
+    if !sampled_in(&cx) {
         return None;
     }
     let mut carrier = HashMap::new();
@@ -262,5 +293,21 @@ where
             ),
             None => writer.write_str(&line),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_in;
+
+    #[test]
+    fn the_session_is_read_where_the_route_names_it() {
+        let route = "/sessions/{id}/permissions/{requestId}";
+        let path = "/sessions/sess_1/permissions/perm_2";
+        assert_eq!(session_in(route, path), Some("sess_1"));
+        assert_eq!(session_in("/sessions/{id}", "/sessions/s"), Some("s"));
+        assert_eq!(session_in("/sessions", "/sessions"), None);
+        assert_eq!(session_in("/webhooks/{id}", "/webhooks/w"), None);
+        assert_eq!(session_in("-", "/nowhere"), None);
     }
 }
