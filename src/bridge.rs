@@ -119,8 +119,25 @@ impl Editor {
     }
 }
 
-/// Bridges stdin/stdout to the gateway at `url` until stdin ends.
-pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
+/// How the bridge holds its connection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Link {
+    /// Exit (with an error) when the connection drops instead of connecting again: for a pool
+    /// member of another gateway, whose supervisor restarts it and resumes its sessions.
+    pub once: bool,
+    /// When nothing has come from the other side for this long, it is asked something (an
+    /// unknown method, which any JSON-RPC peer answers with an error); when nothing has come
+    /// for this long again, the connection counts as dropped: a silent host cannot hang a
+    /// request forever.
+    pub heartbeat: Option<Duration>,
+}
+
+/// The method the heartbeat asks: none, so that any peer answers at once, with an error.
+const PING: &str = "_acp_gateway/ping";
+
+/// Bridges stdin/stdout to the gateway at `url` until stdin ends (or, with [`Link::once`], the
+/// connection drops).
+pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Result<()> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(key) = api_key {
         let value = format!("Bearer {key}")
@@ -159,8 +176,25 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
             }
         }
         attempt += 1;
-        loop {
+        // The heartbeat: when something last came from the other side, and whether it has
+        // been asked since (nothing is asked before it has said anything).
+        let (mut heard, mut asked, mut said_anything) = (tokio::time::Instant::now(), false, false);
+        let beat = link.heartbeat.unwrap_or(Duration::MAX);
+        // Why it ended (empty: the channel closed first, and the driver says why).
+        let why: String = loop {
+            let quiet_until = heard.checked_add(beat).unwrap_or_else(far_future);
             tokio::select! {
+                _ = tokio::time::sleep_until(quiet_until), if said_anything => {
+                    if asked {
+                        break format!("the other side has said nothing for two heartbeats ({beat:?} each)");
+                    }
+                    asked = true;
+                    heard = tokio::time::Instant::now();
+                    let ping = json!({"jsonrpc": "2.0", "id": format!("{OWN_ID}ping/{attempt}"), "method": PING, "params": {}});
+                    if !send(&ping.to_string()) {
+                        break String::new();
+                    }
+                }
                 line = stdin.next_line() => {
                     let Some(line) = line? else {
                         return Ok(()); // the editor is gone
@@ -169,11 +203,12 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
                         editor.sent(&msg);
                     }
                     if !send(&line) {
-                        break;
+                        break String::new();
                     }
                 }
                 frame = futures::StreamExt::next(&mut from_gateway) => {
-                    let Some(frame) = frame else { break };
+                    let Some(frame) = frame else { break String::new() };
+                    (heard, asked, said_anything) = (tokio::time::Instant::now(), false, true);
                     let Ok(line) = frame.to_json() else { continue };
                     let msg: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
                     if editor.received(&msg) {
@@ -184,12 +219,20 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
                     }
                 }
                 ended = &mut driver => {
-                    if let Err(e) = ended {
-                        tracing::warn!(error = %e, "the connection to the gateway ended");
-                    }
-                    break;
+                    break ended.err().map_or_else(|| "it was closed".to_owned(), |e| e.to_string());
                 }
             }
+        };
+        let why = match why.is_empty() {
+            false => why,
+            true => match tokio::time::timeout(Duration::from_secs(1), &mut driver).await {
+                Ok(Err(e)) => e.to_string(),
+                _ => "it was closed".to_owned(),
+            },
+        };
+        tracing::warn!(reason = why, "the connection to the gateway ended");
+        if link.once {
+            anyhow::bail!("the connection to {url} dropped: {why}");
         }
         for error in editor.lost() {
             if !write_line(&mut stdout, error.to_string().into_bytes()).await? {
@@ -200,6 +243,11 @@ pub async fn connect(url: &str, api_key: Option<&str>) -> anyhow::Result<()> {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF.1);
     }
+}
+
+/// An instant no wait reaches.
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 /// Writes one line to the editor: `false` when the editor has closed its end (it is gone, as

@@ -355,6 +355,14 @@ pub enum Command {
         /// The gateway (`http(s)://` for HTTP/SSE, `ws(s)://` for a WebSocket); `/acp` is
         /// appended unless the path ends with it.
         url: String,
+        /// Exit when the connection drops instead of connecting again (how a gateway runs its
+        /// remote agents' members: its supervisor restarts them and resumes their sessions).
+        #[arg(long)]
+        once: bool,
+        /// Seconds of silence from the other side after which it is asked something; as long
+        /// again without an answer and the connection counts as dropped (0: never).
+        #[arg(long, default_value_t = 0)]
+        heartbeat: u64,
     },
 }
 

@@ -146,6 +146,7 @@ pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
         init_timeout: config.init_timeout(),
         auth_method: agent.auth_method.clone(),
         auth_meta: agent.auth_meta.clone(),
+        remote: agent.remote.clone(),
     }
 }
 

@@ -92,9 +92,24 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             print!("{}", checked.report);
             return checked.result();
         }
-        Some(Command::Connect { ref url }) => {
+        Some(Command::Connect {
+            ref url,
+            once,
+            heartbeat,
+        }) => {
             let key = config.api_keys.last().map(String::as_str);
-            return acp_gateway::bridge::connect(url, key).await;
+            let link = acp_gateway::bridge::Link {
+                once,
+                heartbeat: (heartbeat > 0).then(|| std::time::Duration::from_secs(heartbeat)),
+            };
+            let ended = acp_gateway::bridge::connect(url, key, link).await;
+            // Stdin is read on a blocking thread that no runtime shutdown can stop (it would
+            // wait for the next line): the bridge leaves at once.
+            if let Err(e) = &ended {
+                tracing::error!("{e:#}");
+                eprintln!("acp-gateway: {e:#}");
+            }
+            std::process::exit(i32::from(ended.is_err()));
         }
         Some(Command::Serve) | None => {}
     }

@@ -31,6 +31,9 @@ pub struct AgentSpec {
     pub auth_meta: Option<Value>,
     /// Most live sessions this agent holds at once (0: no limit).
     pub max_sessions: usize,
+    /// The URL of an agent reached over ACP's HTTP or WebSocket transport (its members bridge
+    /// to it); `None` for a command the gateway runs.
+    pub remote: Option<String>,
 }
 
 /// A `[agents.NAME]` table of the `--config` file, as written (nothing resolved yet). Keys are
@@ -40,7 +43,15 @@ pub struct AgentSpec {
 pub struct FileAgent {
     #[serde(skip)]
     pub name: String,
-    pub command: String,
+    /// What the gateway runs; or
+    pub command: Option<String>,
+    /// where it reaches the agent over ACP's network transport, with
+    pub url: Option<String>,
+    /// the bearer token the remote side requires (`${VAR}` references resolved), and
+    pub token: Option<String>,
+    /// the seconds of its silence after which it is asked something (as long again without
+    /// an answer and the connection counts as dropped; default 10).
+    pub heartbeat: Option<u64>,
     pub pool_size: Option<u16>,
     pub env: Option<BTreeMap<String, String>>,
     pub cwd: Option<PathBuf>,
@@ -80,7 +91,18 @@ impl FileAgent {
     /// The table for the log: the environment's values and every `auth-meta` string redacted.
     pub(super) fn shown(&self) -> String {
         let mut out = serde_json::Map::new();
-        out.insert("command".into(), self.command.clone().into());
+        if let Some(command) = &self.command {
+            out.insert("command".into(), command.clone().into());
+        }
+        if let Some(url) = &self.url {
+            out.insert("url".into(), url.clone().into());
+        }
+        if self.token.is_some() {
+            out.insert("token".into(), REDACTED.into());
+        }
+        if let Some(n) = self.heartbeat {
+            out.insert("heartbeat".into(), n.into());
+        }
         if let Some(n) = self.pool_size {
             out.insert("pool-size".into(), n.into());
         }

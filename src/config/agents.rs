@@ -46,9 +46,17 @@ impl Config {
                     (DEFAULT_AGENT, value.as_str())
                 }
             };
-            let command = AgentCommand::parse(line)
-                .with_context(|| format!("cannot parse --agent {value:?}"))?;
-            self.add(&mut specs, self.spec(name, command))?;
+            let spec = match remote_url(line) {
+                Some(url) => self
+                    .spec(name, AgentCommand::default())
+                    .reached_at(url, None, None)?,
+                None => {
+                    let command = AgentCommand::parse(line)
+                        .with_context(|| format!("cannot parse --agent {value:?}"))?;
+                    self.spec(name, command)
+                }
+            };
+            self.add(&mut specs, spec)?;
         }
         for file in &self.file_agents {
             let at = format!("[agents.{}] of --config", file.name);
@@ -57,9 +65,34 @@ impl Config {
                 "{at}: {:?} is not a valid agent name (lowercase letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters)",
                 file.name
             );
-            let command = AgentCommand::parse(&file.command)
-                .with_context(|| format!("{at}: cannot parse command {:?}", file.command))?;
-            let mut spec = self.spec(&file.name, command);
+            let mut spec = match (&file.command, &file.url) {
+                (Some(command), None) => {
+                    let command = AgentCommand::parse(command)
+                        .with_context(|| format!("{at}: cannot parse command {command:?}"))?;
+                    self.spec(&file.name, command)
+                }
+                (None, Some(url)) => {
+                    anyhow::ensure!(
+                        remote_url(url).is_some(),
+                        "{at}: url must start with ws://, wss://, http:// or https://, not {url:?}"
+                    );
+                    let token = file.token.as_deref().map(|t| substitute(t, &env));
+                    let token = token.transpose().with_context(|| format!("{at}: token"))?;
+                    let spec = self.spec(&file.name, AgentCommand::default());
+                    spec.reached_at(url, token, file.heartbeat)?
+                }
+                _ => anyhow::bail!(
+                    "{at}: give either command (an agent the gateway runs) or url (one it reaches over ACP's HTTP or WebSocket transport)"
+                ),
+            };
+            anyhow::ensure!(
+                spec.remote.is_none() || (file.env.is_none() && file.cwd.is_none()),
+                "{at}: env and cwd are for an agent the gateway runs, not one given by url"
+            );
+            anyhow::ensure!(
+                spec.remote.is_some() || (file.token.is_none() && file.heartbeat.is_none()),
+                "{at}: token and heartbeat are for an agent given by url"
+            );
             if let Some(env) = &file.env {
                 spec.command.env = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             }
@@ -128,11 +161,12 @@ impl Config {
     ) -> anyhow::Result<()> {
         let command = &mut spec.command;
         if !self.agent_otel {
-            command.env_remove = std::env::vars_os()
+            let otel: Vec<String> = std::env::vars_os()
                 .filter_map(|(k, _)| k.into_string().ok())
                 .filter(|k| k.starts_with("OTEL_"))
                 .filter(|k| !command.env.iter().any(|(own, _)| own == k))
                 .collect();
+            command.env_remove.extend(otel);
             return Ok(());
         }
         let endpoint = self
@@ -169,6 +203,7 @@ impl Config {
             auth_method: self.agent_auth_method.clone(),
             auth_meta: None,
             max_sessions: 0,
+            remote: None,
         }
     }
 
@@ -182,6 +217,55 @@ impl Config {
         Ok(())
     }
 }
+
+/// The URL of an agent reached over ACP's network transport (`ws://`, `wss://`, `http://`,
+/// `https://`), when `line` is one.
+fn remote_url(line: &str) -> Option<&str> {
+    let line = line.trim();
+    ["ws://", "wss://", "http://", "https://"]
+        .iter()
+        .any(|scheme| line.starts_with(scheme))
+        .then_some(line)
+}
+
+impl AgentSpec {
+    /// The agent is reached at `url`: each member is the gateway's own bridge to it
+    /// (`acp-gateway connect --once`), a child process like a local agent's, which exits when
+    /// its connection drops (or falls silent past two heartbeats). It is sent `token` as its
+    /// bearer, and none of the gateway's own `ACP_GATEWAY_*` settings (its keys among them).
+    fn reached_at(
+        mut self,
+        url: &str,
+        token: Option<String>,
+        heartbeat: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let heartbeat = heartbeat.unwrap_or(REMOTE_HEARTBEAT).max(1).to_string();
+        let exe = std::env::current_exe()
+            .context("the gateway's own executable, which bridges to a remote agent")?;
+        let command = &mut self.command;
+        command.program = exe.to_string_lossy().into_owned();
+        command.args = ["connect", "--once", "--heartbeat", &heartbeat, url]
+            .map(str::to_owned)
+            .into();
+        command.env = token
+            .map(|t| ("ACP_GATEWAY_API_KEYS".to_owned(), t))
+            .into_iter()
+            .collect();
+        command.env_remove = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("ACP_GATEWAY_"))
+            .collect();
+        command.cwd = None;
+        // A gateway host asks for no `authenticate`; a table's own `auth-method` still applies.
+        self.auth_method = None;
+        self.remote = Some(url.to_owned());
+        Ok(self)
+    }
+}
+
+/// Seconds of silence from a remote agent before it is asked something (see
+/// `acp-gateway connect --heartbeat`).
+const REMOTE_HEARTBEAT: u64 = 10;
 
 /// Replaces every `${NAME}` in the strings of `value` (not in its keys) by the environment
 /// variable NAME.

@@ -79,7 +79,9 @@ impl Create {
         caller: &Caller,
         new: NewSession,
     ) -> Result<SessionView, Error> {
-        self.check_dirs(&new.cwd, &new.additional_directories)
+        let agent = self.placement.requested_agent(new.agent.as_deref())?;
+        let (agent, remote) = (agent.name.clone(), agent.remote);
+        self.check_dirs(&new.cwd, &new.additional_directories, remote)
             .await?;
         check_meta(new.meta.as_ref())?;
         self.check_mcp_servers(&new.mcp_servers)?;
@@ -89,11 +91,6 @@ impl Create {
             mcp_servers: &new.mcp_servers,
             meta: new.meta.as_ref(),
         };
-        let agent = self
-            .placement
-            .requested_agent(new.agent.as_deref())?
-            .name
-            .clone();
         let record = self
             .start_session(caller, &agent, Start::New, setup)
             .await?;
@@ -121,13 +118,14 @@ impl Create {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.records.get(caller, parent).await?;
-        self.placement.agent_named(&from.agent)?;
+        let remote = self.placement.agent_named(&from.agent)?.remote;
         if !self.placement.caps(&from.agent).fork {
             let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
         let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
-        self.check_dirs(&cwd, &fork.additional_directories).await?;
+        self.check_dirs(&cwd, &fork.additional_directories, remote)
+            .await?;
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
         self.log.flush().await;
@@ -149,11 +147,17 @@ impl Create {
     /// The directories a session works in: absolute, inside the workspace roots, and `cwd` an
     /// existing directory (the agent would start its tools there: a path that is not one
     /// would fail them later, or, created by the agent, silently be a different project).
-    async fn check_dirs(&self, cwd: &str, additional: &[String]) -> Result<(), Error> {
+    /// For a `remote` agent the directory is on its host, which checks it.
+    async fn check_dirs(
+        &self,
+        cwd: &str,
+        additional: &[String],
+        remote: bool,
+    ) -> Result<(), Error> {
         let roots = &self.workspace_roots;
         validate_abs_path("cwd", cwd)?;
         confine("cwd", cwd, roots)?;
-        if !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
+        if !remote && !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
             return Err(Error::Invalid(format!(
                 "cwd is not an existing directory: {cwd:?}"
             )));

@@ -14,6 +14,9 @@ pub struct AgentPool {
     pub pool: Arc<Pool>,
     /// Most live sessions the agent holds at once (0: no limit).
     pub max_sessions: usize,
+    /// Reached over the network ([`PoolConfig::remote`]): its sessions' directories are on
+    /// its host, not this one.
+    pub remote: bool,
 }
 
 /// The agents, the default one first.
@@ -32,12 +35,14 @@ impl Agents {
             .into_iter()
             .map(|(name, config, max_sessions)| {
                 let size = config.size.max(1);
+                let remote = config.remote.is_some();
                 let pool = Pool::start(config, first, handler.clone());
                 first += size;
                 AgentPool {
                     name,
                     pool,
                     max_sessions,
+                    remote,
                 }
             })
             .collect();

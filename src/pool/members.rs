@@ -59,6 +59,9 @@ pub struct PoolConfig {
     pub auth_method: Option<String>,
     /// `_meta` of that `authenticate` call (where agents such as Codex and Gemini take a key).
     pub auth_meta: Option<Value>,
+    /// The URL of an agent reached over ACP's network transport (each member runs the
+    /// gateway's own bridge to it); `None` for a local agent.
+    pub remote: Option<String>,
 }
 
 /// Consecutive failed starts after which a member is reported as crash-looping.

@@ -213,10 +213,16 @@ impl Pool {
                 return process.terminate(Duration::from_secs(2)).await;
             }
             None => {
+                let exit = process.terminate(Duration::from_secs(2)).await;
+                // Its last words say why (a remote agent's bridge: why it could not connect).
+                let said = match exit.stderr_tail.last() {
+                    Some(line) => format!(": {line}"),
+                    None => String::new(),
+                };
                 self.set(member, |s| {
-                    s.last_error = Some("the agent closed stdout before initialize".into())
+                    s.last_error = Some(format!("the agent closed stdout before initialize{said}"))
                 });
-                return process.terminate(Duration::from_secs(2)).await;
+                return exit;
             }
         }
         let end = tokio::select! {

@@ -345,3 +345,60 @@ fn the_logged_configuration_shows_no_environment_values_or_auth_meta() {
     assert_eq!(get("agent"), "claude=claude-acp");
     assert_eq!(get("default-agent"), "gemini");
 }
+
+#[test]
+fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways() {
+    let file = "[agents.far]\nurl = \"https://host.example/acp\"\ntoken = \"${OPENAI_API_KEY}\"\nheartbeat = 3\npool-size = 2\n";
+    let args = [
+        "--agent",
+        "near=wss://near.example/acp",
+        "--default-agent",
+        "near",
+    ];
+    let (specs, _) = agents(file, &args).unwrap();
+    let exe = std::env::current_exe().unwrap().display().to_string();
+    let far = specs.iter().find(|s| s.name == "far").unwrap();
+    assert_eq!(far.remote.as_deref(), Some("https://host.example/acp"));
+    assert_eq!(far.command.program, exe);
+    assert_eq!(
+        far.command.args,
+        [
+            "connect",
+            "--once",
+            "--heartbeat",
+            "3",
+            "https://host.example/acp"
+        ]
+    );
+    assert_eq!(
+        far.command.env,
+        [("ACP_GATEWAY_API_KEYS".to_owned(), "sk-openai".to_owned())]
+    );
+    assert_eq!(far.pool_size, 2);
+    let near = specs.iter().find(|s| s.name == "near").unwrap();
+    assert_eq!(near.command.args[3], "10");
+    assert_eq!(near.command.args[4], "wss://near.example/acp");
+    assert!(near.command.env.is_empty(), "{:?}", near.command.env);
+    // A command line is still a command, even with a scheme-like word in it.
+    let (specs, _) = agents("", &["--agent", "tool --url https://x"]).unwrap();
+    assert_eq!(specs[0].command.program, "tool");
+    assert!(specs[0].remote.is_none());
+}
+
+#[test]
+fn a_url_table_is_refused_with_what_belongs_to_commands_and_the_other_way_round() {
+    for (table, says) in [
+        ("command = \"a\"\nurl = \"wss://h/acp\"", "either command"),
+        ("pool-size = 1", "either command"),
+        ("url = \"ftp://h/acp\"", "url must start with"),
+        ("url = \"wss://h/acp\"\ncwd = \"/srv\"", "env and cwd"),
+        ("command = \"a\"\ntoken = \"t\"", "token and heartbeat"),
+        (
+            "url = \"wss://h/acp\"\ntoken = \"${NOPE}\"",
+            "NOPE is not set",
+        ),
+    ] {
+        let refused = error(agents(&format!("[agents.a]\n{table}\n"), &[]));
+        assert!(refused.contains(says), "{table}: {refused}");
+    }
+}

@@ -1,0 +1,288 @@
+//! An agent reached over ACP's network transport: a front gateway whose agent `host` is another
+//! gateway's `/acp` (an agent host, the echo agent behind it, its own API key required), over
+//! WebSocket and over HTTP/SSE, with the front on each backend. The session flows go through the
+//! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
+//! permission answered at the front, cancel, the list, delete. The host SIGKILLed mid-turn ends
+//! the front's turn as a member's death does, and once the host is back the session is resumed
+//! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const HOST_KEY: &str = "host-secret-key-0123456789";
+
+/// A free loopback port, so that a restarted host is found where it was.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The agent host: a gateway on SQLite in front of the echo agent (with modes and models),
+/// listening on `port`, requiring its own key.
+async fn host(port: u16) -> World {
+    let opts = Options::default()
+        .env("ECHO_AGENT_CONTROLS", "modes,models")
+        .args(&[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--api-key",
+            &format!("fronts:{HOST_KEY}"),
+            "--shutdown-timeout",
+            "2",
+        ]);
+    World::start(Backend::Sqlite, opts).await
+}
+
+/// The front: its default agent is the host at `url`, its key from the environment, asked
+/// after a second of silence.
+async fn front(backend: Backend, url: &str, dir: &Path) -> World {
+    World::start(backend, front_options(url, dir, HOST_KEY)).await
+}
+
+/// The front's options, sending `key` to the host.
+fn front_options(url: &str, dir: &Path, key: &str) -> Options {
+    let file = dir.join("front.toml");
+    let table =
+        format!("[agents.host]\nurl = \"{url}\"\ntoken = \"${{HOST_TOKEN}}\"\nheartbeat = 1\n");
+    std::fs::write(&file, table).unwrap();
+    Options::default().env("HOST_TOKEN", key).args(&[
+        "--config",
+        file.to_str().unwrap(),
+        "--default-agent",
+        "host",
+    ])
+}
+
+/// The host's URL for `scheme` (`ws` or `http`).
+fn url_of(host: &World, scheme: &str) -> String {
+    let base = host.gw().base.replace("http://", &format!("{scheme}://"));
+    format!("{base}/acp")
+}
+
+/// The texts of the agent's message chunks in the session's log, in order.
+async fn chunks(gw: &Gateway, id: &str) -> Vec<String> {
+    gw.history(id)
+        .await
+        .iter()
+        .filter(|e| e["event"] == "agent_message_chunk")
+        .filter_map(|e| {
+            e["data"]["update"]["content"]["text"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+async fn session_flows(backend: Backend, scheme: &str) {
+    let host = host(free_port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(backend, &url_of(&host, scheme), dir.path()).await;
+    let gw = front.gw();
+
+    // Created on the host with the mode and model asked for.
+    let r = gw
+        .post(
+            "/sessions",
+            json!({"cwd": "/tmp", "mode": "code", "model": "echo-large"}),
+        )
+        .await;
+    let body: Value = r.json().await.unwrap();
+    let id = body["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    assert_eq!(body["agent"], "host", "{body}");
+    let state = body["state"].to_string();
+    assert!(
+        state.contains("\"code\"") && state.contains("echo-large"),
+        "{state}"
+    );
+
+    // 200 chunks, each logged once, in order.
+    let (status, answer) = gw.prompt(&id, "/chunks 200").await;
+    assert_eq!(
+        (status, answer["stopReason"].as_str()),
+        (200, Some("end_turn")),
+        "{answer}"
+    );
+    let said = chunks(gw, &id).await;
+    let expected: Vec<String> = (1..=200).map(|i| format!("c{i} ")).collect();
+    assert_eq!(said.len(), 200, "{said:?}");
+    for (got, want) in said.iter().zip(&expected) {
+        assert_eq!(got.trim(), want.trim());
+    }
+
+    // The host's agent asks; the front's client answers.
+    let turn = gw.prompt_in_background(&id, "/permission go");
+    let request = loop {
+        let pending = gw.json(&format!("/sessions/{id}/permissions")).await;
+        if let Some(request) = pending[0]["requestId"].as_str() {
+            break request.to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let r = gw
+        .post(
+            &format!("/sessions/{id}/permissions/{request}"),
+            json!({"optionId": "allow"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = turn.await.unwrap().unwrap();
+    assert_eq!(r.status(), 200);
+    let text: Vec<String> = chunks(gw, &id).await;
+    assert!(
+        text.iter().any(|t| t.contains("permission: allow")),
+        "{text:?}"
+    );
+
+    // A turn cancelled at the front ends cancelled.
+    let mut sse = gw.events(&id, None).await;
+    let turn = gw.prompt_in_background(&id, "/hang");
+    sse.until("turn_started").await;
+    assert_eq!(gw.session_action(&id, "cancel").await.status(), 204);
+    let answer: Value = turn.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(answer["stopReason"], "cancelled", "{answer}");
+
+    // Listed at the front, and on the host (its own key required); deleted at the front,
+    // gone from the host too.
+    let listed = gw.json("/sessions").await.to_string();
+    assert!(listed.contains(&id), "{listed}");
+    let on_host = |key: &'static str| {
+        let request = host
+            .gw()
+            .http
+            .get(host.gw().url(&format!("/sessions/{id}")));
+        async move { request.bearer_auth(key).send().await.unwrap().status() }
+    };
+    assert_eq!(on_host(HOST_KEY).await, 200);
+    assert_eq!(on_host("not-the-host-key-0123").await, 401);
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    assert_eq!(on_host(HOST_KEY).await, 404);
+    front.finish().await;
+    host.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_flows_over_websocket() {
+    for backend in Backend::available() {
+        session_flows(backend, "ws").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_flows_over_http() {
+    for backend in Backend::available() {
+        session_flows(backend, "http").await;
+    }
+}
+
+/// The host SIGKILLed mid-turn: the front's turn ends as a member's death ends it, new turns
+/// are refused while the host is down, and once it is back (same port, same database) the
+/// front's member connects again and the session is resumed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_mid_turn_ends_the_turn_and_its_session_resumes() {
+    let port = free_port();
+    let mut host = host(port).await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(Backend::Sqlite, &url_of(&host, "ws"), dir.path()).await;
+    let gw = front.gw();
+    let id = gw.create("/tmp").await;
+    let (status, _) = gw.prompt(&id, "before").await;
+    assert_eq!(status, 200);
+
+    let mut sse = gw.events(&id, None).await;
+    let turn = gw.prompt_in_background(&id, "/hang");
+    sse.until("turn_started").await;
+    host.gw.as_mut().unwrap().kill().await;
+    let r = turn.await.unwrap().unwrap();
+    let (status, body) = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("agent-unavailable"),
+        "{body}"
+    );
+    let events = sse.until("turn_ended").await;
+    assert_eq!(events.last().unwrap().data["error"]["status"], 502);
+
+    // Back on the same port and database: the member reconnects, the session resumes.
+    let host_gw = Gateway::spawn(&host.db.url, host.dir.path(), &host.opts).await;
+    host.gw = Some(host_gw);
+    gw.wait_member_state("ready").await;
+    let (status, body) = gw.prompt(&id, "after").await;
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn")),
+        "{body}"
+    );
+    front.finish().await;
+    host.finish().await;
+}
+
+/// A host that stops answering (SIGSTOP) is asked after a heartbeat of silence and dropped
+/// after another: the turn waiting on it ends with an error instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_host_times_out() {
+    let host = host(free_port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(Backend::Sqlite, &url_of(&host, "http"), dir.path()).await;
+    let gw = front.gw();
+    let id = gw.create("/tmp").await;
+    let pid = nix::unistd::Pid::from_raw(host.gw().pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(PATIENCE, gw.prompt(&id, "anyone there?")).await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let (status, body) = answered.expect("the turn ends instead of hanging");
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("agent-unavailable"),
+        "{body}"
+    );
+    // Dropped by the heartbeat (two of a second each), long before the request's own timeout
+    // (60 s) would have ended it.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(30),
+        "{took:?}"
+    );
+    front.finish().await;
+    host.finish().await;
+}
+
+/// A front that sends the wrong key is refused by the host: its members do not come up, and
+/// say why; nothing of the front's own configuration reaches the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_key_is_required() {
+    let host = host(free_port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    for scheme in ["ws", "http"] {
+        let opts = front_options(&url_of(&host, scheme), dir.path(), "wrong-key-0123456789");
+        let front = World::start(Backend::Sqlite, opts.no_wait()).await;
+        let gw = front.gw();
+        let mut error = String::new();
+        for _ in 0..100 {
+            error = gw.member_error().await;
+            if !error.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(error.contains("401"), "{scheme}: {error}");
+        let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
+        assert_eq!(r.status(), 503, "{scheme}");
+        front.finish().await;
+    }
+    host.finish().await;
+}
