@@ -25,7 +25,12 @@ fn free_port() -> u16 {
 /// The agent host: a gateway on SQLite in front of the echo agent (with modes and models),
 /// listening on `port`, requiring its own key.
 async fn host(port: u16) -> World {
-    let opts = Options::default()
+    World::start(Backend::Sqlite, host_options(port)).await
+}
+
+/// The agent host's options (its replicas' leases run out after three seconds).
+fn host_options(port: u16) -> Options {
+    Options::default()
         .env("ECHO_AGENT_CONTROLS", "modes,models")
         .args(&[
             "--listen",
@@ -34,8 +39,9 @@ async fn host(port: u16) -> World {
             &format!("fronts:{HOST_KEY}"),
             "--shutdown-timeout",
             "2",
-        ]);
-    World::start(Backend::Sqlite, opts).await
+            "--heartbeat-interval",
+            "1",
+        ])
 }
 
 /// The front: its default agent is the host at `url`, its key from the environment, asked
@@ -47,8 +53,12 @@ async fn front(backend: Backend, url: &str, dir: &Path) -> World {
 /// The front's options, sending `key` to the host.
 fn front_options(url: &str, dir: &Path, key: &str) -> Options {
     let file = dir.join("front.toml");
-    let table =
-        format!("[agents.host]\nurl = \"{url}\"\ntoken = \"${{HOST_TOKEN}}\"\nheartbeat = 1\n");
+    // One URL, or several separated by spaces.
+    let urls: Vec<String> = url.split(' ').map(|u| format!("\"{u}\"")).collect();
+    let table = format!(
+        "[agents.host]\nurl = [{}]\ntoken = \"${{HOST_TOKEN}}\"\nheartbeat = 1\n",
+        urls.join(", ")
+    );
     std::fs::write(&file, table).unwrap();
     Options::default().env("HOST_TOKEN", key).args(&[
         "--config",
@@ -285,4 +295,66 @@ async fn the_hosts_key_is_required() {
         front.finish().await;
     }
     host.finish().await;
+}
+
+/// Two agent hosts, replicas on one PostgreSQL database, behind one agent of the front (a
+/// member each): with one SIGKILLed, new sessions go to the other, and so do the sessions it
+/// held; back, it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_hosts_one_down_the_other_serves() {
+    if admin_url_or_skip("remote agents on two hosts").is_none() {
+        return;
+    }
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = World::start(Backend::Postgres, host_options(port_a)).await;
+    let b = Gateway::spawn(&a.db.url, a.dir.path(), &host_options(port_b)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let urls = format!("ws://127.0.0.1:{port_a}/acp ws://127.0.0.1:{port_b}/acp");
+    let front = front(Backend::Sqlite, &urls, dir.path()).await;
+    let gw = front.gw();
+    gw.wait_members_ready().await;
+    let before: Vec<String> = [gw.create("/tmp").await, gw.create("/tmp").await].into();
+
+    a.gw.as_mut().unwrap().kill().await;
+    gw.wait_until(|g| async move {
+        let members = g.json("/agent").await["members"].clone();
+        members
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["state"] != "ready")
+    })
+    .await;
+    for _ in 0..3 {
+        let id = gw.create("/tmp").await;
+        let (status, body) = gw.prompt(&id, "on the other host").await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // Once the dead host's lease has run out, the other takes its sessions over.
+    b.wait_until(|b| async move {
+        let r = b
+            .http
+            .get(b.url("/agent"))
+            .bearer_auth(HOST_KEY)
+            .send()
+            .await;
+        let agent: Value = r.unwrap().json().await.unwrap();
+        let replicas = agent["replicas"].as_array().cloned().unwrap_or_default();
+        replicas.iter().filter(|r| r["live"] == true).count() == 1
+    })
+    .await;
+    for id in &before {
+        let (status, body) = gw.prompt(id, "taken over").await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    a.gw = Some(Gateway::spawn(&a.db.url, a.dir.path(), &host_options(port_a)).await);
+    gw.wait_members_ready().await;
+    for id in &before {
+        let (status, body) = gw.prompt(id, "both back").await;
+        assert_eq!(status, 200, "{body}");
+    }
+    front.finish().await;
+    b.stop().await;
+    a.finish().await;
 }

@@ -31,9 +31,9 @@ pub struct AgentSpec {
     pub auth_meta: Option<Value>,
     /// Most live sessions this agent holds at once (0: no limit).
     pub max_sessions: usize,
-    /// The URL of an agent reached over ACP's HTTP or WebSocket transport (its members bridge
-    /// to it); `None` for a command the gateway runs.
-    pub remote: Option<String>,
+    /// The URLs of an agent reached over ACP's HTTP or WebSocket transport (its members bridge
+    /// to them, in turn); empty for a command the gateway runs.
+    pub remote: Vec<String>,
 }
 
 /// A `[agents.NAME]` table of the `--config` file, as written (nothing resolved yet). Keys are
@@ -45,8 +45,9 @@ pub struct FileAgent {
     pub name: String,
     /// What the gateway runs; or
     pub command: Option<String>,
-    /// where it reaches the agent over ACP's network transport, with
-    pub url: Option<String>,
+    /// where it reaches the agent over ACP's network transport (one URL or several: its hosts),
+    /// with
+    pub url: Option<Urls>,
     /// the bearer token the remote side requires (`${VAR}` references resolved), and
     pub token: Option<String>,
     /// the seconds of its silence after which it is asked something (as long again without
@@ -59,6 +60,23 @@ pub struct FileAgent {
     /// Any table; string values may hold `${VAR}` references.
     pub auth_meta: Option<toml::Table>,
     pub max_sessions: Option<usize>,
+}
+
+/// One URL, or several.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Urls {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl Urls {
+    pub(super) fn all(&self) -> Vec<String> {
+        match self {
+            Urls::One(url) => vec![url.clone()],
+            Urls::Several(urls) => urls.clone(),
+        }
+    }
 }
 
 impl FileAgent {
@@ -94,8 +112,8 @@ impl FileAgent {
         if let Some(command) = &self.command {
             out.insert("command".into(), command.clone().into());
         }
-        if let Some(url) = &self.url {
-            out.insert("url".into(), url.clone().into());
+        if let Some(urls) = &self.url {
+            out.insert("url".into(), urls.all().into());
         }
         if self.token.is_some() {
             out.insert("token".into(), REDACTED.into());

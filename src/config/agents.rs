@@ -46,10 +46,10 @@ impl Config {
                     (DEFAULT_AGENT, value.as_str())
                 }
             };
-            let spec = match remote_url(line) {
-                Some(url) => self
+            let spec = match remote_urls(line) {
+                Some(urls) => self
                     .spec(name, AgentCommand::default())
-                    .reached_at(url, None, None)?,
+                    .reached_at(urls, None, None)?,
                 None => {
                     let command = AgentCommand::parse(line)
                         .with_context(|| format!("cannot parse --agent {value:?}"))?;
@@ -71,26 +71,30 @@ impl Config {
                         .with_context(|| format!("{at}: cannot parse command {command:?}"))?;
                     self.spec(&file.name, command)
                 }
-                (None, Some(url)) => {
+                (None, Some(urls)) => {
+                    let urls = urls.all();
+                    let bad = urls
+                        .iter()
+                        .find(|u| remote_urls(u).is_none_or(|u| u.len() != 1));
                     anyhow::ensure!(
-                        remote_url(url).is_some(),
-                        "{at}: url must start with ws://, wss://, http:// or https://, not {url:?}"
+                        bad.is_none() && !urls.is_empty(),
+                        "{at}: url must start with ws://, wss://, http:// or https://, not {bad:?}"
                     );
                     let token = file.token.as_deref().map(|t| substitute(t, &env));
                     let token = token.transpose().with_context(|| format!("{at}: token"))?;
                     let spec = self.spec(&file.name, AgentCommand::default());
-                    spec.reached_at(url, token, file.heartbeat)?
+                    spec.reached_at(urls, token, file.heartbeat)?
                 }
                 _ => anyhow::bail!(
                     "{at}: give either command (an agent the gateway runs) or url (one it reaches over ACP's HTTP or WebSocket transport)"
                 ),
             };
             anyhow::ensure!(
-                spec.remote.is_none() || (file.env.is_none() && file.cwd.is_none()),
+                spec.remote.is_empty() || (file.env.is_none() && file.cwd.is_none()),
                 "{at}: env and cwd are for an agent the gateway runs, not one given by url"
             );
             anyhow::ensure!(
-                spec.remote.is_some() || (file.token.is_none() && file.heartbeat.is_none()),
+                !spec.remote.is_empty() || (file.token.is_none() && file.heartbeat.is_none()),
                 "{at}: token and heartbeat are for an agent given by url"
             );
             if let Some(env) = &file.env {
@@ -203,11 +207,13 @@ impl Config {
             auth_method: self.agent_auth_method.clone(),
             auth_meta: None,
             max_sessions: 0,
-            remote: None,
+            remote: Vec::new(),
         }
     }
 
-    fn add(&self, specs: &mut Vec<AgentSpec>, spec: AgentSpec) -> anyhow::Result<()> {
+    fn add(&self, specs: &mut Vec<AgentSpec>, mut spec: AgentSpec) -> anyhow::Result<()> {
+        // A member for each host, at least.
+        spec.pool_size = spec.pool_size.max(spec.remote.len());
         anyhow::ensure!(
             !specs.iter().any(|s| s.name == spec.name),
             "the agent name {:?} is used twice (--agent values and the [agents.NAME] tables of --config share one set of names)",
@@ -218,24 +224,28 @@ impl Config {
     }
 }
 
-/// The URL of an agent reached over ACP's network transport (`ws://`, `wss://`, `http://`,
-/// `https://`), when `line` is one.
-fn remote_url(line: &str) -> Option<&str> {
-    let line = line.trim();
-    ["ws://", "wss://", "http://", "https://"]
-        .iter()
-        .any(|scheme| line.starts_with(scheme))
-        .then_some(line)
+/// The URLs of an agent reached over ACP's network transport (`ws://`, `wss://`, `http://`,
+/// `https://`), when every word of `line` is one.
+fn remote_urls(line: &str) -> Option<Vec<String>> {
+    let is_url = |word: &&str| {
+        ["ws://", "wss://", "http://", "https://"]
+            .iter()
+            .any(|scheme| word.starts_with(scheme))
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    (!words.is_empty() && words.iter().all(is_url))
+        .then(|| words.into_iter().map(str::to_owned).collect())
 }
 
 impl AgentSpec {
-    /// The agent is reached at `url`: each member is the gateway's own bridge to it
-    /// (`acp-gateway connect --once`), a child process like a local agent's, which exits when
-    /// its connection drops (or falls silent past two heartbeats). It is sent `token` as its
+    /// The agent is reached at `urls`: each member is the gateway's own bridge to one of them
+    /// (`acp-gateway connect --once`, the URL last; members take the URLs in turn, and there
+    /// is at least one per URL), a child process like a local agent's, which exits when its
+    /// connection drops (or falls silent past two heartbeats). It is sent `token` as its
     /// bearer, and none of the gateway's own `ACP_GATEWAY_*` settings (its keys among them).
     fn reached_at(
         mut self,
-        url: &str,
+        urls: Vec<String>,
         token: Option<String>,
         heartbeat: Option<u64>,
     ) -> anyhow::Result<Self> {
@@ -244,7 +254,7 @@ impl AgentSpec {
             .context("the gateway's own executable, which bridges to a remote agent")?;
         let command = &mut self.command;
         command.program = exe.to_string_lossy().into_owned();
-        command.args = ["connect", "--once", "--heartbeat", &heartbeat, url]
+        command.args = ["connect", "--once", "--heartbeat", &heartbeat, &urls[0]]
             .map(str::to_owned)
             .into();
         command.env = token
@@ -258,7 +268,7 @@ impl AgentSpec {
         command.cwd = None;
         // A gateway host asks for no `authenticate`; a table's own `auth-method` still applies.
         self.auth_method = None;
-        self.remote = Some(url.to_owned());
+        self.remote = urls;
         Ok(self)
     }
 }

@@ -35,7 +35,7 @@ impl Agents {
             .into_iter()
             .map(|(name, config, max_sessions)| {
                 let size = config.size.max(1);
-                let remote = config.remote.is_some();
+                let remote = !config.remote.is_empty();
                 let pool = Pool::start(config, first, handler.clone());
                 first += size;
                 AgentPool {

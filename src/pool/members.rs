@@ -59,9 +59,22 @@ pub struct PoolConfig {
     pub auth_method: Option<String>,
     /// `_meta` of that `authenticate` call (where agents such as Codex and Gemini take a key).
     pub auth_meta: Option<Value>,
-    /// The URL of an agent reached over ACP's network transport (each member runs the
-    /// gateway's own bridge to it); `None` for a local agent.
-    pub remote: Option<String>,
+    /// The URLs of an agent reached over ACP's network transport; empty for a local agent.
+    /// Each member runs the gateway's own bridge, `command`, whose last argument is the URL:
+    /// members take the URLs in turn ([`PoolConfig::for_member`]).
+    pub remote: Vec<String>,
+}
+
+impl PoolConfig {
+    /// The settings of the pool's `n`th member: for an agent at several URLs, its command
+    /// bridges to the `n`th in turn.
+    fn for_member(&self, n: usize) -> PoolConfig {
+        let mut config = self.clone();
+        if let (Some(last), false) = (config.command.args.last_mut(), self.remote.is_empty()) {
+            last.clone_from(&self.remote[n % self.remote.len()]);
+        }
+        config
+    }
 }
 
 /// Consecutive failed starts after which a member is reported as crash-looping.
@@ -164,8 +177,12 @@ impl Pool {
             tasks: TaskTracker::new(),
         });
         for m in &pool.members {
-            let (pool2, member, handler, config) =
-                (pool.clone(), m.clone(), handler.clone(), config.clone());
+            let (pool2, member, handler, config) = (
+                pool.clone(),
+                m.clone(),
+                handler.clone(),
+                config.for_member(m.index - first),
+            );
             pool.tasks
                 .spawn(async move { pool2.supervise(member, config, handler).await });
         }

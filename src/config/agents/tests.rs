@@ -358,7 +358,7 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
     let (specs, _) = agents(file, &args).unwrap();
     let exe = std::env::current_exe().unwrap().display().to_string();
     let far = specs.iter().find(|s| s.name == "far").unwrap();
-    assert_eq!(far.remote.as_deref(), Some("https://host.example/acp"));
+    assert_eq!(far.remote, ["https://host.example/acp"]);
     assert_eq!(far.command.program, exe);
     assert_eq!(
         far.command.args,
@@ -382,7 +382,18 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
     // A command line is still a command, even with a scheme-like word in it.
     let (specs, _) = agents("", &["--agent", "tool --url https://x"]).unwrap();
     assert_eq!(specs[0].command.program, "tool");
-    assert!(specs[0].remote.is_none());
+    assert!(specs[0].remote.is_empty());
+    // Several hosts: a member for each at least, the first URL in the command.
+    let hosts = "[agents.h]\nurl = [\"wss://a/acp\", \"wss://b/acp\", \"wss://c/acp\"]\n";
+    let (specs, _) = agents(hosts, &[]).unwrap();
+    assert_eq!(
+        specs[0].remote,
+        ["wss://a/acp", "wss://b/acp", "wss://c/acp"]
+    );
+    assert_eq!(specs[0].pool_size, 3);
+    assert_eq!(specs[0].command.args[4], "wss://a/acp");
+    let (specs, _) = agents("", &["--agent", "wss://a/acp wss://b/acp"]).unwrap();
+    assert_eq!(specs[0].remote, ["wss://a/acp", "wss://b/acp"]);
 }
 
 #[test]
@@ -391,6 +402,8 @@ fn a_url_table_is_refused_with_what_belongs_to_commands_and_the_other_way_round(
         ("command = \"a\"\nurl = \"wss://h/acp\"", "either command"),
         ("pool-size = 1", "either command"),
         ("url = \"ftp://h/acp\"", "url must start with"),
+        ("url = [\"wss://h/acp\", \"h\"]", "url must start with"),
+        ("url = []", "url must start with"),
         ("url = \"wss://h/acp\"\ncwd = \"/srv\"", "env and cwd"),
         ("command = \"a\"\ntoken = \"t\"", "token and heartbeat"),
         (
