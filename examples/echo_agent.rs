@@ -252,6 +252,8 @@ struct Directives {
     surrogate: bool,
     /// `/env NAME`: report these environment variables, in order.
     env: Vec<String>,
+    /// `/spoof SESSION`: send an update and ask a permission naming this session (another's).
+    spoof: Vec<String>,
     /// `/pwd`: report the current working directory.
     pwd: bool,
     /// `/meta`: report the prompt request's `_meta`.
@@ -285,11 +287,14 @@ impl Directives {
                 ("/meta", _) => d.meta = true,
                 ("/state", _) => d.state = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
+                ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
-            rest = if word == "/env" || (number.is_some() && matches!(word, "/chunks" | "/delay")) {
+            rest = if matches!(word, "/env" | "/spoof")
+                || (number.is_some() && matches!(word, "/chunks" | "/delay"))
+            {
                 after_arg
             } else {
                 after

@@ -12,6 +12,7 @@ both_backends!(
     two_agents_side_by_side,
     a_crash_looping_agent_leaves_the_other_serving,
     an_agent_not_logged_in_names_its_auth_methods,
+    an_agent_never_touches_another_agents_session,
 );
 
 /// Agent `a` (the echo agent as the tests run it) and agent `b` given by `b`'s extra
@@ -197,6 +198,32 @@ async fn a_crash_looping_agent_leaves_the_other_serving(backend: Backend) {
     let page: Value = listed.json().await.unwrap();
     assert_eq!(page["sessions"][0]["sessionId"], id.as_str());
     assert_eq!(gw.json("/agents/a").await["ready"], true);
+    w.finish().await;
+}
+
+/// Agent `a` names `b`'s session in an update and in a permission request: the update is not
+/// logged on `b`'s session, the request is refused, both are counted as garbage.
+async fn an_agent_never_touches_another_agents_session(backend: Backend) {
+    let b_dir = tempfile::tempdir().unwrap();
+    let w = World::start(backend, two_agents(&b_dir.path().display().to_string(), "")).await;
+    let gw = w.gw();
+    let theirs = created(gw, json!({"cwd": "/tmp", "agent": "b"})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mine = gw.create("/tmp").await;
+    let garbage = gw.metric("acp_gateway_agent_garbage_total").await;
+    let (status, _) = gw.prompt(&mine, &format!("/spoof {theirs} mine")).await;
+    assert_eq!(status, 200);
+    let said = Value::from(gw.history(&mine).await).to_string();
+    assert!(said.contains("spoof: refused -32602"), "{said}");
+    let theirs_said = Value::from(gw.history(&theirs).await).to_string();
+    assert!(!theirs_said.contains("spoofed"), "{theirs_said}");
+    assert!(gw.json(&format!("/sessions/{theirs}/permissions")).await[0].is_null());
+    assert_eq!(
+        gw.metric("acp_gateway_agent_garbage_total").await,
+        garbage + 2.0
+    );
     w.finish().await;
 }
 

@@ -165,6 +165,24 @@ impl EchoAgent {
             self.chunk(cx, id, text)?;
         }
 
+        for other in &d.spoof {
+            let other = SessionId::new(other.as_str());
+            self.chunk(cx, &other, "spoofed".to_string())?;
+            let fields = ToolCallUpdateFields::new().title("spoofed".to_string());
+            let options = vec![PermissionOption::new(
+                "allow",
+                "Allow",
+                PermissionOptionKind::AllowOnce,
+            )];
+            let tool_call = ToolCallUpdate::new("call_spoof", fields);
+            let request = RequestPermissionRequest::new(other, tool_call, options);
+            let outcome = match cx.send_request(request).block_task().await {
+                Ok(_) => "spoof: asked".to_string(),
+                Err(e) => format!("spoof: refused {}", i32::from(e.code)),
+            };
+            self.chunk(cx, id, outcome)?;
+        }
+
         if d.pwd {
             let text = match std::env::current_dir() {
                 Ok(dir) => dir.display().to_string(),

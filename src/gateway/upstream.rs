@@ -36,7 +36,32 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
-    async fn on_session_update(&self, params: Box<RawValue>, head: NotificationHead) {
+    /// Whether `member` may speak about the session: not one another member holds (an agent,
+    /// local or remote, never touches another's sessions). Otherwise it is counted as
+    /// garbage, logged and ignored.
+    fn its_own(&self, member: usize, session_id: &str, what: &str) -> bool {
+        match self.live.member(session_id) {
+            Some(holder) if holder != member => {
+                crate::agent_rpc::count_garbage();
+                tracing::warn!(
+                    member,
+                    holder,
+                    session = session_id,
+                    what,
+                    "an agent named a session another member holds; ignored"
+                );
+                false
+            }
+            _ => true,
+        }
+    }
+
+    async fn on_session_update(
+        &self,
+        member: usize,
+        params: Box<RawValue>,
+        head: NotificationHead,
+    ) {
         // The session and the kind were read while the line was checked; the update itself is
         // not built.
         let Some(session_id) = head.session_id else {
@@ -44,6 +69,9 @@ impl Upstream {
             tracing::warn!("session/update without a sessionId; ignored");
             return;
         };
+        if !self.its_own(member, &session_id, "session/update") {
+            return;
+        }
         let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
         let replay = self.live.replaying(&session_id);
         match replay {
@@ -99,7 +127,7 @@ impl UpstreamHandler for Upstream {
         head: NotificationHead,
     ) {
         if method == CLIENT_METHOD_NAMES.session_update {
-            self.on_session_update(params, head).await;
+            self.on_session_update(member, params, head).await;
         } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
             self.requests
                 .elicitation_completed(member, params.get())
@@ -134,6 +162,12 @@ impl UpstreamHandler for Upstream {
                 .await;
             return;
         };
+        if self.live.member(&session_id) != Some(member) {
+            let why = "no turn of this session runs on this agent process";
+            self.its_own(member, &session_id, "session/request_permission");
+            let _ = request.refuse(RpcError::invalid_params(why)).await;
+            return;
+        }
         self.requests
             .clone()
             .permission_requested(member, request, &session_id, params)
