@@ -415,3 +415,25 @@ fn a_url_table_is_refused_with_what_belongs_to_commands_and_the_other_way_round(
         assert!(refused.contains(says), "{table}: {refused}");
     }
 }
+
+#[test]
+fn the_two_tier_overlays_front_configuration_loads() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/overlays/two-tier/front-agents.toml"
+    );
+    let file = std::fs::read_to_string(path).unwrap();
+    let env = |name: &str| (name == "HOST_TOKEN").then(|| "host-key-0123456789".to_owned());
+    let (specs, default) = load(&file, &[]).unwrap().agents_with(env).unwrap();
+    assert_eq!(default, "host-0");
+    assert_eq!(names(&specs), ["host-0", "host-1"]);
+    for (i, spec) in specs.iter().enumerate() {
+        let url = format!("ws://acp-agent-host-{i}.acp-agent-host:8080/acp");
+        assert_eq!(spec.remote, [url]);
+        let token = (
+            "ACP_GATEWAY_API_KEYS".to_owned(),
+            "host-key-0123456789".to_owned(),
+        );
+        assert_eq!(spec.command.env, [token]);
+    }
+}
