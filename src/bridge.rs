@@ -130,6 +130,9 @@ pub struct Link {
     /// for this long again, the connection counts as dropped: a silent host cannot hang a
     /// request forever.
     pub heartbeat: Option<Duration>,
+    /// The URL is the endpoint as it is (else `/acp` is appended unless its path ends so): for
+    /// a server whose endpoint is elsewhere.
+    pub exact: bool,
 }
 
 /// The method the heartbeat asks: none, so that any peer answers at once, with an error.
@@ -146,7 +149,11 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
     let client = || {
-        HttpClient::builder(url)
+        let builder = match link.exact {
+            true => HttpClient::builder_with_endpoint(url),
+            false => HttpClient::builder(url),
+        };
+        builder
             .configure_http(|http| http.default_headers(headers.clone()))
             .build()
             .context("the gateway URL")

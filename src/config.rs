@@ -363,6 +363,9 @@ pub enum Command {
         /// again without an answer and the connection counts as dropped (0: never).
         #[arg(long, default_value_t = 0)]
         heartbeat: u64,
+        /// The URL is the endpoint itself: `/acp` is not appended.
+        #[arg(long)]
+        exact_url: bool,
     },
 }
 

@@ -96,11 +96,13 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             ref url,
             once,
             heartbeat,
+            exact_url,
         }) => {
             let key = config.api_keys.last().map(String::as_str);
             let link = acp_gateway::bridge::Link {
                 once,
                 heartbeat: (heartbeat > 0).then(|| std::time::Duration::from_secs(heartbeat)),
+                exact: exact_url,
             };
             let ended = acp_gateway::bridge::connect(url, key, link).await;
             // Stdin is read on a blocking thread that no runtime shutdown can stop (it would

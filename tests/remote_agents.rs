@@ -2,7 +2,7 @@
 //! gateway's `/acp` (an agent host, the echo agent behind it, its own API key required), over
 //! WebSocket and over HTTP/SSE, with the front on each backend. The session flows go through the
 //! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
-//! permission answered at the front, cancel, the list, delete. The host SIGKILLed mid-turn ends
+//! permission answered at the front, cancel, fork (not offered: 501), the list sync, delete. The host SIGKILLed mid-turn ends
 //! the front's turn as a member's death does, and once the host is back the session is resumed
 //! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever.
 
@@ -93,8 +93,54 @@ async fn session_flows(backend: Backend, scheme: &str) {
     let dir = tempfile::tempdir().unwrap();
     let front = front(backend, &url_of(&host, scheme), dir.path()).await;
     let gw = front.gw();
+    let id = through_the_front(gw).await;
 
-    // Created on the host with the mode and model asked for.
+    // The host offers no fork: the front says so, as for a local agent without one.
+    let r = gw.post(&format!("/sessions/{id}/fork"), json!({})).await;
+    assert_eq!(r.status(), 501);
+
+    // A session made on the host by another of its clients reaches the front's list by the
+    // list sync, as a local agent's would.
+    let made_there = host
+        .gw()
+        .http
+        .post(host.gw().url("/sessions"))
+        .bearer_auth(HOST_KEY)
+        .json(&json!({"cwd": "/tmp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made_there.status(), 201);
+    let there: Value = made_there.json().await.unwrap();
+    let listed = gw.json("/sessions?refresh=true").await.to_string();
+    assert!(
+        listed.contains(there["sessionId"].as_str().unwrap()),
+        "{listed}"
+    );
+
+    // Listed at the front, and on the host (its own key required); deleted at the front,
+    // gone from the host too.
+    assert!(listed.contains(&id), "{listed}");
+    let on_host = |key: &'static str| {
+        let request = host
+            .gw()
+            .http
+            .get(host.gw().url(&format!("/sessions/{id}")));
+        async move { request.bearer_auth(key).send().await.unwrap().status() }
+    };
+    assert_eq!(on_host(HOST_KEY).await, 200);
+    assert_eq!(on_host("not-the-host-key-0123").await, 401);
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    assert_eq!(on_host(HOST_KEY).await, 404);
+    front.finish().await;
+    host.finish().await;
+}
+
+/// What a front's client does with a session of the remote agent, checked at the front: created
+/// with a mode and a model, 200 chunks logged once and in order, a permission the agent asks
+/// answered, a turn cancelled. Returns the session.
+async fn through_the_front(gw: &Gateway) -> String {
+    // Created with the mode and model asked for.
     let r = gw
         .post(
             "/sessions",
@@ -158,24 +204,7 @@ async fn session_flows(backend: Backend, scheme: &str) {
     assert_eq!(gw.session_action(&id, "cancel").await.status(), 204);
     let answer: Value = turn.await.unwrap().unwrap().json().await.unwrap();
     assert_eq!(answer["stopReason"], "cancelled", "{answer}");
-
-    // Listed at the front, and on the host (its own key required); deleted at the front,
-    // gone from the host too.
-    let listed = gw.json("/sessions").await.to_string();
-    assert!(listed.contains(&id), "{listed}");
-    let on_host = |key: &'static str| {
-        let request = host
-            .gw()
-            .http
-            .get(host.gw().url(&format!("/sessions/{id}")));
-        async move { request.bearer_auth(key).send().await.unwrap().status() }
-    };
-    assert_eq!(on_host(HOST_KEY).await, 200);
-    assert_eq!(on_host("not-the-host-key-0123").await, 401);
-    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
-    assert_eq!(on_host(HOST_KEY).await, 404);
-    front.finish().await;
-    host.finish().await;
+    id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,4 +386,73 @@ async fn with_two_hosts_one_down_the_other_serves() {
     front.finish().await;
     b.stop().await;
     a.finish().await;
+}
+
+/// A third-party server as the remote agent: `acpremote expose` (PyPI `acpremote`, pinned and
+/// installed by `.ci/run`; its path in `ACPREMOTE`) serving the echo agent over WebSocket at its
+/// own endpoint (`/acp/ws`, given as is), its bearer token required. The front's client goes
+/// through the same flows; then the session, held by a member whose connection is cut (its
+/// bridge SIGKILLed), is resumed through a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs acpremote (ACPREMOTE=path); run by .ci/run"]
+async fn a_third_party_server_is_a_remote_agent() {
+    let acpremote = std::env::var("ACPREMOTE").expect("ACPREMOTE: the acpremote executable");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = tokio::process::Command::new(acpremote)
+        .args(["expose", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--token-env",
+            "SERVER_TOKEN",
+            "--env",
+            "ECHO_AGENT_CONTROLS=modes,models",
+        ])
+        .arg("--")
+        .arg(echo_agent())
+        .env("SERVER_TOKEN", HOST_KEY)
+        .env("ECHO_AGENT_DIR", dir.path().join("agent"))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{port}/healthz");
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !http
+        .get(&health)
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "acpremote did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!("ws://127.0.0.1:{port}/acp/ws");
+    let front = front(Backend::Sqlite, &url, dir.path()).await;
+    let gw = front.gw();
+    let id = through_the_front(gw).await;
+
+    let bridge = gw.agent_pid().await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(bridge as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    gw.wait_until(|g| async move {
+        let pid = g.json("/agent").await["members"][0]["pid"].as_u64();
+        pid.is_some_and(|pid| pid != u64::from(bridge))
+    })
+    .await;
+    gw.wait_members_ready().await;
+    let (status, body) = gw.prompt(&id, "/chunks 3 again").await;
+    assert_eq!(
+        (status, body["stopReason"].as_str()),
+        (200, Some("end_turn")),
+        "{body}"
+    );
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    front.finish().await;
+    let _ = server.kill().await;
 }

@@ -238,8 +238,8 @@ fn remote_urls(line: &str) -> Option<Vec<String>> {
 }
 
 impl AgentSpec {
-    /// The agent is reached at `urls`: each member is the gateway's own bridge to one of them
-    /// (`acp-gateway connect --once`, the URL last; members take the URLs in turn, and there
+    /// The agent is reached at `urls` (each the endpoint itself): each member is the gateway's
+    /// own bridge to one of them (`acp-gateway connect --once --exact-url`, the URL last; members take the URLs in turn, and there
     /// is at least one per URL), a child process like a local agent's, which exits when its
     /// connection drops (or falls silent past two heartbeats). It is sent `token` as its
     /// bearer, and none of the gateway's own `ACP_GATEWAY_*` settings (its keys among them).
@@ -254,9 +254,15 @@ impl AgentSpec {
             .context("the gateway's own executable, which bridges to a remote agent")?;
         let command = &mut self.command;
         command.program = exe.to_string_lossy().into_owned();
-        command.args = ["connect", "--once", "--heartbeat", &heartbeat, &urls[0]]
-            .map(str::to_owned)
-            .into();
+        let args = [
+            "connect",
+            "--once",
+            "--exact-url",
+            "--heartbeat",
+            &heartbeat,
+            &urls[0],
+        ];
+        command.args = args.map(str::to_owned).into();
         command.env = token
             .map(|t| ("ACP_GATEWAY_API_KEYS".to_owned(), t))
             .into_iter()
