@@ -141,6 +141,10 @@ if hosts:
         fail(f"the fronts' agents {urls} are not the host pods {want}")
     if any(t.get("token") != "${HOST_TOKEN}" for t in tables.values()):
         fail("a front's agent is not sent the hosts' key")
+    (front,) = [w for w in workloads if w["metadata"]["name"] == "acp-gateway"]
+    (c,) = front["spec"]["template"]["spec"]["containers"]
+    if {e["name"]: e.get("value") for e in c["env"]}.get("ACP_GATEWAY_AGENT") != "":
+        fail("the fronts would run the image's default agent (ACP_GATEWAY_AGENT not cleared)")
 kinds = sorted({d["kind"] for d in docs})
 for kind in ("Service", "PodDisruptionBudget", "PersistentVolumeClaim", "ConfigMap"):
     if kind not in kinds:

@@ -33,7 +33,9 @@ impl Config {
     ) -> anyhow::Result<(Vec<AgentSpec>, String)> {
         let mut specs: Vec<AgentSpec> = Vec::new();
         let mut plain: Option<&str> = None;
-        for value in &self.agent {
+        // An empty value names no agent: how a deployment clears an image's default
+        // `ACP_GATEWAY_AGENT` when its agents are `[agents.NAME]` tables.
+        for value in self.agent.iter().filter(|v| !v.trim().is_empty()) {
             let (name, line) = match split_named(value) {
                 Some(named) => named,
                 None => {

@@ -428,6 +428,12 @@ fn the_two_tier_overlays_front_configuration_loads() {
     let (specs, default) = load(&file, &[]).unwrap().agents_with(env).unwrap();
     assert_eq!(default, "host-0");
     assert_eq!(names(&specs), ["host-0", "host-1"]);
+    assert!(error(agents("", &["--agent", " "])).contains("no agent configured"));
+    // The image's default agent is cleared by an empty value.
+    let (specs, _) = load(&file, &["--agent", ""])
+        .unwrap()
+        .agents_with(env)
+        .unwrap();
     for (i, spec) in specs.iter().enumerate() {
         let url = format!("ws://acp-agent-host-{i}.acp-agent-host:8080/acp");
         assert_eq!(spec.remote, [url]);
