@@ -252,7 +252,8 @@ struct Directives {
     surrogate: bool,
     /// `/env NAME`: report these environment variables, in order.
     env: Vec<String>,
-    /// `/spoof SESSION`: send an update and ask a permission naming this session (another's).
+    /// `/spoof SESSION`: send an update, ask a permission and elicit naming this session
+    /// (another's).
     spoof: Vec<String>,
     /// `/pwd`: report the current working directory.
     pwd: bool,

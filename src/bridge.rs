@@ -186,6 +186,7 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
         // The heartbeat: when something last came from the other side, and whether it has
         // been asked since (nothing is asked before it has said anything).
         let (mut heard, mut asked, mut said_anything) = (tokio::time::Instant::now(), false, false);
+        let mut pings = 0u64;
         let beat = link.heartbeat.unwrap_or(Duration::MAX);
         // Why it ended (empty: the channel closed first, and the driver says why).
         let why: String = loop {
@@ -197,7 +198,8 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                     }
                     asked = true;
                     heard = tokio::time::Instant::now();
-                    let ping = json!({"jsonrpc": "2.0", "id": format!("{OWN_ID}ping/{attempt}"), "method": PING, "params": {}});
+                    pings += 1;
+                    let ping = json!({"jsonrpc": "2.0", "id": format!("{OWN_ID}ping/{attempt}/{pings}"), "method": PING, "params": {}});
                     if !send(&ping.to_string()) {
                         break String::new();
                     }

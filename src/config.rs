@@ -366,6 +366,9 @@ pub enum Command {
         /// The URL is the endpoint itself: `/acp` is not appended.
         #[arg(long)]
         exact_url: bool,
+        /// The bearer token to send (else the last `--api-key`, taken as the key itself).
+        #[arg(long, env = "ACP_GATEWAY_CONNECT_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 

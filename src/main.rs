@@ -97,8 +97,11 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             once,
             heartbeat,
             exact_url,
+            ref token,
         }) => {
-            let key = config.api_keys.last().map(String::as_str);
+            let key = token
+                .as_deref()
+                .or(config.api_keys.last().map(String::as_str));
             let link = acp_gateway::bridge::Link {
                 once,
                 heartbeat: (heartbeat > 0).then(|| std::time::Duration::from_secs(heartbeat)),

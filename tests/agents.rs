@@ -201,8 +201,8 @@ async fn a_crash_looping_agent_leaves_the_other_serving(backend: Backend) {
     w.finish().await;
 }
 
-/// Agent `a` names `b`'s session in an update and in a permission request: the update is not
-/// logged on `b`'s session, the request is refused, both are counted as garbage.
+/// Agent `a` names `b`'s session in an update, a permission request and an elicitation: the
+/// update is not logged on `b`'s session, the requests are refused, all are counted as garbage.
 async fn an_agent_never_touches_another_agents_session(backend: Backend) {
     let b_dir = tempfile::tempdir().unwrap();
     let w = World::start(backend, two_agents(&b_dir.path().display().to_string(), "")).await;
@@ -217,12 +217,14 @@ async fn an_agent_never_touches_another_agents_session(backend: Backend) {
     assert_eq!(status, 200);
     let said = Value::from(gw.history(&mine).await).to_string();
     assert!(said.contains("spoof: refused -32602"), "{said}");
+    assert!(said.contains("spoof: elicitation refused -32602"), "{said}");
     let theirs_said = Value::from(gw.history(&theirs).await).to_string();
     assert!(!theirs_said.contains("spoofed"), "{theirs_said}");
     assert!(gw.json(&format!("/sessions/{theirs}/permissions")).await[0].is_null());
+    assert!(gw.json(&format!("/sessions/{theirs}/elicitations")).await[0].is_null());
     assert_eq!(
         gw.metric("acp_gateway_agent_garbage_total").await,
-        garbage + 2.0
+        garbage + 3.0
     );
     w.finish().await;
 }
@@ -259,5 +261,23 @@ async fn an_agent_not_logged_in_names_its_auth_methods(backend: Backend) {
         "api-key"
     );
     created(gw, json!({"cwd": "/tmp", "agent": "a"})).await;
+    w.finish().await;
+}
+
+/// None of the gateway's own settings (`ACP_GATEWAY_*`: its keys, its database URL) reach an
+/// agent's process, which runs tools on a prompt's say; the agent's own environment still
+/// sets any variable.
+#[tokio::test]
+async fn the_gateways_settings_never_reach_an_agent() {
+    let opts = Options::default()
+        .env("ACP_GATEWAY_REQUEST_TIMEOUT", "61")
+        .args(&["--agent-env", "ACP_GATEWAY_GIVEN=yes"]);
+    let (w, id) = World::with_session(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let asked = "/env ACP_GATEWAY_REQUEST_TIMEOUT /env ACP_GATEWAY_GIVEN hi";
+    assert_eq!(gw.prompt(&id, asked).await.0, 200);
+    let said = Value::from(gw.history(&id).await).to_string();
+    assert!(said.contains("ACP_GATEWAY_REQUEST_TIMEOUT unset"), "{said}");
+    assert!(said.contains("ACP_GATEWAY_GIVEN=yes"), "{said}");
     w.finish().await;
 }

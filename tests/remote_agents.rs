@@ -45,18 +45,18 @@ fn host_options(port: u16) -> Options {
 }
 
 /// The front: its default agent is the host at `url`, its key from the environment, asked
-/// after a second of silence.
+/// after 5 s of silence.
 async fn front(backend: Backend, url: &str, dir: &Path) -> World {
-    World::start(backend, front_options(url, dir, HOST_KEY)).await
+    World::start(backend, front_options(url, dir, HOST_KEY, 5)).await
 }
 
 /// The front's options, sending `key` to the host.
-fn front_options(url: &str, dir: &Path, key: &str) -> Options {
+fn front_options(url: &str, dir: &Path, key: &str, heartbeat: u64) -> Options {
     let file = dir.join("front.toml");
     // One URL, or several separated by spaces.
     let urls: Vec<String> = url.split(' ').map(|u| format!("\"{u}\"")).collect();
     let table = format!(
-        "[agents.host]\nurl = [{}]\ntoken = \"${{HOST_TOKEN}}\"\nheartbeat = 1\n",
+        "[agents.host]\nurl = [{}]\ntoken = \"${{HOST_TOKEN}}\"\nheartbeat = {heartbeat}\n",
         urls.join(", ")
     );
     std::fs::write(&file, table).unwrap();
@@ -175,13 +175,7 @@ async fn through_the_front(gw: &Gateway) -> String {
 
     // The host's agent asks; the front's client answers.
     let turn = gw.prompt_in_background(&id, "/permission go");
-    let request = loop {
-        let pending = gw.json(&format!("/sessions/{id}/permissions")).await;
-        if let Some(request) = pending[0]["requestId"].as_str() {
-            break request.to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let request = gw.pending_permission(&id).await;
     let r = gw
         .post(
             &format!("/sessions/{id}/permissions/{request}"),
@@ -272,7 +266,9 @@ async fn a_host_killed_mid_turn_ends_the_turn_and_its_session_resumes() {
 async fn a_silent_host_times_out() {
     let host = host(free_port()).await;
     let dir = tempfile::tempdir().unwrap();
-    let front = front(Backend::Sqlite, &url_of(&host, "http"), dir.path()).await;
+    // Asked after a second of silence.
+    let opts = front_options(&url_of(&host, "http"), dir.path(), HOST_KEY, 1);
+    let front = World::start(Backend::Sqlite, opts).await;
     let gw = front.gw();
     let id = gw.create("/tmp").await;
     let pid = nix::unistd::Pid::from_raw(host.gw().pid() as i32);
@@ -293,7 +289,7 @@ async fn a_silent_host_times_out() {
     // (60 s) would have ended it.
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(30),
+        took >= Duration::from_millis(900) && took < Duration::from_secs(30),
         "{took:?}"
     );
     front.finish().await;
@@ -301,23 +297,19 @@ async fn a_silent_host_times_out() {
 }
 
 /// A front that sends the wrong key is refused by the host: its members do not come up, and
-/// say why; nothing of the front's own configuration reaches the host.
+/// say why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_key_is_required() {
     let host = host(free_port()).await;
     let dir = tempfile::tempdir().unwrap();
     for scheme in ["ws", "http"] {
-        let opts = front_options(&url_of(&host, scheme), dir.path(), "wrong-key-0123456789");
+        let url = url_of(&host, scheme);
+        let opts = front_options(&url, dir.path(), "wrong-key-0123456789", 5);
         let front = World::start(Backend::Sqlite, opts.no_wait()).await;
         let gw = front.gw();
-        let mut error = String::new();
-        for _ in 0..100 {
-            error = gw.member_error().await;
-            if !error.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        gw.wait_until(|g| async move { !g.member_error().await.is_empty() })
+            .await;
+        let error = gw.member_error().await;
         assert!(error.contains("401"), "{scheme}: {error}");
         let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
         assert_eq!(r.status(), 503, "{scheme}");

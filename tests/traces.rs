@@ -252,13 +252,7 @@ async fn a_forwarded_turn_is_one_trace_from_the_caller_to_the_agent_and_the_log(
         )
     };
     // The agent asks; a client of the replica that holds the session answers.
-    let pending = loop {
-        let pending = gw.json(&format!("/sessions/{id}/permissions")).await;
-        if let Some(request) = pending[0]["requestId"].as_str() {
-            break request.to_owned();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let pending = gw.pending_permission(&id).await;
     let r = gw
         .post(
             &format!("/sessions/{id}/permissions/{pending}"),

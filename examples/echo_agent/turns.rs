@@ -175,10 +175,18 @@ impl EchoAgent {
                 PermissionOptionKind::AllowOnce,
             )];
             let tool_call = ToolCallUpdate::new("call_spoof", fields);
-            let request = RequestPermissionRequest::new(other, tool_call, options);
+            let request = RequestPermissionRequest::new(other.clone(), tool_call, options);
             let outcome = match cx.send_request(request).block_task().await {
                 Ok(_) => "spoof: asked".to_string(),
                 Err(e) => format!("spoof: refused {}", i32::from(e.code)),
+            };
+            self.chunk(cx, id, outcome)?;
+            let params = json!({"mode": "form", "sessionId": other, "message": "spoofed",
+                "requestedSchema": {"type": "object", "properties": {}}});
+            let request = UntypedMessage::new("elicitation/create", params)?;
+            let outcome = match cx.send_request(request).block_task().await {
+                Ok(_) => "spoof: elicited".to_string(),
+                Err(e) => format!("spoof: elicitation refused {}", i32::from(e.code)),
             };
             self.chunk(cx, id, outcome)?;
         }

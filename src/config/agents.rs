@@ -202,6 +202,9 @@ impl Config {
         command.env = self.agent_env.clone();
         command.cwd = self.agent_cwd.clone();
         command.max_line_bytes = self.max_line_bytes;
+        // None of the gateway's own settings (its keys, its database URL) reach an agent, which
+        // runs tools on a prompt's say; its own `env` still sets any variable.
+        command.env_remove = gateway_variables();
         AgentSpec {
             name: name.to_owned(),
             command,
@@ -244,14 +247,17 @@ impl AgentSpec {
     /// own bridge to one of them (`acp-gateway connect --once --exact-url`, the URL last; members take the URLs in turn, and there
     /// is at least one per URL), a child process like a local agent's, which exits when its
     /// connection drops (or falls silent past two heartbeats). It is sent `token` as its
-    /// bearer, and none of the gateway's own `ACP_GATEWAY_*` settings (its keys among them).
+    /// bearer (`ACP_GATEWAY_CONNECT_TOKEN`), and, as any agent, none of the gateway's own
+    /// `ACP_GATEWAY_*` settings (its keys among them).
     fn reached_at(
         mut self,
         urls: Vec<String>,
         token: Option<String>,
         heartbeat: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let heartbeat = heartbeat.unwrap_or(REMOTE_HEARTBEAT).max(1).to_string();
+        let heartbeat = heartbeat.unwrap_or(REMOTE_HEARTBEAT);
+        anyhow::ensure!(heartbeat > 0, "heartbeat must be 1 second or more");
+        let heartbeat = heartbeat.to_string();
         let exe = std::env::current_exe()
             .context("the gateway's own executable, which bridges to a remote agent")?;
         let command = &mut self.command;
@@ -266,12 +272,8 @@ impl AgentSpec {
         ];
         command.args = args.map(str::to_owned).into();
         command.env = token
-            .map(|t| ("ACP_GATEWAY_API_KEYS".to_owned(), t))
+            .map(|t| ("ACP_GATEWAY_CONNECT_TOKEN".to_owned(), t))
             .into_iter()
-            .collect();
-        command.env_remove = std::env::vars_os()
-            .filter_map(|(k, _)| k.into_string().ok())
-            .filter(|k| k.starts_with("ACP_GATEWAY_"))
             .collect();
         command.cwd = None;
         // A gateway host asks for no `authenticate`; a table's own `auth-method` still applies.
@@ -279,6 +281,14 @@ impl AgentSpec {
         self.remote = urls;
         Ok(self)
     }
+}
+
+/// The gateway's own variables in its environment (`ACP_GATEWAY_*`).
+fn gateway_variables() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("ACP_GATEWAY_"))
+        .collect()
 }
 
 /// Seconds of silence from a remote agent before it is asked something (see

@@ -5,7 +5,7 @@
 //! With traces off nothing is looked up or carried.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use tracing::Span;
@@ -18,6 +18,8 @@ pub struct Traced {
     /// Whether a span is sampled (set with `on`).
     sampled: OnceLock<fn(&Span) -> bool>,
     spans: Mutex<HashMap<String, Span>>,
+    /// How many sessions are traced now: an append looks no further while there are none.
+    traced: AtomicUsize,
 }
 
 impl Traced {
@@ -34,22 +36,26 @@ impl Traced {
         let sampled = self.sampled.get().is_some_and(|sampled| sampled(span));
         if self.on.load(Ordering::Relaxed) && sampled {
             let mut spans = self.spans.lock().expect("traced spans lock");
-            spans.insert(session_id.to_owned(), span.clone());
+            if spans.insert(session_id.to_owned(), span.clone()).is_none() {
+                self.traced.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// The session's appends belong to no span any more (its turn has queued its last one).
     pub fn end(&self, session_id: &str) {
-        if self.on.load(Ordering::Relaxed) {
+        if self.traced.load(Ordering::Relaxed) > 0 {
             let mut spans = self.spans.lock().expect("traced spans lock");
-            spans.remove(session_id);
+            if spans.remove(session_id).is_some() {
+                self.traced.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// The span the session's appends belong to now (its running turn's), if traced: the
     /// parent of what else the turn waits for.
     pub fn of(&self, session_id: &str) -> Option<Span> {
-        if !self.on.load(Ordering::Relaxed) {
+        if self.traced.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let spans = self.spans.lock().expect("traced spans lock");

@@ -30,6 +30,16 @@ impl Log {
         Log { hub, records }
     }
 
+    /// Until the guard is dropped, the session's appends are written in `span`'s trace (a
+    /// sampled turn's; see [`crate::events::Traced`]).
+    pub(super) fn traced_in(&self, session_id: &str, span: &tracing::Span) -> TracedIn {
+        self.hub.traced().begin(session_id, span);
+        TracedIn {
+            hub: self.hub.clone(),
+            session_id: session_id.to_owned(),
+        }
+    }
+
     /// The hub, for its streams and numbers.
     pub(super) fn hub(&self) -> &EventHub {
         &self.hub
@@ -89,5 +99,18 @@ impl Log {
     /// Waits until everything appended so far is stored.
     pub(super) async fn flush(&self) {
         self.hub.flush().await;
+    }
+}
+
+/// Ends [`Log::traced_in`] when dropped: when the turn has queued its `turn_ended`, or when it
+/// never ran (its request was dropped first).
+pub(super) struct TracedIn {
+    hub: Arc<EventHub>,
+    session_id: String,
+}
+
+impl Drop for TracedIn {
+    fn drop(&mut self) {
+        self.hub.traced().end(&self.session_id);
     }
 }

@@ -83,7 +83,7 @@ impl Turns {
             "otel.status_code" = tracing::field::Empty,
         );
         // What the turn appends is written in its trace, until its `turn_ended` is queued.
-        self.log.hub().traced().begin(&sid, &span);
+        let traced = self.log.traced_in(&sid, &span);
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
@@ -102,7 +102,7 @@ impl Turns {
         // does not wait for a commit, and log readers (`/history`) flush the queue first.
         let this = self.clone();
         let turn = async move {
-            let claim = claim;
+            let (claim, traced) = (claim, traced);
             let outcome = match sent {
                 Ok(call) => call.wait(None).await,
                 Err(e) => Err(e),
@@ -138,7 +138,7 @@ impl Turns {
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();
             this.log.enqueue_now(&sid, "turn_ended", ended).await;
-            this.log.hub().traced().end(&sid);
+            drop(traced);
             this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.

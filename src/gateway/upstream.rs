@@ -24,6 +24,9 @@ use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
 use crate::store::Payload;
 
+/// Why a request naming a session another member holds is refused.
+const ANOTHERS: &str = "this session is held by another agent process";
+
 /// What the pool calls back into.
 pub(super) struct Upstream {
     pub(super) live: Arc<LiveTable>,
@@ -162,10 +165,8 @@ impl UpstreamHandler for Upstream {
                 .await;
             return;
         };
-        if self.live.member(&session_id) != Some(member) {
-            let why = "no turn of this session runs on this agent process";
-            self.its_own(member, &session_id, "session/request_permission");
-            let _ = request.refuse(RpcError::invalid_params(why)).await;
+        if !self.its_own(member, &session_id, "session/request_permission") {
+            let _ = request.refuse(RpcError::invalid_params(ANOTHERS)).await;
             return;
         }
         self.requests
@@ -180,6 +181,11 @@ impl UpstreamHandler for Upstream {
         request: Incoming,
         params: Value,
     ) {
+        let session = params.get("sessionId").and_then(Value::as_str);
+        if session.is_some_and(|id| !self.its_own(member, id, "elicitation/create")) {
+            let _ = request.refuse(RpcError::invalid_params(ANOTHERS)).await;
+            return;
+        }
         self.requests
             .clone()
             .elicitation_requested(member, request, params)

@@ -421,6 +421,22 @@ impl Gateway {
         tokio::spawn(request.send())
     }
 
+    /// Waits (up to [`PATIENCE`]) for a permission request of the session; its request id.
+    pub async fn pending_permission(&self, id: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let pending = self.json(&format!("/sessions/{id}/permissions")).await;
+            if let Some(request) = pending[0]["requestId"].as_str() {
+                return request.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no permission request within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn status(&self, id: &str) -> String {
         self.json(&format!("/sessions/{id}/status")).await["status"]
             .as_str()

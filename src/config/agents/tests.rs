@@ -373,7 +373,10 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
     );
     assert_eq!(
         far.command.env,
-        [("ACP_GATEWAY_API_KEYS".to_owned(), "sk-openai".to_owned())]
+        [(
+            "ACP_GATEWAY_CONNECT_TOKEN".to_owned(),
+            "sk-openai".to_owned()
+        )]
     );
     assert_eq!(far.pool_size, 2);
     let near = specs.iter().find(|s| s.name == "near").unwrap();
@@ -438,7 +441,7 @@ fn the_two_tier_overlays_front_configuration_loads() {
         let url = format!("ws://acp-agent-host-{i}.acp-agent-host:8080/acp");
         assert_eq!(spec.remote, [url]);
         let token = (
-            "ACP_GATEWAY_API_KEYS".to_owned(),
+            "ACP_GATEWAY_CONNECT_TOKEN".to_owned(),
             "host-key-0123456789".to_owned(),
         );
         assert_eq!(spec.command.env, [token]);
