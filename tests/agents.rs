@@ -202,7 +202,8 @@ async fn a_crash_looping_agent_leaves_the_other_serving(backend: Backend) {
 }
 
 /// Agent `a` names `b`'s session in an update, a permission request and an elicitation: the
-/// update is not logged on `b`'s session, the requests are refused, all are counted as garbage.
+/// update is not logged on `b`'s session, the requests are refused, all are counted as garbage;
+/// so too once `b` holds the session no more.
 async fn an_agent_never_touches_another_agents_session(backend: Backend) {
     let b_dir = tempfile::tempdir().unwrap();
     let w = World::start(backend, two_agents(&b_dir.path().display().to_string(), "")).await;
@@ -225,6 +226,17 @@ async fn an_agent_never_touches_another_agents_session(backend: Backend) {
     assert_eq!(
         gw.metric("acp_gateway_agent_garbage_total").await,
         garbage + 3.0
+    );
+    // Nor once it is held by no member (closed): it is still `b`'s.
+    assert_eq!(gw.session_action(&theirs, "close").await.status(), 204);
+    assert_eq!(gw.status(&theirs).await, "saved");
+    let (status, _) = gw.prompt(&mine, &format!("/spoof {theirs} again")).await;
+    assert_eq!(status, 200);
+    let theirs_said = Value::from(gw.history(&theirs).await).to_string();
+    assert!(!theirs_said.contains("spoofed"), "{theirs_said}");
+    assert_eq!(
+        gw.metric("acp_gateway_agent_garbage_total").await,
+        garbage + 6.0
     );
     w.finish().await;
 }

@@ -186,6 +186,12 @@ impl Gateway {
             requests: requests.clone(),
             cluster: cluster.clone(),
             counters: counters.clone(),
+            // Members are numbered across the agents, in order, each pool at least one.
+            member_agents: agents
+                .iter()
+                .flat_map(|(name, pool, _)| std::iter::repeat_n(name.clone(), pool.size.max(1)))
+                .collect(),
+            records: records.clone(),
         });
         let agents = Agents::start(agents, upstream);
         let limits = placement::Limits {

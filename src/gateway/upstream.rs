@@ -15,6 +15,7 @@ use super::info_update::apply_info_update;
 use super::live::LiveTable;
 use super::log::Log;
 use super::parts::Counters;
+use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
 use super::views::Views;
@@ -25,7 +26,7 @@ use crate::pool::client::Incoming;
 use crate::store::Payload;
 
 /// Why a request naming a session another member holds is refused.
-const ANOTHERS: &str = "this session is held by another agent process";
+const ANOTHERS: &str = "this session is another agent process's";
 
 /// What the pool calls back into.
 pub(super) struct Upstream {
@@ -36,27 +37,38 @@ pub(super) struct Upstream {
     pub(super) requests: Arc<Requests>,
     pub(super) cluster: Arc<Cluster>,
     pub(super) counters: Arc<Counters>,
+    /// Each member's agent, by member index.
+    pub(super) member_agents: Arc<[String]>,
+    /// The sessions' records, for whose a session is.
+    pub(super) records: Arc<Records>,
 }
 
 impl Upstream {
-    /// Whether `member` may speak about the session: not one another member holds (an agent,
-    /// local or remote, never touches another's sessions). Otherwise it is counted as
-    /// garbage, logged and ignored.
-    fn its_own(&self, member: usize, session_id: &str, what: &str) -> bool {
-        match self.live.member(session_id) {
-            Some(holder) if holder != member => {
-                crate::agent_rpc::count_garbage();
-                tracing::warn!(
-                    member,
-                    holder,
-                    session = session_id,
-                    what,
-                    "an agent named a session another member holds; ignored"
-                );
-                false
+    /// Whether `member` may speak about the session: not one another member holds, nor, when
+    /// none holds it here, one of another agent (an agent, local or remote, never touches
+    /// another's sessions). Otherwise it is counted as garbage, logged and ignored.
+    async fn its_own(&self, member: usize, session_id: &str, what: &str) -> bool {
+        let whose = match self.live.member(session_id) {
+            Some(holder) if holder == member => return true,
+            Some(holder) => format!("member {holder}"),
+            None => {
+                let agent = self.member_agents.get(member).map(String::as_str);
+                // Unknown yet (a session being created) or this agent's: its own.
+                match self.records.store().get_session(session_id).await {
+                    Ok(Some(r)) if Some(r.agent.as_str()) != agent => format!("agent {}", r.agent),
+                    _ => return true,
+                }
             }
-            _ => true,
-        }
+        };
+        crate::agent_rpc::count_garbage();
+        tracing::warn!(
+            member,
+            session = session_id,
+            whose,
+            what,
+            "an agent named a session that is not its own; ignored"
+        );
+        false
     }
 
     async fn on_session_update(
@@ -72,7 +84,7 @@ impl Upstream {
             tracing::warn!("session/update without a sessionId; ignored");
             return;
         };
-        if !self.its_own(member, &session_id, "session/update") {
+        if !self.its_own(member, &session_id, "session/update").await {
             return;
         }
         let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
@@ -165,7 +177,10 @@ impl UpstreamHandler for Upstream {
                 .await;
             return;
         };
-        if !self.its_own(member, &session_id, "session/request_permission") {
+        if !self
+            .its_own(member, &session_id, "session/request_permission")
+            .await
+        {
             let _ = request.refuse(RpcError::invalid_params(ANOTHERS)).await;
             return;
         }
@@ -181,8 +196,9 @@ impl UpstreamHandler for Upstream {
         request: Incoming,
         params: Value,
     ) {
-        let session = params.get("sessionId").and_then(Value::as_str);
-        if session.is_some_and(|id| !self.its_own(member, id, "elicitation/create")) {
+        if let Some(id) = params.get("sessionId").and_then(Value::as_str)
+            && !self.its_own(member, id, "elicitation/create").await
+        {
             let _ = request.refuse(RpcError::invalid_params(ANOTHERS)).await;
             return;
         }
