@@ -12,6 +12,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use support::fronts::env_or;
 use support::{BLOCK, Backend, Database, Gateway, Options, cores, percentile, prompt_at};
 
 /// A gateway on its own SQLite file in `dir`, with `agent` (a command, or a URL).
@@ -27,10 +28,7 @@ async fn gateway(dir: &Path, agent: PathBuf) -> (Gateway, Database) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let samples: usize = std::env::var("SAMPLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let samples: usize = env_or("SAMPLES", 2000);
     let echo = Options::bench().agent;
     let (host, host_db) = gateway(&dir.path().join("host"), echo.clone()).await;
     let (local, local_db) = gateway(&dir.path().join("local"), echo).await;

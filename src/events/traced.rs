@@ -5,7 +5,7 @@
 //! With traces off nothing is looked up or carried.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use tracing::Span;
@@ -13,9 +13,7 @@ use tracing::Span;
 /// The spans of the sessions whose appends are traced ([`EventHub::traced`](super::EventHub::traced)).
 #[derive(Default)]
 pub struct Traced {
-    /// Set once, when traces are exported.
-    on: AtomicBool,
-    /// Whether a span is sampled (set with `on`).
+    /// Whether a span is sampled: set once, when traces are exported.
     sampled: OnceLock<fn(&Span) -> bool>,
     spans: Mutex<HashMap<String, Span>>,
     /// How many sessions are traced now: an append looks no further while there are none.
@@ -27,14 +25,12 @@ impl Traced {
     /// its trace.
     pub fn turn_on(&self, sampled: fn(&Span) -> bool) {
         let _ = self.sampled.set(sampled);
-        self.on.store(true, Ordering::Relaxed);
     }
 
     /// From now on, until [`Traced::end`], the session's appends belong to `span` (its running
     /// turn's). Nothing while traces are off, or when `span` is not sampled.
     pub fn begin(&self, session_id: &str, span: &Span) {
-        let sampled = self.sampled.get().is_some_and(|sampled| sampled(span));
-        if self.on.load(Ordering::Relaxed) && sampled {
+        if self.sampled.get().is_some_and(|sampled| sampled(span)) {
             let mut spans = self.spans.lock().expect("traced spans lock");
             if spans.insert(session_id.to_owned(), span.clone()).is_none() {
                 self.traced.fetch_add(1, Ordering::Relaxed);

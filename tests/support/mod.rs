@@ -28,7 +28,7 @@ pub use agent::{DirectClient, echo_agent};
 pub use gateway::{Database, Gateway, Options, World};
 pub use pgcluster::PgCluster;
 pub use postgres::{FreshDatabase, admin_url_or_skip};
-pub use problem::assert_problem;
+pub use problem::{assert_kind, assert_problem};
 pub use process::{pid_alive, processes_with_env};
 pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};
 

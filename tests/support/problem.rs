@@ -22,3 +22,12 @@ pub fn assert_problem(
         "{what}: the detail does not contain {detail_contains:?}: {body}"
     );
 }
+
+/// Asserts that an answer has status `want_status` and that its problem document is of the
+/// kind `kind` (the end of its `type`).
+#[track_caller]
+pub fn assert_kind(status: u16, body: &Value, want_status: u16, kind: &str) {
+    assert_eq!(status, want_status, "{body}");
+    let type_ = body["type"].as_str().unwrap_or_default();
+    assert!(type_.ends_with(kind), "not a {kind} problem: {body}");
+}
