@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Generated clients against a live gateway: generates a TypeScript client (openapi-typescript types +
-# openapi-fetch, clients/ts) and a Python client (openapi-python-client, clients/python) from the
-# committed openapi/openapi.json into target/clients/, then runs each one's smoke script against a
-# gateway in front of the echo agent: create a session, prompt it (end_turn; and twice with one
-# Idempotency-Key: a replay), set its mode and its model, list it, read its status (live), delete
-# it (204), and see it gone (status not_found, GET 404, not listed).
+# Generated clients against a live gateway: generates from the committed openapi/openapi.json,
+# into target/clients/, a TypeScript client (openapi-typescript types + openapi-fetch,
+# clients/ts), a Python client (openapi-python-client, clients/python) and a Rust client
+# (openapi-generator's rust generator, clients/rust), then runs each one's smoke against a
+# gateway in front of the echo agent. The TypeScript and Python smokes create a session, prompt
+# it (end_turn; and twice with one Idempotency-Key: a replay), set its mode and its model, list
+# it, read its status (live), delete it (204), and see it gone (status not_found, GET 404, not
+# listed). The Rust smoke (a typed language) drives a session through every kind of event the
+# echo agent can log in one turn and checks that the generated types decode each event of its
+# history page and of GET /events into the variant its `event` names.
 #   bash scripts/clients.sh
-# Installs (npm ci in clients/ts, a venv under target/) only when missing or when their pins changed;
-# the generated code is rebuilt on every run and never committed. CLIENTS_NO_BUILD=1 skips the cargo
-# build and uses the debug binaries already in target/.
+# Installs (npm ci in clients/ts, venvs under target/) only when missing or when their pins
+# changed; the generated code is rebuilt on every run and never committed. The Rust generator
+# needs Java (17 or newer). CLIENTS_NO_BUILD=1 skips the cargo build and uses the debug binaries
+# already in target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -30,6 +35,16 @@ if ! cmp -s clients/python/requirements.txt "$venv/requirements.txt" 2>/dev/null
   cp clients/python/requirements.txt "$venv/requirements.txt"
 fi
 
+# openapi-generator-cli (the OpenAPI Generator jar from PyPI, pinned in clients/rust).
+command -v java >/dev/null || { echo "FATAL: Java is required for openapi-generator" >&2; exit 1; }
+genvenv=target/clients-generator-venv
+if ! cmp -s clients/rust/requirements.txt "$genvenv/requirements.txt" 2>/dev/null; then
+  rm -rf "$genvenv"
+  python3 -m venv "$genvenv"
+  "$genvenv/bin/pip" install -q --disable-pip-version-check -r clients/rust/requirements.txt
+  cp clients/rust/requirements.txt "$genvenv/requirements.txt"
+fi
+
 [ "${CLIENTS_NO_BUILD:-}" = 1 ] || cargo build -q --bin acp-gateway --example echo_agent
 
 # Generate both clients afresh.
@@ -48,7 +63,18 @@ if ! PATH="$PWD/$venv/bin:$PATH" "$venv/bin/openapi-python-client" generate \
   echo "openapi-python-client failed (or warned) on openapi/openapi.json"
   exit 1
 fi
-echo "generated $out/ts and $out/python from openapi/openapi.json"
+rm -rf "$out/rust"
+if ! "$genvenv/bin/openapi-generator-cli" generate -g rust -i openapi/openapi.json -o "$out/rust" \
+  --additional-properties=packageName=acp-gateway-client,supportAsync=false \
+  >"$out/rust-generate.log" 2>&1; then
+  cat "$out/rust-generate.log"
+  echo "openapi-generator (rust) failed on openapi/openapi.json"
+  exit 1
+fi
+# Its own target directory, kept between runs: only the generated crate is rebuilt.
+CARGO_TARGET_DIR=target/clients-rust-target cargo build -q --locked \
+  --manifest-path clients/rust/Cargo.toml
+echo "generated $out/ts, $out/python and $out/rust from openapi/openapi.json"
 
 # A gateway in front of the echo agent on an ephemeral port, with a throwaway SQLite db.
 work=$(mktemp -d)
@@ -67,8 +93,11 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' INT TERM # so that the EXIT trap stops the gateway on a signal too
+# Webhooks to loopback that are disabled after a second of failing (the Rust smoke's
+# webhook_disabled).
 ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models target/debug/acp-gateway \
   --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
+  --webhook-allow-private --webhook-max-age 1 --webhook-retry-base-ms 100 --webhook-poll-ms 100 \
   --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
 pid=$!
 for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
@@ -95,6 +124,16 @@ if PYTHONPATH="$out/python" timeout 120 "$venv/bin/python" clients/python/smoke.
 else
   cat "$work/py.out"
   summaries+=("python client: FAILED (see above)")
+  failed=1
+fi
+
+echo "== rust client"
+if timeout 120 target/clients-rust-target/debug/acp-gateway-client-smoke "$url" >"$work/rs.out" 2>&1; then
+  summaries+=("$(tail -n 1 "$work/rs.out")")
+  cat "$work/rs.out"
+else
+  cat "$work/rs.out"
+  summaries+=("rust client: FAILED (see above)")
   failed=1
 fi
 

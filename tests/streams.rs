@@ -460,33 +460,53 @@ async fn stream_payloads_match_the_spec() {
     ] {
         assert!(kinds.contains(kind), "no {kind} in {kinds:?}");
     }
+    let session_events = union_validator(&spec, "SessionEvent");
     for e in &events {
-        let schema = match e.event.as_str() {
-            "turn_started" => "TurnStarted",
-            "turn_ended" => "TurnEnded",
-            "permission_requested" => "PermissionRequested",
-            "permission_resolved" => "PermissionResolved",
-            "elicitation_requested" => "ElicitationRequested",
-            "elicitation_resolved" => "ElicitationResolved",
-            "elicitation_completed" => "ElicitationCompleted",
-            "session_deleted" => "SessionDeleted",
-            "agent_exited" => "AgentExited",
-            "gap" => "Gap",
-            _ => "SessionUpdateData",
-        };
+        let schema =
+            data_schema(&spec, "KnownSessionEvent", &e.event).unwrap_or("SessionUpdateData");
         check_schema(&spec, schema, &e.data, &e.event);
+        check_union(&session_events, e);
     }
     let events = lifecycle.until("session_deleted").await;
+    let lifecycle_events = union_validator(&spec, "LifecycleEvent");
     for e in &events {
-        let schema = match e.event.as_str() {
-            "session_created" | "session_updated" => "LifecycleSession",
-            "session_status" => "LifecycleStatus",
-            "session_deleted" => "SessionDeleted",
-            other => panic!("undocumented lifecycle event {other}"),
-        };
+        let schema = data_schema(&spec, "LifecycleEvent", &e.event)
+            .unwrap_or_else(|| panic!("undocumented lifecycle event {}", e.event));
         check_schema(&spec, schema, &e.data, &e.event);
+        check_union(&lifecycle_events, e);
     }
     w.finish().await;
+}
+
+/// The schema of `data` for `event` in the union `name`, by its discriminator's mapping.
+fn data_schema<'a>(spec: &'a Value, name: &str, event: &str) -> Option<&'a str> {
+    let schemas = &spec["components"]["schemas"];
+    let variant = schemas[name]["discriminator"]["mapping"][event].as_str()?;
+    let variant = variant.rsplit('/').next().unwrap();
+    schemas[variant]["properties"]["data"]["$ref"]
+        .as_str()
+        .map(|r| r.rsplit('/').next().unwrap())
+}
+
+/// A JSON Schema validator of the spec's union `name`.
+fn union_validator(spec: &Value, name: &str) -> jsonschema::Validator {
+    let mut root = spec.clone();
+    root["$ref"] = format!("#/components/schemas/{name}").into();
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&root)
+        .unwrap()
+}
+
+/// The event, as a client decodes it (`seq` is the SSE id), is exactly one variant of the union.
+fn check_union(union: &jsonschema::Validator, e: &support::sse::SseEvent) {
+    let decoded = json!({"seq": e.id, "event": e.event, "data": e.data});
+    if let Err(error) = union.validate(&decoded) {
+        panic!(
+            "{}: not one variant of the union: {error}: {decoded}",
+            e.event
+        );
+    }
 }
 
 /// A small check of `value` against a component schema of the spec: required properties,

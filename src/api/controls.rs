@@ -38,9 +38,19 @@ pub struct SetModel {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"value": "high"}))]
 pub struct SetConfig {
-    /// A `select` option's value id, or a `boolean` option's `true`/`false`.
-    #[schema(value_type = Object)]
+    #[schema(schema_with = string_or_boolean)]
     pub value: Value,
+}
+
+/// `SetConfig.value`'s schema.
+fn string_or_boolean() -> utoipa::openapi::Object {
+    use utoipa::openapi::{ObjectBuilder, Type, schema::SchemaType};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Boolean]))
+        .description(Some(
+            "A `select` option's value id, or a `boolean` option's `true`/`false`.",
+        ))
+        .build()
 }
 
 /// `POST /sessions/{id}/fork` body (all optional).

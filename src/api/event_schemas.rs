@@ -1,7 +1,7 @@
-//! The schemas of the SSE streams' events, for the OpenAPI document: one decoded event is
-//! `{id, event, data}`, and `data` is one of the payloads below, chosen by `event`. These types
-//! only describe what the gateway writes (as JSON built where each event happens); a test reads
-//! real streams and checks every payload against them.
+//! The schemas of the events' `data`, for the OpenAPI document: one per kind of event the
+//! gateway writes (`event_unions.rs` puts them together by `event`). These types only describe
+//! what the gateway writes (as JSON built where each event happens); a test reads real streams
+//! and checks every payload against them.
 #![allow(dead_code)] // described, never constructed
 
 use serde_json::Value;
@@ -9,41 +9,6 @@ use utoipa::ToSchema;
 
 use super::error::Problem;
 use crate::gateway::output::{SessionView, Status};
-
-/// One event of `GET /sessions/{id}/events`, decoded from its SSE fields.
-#[derive(ToSchema)]
-pub struct SessionStreamEvent {
-    /// The SSE `id`: the event's sequence number in the session's log (resume after it).
-    id: i64,
-    /// The SSE `event`: an ACP `sessionUpdate` tag (`agent_message_chunk`, `tool_call`, …) or
-    /// `turn_started`, `turn_ended`, `permission_requested`, `permission_resolved`,
-    /// `elicitation_requested`, `elicitation_resolved`, `elicitation_completed`, `session_deleted`,
-    /// `agent_exited`, `state_changed`, `forked`, `gap`, and `state` (first, with
-    /// `?snapshot=true`).
-    event: String,
-    /// The SSE `data`, JSON.
-    data: SessionEventData,
-}
-
-/// The `data` of a session event, by `event`.
-#[derive(ToSchema)]
-#[serde(untagged)]
-pub enum SessionEventData {
-    SessionUpdate(SessionUpdateData),
-    TurnStarted(TurnStarted),
-    TurnEnded(TurnEnded),
-    PermissionRequested(PermissionRequested),
-    PermissionResolved(PermissionResolved),
-    ElicitationRequested(ElicitationRequested),
-    ElicitationResolved(ElicitationResolved),
-    ElicitationCompleted(ElicitationCompleted),
-    SessionDeleted(SessionDeleted),
-    AgentExited(AgentExited),
-    StateChanged(StateChanged),
-    Forked(Forked),
-    State(StateSnapshot),
-    Gap(Gap),
-}
 
 /// `state_changed`: what an agent's answer said of the session's state (to `session/new`,
 /// load, resume, fork or a setter), logged when it changed the state.
@@ -234,28 +199,6 @@ pub struct Gap {
     session_id: String,
     from: i64,
     to: i64,
-}
-
-/// One event of `GET /events`, decoded from its SSE fields.
-#[derive(ToSchema)]
-pub struct LifecycleStreamEvent {
-    /// The SSE `id`: the event's sequence number in the lifecycle log (resume after it).
-    id: i64,
-    /// `session_created`, `session_updated`, `session_status`, `session_deleted` or
-    /// `webhook_disabled`.
-    event: String,
-    data: LifecycleEventData,
-}
-
-/// The `data` of a lifecycle event, by `event`.
-#[derive(ToSchema)]
-#[serde(untagged)]
-#[allow(clippy::large_enum_variant)] // described, never constructed
-pub enum LifecycleEventData {
-    Session(LifecycleSession),
-    Status(LifecycleStatus),
-    Deleted(SessionDeleted),
-    WebhookDisabled(WebhookDisabled),
 }
 
 /// `webhook_disabled`: a subscription's delivery (of this session's event) failed for

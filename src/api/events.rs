@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
-use super::event_schemas::{LifecycleStreamEvent, SessionStreamEvent};
+use super::event_unions::{self, LifecycleEvent, SessionEvent};
 use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use super::{AppState, Json, Path, Query};
@@ -82,7 +82,7 @@ fn with_stream_headers(mut res: Response) -> Response {
     params(("id" = String, Path, description = "Session id"), SessionStreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
-        (status = 200, description = "An endless text/event-stream; each event decodes to a SessionStreamEvent", content_type = "text/event-stream", body = SessionStreamEvent),
+        (status = 200, description = "An endless text/event-stream; each event is a SessionEvent: SSE `id` its `seq`, `event` its `event` (which selects the variant), `data` its `data`", content_type = "text/event-stream", body = SessionEvent),
         (status = 400, description = "Malformed cursor or id", body = Problem, content_type = "application/problem+json"),
         UnknownOrDeletedSession,
     ))]
@@ -108,7 +108,7 @@ pub async fn session_events(
 #[utoipa::path(get, operation_id = "getSessionHistory", path = "/sessions/{id}/history", tag = "events",
     params(("id" = String, Path, description = "Session id"), HistoryParams),
     responses(
-        (status = 200, description = "One page of events", body = HistoryPage),
+        (status = 200, description = "One page of events", body = event_unions::HistoryPage),
         MalformedParams, UnknownOrDeletedSession,
     ))]
 pub async fn session_history(
@@ -132,7 +132,7 @@ pub async fn session_history(
 #[utoipa::path(get, operation_id = "streamLifecycleEvents", path = "/events", tag = "events",
     params(StreamParams, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
-        (status = 200, description = "An endless text/event-stream; each event decodes to a LifecycleStreamEvent", content_type = "text/event-stream", body = LifecycleStreamEvent),
+        (status = 200, description = "An endless text/event-stream; each event is a LifecycleEvent: SSE `id` its `seq`, `event` its `event` (which selects the variant), `data` its `data`", content_type = "text/event-stream", body = LifecycleEvent),
         (status = 400, description = "Malformed cursor", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn lifecycle_events(

@@ -9,6 +9,7 @@ mod controls;
 mod elicitations;
 pub mod error;
 mod event_schemas;
+mod event_unions;
 mod events;
 mod extract;
 pub mod forward;
@@ -103,8 +104,9 @@ impl utoipa::Modify for BearerAuth {
     info(
         title = "acp-gateway",
         description = "HTTP and Server-Sent Events in front of ACP (Agent Client Protocol) coding agents. Errors are RFC 9457 application/problem+json.",
-        license(name = "Apache-2.0")
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
+    servers((url = "http://127.0.0.1:8080", description = "The default address (--listen); a deployment's own address otherwise")),
     tags(
         (name = "sessions", description = "Session metadata and lifecycle"),
         (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
@@ -175,7 +177,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// Documents the errors every operation of a kind can answer, where its own annotation does not:
 /// 401 and 429 (keys and per-key limits) on every non-public route, 400 for a malformed session
-/// id, 413/415/422 for a JSON body, 504 for the request timeout (not on streams) and 500.
+/// id, 413/415/422 for a JSON body, 504 for the request timeout (not on streams), the guard's
+/// 403 and 400 on every route, and 500.
 /// Public routes get no security requirement.
 fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
     use responses::problem;
@@ -226,6 +229,13 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
             if !public && !streams && !path.ends_with("/prompt") {
                 common.push(("504", "The request took longer than --request-timeout"));
             }
+            // The guard's, in front of every route.
+            common.push((
+                "403",
+                "The Host is not one this gateway serves (--allowed-host), or a change comes \
+                 from a page whose Origin may not make it (--cors-origin)",
+            ));
+            common.push(("400", "A NUL byte (%00) in the URL"));
             for (status, description) in common {
                 let responses = &mut op.responses.responses;
                 if !responses.contains_key(status) {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::ToSchema;
 
 use super::clock::now;
 use super::input::SessionId;
@@ -16,7 +15,7 @@ use crate::events::Run;
 use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEvent {
     /// The event's sequence number (the SSE `id`).
@@ -24,15 +23,13 @@ pub struct HistoryEvent {
     /// The SSE `event` name.
     pub event: String,
     /// The SSE `data`.
-    #[schema(value_type = Object)]
     pub data: Payload,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// A page of history.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+/// A page of history (`api::event_unions::HistoryPage` is its schema).
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
 pub struct HistoryPage {
     pub events: Vec<HistoryEvent>,
     /// Pass as `after` for the next page; absent when this page reached the end of the log.

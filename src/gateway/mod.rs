@@ -64,7 +64,8 @@ pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
 pub use turns::Turns;
 pub use webhooks::{
-    DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
+    DeliveryPage, DeliveryView, GATEWAY_KINDS, NewWebhook, UPDATE_KINDS, WebhookConfig,
+    WebhookPatch, WebhookView, Webhooks,
 };
 
 use std::sync::Arc;

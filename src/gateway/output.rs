@@ -26,7 +26,7 @@ pub struct TurnResult {
 /// What `/agent` shows.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": [{"id": "5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7", "address": "http://127.0.0.1:8080", "startedAt": "2025-01-01T12:00:00Z", "heartbeatAt": "2025-01-01T12:05:00Z", "sessionsLive": 1, "agents": ["echo"], "live": true, "this": true}]}))]
+#[schema(example = json!({"initialize": {"protocolVersion": 1, "agentInfo": {"name": "echo-agent", "version": "0.1.0"}, "authMethods": [], "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": false}, "rawCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}}}}, "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": [{"id": "5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7", "address": "http://127.0.0.1:8080", "startedAt": "2025-01-01T12:00:00Z", "heartbeatAt": "2025-01-01T12:05:00Z", "sessionsLive": 1, "agents": ["echo"], "live": true, "this": true}]}))]
 pub struct AgentView {
     /// `null` until a member has answered `initialize`.
     pub initialize: Option<AgentInit>,
@@ -63,7 +63,7 @@ pub enum Activity {
 /// A session as clients see it: ACP `SessionInfo` plus gateway fields.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}))]
+#[schema(example = json!({"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "agent": "echo", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}))]
 pub struct SessionView {
     pub session_id: String,
     /// The agent it lives in.
@@ -119,7 +119,7 @@ impl SessionView {
 /// One page of sessions.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"sessions": [{"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}], "nextCursor": "eyJuIjozLCJ1IjoxNzYzODAwMDAwMDAwMDAwLCJzIjoic2Vzc18xIiwicSI6IlQtc1l0OXpEbDhxeSJ9"}))]
+#[schema(example = json!({"sessions": [{"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "agent": "echo", "cwd": "/home/me/project", "title": "Echo: hi", "updatedAt": "2026-11-22T12:47:51.072210Z", "createdAt": "2026-11-22T12:47:50.904272Z", "archived": false, "origin": "gateway", "status": "live", "activity": "idle"}], "nextCursor": "eyJuIjozLCJ1IjoxNzYzODAwMDAwMDAwMDAwLCJzIjoic2Vzc18xIiwicSI6IlQtc1l0OXpEbDhxeSJ9"}))]
 pub struct SessionPage {
     pub sessions: Vec<SessionView>,
     /// Pass as `cursor` for the next page; absent on the last page.

@@ -24,7 +24,7 @@ use crate::store::{DeliveryRecord, Store, WebhookRecord};
 
 /// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
 /// notifications (`_…`).
-const GATEWAY_KINDS: &[&str] = &[
+pub const GATEWAY_KINDS: &[&str] = &[
     "turn_started",
     "turn_ended",
     "permission_requested",
@@ -42,8 +42,9 @@ const GATEWAY_KINDS: &[&str] = &[
     "webhook_disabled",
 ];
 
-/// ACP `sessionUpdate` tags.
-const UPDATE_KINDS: &[&str] = &[
+/// The ACP v1 `sessionUpdate` tags an agent sends without a client capability the gateway would
+/// have to advertise.
+pub const UPDATE_KINDS: &[&str] = &[
     "user_message_chunk",
     "agent_message_chunk",
     "agent_thought_chunk",
