@@ -126,7 +126,7 @@
 //! | `/elicit-url` | Like `/elicit` in URL mode (message "Sign in to echo", `elicitationId` `echo-login`, url `https://example.org/echo-login`; needs `elicitation.url`); when accepted, first send the `elicitation/complete` notification {elicitationId}, then stream `"elicitation: accept"`. |
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
 //! | `/hang` | Never answer unless the turn is cancelled. |
-//! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x`, then continue normally. |
+//! | `/unknown` | First send a `session/update` of the unknown kind `future_variant_x` and one tagged `turn_ended` (a gateway event's name, `stopReason` `refusal`), then continue normally. |
 //! | `/fs` | First call the client's `fs/read_text_file` (which a client without the fs capability must refuse) and stream one chunk `"fs: ok"` or `"fs: error <code>"`. |
 //! | `/deaf` | Never answer, whatever happens: `session/cancel` (still written to the call log), `$/cancel_request` and closing or deleting the session are ignored; only the end of the process ends the turn. |
 //! | `/garbage` | Before anything else of the turn, write four raw lines straight to stdout: `this is not json`, `{"foo":1}`, `{"jsonrpc":"2.0","id":987654321,"result":{}}` and an `echo/padding` notification `{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":"xxx…"}}` padded to exactly `ECHO_AGENT_LONG_LINE_BYTES` bytes; then continue normally. |

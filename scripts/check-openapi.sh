@@ -24,14 +24,19 @@ if ! cmp -s "$lint/package-lock.json" "$stamp" 2>/dev/null; then
   cp "$lint/package-lock.json" "$stamp"
 fi
 report=$(mktemp)
-trap 'rm -f "$report"' EXIT
+stderr=$(mktemp)
+trap 'rm -f "$report" "$stderr"' EXIT
 # Redocly exits non-zero on errors only; the totals decide, warnings included.
 (cd openapi && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
-  lint/node_modules/.bin/redocly lint --format=json openapi.json >"$report" 2>/dev/null) || true
+  lint/node_modules/.bin/redocly lint --format=json openapi.json >"$report" 2>"$stderr") || true
 totals=$(node -e '
   const t = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).totals;
   console.log(`${t.errors} ${t.warnings} ${t.ignored}`);
-' "$report") || { echo "FATAL: Redocly produced no report"; cat "$report"; exit 1; }
+' "$report") || {
+  echo "FATAL: Redocly produced no report"
+  cat "$report" "$stderr"
+  exit 1
+}
 read -r errors warnings ignored <<<"$totals"
 if [ "$errors" != 0 ] || [ "$warnings" != 0 ]; then
   (cd openapi && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \

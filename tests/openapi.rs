@@ -142,6 +142,7 @@ fn every_example_matches_its_schema() {
         root["$ref"] = format!("#{pointer}").into();
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
             .build(&root)
             .unwrap_or_else(|e| panic!("#{pointer}: not a schema: {e}"));
         for error in validator.iter_errors(example) {

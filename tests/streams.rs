@@ -372,6 +372,8 @@ async fn retention_announces_gaps() {
     assert_eq!(gap.event, "gap");
     assert_eq!(gap.id, 18);
     assert_eq!(gap.data, json!({"sessionId": id, "from": 1, "to": 18}));
+    let spec = serde_json::to_value(acp_gateway::api::openapi()).unwrap();
+    check_union(&union_validator(&spec, "SessionEvent"), &gap);
     let rest = sse.until("turn_ended").await;
     assert_eq!(
         rest.iter().map(|e| e.id).collect::<Vec<_>>(),
@@ -441,6 +443,21 @@ async fn stream_payloads_match_the_spec() {
         .patch(&format!("/sessions/{id}"), json!({"title": "t"}))
         .await;
     assert_eq!(r.status(), 200);
+    // A snapshot stream's first event, the session's `state`.
+    let session_events = union_validator(&spec, "SessionEvent");
+    let mut snapshot = gw
+        .sse(&format!("/sessions/{id}/events?snapshot=true"), None)
+        .await;
+    let state = snapshot.next().await.unwrap();
+    assert_eq!(state.event, "state");
+    check_schema(&spec, "StateSnapshot", &state.data, "state");
+    check_union(&session_events, &state);
+    drop(snapshot);
+    // The same session's history, as a typed client reads it: one page of `SessionEvent`s.
+    let history = json!({"events": gw.history(&id).await});
+    if let Err(error) = union_validator(&spec, "HistoryPage").validate(&history) {
+        panic!("the history page does not match HistoryPage: {error}: {history}");
+    }
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
 
     events.extend(stream.until("session_deleted").await);
@@ -460,7 +477,6 @@ async fn stream_payloads_match_the_spec() {
     ] {
         assert!(kinds.contains(kind), "no {kind} in {kinds:?}");
     }
-    let session_events = union_validator(&spec, "SessionEvent");
     for e in &events {
         let schema =
             data_schema(&spec, "KnownSessionEvent", &e.event).unwrap_or("SessionUpdateData");
@@ -488,12 +504,13 @@ fn data_schema<'a>(spec: &'a Value, name: &str, event: &str) -> Option<&'a str> 
         .map(|r| r.rsplit('/').next().unwrap())
 }
 
-/// A JSON Schema validator of the spec's union `name`.
+/// A JSON Schema validator of the spec's schema `name`.
 fn union_validator(spec: &Value, name: &str) -> jsonschema::Validator {
     let mut root = spec.clone();
     root["$ref"] = format!("#/components/schemas/{name}").into();
     jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(true)
         .build(&root)
         .unwrap()
 }

@@ -230,6 +230,15 @@ async fn unknown_update_variant_passes_through(backend: Backend) {
         unknown.data["update"],
         json!({"sessionUpdate": "future_variant_x", "payload": {"n": 1}})
     );
+    // An update tagged with a gateway event's name is not logged: the turn ends once, the
+    // gateway's way.
+    let history = gw.history(&id).await;
+    let ended: Vec<&Value> = history
+        .iter()
+        .filter(|e| e["event"] == "turn_ended")
+        .collect();
+    assert_eq!(ended.len(), 1, "{history:?}");
+    assert_eq!(ended[0]["data"]["stopReason"], "end_turn");
     w.finish().await;
 }
 

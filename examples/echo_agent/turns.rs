@@ -142,9 +142,14 @@ impl EchoAgent {
         }
 
         if d.unknown {
-            let update = json!({ "sessionUpdate": "future_variant_x", "payload": { "n": 1 } });
-            let params = json!({ "sessionId": id, "update": update });
-            cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+            // A kind no client knows, then one under a gateway event's name.
+            for update in [
+                json!({ "sessionUpdate": "future_variant_x", "payload": { "n": 1 } }),
+                json!({ "sessionUpdate": "turn_ended", "stopReason": "refusal" }),
+            ] {
+                let params = json!({ "sessionId": id, "update": update });
+                cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+            }
         }
 
         if d.fs {

@@ -1,10 +1,11 @@
 //! The events as typed clients decode them: `SessionEvent` (a history page's item, and each
 //! event of `GET /sessions/{id}/events`) and `LifecycleEvent` (each event of `GET /events`).
-//! Every kind of event is its own schema, `{seq, event, data, createdAt}` with `event` fixed to
-//! the kind's name, and the unions choose among them by `event` (a discriminator with a mapping),
-//! so that a generated client deserializes each event into its own type. Agents may send kinds
-//! no document can list (newer ACP `sessionUpdate` tags, extension notifications `_…`): those
-//! are `OtherSessionEvent`, which excludes every listed name, so the variants never overlap.
+//! Every kind of event is its own schema, `{seq, event, data}` (and `createdAt` in a session's
+//! history) with `event` fixed to the kind's name, and the unions choose among them by `event`
+//! (a discriminator with a mapping), so that a generated client deserializes each event into its
+//! own type. Agents may send kinds no document can list (newer ACP `sessionUpdate` tags,
+//! extension notifications `_…`): those are `OtherSessionEvent`, which excludes every listed
+//! name, so the variants never overlap.
 #![allow(dead_code)] // described, never constructed
 
 use std::borrow::Cow;
@@ -74,8 +75,17 @@ fn lifecycle_kinds() -> Vec<Kind> {
     ]
 }
 
-/// `turn_started` → `TurnStartedEvent`.
-fn variant_name(event: &str) -> String {
+/// The log a union's events come from: a session's (whose history pages have `createdAt`) or
+/// the lifecycle log (only streamed).
+#[derive(Clone, Copy, PartialEq)]
+enum Log {
+    Session,
+    Lifecycle,
+}
+
+/// `turn_started` → `TurnStartedEvent`; in the lifecycle log, `session_deleted` →
+/// `SessionDeletedLifecycleEvent`.
+fn variant_name(event: &str, log: Log) -> String {
     let mut name: String = event
         .split('_')
         .map(|word| {
@@ -85,6 +95,9 @@ fn variant_name(event: &str) -> String {
             })
         })
         .collect();
+    if log == Log::Lifecycle {
+        name.push_str("Lifecycle");
+    }
     name.push_str("Event");
     name
 }
@@ -94,8 +107,8 @@ fn reference(name: &str) -> RefOr<Schema> {
 }
 
 /// The envelope every event shares, with `event` and `data` as given.
-fn envelope(description: String, event: Object, data: RefOr<Schema>) -> Schema {
-    ObjectBuilder::new()
+fn envelope(description: String, event: Object, data: RefOr<Schema>, log: Log) -> Schema {
+    let envelope = ObjectBuilder::new()
         .description(Some(description))
         .property(
             "seq",
@@ -107,15 +120,18 @@ fn envelope(description: String, event: Object, data: RefOr<Schema>) -> Schema {
         .property("event", event)
         .required("event")
         .property("data", data)
-        .required("data")
-        .property(
+        .required("data");
+    match log {
+        Log::Session => envelope.property(
             "createdAt",
             typed(Type::String, KnownFormat::DateTime).description(Some(
-                "When it was logged: in a history page (the SSE streams do not send it).",
+                "When it was logged: in a history page (the stream does not send it).",
             )),
-        )
-        .build()
-        .into()
+        ),
+        Log::Lifecycle => envelope,
+    }
+    .build()
+    .into()
 }
 
 fn typed(ty: Type, format: KnownFormat) -> ObjectBuilder {
@@ -133,26 +149,26 @@ fn string(description: &str) -> ObjectBuilder {
 /// The schema of one kind: `event` is its name only. A pattern says so rather than an `enum`,
 /// which some generators (openapi-generator's rust) turn into a type of its own that no longer
 /// takes the discriminator's value.
-fn variant(kind: &Kind) -> Schema {
+fn variant(kind: &Kind, log: Log) -> Schema {
     let description = format!("`{}`: the SSE `event` on a stream.", kind.event);
     let event = string(&description)
         .pattern(Some(format!("^{}$", kind.event)))
         .build();
     let description = format!("`{}`: `data` is a {}.", kind.event, kind.data);
-    envelope(description, event, reference(&kind.data))
+    envelope(description, event, reference(&kind.data), log)
 }
 
 /// The union of `kinds`, chosen by `event`; adds each variant and its `data` to `out`.
-fn union(kinds: &[Kind], description: &str, out: &mut Schemas) -> Schema {
+fn union(kinds: &[Kind], log: Log, description: &str, out: &mut Schemas) -> Schema {
     let mut one_of = OneOf::new();
     let mut discriminator = Discriminator::new("event");
     for kind in kinds {
-        let name = variant_name(kind.event);
+        let name = variant_name(kind.event, log);
         one_of.items.push(reference(&name));
         discriminator
             .mapping
             .insert(kind.event.into(), format!("#/components/schemas/{name}"));
-        out.push((name, variant(kind).into()));
+        out.push((name, variant(kind, log).into()));
         (kind.register)(out);
     }
     one_of.discriminator = Some(discriminator);
@@ -186,6 +202,7 @@ impl ToSchema for SessionEvent {
         let kinds = session_kinds();
         let known = union(
             &kinds,
+            Log::Session,
             "An event of a kind this document lists, chosen by `event`: the gateway's own \
              events and the ACP v1 `sessionUpdate` tags.",
             out,
@@ -213,6 +230,7 @@ impl ToSchema for SessionEvent {
                 .into(),
             event,
             data.into(),
+            Log::Session,
         );
         out.push(("OtherSessionEvent".into(), other.into()));
     }
@@ -225,6 +243,7 @@ impl PartialSchema for LifecycleEvent {
     fn schema() -> RefOr<Schema> {
         union(
             &lifecycle_kinds(),
+            Log::Lifecycle,
             "One SSE event of `GET /events` (its `id` is `seq`, its `event` is `event`, its \
              `data` is `data`), chosen by `event`.",
             &mut Vec::new(),
@@ -235,7 +254,7 @@ impl PartialSchema for LifecycleEvent {
 
 impl ToSchema for LifecycleEvent {
     fn schemas(out: &mut Schemas) {
-        union(&lifecycle_kinds(), "", out);
+        union(&lifecycle_kinds(), Log::Lifecycle, "", out);
     }
 }
 
@@ -268,7 +287,14 @@ mod tests {
 
     #[test]
     fn variants_are_named_after_their_event() {
-        assert_eq!(variant_name("turn_started"), "TurnStartedEvent");
-        assert_eq!(variant_name("state"), "StateEvent");
+        assert_eq!(
+            variant_name("turn_started", Log::Session),
+            "TurnStartedEvent"
+        );
+        assert_eq!(variant_name("state", Log::Session), "StateEvent");
+        assert_eq!(
+            variant_name("session_deleted", Log::Lifecycle),
+            "SessionDeletedLifecycleEvent"
+        );
     }
 }

@@ -186,13 +186,16 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
         let public = auth::is_public(path);
         let streams = path.ends_with("/events");
         let ops = [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
+            (&mut item.get, true),
+            (&mut item.post, false),
+            (&mut item.put, false),
+            (&mut item.patch, false),
+            (&mut item.delete, false),
         ];
-        for op in ops.into_iter().flatten() {
+        for (op, safe) in ops
+            .into_iter()
+            .filter_map(|(op, safe)| Some((op.as_mut()?, safe)))
+        {
             let mut common = vec![("500", "Internal error (details are only in the log)")];
             if public {
                 // No security at all (an empty requirement object would mean "optional").
@@ -229,21 +232,36 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
             if !public && !streams && !path.ends_with("/prompt") {
                 common.push(("504", "The request took longer than --request-timeout"));
             }
-            // The guard's, in front of every route.
+            // The guard's, in front of every route; it checks the Origin of changes only.
             common.push((
                 "403",
-                "The Host is not one this gateway serves (--allowed-host), or a change comes \
-                 from a page whose Origin may not make it (--cors-origin)",
+                if safe {
+                    "The Host is not one this gateway serves (--allowed-host)"
+                } else {
+                    "The Host is not one this gateway serves (--allowed-host), or the request \
+                     comes from a page whose Origin may not make changes (--cors-origin)"
+                },
             ));
             common.push(("400", "A NUL byte (%00) in the URL"));
             for (status, description) in common {
                 let responses = &mut op.responses.responses;
-                if !responses.contains_key(status) {
-                    let mut response = problem(description);
-                    if status == "429" {
-                        limits::document_headers(&mut response);
+                match responses.get_mut(status) {
+                    // Declared already, for another cause: this one is added to its description.
+                    Some(utoipa::openapi::RefOr::T(response)) => {
+                        let (first, rest) = description.split_at(1);
+                        let cause = first.to_lowercase() + rest;
+                        if !response.description.contains(&cause) {
+                            response.description = format!("{}; or {cause}", response.description);
+                        }
                     }
-                    responses.insert(status.to_owned(), response.into());
+                    Some(utoipa::openapi::RefOr::Ref(_)) => {}
+                    None => {
+                        let mut response = problem(description);
+                        if status == "429" {
+                            limits::document_headers(&mut response);
+                        }
+                        responses.insert(status.to_owned(), response.into());
+                    }
                 }
             }
         }

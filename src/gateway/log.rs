@@ -10,6 +10,48 @@ use super::records::Records;
 use crate::events::EventHub;
 use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
 
+/// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
+/// notifications (`_…`): in sessions' logs, then in the lifecycle log.
+pub const GATEWAY_KINDS: &[&str] = &[
+    "turn_started",
+    "turn_ended",
+    "permission_requested",
+    "permission_resolved",
+    "elicitation_requested",
+    "elicitation_resolved",
+    "elicitation_completed",
+    "session_deleted",
+    "agent_exited",
+    "state_changed",
+    "forked",
+    "session_created",
+    "session_updated",
+    "session_status",
+    "webhook_disabled",
+];
+
+/// The ACP v1 `sessionUpdate` tags an agent sends without a client capability the gateway would
+/// have to advertise.
+pub const UPDATE_KINDS: &[&str] = &[
+    "user_message_chunk",
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "tool_call",
+    "tool_call_update",
+    "plan",
+    "available_commands_update",
+    "current_mode_update",
+    "config_option_update",
+    "session_info_update",
+    "usage_update",
+];
+
+/// Whether `kind` names an event of the gateway's own (the logs' and the streams' `state` and
+/// `gap`), which an agent's `sessionUpdate` tag may not take.
+pub(super) fn gateway_kind(kind: &str) -> bool {
+    GATEWAY_KINDS.contains(&kind) || matches!(kind, "state" | "gap")
+}
+
 /// The logs, as the service writes them.
 #[derive(Clone)]
 pub(super) struct Log {

@@ -53,6 +53,7 @@ pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
+pub use log::{GATEWAY_KINDS, UPDATE_KINDS};
 pub use output::{AgentView, TurnResult};
 pub use parts::Counters;
 pub use permissions::PermissionView;
@@ -64,8 +65,7 @@ pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
 pub use turns::Turns;
 pub use webhooks::{
-    DeliveryPage, DeliveryView, GATEWAY_KINDS, NewWebhook, UPDATE_KINDS, WebhookConfig,
-    WebhookPatch, WebhookView, Webhooks,
+    DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
 };
 
 use std::sync::Arc;

@@ -88,6 +88,17 @@ impl Upstream {
             return;
         }
         let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
+        if super::log::gateway_kind(&kind) {
+            // Clients would take it for the gateway's own event (a turn's end, a permission).
+            crate::agent_rpc::count_garbage();
+            tracing::warn!(
+                member,
+                session = session_id,
+                kind,
+                "session/update under a gateway event's name; ignored"
+            );
+            return;
+        }
         let replay = self.live.replaying(&session_id);
         match replay {
             Some(false) => return, // already in the log: a load replays what we stored live

@@ -17,46 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::now;
 use super::input::SessionId;
+use super::log::{GATEWAY_KINDS, UPDATE_KINDS};
 use super::records::Records;
 use super::{Caller, Error, reach};
 use crate::events::EventHub;
 use crate::store::{DeliveryRecord, Store, WebhookRecord};
-
-/// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
-/// notifications (`_…`).
-pub const GATEWAY_KINDS: &[&str] = &[
-    "turn_started",
-    "turn_ended",
-    "permission_requested",
-    "permission_resolved",
-    "elicitation_requested",
-    "elicitation_resolved",
-    "elicitation_completed",
-    "session_deleted",
-    "agent_exited",
-    "state_changed",
-    "forked",
-    "session_created",
-    "session_updated",
-    "session_status",
-    "webhook_disabled",
-];
-
-/// The ACP v1 `sessionUpdate` tags an agent sends without a client capability the gateway would
-/// have to advertise.
-pub const UPDATE_KINDS: &[&str] = &[
-    "user_message_chunk",
-    "agent_message_chunk",
-    "agent_thought_chunk",
-    "tool_call",
-    "tool_call_update",
-    "plan",
-    "available_commands_update",
-    "current_mode_update",
-    "config_option_update",
-    "session_info_update",
-    "usage_update",
-];
 
 /// A subscription as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]

@@ -13,10 +13,13 @@ use std::time::Duration;
 use acp_gateway_client::apis::configuration::Configuration;
 use acp_gateway_client::apis::{events_api, sessions_api, turns_api, webhooks_api};
 use acp_gateway_client::models::{
-    CreateSession, CreateWebhook, KnownSessionEvent, LifecycleEvent, PatchSession, PromptBody,
-    SessionEvent, SetMode, Status,
+    CreateSession, CreateWebhook, ElicitationAnswer, ElicitationReply, KnownSessionEvent,
+    LifecycleEvent, PatchSession, PermissionAnswer, PromptBody, SessionEvent, SetMode, Status,
 };
 use serde_json::{Value, json};
+
+/// The session's prompts, in order.
+const PROMPTS: [&str; 3] = ["/state /unknown hi", "/permission go", "/elicit"];
 
 fn main() {
     let base = std::env::args()
@@ -43,28 +46,66 @@ fn main() {
     let id = session.session_id.clone();
     sessions_api::set_session_mode(&config, &id, SetMode::new("code".into()))
         .expect("set the mode");
-    let mut prompt = PromptBody::new();
-    prompt.text = Some(Some("/state /unknown hi".into()));
-    let turn = turns_api::prompt_session(&config, &id, prompt, None, None).expect("prompt");
-    assert_eq!(turn.stop_reason, "end_turn");
+    assert_eq!(prompt(&config, &id, PROMPTS[0]), "end_turn");
+    // Turns that ask the client, answered through the generated API while the prompt waits.
+    let asked = std::thread::scope(|scope| {
+        let turn = scope.spawn(|| prompt(&config, &id, PROMPTS[1]));
+        let request = pending(|| turns_api::list_permissions(&config, &id).ok()?.pop());
+        let mut answer = PermissionAnswer::new();
+        answer.option_id = Some(Some("allow".into()));
+        turns_api::answer_permission(&config, &id, &request.request_id, answer, None)
+            .expect("answer the permission");
+        turn.join().unwrap()
+    });
+    assert_eq!(asked, "end_turn");
+    let asked = std::thread::scope(|scope| {
+        let turn = scope.spawn(|| prompt(&config, &id, PROMPTS[2]));
+        let request = pending(|| turns_api::list_elicitations(&config, &id).ok()?.pop());
+        let mut answer = ElicitationAnswer::new(ElicitationReply::Accept);
+        answer.content = Some(Some(json!({"name": "Ada", "age": 36})));
+        turns_api::answer_elicitation(&config, &id, &request.request_id, answer, None)
+            .expect("answer the elicitation");
+        turn.join().unwrap()
+    });
+    assert_eq!(asked, "end_turn");
     let mut patch = PatchSession::new();
     patch.title = Some(Some("typed".into()));
     sessions_api::update_session(&config, &id, patch).expect("set the title");
 
-    let history = history_kinds(&config, &base, &id);
+    let history = history_events(&config, &base, &id);
 
     sessions_api::close_session(&config, &id, None).expect("close the session");
     sessions_api::delete_session(&config, &id).expect("delete the session");
-    let lifecycle = lifecycle_kinds(&base, &id, &hook.id);
+    let lifecycle = lifecycle_events(&base, &id, &hook.id);
     println!(
         "rust client: {} history events and {} lifecycle events decoded into their own variants",
         history, lifecycle
     );
 }
 
+/// Prompts the session with `text` and returns the turn's stop reason.
+fn prompt(config: &Configuration, id: &str, text: &str) -> String {
+    let mut body = PromptBody::new();
+    body.text = Some(Some(text.into()));
+    turns_api::prompt_session(config, id, body, None, None)
+        .unwrap_or_else(|e| panic!("prompt {text:?}: {e}"))
+        .stop_reason
+}
+
+/// What `next` gives once it gives something, within 30 s.
+fn pending<T>(next: impl Fn() -> Option<T>) -> T {
+    for _ in 0..600 {
+        if let Some(found) = next() {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing pending after 30 s");
+}
+
 /// Reads the session's history page through the generated client and as plain JSON, checks that
 /// each event decoded into the variant of its `event`, and returns how many there were.
-fn history_kinds(config: &Configuration, base: &str, id: &str) -> usize {
+fn history_events(config: &Configuration, base: &str, id: &str) -> usize {
     let page = events_api::get_session_history(config, id, None, Some(1000)).expect("history");
     let raw: Value = reqwest::blocking::get(format!("{base}/sessions/{id}/history?limit=1000"))
         .and_then(|r| r.error_for_status())
@@ -94,6 +135,10 @@ fn history_kinds(config: &Configuration, base: &str, id: &str) -> usize {
     for kind in [
         "state_changed",
         "turn_started",
+        "permission_requested",
+        "permission_resolved",
+        "elicitation_requested",
+        "elicitation_resolved",
         "available_commands_update",
         "plan",
         "usage_update",
@@ -110,7 +155,8 @@ fn history_kinds(config: &Configuration, base: &str, id: &str) -> usize {
             SessionEvent::KnownSessionEvent(known) => match known.as_ref() {
                 KnownSessionEvent::TurnStarted(e) => {
                     assert_eq!(e.data.session_id, id);
-                    assert_eq!(e.data.prompt[0]["text"], "/state /unknown hi");
+                    let text = e.data.prompt[0]["text"].as_str().unwrap_or_default();
+                    assert!(PROMPTS.contains(&text), "turn_started with {text:?}");
                     assert!(e.created_at.is_some(), "a history event has its createdAt");
                 }
                 KnownSessionEvent::TurnEnded(e) => {
@@ -118,6 +164,17 @@ fn history_kinds(config: &Configuration, base: &str, id: &str) -> usize {
                 }
                 KnownSessionEvent::AgentMessageChunk(e) => {
                     assert_eq!(e.data.update["sessionUpdate"], "agent_message_chunk");
+                }
+                KnownSessionEvent::PermissionResolved(e) => {
+                    assert_eq!(e.data.reason, "answered");
+                    assert_eq!(e.data.outcome["optionId"], "allow");
+                }
+                KnownSessionEvent::ElicitationResolved(e) => {
+                    assert_eq!(e.data.action, "accept");
+                    assert_eq!(
+                        e.data.content,
+                        Some(Some(json!({"name": "Ada", "age": 36})))
+                    );
                 }
                 _ => {}
             },
@@ -176,7 +233,7 @@ known_kinds!(
 /// Reads `GET /events` from the start until the session is deleted and the webhook disabled,
 /// decodes each SSE event (`id`, `event`, `data`) with the generated `LifecycleEvent`, checks
 /// its variant, and returns how many there were.
-fn lifecycle_kinds(base: &str, id: &str, webhook: &str) -> usize {
+fn lifecycle_events(base: &str, id: &str, webhook: &str) -> usize {
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
