@@ -118,38 +118,28 @@ url=$(sed -n 's/^listening on //p' "$work/out")
 [ -n "$url" ] || { echo "the gateway did not start"; exit 1; }
 echo "gateway at $url (pid $pid)"
 
-# Each client's smoke script; both run even if the first fails.
+# Each client's smoke; all run even if one fails. smoke NAME CMD…: runs CMD, prints its output,
+# and keeps its last line (or the failure) for the summary.
 failed=0
 summaries=()
-echo "== typescript client"
-if timeout 120 node "$out/ts/build/smoke.js" "$url" >"$work/ts.out" 2>&1; then
-  summaries+=("$(tail -n 1 "$work/ts.out")")
-  cat "$work/ts.out"
+smoke() {
+  local name=$1 log="$work/$1.out"
+  shift
+  echo "== $name client"
+  if timeout 120 "$@" >"$log" 2>&1; then
+    summaries+=("$(tail -n 1 "$log")")
+  else
+    summaries+=("$name client: FAILED (see above)")
+    failed=1
+  fi
+  cat "$log"
+}
+smoke typescript node "$out/ts/build/smoke.js" "$url"
+PYTHONPATH="$out/python" smoke python "$venv/bin/python" clients/python/smoke.py "$url"
+if [ -n "$rust" ]; then
+  smoke rust target/clients-rust-target/debug/acp-gateway-client-smoke "$url"
 else
-  cat "$work/ts.out"
-  summaries+=("typescript client: FAILED (see above)")
-  failed=1
-fi
-echo "== python client"
-if PYTHONPATH="$out/python" timeout 120 "$venv/bin/python" clients/python/smoke.py "$url" >"$work/py.out" 2>&1; then
-  summaries+=("$(tail -n 1 "$work/py.out")")
-  cat "$work/py.out"
-else
-  cat "$work/py.out"
-  summaries+=("python client: FAILED (see above)")
-  failed=1
-fi
-
-echo "== rust client"
-if [ -z "$rust" ]; then
   summaries+=("rust client: skipped (no Java)")
-elif timeout 120 target/clients-rust-target/debug/acp-gateway-client-smoke "$url" >"$work/rs.out" 2>&1; then
-  summaries+=("$(tail -n 1 "$work/rs.out")")
-  cat "$work/rs.out"
-else
-  cat "$work/rs.out"
-  summaries+=("rust client: FAILED (see above)")
-  failed=1
 fi
 
 echo "== summary ($((SECONDS - start))s)"
