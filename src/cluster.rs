@@ -284,12 +284,33 @@ impl Cluster {
             .any(|a| !self.agents.contains(a))
     }
 
-    /// The address of the live replica other than this one whose id is `id`.
+    /// The address of the live replica other than this one whose id is `id`, as of the view.
     pub fn address_of(&self, id: &str) -> Option<String> {
         let view = self.view.lock().expect("view lock");
         view.iter()
             .find(|r| r.id == id && r.live && !r.this)
             .map(|r| r.address.clone())
+    }
+
+    /// [`Cluster::address_of`], or, for a replica the view does not have (one that started
+    /// since this replica's last heartbeat), as the registry has it now.
+    pub async fn address_of_now(&self, id: &str) -> StoreResult<Option<String>> {
+        if let Some(address) = self.address_of(id) {
+            return Ok(Some(address));
+        }
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(None);
+        };
+        if id == replica_id() {
+            return Ok(None);
+        }
+        let lease = self.lease();
+        Ok(registry
+            .replicas()
+            .await?
+            .into_iter()
+            .find(|r| r.id == id && r.silent_for <= lease)
+            .map(|r| r.address))
     }
 
     /// The agents that live replicas run and this one does not, by name.

@@ -289,3 +289,36 @@ fn no_sticky_transport(balancer: &RoundRobin) -> agent_client_protocol_http::Htt
         .build()
         .unwrap()
 }
+
+/// A replica started since another's last heartbeat is not in that one's view yet: a
+/// connection the new replica holds is still reached through the other, which finds the new
+/// replica in the registry instead of answering that it knows no such connection (which ends
+/// the client's connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_on_a_replica_newer_than_the_view_is_reached() {
+    if admin_url_or_skip("a_connection_on_a_replica_newer_than_the_view_is_reached").is_none() {
+        return;
+    }
+    // `a` beats once a minute: it does not see `b` before the test ends.
+    let slow = Options::default().args(&["--heartbeat-interval", "60"]);
+    let w = World::start(Backend::Postgres, slow).await;
+    let a = w.gw();
+    let b = Gateway::spawn(&w.db.url, w.dir.path(), &Options::default()).await;
+    let seen_by_a = || async { a.json("/agent").await["replicas"].as_array().unwrap().len() };
+    assert_eq!(seen_by_a().await, 1, "a has not seen b yet");
+    // The balancer's first connection goes to `b`, which then holds the ACP connection; the
+    // later requests alternate between `a` and `b`.
+    let balancer = RoundRobin::start(&[&b.base, &a.base]).await;
+    let mut acp = AcpClient::connect(no_sticky_transport(&balancer)).await;
+    acp.initialize().await.unwrap();
+    let id = acp.new_session("/tmp").await;
+    for text in ["one two", "three"] {
+        let answer = acp.prompt(&id, text).await.unwrap();
+        assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+        assert_eq!(agent_text(&acp.drain_notes()), text);
+    }
+    assert_eq!(seen_by_a().await, 1, "a still has not seen b");
+    acp.close().await;
+    drop(b);
+    w.finish().await;
+}

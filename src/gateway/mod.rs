@@ -336,10 +336,10 @@ impl Gateway {
         crate::cluster::replica_id()
     }
 
-    /// The address of the live replica other than this one whose id is `id`, as of the last
-    /// heartbeat.
-    pub fn replica_address(&self, id: &str) -> Option<String> {
-        self.0.placement.cluster.address_of(id)
+    /// The address of the live replica other than this one whose id is `id`: as of the last
+    /// heartbeat, or, for a replica started since, as the registry has it now.
+    pub async fn replica_address(&self, id: &str) -> Result<Option<String>, Error> {
+        Ok(self.0.placement.cluster.address_of_now(id).await?)
     }
 
     /// A session's metadata and lifecycle.

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::auth::Revoked;
+use super::error::ApiError;
 use super::forward::proxy;
 use crate::gateway::{Caller, Gateway};
 
@@ -120,10 +121,18 @@ pub async fn serve(
         if replica == endpoint.gateway.replica_id() {
             let id = HeaderValue::from_str(id).expect("part of a valid header value");
             req.headers_mut().insert(CONNECTION_ID, id);
-        } else if let Some(address) = endpoint.gateway.replica_address(replica) {
-            return proxy(&endpoint.client, &address, req)
-                .await
-                .unwrap_or_else(IntoResponse::into_response);
+        } else {
+            match endpoint.gateway.replica_address(replica).await {
+                Ok(Some(address)) => {
+                    return proxy(&endpoint.client, &address, req)
+                        .await
+                        .unwrap_or_else(IntoResponse::into_response);
+                }
+                // No live replica of that id: the transport answers that it knows no such
+                // connection.
+                Ok(None) => {}
+                Err(e) => return ApiError::from(e).into_response(),
+            }
         }
     }
     let revoked = req.extensions().get::<Revoked>().cloned();
