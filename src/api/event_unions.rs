@@ -158,8 +158,8 @@ fn variant(kind: &Kind, log: Log) -> Schema {
     envelope(description, event, reference(&kind.data), log)
 }
 
-/// The union of `kinds`, chosen by `event`; adds each variant and its `data` to `out`.
-fn union(kinds: &[Kind], log: Log, description: &str, out: &mut Schemas) -> Schema {
+/// The union of `kinds`, chosen by `event`.
+fn union(kinds: &[Kind], log: Log, description: &str) -> Schema {
     let mut one_of = OneOf::new();
     let mut discriminator = Discriminator::new("event");
     for kind in kinds {
@@ -168,12 +168,18 @@ fn union(kinds: &[Kind], log: Log, description: &str, out: &mut Schemas) -> Sche
         discriminator
             .mapping
             .insert(kind.event.into(), format!("#/components/schemas/{name}"));
-        out.push((name, variant(kind, log).into()));
-        (kind.register)(out);
     }
     one_of.discriminator = Some(discriminator);
     one_of.description = Some(description.into());
     one_of.into()
+}
+
+/// Adds the variant of each of `kinds` and its `data` to `out`.
+fn register(kinds: &[Kind], log: Log, out: &mut Schemas) {
+    for kind in kinds {
+        out.push((variant_name(kind.event, log), variant(kind, log).into()));
+        (kind.register)(out);
+    }
 }
 
 /// An event of a session: any kind of `KnownSessionEvent`, or else an `OtherSessionEvent`.
@@ -200,12 +206,12 @@ impl PartialSchema for SessionEvent {
 impl ToSchema for SessionEvent {
     fn schemas(out: &mut Schemas) {
         let kinds = session_kinds();
+        register(&kinds, Log::Session, out);
         let known = union(
             &kinds,
             Log::Session,
             "An event of a kind this document lists, chosen by `event`: the gateway's own \
              events and the ACP v1 `sessionUpdate` tags.",
-            out,
         );
         out.push(("KnownSessionEvent".into(), known.into()));
         let names: Vec<&str> = kinds.iter().map(|k| k.event).collect();
@@ -246,7 +252,6 @@ impl PartialSchema for LifecycleEvent {
             Log::Lifecycle,
             "One SSE event of `GET /events` (its `id` is `seq`, its `event` is `event`, its \
              `data` is `data`), chosen by `event`.",
-            &mut Vec::new(),
         )
         .into()
     }
@@ -254,7 +259,7 @@ impl PartialSchema for LifecycleEvent {
 
 impl ToSchema for LifecycleEvent {
     fn schemas(out: &mut Schemas) {
-        union(&lifecycle_kinds(), Log::Lifecycle, "", out);
+        register(&lifecycle_kinds(), Log::Lifecycle, out);
     }
 }
 
