@@ -223,6 +223,18 @@ impl Cluster {
         Ok(owner.and_then(|(id, address)| (id != replica_id()).then_some(address)))
     }
 
+    /// Whether a live replica, this one included, owns `session_id` in the registry. Alone on
+    /// its database a replica has no registry to ask: what it holds is in its own memory.
+    pub async fn owned(&self, session_id: &str) -> StoreResult<bool> {
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(false);
+        };
+        Ok(registry
+            .session_owner(session_id, self.lease())
+            .await?
+            .is_some())
+    }
+
     /// Where a new session of `agent` (`None`: this replica's default) should go, among the
     /// other live replicas that can start it: those that run the agent named, or, when none is
     /// named, those whose default agent is this one's (the request, forwarded as it is, gets

@@ -201,7 +201,7 @@ async fn sync_follows_the_agents_list(backend: Backend) {
     .await;
     let (status, body) = gw.prompt(&later, "hello from the gateway").await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(w.calls("session/resume"), 1);
+    assert_eq!(w.calls_about("session/resume", &later), 1);
     assert_eq!(gw.get(&format!("/sessions/{mine}")).await.status(), 404);
     editor.stop().await;
     w.finish().await;

@@ -60,6 +60,16 @@ pub fn render(stats: &Stats) -> String {
         "Member process exits.",
         stats.member_exits,
     );
+    set_counter(
+        "acp_gateway_sessions_vanished_total",
+        "Sessions the list sync marked deleted because their agent no longer knows them.",
+        stats.sessions_vanished,
+    );
+    set_counter(
+        "acp_gateway_sessions_revived_total",
+        "Sessions the list sync had marked deleted that came back (listed, served or used again).",
+        stats.sessions_revived,
+    );
     set_gauge(
         "acp_gateway_sessions_live",
         "Sessions loaded in a member.",

@@ -24,6 +24,7 @@ pub mod input;
 mod listed;
 mod live;
 mod log;
+mod missing;
 pub mod output;
 mod parts;
 mod pending;
@@ -171,14 +172,14 @@ impl Gateway {
             tasks.clone(),
         ));
         let live = Arc::new(live::LiveTable::default());
+        let counters = Arc::new(Counters::default());
         let views = Arc::new(views::Views::new(
             live.clone(),
             requests.clone(),
             records.clone(),
             log.clone(),
-            states.clone(),
+            (states.clone(), counters.clone()),
         ));
-        let counters = Arc::new(Counters::default());
         let upstream = Arc::new(upstream::Upstream {
             live: live.clone(),
             log: log.clone(),
@@ -234,7 +235,7 @@ impl Gateway {
             tasks: tasks.clone(),
             stop: stop.clone(),
         };
-        let sync = ListSync::new(&parts, config.upstream_tenant.clone());
+        let sync = ListSync::new(&parts, config.upstream_tenant.clone(), Arc::default());
         let sessions = Sessions::new(&parts, sync.clone());
         let controls = Controls::new(&parts);
         let roots = config.workspace_roots.clone().into();

@@ -37,6 +37,10 @@ pub struct Counters {
     pub turns_started: AtomicU64,
     pub turns_failed: AtomicU64,
     pub member_exits: AtomicU64,
+    /// Sessions the list sync tombstoned because their agent no longer knows them.
+    pub sessions_vanished: AtomicU64,
+    /// Sessions the list sync had tombstoned that came back (listed or served again).
+    pub sessions_revived: AtomicU64,
 }
 
 /// The type of a part, by the name of its field in [`Parts`].

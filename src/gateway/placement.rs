@@ -420,6 +420,45 @@ impl Placement {
         }
     }
 
+    /// Whether the agent still knows a session no replica holds, asked about that session
+    /// alone: `session/status` where it is offered, else a `session/resume` closed again at
+    /// once (this replica holds the session meanwhile, so that nothing else attaches it).
+    /// `None` when the agent cannot be asked (it offers neither) or did not say: an error other
+    /// than "not found", no member ready, or the session busy here.
+    pub(super) async fn agent_knows(&self, record: &SessionRecord) -> Option<bool> {
+        let id = record.session_id.as_str();
+        let agent = self.any_client(&record.agent).await.ok()?;
+        let caps = agent.caps();
+        let answered = if caps.status {
+            agent.session_open(id).await.map(drop)
+        } else if caps.resume && caps.close {
+            let _busy = self.claim(id, Busy::Attaching).ok()?;
+            match self.cluster.claim(id).await.ok()? {
+                Claimed::Refused => return Some(true),
+                Claimed::Orphan => self.close_orphan(id).await,
+                Claimed::Taken => {}
+            }
+            let resumed = agent.resume_session(id, &record.cwd).await.map(drop);
+            if resumed.is_ok()
+                && let Err(e) = agent.close_session(id).await
+            {
+                tracing::warn!(session = id, error = %e, "closing a session resumed to ask about it failed");
+            }
+            self.release(id).await;
+            resumed
+        } else {
+            return None;
+        };
+        match answered.map_err(Error::from) {
+            Ok(()) => Some(true),
+            Err(Error::NotFound(_)) => Some(false),
+            Err(e) => {
+                tracing::warn!(session = id, error = %e, "the agent did not say whether it knows the session");
+                None
+            }
+        }
+    }
+
     /// Forgets where the session is live and that this replica holds it, before answering:
     /// another replica asked next may take it at once (and a release left to run later could
     /// undo a hold taken again meanwhile). Returns the member it was on.

@@ -79,6 +79,27 @@ impl Records {
         }
     }
 
+    /// [`Records::get`] for a request that makes the session live (a prompt, a resume): a
+    /// session the list sync tombstoned is found too, as it would be live (`true`: it comes
+    /// back once its agent serves it).
+    pub(super) async fn get_to_use(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<(SessionRecord, bool), Error> {
+        match self.store.get_session(id.as_str()).await? {
+            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => Ok((r, false)),
+            Some(r) if caller.sees(&r.tenant) && self.store.vanished(id.as_str()).await? => {
+                let r = SessionRecord {
+                    deleted_at: None,
+                    ..r
+                };
+                Ok((r, true))
+            }
+            _ => Err(Error::NotFound(format!("no session {}", id.as_str()))),
+        }
+    }
+
     /// Changes a cached session on the gateway's own authority (not from a listing). The
     /// change is noted so that a sync whose listing began earlier does not undo it.
     pub(super) async fn update_cached(

@@ -239,13 +239,16 @@ impl Sessions {
 
     /// `POST /sessions/{id}/resume`.
     pub async fn resume(&self, caller: &Caller, id: &SessionId) -> Result<SessionView, Error> {
-        let record = self.records.get(caller, id).await?;
+        let (record, vanished) = self.records.get_to_use(caller, id).await?;
         if self.views.status_of(id.as_str()).0 != Status::Live {
             let _claim = self
                 .placement
                 .claim_waiting(id.as_str(), Busy::Attaching)
                 .await?;
             self.placement.ensure_live(&record).await?;
+        }
+        if vanished {
+            self.views.revive(&record, "resumed").await?;
         }
         Ok(self.views.view(&record))
     }

@@ -2,9 +2,11 @@
 //! `--sync-interval` and on `GET /sessions?refresh=true`.
 //!
 //! What the agent lists is upserted (new ids with origin `upstream`, owned by the admin tenant);
-//! a session the agent listed before and lists no more has been deleted by another client and is
-//! tombstoned; a tombstoned id is never brought back. Agents without `session/list` have
-//! nothing to sync: the cache of the gateway's own sessions is the list.
+//! a session the agent listed before and lists no more may have been deleted by another client:
+//! `missing.rs` decides, asking the agent about it, and tombstones it only when the agent no
+//! longer knows it and no one uses it. A session deleted through the gateway is never brought
+//! back; one the sync tombstoned comes back when it is listed again. Agents without
+//! `session/list` have nothing to sync: the cache of the gateway's own sessions is the list.
 //!
 //! Each page is compared with the cache as it comes, by the digest of each listed
 //! `SessionInfo` (its text as the agent wrote it) against the digest a sync last stored with
@@ -15,6 +17,7 @@
 //! it reads this one, while the previous page is compared.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -26,6 +29,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::Error;
 use super::clock::now;
 use super::listed::{Listed, Pages, Synced, agent_error, list_all};
+use super::missing::{Misses, SyncStart};
 use super::parts::use_case;
 use crate::store::{ListedSession, Origin, SessionRecord};
 
@@ -42,8 +46,10 @@ pub struct SyncReport {
     pub added: usize,
     /// Cached sessions whose metadata changed.
     pub updated: usize,
-    /// Cached sessions the agent listed before and no longer does, now tombstoned.
+    /// Cached sessions the agent listed before and no longer knows, now tombstoned.
     pub vanished: usize,
+    /// Sessions a sync had tombstoned, listed again and back.
+    pub revived: usize,
 }
 
 /// What writing a listed session's row means for the cache.
@@ -53,6 +59,8 @@ enum Change {
     Added,
     /// A cached session whose metadata changed.
     Updated,
+    /// A session the list sync had tombstoned, listed again.
+    Revived,
     /// A cached session of the gateway's own, listed for the first time: only `synced_at`.
     Sighted,
     /// Nothing the cache shows: the row records the listing's digest.
@@ -63,9 +71,11 @@ use_case! {
     /// The use case of the agent's own session list, synced into the cache, with the parts it
     /// needs (`stop` ends the periodic sync).
     pub struct ListSync {
-        parts: [placement, records, views, log, stop],
+        parts: [placement, records, views, log, counters, stop],
         /// The tenant that owns sessions discovered through `session/list` (the admin's).
         upstream_tenant: String,
+        /// What the last syncs missed and could not ask the agent about.
+        misses: Arc<Misses>,
     }
 }
 
@@ -88,6 +98,7 @@ impl ListSync {
                     total.added += report.added;
                     total.updated += report.updated;
                     total.vanished += report.vanished;
+                    total.revived += report.revived;
                 }
                 Err(e) => {
                     tracing::warn!(agent, error = %e, "session list sync failed");
@@ -115,6 +126,10 @@ impl ListSync {
         let started = now();
         // The gateway's own changes from now on are newer than anything this listing says.
         let since = self.records.touches();
+        let start = SyncStart {
+            touches: since,
+            began: started,
+        };
         let mut report = SyncReport::default();
         // The listing is read and checked by a task of its own, up to PAGES_AHEAD pages ahead
         // of the one compared here (while the digests are read, at first): parsing and
@@ -145,37 +160,12 @@ impl ListSync {
         lister
             .await
             .map_err(|e| agent_error(&format!("listing: {e}")))?;
-        // Sessions listed before and missing now. A live one is in the agent's memory whatever
-        // its list says. An agent's pages are not always stable while its sessions change, so
-        // a miss is confirmed by listing the session's cwd again before it counts.
-        let missing: Vec<String> = synced
-            .missing(self.records.store())
-            .await?
-            .into_iter()
-            .filter(|id| {
-                self.placement.live.member(id).is_none() && !self.records.touched_since(id, since)
-            })
-            .collect();
-        let mut by_cwd: HashMap<String, Vec<SessionRecord>> = HashMap::new();
-        for id in missing {
-            if let Some(r) = self.records.store().get_session(&id).await? {
-                by_cwd.entry(r.cwd.clone()).or_default().push(r);
-            }
-        }
-        for (cwd, records) in by_cwd {
-            let mut again = HashSet::new();
-            let mut pages = Pages::new(self.placement.any_client(agent).await?, Some(cwd));
-            while let Some(page) = pages.next().await? {
-                again.extend(page.into_iter().map(|l| l.session_id));
-            }
-            for r in records {
-                if !again.contains(&r.session_id) && self.vanish(&r).await? {
-                    report.vanished += 1;
-                }
-            }
-        }
+        // Sessions listed before and missing now: a miss is no evidence on its own.
+        let missing = synced.missing(self.records.store()).await?;
+        self.settle_missing(agent, missing, start, &mut report)
+            .await?;
         self.records.forget_touches_up_to(since);
-        if report.added + report.updated + report.vanished > 0 {
+        if report.added + report.updated + report.vanished + report.revived > 0 {
             tracing::info!(agent, ?report, "synced the session list with the agent");
         }
         Ok(report)
@@ -229,7 +219,14 @@ impl ListSync {
             }
             let mut record = existing.clone();
             apply_listed(&mut record, &info);
-            let change = if record != existing {
+            let change = if existing.deleted_at.is_some() {
+                // Tombstoned by a sync, listed again: back, with its log.
+                if !self.views.revive(&existing, "listed").await? {
+                    continue;
+                }
+                record.deleted_at = None;
+                Change::Revived
+            } else if record != existing {
                 Change::Updated
             } else if existing.synced_at.is_none() {
                 Change::Sighted
@@ -272,6 +269,7 @@ impl ListSync {
                         .lifecycle(record, "session_created", json!({"session": view}))
                         .await;
                 }
+                Change::Revived => report.revived += 1,
                 Change::Updated => {
                     report.updated += 1;
                     self.placement.live.record_changed(record);
@@ -306,35 +304,6 @@ impl ListSync {
         };
         apply_listed(&mut record, info);
         record
-    }
-
-    /// Tombstones a session the agent no longer lists; `true` if it was live in the cache.
-    async fn vanish(&self, record: &SessionRecord) -> Result<bool, Error> {
-        let id = record.session_id.as_str();
-        if !self
-            .records
-            .store()
-            .tombstone_session(id, &record.tenant, now())
-            .await
-            .inspect(|_| self.records.sessions_changed())?
-        {
-            return Ok(false);
-        }
-        self.log
-            .append(
-                id,
-                "session_deleted",
-                json!({"sessionId": id, "reason": "vanished_upstream"}),
-            )
-            .await;
-        self.log
-            .lifecycle(
-                record,
-                "session_deleted",
-                json!({"reason": "vanished_upstream"}),
-            )
-            .await;
-        Ok(true)
     }
 
     /// The background sync: once a member is ready, then every `interval` (`None`: only once).

@@ -101,6 +101,8 @@ pub struct Stats {
     pub turns_started: u64,
     pub turns_failed: u64,
     pub member_exits: u64,
+    pub sessions_vanished: u64,
+    pub sessions_revived: u64,
     pub permissions_pending: usize,
     pub elicitations_pending: usize,
 }
@@ -251,6 +253,8 @@ impl System {
             turns_started: c.turns_started.load(Ordering::Relaxed),
             turns_failed: c.turns_failed.load(Ordering::Relaxed),
             member_exits: c.member_exits.load(Ordering::Relaxed),
+            sessions_vanished: c.sessions_vanished.load(Ordering::Relaxed),
+            sessions_revived: c.sessions_revived.load(Ordering::Relaxed),
             permissions_pending: self.requests.permissions.pending_count(),
             elicitations_pending: self.requests.elicitations.pending_count(),
         }

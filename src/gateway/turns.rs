@@ -23,7 +23,7 @@ use_case! {
     /// The use case of prompts and cancels, with the parts it needs (`tasks`: the turns
     /// themselves).
     pub struct Turns {
-        parts: [placement, records, log, states, requests, counters, tasks],
+        parts: [placement, records, views, log, states, requests, counters, tasks],
         /// How long a cancelled turn may take to end before its member is restarted.
         cancel_grace: Duration,
         /// Bound on the agent's answer to a cancel.
@@ -46,19 +46,25 @@ impl Turns {
         let sees = |t: &str| caller.sees(t);
         let record = match self.placement.live.live_member(id.as_str(), sees) {
             Some(_) => None,
-            None => Some(self.records.get(caller, id).await?),
+            None => Some(self.records.get_to_use(caller, id).await?),
         };
         let claim = self
             .placement
             .claim_waiting(id.as_str(), Busy::Turn)
             .await?;
-        let member = match (self.placement.live.live_member(id.as_str(), sees), record) {
-            (Some(m), _) => m,
-            (None, Some(r)) => self.placement.ensure_live(&r).await?,
-            (None, None) => {
-                self.placement
-                    .ensure_live(&self.records.get(caller, id).await?)
-                    .await?
+        let member = match self.placement.live.live_member(id.as_str(), sees) {
+            Some(m) => m,
+            None => {
+                let (record, vanished) = match record {
+                    Some(found) => found,
+                    None => self.records.get_to_use(caller, id).await?,
+                };
+                let member = self.placement.ensure_live(&record).await?;
+                // Tombstoned by a list sync, and the agent serves it: it is back.
+                if vanished {
+                    self.views.revive(&record, "prompted").await?;
+                }
+                member
             }
         };
         let agent = self

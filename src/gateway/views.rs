@@ -2,6 +2,7 @@
 //! gateway's own changes to a record, announced.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
@@ -9,6 +10,7 @@ use super::Error;
 use super::live::LiveTable;
 use super::log::Log;
 use super::output::{Activity, SessionView, Status};
+use super::parts::Counters;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
@@ -21,6 +23,7 @@ pub(super) struct Views {
     records: Arc<Records>,
     log: Log,
     states: Arc<States>,
+    counters: Arc<Counters>,
 }
 
 impl Views {
@@ -29,7 +32,7 @@ impl Views {
         requests: Arc<Requests>,
         records: Arc<Records>,
         log: Log,
-        states: Arc<States>,
+        (states, counters): (Arc<States>, Arc<Counters>),
     ) -> Self {
         Views {
             live,
@@ -37,6 +40,7 @@ impl Views {
             records,
             log,
             states,
+            counters,
         }
     }
 
@@ -94,6 +98,35 @@ impl Views {
         self.log
             .lifecycle(r, "session_updated", json!({"session": self.view(r)}))
             .await;
+    }
+
+    /// Brings back a session the list sync tombstoned (and no other), which the agent has
+    /// shown it knows (`how`: it listed or served it): logged, counted and announced as
+    /// created again. `true` if it was such a one.
+    pub(super) async fn revive(&self, r: &SessionRecord, how: &str) -> StoreResult<bool> {
+        let id = r.session_id.as_str();
+        if !self.records.store().revive_session(id).await? {
+            return Ok(false);
+        }
+        self.records.sessions_changed();
+        self.counters
+            .sessions_revived
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            session = id,
+            how,
+            "a session marked deleted by the list sync is back"
+        );
+        let live = SessionRecord {
+            deleted_at: None,
+            ..r.clone()
+        };
+        self.live.record_changed(&live);
+        let view = self.view(&live);
+        self.log
+            .lifecycle(&live, "session_created", json!({"session": view}))
+            .await;
+        Ok(true)
     }
 
     /// The record as clients see it.

@@ -61,8 +61,8 @@ macro_rules! replace_unless_tombstoned {
 }
 
 /// `sessions_to_sync`'s statement, given the `FROM` item that makes the page a table `l` of
-/// columns `id` and `digest`: each listed id the cache does not know (its row all NULL) or
-/// holds live with another digest (with its row).
+/// columns `id` and `digest`: each listed id the cache does not know (its row all NULL), holds
+/// live with another digest, or holds tombstoned by the list sync (with its row).
 macro_rules! sessions_to_sync {
     ($page:expr) => {
         concat!(
@@ -72,13 +72,31 @@ macro_rules! sessions_to_sync {
             $page,
             " LEFT JOIN sessions ON sessions.session_id = l.id \
              WHERE sessions.session_id IS NULL \
-             OR (sessions.deleted_at IS NULL AND sessions.listed IS DISTINCT FROM l.digest)"
+             OR (sessions.deleted_at IS NULL AND sessions.listed IS DISTINCT FROM l.digest) \
+             OR sessions.vanished_at IS NOT NULL"
         )
     };
 }
 
 pub(crate) const TOMBSTONE_LIVE: &str =
     "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
+
+/// [`TOMBSTONE_LIVE`], marked as the list sync's (`Store::vanish_session`).
+pub(crate) const VANISH_LIVE: &str = "UPDATE sessions SET deleted_at = $2, vanished_at = $2 \
+     WHERE session_id = $1 AND deleted_at IS NULL";
+
+/// Undoes [`VANISH_LIVE`], and only it (`Store::revive_session`).
+pub(crate) const REVIVE_VANISHED: &str = "UPDATE sessions \
+     SET deleted_at = NULL, vanished_at = NULL, listed = NULL \
+     WHERE session_id = $1 AND vanished_at IS NOT NULL";
+
+/// Whether a session is tombstoned by [`VANISH_LIVE`].
+pub(crate) const VANISHED: &str =
+    "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1 AND vanished_at IS NOT NULL)";
+
+/// The time of a session's latest event.
+pub(crate) const LAST_EVENT_AT: &str =
+    "SELECT created_at FROM session_events WHERE session_id = $1 ORDER BY seq DESC LIMIT 1";
 
 /// The live rows a sync has seen listed (`visit_synced`): their ids and their digests, each
 /// aggregated by the backend into one JSON array (two values to fetch, not
@@ -353,6 +371,47 @@ macro_rules! impl_store {
                 use chrono::SubsecRound;
                 self.tombstone_session(session_id, tenant, $time(at.trunc_subsecs(6)))
                     .await
+            }
+
+            async fn vanish_session(
+                &self,
+                session_id: &str,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::store::StoreResult<bool> {
+                use chrono::SubsecRound;
+                let done = sqlx::query($crate::store::common::VANISH_LIVE)
+                    .bind(session_id)
+                    .bind($time(at.trunc_subsecs(6)))
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn revive_session(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+                let done = sqlx::query($crate::store::common::REVIVE_VANISHED)
+                    .bind(session_id)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn vanished(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+                Ok(sqlx::query_scalar($crate::store::common::VANISHED)
+                    .bind(session_id)
+                    .fetch_one(&self.$reads)
+                    .await?)
+            }
+
+            async fn last_event_at(
+                &self,
+                session_id: &str,
+            ) -> $crate::store::StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+                use $crate::store::rows::Columns as _;
+                let row = sqlx::query($crate::store::common::LAST_EVENT_AT)
+                    .bind(session_id)
+                    .fetch_optional(&self.$reads)
+                    .await?;
+                row.map(|r| r.time("created_at")).transpose()
             }
 
             async fn append_events(

@@ -36,7 +36,8 @@ pub trait Store: Send + Sync + 'static {
     /// Of a page of the agent's list, the sessions a sync has to look at, in one query: those
     /// the cache does not know (with no row) and those whose live row is not what this very
     /// listing made it ([`SessionRecord::listed`] differs), with their row. Tombstoned ids are
-    /// left out: nothing brings them back. The ids must differ.
+    /// left out, but those the list sync tombstoned ([`Store::vanish_session`]), whose row
+    /// comes with its `deleted_at`: listed again, they come back. The ids must differ.
     async fn sessions_to_sync(&self, listed: &[ListedSession]) -> StoreResult<Vec<ToSync>>;
 
     /// Reads the row, applies `mutate`, writes it back, in one transaction (row locked on
@@ -73,6 +74,23 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         at: DateTime<Utc>,
     ) -> StoreResult<bool>;
+
+    /// Tombstones a live session that the list sync found its agent no longer knows: as
+    /// [`Store::tombstone_session`] does, marked as vanished so that [`Store::revive_session`]
+    /// may undo it. Returns `true` when a live row was tombstoned now.
+    async fn vanish_session(&self, session_id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Brings back a session [`Store::vanish_session`] tombstoned (and no other tombstone),
+    /// with its log; its `listed` digest is cleared, so the next sync writes its row. Returns
+    /// `true` when it did.
+    async fn revive_session(&self, session_id: &str) -> StoreResult<bool>;
+
+    /// Whether the session is tombstoned by [`Store::vanish_session`] (and not revived).
+    async fn vanished(&self, session_id: &str) -> StoreResult<bool>;
+
+    /// When the session's log last got an event (by the appending replica's clock), whether
+    /// or not the session is tombstoned; `None` for an empty log.
+    async fn last_event_at(&self, session_id: &str) -> StoreResult<Option<DateTime<Utc>>>;
 
     /// Appends events to a session's log, assigning consecutive sequence numbers after the
     /// current last one, atomically: concurrent appenders never produce gaps or duplicates. The

@@ -33,6 +33,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0012_replica_agents",
     "0013_idempotency_keys",
     "0014_tenant_quotas",
+    "0015_vanished",
 );
 
 /// `migrations/sqlite`.
@@ -50,6 +51,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0012_replica_agents",
     "0013_idempotency_keys",
     "0014_tenant_quotas",
+    "0015_vanished",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -70,8 +70,8 @@ pub struct ListedSession {
 pub type SyncedVisitor<'v> = dyn FnMut(&str, Option<i64>) + Send + 'v;
 
 /// A listed session a sync has to look at (see
-/// [`Store::sessions_to_sync`](super::Store::sessions_to_sync)): its id and its live row, `None`
-/// when the cache does not know it.
+/// [`Store::sessions_to_sync`](super::Store::sessions_to_sync)): its id and its row (live, or
+/// tombstoned by the list sync), `None` when the cache does not know it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToSync {
     pub session_id: String,

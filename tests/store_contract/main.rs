@@ -16,6 +16,7 @@ mod quotas;
 mod reopen;
 mod replicas;
 mod sessions;
+mod vanished;
 mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -223,6 +224,7 @@ macro_rules! store_contract {
             listing::check_list_sessions,
             listing::check_stable_pagination,
             sessions::check_tombstone,
+            vanished::check_vanish_and_revive,
             events::check_append_events,
             events::check_turn_open,
             events::check_session_state,

@@ -184,6 +184,14 @@ impl World {
             .count()
     }
 
+    /// Lines of the agent's call log of `method` about session `id`.
+    pub fn calls_about(&self, method: &str, id: &str) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("calls.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.split_once(' ') == Some((method, id)))
+            .count()
+    }
+
     /// The gateway's log (stderr) so far, over all restarts.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
