@@ -4,8 +4,10 @@
 //! ACP clients prompt sessions of their own through a round-robin balancer ([`acp`]).
 //! Afterwards every event any client was sent is in the log exactly once, in order, as sent;
 //! every turn that started has ended; every prompt got an answer (no 500, no hang; a lost
-//! connection only from a replica that was killed); every session answers a last prompt; and
-//! once the replicas stop, no agent process is left.
+//! connection only from a replica that was killed); every session answers a last prompt; no
+//! session is marked deleted (every replica syncs the agent's list every second, three sessions
+//! to a page, whose pages shift as turns move sessions to the front); and once the replicas
+//! stop, no agent process is left.
 //!
 //! `CHAOS_SEED` picks the run (printed; random when unset), `CHAOS_FAULTS` how many faults
 //! (default 8, each kind at least once). `scripts/chaos.sh N` runs N seeds of a longer run.
@@ -70,8 +72,9 @@ impl Replicas {
         let agent = dir.join("agent").display().to_string();
         let opts = Options::default()
             .pool(2)
-            .args(&["--heartbeat-interval", "1"])
-            .env("ECHO_AGENT_DIR", &agent);
+            .args(&["--heartbeat-interval", "1", "--sync-interval", "1"])
+            .env("ECHO_AGENT_DIR", &agent)
+            .env("ECHO_AGENT_PAGE_SIZE", "3");
         let gw = Gateway::spawn(db, &dir.join(format!("r{generation}")), &opts).await;
         let mut alive = self.alive.lock().unwrap();
         alive.push((generation, Arc::new(gw)));
@@ -490,7 +493,7 @@ async fn faults_lose_no_event_and_leave_no_agent() {
 
 /// What must hold in one session's log: seqs 1..n; every `turn_started` followed by its
 /// `turn_ended` before the next; a turn that ended `end_turn` holds the chunks it asked for,
-/// `c1 `…`cN`, once each, in order.
+/// `c1 `…`cN`, once each, in order; no `session_deleted` (nobody deletes a session).
 fn check_log(id: &str, log: &[Value]) -> Vec<String> {
     let mut problems = vec![];
     for (i, e) in log.iter().enumerate() {
@@ -516,6 +519,10 @@ fn check_log(id: &str, log: &[Value]) -> Vec<String> {
                     .unwrap_or(0);
                 open = Some((asked, vec![]));
             }
+            "session_deleted" => problems.push(format!(
+                "{id}: marked deleted at {} though nobody deleted it: {data}",
+                e["seq"]
+            )),
             "agent_message_chunk" => match &mut open {
                 Some((_, chunks)) => {
                     chunks.push(data["update"]["content"]["text"].as_str().unwrap_or(""))

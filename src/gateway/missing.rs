@@ -24,7 +24,10 @@ use serde_json::json;
 
 use super::Error;
 use super::clock::now;
-use super::sync::{ListSync, SyncReport};
+use super::counters::Counters;
+use super::log::Log;
+use super::placement::Placement;
+use super::records::Records;
 use crate::store::SessionRecord;
 
 /// Of an agent that cannot be asked about one session, how far apart two syncs must miss it.
@@ -59,18 +62,27 @@ pub(super) struct SyncStart {
     pub(super) began: DateTime<Utc>,
 }
 
-impl ListSync {
+/// What settling a sync's misses takes of the service's parts.
+pub(super) struct Missing<'a> {
+    pub(super) placement: &'a Placement,
+    pub(super) records: &'a Records,
+    pub(super) log: &'a Log,
+    pub(super) counters: &'a Counters,
+    pub(super) misses: &'a Misses,
+}
+
+impl Missing<'_> {
     /// Tombstones those of `missing` (sessions of `agent` listed by an earlier sync and not by
-    /// this one) that the agent no longer knows, and no one uses.
-    pub(super) async fn settle_missing(
+    /// this one) that the agent no longer knows, and no one uses; returns how many.
+    pub(super) async fn settle(
         &self,
         agent: &str,
         missing: Vec<String>,
         start: SyncStart,
-        report: &mut SyncReport,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let before = self.misses.take(agent);
         let mut still = HashMap::new();
+        let mut vanished = 0;
         for id in missing {
             let Some(record) = self.records.store().get_session(&id).await? else {
                 continue;
@@ -90,11 +102,11 @@ impl ListSync {
                 }
             };
             if gone && self.vanish(&record, start).await? {
-                report.vanished += 1;
+                vanished += 1;
             }
         }
         self.misses.keep(agent, still);
-        Ok(())
+        Ok(vanished)
     }
 
     /// Whether anyone uses the session: held by a live replica (any), busy or changed here

@@ -11,6 +11,7 @@
 mod caller;
 mod clock;
 mod controls;
+mod counters;
 mod create;
 pub mod cursor;
 mod delivery;
@@ -48,6 +49,7 @@ mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
 pub use controls::{Controls, Settings};
+pub use counters::Counters;
 pub use create::{Create, Fork, NewSession};
 pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
@@ -56,7 +58,6 @@ pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
 pub use log::{GATEWAY_KINDS, UPDATE_KINDS};
 pub use output::{AgentView, TurnResult};
-pub use parts::Counters;
 pub use permissions::PermissionView;
 pub use problem::Problem;
 pub use requests::Requests;

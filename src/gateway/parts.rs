@@ -4,11 +4,11 @@
 //! `Parts` and takes the settings in the order they are declared.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::counters::Counters;
 use super::log::Log;
 use super::placement::Placement;
 use super::records::Records;
@@ -31,18 +31,6 @@ pub(super) struct Parts {
     pub(super) stop: CancellationToken,
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub turns_started: AtomicU64,
-    pub turns_failed: AtomicU64,
-    pub member_exits: AtomicU64,
-    /// Sessions the list sync tombstoned because their agent no longer knows them.
-    pub sessions_vanished: AtomicU64,
-    /// Sessions the list sync had tombstoned that came back (listed or served again).
-    pub sessions_revived: AtomicU64,
-}
-
 /// The type of a part, by the name of its field in [`Parts`].
 macro_rules! part {
     (placement) => { ::std::sync::Arc<$crate::gateway::placement::Placement> };
@@ -51,7 +39,7 @@ macro_rules! part {
     (states) => { ::std::sync::Arc<$crate::gateway::snapshots::States> };
     (views) => { ::std::sync::Arc<$crate::gateway::views::Views> };
     (requests) => { ::std::sync::Arc<$crate::gateway::requests::Requests> };
-    (counters) => { ::std::sync::Arc<$crate::gateway::parts::Counters> };
+    (counters) => { ::std::sync::Arc<$crate::gateway::counters::Counters> };
     (tasks) => { ::tokio_util::task::TaskTracker };
     (stop) => { ::tokio_util::sync::CancellationToken };
 }

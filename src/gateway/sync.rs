@@ -29,7 +29,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::Error;
 use super::clock::now;
 use super::listed::{Listed, Pages, Synced, agent_error, list_all};
-use super::missing::{Misses, SyncStart};
+use super::missing::{Misses, Missing, SyncStart};
 use super::parts::use_case;
 use crate::store::{ListedSession, Origin, SessionRecord};
 
@@ -162,8 +162,14 @@ impl ListSync {
             .map_err(|e| agent_error(&format!("listing: {e}")))?;
         // Sessions listed before and missing now: a miss is no evidence on its own.
         let missing = synced.missing(self.records.store()).await?;
-        self.settle_missing(agent, missing, start, &mut report)
-            .await?;
+        let settle = Missing {
+            placement: &self.placement,
+            records: &self.records,
+            log: &self.log,
+            counters: &self.counters,
+            misses: &self.misses,
+        };
+        report.vanished += settle.settle(agent, missing, start).await?;
         self.records.forget_touches_up_to(since);
         if report.added + report.updated + report.vanished + report.revived > 0 {
             tracing::info!(agent, ?report, "synced the session list with the agent");

@@ -11,10 +11,10 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::clock::now;
+use super::counters::Counters;
 use super::info_update::apply_info_update;
 use super::live::LiveTable;
 use super::log::Log;
-use super::parts::Counters;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
@@ -45,8 +45,10 @@ pub(super) struct Upstream {
 
 impl Upstream {
     /// Whether `member` may speak about the session: not one another member holds, nor, when
-    /// none holds it here, one of another agent (an agent, local or remote, never touches
-    /// another's sessions). Otherwise it is counted as garbage, logged and ignored.
+    /// none holds it here, one another replica holds (by the store's leases: a process this
+    /// replica let go of the session may still speak of it) or one of another agent (an agent,
+    /// local or remote, never touches another's sessions). Otherwise it is counted as garbage,
+    /// logged and ignored.
     async fn its_own(&self, member: usize, session_id: &str, what: &str) -> bool {
         let whose = match self.live.member(session_id) {
             Some(holder) if holder == member => return true,
@@ -56,7 +58,10 @@ impl Upstream {
                 // Unknown yet (a session being created) or this agent's: its own.
                 match self.records.store().get_session(session_id).await {
                     Ok(Some(r)) if Some(r.agent.as_str()) != agent => format!("agent {}", r.agent),
-                    _ => return true,
+                    _ => match self.cluster.owner_elsewhere(session_id).await {
+                        Ok(Some(replica)) => format!("the replica at {replica}"),
+                        _ => return true,
+                    },
                 }
             }
         };

@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use super::Error;
+use super::counters::Counters;
 use super::live::LiveTable;
 use super::log::Log;
 use super::output::{Activity, SessionView, Status};
-use super::parts::Counters;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
