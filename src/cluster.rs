@@ -67,6 +67,17 @@ pub struct Cluster {
     /// This replica's unbroken run of heartbeats: when it began and the latest (see
     /// [`Cluster::may_take_orphans`]).
     streak: Mutex<Option<(Instant, Instant)>>,
+    /// When the latest heartbeat that went through began (see [`Beat::after_a_gap`]).
+    last_beat: Mutex<Option<Instant>>,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// The one before that went through began more than two intervals earlier (or failed
+    /// meanwhile): the others may have found this replica silent past its lease and taken
+    /// sessions it holds (see [`Cluster::held_here`]).
+    pub after_a_gap: bool,
 }
 
 impl Cluster {
@@ -86,6 +97,7 @@ impl Cluster {
             interval,
             view: Mutex::default(),
             streak: Mutex::default(),
+            last_beat: Mutex::default(),
         }
     }
 
@@ -95,10 +107,15 @@ impl Cluster {
 
     /// Records a heartbeat and refreshes the view. A replica alone on its database is the
     /// whole view, live, beating now.
-    pub async fn beat(&self, sessions_live: i64) -> StoreResult<()> {
+    pub async fn beat(&self, sessions_live: i64) -> StoreResult<Beat> {
         let started = Instant::now();
         let beat = self.beat_once(sessions_live).await;
         let now = Instant::now();
+        let after_a_gap = beat.is_ok() && {
+            let mut last = self.last_beat.lock().expect("last beat lock");
+            let before = last.replace(started);
+            before.is_some_and(|before| started - before > 2 * self.interval)
+        };
         // A beat that waited for the database (through an outage) breaks the run as a failed
         // one does; so does a long gap since the last.
         let prompt = now - started <= self.interval;
@@ -110,7 +127,7 @@ impl Cluster {
             }
             (_, Ok(())) => Some((now, now)),
         };
-        beat
+        beat.map(|()| Beat { after_a_gap })
     }
 
     /// Whether this replica may take the sessions of replicas whose lease has expired: only
@@ -338,6 +355,16 @@ impl Cluster {
         names.sort();
         names.dedup();
         names
+    }
+
+    /// The sessions the registry says this replica holds; `None` alone on its database, where
+    /// no other replica can take one.
+    pub async fn held_here(&self) -> StoreResult<Option<std::collections::HashSet<String>>> {
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(None);
+        };
+        let held = registry.sessions_held_by(replica_id()).await?;
+        Ok(Some(held.into_iter().collect()))
     }
 
     /// The sessions of replicas whose lease expired (to be claimed, as [`Claimed::Orphan`], by

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use support::cluster::{beating, three_replicas};
+use support::cluster::{beating, sessions_held, three_replicas};
 use support::*;
 
 fn seqs(events: &[SseEvent]) -> Vec<i64> {
@@ -164,6 +164,45 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
         "{body}"
     );
     assert_eq!(a.status(&id).await, "live");
+    c.stop().await;
+    w.finish().await;
+}
+
+/// A replica that stops beating for longer than its lease (SIGSTOP) while it holds a session
+/// finds, when it runs again, that another replica took the session over, and lets go of it:
+/// the session never runs on two replicas; the next prompt, through any replica, is served by
+/// one.
+#[tokio::test]
+async fn a_replica_that_stalled_past_its_lease_lets_go_of_what_was_taken() {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
+        return;
+    };
+    let a = w.gw();
+    let id = b.create_here("/tmp").await;
+    let (status, body) = b.prompt(&id, "on b").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 1, 0]);
+    let pid = nix::unistd::Pid::from_raw(b.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // a or c takes it over once b's lease (three heartbeats) has run out.
+    a.wait_until(|g| {
+        let id = id.clone();
+        async move {
+            g.logged(&id)
+                .await
+                .iter()
+                .any(|(_, kind)| kind == "agent_exited")
+        }
+    })
+    .await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    b.wait_until(|g| async move { sessions_held(&[g]).await == [0] })
+        .await;
+    let (status, body) = b.prompt(&id, "after the stall").await;
+    assert_eq!(status, 200, "{body}");
+    let held = sessions_held(&[a, &b, &c]).await;
+    assert_eq!(held.iter().sum::<u64>(), 1, "held by one replica: {held:?}");
+    b.stop().await;
     c.stop().await;
     w.finish().await;
 }

@@ -147,7 +147,8 @@ async fn an_acp_client_needs_no_sticky_balancer() {
     let mut acp = AcpClient::connect(no_sticky_transport(&balancer)).await;
     acp.initialize().await.unwrap();
     let own = acp.new_session("/tmp").await;
-    let home = sessions_held(&replicas).await.iter().position(|&n| n == 1);
+    let all: Vec<&Gateway> = replicas.iter().collect();
+    let home = sessions_held(&all).await.iter().position(|&n| n == 1);
     let holder = (home.expect("one replica holds the new session") + 1) % 3;
     let id = replicas[holder].create_here("/tmp").await;
     acp.call("session/resume", json!({"sessionId": id, "cwd": "/tmp"}))

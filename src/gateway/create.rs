@@ -287,9 +287,11 @@ impl Create {
         drop(creating);
         self.records.sessions_changed();
         // Its member may have exited since it answered: the session is then saved, not live
-        // (made at the agent and recorded, it is resumed where the next prompt lands).
-        if self.placement.attach_if_alive(&record, member, &agent) {
-            self.placement.hold(&record.session_id).await;
+        // (made at the agent and recorded, it is resumed where the next prompt lands). Held
+        // in the registry before it is live here, as every session is (see `let_go_of_taken`).
+        self.placement.hold(&record.session_id).await;
+        if !self.placement.attach_if_alive(&record, member, &agent) {
+            self.placement.release(&record.session_id).await;
         }
         let view = self.views.view(&record);
         self.log

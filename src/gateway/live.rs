@@ -184,6 +184,14 @@ impl LiveTable {
             .collect()
     }
 
+    /// Every session a member holds, with its member.
+    pub(super) fn held(&self) -> Vec<(String, usize)> {
+        self.lock()
+            .iter()
+            .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m)))
+            .collect()
+    }
+
     /// Live sessions that have not been busy for `idle`, with their members.
     pub(super) fn idle_for(&self, idle: Duration) -> Vec<(String, usize)> {
         self.lock()

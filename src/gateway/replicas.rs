@@ -3,6 +3,8 @@
 //! that died, and where a request goes that another replica must serve (a session held there,
 //! or one of an agent only others run; a new session placed by load or by agent).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::json;
 
 use super::Error;
@@ -49,18 +51,56 @@ impl Placement {
         }
     }
 
+    /// After this replica could not beat for a while (stalled, or cut off from the database),
+    /// the sessions it holds live whose lease the registry no longer gives it — another
+    /// replica took them over meanwhile — are let go of here: closed at the agent and
+    /// forgotten, without a word to the log (the new holder has said what happened), so that
+    /// a session never runs on two replicas.
+    async fn let_go_of_taken(&self) {
+        // Read before the registry: a session attached since was claimed before it was.
+        let held = self.live.held();
+        let ours = match self.cluster.held_here().await {
+            Ok(Some(ours)) => ours,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell which sessions this replica still holds");
+                return;
+            }
+        };
+        for (id, member) in held {
+            if ours.contains(&id) {
+                continue;
+            }
+            tracing::warn!(
+                session = id,
+                member,
+                "another replica took the session over while this one could not beat; letting go of it"
+            );
+            if let Some(agent) = self.client(member).filter(|a| a.caps().close)
+                && let Err(e) = agent.close_session(&id).await
+            {
+                tracing::warn!(session = id, error = %e, "closing a session taken over failed");
+            }
+            self.live.detach(&id, &self.agents);
+        }
+    }
+
     /// Beats in the cluster every heartbeat interval until shutdown, then leaves it; beside
-    /// the beats, takes over the sessions of replicas that died. The two run apart: closing an
+    /// the beats, takes over the sessions of replicas that died, and after a beat that came
+    /// late lets go of the sessions others took meanwhile. The two run apart: closing an
     /// orphan waits for its log's commit (through a database outage, for as long as that
     /// lasts), and a beat held up behind it would let this replica's own lease run out while
     /// it holds sessions live, for another replica to take them from under it.
     pub(super) async fn heartbeat_forever(&self) {
         let cluster = &self.cluster;
+        let late = AtomicBool::new(false);
         let beats = async {
             loop {
                 let live = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
-                if let Err(e) = cluster.beat(live).await {
-                    tracing::warn!(error = %e, "replica heartbeat failed");
+                match cluster.beat(live).await {
+                    Ok(beat) if beat.after_a_gap => late.store(true, Ordering::Relaxed),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "replica heartbeat failed"),
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(cluster.interval()) => {}
@@ -73,6 +113,9 @@ impl Placement {
                 tokio::select! {
                     _ = tokio::time::sleep(cluster.interval()) => {}
                     _ = self.stop.cancelled() => break,
+                }
+                if late.swap(false, Ordering::Relaxed) {
+                    self.let_go_of_taken().await;
                 }
                 self.take_over_orphans().await;
             }

@@ -71,6 +71,9 @@ pub trait ReplicaRegistry: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> StoreResult<Option<(String, String)>>;
 
+    /// The sessions `replica` owns, whether or not it beat lately.
+    async fn sessions_held_by(&self, replica: &str) -> StoreResult<Vec<String>>;
+
     /// The sessions owned by replicas silent for longer than `lease` (they have died).
     async fn orphans(&self, lease: std::time::Duration) -> StoreResult<Vec<String>>;
 }

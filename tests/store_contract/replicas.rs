@@ -137,6 +137,12 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     );
     let owner = registry.session_owner("s1", hour).await.unwrap();
     assert_eq!(owner.map(|(id, _)| id).as_deref(), Some("b"));
+    // What each holds, as a replica that was silent meanwhile finds it.
+    registry.claim_session("s2", "a", hour).await.unwrap();
+    assert_eq!(registry.sessions_held_by("a").await.unwrap(), ["s2"]);
+    assert_eq!(registry.sessions_held_by("b").await.unwrap(), ["s1"]);
+    registry.release_session("s2", "a").await.unwrap();
+    assert!(registry.sessions_held_by("a").await.unwrap().is_empty());
     // Released, it is nobody's: the next claim takes it plainly.
     registry.release_session("s1", "a").await.unwrap();
     assert_eq!(

@@ -25,7 +25,7 @@ pub fn beating() -> Options {
 }
 
 /// Which of `replicas` holds sessions live on its first member, and how many.
-pub async fn sessions_held(replicas: &[Gateway]) -> Vec<u64> {
+pub async fn sessions_held(replicas: &[&Gateway]) -> Vec<u64> {
     let mut held = Vec::new();
     for g in replicas {
         held.push(

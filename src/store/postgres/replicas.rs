@@ -205,6 +205,15 @@ impl ReplicaRegistry for PgStore {
         .await?)
     }
 
+    async fn sessions_held_by(&self, replica: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT session_id FROM session_owners WHERE replica_id = $1")
+                .bind(replica)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
     async fn orphans(&self, lease: Duration) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
             "SELECT o.session_id FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM replicas r \
