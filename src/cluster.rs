@@ -252,6 +252,23 @@ impl Cluster {
             .is_some())
     }
 
+    /// Those of `session_ids` another live replica holds, by the registry; none without
+    /// another live replica.
+    pub async fn held_elsewhere_among(
+        &self,
+        session_ids: &[&str],
+    ) -> StoreResult<std::collections::HashSet<String>> {
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(Default::default());
+        };
+        let others = self.view().iter().any(|r| r.live && !r.this);
+        if !others || session_ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let owned = registry.owned_among(session_ids, self.lease()).await?;
+        Ok(owned.into_iter().collect())
+    }
+
     /// Where a new session of `agent` (`None`: this replica's default) should go, among the
     /// other live replicas that can start it: those that run the agent named, or, when none is
     /// named, those whose default agent is this one's (the request, forwarded as it is, gets

@@ -39,13 +39,14 @@ async fn any_replica_serves_any_session() {
         (view["status"].as_str(), view["title"].as_str()),
         (Some("live"), Some("Echo: hello from b"))
     );
+    // Listed through a replica that does not hold it: live, as it is on a.
     let listed = c.json("/sessions").await;
     assert!(
         listed["sessions"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|s| s["sessionId"] == id.as_str()),
+            .any(|s| s["sessionId"] == id.as_str() && s["status"] == "live"),
         "{listed}"
     );
     // The session stays on the replica that created it: a's pool holds it, b's and c's do not.

@@ -158,6 +158,11 @@ impl PageJson {
         }
     }
 
+    /// The page's sessions.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
     /// The page's JSON, with each session's current status from `status_of`.
     pub fn render(&self, status_of: impl Fn(&str) -> (Status, Option<Activity>)) -> Vec<u8> {
         let len: usize = self.prefixes.iter().map(|p| p.len() + 48).sum();

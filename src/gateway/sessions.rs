@@ -74,7 +74,22 @@ impl Sessions {
             .map(|c| decode_cursor(&query, c))
             .transpose()?;
         let page = self.records.list_page(&query, fresh).await?;
-        Ok(page.render(|id| self.views.status_of(id)))
+        // Sessions live on other replicas are live too (their activity is theirs to tell).
+        let not_here: Vec<&str> = page
+            .ids()
+            .iter()
+            .map(String::as_str)
+            .filter(|id| !self.placement.live.here(id))
+            .collect();
+        let elsewhere = self
+            .placement
+            .cluster
+            .held_elsewhere_among(&not_here)
+            .await?;
+        Ok(page.render(|id| match self.views.status_of(id) {
+            (Status::Saved, _) if elsewhere.contains(id) => (Status::Live, None),
+            here => here,
+        }))
     }
 
     /// `GET /sessions/{id}`.

@@ -71,6 +71,13 @@ pub trait ReplicaRegistry: Send + Sync + 'static {
         lease: std::time::Duration,
     ) -> StoreResult<Option<(String, String)>>;
 
+    /// Those of `session_ids` owned by a replica that beat within `lease`.
+    async fn owned_among(
+        &self,
+        session_ids: &[&str],
+        lease: std::time::Duration,
+    ) -> StoreResult<Vec<String>>;
+
     /// The sessions `replica` owns, whether or not it beat lately.
     async fn sessions_held_by(&self, replica: &str) -> StoreResult<Vec<String>>;
 

@@ -141,6 +141,21 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     registry.claim_session("s2", "a", hour).await.unwrap();
     assert_eq!(registry.sessions_held_by("a").await.unwrap(), ["s2"]);
     assert_eq!(registry.sessions_held_by("b").await.unwrap(), ["s1"]);
+    let mut owned = registry
+        .owned_among(&["s1", "s2", "s3"], hour)
+        .await
+        .unwrap();
+    owned.sort();
+    assert_eq!(owned, ["s1", "s2"]);
+    tokio::time::sleep(StdDuration::from_millis(20)).await;
+    assert!(
+        registry
+            .owned_among(&["s1", "s2"], short)
+            .await
+            .unwrap()
+            .is_empty(),
+        "owned by replicas past their lease: by nobody"
+    );
     registry.release_session("s2", "a").await.unwrap();
     assert!(registry.sessions_held_by("a").await.unwrap().is_empty());
     // Released, it is nobody's: the next claim takes it plainly.

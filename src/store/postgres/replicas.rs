@@ -205,6 +205,18 @@ impl ReplicaRegistry for PgStore {
         .await?)
     }
 
+    async fn owned_among(&self, session_ids: &[&str], lease: Duration) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT o.session_id FROM session_owners o JOIN replicas r ON r.id = o.replica_id \
+             WHERE o.session_id = ANY($1) \
+             AND r.heartbeat_at >= now() - $2 * interval '1 microsecond'",
+        )
+        .bind(session_ids)
+        .bind(micros_of(lease))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn sessions_held_by(&self, replica: &str) -> StoreResult<Vec<String>> {
         Ok(
             sqlx::query_scalar("SELECT session_id FROM session_owners WHERE replica_id = $1")
