@@ -37,16 +37,20 @@ struct Replicas {
 }
 
 impl Replicas {
+    /// The replicas up now.
+    fn up(&self) -> Vec<Arc<Gateway>> {
+        self.slots
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     fn pick(&self, rng: &mut fastrand::Rng) -> Arc<Gateway> {
         loop {
-            let up: Vec<Arc<Gateway>> = self
-                .slots
-                .lock()
-                .unwrap()
-                .iter()
-                .flatten()
-                .cloned()
-                .collect();
+            let up = self.up();
             if !up.is_empty() {
                 return up[rng.usize(..up.len())].clone();
             }
@@ -215,15 +219,7 @@ async fn replicas_killed_under_load_lose_nothing() {
     let reader = replicas.pick(&mut rng);
     let mut logs = vec![];
     for (id, until, _, _) in &runs {
-        let up: Vec<Arc<Gateway>> = replicas
-            .slots
-            .lock()
-            .unwrap()
-            .iter()
-            .flatten()
-            .cloned()
-            .collect();
-        for gw in up {
+        for gw in replicas.up() {
             let status = gw.get(&format!("/sessions/{id}")).await.status();
             if status != 200 {
                 problems.push(format!("{id}: GET answers {status} on {}", gw.base));
