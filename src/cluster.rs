@@ -71,6 +71,15 @@ pub struct Cluster {
     last_beat: Mutex<Option<Instant>>,
 }
 
+/// Who holds a session, by the registry (see [`Cluster::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// This replica.
+    This,
+    /// Another live replica, at this address.
+    Other(String),
+}
+
 /// What a heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Beat {
@@ -147,6 +156,15 @@ impl Cluster {
             .is_some_and(|(first, last)| {
                 now - last <= 2 * self.interval && now - first >= self.lease()
             })
+    }
+
+    /// Since when this replica has beaten without a break (the run
+    /// [`Cluster::may_take_orphans`] counts): no other replica can have taken a session it held
+    /// since then. `None` while its latest beat is more than two intervals old, or failed.
+    pub fn beating_since(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let streak = *self.streak.lock().expect("streak lock");
+        streak.and_then(|(first, last)| (now - last <= 2 * self.interval).then_some(first))
     }
 
     async fn beat_once(&self, sessions_live: i64) -> StoreResult<()> {
@@ -231,13 +249,28 @@ impl Cluster {
         }
     }
 
-    /// The address of the live replica other than this one that owns `session_id`, if any.
-    pub async fn owner_elsewhere(&self, session_id: &str) -> StoreResult<Option<String>> {
+    /// The live replica that owns `session_id` in the registry, if one does. Alone on its
+    /// database a replica has no registry to ask: what it holds is in its own memory.
+    pub async fn holder(&self, session_id: &str) -> StoreResult<Option<Holder>> {
         let Replicas::Shared(registry) = &self.replicas else {
             return Ok(None);
         };
         let owner = registry.session_owner(session_id, self.lease()).await?;
-        Ok(owner.and_then(|(id, address)| (id != replica_id()).then_some(address)))
+        Ok(owner.map(|(id, address)| {
+            if id == replica_id() {
+                Holder::This
+            } else {
+                Holder::Other(address)
+            }
+        }))
+    }
+
+    /// The address of the live replica other than this one that owns `session_id`, if any.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> StoreResult<Option<String>> {
+        Ok(match self.holder(session_id).await? {
+            Some(Holder::Other(address)) => Some(address),
+            _ => None,
+        })
     }
 
     /// Whether a live replica, this one included, owns `session_id` in the registry. Alone on

@@ -208,6 +208,45 @@ async fn a_replica_that_stalled_past_its_lease_lets_go_of_what_was_taken() {
     w.finish().await;
 }
 
+/// A client gives up on a long turn it sent through c to b, which holds the session, and b
+/// stalls (SIGSTOP) past its lease with that turn still running: another replica takes the
+/// session over, and the client's next prompt, through a, is answered 200. So is every prompt
+/// after it, through any replica, b first the moment it runs again: b, which holds the session
+/// and runs the given-up turn until it lets go of them, sends the prompt to the new holder
+/// (it answered 409 before, from the turn no client waited for any more).
+#[tokio::test]
+async fn after_a_stall_the_next_prompt_through_any_replica_is_answered() {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
+        return;
+    };
+    let a = w.gw();
+    let id = b.create_here("/tmp").await;
+    let mut stream = a.events(&id, Some(0)).await;
+    let given_up = c.prompt_in_background(&id, "/chunks 400 /delay 20");
+    stream.until("agent_message_chunk").await;
+    given_up.abort();
+    let pid = nix::unistd::Pid::from_raw(b.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    a.wait_until(|g| {
+        let id = id.clone();
+        async move {
+            let logged = g.logged(&id).await;
+            logged.iter().any(|(_, kind)| kind == "agent_exited")
+        }
+    })
+    .await;
+    let (status, body) = a.prompt(&id, "while b is stalled").await;
+    assert_eq!(status, 200, "{body}");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    for (name, g) in [("b", &b), ("c", &c), ("a", a), ("b", &b)] {
+        let (status, body) = g.prompt(&id, "next").await;
+        assert_eq!(status, 200, "through {name}: {body}");
+    }
+    b.stop().await;
+    c.stop().await;
+    w.finish().await;
+}
+
 /// Once a dead replica's lease has expired, none of its sessions is held anywhere. As an
 /// operator met it, with the default heartbeat (every 5 s, a 15 s lease): X is created and
 /// prompted on a replica, then Y, and that replica is SIGKILLed. Once a prompt to Y through

@@ -45,6 +45,9 @@ struct Entry {
     busy: Busy,
     /// When it was last attached, prompted or finished a turn (for the idle timeout).
     last_active: Instant,
+    /// When this replica last knew the hold was its own: attached then, or the registry said
+    /// so (see [`LiveTable::held_since`]).
+    confirmed: Instant,
     /// Closed when the running turn ends.
     turn_done: Option<watch::Receiver<TurnPhase>>,
 }
@@ -57,6 +60,7 @@ impl Entry {
             archived: false,
             busy: Busy::Idle,
             last_active: Instant::now(),
+            confirmed: Instant::now(),
             turn_done: None,
         }
     }
@@ -132,6 +136,7 @@ impl LiveTable {
             pool.adjust_sessions(member, true);
         }
         entry.member = Some(member);
+        entry.confirmed = Instant::now();
     }
 
     /// Forgets where the session is live; returns the member it was on.
@@ -168,6 +173,21 @@ impl LiveTable {
     /// The member holding the session live.
     pub(super) fn member(&self, session_id: &str) -> Option<usize> {
         self.lock().get(session_id).and_then(|e| e.member)
+    }
+
+    /// For a session a member holds live: since when this replica has known the hold is its
+    /// own (another replica may take it over after that, if this one stops beating).
+    pub(super) fn held_since(&self, session_id: &str) -> Option<Instant> {
+        let sessions = self.lock();
+        let entry = sessions.get(session_id)?;
+        entry.member.map(|_| entry.confirmed)
+    }
+
+    /// The registry said, as of `at`, that the session is this replica's.
+    pub(super) fn confirm(&self, session_id: &str, at: Instant) {
+        if let Some(entry) = self.lock().get_mut(session_id) {
+            entry.confirmed = entry.confirmed.max(at);
+        }
     }
 
     /// Whether this replica holds the session or is working on it.

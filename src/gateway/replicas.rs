@@ -4,13 +4,14 @@
 //! or one of an agent only others run; a new session placed by load or by agent).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use serde_json::json;
 
 use super::Error;
 use super::live::Busy;
 use super::placement::Placement;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Holder};
 use crate::store::Claimed;
 
 impl Placement {
@@ -129,16 +130,27 @@ impl Placement {
     /// The address of the other replica a request about `session_id` goes to: the live one
     /// holding it, else, when this replica does not run the session's agent, the least loaded
     /// live one that does. `None`: here (where a session of an agent no live replica runs
-    /// answers 503).
+    /// answers 503). A session this replica [holds surely](Placement::holds_surely) is served
+    /// here without asking the registry.
     pub(super) async fn replica_for_session(
         &self,
         session_id: &str,
     ) -> Result<Option<String>, Error> {
-        if self.live.here(session_id) {
+        if self.holds_surely(session_id) {
             return Ok(None);
         }
-        if let Some(owner) = self.cluster.owner_elsewhere(session_id).await? {
-            return Ok(Some(owner));
+        let asked = Instant::now();
+        match self.cluster.holder(session_id).await {
+            Ok(Some(Holder::Other(owner))) => return Ok(Some(owner)),
+            Ok(Some(Holder::This)) => self.live.confirm(session_id, asked),
+            Ok(None) => {}
+            // The registry cannot be read (the database is down): what this replica works on
+            // is served from its memory, as through any store outage.
+            Err(_) if self.live.here(session_id) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        if self.live.here(session_id) {
+            return Ok(None);
         }
         // Read the record only when some live replica runs an agent this one does not.
         if !self.cluster.runs_agents_elsewhere() {
@@ -148,6 +160,22 @@ impl Placement {
         Ok(record
             .filter(|r| r.deleted_at.is_none())
             .and_then(|r| self.cluster.runner_elsewhere(&r.agent)))
+    }
+
+    /// Whether this replica holds the session live and no other can have taken it over: it
+    /// has beaten without a break since it last knew the hold was its own. After a stall past
+    /// its lease, another replica may have taken the session and be running turns on it while
+    /// this one still holds it (until it lets go, [`Placement::let_go_of_taken`]): served here
+    /// from memory, a prompt would run a second turn beside that replica's, or be refused
+    /// (409) for a turn this one still runs for a client that has given up on it.
+    fn holds_surely(&self, session_id: &str) -> bool {
+        match (
+            self.live.held_since(session_id),
+            self.cluster.beating_since(),
+        ) {
+            (Some(held), Some(beating)) => held >= beating,
+            _ => false,
+        }
     }
 
     /// The other replica a new session of `agent` (`None`: the default) is created on: one
