@@ -67,8 +67,6 @@ pub struct Cluster {
     /// This replica's unbroken run of heartbeats: when it began and the latest (see
     /// [`Cluster::may_take_orphans`]).
     streak: Mutex<Option<(Instant, Instant)>>,
-    /// When the latest heartbeat that went through began (see [`Beat::after_a_gap`]).
-    last_beat: Mutex<Option<Instant>>,
 }
 
 /// Who holds a session, by the registry (see [`Cluster::holder`]).
@@ -83,8 +81,8 @@ pub enum Holder {
 /// What a heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Beat {
-    /// The one before that went through began more than two intervals earlier (or failed
-    /// meanwhile): the others may have found this replica silent past its lease and taken
+    /// It began a new run of heartbeats (the last one failed, came late or waited for the
+    /// database): the others may have found this replica silent past its lease and taken
     /// sessions it holds (see [`Cluster::held_here`]).
     pub after_a_gap: bool,
 }
@@ -106,7 +104,6 @@ impl Cluster {
             interval,
             view: Mutex::default(),
             streak: Mutex::default(),
-            last_beat: Mutex::default(),
         }
     }
 
@@ -120,11 +117,6 @@ impl Cluster {
         let started = Instant::now();
         let beat = self.beat_once(sessions_live).await;
         let now = Instant::now();
-        let after_a_gap = beat.is_ok() && {
-            let mut last = self.last_beat.lock().expect("last beat lock");
-            let before = last.replace(started);
-            before.is_some_and(|before| started - before > 2 * self.interval)
-        };
         // A beat that waited for the database (through an outage) breaks the run as a failed
         // one does; so does a long gap since the last.
         let prompt = now - started <= self.interval;
@@ -136,6 +128,7 @@ impl Cluster {
             }
             (_, Ok(())) => Some((now, now)),
         };
+        let after_a_gap = matches!(*streak, Some((first, last)) if first == last);
         beat.map(|()| Beat { after_a_gap })
     }
 
@@ -271,18 +264,6 @@ impl Cluster {
             Some(Holder::Other(address)) => Some(address),
             _ => None,
         })
-    }
-
-    /// Whether a live replica, this one included, owns `session_id` in the registry. Alone on
-    /// its database a replica has no registry to ask: what it holds is in its own memory.
-    pub async fn owned(&self, session_id: &str) -> StoreResult<bool> {
-        let Replicas::Shared(registry) = &self.replicas else {
-            return Ok(false);
-        };
-        Ok(registry
-            .session_owner(session_id, self.lease())
-            .await?
-            .is_some())
     }
 
     /// Those of `session_ids` another live replica holds, by the registry; none without

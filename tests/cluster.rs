@@ -169,6 +169,23 @@ async fn a_replica_killed_mid_turn_loses_no_stored_event() {
     w.finish().await;
 }
 
+/// SIGSTOPs `holder` and waits until `watcher` finds session `id` taken over (its log has
+/// `agent_exited`), once the stopped replica's lease (three heartbeats) has run out; the pid to
+/// SIGCONT.
+async fn stall_until_taken_over(holder: &Gateway, watcher: &Gateway, id: &str) -> nix::unistd::Pid {
+    let pid = nix::unistd::Pid::from_raw(holder.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    watcher
+        .wait_until(|g| async move {
+            g.logged(id)
+                .await
+                .iter()
+                .any(|(_, kind)| kind == "agent_exited")
+        })
+        .await;
+    pid
+}
+
 /// A replica that stops beating for longer than its lease (SIGSTOP) while it holds a session
 /// finds, when it runs again, that another replica took the session over, and lets go of it:
 /// the session never runs on two replicas; the next prompt, through any replica, is served by
@@ -183,19 +200,7 @@ async fn a_replica_that_stalled_past_its_lease_lets_go_of_what_was_taken() {
     let (status, body) = b.prompt(&id, "on b").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 1, 0]);
-    let pid = nix::unistd::Pid::from_raw(b.pid() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    // a or c takes it over once b's lease (three heartbeats) has run out.
-    a.wait_until(|g| {
-        let id = id.clone();
-        async move {
-            g.logged(&id)
-                .await
-                .iter()
-                .any(|(_, kind)| kind == "agent_exited")
-        }
-    })
-    .await;
+    let pid = stall_until_taken_over(&b, a, &id).await;
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     b.wait_until(|g| async move { sessions_held(&[g]).await == [0] })
         .await;
@@ -225,16 +230,7 @@ async fn after_a_stall_the_next_prompt_through_any_replica_is_answered() {
     let given_up = c.prompt_in_background(&id, "/chunks 400 /delay 20");
     stream.until("agent_message_chunk").await;
     given_up.abort();
-    let pid = nix::unistd::Pid::from_raw(b.pid() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    a.wait_until(|g| {
-        let id = id.clone();
-        async move {
-            let logged = g.logged(&id).await;
-            logged.iter().any(|(_, kind)| kind == "agent_exited")
-        }
-    })
-    .await;
+    let pid = stall_until_taken_over(&b, a, &id).await;
     let (status, body) = a.prompt(&id, "while b is stalled").await;
     assert_eq!(status, 200, "{body}");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();

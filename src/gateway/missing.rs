@@ -115,7 +115,7 @@ impl Missing<'_> {
         if self.placement.live.here(id) || self.records.touched_since(id, start.touches) {
             return Ok(true);
         }
-        if self.placement.cluster.owned(id).await? {
+        if self.placement.cluster.holder(id).await?.is_some() {
             return Ok(true);
         }
         let store = self.records.store();

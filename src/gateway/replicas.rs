@@ -146,8 +146,8 @@ impl Placement {
             Ok(None) => {}
             // The registry cannot be read (the database is down): what this replica works on
             // is served from its memory, as through any store outage.
-            Err(_) if self.live.here(session_id) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) if !self.live.here(session_id) => return Err(e.into()),
+            Err(_) => {}
         }
         if self.live.here(session_id) {
             return Ok(None);

@@ -58,6 +58,8 @@ impl Upstream {
                 // Unknown yet (a session being created) or this agent's: its own.
                 match self.records.store().get_session(session_id).await {
                     Ok(Some(r)) if Some(r.agent.as_str()) != agent => format!("agent {}", r.agent),
+                    // Being loaded here (its replay): this replica holds it, no need to ask.
+                    _ if self.live.replaying(session_id).is_some() => return true,
                     _ => match self.cluster.owner_elsewhere(session_id).await {
                         Ok(Some(replica)) => format!("the replica at {replica}"),
                         _ => return true,
