@@ -64,6 +64,9 @@ pub struct Cluster {
     started_at: DateTime<Utc>,
     interval: Duration,
     view: Mutex<Vec<ReplicaView>>,
+    /// What the replicas sharing the database sign the requests they forward to each other
+    /// with (see [`Cluster::secret`]).
+    secret: std::sync::Arc<[u8]>,
     /// This replica's unbroken run of heartbeats: when it began and the latest (see
     /// [`Cluster::may_take_orphans`]).
     streak: Mutex<Option<(Instant, Instant)>>,
@@ -88,14 +91,16 @@ pub struct Beat {
 }
 
 impl Cluster {
-    /// This replica's membership, reached at `address`, running `agents` (the default first).
+    /// This replica's membership, reached at `address`, running `agents` (the default first),
+    /// sharing `secret` with the other replicas.
     pub fn new(
         replicas: Replicas,
-        address: String,
+        (address, secret): (String, Vec<u8>),
         agents: Vec<String>,
         interval: Duration,
     ) -> Self {
         Cluster {
+            secret: secret.into(),
             replicas,
             address,
             agents,
@@ -105,6 +110,12 @@ impl Cluster {
             view: Mutex::default(),
             streak: Mutex::default(),
         }
+    }
+
+    /// The secret the replicas sharing the database hold (stored there; no client reads it):
+    /// a request one forwards to another is signed with it.
+    pub fn secret(&self) -> std::sync::Arc<[u8]> {
+        self.secret.clone()
     }
 
     pub fn interval(&self) -> Duration {
@@ -373,6 +384,22 @@ impl Cluster {
             .map(|r| r.address))
     }
 
+    /// Whether the replica `id` is gone: not this one, and (by the registry now) silent past its
+    /// lease or unregistered, as this replica may tell ([`Cluster::may_take_orphans`]). Alone on
+    /// its database, every replica but this one is gone (the file's lock keeps out a second
+    /// while this one runs).
+    pub async fn gone(&self, id: &str) -> StoreResult<bool> {
+        if id == replica_id() || !self.may_take_orphans() {
+            return Ok(false);
+        }
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(true);
+        };
+        let lease = self.lease();
+        let replicas = registry.replicas().await?;
+        Ok(!replicas.iter().any(|r| r.id == id && r.silent_for <= lease))
+    }
+
     /// The agents that live replicas run and this one does not, by name.
     pub fn agents_elsewhere(&self) -> Vec<String> {
         let view = self.view.lock().expect("view lock");
@@ -469,7 +496,7 @@ mod tests {
     fn cluster() -> Cluster {
         let cluster = Cluster::new(
             Replicas::Alone(Arc::new(NothingHeld)),
-            "http://here".into(),
+            ("http://here".into(), vec![0; 32]),
             vec!["a".into()],
             Duration::from_secs(1),
         );

@@ -81,6 +81,11 @@ pub fn app(
             },
             api::idempotency::idempotent,
         ))
+        // Outside idempotency and forwarding, which believe only a proven forwarding mark.
+        .layer(axum::middleware::from_fn_with_state(
+            api::proof::Proof::new(&gateway),
+            api::proof::admit,
+        ))
         .with_state(api::AppState {
             gateway,
             openapi: serde_json::to_vec(&api::openapi())
@@ -191,9 +196,17 @@ pub async fn run(
         Some(url) => url.clone(),
         None => format!("http://{}", listener.local_addr()?),
     };
+    // Two fresh UUIDs: 244 random bits, unless another replica stored its secret first.
+    let fresh = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()]
+        .map(|u| *u.as_bytes())
+        .concat();
+    let secret = store
+        .cluster_secret(&fresh)
+        .await
+        .context("reading the replicas' shared secret")?;
     let cluster = Cluster::new(
         replicas,
-        address,
+        (address, secret),
         agents.iter().map(|a| a.name.clone()).collect(),
         Duration::from_secs(config.heartbeat_interval),
     );

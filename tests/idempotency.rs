@@ -2,7 +2,8 @@
 //! session; a prompt whose client is cut mid-turn and sent again runs one turn and answers the
 //! same twice; a webhook created twice is one subscription with one secret; a key used for
 //! another request is 422, a malformed one 400; a restarted gateway still replays; an expired
-//! key is pruned and runs again.
+//! key is pruned and runs again, but not while its request still runs; a "busy" 409 is not
+//! kept; the key of a gateway SIGKILLed mid-request is taken over by the next repeat.
 
 mod support;
 
@@ -19,6 +20,9 @@ both_backends!(
     a_restarted_gateway_replays,
     an_expired_key_is_pruned_and_runs_again,
     a_retried_webhook_is_one_subscription,
+    a_busy_answer_is_not_kept,
+    a_running_request_keeps_its_key_past_the_ttl,
+    a_killed_gateways_key_is_taken_over,
 );
 
 /// `body` POSTed to `path` under `key`: status, whether it was a replay, body.
@@ -225,5 +229,89 @@ async fn a_retried_webhook_is_one_subscription(backend: Backend) {
         .unwrap()
         .len();
     assert_eq!(listed, 1);
+    w.finish().await;
+}
+
+/// A prompt refused 409 because a turn runs is not the key's answer: once the turn has ended,
+/// the same keyed prompt runs.
+async fn a_busy_answer_is_not_kept(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let path = format!("/sessions/{id}/prompt");
+    let running = gw.prompt_in_background(&id, "/chunks 10 /delay 100");
+    gw.wait_until(|g| {
+        let id = id.clone();
+        async move { (g.history(&id).await.iter()).any(|e| e["event"] == "turn_started") }
+    })
+    .await;
+    let (status, replayed, busy) = post_keyed(gw, &path, "busy", json!({"text": "next"})).await;
+    assert_eq!((status, replayed), (409, false), "{busy}");
+    assert_eq!(running.await.unwrap().unwrap().status(), 200);
+    let (status, replayed, answer) = post_keyed(gw, &path, "busy", json!({"text": "next"})).await;
+    assert_eq!((status, replayed), (200, false), "{answer}");
+    assert_eq!(answer["stopReason"], "end_turn");
+    assert_eq!(w.calls("session/prompt"), 2);
+    w.finish().await;
+}
+
+/// With a TTL shorter than a turn, a repeat after the TTL waits for the first request and gets
+/// its answer: the key is not taken again while its request runs.
+async fn a_running_request_keeps_its_key_past_the_ttl(backend: Backend) {
+    let opts = Options::default().args(&["--idempotency-ttl", "1"]);
+    let (w, id) = World::with_session(backend, opts).await;
+    let gw = w.gw();
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "/chunks 15 /delay 200"});
+    let first = {
+        let (http, url, prompt) = (gw.http.clone(), gw.url(&path), prompt.clone());
+        tokio::spawn(async move {
+            let res = (http
+                .post(url)
+                .header("idempotency-key", "long")
+                .json(&prompt))
+            .send()
+            .await
+            .unwrap();
+            (res.status().as_u16(), res.json::<Value>().await.unwrap())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, replayed, again) = post_keyed(gw, &path, "long", prompt).await;
+    let (first_status, first) = first.await.unwrap();
+    assert_eq!(first_status, 200, "{first}");
+    assert_eq!((status, replayed, &again), (200, true, &first));
+    assert_eq!(w.calls("session/prompt"), 1);
+    w.finish().await;
+}
+
+/// A gateway SIGKILLed while a keyed prompt runs leaves the key to the next gateway on the
+/// database: the repeat runs there (the turn died with its gateway) instead of waiting for a
+/// request that will never answer and getting 409.
+async fn a_killed_gateways_key_is_taken_over(backend: Backend) {
+    let opts = Options::default().args(&["--heartbeat-interval", "1"]);
+    let (mut w, id) = World::with_session(backend, opts).await;
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "/chunks 50 /delay 100"});
+    let gw = w.gw();
+    let first = (gw.http.post(gw.url(&path)))
+        .header("idempotency-key", "orphan")
+        .json(&prompt)
+        .send();
+    let first = tokio::spawn(first);
+    gw.wait_until(|g| {
+        let id = id.clone();
+        async move { (g.history(&id).await.iter()).any(|e| e["event"] == "agent_message_chunk") }
+    })
+    .await;
+    let mut dead = w.gw.take().unwrap();
+    dead.kill().await;
+    assert!(first.await.unwrap().is_err());
+    w.gw = Some(Gateway::spawn(&w.db.url, w.dir.path(), &w.opts).await);
+    let (status, replayed, answer) = post_keyed(w.gw(), &path, "orphan", prompt.clone()).await;
+    assert_eq!((status, replayed), (200, false), "{answer}");
+    assert_eq!(answer["stopReason"], "end_turn");
+    // Answered now, and kept.
+    let (status, replayed, again) = post_keyed(w.gw(), &path, "orphan", prompt).await;
+    assert_eq!((status, replayed, &again), (200, true, &answer));
     w.finish().await;
 }

@@ -6,7 +6,8 @@
 //! session loaded. A session no replica holds is served here, unless this replica does not run
 //! its agent: then by the least loaded live replica that does (here, 503, when none does). The
 //! event stream and the history are served here from the shared log. A forwarded request
-//! carries [`FORWARDED`] and is never forwarded again; if the replica it goes to cannot be
+//! carries [`FORWARDED`], proven with the replicas' secret (see [`super::proof`]), and is never
+//! forwarded again; if the replica it goes to cannot be
 //! reached the answer is 503 with `Retry-After` (a session held there becomes available here
 //! once the owner's lease expires).
 
@@ -21,10 +22,9 @@ use serde::Deserialize;
 use tracing::Instrument as _;
 
 use super::error::ApiError;
+pub use super::proof::FORWARDED;
+use super::proof::{Proof, forwarded};
 use crate::gateway::{self, Gateway};
-
-/// Marks a request one replica forwarded to another.
-pub const FORWARDED: HeaderName = HeaderName::from_static("acp-gateway-forwarded");
 
 /// Hop-by-hop headers, which describe one connection and are not passed on.
 const HOP_BY_HOP: [HeaderName; 5] = [
@@ -49,11 +49,13 @@ fn session_of(path: &str) -> Option<&str> {
 pub struct Forwarder {
     gateway: Gateway,
     client: reqwest::Client,
+    proof: Proof,
 }
 
 impl Forwarder {
     pub fn new(gateway: Gateway) -> Self {
         Forwarder {
+            proof: Proof::new(&gateway),
             gateway,
             client: reqwest::Client::new(),
         }
@@ -76,7 +78,7 @@ fn agent_named(body: &[u8]) -> Option<String> {
 /// Middleware: forwards to the replica that must serve the request, else serves here.
 pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Next) -> Response {
     let gateway = &forwarder.gateway;
-    if req.headers().contains_key(&FORWARDED) {
+    if forwarded(&req) {
         return next.run(req).await;
     }
     if req.method() == Method::POST && req.uri().path() == "/sessions" {
@@ -85,7 +87,7 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
             Err(e) => return e.into_response(),
         };
         return match gateway.replica_for_new(agent_named(&body).as_deref()) {
-            Some(replica) => send(&forwarder.client, &replica, parts, body)
+            Some(replica) => send(&forwarder, &replica, parts, body)
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
             None => next.run(Request::from_parts(parts, Body::from(body))).await,
@@ -95,7 +97,7 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
         return next.run(req).await;
     };
     match gateway.replica_for_session(id).await {
-        Ok(Some(replica)) => proxy(&forwarder.client, &replica, req)
+        Ok(Some(replica)) => proxy(&forwarder, &replica, req)
             .await
             .unwrap_or_else(IntoResponse::into_response),
         Ok(None) => next.run(req).await,
@@ -115,28 +117,27 @@ async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
     }
 }
 
-/// Sends `req` to `owner` with `client` and streams its answer back.
+/// Sends `req` to `owner` and streams its answer back.
 pub(super) async fn proxy(
-    client: &reqwest::Client,
+    forwarder: &Forwarder,
     owner: &str,
     req: Request,
 ) -> Result<Response, ApiError> {
     let (parts, body) = read_body(req).await?;
-    send(client, owner, parts, body).await
+    send(forwarder, owner, parts, body).await
 }
 
 /// Sends the request of `parts` and `body`, marked [`FORWARDED`], to `owner` and streams its
 /// answer back.
 async fn send(
-    client: &reqwest::Client,
+    forwarder: &Forwarder,
     owner: &str,
     parts: Parts,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let target = format!(
-        "{owner}{}",
-        parts.uri.path_and_query().map_or("/", |p| p.as_str())
-    );
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mark = forwarder.proof.mark(&parts.method, path);
+    let target = format!("{owner}{path}");
     let mut headers = parts.headers;
     for h in &HOP_BY_HOP {
         headers.remove(h);
@@ -144,7 +145,7 @@ async fn send(
     // The browser's origin was checked here, against this replica's `Host` (see `guard`); the
     // owner, reached at another name, would take it for a foreign page's.
     headers.remove(header::ORIGIN);
-    headers.insert(FORWARDED, axum::http::HeaderValue::from_static("1"));
+    headers.insert(FORWARDED, mark);
     // The trace goes on at the owner, as a child of this hop's span.
     let span = tracing::info_span!(
         "forward",
@@ -167,7 +168,7 @@ async fn send(
             "the gateway replica serving this request cannot be reached; retry shortly".into(),
         ))
     };
-    let answer = client
+    let answer = (forwarder.client)
         .request(parts.method, &target)
         .headers(headers)
         .body(body)

@@ -3,9 +3,12 @@
 //! is kept ([`gateway::Idempotency`]); the same request again gets that response, marked
 //! `Idempotent-Replayed: true`, on any replica and after a restart. While the first runs, a
 //! repeat waits for it (up to [`WAIT`]), then answers 409 with `Retry-After`; the key with
-//! another method, path or body is 422; a malformed key is 400. A request that failed in a way
-//! a repeat may not (5xx, 408, 429) leaves the key free, as does an event stream (which cannot
-//! be replayed). A request forwarded by another replica is keyed there, not here.
+//! another method, path or body is 422; a malformed key is 400. Only final answers are kept: a
+//! request answered in a way a repeat may change (5xx, 408, 409, 425, 429) leaves the key free,
+//! as does an event stream (which cannot be replayed). A request forwarded by another replica
+//! was keyed there; here the key is adopted: this replica runs it and keeps its answer, so a
+//! repeat is answered even if the replica it was first sent to is gone. A key whose replica is
+//! gone before its request answered is taken over by the next repeat.
 
 use std::time::Duration;
 
@@ -17,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use super::error::ApiError;
-use super::forward::FORWARDED;
+use super::proof::forwarded;
 use crate::gateway::{self, Caller, Gateway, Idempotency, Keyed, StoredResponse};
 
 /// The request header.
@@ -48,9 +51,7 @@ pub struct Keys {
 
 /// The layer (see the module).
 pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> Response {
-    let keyed = req.method() == Method::POST
-        && req.uri().path() != super::acp_server::PATH
-        && !req.headers().contains_key(&FORWARDED);
+    let keyed = req.method() == Method::POST && req.uri().path() != super::acp_server::PATH;
     let (Some(raw), true) = (req.headers().get(&KEY), keyed) else {
         return next.run(req).await;
     };
@@ -61,6 +62,15 @@ pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> R
     let Some(caller) = req.extensions().get::<Caller>().cloned() else {
         return next.run(req).await;
     };
+    let idempotency = keys.gateway.idempotency();
+    if forwarded(&req) {
+        // Taken by the replica that sent it here: this one runs it now.
+        return match idempotency.adopt(&caller, &key).await {
+            Ok(true) => run_to_end(&keys.gateway, caller, key, req, next).await,
+            Ok(false) => next.run(req).await,
+            Err(e) => ApiError::from(e).into_response(),
+        };
+    }
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, keys.max_body_bytes).await {
         Ok(body) => body,
@@ -72,7 +82,6 @@ pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> R
     };
     let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
     let fingerprint = Idempotency::fingerprint(parts.method.as_str(), target, &body);
-    let idempotency = keys.gateway.idempotency();
     let waited = tokio::time::Instant::now() + WAIT;
     loop {
         match idempotency.take(&caller, &key, &fingerprint).await {
@@ -98,13 +107,24 @@ pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> R
             Ok(Keyed::Running) => tokio::time::sleep(POLL).await,
         }
     }
-    // Run to the end (and keep the response) even if this client goes away.
     let req = Request::from_parts(parts, Body::from(body));
-    let gateway = keys.gateway.clone();
-    let run = keys.gateway.idempotency().run_to_end(
+    run_to_end(&keys.gateway, caller, key, req, next).await
+}
+
+/// Runs `req`, whose key this replica holds, to its end (keeping the response) even if its
+/// client goes away.
+async fn run_to_end(
+    gateway: &Gateway,
+    caller: Caller,
+    key: String,
+    req: Request,
+    next: Next,
+) -> Response {
+    let keeper = gateway.clone();
+    let run = gateway.idempotency().run_to_end(
         async move {
             let res = next.run(req).await;
-            keep(gateway.idempotency(), &caller, &key, res).await
+            keep(keeper.idempotency(), &caller, &key, res).await
         }
         .instrument(tracing::Span::current()),
     );
@@ -141,8 +161,13 @@ async fn keep(idempotency: &Idempotency, caller: &Caller, key: &str, res: Respon
     let status = res.status();
     let stream = super::sse::is_event_stream(&res);
     let again = status.is_server_error()
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS;
+        || [
+            StatusCode::REQUEST_TIMEOUT,
+            StatusCode::CONFLICT,
+            StatusCode::TOO_EARLY,
+            StatusCode::TOO_MANY_REQUESTS,
+        ]
+        .contains(&status);
     if again || stream {
         if let Err(e) = idempotency.release(caller, key).await {
             tracing::warn!(error = %e, "an Idempotency-Key was not freed");

@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod limits;
 mod metrics;
 mod oidc;
+pub mod proof;
 mod responses;
 mod revoked;
 pub mod serve;

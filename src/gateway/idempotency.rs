@@ -1,7 +1,11 @@
 //! Idempotency keys (`Idempotency-Key`, as the IETF httpapi draft and Stripe use it): per
 //! tenant, the first request under a key runs and its response is kept in the store for
 //! `ttl`, so that a repeat of the same request gets that response again on any replica and
-//! after a restart, and a repeat while it runs waits for it. Expired keys are pruned.
+//! after a restart, and a repeat while it runs waits for it. A key is held by the replica
+//! running its request: the one that took it, or the one it was forwarded to, which
+//! [adopts](Idempotency::adopt) it; while that replica is live the key is not taken again, and
+//! once it is gone (its lease ran out; on SQLite, an earlier gateway on the file) a repeat takes
+//! the key over and runs. Expired responses are pruned.
 
 use std::time::Duration;
 
@@ -33,7 +37,7 @@ pub enum Keyed {
 use_case! {
     /// The use case of idempotency keys, with the parts it needs.
     pub struct Idempotency {
-        parts: [records, tasks, stop],
+        parts: [placement, records, tasks, stop],
         /// How long a key is kept.
         ttl: Duration,
     }
@@ -51,28 +55,66 @@ impl Idempotency {
         format!("{:x}", digest.finalize())
     }
 
-    /// Takes `key` for the request with `fingerprint`, or says what holds it.
+    /// Takes `key` for the request with `fingerprint`, or says what holds it; a key whose
+    /// runner is gone is taken over.
     pub async fn take(
         &self,
         caller: &Caller,
         key: &str,
         fingerprint: &str,
     ) -> Result<Keyed, Error> {
-        let at = now();
-        let until = at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX);
         let store = self.records.store();
-        Ok(
-            match store
-                .take_idempotency_key(&caller.tenant, key, fingerprint, at, until)
+        let here = crate::cluster::replica_id();
+        // A key taken over by another repeat at the same moment is read again, once.
+        for _ in 0..2 {
+            let held = match store
+                .take_idempotency_key(&caller.tenant, key, fingerprint, here, self.term())
                 .await?
             {
-                KeyClaim::Taken => Keyed::Run,
-                KeyClaim::Held(held) if held.fingerprint != fingerprint => Keyed::Mismatch,
-                KeyClaim::Held(held) => match held.response {
-                    Some(response) => Keyed::Replay(response),
-                    None => Keyed::Running,
-                },
-            },
+                KeyClaim::Taken => return Ok(Keyed::Run),
+                KeyClaim::Held(held) => held,
+            };
+            if held.fingerprint != fingerprint {
+                return Ok(Keyed::Mismatch);
+            }
+            if let Some(response) = held.response {
+                return Ok(Keyed::Replay(response));
+            }
+            if !self.placement.cluster.gone(&held.runner).await? {
+                return Ok(Keyed::Running);
+            }
+            let from = (Some(held.runner.as_str()), here);
+            if store
+                .hand_idempotency_key(&caller.tenant, key, from, self.term())
+                .await?
+            {
+                tracing::warn!(
+                    gone = held.runner,
+                    "the replica running the request of an Idempotency-Key is gone: it runs again here"
+                );
+                return Ok(Keyed::Run);
+            }
+        }
+        Ok(Keyed::Running)
+    }
+
+    /// Makes this replica the runner of `key`, taken by the replica that forwarded its request
+    /// here: the key then lives and dies with this replica, not that one. `false` when the key
+    /// runs nothing (answered or freed meanwhile).
+    pub async fn adopt(&self, caller: &Caller, key: &str) -> Result<bool, Error> {
+        let to = (None, crate::cluster::replica_id());
+        let store = self.records.store();
+        Ok(store
+            .hand_idempotency_key(&caller.tenant, key, to, self.term())
+            .await?)
+    }
+
+    /// From now until the time to live has passed.
+    fn term(&self) -> crate::store::KeyTerm {
+        let at = now();
+        (
+            at,
+            at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX),
         )
     }
 
@@ -85,15 +127,18 @@ impl Idempotency {
     ) -> Result<(), Error> {
         let store = self.records.store();
         Ok(store
-            .finish_idempotency_key(&caller.tenant, key, response)
+            .finish_idempotency_key(&caller.tenant, key, response, self.term().1)
             .await?)
     }
 
-    /// Frees `key`: its request failed in a way a repeat may not (the store, an agent or a
-    /// replica unavailable), so a repeat runs again.
+    /// Frees `key` if this replica runs it: its request failed in a way a repeat may not (the
+    /// store, an agent or a replica unavailable), so a repeat runs again.
     pub async fn release(&self, caller: &Caller, key: &str) -> Result<(), Error> {
         let store = self.records.store();
-        Ok(store.release_idempotency_key(&caller.tenant, key).await?)
+        let here = crate::cluster::replica_id();
+        Ok(store
+            .release_idempotency_key(&caller.tenant, key, here)
+            .await?)
     }
 
     /// Runs `work` (a keyed request) in a task of the gateway's own, to its end whether or not
@@ -110,7 +155,10 @@ impl Idempotency {
     /// gateway stops.
     pub async fn prune_forever(self) {
         loop {
-            match self.records.store().prune_idempotency_keys(now()).await {
+            match (self.records.store())
+                .prune_idempotency_keys(now(), crate::cluster::replica_id())
+                .await
+            {
                 Ok(0) => {}
                 Ok(pruned) => tracing::debug!(pruned, "expired idempotency keys deleted"),
                 Err(e) => tracing::warn!(error = %e, "expired idempotency keys not deleted"),

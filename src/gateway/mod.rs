@@ -338,6 +338,12 @@ impl Gateway {
         crate::cluster::replica_id()
     }
 
+    /// The secret this replica shares with the others on its database, which sign the
+    /// requests they forward to each other with it.
+    pub fn cluster_secret(&self) -> Arc<[u8]> {
+        self.0.placement.cluster.secret()
+    }
+
     /// The address of the live replica other than this one whose id is `id`: as of the last
     /// heartbeat, or, for a replica started since, as the registry has it now.
     pub async fn replica_address(&self, id: &str) -> Result<Option<String>, Error> {

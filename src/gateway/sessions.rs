@@ -13,6 +13,7 @@ use super::parts::use_case;
 use super::sync::ListSync;
 use super::{Caller, Error};
 use crate::agent_rpc::CallError;
+use crate::cluster::Holder;
 use crate::store::ListQuery;
 
 /// Which sessions `GET /sessions` lists.
@@ -154,6 +155,13 @@ impl Sessions {
         };
         if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
             self.placement.agent_named(&agent_name)?;
+        }
+        // A session another live replica holds is deleted there, which closes it first (a
+        // request forwarded here as that replica took the session over comes back 503).
+        if let Some(Holder::Other(_)) = self.placement.cluster.holder(id.as_str()).await? {
+            return Err(Error::HeldElsewhere(
+                "another gateway replica holds this session now; retry shortly".into(),
+            ));
         }
         let caps = self.placement.caps(&agent_name);
         self.requests.cancel_session(id.as_str()).await;

@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::{
-    Attempt, DeliveryRecord, KeyClaim, ListQuery, ListedSession, LogWriter, NewEvent,
+    Attempt, DeliveryRecord, KeyClaim, KeyTerm, ListQuery, ListedSession, LogWriter, NewEvent,
     NewLifecycleEvent, SessionList, SessionMutation, SessionRecord, SlotKind, StoreResult,
     StoredEvent, StoredLifecycleEvent, StoredResponse, SyncedVisitor, TenantSlot, ToSync,
     WebhookRecord,
@@ -172,31 +172,56 @@ pub trait Store: Send + Sync + 'static {
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
 
-    /// Takes `key` of `tenant` for a request with `fingerprint`, until `expires_at`, unless
-    /// another request holds it (an expired one does not): [`KeyClaim::Held`] with that
-    /// request's fingerprint and, once it has answered, its response.
+    /// Takes `key` of `tenant` for a request with `fingerprint` that `runner` (a replica id)
+    /// runs, kept for the [`KeyTerm`] given, unless another request holds it: [`KeyClaim::Held`]
+    /// with that request's fingerprint, runner and, once it has answered, its response. A key
+    /// whose response expired is taken again; one still running never is (see
+    /// [`Store::hand_idempotency_key`]).
     async fn take_idempotency_key(
         &self,
         tenant: &str,
         key: &str,
         fingerprint: &str,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
+        runner: &str,
+        term: KeyTerm,
     ) -> StoreResult<KeyClaim>;
 
-    /// Records the response of the request holding `key` (once).
+    /// Hands a running `key` (no response yet) to runner `to`, from runner `from` (`None`: from
+    /// whichever runs it), kept for `term` from now; `true` when it did.
+    async fn hand_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        from_to: (Option<&str>, &str),
+        term: KeyTerm,
+    ) -> StoreResult<bool>;
+
+    /// Records the response of the request holding `key`, kept until `expires_at` (once: the
+    /// first response stays).
     async fn finish_idempotency_key(
         &self,
         tenant: &str,
         key: &str,
         response: &StoredResponse,
+        expires_at: DateTime<Utc>,
     ) -> StoreResult<()>;
 
-    /// Frees `key` while its request has no response (it failed in a way a repeat may not).
-    async fn release_idempotency_key(&self, tenant: &str, key: &str) -> StoreResult<()>;
+    /// Frees `key` while `runner` runs its request and it has no response (it failed in a way a
+    /// repeat may not).
+    async fn release_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        runner: &str,
+    ) -> StoreResult<()>;
 
-    /// Deletes the keys expired at `now`; returns how many.
-    async fn prune_idempotency_keys(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+    /// Deletes the keys whose response expired at `now`, and the expired ones still running on
+    /// a replica that is neither `here` nor registered; returns how many.
+    async fn prune_idempotency_keys(&self, now: DateTime<Utc>, here: &str) -> StoreResult<u64>;
+
+    /// The secret the replicas sharing the database prove forwarded requests with: the one
+    /// stored, else `fresh`, stored now.
+    async fn cluster_secret(&self, fresh: &[u8]) -> StoreResult<Vec<u8>>;
 
     /// Takes `slot` unless its tenant already has `quota` under way: its slots of that kind
     /// held by live replicas (a session's slot for [`SESSION_SLOT_MAX`](super::SESSION_SLOT_MAX)

@@ -1,8 +1,12 @@
-//! Idempotency keys: per tenant, a request's key, a digest of the request and, once it has
-//! answered, its response ([`KeyRecord`]), so that a repeat on any replica, or after a restart,
-//! gets that response again. The SQL runs alike on both backends and is written once here,
+//! Idempotency keys: per tenant, a request's key, a digest of the request, the replica running it
+//! and, once it has answered, its response ([`KeyRecord`]), so that a repeat on any replica, or
+//! after a restart, gets that response again; and the secret with which replicas prove the
+//! requests they forward to each other (carrying such keys among them). The SQL runs alike on both backends and is written once here,
 //! with [`impl_idempotency!`], which adds these use cases to the `impl Store` that
 //! [`impl_store!`](crate::store::common) writes.
+
+/// When a key was taken and until when it is kept.
+pub type KeyTerm = (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>);
 
 /// A response kept under its key: status, the headers a replay repeats, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,36 +16,53 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
 }
 
-/// What a key holds: the digest of the request that took it, and its response once it has
-/// one (`None`: that request is still running).
+/// What a key holds: the digest of the request that took it, the replica running that request
+/// (`""`: unknown) and, once it has answered, its response (`None`: still running).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRecord {
     pub fingerprint: String,
+    pub runner: String,
     pub response: Option<StoredResponse>,
 }
 
 /// The outcome of taking a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyClaim {
-    /// The key was free (or expired): this request runs, and records its response.
+    /// The key was free (or its response expired): this request runs, and records its response.
     Taken,
     /// An earlier request holds it.
     Held(KeyRecord),
 }
 
-/// Takes the key: inserts it, or replaces it when it expired (`$4`: now); no row changed when
-/// another request holds it.
+/// Takes the key for runner `$6`: inserts it, or replaces it when its response expired (`$4`:
+/// now); no row changed when another request holds it, or is still running however old.
 pub const TAKE: &str = "INSERT INTO idempotency_keys (tenant, key, fingerprint, created_at, \
-     expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO UPDATE SET \
+     expires_at, replica) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, key) DO UPDATE SET \
      fingerprint = excluded.fingerprint, status = NULL, headers = NULL, body = NULL, \
-     created_at = excluded.created_at, expires_at = excluded.expires_at \
-     WHERE idempotency_keys.expires_at <= excluded.created_at";
-pub const READ: &str = "SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE tenant = $1 AND key = $2";
-pub const FINISH: &str = "UPDATE idempotency_keys SET status = $3, headers = $4, body = $5 \
-     WHERE tenant = $1 AND key = $2 AND status IS NULL";
-pub const RELEASE: &str =
-    "DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND status IS NULL";
-pub const PRUNE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
+     created_at = excluded.created_at, expires_at = excluded.expires_at, \
+     replica = excluded.replica \
+     WHERE idempotency_keys.expires_at <= excluded.created_at \
+     AND idempotency_keys.status IS NOT NULL";
+pub const READ: &str = "SELECT fingerprint, replica, status, headers, body FROM idempotency_keys \
+     WHERE tenant = $1 AND key = $2";
+/// Keeps a response, until `$6` (its time to live counts from the answer).
+pub const FINISH: &str = "UPDATE idempotency_keys SET status = $3, headers = $4, body = $5, \
+     expires_at = $6 WHERE tenant = $1 AND key = $2 AND status IS NULL";
+/// Hands a running key to runner `$3` (from runner `$6`, when bound), for `$4`..`$5` again.
+pub const HAND: &str = "UPDATE idempotency_keys SET replica = $3, created_at = $4, \
+     expires_at = $5 WHERE tenant = $1 AND key = $2 AND status IS NULL AND replica = $6";
+pub const ADOPT: &str = "UPDATE idempotency_keys SET replica = $3, created_at = $4, \
+     expires_at = $5 WHERE tenant = $1 AND key = $2 AND status IS NULL";
+pub const RELEASE: &str = "DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 \
+     AND status IS NULL AND replica = $3";
+/// Expired answers, and expired keys still running on a replica neither `$2` (this one) nor in
+/// the registry (gone for good: forgotten, or, on SQLite, an earlier gateway on the file).
+pub const PRUNE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1 AND \
+     (status IS NOT NULL OR (replica <> $2 AND replica NOT IN (SELECT id FROM replicas)))";
+/// The cluster's secret: the one stored, written now (`$1`) if there was none.
+pub const PUT_SECRET: &str =
+    "INSERT INTO cluster_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING";
+pub const SECRET: &str = "SELECT secret FROM cluster_secret WHERE id = 1";
 
 /// Reads a [`KeyRecord`] from a row of [`READ`].
 pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::StoreResult<KeyRecord> {
@@ -66,6 +87,7 @@ pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::StoreResult
     };
     Ok(KeyRecord {
         fingerprint: row.get("fingerprint")?,
+        runner: row.get("replica")?,
         response,
     })
 }
@@ -86,8 +108,8 @@ macro_rules! impl_idempotency {
                 tenant: &str,
                 key: &str,
                 fingerprint: &str,
-                now: chrono::DateTime<chrono::Utc>,
-                expires_at: chrono::DateTime<chrono::Utc>,
+                runner: &str,
+                (now, expires_at): $crate::store::KeyTerm,
             ) -> $crate::store::StoreResult<$crate::store::KeyClaim> {
                 use $crate::store::idempotency as sql;
                 // A request released between the insert and the read leaves no row: take again.
@@ -98,6 +120,7 @@ macro_rules! impl_idempotency {
                         .bind(fingerprint)
                         .bind($time(now))
                         .bind($time(expires_at))
+                        .bind(runner)
                         .execute(&self.$writes)
                         .await?;
                     if taken.rows_affected() == 1 {
@@ -115,6 +138,7 @@ macro_rules! impl_idempotency {
                 // Taken and released again and again: as good as still running.
                 Ok($crate::store::KeyClaim::Held($crate::store::KeyRecord {
                     fingerprint: fingerprint.to_owned(),
+                    runner: runner.to_owned(),
                     response: None,
                 }))
             }
@@ -124,6 +148,7 @@ macro_rules! impl_idempotency {
                 tenant: &str,
                 key: &str,
                 response: &$crate::store::StoredResponse,
+                expires_at: chrono::DateTime<chrono::Utc>,
             ) -> $crate::store::StoreResult<()> {
                 let headers = serde_json::to_string(&response.headers)
                     .expect("pairs of strings serialise");
@@ -133,19 +158,43 @@ macro_rules! impl_idempotency {
                     .bind(i32::from(response.status))
                     .bind(headers)
                     .bind(&response.body)
+                    .bind($time(expires_at))
                     .execute(&self.$writes)
                     .await?;
                 Ok(())
+            }
+
+            async fn hand_idempotency_key(
+                &self,
+                tenant: &str,
+                key: &str,
+                (from, to): (Option<&str>, &str),
+                (now, expires_at): $crate::store::KeyTerm,
+            ) -> $crate::store::StoreResult<bool> {
+                use $crate::store::idempotency as sql;
+                let query = sqlx::query(if from.is_some() { sql::HAND } else { sql::ADOPT })
+                    .bind(tenant)
+                    .bind(key)
+                    .bind(to)
+                    .bind($time(now))
+                    .bind($time(expires_at));
+                let query = match from {
+                    Some(from) => query.bind(from),
+                    None => query,
+                };
+                Ok(query.execute(&self.$writes).await?.rows_affected() == 1)
             }
 
             async fn release_idempotency_key(
                 &self,
                 tenant: &str,
                 key: &str,
+                runner: &str,
             ) -> $crate::store::StoreResult<()> {
                 sqlx::query($crate::store::idempotency::RELEASE)
                     .bind(tenant)
                     .bind(key)
+                    .bind(runner)
                     .execute(&self.$writes)
                     .await?;
                 Ok(())
@@ -154,12 +203,25 @@ macro_rules! impl_idempotency {
             async fn prune_idempotency_keys(
                 &self,
                 now: chrono::DateTime<chrono::Utc>,
+                here: &str,
             ) -> $crate::store::StoreResult<u64> {
                 let pruned = sqlx::query($crate::store::idempotency::PRUNE)
                     .bind($time(now))
+                    .bind(here)
                     .execute(&self.$writes)
                     .await?;
                 Ok(pruned.rows_affected())
+            }
+
+            async fn cluster_secret(&self, fresh: &[u8]) -> $crate::store::StoreResult<Vec<u8>> {
+                use $crate::store::idempotency as sql;
+                sqlx::query(sql::PUT_SECRET)
+                    .bind(fresh)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(sqlx::query_scalar(sql::SECRET)
+                    .fetch_one(&self.$writes)
+                    .await?)
             }
         });
     };

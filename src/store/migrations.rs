@@ -34,6 +34,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0013_idempotency_keys",
     "0014_tenant_quotas",
     "0015_vanished",
+    "0016_forwarded_keys",
 );
 
 /// `migrations/sqlite`.
@@ -52,6 +53,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0013_idempotency_keys",
     "0014_tenant_quotas",
     "0015_vanished",
+    "0016_forwarded_keys",
 );
 
 /// A migrator applying `files` (one of the lists above).

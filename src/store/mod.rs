@@ -44,7 +44,7 @@ pub use contract::{Appended, Store};
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
-pub use idempotency::{KeyClaim, KeyRecord, StoredResponse};
+pub use idempotency::{KeyClaim, KeyRecord, KeyTerm, StoredResponse};
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
 pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantSlot};

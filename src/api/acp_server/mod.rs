@@ -24,7 +24,7 @@ use tower::ServiceExt;
 
 use super::auth::Revoked;
 use super::error::ApiError;
-use super::forward::proxy;
+use super::forward::{Forwarder, proxy};
 use crate::gateway::{Caller, Gateway};
 
 /// The path the endpoint is served at.
@@ -46,16 +46,16 @@ pub struct Endpoint {
     /// The gateway's shutdown: the connections' event streams end with it.
     stop: CancellationToken,
     /// Reaches the replica holding a connection.
-    client: reqwest::Client,
+    forwarder: Forwarder,
 }
 
 impl Endpoint {
     pub fn new(gateway: Gateway, stop: CancellationToken) -> Arc<Self> {
         Arc::new(Endpoint {
+            forwarder: Forwarder::new(gateway.clone()),
             gateway,
             servers: Mutex::default(),
             stop,
-            client: reqwest::Client::new(),
         })
     }
 
@@ -76,7 +76,7 @@ impl Endpoint {
             .entry((caller.clone(), revoked.map(|r| r.id)))
             .or_insert_with(|| {
                 let (gateway, caller) = (self.gateway.clone(), caller.clone());
-                let remote = remote::Remote::new(authorization.cloned());
+                let remote = remote::Remote::new(authorization.cloned(), &self.gateway);
                 let token = revoked.map(|r| r.token.clone()).unwrap_or_default();
                 let revoked = token.clone();
                 let factory = move || agent::Revocable {
@@ -124,7 +124,7 @@ pub async fn serve(
         } else {
             match endpoint.gateway.replica_address(replica).await {
                 Ok(Some(address)) => {
-                    return proxy(&endpoint.client, &address, req)
+                    return proxy(&endpoint.forwarder, &address, req)
                         .await
                         .unwrap_or_else(IntoResponse::into_response);
                 }

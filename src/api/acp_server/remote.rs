@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use agent_client_protocol::Error as RpcError;
 
-use crate::api::forward::FORWARDED;
+use crate::api::proof::{FORWARDED, Proof};
+use crate::gateway::Gateway;
 use crate::gateway::input::SessionId;
 
 /// How a connection reaches the other replicas.
@@ -18,13 +19,16 @@ pub(super) struct Remote {
     client: reqwest::Client,
     /// The `Authorization` the connection's requests carry (the same key on every replica).
     authorization: Option<HeaderValue>,
+    /// What marks a request as forwarded by this replica.
+    proof: Proof,
 }
 
 impl Remote {
-    pub(super) fn new(authorization: Option<HeaderValue>) -> Self {
+    pub(super) fn new(authorization: Option<HeaderValue>, gateway: &Gateway) -> Self {
         Remote {
             client: reqwest::Client::new(),
             authorization,
+            proof: Proof::new(gateway),
         }
     }
 
@@ -122,15 +126,17 @@ impl Remote {
         path: &[&str],
         body: Option<Value>,
     ) -> Result<Value, RpcError> {
+        let url = Self::url(address, path)?;
+        let target = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
         let mut headers = HeaderMap::new();
-        headers.insert(FORWARDED, HeaderValue::from_static("1"));
+        headers.insert(FORWARDED, self.proof.mark(&verb, &target));
         if let Some(auth) = &self.authorization {
             headers.insert(header::AUTHORIZATION, auth.clone());
         }
-        let mut request = self
-            .client
-            .request(verb, Self::url(address, path)?)
-            .headers(headers);
+        let mut request = self.client.request(verb, url).headers(headers);
         if let Some(body) = body {
             request = request.json(&body);
         }

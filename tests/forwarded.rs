@@ -1,0 +1,146 @@
+//! What replicas forward to each other, on one PostgreSQL database: a keyed prompt sent to a
+//! replica that forwards it to the session's holder, and is then SIGKILLed, is answered on retry
+//! through the holder with the one turn that ran; a client's own forwarding mark is ignored (its
+//! keyed prompt runs once, its DELETE sent to a replica that does not hold the session goes to
+//! the one that does). Skipped, loudly, without `DATABASE_URL`.
+
+mod support;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::cluster::{beating, sessions_held, three_replicas};
+use support::*;
+
+/// `body` POSTed to `path` on `g` under Idempotency-Key `key`, with `headers`.
+async fn keyed(
+    g: &Gateway,
+    path: &str,
+    key: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (StatusCode, bool, Value) {
+    let mut req = g
+        .http
+        .post(g.url(path))
+        .header("idempotency-key", key)
+        .json(body);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let res = req.send().await.unwrap();
+    let replayed = res.headers().get("idempotent-replayed").is_some();
+    (res.status(), replayed, res.json().await.unwrap_or_default())
+}
+
+fn turns_ended(log: &[Value]) -> usize {
+    log.iter().filter(|e| e["event"] == "turn_ended").count()
+}
+
+#[tokio::test]
+async fn a_keyed_prompt_outlives_the_replica_it_was_sent_to() {
+    let Some((mut w, b, c)) = three_replicas(beating()).await else {
+        return;
+    };
+    let id = b.create_here("/tmp").await;
+    assert_eq!(sessions_held(&[w.gw(), &b, &c]).await, [0, 1, 0]);
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "/chunks 20 /delay 150"});
+    // Sent to `a`, which takes the key and forwards the prompt to `b`, the holder.
+    let a = w.gw.take().unwrap();
+    let first = {
+        let (http, url) = (a.http.clone(), a.url(&path));
+        let prompt = prompt.clone();
+        tokio::spawn(async move {
+            http.post(url)
+                .header("idempotency-key", "survivor")
+                .json(&prompt)
+                .send()
+                .await
+        })
+    };
+    b.wait_until(|g| {
+        let id = id.clone();
+        async move { (g.history(&id).await.iter()).any(|e| e["event"] == "agent_message_chunk") }
+    })
+    .await;
+    let mut a = a;
+    a.kill().await;
+    assert!(
+        first.await.unwrap().is_err(),
+        "the first client lost its replica"
+    );
+    // Retried through the holder while the dead replica's lease still runs: the turn's answer.
+    let (status, replayed, answer) = keyed(&b, &path, "survivor", &prompt, &[]).await;
+    assert_eq!((status, replayed), (StatusCode::OK, true), "{answer}");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    // And through the third replica: the same answer; one turn in all.
+    let (status, replayed, again) = keyed(&c, &path, "survivor", &prompt, &[]).await;
+    assert_eq!((status, replayed, &again), (StatusCode::OK, true, &answer));
+    assert_eq!(w.calls_about("session/prompt", &id), 1);
+    assert_eq!(turns_ended(&b.history(&id).await), 1);
+    w.gw = Some(b);
+    drop(c);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_forwarding_mark_sent_by_a_client_is_ignored() {
+    let Some((w, b, c)) = three_replicas(beating()).await else {
+        return;
+    };
+    let a = w.gw();
+    let id = b.create_here("/tmp").await;
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "once"});
+    let forged = [("acp-gateway-forwarded", "1")];
+    // A keyed prompt with a forged mark, twice: the second is the first's answer.
+    let (status, replayed, first) = keyed(&b, &path, "forged", &prompt, &forged).await;
+    assert_eq!((status, replayed), (StatusCode::OK, false), "{first}");
+    let (status, replayed, again) = keyed(&b, &path, "forged", &prompt, &forged).await;
+    assert_eq!((status, replayed, &again), (StatusCode::OK, true, &first));
+    // The same through a replica that does not hold the session: forwarded, and a replay.
+    let (status, replayed, _) = keyed(a, &path, "forged", &prompt, &forged).await;
+    assert_eq!((status, replayed), (StatusCode::OK, true));
+    assert_eq!(w.calls_about("session/prompt", &id), 1);
+
+    // A DELETE with a forged mark sent to `c` goes to `b`, which closes the session.
+    let res = c
+        .http
+        .delete(c.url(&format!("/sessions/{id}")))
+        .header("acp-gateway-forwarded", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 0, 0]);
+    for g in [a, &b, &c] {
+        let res = g.get(&format!("/sessions/{id}")).await;
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        let (status, _) = g.prompt(&id, "after").await;
+        assert_eq!(status, 404);
+    }
+    assert_eq!(w.calls_about("session/close", &id), 1);
+    // A mark of the right shape signed with a guessed secret is no better.
+    let id = b.create_here("/tmp").await;
+    let guessed = format!(
+        "{};{};AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        b.json("/agent").await["replicas"][0]["id"]
+            .as_str()
+            .unwrap(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    let res = c
+        .http
+        .delete(c.url(&format!("/sessions/{id}")))
+        .header("acp-gateway-forwarded", guessed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+    assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 0, 0]);
+    drop((b, c));
+    w.finish().await;
+}
