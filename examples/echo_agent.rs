@@ -122,6 +122,7 @@
 //! | `/chunks N` | Reply with N chunks "c1 ", "c2 ", …, "cN" instead of the words. |
 //! | `/delay MS` | Sleep MS milliseconds before each chunk. |
 //! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
+//! | `/permissions N` | After `/permission`, send N `session/request_permission`s at once (tool calls `call_1`…`call_N`, options `allow`/`reject`), without waiting for any; as each is answered, stream one chunk `"permission call_I: <optionId>"` (or `cancelled`) or `"permission call_I: error <code>"`; once all are answered, continue normally. A cancel stops with `cancelled`. |
 //! | `/elicit` | Send `elicitation/create` (form mode, message "Tell echo about yourself", `requestedSchema`: `name` string minLength 2 and `age` integer 0–150, both required; `code` string pattern `^[A-Z]{3}$`; `subscribe` boolean; `color` enum red/green/blue) and wait; stream one chunk `"elicitation: accept <content as JSON>"`, `"elicitation: decline"`, `"elicitation: cancel"` or `"elicitation: error <code>"`, and end the turn (`cancelled` after a cancel, else `end_turn`). Without `clientCapabilities.elicitation.form` in `initialize`, stream `"elicitation: unsupported"` instead. |
 //! | `/elicit-url` | Like `/elicit` in URL mode (message "Sign in to echo", `elicitationId` `echo-login`, url `https://example.org/echo-login`; needs `elicitation.url`); when accepted, first send the `elicitation/complete` notification {elicitationId}, then stream `"elicitation: accept"`. |
 //! | `/crash` | Send one chunk "crashing", write "echo-agent: crashing mid-turn" to stderr and exit with code 3. |
@@ -137,7 +138,7 @@
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`,
-//! `/meta`, each `/env` in prompt order, `/pwd`, `/permission`, `/elicit` or `/elicit-url` (which end
+//! `/meta`, each `/env` in prompt order, `/pwd`, `/permission`, `/permissions`, `/elicit` or `/elicit-url` (which end
 //! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
@@ -232,6 +233,8 @@ struct Directives {
     delay_ms: u64,
     /// `/permission`: ask the client for permission first.
     permission: bool,
+    /// `/permissions N`: ask N permissions at once and report each answer.
+    permissions: Option<usize>,
     /// `/elicit`: ask the client for a form, report the answer and end the turn.
     elicit: bool,
     /// `/elicit-url`: the same with a URL to visit.
@@ -290,11 +293,12 @@ impl Directives {
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
+                ("/permissions", Some(n)) => d.permissions = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
             rest = if matches!(word, "/env" | "/spoof")
-                || (number.is_some() && matches!(word, "/chunks" | "/delay"))
+                || (number.is_some() && matches!(word, "/chunks" | "/delay" | "/permissions"))
             {
                 after_arg
             } else {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use agent_client_protocol::{Client, ConnectTo, TransportFrame};
 use agent_client_protocol_http::HttpClient;
 use anyhow::Context;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -187,9 +188,19 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
         // been asked since (nothing is asked before it has said anything).
         let (mut heard, mut asked, mut said_anything) = (tokio::time::Instant::now(), false, false);
         let mut pings = 0u64;
+        // A frame taken from the queue and not yet handled (`Some(None)`: the queue closed).
+        let mut ready: Option<Option<TransportFrame>> = None;
         let beat = link.heartbeat.unwrap_or(Duration::MAX);
         // Why it ended (empty: the channel closed first, and the driver says why).
         let why: String = loop {
+            // The connection's driver reads from the other side into an unbounded queue, as
+            // much as its socket holds each time it is polled: it is polled only once that
+            // queue is empty, so that a host sending faster than the gateway takes the lines
+            // on stdout finds its connection full instead of the bridge's memory.
+            if ready.is_none() {
+                ready = from_gateway.next().now_or_never();
+            }
+            let drained = ready.is_none();
             let quiet_until = heard.checked_add(beat).unwrap_or_else(far_future);
             tokio::select! {
                 _ = tokio::time::sleep_until(quiet_until), if said_anything => {
@@ -215,7 +226,7 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                         break String::new();
                     }
                 }
-                frame = futures::StreamExt::next(&mut from_gateway) => {
+                frame = async { ready.take().flatten() }, if !drained => {
                     let Some(frame) = frame else { break String::new() };
                     (heard, asked, said_anything) = (tokio::time::Instant::now(), false, true);
                     let Ok(line) = frame.to_json() else { continue };
@@ -227,7 +238,10 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                         }
                     }
                 }
-                ended = &mut driver => {
+                frame = from_gateway.next(), if drained => {
+                    ready = Some(frame);
+                }
+                ended = &mut driver, if drained => {
                     break ended.err().map_or_else(|| "it was closed".to_owned(), |e| e.to_string());
                 }
             }

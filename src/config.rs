@@ -222,6 +222,27 @@ pub struct Config {
     )]
     pub permission_timeout: u64,
 
+    /// Requests of one session that may wait for a client at once (permission requests and
+    /// elicitations together); an agent asking for more is answered at once with a JSON-RPC
+    /// error, counted as garbage (0: no limit).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_PENDING_REQUESTS",
+        default_value_t = 64,
+        global = true
+    )]
+    pub max_pending_requests: usize,
+
+    /// `session/update`s one session's agent may send from the start of a turn to the start of
+    /// the next; beyond it they are dropped, counted as garbage and warned of once (0: no limit).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_UPDATES_PER_TURN",
+        default_value_t = 100_000,
+        global = true
+    )]
+    pub max_updates_per_turn: u64,
+
     /// How permission requests are answered: by a client (`ask`), or at once (`allow`, `reject`;
     /// elicitations are then declined at once).
     #[arg(long, env = "ACP_GATEWAY_PERMISSION_POLICY", value_enum, default_value_t = PermissionPolicy::Ask, global = true)]

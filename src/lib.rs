@@ -238,6 +238,8 @@ pub async fn run(
             cancel_grace: Duration::from_secs(config.cancel_grace),
             permission_timeout: Config::secs_or_never(config.permission_timeout),
             permission_policy: config.permission_policy,
+            max_pending_requests: config.max_pending_requests,
+            max_updates_per_turn: config.max_updates_per_turn,
             max_sessions_per_member: config.max_sessions_per_member,
             max_sessions: config.max_sessions,
             idle_timeout: Config::secs_or_never(config.idle_timeout),

@@ -215,6 +215,41 @@ async fn session_flows_over_http() {
     }
 }
 
+/// A host whose agent floods one turn (20,000 updates) over each transport: the front's turn
+/// ends, its log keeps at most its `--max-updates-per-turn`, the rest are counted as garbage,
+/// and the session's next turn answers as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_host_is_bounded_at_the_front() {
+    for scheme in ["ws", "http"] {
+        let host = host(free_port()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let opts = front_options(&url_of(&host, scheme), dir.path(), HOST_KEY, 5)
+            .args(&["--max-updates-per-turn", "500"]);
+        let front = World::start(Backend::Sqlite, opts).await;
+        let gw = front.gw();
+        let id = gw.create("/tmp").await;
+        let before = gw.metric("acp_gateway_agent_garbage_total").await;
+        let (status, body) = gw.prompt(&id, "/chunks 20000").await;
+        assert_eq!(
+            (status, &body["stopReason"]),
+            (200, &json!("end_turn")),
+            "{body}"
+        );
+        let kept = chunks(gw, &id).await;
+        assert!(kept.len() <= 500, "{scheme}: {} chunks logged", kept.len());
+        let dropped = gw.metric("acp_gateway_agent_garbage_total").await - before;
+        assert!(
+            dropped >= 19_500.0,
+            "{scheme}: {dropped} counted as garbage"
+        );
+        let (status, body) = gw.prompt(&id, "after the flood").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(chunks(gw, &id).await.concat().contains("flood"));
+        front.finish().await;
+        host.finish().await;
+    }
+}
+
 /// The host SIGKILLed mid-turn: the front's turn ends as a member's death ends it, new turns
 /// are refused while the host is down, and once it is back (same port, same database) the
 /// front's member connects again and the session is resumed there.

@@ -227,6 +227,43 @@ impl EchoAgent {
             self.chunk(cx, id, format!("permission: {}", selected.option_id))?;
         }
 
+        if let Some(n) = d.permissions {
+            let mut asked: futures::stream::FuturesUnordered<_> = (1..=n)
+                .map(|i| {
+                    let call = format!("call_{i}");
+                    let fields = ToolCallUpdateFields::new()
+                        .title(format!("echo wants to write file {i}"))
+                        .kind(ToolKind::Edit)
+                        .status(ToolCallStatus::Pending);
+                    let options = vec![
+                        PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+                        PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+                    ];
+                    let tool_call = ToolCallUpdate::new(call.clone(), fields);
+                    let request = RequestPermissionRequest::new(id.clone(), tool_call, options);
+                    let answer = cx.send_request(request).block_task();
+                    async move { (call, answer.await) }
+                })
+                .collect();
+            loop {
+                let (call, answer) = tokio::select! {
+                    next = futures::StreamExt::next(&mut asked) => match next {
+                        Some(answered) => answered,
+                        None => break,
+                    },
+                    () = turn.cancelled() => return Ok(StopReason::Cancelled),
+                };
+                let outcome = match answer {
+                    Ok(answer) => match answer.outcome {
+                        RequestPermissionOutcome::Selected(s) => s.option_id.to_string(),
+                        _ => "cancelled".to_string(),
+                    },
+                    Err(e) => format!("error {}", i32::from(e.code)),
+                };
+                self.chunk(cx, id, format!("permission {call}: {outcome}"))?;
+            }
+        }
+
         if d.elicit || d.elicit_url {
             return self.elicit(cx, id, turn, d.elicit_url).await;
         }

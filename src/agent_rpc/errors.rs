@@ -25,6 +25,16 @@ impl RpcError {
         }
     }
 
+    /// JSON-RPC's -32603: a request the gateway serves but cannot take now (a bound is
+    /// reached).
+    pub fn refused(message: impl Into<String>) -> Self {
+        RpcError {
+            code: -32603,
+            message: message.into(),
+            data: None,
+        }
+    }
+
     /// JSON-RPC's -32602: a request the gateway serves, with params it cannot take.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         RpcError {

@@ -32,6 +32,16 @@ pub(super) enum TurnPhase {
     Ending,
 }
 
+/// Whether an agent's update is within its turn's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Updates {
+    Within,
+    /// Past the bound: dropped; `first` the first one of the turn.
+    Beyond {
+        first: bool,
+    },
+}
+
 /// What the gateway knows of a session it holds or works on.
 #[derive(Debug)]
 struct Entry {
@@ -50,6 +60,9 @@ struct Entry {
     confirmed: Instant,
     /// Closed when the running turn ends.
     turn_done: Option<watch::Receiver<TurnPhase>>,
+    /// The agent's `session/update`s since the last turn began, and whether one past the
+    /// bound was already warned of.
+    updates: (u64, bool),
 }
 
 impl Entry {
@@ -62,6 +75,7 @@ impl Entry {
             last_active: Instant::now(),
             confirmed: Instant::now(),
             turn_done: None,
+            updates: (0, false),
         }
     }
 
@@ -102,6 +116,9 @@ impl LiveTable {
         }
         entry.busy = what;
         entry.last_active = Instant::now();
+        if what == Busy::Turn {
+            entry.updates = (0, false);
+        }
         Ok((what == Busy::Turn).then(|| {
             let (tx, rx) = watch::channel(TurnPhase::Starting);
             entry.turn_done = Some(rx);
@@ -121,6 +138,24 @@ impl LiveTable {
         }
         drop(sessions);
         self.freed.notify_waiters();
+    }
+
+    /// Counts a `session/update` of the session's agent against `bound` updates per turn (from
+    /// the start of one turn to the start of the next; 0: no bound). A session this replica
+    /// does not hold is not counted.
+    pub(super) fn count_update(&self, session_id: &str, bound: u64) -> Updates {
+        let mut sessions = self.lock();
+        let Some(entry) = sessions.get_mut(session_id).filter(|_| bound > 0) else {
+            return Updates::Within;
+        };
+        let (count, warned) = &mut entry.updates;
+        *count = count.saturating_add(1);
+        if *count <= bound {
+            return Updates::Within;
+        }
+        Updates::Beyond {
+            first: !std::mem::replace(warned, true),
+        }
     }
 
     /// Records that `member` holds the session (counted on the member once).

@@ -94,6 +94,10 @@ pub struct GatewayConfig {
     /// How long a permission request or an elicitation waits for an answer (`None`: forever).
     pub permission_timeout: Option<Duration>,
     pub permission_policy: PermissionPolicy,
+    /// Requests of one session waiting for a client at once (0: no limit).
+    pub max_pending_requests: usize,
+    /// Updates one session's agent may send per turn (0: no limit).
+    pub max_updates_per_turn: u64,
     /// Live sessions per member (0: no limit).
     pub max_sessions_per_member: usize,
     /// Live sessions in the pool (0: no limit).
@@ -162,6 +166,7 @@ impl Gateway {
         let requests = Arc::new(requests::Requests::new(
             config.permission_policy,
             config.permission_timeout,
+            config.max_pending_requests,
             log.clone(),
             records.clone(),
             tasks.clone(),
@@ -195,6 +200,7 @@ impl Gateway {
                 .flat_map(|(name, pool, _)| std::iter::repeat_n(name.clone(), pool.size.max(1)))
                 .collect(),
             records: records.clone(),
+            max_updates_per_turn: config.max_updates_per_turn,
         });
         let agents = Agents::start(agents, upstream);
         let limits = placement::Limits {

@@ -117,6 +117,14 @@ impl<V: Asked> Table<V> {
         out
     }
 
+    /// How many of the session's requests wait for a client.
+    pub(super) fn pending_in(&self, session_id: &str) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.view.session_id() == session_id && !e.view.is_resolved())
+            .count()
+    }
+
     pub(super) fn has_pending(&self, session_id: &str) -> bool {
         self.lock()
             .values()

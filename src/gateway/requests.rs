@@ -2,9 +2,11 @@
 //! (`permissions`, `elicitations`), each request logged when it arrives and when it is resolved
 //! — answered through the REST route, by the policy, by the `--permission-timeout` timer, or
 //! cancelled with the turn — and forgotten when its member exits. The agent is answered after
-//! the table's lock is released.
+//! the table's lock is released. A session has at most `--max-pending-requests` waiting at
+//! once: the agent's request past it is refused at once (a JSON-RPC error), so that an agent
+//! asking in a loop cannot fill the table.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,6 +55,11 @@ pub struct Requests {
     pub(super) policy: PermissionPolicy,
     /// How long a request waits for a client (`None`: forever).
     timeout: Option<Duration>,
+    /// Requests of one session waiting at once, both kinds together (0: no limit).
+    max_pending: usize,
+    /// The sessions whose agent was refused a request since one was last accepted: warned of
+    /// once, not at every refusal of a flood.
+    refusing: Mutex<HashSet<String>>,
     pub(super) log: Log,
     /// Whose sessions a caller may answer for.
     pub(super) records: Arc<Records>,
@@ -68,6 +75,7 @@ impl Requests {
     pub(super) fn new(
         policy: PermissionPolicy,
         timeout: Option<Duration>,
+        max_pending: usize,
         log: Log,
         records: Arc<Records>,
         tasks: TaskTracker,
@@ -79,6 +87,8 @@ impl Requests {
             elicitations: Table::default(),
             policy,
             timeout,
+            max_pending,
+            refusing: Mutex::default(),
             log,
             waits: Mutex::default(),
             tasks,
@@ -89,6 +99,36 @@ impl Requests {
     /// The session's pending requests of kind `V`, oldest first.
     pub(super) fn pending<V: Kind>(&self, session_id: &str) -> Vec<V> {
         V::table(self).pending_for(session_id)
+    }
+
+    /// Whether the session may have one more request waiting; if not, the agent's `request` is
+    /// refused now (a JSON-RPC error), counted as garbage and, the first time since one was
+    /// accepted, warned of.
+    async fn admits(&self, session_id: &str, method: &str, request: &Incoming) -> bool {
+        let waiting =
+            self.permissions.pending_in(session_id) + self.elicitations.pending_in(session_id);
+        if self.max_pending == 0 || waiting < self.max_pending {
+            self.refusing
+                .lock()
+                .expect("refusing lock")
+                .remove(session_id);
+            return true;
+        }
+        crate::agent_rpc::count_garbage();
+        let first = (self.refusing.lock().expect("refusing lock")).insert(session_id.to_owned());
+        if first {
+            tracing::warn!(
+                session = session_id,
+                method,
+                bound = self.max_pending,
+                "an agent asked for more requests to wait for a client than --max-pending-requests; refused"
+            );
+        }
+        let why = format!(
+            "{waiting} requests of this session already wait for a client (--max-pending-requests)"
+        );
+        let _ = request.refuse(RpcError::refused(why)).await;
+        false
     }
 
     /// Records a new request and logs its `REQUESTED` event.
@@ -286,6 +326,10 @@ impl Requests {
         session_id: &str,
         params: Value,
     ) {
+        let method = "session/request_permission";
+        if !self.admits(session_id, method, &request).await {
+            return;
+        }
         let view = PermissionView {
             request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
             session_id: session_id.to_owned(),
@@ -343,6 +387,12 @@ impl Requests {
                 return;
             }
         };
+        if !self
+            .admits(&session_id, "elicitation/create", &request)
+            .await
+        {
+            return;
+        }
         let ask = self.policy == PermissionPolicy::Ask;
         let view = ElicitationView {
             request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),

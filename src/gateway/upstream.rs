@@ -1,6 +1,7 @@
 //! What the agent sends the gateway, as the pool hands it over: `session/update` into the log
 //! (and `session_info_update` into the cache), permission requests and elicitations into their
-//! pending tables, member exits into `agent_exited` events.
+//! pending tables, member exits into `agent_exited` events. A session's agent may send at most
+//! `--max-updates-per-turn` updates per turn: the rest are dropped and counted as garbage.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 use super::clock::now;
 use super::counters::Counters;
 use super::info_update::apply_info_update;
-use super::live::LiveTable;
+use super::live::{LiveTable, Updates};
 use super::log::Log;
 use super::records::Records;
 use super::requests::Requests;
@@ -41,6 +42,8 @@ pub(super) struct Upstream {
     pub(super) member_agents: Arc<[String]>,
     /// The sessions' records, for whose a session is.
     pub(super) records: Arc<Records>,
+    /// `session/update`s one session's agent may send per turn (0: no limit).
+    pub(super) max_updates_per_turn: u64,
 }
 
 impl Upstream {
@@ -107,6 +110,22 @@ impl Upstream {
             return;
         }
         let replay = self.live.replaying(&session_id);
+        if replay.is_none()
+            && let Updates::Beyond { first } = self
+                .live
+                .count_update(&session_id, self.max_updates_per_turn)
+        {
+            crate::agent_rpc::count_garbage();
+            if first {
+                tracing::warn!(
+                    member,
+                    session = session_id,
+                    bound = self.max_updates_per_turn,
+                    "the agent sent more updates in this turn than --max-updates-per-turn; the rest of the turn's are dropped"
+                );
+            }
+            return;
+        }
         match replay {
             Some(false) => return, // already in the log: a load replays what we stored live
             Some(true) => {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# An agent host flooding the gateway, measured against a quiet run of the same setup: a front
+# gateway whose agent is a host gateway's /acp (the echo agent behind it, over WebSocket), one
+# session flooding (`/chunks N`, N updates in one turn) while another session's short prompts
+# are timed. Prints, each as flood ÷ quiet of the same run:
+#   - the bridge's RSS (the front's member process, `acp-gateway connect --once`): its VmRSS
+#     when idle vs its VmHWM once the flood is over (target: bounded, not growing with N);
+#   - the other session's prompt p99 during the flood vs alone (target ≤ 2×).
+#   [BIN=target/release/acp-gateway] [AGENT=target/release/examples/echo_agent] \
+#   [UPDATES=200000] [PROMPTS=200] [SCHEME=ws] bash bench/flood.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/acp-gateway}
+AGENT=${AGENT:-target/release/examples/echo_agent}
+UPDATES=${UPDATES:-200000}
+PROMPTS=${PROMPTS:-200}
+SCHEME=${SCHEME:-ws}
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+# start NAME ARGS…: a gateway on SQLite in $work/NAME; prints its base URL.
+start() {
+  local name=$1; shift
+  mkdir -p "$work/$name"
+  ECHO_AGENT_DIR="$work/$name/agent" RUST_LOG=warn "$BIN" --listen 127.0.0.1:0 \
+    --database-url "sqlite://$work/$name/db.sqlite" "$@" >"$work/$name/out" 2>"$work/$name/err" &
+  pids+=($!)
+  local url=""
+  for _ in $(seq 600); do
+    url=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$work/$name/out" | head -1 || true)
+    [ -n "$url" ] && curl -fs "$url/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  echo "$url"
+}
+
+host=$(start host --agent "$AGENT")
+printf '[agents.host]\nurl = ["%s/acp"]\n' "${host/http:/$SCHEME:}" >"$work/front.toml"
+front=$(start front --config "$work/front.toml" --default-agent host)
+bridge=$(curl -fs "$front/agent" | python3 -c 'import json,sys; print(json.load(sys.stdin)["members"][0]["pid"])')
+kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$bridge/status"; }
+new_session() { curl -fs -H 'content-type: application/json' -d '{"cwd":"/tmp"}' "$front/sessions" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])'; }
+flooder=$(new_session)
+other=$(new_session)
+
+# timed COUNT: COUNT prompts of the other session, one at a time; their p99 in ms.
+timed() {
+  for _ in $(seq "$1"); do
+    curl -fs -o /dev/null -w '%{time_total}\n' -H 'content-type: application/json' \
+      -d '{"text":"ping"}' "$front/sessions/$other/prompt"
+  done | sort -n | awk '{a[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; printf "%.1f", a[i]*1000}'
+}
+
+timed 20 >/dev/null # warm
+quiet_rss=$(kib VmRSS)
+quiet_p99=$(timed "$PROMPTS")
+
+start_ns=$(date +%s%N)
+curl -fs -o "$work/flood.json" -H 'content-type: application/json' \
+  -d "{\"text\":\"/chunks $UPDATES\"}" "$front/sessions/$flooder/prompt" &
+flood=$!
+flood_p99=$(timed "$PROMPTS")
+wait "$flood"
+flood_s=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+peak_rss=$(kib VmHWM)
+
+echo "bridge RSS: quiet ${quiet_rss} KiB, peak during the flood ${peak_rss} KiB ($(awk -v a="$peak_rss" -v b="$quiet_rss" 'BEGIN{printf "%.2f", a/b}')×)"
+echo "other session's prompt p99: quiet ${quiet_p99} ms, during the flood ${flood_p99} ms ($(awk -v a="$flood_p99" -v b="$quiet_p99" 'BEGIN{printf "%.2f", a/b}')×)"
+echo "flood turn: $UPDATES updates over $SCHEME in ${flood_s} ms; $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stopReason"])' "$work/flood.json")"
