@@ -43,10 +43,12 @@ pub struct Proof {
 
 impl Proof {
     pub fn new(gateway: &Gateway) -> Self {
-        Proof {
-            secret: gateway.cluster_secret(),
-            replica: gateway.replica_id(),
-        }
+        Proof::with_secret(gateway.cluster_secret(), gateway.replica_id())
+    }
+
+    /// Marks of replica `replica` with `secret` (the database's, as [`Proof::new`] reads it).
+    pub fn with_secret(secret: Arc<[u8]>, replica: &'static str) -> Self {
+        Proof { secret, replica }
     }
 
     fn signature(&self, replica: &str, at_ms: u128, method: &Method, target: &str) -> Hmac<Sha256> {

@@ -222,6 +222,8 @@ pub struct Gateway {
     pub http: reqwest::Client,
     /// Spawn to `/readyz` 200 (zero when not waited for).
     pub ready_after: Duration,
+    /// The database it serves.
+    db_url: String,
     child: tokio::process::Child,
 }
 
@@ -264,6 +266,7 @@ impl Gateway {
             base,
             http: reqwest::Client::new(),
             ready_after: Duration::ZERO,
+            db_url: db_url.to_owned(),
             child,
         };
         if opts.wait_ready {
@@ -360,14 +363,33 @@ impl Gateway {
         r.json().await.unwrap()
     }
 
-    /// Creates a session in `cwd` and returns its id.
+    /// The mark of a request to `target` that another replica forwards here, signed as the
+    /// replicas sign it, with the secret they keep in the database.
+    pub async fn forwarding_mark(&self, method: &reqwest::Method, target: &str) -> String {
+        use sqlx::Connection;
+        let query = "SELECT secret FROM cluster_secret WHERE id = 1";
+        let secret: Vec<u8> = if self.db_url.starts_with("postgres") {
+            let mut c = sqlx::PgConnection::connect(&self.db_url).await.unwrap();
+            sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+        } else {
+            let mut c = sqlx::SqliteConnection::connect(&self.db_url).await.unwrap();
+            sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+        };
+        let proof = acp_gateway::api::proof::Proof::with_secret(secret.into(), "a-test");
+        let mark = proof.mark(method, target);
+        mark.to_str().unwrap().to_owned()
+    }
+
     /// A session in `cwd` created on this replica (marked as forwarded already, the request is
     /// not placed on another replica): its id.
     pub async fn create_here(&self, cwd: &str) -> String {
+        let mark = self
+            .forwarding_mark(&reqwest::Method::POST, "/sessions")
+            .await;
         let r = self
             .http
             .post(self.url("/sessions"))
-            .header("acp-gateway-forwarded", "1")
+            .header("acp-gateway-forwarded", mark)
             .json(&json!({"cwd": cwd}))
             .send()
             .await
