@@ -116,8 +116,8 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             // Stdin is read on a blocking thread that no runtime shutdown can stop (it would
             // wait for the next line): the bridge leaves at once.
             if let Err(e) = &ended {
-                tracing::error!("{}", shown(&e));
-                eprintln!("acp-gateway: {}", shown(&e));
+                tracing::error!("{}", shown(e));
+                eprintln!("acp-gateway: {}", shown(e));
             }
             std::process::exit(i32::from(ended.is_err()));
         }

@@ -110,9 +110,16 @@ pub fn secrets_of_command(args: &[String], env: &[(String, String)]) -> Vec<Stri
     args.iter().for_each(|a| secrets_in_text(a));
     for (name, value) in env {
         let name = name.to_ascii_uppercase();
-        if ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        // A file's path, a directory or a duration is no secret (a keys file is read instead).
+        let about = ["FILE", "PATH", "DIR", "TTL"]
             .iter()
-            .any(|s| name.contains(s))
+            .any(|s| name.contains(s));
+        if name.contains("KEYS_FILE") {
+            files.push(value.clone());
+        } else if !about
+            && ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+                .iter()
+                .any(|s| name.contains(s))
         {
             // A list of keys (`ACP_GATEWAY_API_KEYS`), each `TENANT:KEY` or a key.
             for item in value.split(',') {
