@@ -253,9 +253,13 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                 _ => "it was closed".to_owned(),
             },
         };
-        tracing::warn!(reason = why, "the connection to the gateway ended");
+        let why = crate::redact::text(&why);
+        tracing::warn!(reason = %why, "the connection to the gateway ended");
         if link.once {
-            anyhow::bail!("the connection to {url} dropped: {why}");
+            anyhow::bail!(
+                "the connection to {} dropped: {why}",
+                crate::redact::url(url)
+            );
         }
         for error in editor.lost() {
             if !write_line(&mut stdout, error.to_string().into_bytes()).await? {

@@ -446,8 +446,8 @@ impl Config {
     }
 }
 
-/// Every setting's value as given or defaulted, with API keys, the database password and the
-/// agents' environment values redacted (the `[agents.NAME]` tables are added by the caller).
+/// Every setting's value as given or defaulted, with API keys, the agents' environment values
+/// and the credentials of every URL (the database's, an agent's, the OTLP endpoint) redacted (the `[agents.NAME]` tables are added by the caller).
 pub(super) fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for arg in Config::command().get_arguments() {
@@ -463,26 +463,12 @@ pub(super) fn effective(matches: &ArgMatches) -> Vec<(String, String)> {
                 .map(|kv| format!("{}=<redacted>", kv.split('=').next().unwrap_or_default()))
                 .collect::<Vec<_>>()
                 .join(","),
-            "database_url" => values.iter().map(|u| redact_password(u)).collect(),
-            _ => values.join(","),
+            // Every other URL (an agent's, the OTLP endpoint, the issuer) without credentials.
+            _ => crate::redact::text(&values.join(",")).into_owned(),
         };
         out.push((arg.get_long().unwrap_or(id).to_owned(), shown));
     }
     out
-}
-
-/// `scheme://user:secret@host` → `scheme://user:<redacted>@host`.
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:<redacted>@{host}")
-        }
-        _ => url.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -531,7 +517,7 @@ agent-env = ["ANTHROPIC_API_KEY=sk-secret"]
                 .1
                 .clone()
         };
-        assert_eq!(get("database-url"), "postgres://gw:<redacted>@db/acp");
+        assert_eq!(get("database-url"), "postgres://***@db/acp");
         assert_eq!(get("agent-env"), "ANTHROPIC_API_KEY=<redacted>");
         assert_eq!(get("pool-size"), "2");
     }

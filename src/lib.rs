@@ -12,6 +12,7 @@ pub mod config;
 pub mod events;
 pub mod gateway;
 pub mod pool;
+pub mod redact;
 pub mod settings;
 pub mod store;
 pub mod surrogates;

@@ -22,14 +22,14 @@ async fn main() -> std::process::ExitCode {
     let config = match Config::load() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("acp-gateway: {e:#}");
+            eprintln!("acp-gateway: {}", shown(&e));
             return std::process::ExitCode::FAILURE;
         }
     };
     let traces = match Traces::start(config.otlp_endpoint.as_deref()) {
         Ok(traces) => traces,
         Err(e) => {
-            eprintln!("acp-gateway: OpenTelemetry: {e:#}");
+            eprintln!("acp-gateway: OpenTelemetry: {}", shown(&e));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -69,8 +69,8 @@ async fn main() -> std::process::ExitCode {
     let code = match serve_or_migrate(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("acp-gateway: {e:#}");
+            tracing::error!("{}", shown(&e));
+            eprintln!("acp-gateway: {}", shown(&e));
             std::process::ExitCode::FAILURE
         }
     };
@@ -78,6 +78,11 @@ async fn main() -> std::process::ExitCode {
         traces.shutdown().await;
     }
     code
+}
+
+/// An error as the log and stderr show it: its whole chain, with no URL's credentials.
+fn shown(e: &anyhow::Error) -> String {
+    acp_gateway::redact::text(&format!("{e:#}")).into_owned()
 }
 
 async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
@@ -111,8 +116,8 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             // Stdin is read on a blocking thread that no runtime shutdown can stop (it would
             // wait for the next line): the bridge leaves at once.
             if let Err(e) = &ended {
-                tracing::error!("{e:#}");
-                eprintln!("acp-gateway: {e:#}");
+                tracing::error!("{}", shown(e));
+                eprintln!("acp-gateway: {}", shown(e));
             }
             std::process::exit(i32::from(ended.is_err()));
         }

@@ -46,8 +46,12 @@ impl Settings {
         }
         let cors = cors(&config.cors_origins)?;
         let workspace_roots = workspace_roots(&config)?;
-        let database = DatabaseUrl::parse(&config.database_url)
-            .with_context(|| format!("--database-url {}", redacted(&config.database_url)))?;
+        let database = DatabaseUrl::parse(&config.database_url).with_context(|| {
+            format!(
+                "--database-url {}",
+                crate::redact::url(&config.database_url)
+            )
+        })?;
         Ok(Settings {
             config,
             agents,
@@ -60,8 +64,44 @@ impl Settings {
     }
 }
 
-/// CORS for the configured origins: credentials, the headers clients send, and the headers
-/// they need to read (`Location`, `x-request-id`, `Retry-After`).
+/// The request headers the API reads, which a page on a `--cors-origin` may send: the key,
+/// the body's type, the stream's resume point, `Prefer`, `Idempotency-Key`, the request id,
+/// W3C trace context, and `/acp`'s connection and session.
+const CORS_REQUEST_HEADERS: [&str; 12] = [
+    "authorization",
+    "content-type",
+    "accept",
+    "last-event-id",
+    "prefer",
+    "idempotency-key",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "acp-connection-id",
+    "acp-session-id",
+];
+
+/// The response headers the API defines, which such a page may read: where a new resource is,
+/// when to retry and the limit reached (`RateLimit`, `RateLimit-Policy`), a replayed
+/// idempotent answer, the preference applied, the request id, `/acp`'s connection and session,
+/// and the bearer challenge.
+const CORS_RESPONSE_HEADERS: [&str; 11] = [
+    "location",
+    "content-location",
+    "retry-after",
+    "ratelimit",
+    "ratelimit-policy",
+    "idempotent-replayed",
+    "preference-applied",
+    "x-request-id",
+    "acp-connection-id",
+    "acp-session-id",
+    "www-authenticate",
+];
+
+/// CORS for the configured origins: credentials, and the headers of
+/// [`CORS_REQUEST_HEADERS`] and [`CORS_RESPONSE_HEADERS`].
 fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     if origins.is_empty() {
         return Ok(None);
@@ -84,23 +124,8 @@ fn cors(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
                 Method::PATCH,
                 Method::DELETE,
             ])
-            .allow_headers([
-                header::AUTHORIZATION,
-                header::CONTENT_TYPE,
-                header::ACCEPT,
-                header::HeaderName::from_static("last-event-id"),
-                header::HeaderName::from_static("prefer"),
-                header::HeaderName::from_static("x-request-id"),
-                header::HeaderName::from_static("acp-connection-id"),
-                header::HeaderName::from_static("acp-session-id"),
-            ])
-            .expose_headers([
-                header::LOCATION,
-                header::RETRY_AFTER,
-                header::HeaderName::from_static("x-request-id"),
-                header::HeaderName::from_static("acp-connection-id"),
-                header::HeaderName::from_static("acp-session-id"),
-            ])
+            .allow_headers(CORS_REQUEST_HEADERS.map(header::HeaderName::from_static))
+            .expose_headers(CORS_RESPONSE_HEADERS.map(header::HeaderName::from_static))
             .max_age(std::time::Duration::from_secs(600)),
     ))
 }
@@ -122,15 +147,4 @@ fn workspace_roots(config: &Config) -> anyhow::Result<Vec<std::path::PathBuf>> {
             Ok(real)
         })
         .collect()
-}
-
-/// A database URL for a message: its password, if any, hidden.
-fn redacted(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
 }

@@ -295,3 +295,119 @@ async fn a_clients_lone_surrogate_is_refused() {
     assert_eq!(view["title"], "nul\u{0} pair\u{1F600} \u{10FFFF}", "{view}");
     w.finish().await;
 }
+
+/// The gateway's own tenants are no key's: `admin` is the tenant of the admin's sessions (and
+/// of those found in the agent's own list), `default` that of a keyless gateway's. A key given
+/// for either (`--api-key admin:KEY`, a keys-file line, any case) stops the gateway from
+/// starting, saying why; a keys file that gains such a line is not reloaded (the old keys stay,
+/// the log says why), so the key opens nothing, and no tenant reaches the admin's sessions,
+/// its webhooks or the answers kept under its `Idempotency-Key`s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_own_tenants_belong_to_no_key() {
+    const PROBE: &str = "probe-key-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys");
+    let file_arg = file.to_str().unwrap().to_owned();
+    for (flag, value, file_text) in [
+        ("--api-key", format!("admin:{PROBE}"), None),
+        ("--api-key", format!("Default:{PROBE}"), None),
+        (
+            "--api-keys-file",
+            file_arg.clone(),
+            Some(format!("*:{ADMIN}\nadmin:{PROBE}\n")),
+        ),
+    ] {
+        if let Some(text) = file_text {
+            std::fs::write(&file, text).unwrap();
+        }
+        let gateway = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+            .args(["--agent", "true", "--listen", "127.0.0.1:0", flag, &value])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let out = tokio::time::timeout(PATIENCE, gateway.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("{flag} {value}: the gateway started"))
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value}: started");
+        assert!(err.contains("is reserved"), "{flag}: {err}");
+        assert!(!err.contains(PROBE), "the key is not printed: {err}");
+    }
+
+    std::fs::write(&file, format!("alice:{ALICE}\n*:{ADMIN}\n")).unwrap();
+    let opts = Options::default().args(&["--api-keys-file", &file_arg, "--webhook-allow-private"]);
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let admin = gw.with_key(Some(ADMIN));
+    let idempotent = |key: &str| {
+        gw.http
+            .post(gw.url("/sessions"))
+            .bearer_auth(key)
+            .header("idempotency-key", "the-same-key")
+            .json(&json!({"cwd": "/tmp"}))
+    };
+    let r = idempotent(ADMIN).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let admins: Value = r.json().await.unwrap();
+    let admins = admins["sessionId"].as_str().unwrap().to_owned();
+    let hook = admin
+        .send_expecting(
+            Method::POST,
+            "/webhooks",
+            Some(json!({"url": "http://127.0.0.1:9/hook", "events": ["*"]})),
+            201,
+        )
+        .await;
+    let hook = hook["id"].as_str().unwrap().to_owned();
+
+    // The probe's line comes: the reload is refused, and says why.
+    std::fs::write(&file, format!("alice:{ALICE}\n*:{ADMIN}\nadmin:{PROBE}\n")).unwrap();
+    gw.wait_until(|g| async move { reloads(g, "failed").await == 1.0 })
+        .await;
+    assert!(w.log().contains("is reserved"), "{}", w.log());
+    for (method, path, body) in [
+        (Method::GET, "/sessions".to_owned(), None),
+        (Method::GET, format!("/sessions/{admins}"), None),
+        (Method::GET, "/webhooks".to_owned(), None),
+        (
+            Method::PATCH,
+            format!("/webhooks/{hook}"),
+            Some(json!({"url": "http://127.0.0.1:9/mine"})),
+        ),
+    ] {
+        let (status, _) = gw.with_key(Some(PROBE)).send(method, &path, body).await;
+        assert_eq!(status, 401, "the probe's key {path}");
+    }
+
+    // Nor does any tenant reach what the admin made.
+    let alice = gw.with_key(Some(ALICE));
+    let listed = alice
+        .send_expecting(Method::GET, "/sessions", None, 200)
+        .await;
+    assert_eq!(listed["sessions"], json!([]), "{listed}");
+    let (status, _) = alice.get(&format!("/sessions/{admins}")).await;
+    assert_eq!(status, 404);
+    let (status, _) = alice
+        .send(
+            Method::PATCH,
+            &format!("/webhooks/{hook}"),
+            Some(json!({"url": "http://127.0.0.1:9/mine"})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let r = idempotent(ALICE).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    assert!(!r.headers().contains_key("idempotent-replayed"));
+    let alices: Value = r.json().await.unwrap();
+    assert_ne!(
+        alices["sessionId"],
+        admins.as_str(),
+        "not the admin's answer"
+    );
+    let (_, hooks) = admin.get("/webhooks").await;
+    assert_eq!(hooks[0]["url"], "http://127.0.0.1:9/hook", "{hooks}");
+    w.finish().await;
+}

@@ -30,29 +30,40 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "surrogates",
             "telemetry",
+            "redact",
         ],
     ),
     // The service: everything below it, nothing of the HTTP surface.
     (
         "gateway",
-        &["pool", "events", "store", "cluster", "agent_rpc", "config"],
+        &[
+            "pool",
+            "events",
+            "store",
+            "cluster",
+            "agent_rpc",
+            "config",
+            "redact",
+        ],
     ),
     ("pool", &["agent_rpc"]),
     ("events", &["store"]),
     ("cluster", &["store"]),
-    ("agent_rpc", &["surrogates", "telemetry"]),
+    ("agent_rpc", &["surrogates", "telemetry", "redact"]),
     ("store", &[]),
     // The flags: an agent's command line is the transport's `AgentCommand`.
-    ("config", &["agent_rpc"]),
+    ("config", &["agent_rpc", "redact"]),
     // `check-agent` starts each agent once; `bridge` (`acp-gateway connect`) is only a client of
     // some `/acp`.
     ("check", &["agent_rpc", "pool", "config"]),
-    ("bridge", &[]),
-    ("telemetry", &[]),
+    // `redact` (credentials out of logged URLs) is a leaf every layer that logs a URL uses.
+    ("bridge", &["redact"]),
+    ("telemetry", &["redact"]),
     ("surrogates", &[]),
+    ("redact", &[]),
     // The configuration read once at start: the API keys (an `api` type), the flags and the
     // database URL.
-    ("settings", &["api", "config", "store"]),
+    ("settings", &["api", "config", "store", "redact"]),
 ];
 
 /// Files under `src/` that are crate roots: `lib.rs` wires the layers; `main.rs` is the binary,

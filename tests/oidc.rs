@@ -268,6 +268,14 @@ async fn provider_tokens_identify_their_callers() {
     let (status, detail, _) = refused(gw, &idp.token("nobody").await).await;
     assert_eq!(status, 403, "{detail}");
     assert!(detail.contains("no \"tenant\" claim"), "{detail}");
+    // A token whose tenant claim names the gateway's own tenant is refused: it would see the
+    // admin's sessions.
+    for reserved in ["admin", "default"] {
+        let token = idp.forge(json!({"claims": {"tenant": reserved}})).await;
+        let (status, detail, _) = refused(gw, &token).await;
+        assert_eq!(status, 403, "{reserved}: {detail}");
+        assert!(detail.contains("reserved"), "{reserved}: {detail}");
+    }
     let (status, _, challenge) = refused(gw, "not-a-key-nor-a-token").await;
     assert_eq!((status, challenge.as_str()), (401, "Bearer"));
 

@@ -294,3 +294,49 @@ async fn a_nul_in_the_url_is_a_bad_request(backend: Backend) {
 }
 
 both_backends!(a_nul_in_the_url_is_a_bad_request);
+
+/// An HTTP/1.1 request must name exactly one host: without `Host` it would pass the allow-list
+/// unchecked, and with two the gateway would pick one while a proxy in front may have read the
+/// other. Both are 400 problem+json, with keys or without, on every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_names_exactly_one_host() {
+    const KEY: &str = "alice-key-0123456789";
+    let auth = format!("Bearer {KEY}");
+    for keyed in [false, true] {
+        let mut opts = Options::default();
+        if keyed {
+            opts = opts.args(&["--api-key", &format!("alice:{KEY}")]);
+        }
+        let w = World::start(Backend::Sqlite, opts).await;
+        let gw = w.gw();
+        let own = format!("127.0.0.1:{}", port(gw));
+        let key = [("Authorization", auth.as_str())];
+        let key = if keyed { &key[..] } else { &[] };
+        let with = |hosts: &[&'static str]| {
+            let mut headers: Vec<(&str, &str)> = hosts.iter().map(|h| ("Host", *h)).collect();
+            headers.extend_from_slice(key);
+            headers
+        };
+        let own: &'static str = own.leak();
+        for (case, headers) in [
+            ("no Host", with(&[])),
+            ("two Hosts, own first", with(&[own, "evil.example.com"])),
+            ("two Hosts, own last", with(&["evil.example.com", own])),
+            ("the same Host twice", with(&[own, own])),
+        ] {
+            for path in ["/sessions", "/healthz"] {
+                let (status, body) = raw(gw, "GET", path, &headers, None).await;
+                assert_eq!(status, 400, "keyed {keyed}, {case}, {path}: {body}");
+                let problem: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(problem["status"], 400, "{problem}");
+                assert!(
+                    problem["detail"].as_str().unwrap().contains("Host"),
+                    "{problem}"
+                );
+            }
+        }
+        let (status, body) = raw(gw, "GET", "/sessions", &with(&[own]), None).await;
+        assert_eq!(status, 200, "keyed {keyed}, one Host: {body}");
+        w.finish().await;
+    }
+}

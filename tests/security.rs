@@ -327,6 +327,72 @@ async fn cors_preflight() {
     w.finish().await;
 }
 
+/// A page on a `--cors-origin` may send every request header the API reads (its preflight
+/// for `Idempotency-Key`, `Prefer`, `Last-Event-ID` and trace context is allowed) and read
+/// every response header it defines: a replayed answer's `Idempotent-Replayed`, the limits'
+/// `RateLimit`, `RateLimit-Policy` and `Retry-After`, `Location`, `Preference-Applied`.
+#[tokio::test]
+async fn cors_covers_every_header_the_api_defines() {
+    let w = World::start(
+        Backend::Sqlite,
+        keyed().args(&["--cors-origin", "http://app.example"]),
+    )
+    .await;
+    let gw = w.gw();
+    let asked =
+        "authorization,content-type,idempotency-key,prefer,last-event-id,traceparent,tracestate";
+    let r = request(gw, None, Method::OPTIONS, "/sessions")
+        .header("origin", "http://app.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", asked)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let allowed = r.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    for header in asked.split(',') {
+        assert!(
+            allowed.split(',').any(|h| h.trim() == header),
+            "{header}: {allowed}"
+        );
+    }
+
+    // The same create twice under one key: the second is the first's answer, replayed, and
+    // the page can read that it is, and the limit headers a 429 would carry.
+    let create = || {
+        request(gw, Some(ALICE), Method::POST, "/sessions")
+            .header("origin", "http://app.example")
+            .header("idempotency-key", "page-create-1")
+            .json(&json!({"cwd": "/tmp"}))
+            .send()
+    };
+    let first = create().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let replayed = create().await.unwrap();
+    assert_eq!(replayed.status(), 201);
+    assert!(replayed.headers().contains_key("idempotent-replayed"));
+    let exposed = replayed.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    let exposed: Vec<&str> = exposed.split(',').map(str::trim).collect();
+    for header in [
+        "idempotent-replayed",
+        "ratelimit",
+        "ratelimit-policy",
+        "retry-after",
+        "location",
+        "content-location",
+        "preference-applied",
+    ] {
+        assert!(exposed.contains(&header), "{header}: {exposed:?}");
+    }
+    w.finish().await;
+}
+
 /// --workspace-root confines cwd and additionalDirectories: relative paths, `..`, symlinks out of
 /// the root and paths elsewhere are 422; paths inside are fine (an extra directory need not
 /// exist yet; the cwd must).

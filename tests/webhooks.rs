@@ -34,10 +34,15 @@ fn fast() -> Options {
 
 /// Subscribes `receiver` to `events` and gives it the secret; returns the subscription.
 async fn subscribe(gw: &Gateway, receiver: &Receiver, events: Value) -> Value {
+    subscribe_at(gw, receiver, &receiver.url, events).await
+}
+
+/// [`subscribe`] with the receiver's URL written as `url` (with a password, say).
+async fn subscribe_at(gw: &Gateway, receiver: &Receiver, url: &str, events: Value) -> Value {
     let r = gw
         .post(
             "/webhooks",
-            json!({"url": receiver.url, "events": events, "description": "test"}),
+            json!({"url": url, "events": events, "description": "test"}),
         )
         .await;
     assert_eq!(r.status(), 201);
@@ -208,7 +213,14 @@ async fn a_failing_subscription_is_disabled_then_retried(backend: Backend) {
     let gw = w.gw();
     let receiver = Receiver::start("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").await;
     receiver.configure(json!({"down": true})).await;
-    let hook = subscribe(gw, &receiver, json!(["turn_ended"])).await;
+    // The receiver's URL with a password in it, which the log must not show when the
+    // subscription is disabled.
+    const PASSWORD: &str = "hook-pa55word-0123456789";
+    let with_password =
+        receiver
+            .url
+            .replacen("http://", &format!("http://hook-user:{PASSWORD}@"), 1);
+    let hook = subscribe_at(gw, &receiver, &with_password, json!(["turn_ended"])).await;
     let hook_id = hook["id"].as_str().unwrap();
     let mut lifecycle = gw.sse("/events", None).await;
     let id = gw.create("/tmp").await;
@@ -222,6 +234,9 @@ async fn a_failing_subscription_is_disabled_then_retried(backend: Backend) {
         shown["disabledReason"].as_str().unwrap().contains("503"),
         "{shown}"
     );
+    let log = w.log();
+    assert!(log.contains("webhook disabled"), "{log}");
+    assert!(!log.contains(PASSWORD), "{log}");
     let page = gw.json(&format!("/webhooks/{hook_id}/deliveries")).await;
     let failed = &page["deliveries"][0];
     assert_eq!(failed["status"], "failed", "{page}");

@@ -145,7 +145,7 @@ impl AgentProcess {
         stderr_reader.spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "agent_stderr", member = %who, "{line}");
+                tracing::info!(target: "agent_stderr", member = %who, "{}", crate::redact::text(&line));
                 let mut t = tail_w.lock().expect("tail lock");
                 if t.len() == STDERR_TAIL_LINES {
                     t.pop_front();

@@ -96,10 +96,9 @@ fn parse_line(line: &str) -> anyhow::Result<([u8; 32], Caller)> {
             admin: true,
         }
     } else {
-        anyhow::ensure!(
-            Caller::valid_tenant(tenant),
-            "invalid tenant name {tenant:?}: 1-64 of A-Z a-z 0-9 - _ ."
-        );
+        if let Some(why) = Caller::tenant_refused(tenant) {
+            anyhow::bail!("an API key's tenant: {why}");
+        }
         Caller {
             tenant: tenant.to_owned(),
             admin: false,

@@ -151,7 +151,7 @@ fn chain(e: &dyn std::error::Error) -> String {
         line.push_str(&c.to_string());
         cause = c.source();
     }
-    line
+    crate::redact::text(&line).into_owned()
 }
 
 impl IntoResponse for ApiError {

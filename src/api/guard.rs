@@ -2,7 +2,8 @@
 //! web page from driving a gateway on loopback through DNS rebinding, the `Origin` check of
 //! state-changing requests on a gateway without keys (a page may send a form POST to any
 //! address) and of every WebSocket handshake (which CORS does not cover), and no NUL byte in
-//! the URL.
+//! the URL, and exactly one `Host` on an HTTP/1.x request (none would pass the allow-list
+//! unchecked, and two leave which one is meant to whoever reads them).
 //!
 //! A rebinding page points a name of its own (`evil.example`) at 127.0.0.1: the browser then
 //! takes the gateway for that site and lets the page read its answers. Its requests still say
@@ -13,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, Method, Version, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -161,9 +162,25 @@ fn nul_in_url(req: &Request) -> bool {
     decoded_nul(uri.path()) || uri.query().is_some_and(decoded_nul)
 }
 
-/// Middleware: refuses what [`Guard`] does not serve (403 problem+json), and a URL with a NUL
-/// byte (400).
+/// Why an HTTP/1.x request's `Host` is unusable (RFC 9112 §3.2: exactly one is required), if
+/// it is. HTTP/2 names its host in `:authority` (the URI's), which may come without `Host`.
+fn host_count_refused(req: &Request) -> Option<&'static str> {
+    if req.version() >= Version::HTTP_2 {
+        return None;
+    }
+    match req.headers().get_all(header::HOST).iter().count() {
+        1 => None,
+        0 => Some("the request has no Host header: HTTP/1.1 requires one"),
+        _ => Some("the request has more than one Host header: it must have exactly one"),
+    }
+}
+
+/// Middleware: refuses a request without exactly one `Host` (400 problem+json), what [`Guard`]
+/// does not serve (403), and a URL with a NUL byte (400).
 pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if let Some(why) = host_count_refused(&req) {
+        return ApiError::BadRequest(why.into()).into_response();
+    }
     let host = request_host(&req);
     let refused_host = host
         .as_deref()

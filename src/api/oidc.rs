@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use super::revoked::Revoked;
 use crate::config::OidcFlags;
 use crate::gateway::{ADMIN_TENANT, Caller};
+use crate::redact;
 
 /// The shortest time between two fetches of the provider's keys.
 const REFETCH_MIN: Duration = Duration::from_secs(1);
@@ -179,7 +180,7 @@ impl Oidc {
                 if now.failed {
                     return Err(TokenError::Unavailable(format!(
                         "the identity provider's signing keys cannot be fetched from {}",
-                        self.issuer
+                        redact::url(&self.issuer)
                     )));
                 }
                 key_for(&now, header.kid.as_deref(), header.alg).ok_or_else(|| {
@@ -235,7 +236,15 @@ impl Oidc {
             });
         }
         let tenant = match claim(claims, &self.tenant_claim) {
-            Some(Value::String(t)) if Caller::valid_tenant(t) => t.clone(),
+            Some(Value::String(t)) => match Caller::tenant_refused(t) {
+                None => t.clone(),
+                Some(why) => {
+                    return Err(TokenError::NoTenant(format!(
+                        "the token's {:?} claim names no tenant of its own: {why}",
+                        self.tenant_claim
+                    )));
+                }
+            },
             Some(other) => {
                 return Err(TokenError::NoTenant(format!(
                     "the token's {:?} claim is not a tenant name (1-64 of A-Z a-z 0-9 - _ .): {other}",
@@ -271,7 +280,7 @@ impl Oidc {
         let set = match fetched {
             Ok(fetched) => {
                 metrics::counter!("acp_gateway_oidc_key_fetches_total").increment(1);
-                tracing::info!(keys = fetched.0.len(), issuer = %self.issuer, "the OpenID provider's keys fetched");
+                tracing::info!(keys = fetched.0.len(), issuer = %redact::url(&self.issuer), "the OpenID provider's keys fetched");
                 KeySet {
                     keys: fetched.0,
                     endpoints: Some(fetched.1),
@@ -281,7 +290,7 @@ impl Oidc {
             }
             Err(e) => {
                 metrics::counter!("acp_gateway_oidc_key_fetch_failures_total").increment(1);
-                tracing::warn!(error = format!("{e:#}"), issuer = %self.issuer, "the OpenID provider's keys could not be fetched");
+                tracing::warn!(error = %redact::text(&format!("{e:#}")), issuer = %redact::url(&self.issuer), "the OpenID provider's keys could not be fetched");
                 KeySet {
                     keys: keys.keys.clone(),
                     endpoints: keys.endpoints.clone(),
@@ -462,7 +471,9 @@ fn refusal(kind: &ErrorKind, issuer: &str) -> String {
         ErrorKind::ExpiredSignature => "the token has expired".into(),
         ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
         ErrorKind::InvalidAudience => "the token was not issued for this gateway (aud)".into(),
-        ErrorKind::InvalidIssuer => format!("the token was not issued by {issuer} (iss)"),
+        ErrorKind::InvalidIssuer => {
+            format!("the token was not issued by {} (iss)", redact::url(issuer))
+        }
         ErrorKind::MissingRequiredClaim(claim) => format!("the token has no {claim:?} claim"),
         ErrorKind::InvalidAlgorithm => "the token's alg is not its key's".into(),
         ErrorKind::InvalidSignature => "the token's signature does not verify".into(),
@@ -502,6 +513,35 @@ mod tests {
             Some(&Value::from("globex"))
         );
         assert_eq!(claim(claims, "realm_access.groups"), None);
+    }
+
+    #[test]
+    fn a_claim_naming_the_gateways_own_tenant_is_refused() {
+        let flags = OidcFlags {
+            oidc_issuer: Some("http://127.0.0.1:1".into()),
+            oidc_audience: Some("urn:gw".into()),
+            oidc_tenant_claim: "tenant".into(),
+            oidc_roles_claim: "roles".into(),
+            oidc_admin_role: Some("admin".into()),
+            oidc_console_client_id: None,
+            oidc_console_scope: "openid".into(),
+            oidc_clock_skew: 0,
+        };
+        let oidc = Oidc::from_flags(&flags).unwrap().unwrap();
+        let caller = |claims: Value| oidc.caller(claims.as_object().unwrap());
+        for tenant in ["admin", "default", "Admin"] {
+            match caller(serde_json::json!({ "tenant": tenant })) {
+                Err(TokenError::NoTenant(why)) => assert!(why.contains("reserved"), "{why}"),
+                other => panic!("{tenant}: {:?}", other.map(|c| c.tenant)),
+            }
+        }
+        let acme = caller(serde_json::json!({"tenant": "acme"})).unwrap();
+        assert_eq!((acme.tenant.as_str(), acme.admin), ("acme", false));
+        let ops = caller(serde_json::json!({"tenant": "admin", "roles": ["admin"]})).unwrap();
+        assert!(
+            ops.admin,
+            "the admin role makes an admin, whatever the tenant claim"
+        );
     }
 
     #[test]

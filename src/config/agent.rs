@@ -113,7 +113,8 @@ impl FileAgent {
             out.insert("command".into(), command.clone().into());
         }
         if let Some(urls) = &self.url {
-            out.insert("url".into(), urls.all().into());
+            let shown: Vec<String> = urls.all().iter().map(|u| crate::redact::url(u)).collect();
+            out.insert("url".into(), shown.into());
         }
         if self.token.is_some() {
             out.insert("token".into(), REDACTED.into());

@@ -9,6 +9,11 @@ pub const DEFAULT_TENANT: &str = "default";
 /// own list when the gateway has keys.
 pub const ADMIN_TENANT: &str = "admin";
 
+/// The tenant names the gateway uses for itself, which no key, keys-file line or token may
+/// name: a tenant called `admin` would see the admin's sessions and those found in the agent's
+/// own list, replay the admin's idempotent responses and change its all-tenant webhooks.
+pub const RESERVED_TENANTS: [&str; 2] = [ADMIN_TENANT, DEFAULT_TENANT];
+
 /// Who is calling: the tenant new sessions belong to, and whether it sees every tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller {
@@ -25,12 +30,32 @@ impl Caller {
         }
     }
 
-    /// Whether `name` may name a tenant: 1-64 of `A-Z a-z 0-9 - _ .`.
+    /// Whether `name` may name a tenant: 1-64 of `A-Z a-z 0-9 - _ .`, and not one of the
+    /// [`RESERVED_TENANTS`] (compared without case, as a tenant named `Admin` is no clearer).
     pub fn valid_tenant(name: &str) -> bool {
-        (1..=64).contains(&name.len())
+        Self::tenant_refused(name).is_none()
+    }
+
+    /// Why `name` may not name a tenant, for the message that refuses it.
+    pub fn tenant_refused(name: &str) -> Option<String> {
+        let chars = (1..=64).contains(&name.len())
             && name
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !chars {
+            return Some(format!(
+                "{name:?} is not a tenant name: 1-64 of A-Z a-z 0-9 - _ ."
+            ));
+        }
+        RESERVED_TENANTS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(name))
+            .then(|| {
+                format!(
+                    "{name:?} is reserved: the gateway's own tenants ({}) cannot be given to a key or a token",
+                    RESERVED_TENANTS.join(", ")
+                )
+            })
     }
 
     /// Whether sessions of `tenant` exist for this caller.
@@ -58,5 +83,18 @@ mod tests {
         assert_eq!(alice.scope(), Some("alice"));
         assert!(Caller::single_tenant().sees("bob"));
         assert_eq!(Caller::single_tenant().scope(), None);
+    }
+
+    #[test]
+    fn the_gateways_own_tenants_are_no_ones_name() {
+        assert!(Caller::valid_tenant("alice.dev-1_x"));
+        for name in ["admin", "ADMIN", "default", "Default", "", "a b", "a:b"] {
+            assert!(!Caller::valid_tenant(name), "{name:?}");
+        }
+        assert!(
+            Caller::tenant_refused("admin")
+                .unwrap()
+                .contains("reserved")
+        );
     }
 }

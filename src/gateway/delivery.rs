@@ -150,7 +150,7 @@ impl Webhooks {
             d.message_id,
             self.config.max_age.as_secs()
         );
-        tracing::warn!(webhook = w.id, url = w.url, %reason, "webhook disabled");
+        tracing::warn!(webhook = w.id, url = %crate::redact::url(&w.url), %reason, "webhook disabled");
         w.enabled = false;
         w.disabled_reason = Some(reason.clone());
         w.updated_at = Utc::now();

@@ -47,7 +47,7 @@ mod upstream;
 mod views;
 mod webhooks;
 
-pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT};
+pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
 pub use controls::{Controls, Settings};
 pub use counters::Counters;
 pub use create::{Create, Fork, NewSession};

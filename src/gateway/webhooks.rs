@@ -165,14 +165,7 @@ fn check_url(url: &str, allowed: reach::Allowed) -> Result<(), Error> {
 /// `url` as shown back: its userinfo (a user name and password, or a token) replaced by
 /// `***`, so that `GET /webhooks` never shows a credential.
 fn shown_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
-            let _ = parsed.set_password(None);
-            let _ = parsed.set_username("***");
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+    crate::redact::url(url)
 }
 
 fn check_events(events: &[String]) -> Result<(), Error> {

@@ -68,7 +68,7 @@ impl<E: SpanExporter> SpanExporter for Counting<E> {
         metrics::counter!("acp_gateway_otel_spans_total", "result" => outcome).increment(spans);
         match &result {
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
-                tracing::warn!(error = %e, "spans could not be exported; dropping them until the collector answers")
+                tracing::warn!(error = %crate::redact::text(&e.to_string()), "spans could not be exported; dropping them until the collector answers")
             }
             Ok(()) if self.failing.swap(false, Ordering::Relaxed) => {
                 tracing::info!("spans are exported again")

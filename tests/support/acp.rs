@@ -108,6 +108,7 @@ impl AcpClient {
 
     /// Connects to `base`'s `/acp` and initializes (with the elicitation capability).
     pub async fn start(base: &str, key: Option<&str>, ws: bool) -> AcpClient {
+        key.into_iter().for_each(super::secrets::secret);
         let client = AcpClient::connect(transport(base, key, ws)).await;
         let init = client.initialize().await.expect("initialize");
         assert_eq!(init["agentInfo"]["name"], "acp-gateway", "{init}");
@@ -244,6 +245,7 @@ pub async fn bridge(
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"));
     command.args(["connect", url]);
     if let Some(key) = key {
+        super::secrets::secret(key);
         command.args(["--api-key", key]);
     }
     let mut bridge = command

@@ -3,7 +3,8 @@
 //! until it is ready; it is stopped by SIGTERM or killed, and spoken to with the HTTP helpers
 //! here. [`Options`] hold what differs: the tests' defaults record the gateway's log and the
 //! agent's calls in files, [`Options::bench`] records nothing. A test's [`World`] is a temp
-//! dir, a database and one gateway.
+//! dir, a database and one gateway. A recorded log is checked for the test's secrets when its
+//! gateway stops or is dropped (`secrets.rs`): no line may hold one.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -15,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::postgres::{Collation, FreshDatabase};
 use super::process::listening_on;
+use super::secrets;
 use super::sse::{Sse, SseEvent};
 use super::{Backend, PATIENCE, echo_agent};
 
@@ -225,6 +227,19 @@ pub struct Gateway {
     /// The database it serves.
     db_url: String,
     child: tokio::process::Child,
+    /// The log this gateway writes to (with `record`), checked for secrets when it ends, and
+    /// the files its flags name whose keys and tokens are secrets too.
+    log: Option<(PathBuf, Vec<String>)>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some((log, files)) = &self.log
+            && !std::thread::panicking()
+        {
+            secrets::check_log(log, files);
+        }
+    }
 }
 
 impl Gateway {
@@ -260,6 +275,7 @@ impl Gateway {
             cmd.stderr(Stdio::inherit());
         }
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+        let files = secrets::secrets_of_command(&opts.args, &opts.env);
         let mut child = cmd.spawn().expect("start acp-gateway");
         let base = listening_on(child.stdout.take().unwrap(), "the gateway").await;
         let mut gw = Gateway {
@@ -268,6 +284,7 @@ impl Gateway {
             ready_after: Duration::ZERO,
             db_url: db_url.to_owned(),
             child,
+            log: opts.record.then(|| (dir.join("gateway.log"), files)),
         };
         if opts.wait_ready {
             let deadline = started + PATIENCE;
@@ -328,6 +345,7 @@ impl Gateway {
     }
     /// `method path` with a JSON body.
     pub async fn send_json(&self, method: Method, path: &str, body: Value) -> reqwest::Response {
+        secrets::secrets_in_json(&body);
         self.http
             .request(method, self.url(path))
             .json(&body)
@@ -360,7 +378,9 @@ impl Gateway {
     pub async fn json(&self, path: &str) -> Value {
         let r = self.get(path).await;
         assert_eq!(r.status(), 200, "GET {path}");
-        r.json().await.unwrap()
+        let body = r.json().await.unwrap();
+        secrets::secrets_in_json(&body);
+        body
     }
 
     /// The mark of a request to `target` that another replica forwards here, signed as the
@@ -619,15 +639,18 @@ impl Keyed<'_> {
     pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req = self.gw.http.request(method, self.gw.url(path));
         if let Some(key) = self.key {
+            secrets::secret(key);
             req = req.bearer_auth(key);
         }
         if let Some(body) = body {
+            secrets::secrets_in_json(&body);
             req = req.json(&body);
         }
         let r = req.send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        secrets::secrets_in_json(&body);
         (status, body)
     }
     /// [`Keyed::send`], asserting that the status is `want`; answers the body.

@@ -1,8 +1,8 @@
 //! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
 //! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway binary and a test's [`World`] around it
 //! ([`gateway`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]), a webhook
-//! receiver that checks signatures with the reference library ([`webhooks`]) and checks on
-//! problem documents ([`problem`]).
+//! receiver that checks signatures with the reference library ([`webhooks`]), checks on
+//! problem documents ([`problem`]), and the secrets no gateway may log ([`secrets`]).
 //!
 //! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
 //! what only they need (load generators, baselines, reports) on top of it. Each test and bench
@@ -19,6 +19,7 @@ pub mod pgcluster;
 pub mod postgres;
 pub mod problem;
 pub mod process;
+pub mod secrets;
 pub mod sse;
 pub mod webhooks;
 
@@ -30,6 +31,7 @@ pub use pgcluster::PgCluster;
 pub use postgres::{FreshDatabase, admin_url_or_skip};
 pub use problem::{assert_kind, assert_problem};
 pub use process::{pid_alive, processes_with_env};
+pub use secrets::secret;
 pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};
 
 /// Upper bound for anything a test waits for: a hang fails the test instead of blocking CI.

@@ -86,6 +86,7 @@ impl Receiver {
     /// Starts a receiver with more of `receiver.py`'s flags: `--fail-first N`, `--fail-status S`,
     /// `--ok-status 200`, `--delay-ms D`, `--down`, another `--secret`, `--verbose`.
     pub async fn start_with(secret: &str, args: &[&str]) -> Receiver {
+        super::secrets::secret(secret);
         let python = python().await;
         let mut child = Command::new(python)
             .arg(webhooks_dir().join("receiver.py"))
@@ -113,6 +114,7 @@ impl Receiver {
     /// `json!({"secret": [old, new]})` (a new secret list replaces the old one), `delayMs`,
     /// `failStatus`, `okStatus`. Panics on anything the receiver refuses.
     pub async fn configure(&self, json: Value) {
+        super::secrets::secrets_in_json(&json);
         let resp = self
             .http
             .post(format!("{}/_control/config", self.url))

@@ -141,7 +141,7 @@ impl Remote {
             request = request.json(&body);
         }
         let unreachable = |e: reqwest::Error| {
-            tracing::warn!(address, error = %e, "the replica serving the session cannot be reached");
+            tracing::warn!(address = %crate::redact::url(address), error = %crate::redact::text(&e.to_string()), "the replica serving the session cannot be reached");
             internal("the gateway replica serving this session cannot be reached; retry shortly")
         };
         let answer = request.send().await.map_err(unreachable)?;
