@@ -147,11 +147,13 @@ async fn send(
     headers.remove(header::ORIGIN);
     headers.insert(FORWARDED, mark);
     // The trace goes on at the owner, as a child of this hop's span.
+    // An advertised URL may carry credentials; the log and the trace do not.
+    let shown = crate::redact::url(owner);
     let span = tracing::info_span!(
         "forward",
         "otel.name" = "forward",
         "otel.kind" = "client",
-        owner,
+        owner = %shown,
         "http.response.status_code" = tracing::field::Empty,
     );
     for (name, value) in crate::telemetry::traces::context_of(&span).unwrap_or_default() {
@@ -163,7 +165,8 @@ async fn send(
         }
     }
     let unreachable = |e: reqwest::Error| {
-        tracing::warn!(owner, error = %e, "the replica serving the request cannot be reached");
+        let error = crate::redact::text(&e.to_string()).into_owned();
+        tracing::warn!(owner = %shown, error, "the replica serving the request cannot be reached");
         ApiError::Service(gateway::Error::HeldElsewhere(
             "the gateway replica serving this request cannot be reached; retry shortly".into(),
         ))
