@@ -2,7 +2,8 @@
 //! `--max-updates-per-turn` are dropped and counted as garbage (the turn still ends, the log
 //! holds at most the bound, the next turn has its own, other sessions answer meanwhile), and the
 //! requests of one session waiting for a client past `--max-pending-requests` are refused at
-//! once with a JSON-RPC error (the list shows at most the bound; the ones kept are answered).
+//! once with a JSON-RPC error (the list shows at most the bound; the ones kept are answered);
+//! requests the policy answers are forgotten past the latest 256 of a session.
 
 mod support;
 
@@ -11,7 +12,8 @@ use support::*;
 
 both_backends!(
     updates_past_the_bound_of_a_turn_are_dropped_and_counted,
-    requests_past_the_pending_bound_are_refused_at_once
+    requests_past_the_pending_bound_are_refused_at_once,
+    requests_answered_by_the_policy_are_not_kept_without_bound,
 );
 
 const GARBAGE: &str = "acp_gateway_agent_garbage_total";
@@ -112,5 +114,30 @@ async fn requests_past_the_pending_bound_are_refused_at_once(backend: Backend) {
         "{said:?}"
     );
     assert!(gw.json(&format!("/sessions/{id}/permissions")).await == json!([]));
+    w.finish().await;
+}
+
+/// An agent asking in a loop, answered by `--permission-policy allow`, leaves only the latest
+/// resolved requests in memory: an answer to the first is 404 (forgotten), to the last 409
+/// (resolved).
+async fn requests_answered_by_the_policy_are_not_kept_without_bound(backend: Backend) {
+    let opts = Options::default().args(&["--permission-policy", "allow"]);
+    let (w, id) = World::with_session(backend, opts).await;
+    let gw = w.gw();
+    let (status, body) = gw.prompt(&id, "/permissions 300 done").await;
+    assert_eq!(status, 200, "{body}");
+    let said = chunks(gw, &id).await;
+    assert_eq!(said.iter().filter(|c| c.ends_with(": allow")).count(), 300);
+    let asked: Vec<String> = (gw.history(&id).await.iter())
+        .filter(|e| e["event"] == "permission_requested")
+        .map(|e| e["data"]["requestId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(asked.len(), 300);
+    let answer = |request_id: &str| {
+        let path = format!("/sessions/{id}/permissions/{request_id}");
+        async move { gw.post(&path, json!({"optionId": "allow"})).await.status() }
+    };
+    assert_eq!(answer(&asked[0]).await, 404, "forgotten");
+    assert_eq!(answer(&asked[299]).await, 409, "resolved, and kept");
     w.finish().await;
 }

@@ -76,6 +76,11 @@ struct Entry<V: Asked> {
     extra: V::Extra,
 }
 
+/// The resolved requests of one session a table keeps (so that a late answer is told 409 and a
+/// URL elicitation's completion finds its request); older ones are forgotten (404), so that an
+/// agent asking in a loop, answered by the policy, cannot grow the table without bound.
+pub(super) const RESOLVED_KEPT: usize = 256;
+
 /// Pending and resolved requests of one kind, by gateway id.
 pub(super) struct Table<V: Asked> {
     map: Mutex<HashMap<String, Entry<V>>>,
@@ -94,15 +99,29 @@ impl<V: Asked> Table<V> {
         self.map.lock().expect("pending table lock")
     }
 
+    /// Adds a request; of its session's resolved ones, only the [`RESOLVED_KEPT`] latest stay.
     pub(super) fn insert(&self, view: V, member: usize, request: Incoming, extra: V::Extra) {
         let id = view.request_id().to_owned();
+        let session_id = view.session_id().to_owned();
         let entry = Entry {
             view,
             member,
             request,
             extra,
         };
-        self.lock().insert(id, entry);
+        let mut map = self.lock();
+        map.insert(id, entry);
+        let mut resolved: Vec<(DateTime<Utc>, String)> = map
+            .iter()
+            .filter(|(_, e)| e.view.session_id() == session_id && e.view.is_resolved())
+            .map(|(id, e)| (e.view.created_at(), id.clone()))
+            .collect();
+        if let Some(excess) = resolved.len().checked_sub(RESOLVED_KEPT) {
+            resolved.sort_unstable();
+            for (_, id) in &resolved[..excess] {
+                map.remove(id);
+            }
+        }
     }
 
     /// The session's pending requests, oldest first.
