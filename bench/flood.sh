@@ -5,7 +5,8 @@
 # are timed. Prints, each as flood ÷ quiet of the same run:
 #   - the bridge's RSS (the front's member process, `acp-gateway connect --once`): its VmRSS
 #     when idle vs its VmHWM once the flood is over (target: bounded, not growing with N);
-#   - the other session's prompt p99 during the flood vs alone (target ≤ 2×).
+#   - the other session's prompt p99 during the flood vs alone (target ≤ 2×);
+#   - the host gateway's RSS likewise (what the bridge does not read waits in the host).
 #   [BIN=target/release/acp-gateway] [AGENT=target/release/examples/echo_agent] \
 #   [UPDATES=200000] [PROMPTS=200] [SCHEME=ws] bash bench/flood.sh
 set -euo pipefail
@@ -16,8 +17,9 @@ UPDATES=${UPDATES:-200000}
 PROMPTS=${PROMPTS:-200}
 SCHEME=${SCHEME:-ws}
 work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+# Each gateway's pid is in $work/NAME/pid (`start` runs in a subshell): the host's and the
+# front's, whose members end with them.
+trap 'kill $(cat "$work"/*/pid 2>/dev/null) 2>/dev/null; sleep 1; rm -rf "$work"' EXIT
 
 # start NAME ARGS…: a gateway on SQLite in $work/NAME; prints its base URL.
 start() {
@@ -25,7 +27,7 @@ start() {
   mkdir -p "$work/$name"
   ECHO_AGENT_DIR="$work/$name/agent" RUST_LOG=warn "$BIN" --listen 127.0.0.1:0 \
     --database-url "sqlite://$work/$name/db.sqlite" "$@" >"$work/$name/out" 2>"$work/$name/err" &
-  pids+=($!)
+  echo $! >"$work/$name/pid"
   local url=""
   for _ in $(seq 600); do
     url=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$work/$name/out" | head -1 || true)
@@ -36,10 +38,12 @@ start() {
 }
 
 host=$(start host --agent "$AGENT")
+host_pid=$(cat "$work/host/pid")
 printf '[agents.host]\nurl = ["%s/acp"]\n' "${host/http:/$SCHEME:}" >"$work/front.toml"
 front=$(start front --config "$work/front.toml" --default-agent host)
 bridge=$(curl -fs "$front/agent" | python3 -c 'import json,sys; print(json.load(sys.stdin)["members"][0]["pid"])')
-kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$bridge/status"; }
+# kib FIELD [PID]: a field of the bridge's (or PID's) /proc status, in KiB.
+kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/${2:-$bridge}/status"; }
 new_session() { curl -fs -H 'content-type: application/json' -d '{"cwd":"/tmp"}' "$front/sessions" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])'; }
 flooder=$(new_session)
@@ -55,6 +59,7 @@ timed() {
 
 timed 20 >/dev/null # warm
 quiet_rss=$(kib VmRSS)
+host_quiet=$(kib VmRSS "$host_pid")
 quiet_p99=$(timed "$PROMPTS")
 
 start_ns=$(date +%s%N)
@@ -65,7 +70,9 @@ flood_p99=$(timed "$PROMPTS")
 wait "$flood"
 flood_s=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 peak_rss=$(kib VmHWM)
+host_peak=$(kib VmHWM "$host_pid")
 
 echo "bridge RSS: quiet ${quiet_rss} KiB, peak during the flood ${peak_rss} KiB ($(awk -v a="$peak_rss" -v b="$quiet_rss" 'BEGIN{printf "%.2f", a/b}')×)"
+echo "host RSS: quiet ${host_quiet} KiB, peak ${host_peak} KiB ($(awk -v a="$host_peak" -v b="$host_quiet" 'BEGIN{printf "%.2f", a/b}')×)"
 echo "other session's prompt p99: quiet ${quiet_p99} ms, during the flood ${flood_p99} ms ($(awk -v a="$flood_p99" -v b="$quiet_p99" 'BEGIN{printf "%.2f", a/b}')×)"
 echo "flood turn: $UPDATES updates over $SCHEME in ${flood_s} ms; $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stopReason"])' "$work/flood.json")"

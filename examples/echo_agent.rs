@@ -120,6 +120,7 @@
 //! | Directive | Effect |
 //! |---|---|
 //! | `/chunks N` | Reply with N chunks "c1 ", "c2 ", …, "cN" instead of the words. |
+//! | `/bytes N` | Reply with one chunk of N `x`s instead of the words (a message larger than a transport's frame). |
 //! | `/delay MS` | Sleep MS milliseconds before each chunk. |
 //! | `/permission` | First send `session/request_permission` (tool call `call_1`, options `allow`/`reject`) and wait. Selected: stream `"permission: <optionId>"` then the reply. Cancelled: stop with `cancelled`. |
 //! | `/permissions N` | After `/permission`, send N `session/request_permission`s at once (tool calls `call_1`…`call_N`, options `allow`/`reject`), without waiting for any; as each is answered, stream one chunk `"permission call_I: <optionId>"` (or `cancelled`) or `"permission call_I: error <code>"`; once all are answered, continue normally. A cancel stops with `cancelled`. |
@@ -229,6 +230,8 @@ const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
 struct Directives {
     /// `/chunks N`: reply with N numbered chunks instead of the words.
     chunks: Option<usize>,
+    /// `/bytes N`: reply with one chunk of N `x`s instead of the words.
+    bytes: Option<usize>,
     /// `/delay MS`: sleep before each chunk.
     delay_ms: u64,
     /// `/permission`: ask the client for permission first.
@@ -293,12 +296,14 @@ impl Directives {
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
+                ("/bytes", Some(n)) => d.bytes = usize::try_from(n).ok(),
                 ("/permissions", Some(n)) => d.permissions = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
             rest = if matches!(word, "/env" | "/spoof")
-                || (number.is_some() && matches!(word, "/chunks" | "/delay" | "/permissions"))
+                || (number.is_some()
+                    && matches!(word, "/chunks" | "/bytes" | "/delay" | "/permissions"))
             {
                 after_arg
             } else {

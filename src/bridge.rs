@@ -9,12 +9,15 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use agent_client_protocol::{Client, ConnectTo, TransportFrame};
-use agent_client_protocol_http::HttpClient;
+use agent_client_protocol::TransportFrame;
 use anyhow::Context;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use transport::{Connection, Target};
+
+mod transport;
 
 /// The ids of the bridge's own requests (answers to them are not the editor's).
 const OWN_ID: &str = "acp-gateway-connect/";
@@ -121,7 +124,7 @@ impl Editor {
 }
 
 /// How the bridge holds its connection.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Link {
     /// Exit (with an error) when the connection drops instead of connecting again: for a pool
     /// member of another gateway, whose supervisor restarts it and resumes its sessions.
@@ -134,6 +137,10 @@ pub struct Link {
     /// The URL is the endpoint as it is (else `/acp` is appended unless its path ends so): for
     /// a server whose endpoint is elsewhere.
     pub exact: bool,
+    /// The largest message (and frame) a WebSocket host may send: a larger one ends the
+    /// connection (the gateway's `--max-line-bytes`, which a line of the bridge's stdout
+    /// must not pass either). Over HTTP/SSE, the official client sets no limit.
+    pub max_message_bytes: usize,
 }
 
 /// The method the heartbeat asks: none, so that any peer answers at once, with an error.
@@ -149,38 +156,27 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
             .context("the API key is not a valid header value")?;
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    let client = || {
-        let builder = match link.exact {
-            true => HttpClient::builder_with_endpoint(url),
-            false => HttpClient::builder(url),
-        };
-        builder
-            .configure_http(|http| http.default_headers(headers.clone()))
-            .build()
-            .context("the gateway URL")
+    let target = Target {
+        url: url.to_owned(),
+        exact: link.exact,
+        headers,
+        max_message_bytes: link.max_message_bytes,
     };
-    client()?; // a bad URL fails now, not at the first message
+    target.check()?; // a bad URL fails now, not at the first message
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
     let mut editor = Editor::default();
     let (mut attempt, mut backoff) = (0u64, BACKOFF.0);
     loop {
-        let (channel, driver) = ConnectTo::<Client>::into_channel_and_future(client()?);
-        let (mut from_gateway, to_gateway) = channel.into_parts();
-        let mut driver = std::pin::pin!(async move {
-            match driver {
-                Some(driver) => driver.await,
-                None => std::future::pending().await,
-            }
-        });
-        let send = |line: &str| {
-            to_gateway
-                .unbounded_send(TransportFrame::parse_json(line))
-                .is_ok()
-        };
+        let Connection {
+            incoming: mut from_gateway,
+            outgoing: to_gateway,
+            mut driver,
+        } = Connection::open(&target)?;
         if attempt > 0 {
             for msg in editor.restore(attempt) {
-                send(&msg.to_string());
+                to_gateway.room().await;
+                to_gateway.send(&msg.to_string());
             }
         }
         attempt += 1;
@@ -193,10 +189,11 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
         let beat = link.heartbeat.unwrap_or(Duration::MAX);
         // Why it ended (empty: the channel closed first, and the driver says why).
         let why: String = loop {
-            // The connection's driver reads from the other side into an unbounded queue, as
-            // much as its socket holds each time it is polled: it is polled only once that
+            // The official client's driver reads from the other side into an unbounded queue,
+            // as much as its socket holds each time it is polled: it is polled only once that
             // queue is empty, so that a host sending faster than the gateway takes the lines
-            // on stdout finds its connection full instead of the bridge's memory.
+            // on stdout finds its connection full instead of the bridge's memory. (A
+            // WebSocket's reader waits for the bridge to take each message on its own.)
             if ready.is_none() {
                 ready = from_gateway.next().now_or_never();
             }
@@ -211,18 +208,19 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                     heard = tokio::time::Instant::now();
                     pings += 1;
                     let ping = json!({"jsonrpc": "2.0", "id": format!("{OWN_ID}ping/{attempt}/{pings}"), "method": PING, "params": {}});
-                    if !send(&ping.to_string()) {
+                    if !to_gateway.send(&ping.to_string()) {
                         break String::new();
                     }
                 }
-                line = stdin.next_line() => {
+                // Read from the editor only when the connection can take what it says.
+                line = async { to_gateway.room().await; stdin.next_line().await } => {
                     let Some(line) = line? else {
                         return Ok(()); // the editor is gone
                     };
                     if let Ok(msg) = serde_json::from_str::<Value>(&line) {
                         editor.sent(&msg);
                     }
-                    if !send(&line) {
+                    if !to_gateway.send(&line) {
                         break String::new();
                     }
                 }
@@ -242,14 +240,14 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
                     ready = Some(frame);
                 }
                 ended = &mut driver, if drained => {
-                    break ended.err().map_or_else(|| "it was closed".to_owned(), |e| e.to_string());
+                    break ended.err().unwrap_or_else(|| "it was closed".to_owned());
                 }
             }
         };
         let why = match why.is_empty() {
             false => why,
             true => match tokio::time::timeout(Duration::from_secs(1), &mut driver).await {
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => e,
                 _ => "it was closed".to_owned(),
             },
         };

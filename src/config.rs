@@ -371,7 +371,8 @@ pub enum Command {
     /// Bridge stdin/stdout to a gateway's ACP endpoint, for editors that launch agents as
     /// commands: `acp-gateway connect https://gw.example/acp --api-key KEY` (here `--api-key`
     /// is the key itself, sent as `Authorization: Bearer`). Reconnects and resumes the open
-    /// sessions on its own.
+    /// sessions on its own. Over a WebSocket, `--max-line-bytes` caps a message (and a frame)
+    /// from the other side: a larger one ends the connection.
     Connect {
         /// The gateway (`http(s)://` for HTTP/SSE, `ws(s)://` for a WebSocket); `/acp` is
         /// appended unless the path ends with it.

@@ -111,6 +111,7 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
                 once,
                 heartbeat: (heartbeat > 0).then(|| std::time::Duration::from_secs(heartbeat)),
                 exact: exact_url,
+                max_message_bytes: config.max_line_bytes,
             };
             let ended = acp_gateway::bridge::connect(url, key, link).await;
             // Stdin is read on a blocking thread that no runtime shutdown can stop (it would

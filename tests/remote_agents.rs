@@ -4,7 +4,9 @@
 //! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
 //! permission answered at the front, cancel, fork (not offered: 501), the list sync, delete. The host SIGKILLed mid-turn ends
 //! the front's turn as a member's death does, and once the host is back the session is resumed
-//! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever.
+//! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever. Over
+//! WebSocket a flood of updates ends its turn, a 20 MB message passes and one over the front's
+//! `--max-line-bytes` ends the connection, saying why.
 
 mod support;
 
@@ -248,6 +250,63 @@ async fn a_flooding_host_is_bounded_at_the_front() {
         front.finish().await;
         host.finish().await;
     }
+}
+
+/// A reply chunk of 20 MB, over the 16 MiB frame that WebSocket clients allow by default and
+/// under the front's `--max-line-bytes` (64 MiB), comes through the WebSocket whole: the
+/// bridge's frame and message limits are the agent's `--max-line-bytes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_16_mib_passes_over_websocket() {
+    let host = host(free_port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(Backend::Sqlite, &url_of(&host, "ws"), dir.path()).await;
+    let gw = front.gw();
+    let id = gw.create("/tmp").await;
+    let (status, body) = gw.prompt(&id, "/bytes 20000000").await;
+    assert_eq!(
+        (status, &body["stopReason"]),
+        (200, &json!("end_turn")),
+        "{body}"
+    );
+    let kept = chunks(gw, &id).await;
+    assert_eq!(
+        kept.iter().map(String::len).collect::<Vec<_>>(),
+        [20_000_000]
+    );
+    let (status, body) = gw.prompt(&id, "after the big one").await;
+    assert_eq!(status, 200, "{body}");
+    front.finish().await;
+    host.finish().await;
+}
+
+/// A message from the host over the front's `--max-line-bytes` ends the bridge's WebSocket
+/// with a log line that says so: the turn ends as a member's death ends it, and the member,
+/// restarted, serves the session's next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_max_line_bytes_ends_the_websocket_with_a_clear_log_line() {
+    let host = host(free_port()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = front_options(&url_of(&host, "ws"), dir.path(), HOST_KEY, 5)
+        .args(&["--max-line-bytes", "1000000"]);
+    let front = World::start(Backend::Sqlite, opts).await;
+    let gw = front.gw();
+    let id = gw.create("/tmp").await;
+    let (status, body) = gw.prompt(&id, "/bytes 2000000").await;
+    assert_kind(status, &body, 502, "agent-unavailable");
+    gw.wait_member_state("ready").await;
+    let log = front.log();
+    assert!(
+        log.contains("over --max-line-bytes (1000000)"),
+        "no line says why the connection ended:\n{log}"
+    );
+    let (status, body) = gw.prompt(&id, "after the big one").await;
+    assert_eq!(
+        (status, &body["stopReason"]),
+        (200, &json!("end_turn")),
+        "{body}"
+    );
+    front.finish().await;
+    host.finish().await;
 }
 
 /// The host SIGKILLed mid-turn: the front's turn ends as a member's death ends it, new turns

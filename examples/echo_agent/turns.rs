@@ -288,9 +288,10 @@ impl EchoAgent {
             return Ok(StopReason::Cancelled);
         }
 
-        let mut parts: Vec<String> = match d.chunks {
-            Some(n) => (1..=n).map(|i| format!("c{i}")).collect(),
-            None => rest.split_whitespace().map(str::to_string).collect(),
+        let mut parts: Vec<String> = match (d.bytes, d.chunks) {
+            (Some(n), _) => vec!["x".repeat(n)],
+            (None, Some(n)) => (1..=n).map(|i| format!("c{i}")).collect(),
+            (None, None) => rest.split_whitespace().map(str::to_string).collect(),
         };
         if parts.is_empty() && d.chunks.is_none() {
             parts.push("(empty)".into());

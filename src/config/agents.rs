@@ -244,7 +244,8 @@ fn remote_urls(line: &str) -> Option<Vec<String>> {
 
 impl AgentSpec {
     /// The agent is reached at `urls` (each the endpoint itself): each member is the gateway's
-    /// own bridge to one of them (`acp-gateway connect --once --exact-url`, the URL last; members take the URLs in turn, and there
+    /// own bridge to one of them (`acp-gateway connect --once --exact-url --max-line-bytes N`, the
+    /// agent's limit on a message from it, the URL last; members take the URLs in turn, and there
     /// is at least one per URL), a child process like a local agent's, which exits when its
     /// connection drops (or falls silent past two heartbeats). It is sent `token` as its
     /// bearer (`ACP_GATEWAY_CONNECT_TOKEN`), and, as any agent, none of the gateway's own
@@ -258,6 +259,7 @@ impl AgentSpec {
         let heartbeat = heartbeat.unwrap_or(REMOTE_HEARTBEAT);
         anyhow::ensure!(heartbeat > 0, "heartbeat must be 1 second or more");
         let heartbeat = heartbeat.to_string();
+        let max_line_bytes = self.command.max_line_bytes.to_string();
         let exe = std::env::current_exe()
             .context("the gateway's own executable, which bridges to a remote agent")?;
         let command = &mut self.command;
@@ -268,6 +270,8 @@ impl AgentSpec {
             "--exact-url",
             "--heartbeat",
             &heartbeat,
+            "--max-line-bytes",
+            &max_line_bytes,
             &urls[0],
         ];
         command.args = args.map(str::to_owned).into();

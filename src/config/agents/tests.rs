@@ -368,6 +368,8 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
             "--exact-url",
             "--heartbeat",
             "3",
+            "--max-line-bytes",
+            "67108864",
             "https://host.example/acp"
         ]
     );
@@ -381,7 +383,7 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
     assert_eq!(far.pool_size, 2);
     let near = specs.iter().find(|s| s.name == "near").unwrap();
     assert_eq!(near.command.args[4], "10");
-    assert_eq!(near.command.args[5], "wss://near.example/acp");
+    assert_eq!(near.command.args[7], "wss://near.example/acp");
     assert!(near.command.env.is_empty(), "{:?}", near.command.env);
     // A command line is still a command, even with a scheme-like word in it.
     let (specs, _) = agents("", &["--agent", "tool --url https://x"]).unwrap();
@@ -395,7 +397,7 @@ fn an_agent_given_by_url_is_bridged_with_its_token_and_nothing_of_the_gateways()
         ["wss://a/acp", "wss://b/acp", "wss://c/acp"]
     );
     assert_eq!(specs[0].pool_size, 3);
-    assert_eq!(specs[0].command.args[5], "wss://a/acp");
+    assert_eq!(specs[0].command.args[7], "wss://a/acp");
     let (specs, _) = agents("", &["--agent", "wss://a/acp wss://b/acp"]).unwrap();
     assert_eq!(specs[0].remote, ["wss://a/acp", "wss://b/acp"]);
 }
