@@ -7,8 +7,12 @@
 #     when idle vs its VmHWM once the flood is over (target: bounded, not growing with N);
 #   - the other session's prompt p99 during the flood vs alone (target ≤ 2×);
 #   - the host gateway's RSS likewise (what the bridge does not read waits in the host).
-#   [BIN=target/release/acp-gateway] [AGENT=target/release/examples/echo_agent] \
-#   [UPDATES=200000] [PROMPTS=200] [SCHEME=ws] bash bench/flood.sh
+# Each agent has POOL members (default 2), so the other session runs on a member of its own, as
+# another tenant's would: its p99 shows what the flood costs the gateway, not the agent's own
+# queue. LOCAL=1: the front runs the echo agent itself (a local agent flooding), and the RSS
+# measured is the front gateway's.
+#   [BIN=target/release/acp-gateway] [AGENT=target/release/examples/echo_agent] [POOL=2] \
+#   [UPDATES=200000] [PROMPTS=200] [SCHEME=ws] [LOCAL=1] bash bench/flood.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/acp-gateway}
@@ -16,6 +20,8 @@ AGENT=${AGENT:-target/release/examples/echo_agent}
 UPDATES=${UPDATES:-200000}
 PROMPTS=${PROMPTS:-200}
 SCHEME=${SCHEME:-ws}
+POOL=${POOL:-2}
+LOCAL=${LOCAL:-}
 work=$(mktemp -d)
 # Each gateway's pid is in $work/NAME/pid (`start` runs in a subshell): the host's and the
 # front's, whose members end with them.
@@ -37,13 +43,20 @@ start() {
   echo "$url"
 }
 
-host=$(start host --agent "$AGENT")
-host_pid=$(cat "$work/host/pid")
-printf '[agents.host]\nurl = ["%s/acp"]\n' "${host/http:/$SCHEME:}" >"$work/front.toml"
-front=$(start front --config "$work/front.toml" --default-agent host)
-bridge=$(curl -fs "$front/agent" | python3 -c 'import json,sys; print(json.load(sys.stdin)["members"][0]["pid"])')
-# kib FIELD [PID]: a field of the bridge's (or PID's) /proc status, in KiB.
-kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/${2:-$bridge}/status"; }
+if [ -n "$LOCAL" ]; then
+  front=$(start front --agent "$AGENT" --pool-size "$POOL")
+  host_pid=$(cat "$work/front/pid")
+  watched=$host_pid what="front gateway"
+else
+  host=$(start host --agent "$AGENT" --pool-size "$POOL")
+  host_pid=$(cat "$work/host/pid")
+  printf '[agents.host]\nurl = ["%s/acp"]\npool-size = %s\n' "${host/http:/$SCHEME:}" "$POOL" >"$work/front.toml"
+  front=$(start front --config "$work/front.toml" --default-agent host)
+  watched=$(curl -fs "$front/agent" | python3 -c 'import json,sys; print(" ".join(str(m["pid"]) for m in json.load(sys.stdin)["members"]))')
+  what="bridge (largest of the members)"
+fi
+# kib FIELD [PID]: a field of the watched processes' /proc status (the largest), or PID's, in KiB.
+kib() { for p in ${2:-$watched}; do awk -v k="$1:" '$1 == k {print $2}' "/proc/$p/status"; done | sort -n | tail -1; }
 new_session() { curl -fs -H 'content-type: application/json' -d '{"cwd":"/tmp"}' "$front/sessions" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])'; }
 flooder=$(new_session)
@@ -72,7 +85,20 @@ flood_s=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 peak_rss=$(kib VmHWM)
 host_peak=$(kib VmHWM "$host_pid")
 
-echo "bridge RSS: quiet ${quiet_rss} KiB, peak during the flood ${peak_rss} KiB ($(awk -v a="$peak_rss" -v b="$quiet_rss" 'BEGIN{printf "%.2f", a/b}')×)"
-echo "host RSS: quiet ${host_quiet} KiB, peak ${host_peak} KiB ($(awk -v a="$host_peak" -v b="$host_quiet" 'BEGIN{printf "%.2f", a/b}')×)"
+echo "$what RSS: quiet ${quiet_rss} KiB, peak during the flood ${peak_rss} KiB ($(awk -v a="$peak_rss" -v b="$quiet_rss" 'BEGIN{printf "%.2f", a/b}')×)"
+if [ -z "$LOCAL" ]; then
+  # The machine's floor: the same flood sent to a session of the host itself, which the front
+  # never reads, while the other session is timed again; the host's own work on the shared cores
+  # is what this p99 shows.
+  hosted=$(curl -fs -H 'content-type: application/json' -d '{"cwd":"/tmp"}' "$host/sessions" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["sessionId"])')
+  curl -fs -o /dev/null -H 'content-type: application/json' \
+    -d "{\"text\":\"/chunks $UPDATES\"}" "$host/sessions/$hosted/prompt" &
+  floor=$!
+  floor_p99=$(timed "$PROMPTS")
+  wait "$floor"
+  echo "floor: the other session's p99 while the host floods a session of its own: ${floor_p99} ms ($(awk -v a="$floor_p99" -v b="$quiet_p99" 'BEGIN{printf "%.2f", a/b}')× quiet); the flood through the front ÷ this floor: $(awk -v a="$flood_p99" -v b="$floor_p99" 'BEGIN{printf "%.2f", a/b}')×"
+fi
+[ -n "$LOCAL" ] || echo "host RSS: quiet ${host_quiet} KiB, peak ${host_peak} KiB ($(awk -v a="$host_peak" -v b="$host_quiet" 'BEGIN{printf "%.2f", a/b}')×)"
 echo "other session's prompt p99: quiet ${quiet_p99} ms, during the flood ${flood_p99} ms ($(awk -v a="$flood_p99" -v b="$quiet_p99" 'BEGIN{printf "%.2f", a/b}')×)"
-echo "flood turn: $UPDATES updates over $SCHEME in ${flood_s} ms; $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stopReason"])' "$work/flood.json")"
+echo "flood turn: $UPDATES updates over $([ -n "$LOCAL" ] && echo stdio || echo "$SCHEME") in ${flood_s} ms; $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stopReason"])' "$work/flood.json")"
