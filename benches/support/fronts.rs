@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::load::{Calls, LoadPlan, Window, clients};
 use super::peers::{Peer, PeerKind};
+pub use super::text::{env_or, load_average, ms, pair, us};
 use super::{Backend, Database, Gateway, MultiplexedAgent, Options, Sse, cpu_time, percentile};
 
 /// Every prompt: 20 chunks, "c1 " … "c20"; [`LAST_CHUNK`] is how the last one reads in an
@@ -430,49 +431,6 @@ pub fn figures(
         usage,
         has_front_process,
     }
-}
-
-pub fn ms(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1e3;
-    if ms < 10.0 {
-        format!("{ms:.2} ms")
-    } else {
-        format!("{ms:.1} ms")
-    }
-}
-
-pub fn us(total: Duration, per: usize) -> String {
-    if per == 0 {
-        return "—".into();
-    }
-    format!("{:.1} µs", total.as_secs_f64() * 1e6 / per as f64)
-}
-
-pub fn pair(sorted: &[Duration]) -> String {
-    if sorted.is_empty() {
-        return "—".into();
-    }
-    format!(
-        "{} / {}",
-        ms(percentile(sorted, 0.5)),
-        ms(percentile(sorted, 0.99))
-    )
-}
-
-pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not valid"))
-        })
-        .unwrap_or(default)
-}
-
-/// The one-minute load average (`/proc/loadavg`).
-pub fn load_average() -> String {
-    let avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    avg.split_whitespace().next().unwrap_or("?").to_owned()
 }
 
 /// What a load bench runs, from its environment (`{PREFIX}_SECS`, `_ROUNDS`, `_AGENT`,

@@ -17,6 +17,7 @@ pub mod fronts;
 pub mod latency;
 pub mod load;
 pub mod peers;
+pub mod text;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

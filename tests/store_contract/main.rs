@@ -9,9 +9,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bulk;
+mod deliveries;
 mod events;
 mod idempotency;
 mod listing;
+mod log_writer;
+mod payloads;
 mod quotas;
 mod reopen;
 mod replicas;
@@ -220,7 +224,7 @@ macro_rules! store_contract {
             sessions::check_session_agents,
             sessions::check_update_session,
             sessions::check_concurrent_updates,
-            sessions::check_sessions_in_bulk,
+            bulk::check_sessions_in_bulk,
             listing::check_list_sessions,
             listing::check_stable_pagination,
             sessions::check_tombstone,
@@ -229,21 +233,21 @@ macro_rules! store_contract {
             events::check_turn_open,
             events::check_session_state,
             events::check_concurrent_appends,
-            events::check_log_writer,
-            events::check_log_writer_append_all,
-            events::check_payload_round_trip,
-            events::check_nul_round_trip,
-            events::check_nul_in_text_round_trip,
+            log_writer::check_log_writer,
+            log_writer::check_log_writer_append_all,
+            payloads::check_payload_round_trip,
+            payloads::check_nul_round_trip,
+            payloads::check_nul_in_text_round_trip,
             events::check_lifecycle,
             events::check_prune_events,
             webhooks::check_webhook_crud,
             webhooks::check_outbox,
             webhooks::check_lifecycle_outbox,
             webhooks::check_outbox_ids_are_distinct,
-            webhooks::check_claim,
-            webhooks::check_finish_and_retry,
+            deliveries::check_claim,
+            deliveries::check_finish_and_retry,
             webhooks::check_list_and_cascade,
-            webhooks::check_concurrent_claims,
+            deliveries::check_concurrent_claims,
             webhooks::check_appends_while_webhooks_change,
             idempotency::check_idempotency_keys,
             idempotency::check_concurrent_idempotency_keys,
@@ -348,7 +352,7 @@ mod postgres {
     #[tokio::test]
     async fn check_log_writer_reconnects() {
         on_postgres("check_log_writer_reconnects", |db, url| async move {
-            events::check_log_writer_reconnects(db.store, &url).await;
+            log_writer::check_log_writer_reconnects(db.store, &url).await;
         })
         .await;
     }

@@ -1,6 +1,6 @@
 //! What the integration tests and the benchmarks share: the echo agent ([`agent`]), throwaway
-//! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway binary and a test's [`World`] around it
-//! ([`gateway`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]), a webhook
+//! PostgreSQL databases ([`postgres`]) and clusters of a test's own ([`pgcluster`]), the gateway
+//! binary ([`gateway`]) and a test's [`World`] around it ([`world`]), one SSE reader ([`sse`]), what `/proc` says about a process ([`process`]), a webhook
 //! receiver that checks signatures with the reference library ([`webhooks`]), checks on
 //! problem documents ([`problem`]), and the secrets no gateway may log ([`secrets`]).
 //!
@@ -22,17 +22,19 @@ pub mod process;
 pub mod secrets;
 pub mod sse;
 pub mod webhooks;
+pub mod world;
 
 use std::time::Duration;
 
 pub use agent::{DirectClient, echo_agent};
-pub use gateway::{Database, Gateway, Options, World};
+pub use gateway::Gateway;
 pub use pgcluster::PgCluster;
 pub use postgres::{FreshDatabase, admin_url_or_skip};
 pub use problem::{assert_kind, assert_problem};
 pub use process::{pid_alive, processes_with_env};
 pub use secrets::secret;
 pub use sse::{Sse, SseEvent, chunk_text, find_event, last_event, positions, seqs};
+pub use world::{Database, Options, World};
 
 /// Upper bound for anything a test waits for: a hang fails the test instead of blocking CI.
 pub const PATIENCE: Duration = Duration::from_secs(60);
