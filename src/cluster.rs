@@ -392,12 +392,7 @@ impl Cluster {
         if id == replica_id() || !self.may_take_orphans() {
             return Ok(false);
         }
-        let Replicas::Shared(registry) = &self.replicas else {
-            return Ok(true);
-        };
-        let lease = self.lease();
-        let replicas = registry.replicas().await?;
-        Ok(!replicas.iter().any(|r| r.id == id && r.silent_for <= lease))
+        Ok(self.address_of_now(id).await?.is_none())
     }
 
     /// The agents that live replicas run and this one does not, by name.
