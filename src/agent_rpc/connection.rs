@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::errors::{CallError, RpcError, answer_value};
 use super::stdin;
-use super::{CallError, RpcError, answer_value};
 
 type Answer = Result<Box<RawValue>, CallError>;
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::RpcError;
+use super::errors::RpcError;
 
 /// One message from the agent, in the order it was written.
 #[derive(Debug)]

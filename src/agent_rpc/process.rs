@@ -20,8 +20,9 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::Connection;
+use super::inbound::{Inbound, parse_line};
 use super::stdin::AgentStdin;
-use super::{Connection, Inbound, parse_line};
 
 /// Longest line accepted from an agent: base64 images make lines large.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;

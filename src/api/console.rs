@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, Problem};
-use super::{AppState, Path};
+use super::extract::{AppState, Path};
 
 /// What the console's pages may load and do: only this origin's scripts, styles and API; no
 /// inline script or style (agent text that slipped into the DOM as HTML still could not run).

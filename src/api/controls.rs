@@ -9,8 +9,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::extract::{AppState, Json, Path};
 use super::responses::{AgentFailed, AgentRefused, InvalidSessionParams, UnknownOrDeletedSession};
-use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::SessionView;
 use crate::gateway::{Caller, Fork, StateAt};

@@ -7,8 +7,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::extract::{AppState, Json, Path};
 use super::responses::{AlreadyResolved, UnknownSession};
-use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, ElicitationView};
 

@@ -8,9 +8,9 @@ use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
 use super::event_unions::{self, LifecycleEvent, SessionEvent};
+use super::extract::{AppState, Json, Path, Query};
 use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
-use super::{AppState, Json, Path, Query};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, HistoryPage};
 

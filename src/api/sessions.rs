@@ -10,11 +10,11 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::header_lists;
+use super::extract::{AppState, Json, Path, Query};
 use super::responses::{
     AgentFailed, InvalidSessionParams, NoReadyMember, SessionBusy, UnknownOrDeletedSession,
     UnknownSession,
 };
-use super::{AppState, Json, Path, Query};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::{SessionPage, SessionView, StatusView};
 use crate::gateway::{Caller, NewSession, SessionFilter, Settings};

@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 
 use super::error::{ApiError, Problem};
-use super::{AppState, Json, Path};
+use super::extract::{AppState, Json, Path};
 use crate::gateway::{AgentView, Caller, NamedAgentView};
 
 /// The default agent, its pool members and the gateway replicas (see `GET /agents`).

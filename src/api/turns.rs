@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::header_lists;
+use super::extract::{AppState, Json, Path};
 use super::responses::{AlreadyResolved, NoReadyMember, UnknownSession};
-use super::{AppState, Json, Path};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
 

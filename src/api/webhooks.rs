@@ -9,8 +9,8 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
+use super::extract::{AppState, Json, Path, Query};
 use super::responses::{InvalidWebhook, MalformedParams, UnknownWebhook};
-use super::{AppState, Json, Path, Query};
 use crate::gateway::{Caller, DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView};
 
 /// `POST /webhooks` body.

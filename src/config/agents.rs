@@ -7,7 +7,8 @@
 use anyhow::Context;
 use serde_json::Value;
 
-use super::{AgentSpec, Config, DEFAULT_AGENT, valid_agent_name};
+use super::agent::{AgentSpec, DEFAULT_AGENT, valid_agent_name};
+use super::flags::Config;
 use crate::agent_rpc::AgentCommand;
 
 /// `NAME=CMD ARGS` → `(NAME, CMD ARGS)` when the value starts with a valid name immediately

@@ -11,7 +11,9 @@ use clap::{ArgAction, ArgMatches, CommandFactory};
 
 use clap::FromArgMatches;
 
-use super::{Config, FileAgent, TenantFlags, TenantLimits, effective};
+use super::agent::FileAgent;
+use super::flags::{Config, effective};
+use super::tenants::{TenantFlags, TenantLimits};
 
 impl Config {
     /// [`Config::load`] from the given arguments (the first is the program name).

@@ -13,9 +13,10 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::run::Run;
 use super::run::lifecycle_wake;
 use super::traced::Traced;
-use super::{Run, StoredLifecycleEvent};
+use crate::store::StoredLifecycleEvent;
 use crate::store::{Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store};
 
 /// Lifecycle events kept in the live broadcast buffer before a subscriber is considered behind

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::EventHub;
+use super::hub::EventHub;
 use super::hub::LIFECYCLE_QUEUE;
 use super::retry::RETRY_FIRST;
 use crate::store::{NewLifecycleEvent, StoreError};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::EventHub;
+use super::hub::EventHub;
 use crate::store::{LogWriter, NewEvent, StoreResult, StoredEvent};
 
 /// The first pause before an append that failed is tried again; it doubles up to

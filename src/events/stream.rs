@@ -13,7 +13,8 @@ use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
 
 use super::hub::SESSION_BUFFER;
-use super::{EventHub, Run, Sequenced, StreamStats};
+use super::hub::{EventHub, StreamStats};
+use super::run::{Run, Sequenced};
 use crate::store::{Store, StoreResult, StoredEvent, StoredLifecycleEvent};
 
 /// Most items (runs, lifecycle events) yielded to a subscriber in one batch (one write).

@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use super::hub::EventHub;
 use super::hub::{QUIET_BATCH, Queued};
 use super::retry::{Abandoned, KnownSeqs};
+use super::run::Run;
 use super::traced::write_spans;
-use super::{EventHub, Run};
 use crate::store::{LogWriter, NewEvent, StoredEvent};
 
 /// Most events written in one batch.

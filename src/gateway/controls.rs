@@ -8,11 +8,12 @@
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Map, Value, json};
 
+use super::caller::Caller;
+use super::error::Error;
 use super::input::SessionId;
-use super::live::Busy;
+use super::parts::live::Busy;
 use super::parts::use_case;
 use super::state::{StateAt, select_values};
-use super::{Caller, Error};
 use crate::pool::client::{AgentClient, SESSION_SET_MODEL};
 
 /// What `POST /sessions` sets before it answers, in this order: mode, model, then each option.

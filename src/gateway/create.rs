@@ -8,14 +8,15 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
 
+use super::caller::Caller;
 use super::clock::now;
 use super::controls::Controls;
 use super::controls::Settings;
+use super::error::Error;
 use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
 use super::parts::use_case;
 use super::sessions::Sessions;
-use super::{Caller, Error};
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
 use crate::pool::client::{AgentClient, SessionSetup};

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::Error;
+use super::error::Error;
 use crate::store::{ListCursor, ListQuery};
 
 #[derive(Serialize, Deserialize)]

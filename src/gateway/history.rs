@@ -7,10 +7,11 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::caller::Caller;
 use super::clock::now;
+use super::error::Error;
 use super::input::SessionId;
 use super::parts::use_case;
-use super::{Caller, Error};
 use crate::events::Run;
 use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
 

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::caller::Caller;
 use super::clock::now;
+use super::error::Error;
 use super::parts::use_case;
-use super::{Caller, Error};
 use crate::store::KeyClaim;
 pub use crate::store::StoredResponse;
 

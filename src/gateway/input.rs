@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::Error;
+use super::error::Error;
 
 /// A session id from a client: printable ASCII without spaces, 1–256 bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

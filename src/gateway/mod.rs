@@ -11,61 +11,42 @@
 mod caller;
 mod clock;
 mod controls;
-mod counters;
 mod create;
 pub mod cursor;
-mod delivery;
-mod elicitations;
 mod error;
-mod form;
 mod history;
 mod idempotency;
-mod info_update;
 pub mod input;
-mod listed;
-mod live;
-mod log;
-mod missing;
 pub mod output;
 mod parts;
-mod pending;
-mod permissions;
-mod placement;
 pub mod problem;
-mod quotas;
-pub mod reach;
-mod records;
-mod replicas;
-mod requests;
 mod sessions;
-mod snapshots;
 mod state;
 mod sync;
 mod system;
 mod turns;
-mod upstream;
-mod views;
 mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
 pub use controls::{Controls, Settings};
-pub use counters::Counters;
 pub use create::{Create, Fork, NewSession};
-pub use elicitations::{ElicitationReply, ElicitationView};
 pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
-pub use log::{GATEWAY_KINDS, UPDATE_KINDS};
 pub use output::{AgentView, TurnResult};
-pub use permissions::PermissionView;
+pub use parts::counters::Counters;
+pub use parts::elicitations::{ElicitationReply, ElicitationView};
+pub use parts::log::{GATEWAY_KINDS, UPDATE_KINDS};
+pub use parts::permissions::PermissionView;
+pub use parts::requests::Requests;
 pub use problem::Problem;
-pub use requests::Requests;
 pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
 pub use turns::Turns;
+pub use webhooks::reach;
 pub use webhooks::{
     DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
 };
@@ -140,7 +121,7 @@ struct Service {
     webhooks: Arc<Webhooks>,
     idempotency: Idempotency,
     /// What shutdown ends: the agents, the sessions live on them.
-    placement: Arc<placement::Placement>,
+    placement: Arc<parts::placement::Placement>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
@@ -161,9 +142,9 @@ impl Gateway {
     ) -> Self {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
         let cluster = Arc::new(cluster);
-        let records = Arc::new(records::Records::new(store.clone(), hub.clone()));
-        let log = log::Log::new(hub.clone(), records.clone());
-        let requests = Arc::new(requests::Requests::new(
+        let records = Arc::new(parts::records::Records::new(store.clone(), hub.clone()));
+        let log = parts::log::Log::new(hub.clone(), records.clone());
+        let requests = Arc::new(parts::requests::Requests::new(
             config.permission_policy,
             config.permission_timeout,
             config.max_pending_requests,
@@ -172,21 +153,21 @@ impl Gateway {
             tasks.clone(),
             stop.clone(),
         ));
-        let states = Arc::new(snapshots::States::new(
+        let states = Arc::new(parts::snapshots::States::new(
             records.clone(),
             log.clone(),
             tasks.clone(),
         ));
-        let live = Arc::new(live::LiveTable::default());
+        let live = Arc::new(parts::live::LiveTable::default());
         let counters = Arc::new(Counters::default());
-        let views = Arc::new(views::Views::new(
+        let views = Arc::new(parts::views::Views::new(
             live.clone(),
             requests.clone(),
             records.clone(),
             log.clone(),
             (states.clone(), counters.clone()),
         ));
-        let upstream = Arc::new(upstream::Upstream {
+        let upstream = Arc::new(parts::upstream::Upstream {
             live: live.clone(),
             log: log.clone(),
             views: views.clone(),
@@ -203,18 +184,18 @@ impl Gateway {
             max_updates_per_turn: config.max_updates_per_turn,
         });
         let agents = Agents::start(agents, upstream);
-        let limits = placement::Limits {
+        let limits = parts::placement::Limits {
             max_sessions: config.max_sessions,
             max_sessions_per_member: config.max_sessions_per_member,
             acquire_timeout: config.acquire_timeout,
             control_timeout: config.control_timeout,
         };
-        let quotas = Arc::new(quotas::Quotas::new(
+        let quotas = Arc::new(parts::quotas::Quotas::new(
             config.tenants.clone(),
             store,
             cluster.clone(),
         ));
-        let placement = Arc::new(placement::Placement::new(
+        let placement = Arc::new(parts::placement::Placement::new(
             agents,
             live,
             records.clone(),

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::Error;
+use super::error::Error;
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, ToSchema)]

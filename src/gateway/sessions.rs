@@ -3,15 +3,16 @@
 
 use serde_json::json;
 
+use super::caller::Caller;
 use super::clock::now;
 use super::cursor::decode_cursor;
-use super::info_update::apply_info_update;
+use super::error::Error;
 use super::input::{SessionId, validate_abs_path};
-use super::live::Busy;
 use super::output::{Activity, SessionView, Status, StatusView};
+use super::parts::info_update::apply_info_update;
+use super::parts::live::Busy;
 use super::parts::use_case;
 use super::sync::ListSync;
-use super::{Caller, Error};
 use crate::agent_rpc::CallError;
 use crate::cluster::Holder;
 use crate::store::ListQuery;

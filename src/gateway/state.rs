@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 /// The log's event kinds that change the state.
-pub(super) const STATE_KINDS: &[&str] = &[
+pub(in crate::gateway) const STATE_KINDS: &[&str] = &[
     "state_changed",
     "current_mode_update",
     "config_option_update",
@@ -22,7 +22,7 @@ pub(super) const STATE_KINDS: &[&str] = &[
 ];
 
 /// The gateway's own event recording a change it learned from an agent's answer.
-pub(super) const STATE_CHANGED: &str = "state_changed";
+pub(in crate::gateway) const STATE_CHANGED: &str = "state_changed";
 
 /// A session's state. Each part is the agent's JSON as it sent it; absent when it never sent one.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -83,7 +83,7 @@ pub struct StateAt {
 
 impl SessionState {
     /// Applies one log event.
-    pub(super) fn apply(&mut self, kind: &str, payload: &Value) {
+    pub(in crate::gateway) fn apply(&mut self, kind: &str, payload: &Value) {
         let update = payload.get("update").unwrap_or(&Value::Null);
         let field = |name: &str| update.get(name).cloned();
         match kind {
@@ -196,7 +196,7 @@ impl SessionState {
     }
 
     /// The option of `category`, if the agent offers one.
-    pub(super) fn option_of(&self, category: &str) -> Option<&Value> {
+    pub(in crate::gateway) fn option_of(&self, category: &str) -> Option<&Value> {
         self.config_options
             .as_ref()?
             .as_array()?
@@ -205,7 +205,7 @@ impl SessionState {
     }
 
     /// The option with id `id`.
-    pub(super) fn option(&self, id: &str) -> Option<&Value> {
+    pub(in crate::gateway) fn option(&self, id: &str) -> Option<&Value> {
         self.config_options
             .as_ref()?
             .as_array()?
@@ -240,7 +240,7 @@ fn set_current(part: &mut Option<Value>, key: &str, value: &str) {
 }
 
 /// The values a select option accepts (its `options`, flat or in groups).
-pub(super) fn select_values(option: &Value) -> Vec<&str> {
+pub(in crate::gateway) fn select_values(option: &Value) -> Vec<&str> {
     let mut values = Vec::new();
     for entry in option
         .get("options")

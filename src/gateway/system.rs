@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::Error;
+use super::error::Error;
 use super::output::AgentView;
 use super::parts::use_case;
 use crate::agent_rpc::caps::Capabilities;

@@ -12,11 +12,12 @@ use serde_json::{Value, json};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use super::caller::Caller;
+use super::error::Error;
 use super::input::{Prompt, SessionId};
-use super::live::Busy;
 use super::output::TurnResult;
+use super::parts::live::Busy;
 use super::parts::use_case;
-use super::{Caller, Error};
 use crate::agent_rpc::caps::PromptCapabilities;
 
 use_case! {

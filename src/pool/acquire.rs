@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::members::CRASH_LOOP_AFTER;
-use super::{MemberState, Pool};
+use super::members::{MemberState, Pool};
 use crate::agent_rpc::Connection;
 
 /// What a client should wait before retrying when every ready member is full: nothing about

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Pool, PoolConfig, UpstreamHandler};
+use super::members::{Pool, PoolConfig, UpstreamHandler};
 use crate::agent_rpc::Connection;
 
 /// One agent: its name, its pool and its limits.

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Incoming;
 use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
-use super::{Member, MemberState, Pool, PoolConfig, UpstreamHandler};
+use super::members::{Member, MemberState, Pool, PoolConfig, UpstreamHandler};
 use crate::agent_rpc::caps::{AgentInit, initialize_params};
 use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 

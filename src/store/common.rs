@@ -1,9 +1,7 @@
 //! What both backends run alike: the SQL text they share (numbered `$n` parameters, which
 //! SQLite takes too), the helpers both call, and their `impl Store`, written once by
 //! [`impl_store!`]: the use cases whose SQL, binds and mapping are the same on both, and a
-//! forward to the backend's inherent method of the same name for the others.
-//!
-//! A trait impl cannot span files, but a backend's own use cases are spread over a file each
+//! forward to the backend's inherent method of the same name for the others. A trait impl cannot span files, but a backend's own use cases are spread over a file each
 //! (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the macro
 //! joins them into the trait impl. An inherent method is found before a trait's, so none of the
 //! forwarding methods calls itself. What differs between the backends in the shared use cases
@@ -118,11 +116,11 @@ macro_rules! synced_sessions {
 pub(crate) fn visit_ids_and_digests(
     ids: &str,
     digests: &str,
-    visit: &mut crate::store::SyncedVisitor<'_>,
-) -> crate::store::StoreResult<()> {
+    visit: &mut crate::store::records::SyncedVisitor<'_>,
+) -> crate::store::error::StoreResult<()> {
     struct Ids<'v, 'f> {
         digests: std::vec::IntoIter<Option<i64>>,
-        visit: &'v mut crate::store::SyncedVisitor<'f>,
+        visit: &'v mut crate::store::records::SyncedVisitor<'f>,
     }
     impl<'de> serde::de::Visitor<'de> for Ids<'_, '_> {
         type Value = ();
@@ -144,8 +142,9 @@ pub(crate) fn visit_ids_and_digests(
             }
         }
     }
-    let corrupt =
-        |e: serde_json::Error| crate::store::StoreError::Corrupt(format!("synced sessions: {e}"));
+    let corrupt = |e: serde_json::Error| {
+        crate::store::error::StoreError::Corrupt(format!("synced sessions: {e}"))
+    };
     let digests: Vec<Option<i64>> = serde_json::from_str(digests).map_err(corrupt)?;
     let mut de = serde_json::Deserializer::from_str(ids);
     let ids = Ids {
@@ -192,7 +191,7 @@ pub(crate) async fn release_session<DB>(
     pool: &sqlx::Pool<DB>,
     session_id: &str,
     replica: &str,
-) -> crate::store::StoreResult<()>
+) -> crate::store::error::StoreResult<()>
 where
     DB: sqlx::Database,
     for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -211,15 +210,15 @@ where
 /// does nothing until awaited).
 pub(crate) async fn unless_empty<T, R>(
     items: &[T],
-    use_case: impl Future<Output = crate::store::StoreResult<Vec<R>>>,
-) -> crate::store::StoreResult<Vec<R>> {
+    use_case: impl Future<Output = crate::store::error::StoreResult<Vec<R>>>,
+) -> crate::store::error::StoreResult<Vec<R>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
     use_case.await
 }
 
-/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::Store) for
+/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::contract::Store) for
 /// `Backend`. Its shared use cases read through the pool `self.reads` and write through
 /// `self.writes`, open a writing transaction with `self.writes.begin_write`, bind a timestamp
 /// as `time(at)` and the session columns with `bind_session(query, record)`, read a row to
@@ -250,7 +249,7 @@ macro_rules! impl_store {
         } { $($extra:tt)* }
     ) => {
         impl_quotas!($backend { reads: $reads, writes: $writes, time: $time } {
-            async fn ping(&self) -> $crate::store::StoreResult<()> {
+            async fn ping(&self) -> $crate::store::error::StoreResult<()> {
                 sqlx::query("SELECT 1").execute(&self.$reads).await?;
                 Ok(())
             }
@@ -258,14 +257,14 @@ macro_rules! impl_store {
             async fn put_sessions(
                 &self,
                 records: &[$crate::store::records::SessionRecord],
-            ) -> $crate::store::StoreResult<Vec<String>> {
+            ) -> $crate::store::error::StoreResult<Vec<String>> {
                 $crate::store::common::unless_empty(records, self.put_sessions(records)).await
             }
 
             async fn insert_session(
                 &self,
-                record: &$crate::store::SessionRecord,
-            ) -> $crate::store::StoreResult<bool> {
+                record: &$crate::store::records::SessionRecord,
+            ) -> $crate::store::error::StoreResult<bool> {
                 let done = $bind_session(sqlx::query($crate::store::common::INSERT_SESSION), record)
                     .execute(&self.$writes)
                     .await?;
@@ -275,7 +274,7 @@ macro_rules! impl_store {
             async fn get_session(
                 &self,
                 session_id: &str,
-            ) -> $crate::store::StoreResult<Option<$crate::store::SessionRecord>> {
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::SessionRecord>> {
                 let row = sqlx::query($crate::store::common::GET_SESSION)
                     .bind(session_id)
                     .fetch_optional(&self.$reads)
@@ -286,7 +285,7 @@ macro_rules! impl_store {
             async fn sessions_to_sync(
                 &self,
                 listed: &[$crate::store::records::ListedSession],
-            ) -> $crate::store::StoreResult<Vec<$crate::store::ToSync>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::ToSync>> {
                 if listed.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -297,8 +296,8 @@ macro_rules! impl_store {
             async fn update_session(
                 &self,
                 session_id: &str,
-                mutate: $crate::store::SessionMutation<'_>,
-            ) -> $crate::store::StoreResult<Option<$crate::store::SessionRecord>> {
+                mutate: $crate::store::records::SessionMutation<'_>,
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::SessionRecord>> {
                 let mut tx = self.$writes.$begin($($begin_arg)?).await?;
                 let row = sqlx::query($lock_session)
                     .bind(session_id)
@@ -318,8 +317,8 @@ macro_rules! impl_store {
 
             async fn list_sessions(
                 &self,
-                query: &$crate::store::ListQuery,
-            ) -> $crate::store::StoreResult<$crate::store::SessionList> {
+                query: &$crate::store::records::ListQuery,
+            ) -> $crate::store::error::StoreResult<$crate::store::records::SessionList> {
                 use chrono::SubsecRound;
                 let later = query.after.as_ref().map(|after| {
                     // At the precision both backends store.
@@ -334,8 +333,8 @@ macro_rules! impl_store {
             async fn visit_synced(
                 &self,
                 agent: &str,
-                visit: &mut $crate::store::SyncedVisitor<'_>,
-            ) -> $crate::store::StoreResult<()> {
+                visit: &mut $crate::store::records::SyncedVisitor<'_>,
+            ) -> $crate::store::error::StoreResult<()> {
                 let (ids, digests): (String, String) = sqlx::query_as($synced_sessions)
                     .bind(agent)
                     .fetch_one(&self.$reads)
@@ -343,7 +342,7 @@ macro_rules! impl_store {
                 $crate::store::common::visit_ids_and_digests(&ids, &digests, visit)
             }
 
-            async fn adopt_sessions(&self, agent: &str) -> $crate::store::StoreResult<u64> {
+            async fn adopt_sessions(&self, agent: &str) -> $crate::store::error::StoreResult<u64> {
                 Ok(sqlx::query($crate::store::common::ADOPT_SESSIONS)
                     .bind(agent)
                     .execute(&self.$writes)
@@ -354,7 +353,7 @@ macro_rules! impl_store {
             async fn prune_moves(
                 &self,
                 before: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<u64> {
+            ) -> $crate::store::error::StoreResult<u64> {
                 Ok(sqlx::query($crate::store::common::PRUNE_MOVES)
                     .bind($time(before))
                     .execute(&self.$writes)
@@ -367,7 +366,7 @@ macro_rules! impl_store {
                 session_id: &str,
                 tenant: &str,
                 at: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
                 self.tombstone_session(session_id, tenant, $time(at.trunc_subsecs(6)))
                     .await
@@ -377,7 +376,7 @@ macro_rules! impl_store {
                 &self,
                 session_id: &str,
                 at: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
                 let done = sqlx::query($crate::store::common::VANISH_LIVE)
                     .bind(session_id)
@@ -387,7 +386,7 @@ macro_rules! impl_store {
                 Ok(done.rows_affected() == 1)
             }
 
-            async fn revive_session(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+            async fn revive_session(&self, session_id: &str) -> $crate::store::error::StoreResult<bool> {
                 let done = sqlx::query($crate::store::common::REVIVE_VANISHED)
                     .bind(session_id)
                     .execute(&self.$writes)
@@ -395,7 +394,7 @@ macro_rules! impl_store {
                 Ok(done.rows_affected() == 1)
             }
 
-            async fn vanished(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+            async fn vanished(&self, session_id: &str) -> $crate::store::error::StoreResult<bool> {
                 Ok(sqlx::query_scalar($crate::store::common::VANISHED)
                     .bind(session_id)
                     .fetch_one(&self.$reads)
@@ -405,7 +404,7 @@ macro_rules! impl_store {
             async fn last_event_at(
                 &self,
                 session_id: &str,
-            ) -> $crate::store::StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+            ) -> $crate::store::error::StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
                 use $crate::store::rows::Columns as _;
                 let row = sqlx::query($crate::store::common::LAST_EVENT_AT)
                     .bind(session_id)
@@ -418,14 +417,14 @@ macro_rules! impl_store {
                 &self,
                 session_id: &str,
                 events: &[$crate::store::event::NewEvent],
-            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
-                match $crate::store::Batch::new(session_id, events, None)? {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
+                match $crate::store::event::Batch::new(session_id, events, None)? {
                     Some(batch) => self.append_batch(&batch).await,
                     None => Ok(Vec::new()),
                 }
             }
 
-            fn log_writer(&self) -> Box<dyn $crate::store::LogWriter> {
+            fn log_writer(&self) -> Box<dyn $crate::store::event::LogWriter> {
                 self.log_writer()
             }
 
@@ -434,7 +433,7 @@ macro_rules! impl_store {
                 session_id: &str,
                 after: i64,
                 limit: i64,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
                 let rows = sqlx::query($crate::store::common::READ_EVENTS)
                     .bind(session_id)
                     .bind(after)
@@ -450,7 +449,7 @@ macro_rules! impl_store {
                 after: i64,
                 upto: i64,
                 kinds: &[&str],
-            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredEvent>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
                 if kinds.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -476,7 +475,7 @@ macro_rules! impl_store {
             async fn session_state(
                 &self,
                 session_id: &str,
-            ) -> $crate::store::StoreResult<Option<(i64, serde_json::Value)>> {
+            ) -> $crate::store::error::StoreResult<Option<(i64, serde_json::Value)>> {
                 let row: Option<(i64, String)> =
                     sqlx::query_as($crate::store::common::SESSION_STATE)
                         .bind(session_id)
@@ -484,7 +483,7 @@ macro_rules! impl_store {
                         .await?;
                 row.map(|(seq, text)| {
                     serde_json::from_str(&text).map(|state| (seq, state)).map_err(|e| {
-                        $crate::store::StoreError::Corrupt(format!(
+                        $crate::store::error::StoreError::Corrupt(format!(
                             "state of session {session_id:?}: {e}"
                         ))
                     })
@@ -497,7 +496,7 @@ macro_rules! impl_store {
                 session_id: &str,
                 seq: i64,
                 state: &serde_json::Value,
-            ) -> $crate::store::StoreResult<()> {
+            ) -> $crate::store::error::StoreResult<()> {
                 sqlx::query($crate::store::common::PUT_SESSION_STATE)
                     .bind(session_id)
                     .bind(seq)
@@ -511,7 +510,7 @@ macro_rules! impl_store {
                 &self,
                 max_events: Option<i64>,
                 before: Option<chrono::DateTime<chrono::Utc>>,
-            ) -> $crate::store::StoreResult<u64> {
+            ) -> $crate::store::error::StoreResult<u64> {
                 let mut deleted = 0;
                 if let Some(keep) = max_events {
                     deleted += sqlx::query($prune_by_count)
@@ -530,14 +529,14 @@ macro_rules! impl_store {
                 Ok(deleted)
             }
 
-            async fn last_event_seq(&self, session_id: &str) -> $crate::store::StoreResult<i64> {
+            async fn last_event_seq(&self, session_id: &str) -> $crate::store::error::StoreResult<i64> {
                 Ok(sqlx::query_scalar($crate::store::common::LAST_EVENT_SEQ)
                     .bind(session_id)
                     .fetch_one(&self.$reads)
                     .await?)
             }
 
-            async fn turn_open(&self, session_id: &str) -> $crate::store::StoreResult<bool> {
+            async fn turn_open(&self, session_id: &str) -> $crate::store::error::StoreResult<bool> {
                 let kind: Option<String> = sqlx::query_scalar($crate::store::common::LAST_TURN_EVENT)
                     .bind(session_id)
                     .fetch_optional(&self.$reads)
@@ -548,7 +547,7 @@ macro_rules! impl_store {
             async fn append_lifecycle(
                 &self,
                 events: &[$crate::store::records::NewLifecycleEvent],
-            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::StoredLifecycleEvent>> {
                 $crate::store::common::unless_empty(events, self.append_lifecycle(events)).await
             }
 
@@ -557,7 +556,7 @@ macro_rules! impl_store {
                 tenant: Option<&str>,
                 after: i64,
                 limit: i64,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::StoredLifecycleEvent>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::StoredLifecycleEvent>> {
                 let query = match tenant {
                     None => sqlx::query($crate::store::common::READ_LIFECYCLE_ALL),
                     Some(_) => sqlx::query($crate::store::common::READ_LIFECYCLE_TENANT),
@@ -570,7 +569,7 @@ macro_rules! impl_store {
                 rows.iter().map($crate::store::rows::lifecycle_from).collect()
             }
 
-            async fn last_lifecycle_seq(&self) -> $crate::store::StoreResult<i64> {
+            async fn last_lifecycle_seq(&self) -> $crate::store::error::StoreResult<i64> {
                 Ok(sqlx::query_scalar($crate::store::common::LAST_LIFECYCLE_SEQ)
                     .fetch_one(&self.$reads)
                     .await?)
@@ -582,8 +581,8 @@ macro_rules! impl_store {
                 now: chrono::DateTime<chrono::Utc>,
                 lease_until: chrono::DateTime<chrono::Utc>,
                 limit: i64,
-            ) -> $crate::store::StoreResult<
-                Vec<($crate::store::DeliveryRecord, $crate::store::records::WebhookRecord)>,
+            ) -> $crate::store::error::StoreResult<
+                Vec<($crate::store::records::DeliveryRecord, $crate::store::records::WebhookRecord)>,
             > {
                 use chrono::SubsecRound;
                 if limit <= 0 {

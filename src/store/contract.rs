@@ -6,11 +6,13 @@ use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-use super::{
-    Attempt, DeliveryRecord, KeyClaim, KeyTerm, ListQuery, ListedSession, LogWriter, NewEvent,
-    NewLifecycleEvent, SessionList, SessionMutation, SessionRecord, SlotKind, StoreResult,
-    StoredEvent, StoredLifecycleEvent, StoredResponse, SyncedVisitor, TenantSlot, ToSync,
-    WebhookRecord,
+use super::error::StoreResult;
+use super::event::{LogWriter, NewEvent, StoredEvent};
+use super::idempotency::{KeyClaim, KeyTerm, StoredResponse};
+use super::quotas::{SlotKind, TenantSlot};
+use super::records::{
+    Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
+    SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
 
 /// The gateway's use cases against its database.

@@ -3,8 +3,13 @@
 
 use std::sync::Arc;
 
+use super::contract::Store;
+use super::error::StoreResult;
+use super::postgres::PgStore;
+use super::replicas::Replicas;
+use super::sqlite::SqliteStore;
+use super::sqlite::replica::ReplicaLock;
 use super::sqlite::{self, replica};
-use super::{PgStore, ReplicaLock, Replicas, SqliteStore, Store, StoreResult};
 
 /// A database named by a URL, read once: `postgres://…` or `postgresql://…` for PostgreSQL;
 /// `sqlite:PATH`, `sqlite://PATH` or a plain file path for SQLite (created when missing),

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
 
 /// An event to append to a session's log.
 #[derive(Debug, Clone, PartialEq)]

@@ -65,7 +65,7 @@ pub const PUT_SECRET: &str =
 pub const SECRET: &str = "SELECT secret FROM cluster_secret WHERE id = 1";
 
 /// Reads a [`KeyRecord`] from a row of [`READ`].
-pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::StoreResult<KeyRecord> {
+pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::error::StoreResult<KeyRecord> {
     let status: Option<i32> = row.get("status")?;
     let response = match status {
         None => None,
@@ -73,7 +73,7 @@ pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::StoreResult
             let headers: Option<String> = row.get("headers")?;
             let headers = match headers {
                 Some(h) => serde_json::from_str(&h).map_err(|e| {
-                    super::StoreError::Corrupt(format!("an idempotency key's headers: {e}"))
+                    super::error::StoreError::Corrupt(format!("an idempotency key's headers: {e}"))
                 })?,
                 None => Vec::new(),
             };
@@ -109,8 +109,8 @@ macro_rules! impl_idempotency {
                 key: &str,
                 fingerprint: &str,
                 runner: &str,
-                (now, expires_at): $crate::store::KeyTerm,
-            ) -> $crate::store::StoreResult<$crate::store::KeyClaim> {
+                (now, expires_at): $crate::store::idempotency::KeyTerm,
+            ) -> $crate::store::error::StoreResult<$crate::store::idempotency::KeyClaim> {
                 use $crate::store::idempotency as sql;
                 // A request released between the insert and the read leaves no row: take again.
                 for _ in 0..3 {
@@ -124,7 +124,7 @@ macro_rules! impl_idempotency {
                         .execute(&self.$writes)
                         .await?;
                     if taken.rows_affected() == 1 {
-                        return Ok($crate::store::KeyClaim::Taken);
+                        return Ok($crate::store::idempotency::KeyClaim::Taken);
                     }
                     let row = sqlx::query(sql::READ)
                         .bind(tenant)
@@ -132,11 +132,11 @@ macro_rules! impl_idempotency {
                         .fetch_optional(&self.$writes)
                         .await?;
                     if let Some(row) = row {
-                        return Ok($crate::store::KeyClaim::Held(sql::record_from(&row)?));
+                        return Ok($crate::store::idempotency::KeyClaim::Held(sql::record_from(&row)?));
                     }
                 }
                 // Taken and released again and again: as good as still running.
-                Ok($crate::store::KeyClaim::Held($crate::store::KeyRecord {
+                Ok($crate::store::idempotency::KeyClaim::Held($crate::store::idempotency::KeyRecord {
                     fingerprint: fingerprint.to_owned(),
                     runner: runner.to_owned(),
                     response: None,
@@ -147,9 +147,9 @@ macro_rules! impl_idempotency {
                 &self,
                 tenant: &str,
                 key: &str,
-                response: &$crate::store::StoredResponse,
+                response: &$crate::store::idempotency::StoredResponse,
                 expires_at: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<()> {
+            ) -> $crate::store::error::StoreResult<()> {
                 let headers = serde_json::to_string(&response.headers)
                     .expect("pairs of strings serialise");
                 sqlx::query($crate::store::idempotency::FINISH)
@@ -169,8 +169,8 @@ macro_rules! impl_idempotency {
                 tenant: &str,
                 key: &str,
                 (from, to): (Option<&str>, &str),
-                (now, expires_at): $crate::store::KeyTerm,
-            ) -> $crate::store::StoreResult<bool> {
+                (now, expires_at): $crate::store::idempotency::KeyTerm,
+            ) -> $crate::store::error::StoreResult<bool> {
                 use $crate::store::idempotency as sql;
                 let query = sqlx::query(if from.is_some() { sql::HAND } else { sql::ADOPT })
                     .bind(tenant)
@@ -190,7 +190,7 @@ macro_rules! impl_idempotency {
                 tenant: &str,
                 key: &str,
                 runner: &str,
-            ) -> $crate::store::StoreResult<()> {
+            ) -> $crate::store::error::StoreResult<()> {
                 sqlx::query($crate::store::idempotency::RELEASE)
                     .bind(tenant)
                     .bind(key)
@@ -204,7 +204,7 @@ macro_rules! impl_idempotency {
                 &self,
                 now: chrono::DateTime<chrono::Utc>,
                 here: &str,
-            ) -> $crate::store::StoreResult<u64> {
+            ) -> $crate::store::error::StoreResult<u64> {
                 let pruned = sqlx::query($crate::store::idempotency::PRUNE)
                     .bind($time(now))
                     .bind(here)
@@ -213,7 +213,7 @@ macro_rules! impl_idempotency {
                 Ok(pruned.rows_affected())
             }
 
-            async fn cluster_secret(&self, fresh: &[u8]) -> $crate::store::StoreResult<Vec<u8>> {
+            async fn cluster_secret(&self, fresh: &[u8]) -> $crate::store::error::StoreResult<Vec<u8>> {
                 use $crate::store::idempotency as sql;
                 sqlx::query(sql::PUT_SECRET)
                     .bind(fresh)

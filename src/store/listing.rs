@@ -5,8 +5,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::{Database, Encode, QueryBuilder, Type};
 
+use super::error::StoreResult;
+use super::records::{ListCursor, ListQuery, SessionList, SessionRecord};
 use super::rows::{Columns, session_from};
-use super::{ListCursor, ListQuery, SessionList, SessionRecord, StoreResult};
 
 /// How a backend selects, as rows `(session_id, from_updated_at)`, each session's first
 /// recorded move after a snapshot: `head`, the snapshot (bound), `tail`.

@@ -82,17 +82,17 @@ macro_rules! impl_quotas {
 
             async fn take_tenant_slot(
                 &self,
-                slot: &$crate::store::TenantSlot<'_>,
+                slot: &$crate::store::quotas::TenantSlot<'_>,
                 quota: u64,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 self.take_slot(slot, quota).await
             }
 
             async fn release_tenant_slot(
                 &self,
-                kind: $crate::store::SlotKind,
+                kind: $crate::store::quotas::SlotKind,
                 holder: &str,
-            ) -> $crate::store::StoreResult<()> {
+            ) -> $crate::store::error::StoreResult<()> {
                 sqlx::query($crate::store::quotas::RELEASE)
                     .bind(kind.as_str())
                     .bind(holder)
@@ -106,7 +106,7 @@ macro_rules! impl_quotas {
                 tenant: &str,
                 minute: i64,
                 quota: u64,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 let counted = sqlx::query($crate::store::quotas::COUNT_PROMPT)
                     .bind(tenant)
                     .bind(minute)
@@ -119,7 +119,7 @@ macro_rules! impl_quotas {
             async fn prune_tenant_prompts(
                 &self,
                 before: i64,
-            ) -> $crate::store::StoreResult<u64> {
+            ) -> $crate::store::error::StoreResult<u64> {
                 let pruned = sqlx::query($crate::store::quotas::PRUNE_PROMPTS)
                     .bind(before)
                     .execute(&self.$writes)

@@ -5,7 +5,7 @@
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 
-use super::{StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
 
 /// Where a cached session came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

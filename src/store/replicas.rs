@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::StoreResult;
+use super::error::StoreResult;
 
 /// A gateway replica as the shared database knows it.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 
-use super::{
-    DeliveryRecord, Origin, Payload, SessionRecord, StoreError, StoreResult, StoredEvent,
-    StoredLifecycleEvent, ToSync, WebhookRecord,
+use super::error::{StoreError, StoreResult};
+use super::event::{Payload, StoredEvent};
+use super::records::{
+    DeliveryRecord, Origin, SessionRecord, StoredLifecycleEvent, ToSync, WebhookRecord,
 };
 
 impl SessionRecord {

@@ -14,7 +14,7 @@ use sqlx::query::Query;
 use sqlx::types::Json;
 use sqlx::{Database, Encode, Type};
 
-use super::WebhookRecord;
+use super::records::WebhookRecord;
 
 /// The `webhooks` columns, in the order of [`PUT_WEBHOOK`]'s parameters: first those
 /// [`bind_webhook`] binds, then those an update leaves.
@@ -78,7 +78,7 @@ macro_rules! insert_deliveries {
     };
 }
 
-/// The ids of the deliveries [`Store::claim_deliveries`](crate::store::Store::claim_deliveries)
+/// The ids of the deliveries [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries)
 /// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the
 /// first pending delivery of each (webhook, session), those due (`next_attempt_at` reached,
 /// lease free or expired) of an enabled webhook. The first ones are found in the partial index
@@ -183,7 +183,7 @@ pub(crate) const FINISH_DELIVERY: &str = "UPDATE webhook_deliveries SET status =
      lease_until = NULL, updated_at = $8 WHERE id = $1 AND lease_owner = $2";
 
 /// `impl_webhooks!(Backend { reads, writes, time } { items })` implements
-/// [`Store`](crate::store::Store) for `Backend` with `items`, the other use cases (from
+/// [`Store`](crate::store::contract::Store) for `Backend` with `items`, the other use cases (from
 /// [`impl_store!`], which invokes it), and the webhook use cases both backends run alike (all
 /// but `claim_deliveries`): these read through the pool `self.reads`, write through
 /// `self.writes` and bind a timestamp as `time(at)`, as [`impl_store!`]'s do. The impl is written
@@ -195,13 +195,13 @@ macro_rules! impl_webhooks {
         { $($items:tt)* }
     ) => {
         #[async_trait::async_trait]
-        impl $crate::store::Store for $backend {
+        impl $crate::store::contract::Store for $backend {
             $($items)*
 
             async fn put_webhook(
                 &self,
-                w: &$crate::store::WebhookRecord,
-            ) -> $crate::store::StoreResult<()> {
+                w: &$crate::store::records::WebhookRecord,
+            ) -> $crate::store::error::StoreResult<()> {
                 use chrono::SubsecRound;
                 $crate::store::webhooks::bind_webhook(
                     sqlx::query($crate::store::webhooks::PUT_WEBHOOK),
@@ -219,7 +219,7 @@ macro_rules! impl_webhooks {
             async fn get_webhook(
                 &self,
                 id: &str,
-            ) -> $crate::store::StoreResult<Option<$crate::store::WebhookRecord>> {
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::WebhookRecord>> {
                 let row = sqlx::query($crate::store::webhooks::GET_WEBHOOK)
                     .bind(id)
                     .fetch_optional(&self.$reads)
@@ -232,7 +232,7 @@ macro_rules! impl_webhooks {
             async fn list_webhooks(
                 &self,
                 tenant: Option<&str>,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::WebhookRecord>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::WebhookRecord>> {
                 let query = match tenant {
                     None => sqlx::query($crate::store::webhooks::LIST_WEBHOOKS_ALL),
                     Some(tenant) => {
@@ -247,8 +247,8 @@ macro_rules! impl_webhooks {
 
             async fn update_webhook(
                 &self,
-                w: &$crate::store::WebhookRecord,
-            ) -> $crate::store::StoreResult<bool> {
+                w: &$crate::store::records::WebhookRecord,
+            ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
                 let updated = $crate::store::webhooks::bind_webhook(
                     sqlx::query($crate::store::webhooks::UPDATE_WEBHOOK),
@@ -260,7 +260,7 @@ macro_rules! impl_webhooks {
                 Ok(updated.rows_affected() > 0)
             }
 
-            async fn delete_webhook(&self, id: &str) -> $crate::store::StoreResult<bool> {
+            async fn delete_webhook(&self, id: &str) -> $crate::store::error::StoreResult<bool> {
                 let deleted = sqlx::query($crate::store::webhooks::DELETE_WEBHOOK)
                     .bind(id)
                     .execute(&self.$writes)
@@ -273,7 +273,7 @@ macro_rules! impl_webhooks {
                 webhook_id: &str,
                 before: Option<i64>,
                 limit: i64,
-            ) -> $crate::store::StoreResult<Vec<$crate::store::DeliveryRecord>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::DeliveryRecord>> {
                 let rows = sqlx::query($crate::store::webhooks::LIST_DELIVERIES)
                     .bind(webhook_id)
                     .bind(before.unwrap_or(i64::MAX))
@@ -289,7 +289,7 @@ macro_rules! impl_webhooks {
                 &self,
                 webhook_id: &str,
                 id: i64,
-            ) -> $crate::store::StoreResult<Option<$crate::store::DeliveryRecord>> {
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::DeliveryRecord>> {
                 let row = sqlx::query($crate::store::webhooks::GET_DELIVERY)
                     .bind(webhook_id)
                     .bind(id)
@@ -305,7 +305,7 @@ macro_rules! impl_webhooks {
                 webhook_id: &str,
                 id: i64,
                 now: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
                 let retried = sqlx::query($crate::store::webhooks::RETRY_DELIVERY)
                     .bind(webhook_id)
@@ -320,11 +320,11 @@ macro_rules! impl_webhooks {
                 &self,
                 id: i64,
                 owner: &str,
-                attempt: &$crate::store::Attempt,
+                attempt: &$crate::store::records::Attempt,
                 now: chrono::DateTime<chrono::Utc>,
-            ) -> $crate::store::StoreResult<bool> {
+            ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
-                use $crate::store::Attempt;
+                use $crate::store::records::Attempt;
                 let (next, status, body, error) = match attempt {
                     Attempt::Delivered { status, body } => (None, Some(*status), Some(body), None),
                     Attempt::Failed {

@@ -115,3 +115,81 @@ fn a_circle_between_files_fails_even_through_a_reexport() {
     ]);
     assert_eq!(circle(&file_graph(&fixed)), None);
 }
+
+#[test]
+fn a_name_taken_through_a_parent_mod_rs_fails() {
+    let sources = crate_of(&[
+        ("lib.rs", "pub mod gateway;"),
+        (
+            "gateway/mod.rs",
+            "mod error;\nmod parts;\npub use error::Error;\npub struct Config;",
+        ),
+        ("gateway/error.rs", "pub struct Error;"),
+        ("gateway/parts/mod.rs", "mod log;"),
+        (
+            "gateway/parts/log.rs",
+            "use super::super::Error;\nuse crate::gateway::error::Error as Fine;\n\
+             fn f(_: crate::gateway::Config) {}\n\
+             #[cfg(test)] mod tests { use crate::gateway::Error; }",
+        ),
+    ]);
+    let broken = folders::through_parents(&sources).join("\n");
+    for expected in [
+        "gateway/parts/log.rs names gateway::Error through gateway/mod.rs",
+        "gateway/parts/log.rs names gateway::Config through gateway/mod.rs",
+    ] {
+        assert!(broken.contains(expected), "{expected:?} not in:\n{broken}");
+    }
+    assert_eq!(broken.lines().count(), 2, "{broken}");
+}
+
+#[test]
+fn a_part_importing_a_use_case_or_a_child_in_no_layer_fails() {
+    let sources = crate_of(&[
+        ("lib.rs", "pub mod gateway;"),
+        (
+            "gateway/mod.rs",
+            "mod error;\nmod parts;\nmod turns;\nmod stray;",
+        ),
+        ("gateway/error.rs", "pub struct Error;"),
+        ("gateway/parts/mod.rs", "pub mod log;"),
+        (
+            "gateway/parts/log.rs",
+            "use crate::gateway::error::Error;\nuse crate::gateway::turns::Turns;",
+        ),
+        (
+            "gateway/turns.rs",
+            "pub struct Turns;\nuse super::parts::log;\nuse super::error::Error;",
+        ),
+        ("gateway/stray.rs", "use super::error::Error;"),
+    ]);
+    let layers: &[(&str, &[&[&str]])] = &[("gateway", &[&["error"], &["parts"], &["turns"]])];
+    let broken = folders::layer_violations(&file_graph(&sources), layers).join("\n");
+    for expected in [
+        "gateway/parts/log.rs imports gateway/turns.rs, which sits in a higher layer",
+        "gateway/stray.rs is in no layer of gateway/",
+    ] {
+        assert!(broken.contains(expected), "{expected:?} not in:\n{broken}");
+    }
+    assert_eq!(broken.lines().count(), 2, "{broken}");
+}
+
+#[test]
+fn an_unused_allowance_fails() {
+    let sources = crate_of(&[
+        ("lib.rs", "pub mod api; pub mod gateway; pub mod store;"),
+        ("api/mod.rs", "use crate::gateway::Gateway;"),
+        ("gateway/mod.rs", "pub struct Gateway;"),
+        ("store/mod.rs", "pub struct Store;"),
+    ]);
+    let rules: &[(&str, &[&str])] = &[
+        ("api", &["gateway", "store"]),
+        ("gateway", &[]),
+        ("store", &[]),
+    ];
+    let broken = violations(&graph(&sources), rules).join("\n");
+    assert!(
+        broken.contains("ALLOWED lets api/ import store/, which no file of api/ does"),
+        "{broken}"
+    );
+}

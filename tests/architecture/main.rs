@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 mod checker;
+mod folders;
 
 /// What each top-level module may import from the crate (itself aside): ARCHITECTURE.md's
 /// layers, each reaching only down. The crate root (`lib.rs`) wires them all together and may
@@ -112,6 +113,8 @@ struct Paths {
     /// Inside a `#[cfg(test)]` module: what is found goes to `in_tests`.
     testing: usize,
     in_tests: Vec<(Vec<String>, Vec<String>)>,
+    /// Modules in files of their own that only tests compile (`#[cfg(test)] mod tests;`).
+    test_files: Vec<Vec<String>>,
 }
 
 impl Paths {
@@ -159,7 +162,9 @@ impl Paths {
         let words: Vec<&str> = tokens.split_whitespace().collect();
         for (i, w) in words.iter().enumerate() {
             let first = ident(w);
-            let starts = !first.is_empty() && (i == 0 || words[i - 1] != "::");
+            // `pub(in crate::a)` names who may see an item, not what it uses.
+            let visibility = i > 0 && words[i - 1].ends_with("(in");
+            let starts = !first.is_empty() && !visibility && (i == 0 || words[i - 1] != "::");
             if !starts || words.get(i + 1) != Some(&"::") || first.len() + 1 < w.len() {
                 continue;
             }
@@ -215,6 +220,9 @@ impl<'ast> Visit<'ast> for Paths {
         });
         self.testing += usize::from(test);
         self.at.push(item.ident.to_string());
+        if test && item.content.is_none() {
+            self.test_files.push(self.at.clone());
+        }
         syn::visit::visit_item_mod(self, item);
         self.at.pop();
         self.testing -= usize::from(test);
@@ -307,7 +315,7 @@ fn graph(
 }
 
 /// What is wrong with `graph` against `allowed`: imports no rule allows, modules without a
-/// rule, rules without a module, and a circle.
+/// rule, rules without a module, allowances no file uses, and a circle.
 fn violations(
     graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
     allowed: &[(&str, &[&str])],
@@ -327,10 +335,16 @@ fn violations(
             }
         }
     }
-    for module in rules.keys() {
-        if !graph.contains_key(*module) {
+    for (module, rule) in &rules {
+        let Some(uses) = graph.get(*module) else {
             broken.push(format!(
                 "ALLOWED names {module}, which is no module of src/"
+            ));
+            continue;
+        };
+        for target in rule.iter().filter(|t| !uses.contains_key(**t)) {
+            broken.push(format!(
+                "ALLOWED lets {module}/ import {target}/, which no file of {module}/ does (an unused allowance)"
             ));
         }
     }
@@ -372,13 +386,8 @@ fn circle(graph: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>) -> Optio
         .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
-/// Each file (as its module path) and the files it names, from `(file module path, source)`
-/// pairs: a name a module re-exports (`pub use`) leads to the file that defines it; a file's
-/// names of itself and the crate root are left out.
-fn file_graph(
-    sources: &[(Vec<String>, String)],
-) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
-    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(m, _)| m.clone()).collect();
+/// Every file of `sources` parsed: its module path and the paths it names.
+fn parse(sources: &[(Vec<String>, String)]) -> Vec<(Vec<String>, Paths)> {
     let parsed: Vec<(Vec<String>, Paths)> = sources
         .iter()
         .map(|(module, code)| {
@@ -391,14 +400,47 @@ fn file_graph(
             (module.clone(), paths)
         })
         .collect();
-    let mut reexported: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
-    for (_, paths) in &parsed {
+    let tests: BTreeSet<Vec<String>> = parsed
+        .iter()
+        .flat_map(|(_, paths)| paths.test_files.iter().cloned())
+        .collect();
+    parsed
+        .into_iter()
+        .filter(|(module, _)| !tests.contains(module))
+        .collect()
+}
+
+/// What a module re-exports (`pub use`): (module, name) to the path it names, from the crate
+/// root.
+fn reexports(
+    parsed: &[(Vec<String>, Paths)],
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeMap<(Vec<String>, String), Vec<String>> {
+    let mut reexported = BTreeMap::new();
+    for (_, paths) in parsed {
         for (at, name, segments) in &paths.reexports {
-            if let Some(to) = absolute(at, segments, &modules) {
+            if let Some(to) = absolute(at, segments, modules) {
                 reexported.insert((at.clone(), name.clone()), to);
             }
         }
     }
+    reexported
+}
+
+/// A file's name as the graphs show it: `gateway/live.rs`, `gateway.rs` for `gateway/mod.rs`.
+fn file_name(module: &[String]) -> String {
+    format!("{}.rs", module.join("/"))
+}
+
+/// Each file (as its module path) and the files it names, from `(file module path, source)`
+/// pairs: a name a module re-exports (`pub use`) leads to the file that defines it; a file's
+/// names of itself and the crate root are left out.
+fn file_graph(
+    sources: &[(Vec<String>, String)],
+) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(m, _)| m.clone()).collect();
+    let parsed = parse(sources);
+    let reexported = reexports(&parsed, &modules);
     // The file a path leads to, following re-exports (a few hops at most).
     let target = |mut full: Vec<String>| {
         for _ in 0..8 {
@@ -421,14 +463,13 @@ fn file_graph(
         if module.is_empty() {
             continue;
         }
-        let name = |m: &[String]| format!("{}.rs", m.join("/"));
-        let uses = graph.entry(name(module)).or_default();
+        let uses = graph.entry(file_name(module)).or_default();
         for (at, segments) in &paths.found {
             let Some(to) = absolute(at, segments, &modules).and_then(&target) else {
                 continue;
             };
             if to != *module && !to.is_empty() {
-                uses.entry(name(&to)).or_default();
+                uses.entry(file_name(&to)).or_default();
             }
         }
     }

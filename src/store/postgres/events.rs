@@ -8,7 +8,8 @@ use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::store::{PgStore, nul_safe_text, text_in};
-use crate::store::{Batch, LogWriter, StoreResult, StoredEvent};
+use crate::store::error::StoreResult;
+use crate::store::event::{Batch, LogWriter, StoredEvent};
 
 /// The outbox insert of [`APPEND`] and [`APPEND_ALL`] (see [`pg_insert_deliveries!`]): the
 /// deliveries of the events `inserted` returns, to the webhooks of their session's tenant. A
@@ -221,7 +222,7 @@ async fn append_all_on(
         .iter()
         .map(|batch| match last.get(batch.session_id) {
             Some(&last) => Ok(batch.stored(last)),
-            None => Err(crate::store::StoreError::Corrupt(format!(
+            None => Err(crate::store::error::StoreError::Corrupt(format!(
                 "no sequence number for session {:?} in a grouped append",
                 batch.session_id
             ))),

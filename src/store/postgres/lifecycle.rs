@@ -6,7 +6,8 @@ use sqlx::types::Json;
 
 use super::replicas::LIFECYCLE_CHANNEL;
 use super::store::PgStore;
-use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
+use crate::store::error::StoreResult;
+use crate::store::records::{NewLifecycleEvent, StoredLifecycleEvent};
 
 /// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
 const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"

@@ -27,7 +27,8 @@ pub use store::PgStore;
 
 use futures::stream::BoxStream;
 
-use super::{Appended, StoreResult};
+use crate::store::contract::Appended;
+use crate::store::error::StoreResult;
 
 impl_store!(PgStore {
     reads: pool,

@@ -2,8 +2,9 @@
 //! and kind, the slots (and live sessions) of replicas that beat within the lease are counted,
 //! and the slot inserted if the quota allows.
 
-use super::PgStore;
-use crate::store::{StoreResult, TenantSlot};
+use super::store::PgStore;
+use crate::store::error::StoreResult;
+use crate::store::quotas::TenantSlot;
 
 /// The tenant's slots of kind `$2` held by live replicas, but holder `$3`'s, since `$5`; with
 /// its sessions owned by live replicas for kind `session`. `$4`: the lease in microseconds.
@@ -18,7 +19,7 @@ const IN_USE: &str = "SELECT \
        AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') ELSE 0 END) AS in_use";
 
 impl PgStore {
-    /// [`Store::take_tenant_slot`](crate::store::Store::take_tenant_slot).
+    /// [`Store::take_tenant_slot`](crate::store::contract::Store::take_tenant_slot).
     pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")

@@ -11,8 +11,10 @@ use sqlx::postgres::{PgListener, PgNotification};
 
 use super::store::PgStore;
 use crate::store::common::release_session;
+use crate::store::contract::Appended;
+use crate::store::error::StoreResult;
+use crate::store::replicas::{Claimed, Replica, ReplicaRegistry};
 use crate::store::rows::Columns;
-use crate::store::{Appended, Claimed, Replica, ReplicaRegistry, StoreResult};
 
 /// Where appends to session logs are announced (see the append in `events.rs`).
 pub(super) const EVENTS_CHANNEL: &str = "acp_gateway_events";

@@ -9,10 +9,11 @@ use sqlx::types::Json;
 
 use super::store::{PgStore, nul_safe, nul_safe_strings, text_in};
 use crate::store::common::TOMBSTONE_LIVE;
+use crate::store::error::StoreResult;
 use crate::store::listing::FirstMoves;
-use crate::store::{ListedSession, SessionRecord, StoreResult};
+use crate::store::records::{ListedSession, SessionRecord};
 
-/// The row [`Store::update_session`](crate::store::Store::update_session) changes: `FOR UPDATE`
+/// The row [`Store::update_session`](crate::store::contract::Store::update_session) changes: `FOR UPDATE`
 /// holds it until commit, so concurrent updates of one session queue up instead of overwriting
 /// each other's changes.
 pub(super) const LOCK_SESSION: &str = concat!(
@@ -112,7 +113,7 @@ impl PgStore {
             .await?)
     }
 
-    /// [`Store::tombstone_session`](crate::store::Store::tombstone_session), `at` to the
+    /// [`Store::tombstone_session`](crate::store::contract::Store::tombstone_session), `at` to the
     /// microsecond.
     pub(super) async fn tombstone_session(
         &self,

@@ -11,7 +11,8 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 
 use super::super::rows::{Columns, Native};
-use super::super::{Payload, StoreResult};
+use crate::store::error::StoreResult;
+use crate::store::event::Payload;
 
 /// Connections in the pool.
 pub(super) const MAX_CONNECTIONS: u32 = 10;
@@ -69,7 +70,7 @@ impl Columns for PgRow {
         let raw: sqlx::types::Json<Box<RawValue>> = self.try_get(name)?;
         if raw.get().contains(NUL_SAFE) {
             let wrapped = serde_json::from_str(raw.get())
-                .map_err(|e| crate::store::StoreError::Corrupt(format!("{name}: {e}")))?;
+                .map_err(|e| crate::store::error::StoreError::Corrupt(format!("{name}: {e}")))?;
             return Ok(Payload::from_value(&unwrap_nul(wrapped)?));
         }
         Ok(Payload::from_raw(raw.0))
@@ -181,7 +182,7 @@ pub(super) fn unwrap_nul(value: Value) -> StoreResult<Value> {
     match &value {
         Value::Object(o) if o.len() == 1 => match o.get(NUL_SAFE) {
             Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
-                crate::store::StoreError::Corrupt(format!("a wrapped JSON value: {e}"))
+                crate::store::error::StoreError::Corrupt(format!("a wrapped JSON value: {e}"))
             }),
             _ => Ok(value),
         },

@@ -6,8 +6,9 @@
 use chrono::{DateTime, Utc};
 
 use super::store::PgStore;
+use crate::store::error::StoreResult;
+use crate::store::records::{DeliveryRecord, WebhookRecord};
 use crate::store::rows::{delivery_from, webhook_from};
-use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 
 /// The outbox insert of an append, a statement (or data-modifying CTE) of its own: the
 /// [`insert_deliveries!`] of `from`, `message_id`, `tenant`, `payload` and `filter` (any further
@@ -43,7 +44,7 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl PgStore {
-    /// [`Store::claim_deliveries`](crate::store::Store::claim_deliveries), its timestamps to the
+    /// [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries), its timestamps to the
     /// microsecond.
     pub(super) async fn claim_deliveries(
         &self,

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
-use crate::store::StoreResult;
+use crate::store::error::StoreResult;
 
 /// Appends between two checkpoints.
 ///
@@ -57,7 +57,9 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(|e| crate::store::StoreError::Corrupt(format!("checkpoint thread: {e}")))?;
+            .map_err(|e| {
+                crate::store::error::StoreError::Corrupt(format!("checkpoint thread: {e}"))
+            })?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         Ok(Checkpointer {
@@ -111,7 +113,7 @@ fn checkpoint(conn: &rusqlite::Connection, mode: &str) -> rusqlite::Result<bool>
 mod tests {
     use std::time::{Duration, Instant};
 
-    use crate::store::NewEvent;
+    use crate::store::event::NewEvent;
 
     /// The log writer's appends reach the database file without the writer checkpointing (the
     /// WAL stays far below the size at which it would): the thread copies them there, and the
@@ -122,7 +124,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.db");
         let url = format!("sqlite:{}", path.display());
-        let store = crate::store::connect(&url, "test-replica")
+        let store = crate::store::database::connect(&url, "test-replica")
             .await
             .unwrap()
             .store;

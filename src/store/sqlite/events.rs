@@ -8,7 +8,8 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use super::checkpoint::{CHECKPOINT_EVERY, Checkpointer};
 use super::store::{BEGIN_IMMEDIATE, BUSY_TIMEOUT, SqliteStore, micros};
-use crate::store::{Batch, LogWriter, StoreError, StoreResult, StoredEvent};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::event::{Batch, LogWriter, StoredEvent};
 
 /// Rows per multi-row `INSERT` (5 parameters each, far below SQLite's 32 766 limit).
 const INSERT_CHUNK: usize = 1000;
@@ -287,7 +288,7 @@ mod tests {
 
     use sqlx::sqlite::SqliteConnectOptions;
 
-    use crate::store::NewEvent;
+    use crate::store::event::NewEvent;
     use crate::store::migrations::{SQLITE, migrator};
 
     /// A log written before migration 0011 made `session_events` a rowid table keeps every
@@ -332,7 +333,7 @@ mod tests {
         }
         old.close().await;
 
-        let store = crate::store::connect(&url, "test-replica")
+        let store = crate::store::database::connect(&url, "test-replica")
             .await
             .unwrap()
             .store;

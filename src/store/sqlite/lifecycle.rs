@@ -4,7 +4,8 @@
 use chrono::{SubsecRound, Utc};
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
-use crate::store::{NewLifecycleEvent, StoreResult, StoredLifecycleEvent};
+use crate::store::error::StoreResult;
+use crate::store::records::{NewLifecycleEvent, StoredLifecycleEvent};
 
 /// Lifecycle events per insert: five parameters each, within SQLite's 32,766.
 const EVENTS_PER_INSERT: usize = 32_766 / 5;

@@ -3,7 +3,8 @@
 //! dead process's), and the slot inserted if the quota allows.
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros};
-use crate::store::{StoreResult, TenantSlot};
+use crate::store::error::StoreResult;
+use crate::store::quotas::TenantSlot;
 
 /// The tenant's slots of kind `$2` held by replica `$4`, but holder `$3`'s, since `$5`; with its
 /// sessions that replica holds live for kind `session`.
@@ -15,7 +16,7 @@ const IN_USE: &str = "SELECT \
        WHERE s.tenant = $1 AND o.session_id <> $3 AND o.replica_id = $4) ELSE 0 END) AS in_use";
 
 impl SqliteStore {
-    /// [`Store::take_tenant_slot`](crate::store::Store::take_tenant_slot).
+    /// [`Store::take_tenant_slot`](crate::store::contract::Store::take_tenant_slot).
     pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
         let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let in_use: i64 = sqlx::query_scalar(IN_USE)

@@ -7,7 +7,8 @@ use sqlx::sqlite::SqliteConnectOptions;
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore};
 use crate::store::common::release_session;
-use crate::store::{HeldSessions, StoreResult};
+use crate::store::error::StoreResult;
+use crate::store::replicas::HeldSessions;
 
 /// Held for as long as one gateway serves an SQLite database file: a second gateway on the same
 /// file is refused, since each gateway assumes it is its database's only writer (the

@@ -8,10 +8,11 @@ use sqlx::{Row, Sqlite};
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::common::{GET_SESSION, TOMBSTONE_LIVE};
+use crate::store::error::StoreResult;
 use crate::store::listing::FirstMoves;
-use crate::store::{ListedSession, SessionRecord, StoreResult};
+use crate::store::records::{ListedSession, SessionRecord};
 
-/// The row [`Store::update_session`](crate::store::Store::update_session) changes. Its
+/// The row [`Store::update_session`](crate::store::contract::Store::update_session) changes. Its
 /// transaction is an immediate one, which holds the write lock from this read to the commit, so
 /// no other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
 pub(super) const LOCK_SESSION: &str = GET_SESSION;
@@ -111,7 +112,7 @@ impl SqliteStore {
         Ok(written)
     }
 
-    /// [`Store::tombstone_session`](crate::store::Store::tombstone_session), `at` in unix
+    /// [`Store::tombstone_session`](crate::store::contract::Store::tombstone_session), `at` in unix
     /// microseconds.
     pub(super) async fn tombstone_session(
         &self,

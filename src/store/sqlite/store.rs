@@ -12,7 +12,8 @@ use sqlx::sqlite::{
 };
 
 use super::super::rows::{Columns, Native};
-use super::super::{Payload, StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::event::Payload;
 
 /// Connections in the reader pool of a file database.
 pub(super) const READER_CONNECTIONS: u32 = 4;

@@ -4,8 +4,9 @@
 //! rest is written once in `store/webhooks.rs`.
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore};
+use crate::store::error::StoreResult;
+use crate::store::records::{DeliveryRecord, WebhookRecord};
 use crate::store::rows::{delivery_from, webhook_from};
-use crate::store::{DeliveryRecord, StoreResult, WebhookRecord};
 
 /// The outbox insert of an append, a statement of its own in the append's transaction, with
 /// anonymous parameters (`?`) in `$where` only: the [`insert_deliveries!`] of `$from` (its
@@ -40,7 +41,7 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl SqliteStore {
-    /// [`Store::claim_deliveries`](crate::store::Store::claim_deliveries), its timestamps in unix
+    /// [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries), its timestamps in unix
     /// microseconds.
     pub(super) async fn claim_deliveries(
         &self,

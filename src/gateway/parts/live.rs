@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::Error;
-use super::output::{Activity, Status};
+use crate::gateway::error::Error;
+use crate::gateway::output::{Activity, Status};
 use crate::pool::Agents;
 use crate::store::SessionRecord;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Busy {
+pub(in crate::gateway) enum Busy {
     Idle,
     Attaching,
     Turn,
@@ -23,7 +23,7 @@ pub(super) enum Busy {
 
 /// Where a turn is; the channel closes when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TurnPhase {
+pub(in crate::gateway) enum TurnPhase {
     /// Attaching the session, or not yet sent.
     Starting,
     /// `session/prompt` is queued for (or at) the agent.
@@ -34,7 +34,7 @@ pub(super) enum TurnPhase {
 
 /// Whether an agent's update is within its turn's bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Updates {
+pub(in crate::gateway) enum Updates {
     Within,
     /// Past the bound: dropped; `first` the first one of the turn.
     Beyond {
@@ -87,7 +87,7 @@ impl Entry {
 
 /// The table. Its lock is never held across an await.
 #[derive(Default)]
-pub(super) struct LiveTable {
+pub(in crate::gateway) struct LiveTable {
     sessions: Mutex<HashMap<String, Entry>>,
     /// Woken whenever a session stops being busy (see [`LiveTable::claim_waiting`]).
     freed: tokio::sync::Notify,
@@ -143,7 +143,7 @@ impl LiveTable {
     /// Counts a `session/update` of the session's agent against `bound` updates per turn (from
     /// the start of one turn to the start of the next; 0: no bound). A session this replica
     /// does not hold is not counted.
-    pub(super) fn count_update(&self, session_id: &str, bound: u64) -> Updates {
+    pub(in crate::gateway) fn count_update(&self, session_id: &str, bound: u64) -> Updates {
         let mut sessions = self.lock();
         let Some(entry) = sessions.get_mut(session_id).filter(|_| bound > 0) else {
             return Updates::Within;
@@ -159,7 +159,7 @@ impl LiveTable {
     }
 
     /// Records that `member` holds the session (counted on the member once).
-    pub(super) fn attach(&self, record: &SessionRecord, member: usize, pool: &Agents) {
+    pub(in crate::gateway) fn attach(&self, record: &SessionRecord, member: usize, pool: &Agents) {
         let mut sessions = self.lock();
         let entry = sessions
             .entry(record.session_id.clone())
@@ -175,7 +175,7 @@ impl LiveTable {
     }
 
     /// Forgets where the session is live; returns the member it was on.
-    pub(super) fn detach(&self, session_id: &str, pool: &Agents) -> Option<usize> {
+    pub(in crate::gateway) fn detach(&self, session_id: &str, pool: &Agents) -> Option<usize> {
         let mut sessions = self.lock();
         let entry = sessions.get_mut(session_id)?;
         let member = entry.member.take();
@@ -189,7 +189,7 @@ impl LiveTable {
     }
 
     /// A member exited: its sessions are held no more. Returns them.
-    pub(super) fn drop_member(&self, member: usize) -> Vec<String> {
+    pub(in crate::gateway) fn drop_member(&self, member: usize) -> Vec<String> {
         let mut sessions = self.lock();
         let ids: Vec<String> = sessions
             .iter()
@@ -206,32 +206,32 @@ impl LiveTable {
     }
 
     /// The member holding the session live.
-    pub(super) fn member(&self, session_id: &str) -> Option<usize> {
+    pub(in crate::gateway) fn member(&self, session_id: &str) -> Option<usize> {
         self.lock().get(session_id).and_then(|e| e.member)
     }
 
     /// For a session a member holds live: since when this replica has known the hold is its
     /// own (another replica may take it over after that, if this one stops beating).
-    pub(super) fn held_since(&self, session_id: &str) -> Option<Instant> {
+    pub(in crate::gateway) fn held_since(&self, session_id: &str) -> Option<Instant> {
         let sessions = self.lock();
         let entry = sessions.get(session_id)?;
         entry.member.map(|_| entry.confirmed)
     }
 
     /// The registry said, as of `at`, that the session is this replica's.
-    pub(super) fn confirm(&self, session_id: &str, at: Instant) {
+    pub(in crate::gateway) fn confirm(&self, session_id: &str, at: Instant) {
         if let Some(entry) = self.lock().get_mut(session_id) {
             entry.confirmed = entry.confirmed.max(at);
         }
     }
 
     /// Whether this replica holds the session or is working on it.
-    pub(super) fn here(&self, session_id: &str) -> bool {
+    pub(in crate::gateway) fn here(&self, session_id: &str) -> bool {
         self.lock().get(session_id).is_some_and(Entry::needed)
     }
 
     /// Sessions held live or running a turn.
-    pub(super) fn active(&self) -> Vec<String> {
+    pub(in crate::gateway) fn active(&self) -> Vec<String> {
         self.lock()
             .iter()
             .filter(|(_, e)| e.member.is_some() || e.turn_done.is_some())
@@ -240,7 +240,7 @@ impl LiveTable {
     }
 
     /// Every session a member holds, with its member.
-    pub(super) fn held(&self) -> Vec<(String, usize)> {
+    pub(in crate::gateway) fn held(&self) -> Vec<(String, usize)> {
         self.lock()
             .iter()
             .filter_map(|(id, e)| e.member.map(|m| (id.clone(), m)))
@@ -248,7 +248,7 @@ impl LiveTable {
     }
 
     /// Live sessions that have not been busy for `idle`, with their members.
-    pub(super) fn idle_for(&self, idle: Duration) -> Vec<(String, usize)> {
+    pub(in crate::gateway) fn idle_for(&self, idle: Duration) -> Vec<(String, usize)> {
         self.lock()
             .iter()
             .filter(|(_, e)| e.busy == Busy::Idle && e.last_active.elapsed() >= idle)
@@ -257,17 +257,20 @@ impl LiveTable {
     }
 
     /// The running turn's end, if a turn runs.
-    pub(super) fn turn_done(&self, session_id: &str) -> Option<watch::Receiver<TurnPhase>> {
+    pub(in crate::gateway) fn turn_done(
+        &self,
+        session_id: &str,
+    ) -> Option<watch::Receiver<TurnPhase>> {
         self.lock().get(session_id)?.turn_done.clone()
     }
 
     /// Sessions held live by a pool member.
-    pub(super) fn live_count(&self) -> usize {
+    pub(in crate::gateway) fn live_count(&self) -> usize {
         self.live_count_where(|_| true)
     }
 
     /// Live sessions on the members `on` accepts.
-    pub(super) fn live_count_where(&self, on: impl Fn(usize) -> bool) -> usize {
+    pub(in crate::gateway) fn live_count_where(&self, on: impl Fn(usize) -> bool) -> usize {
         self.lock()
             .values()
             .filter(|e| e.member.is_some_and(&on))
@@ -275,7 +278,7 @@ impl LiveTable {
     }
 
     /// Keeps the entry in step with a changed cached record.
-    pub(super) fn record_changed(&self, r: &SessionRecord) {
+    pub(in crate::gateway) fn record_changed(&self, r: &SessionRecord) {
         if let Some(e) = self.lock().get_mut(&r.session_id) {
             e.archived = r.archived;
         }
@@ -283,7 +286,7 @@ impl LiveTable {
 
     /// The member holding a session live, when `owner_ok` accepts its tenant and it is not
     /// archived: everything a prompt needs to know, without a store read.
-    pub(super) fn live_member(
+    pub(in crate::gateway) fn live_member(
         &self,
         session_id: &str,
         owner_ok: impl FnOnce(&str) -> bool,
@@ -301,7 +304,7 @@ impl LiveTable {
 
     /// The session's status, as live only if it is live and `owner_ok` accepts its owner;
     /// `awaiting` says whether a request waits for a client (and which kind).
-    pub(super) fn status_if_owner(
+    pub(in crate::gateway) fn status_if_owner(
         &self,
         session_id: &str,
         owner_ok: impl FnOnce(&str) -> bool,
@@ -329,7 +332,7 @@ impl LiveTable {
 }
 
 /// Frees a session's busy mark when dropped.
-pub(super) struct Claim {
+pub(in crate::gateway) struct Claim {
     live: Arc<LiveTable>,
     session_id: String,
     /// For a turn: dropping it (after the mark is freed) tells `cancel` and shutdown that the
@@ -339,7 +342,7 @@ pub(super) struct Claim {
 
 impl Claim {
     /// The turn's `session/prompt` is on its way to the agent: a cancel can follow it now.
-    pub(super) fn mark_sent(&self) {
+    pub(in crate::gateway) fn mark_sent(&self) {
         if let Some(tx) = &self.done {
             tx.send_replace(TurnPhase::Sent);
         }
@@ -349,7 +352,7 @@ impl Claim {
 impl Claim {
     /// The turn is over and its `turn_ended` about to be queued: a client that has seen it
     /// and prompts again waits for the session to be free rather than being refused.
-    pub(super) fn mark_ending(&self) {
+    pub(in crate::gateway) fn mark_ending(&self) {
         if let Some(tx) = &self.done {
             tx.send_replace(TurnPhase::Ending);
         }
@@ -364,7 +367,11 @@ impl Drop for Claim {
 
 impl LiveTable {
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
-    pub(super) fn busy(self: &Arc<Self>, session_id: &str, what: Busy) -> Result<Claim, Error> {
+    pub(in crate::gateway) fn busy(
+        self: &Arc<Self>,
+        session_id: &str,
+        what: Busy,
+    ) -> Result<Claim, Error> {
         let done = self.claim(session_id, what).map_err(|_| conflict())?;
         Ok(Claim {
             live: self.clone(),
@@ -376,7 +383,7 @@ impl LiveTable {
     /// [`busy`](Self::busy) for a request: a session being attached, closed when idle or
     /// taken over from a replica that died, or whose turn is ending, is waited for (up to
     /// `bound`) rather than refused; only a running turn answers 409 at once.
-    pub(super) async fn busy_waiting(
+    pub(in crate::gateway) async fn busy_waiting(
         self: &Arc<Self>,
         session_id: &str,
         what: Busy,
@@ -415,7 +422,7 @@ impl LiveTable {
     /// For a running turn: waits (up to `bound`) until its prompt is on its way to the agent,
     /// so that a cancel cannot overtake it; returns its member and a receiver that closes when
     /// it ends.
-    pub(super) async fn running_turn(
+    pub(in crate::gateway) async fn running_turn(
         &self,
         session_id: &str,
         bound: Duration,
@@ -432,19 +439,19 @@ impl LiveTable {
     }
 
     /// Whether the session is being loaded, and if so whether its log was empty before.
-    pub(super) fn replaying(&self, session_id: &str) -> Option<bool> {
+    pub(in crate::gateway) fn replaying(&self, session_id: &str) -> Option<bool> {
         let replaying = self.replaying.lock().expect("replaying lock");
         replaying.get(session_id).copied()
     }
 
     /// Marks the session as being loaded (`log_empty`: replayed updates are kept), until
     /// [`LiveTable::loaded`].
-    pub(super) fn loading(&self, session_id: &str, log_empty: bool) {
+    pub(in crate::gateway) fn loading(&self, session_id: &str, log_empty: bool) {
         let mut replaying = self.replaying.lock().expect("replaying lock");
         replaying.insert(session_id.to_owned(), log_empty);
     }
 
-    pub(super) fn loaded(&self, session_id: &str) {
+    pub(in crate::gateway) fn loaded(&self, session_id: &str) {
         self.replaying
             .lock()
             .expect("replaying lock")

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::clock::now;
 use super::records::Records;
 use crate::events::EventHub;
+use crate::gateway::clock::now;
 use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
 
 /// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
@@ -48,13 +48,13 @@ pub const UPDATE_KINDS: &[&str] = &[
 
 /// Whether `kind` names an event of the gateway's own (the logs' and the streams' `state` and
 /// `gap`), which an agent's `sessionUpdate` tag may not take.
-pub(super) fn gateway_kind(kind: &str) -> bool {
+pub(in crate::gateway) fn gateway_kind(kind: &str) -> bool {
     GATEWAY_KINDS.contains(&kind) || matches!(kind, "state" | "gap")
 }
 
 /// The logs, as the service writes them.
 #[derive(Clone)]
-pub(super) struct Log {
+pub(in crate::gateway) struct Log {
     hub: Arc<EventHub>,
     /// Where an append that touches a session notes it.
     records: Arc<Records>,
@@ -68,13 +68,13 @@ fn event(kind: &str, payload: impl Into<Payload>) -> NewEvent {
 }
 
 impl Log {
-    pub(super) fn new(hub: Arc<EventHub>, records: Arc<Records>) -> Self {
+    pub(in crate::gateway) fn new(hub: Arc<EventHub>, records: Arc<Records>) -> Self {
         Log { hub, records }
     }
 
     /// Until the guard is dropped, the session's appends are written in `span`'s trace (a
     /// sampled turn's; see [`crate::events::Traced`]).
-    pub(super) fn traced_in(&self, session_id: &str, span: &tracing::Span) -> TracedIn {
+    pub(in crate::gateway) fn traced_in(&self, session_id: &str, span: &tracing::Span) -> TracedIn {
         self.hub.traced().begin(session_id, span);
         TracedIn {
             hub: self.hub.clone(),
@@ -83,12 +83,12 @@ impl Log {
     }
 
     /// The hub, for its streams and numbers.
-    pub(super) fn hub(&self) -> &EventHub {
+    pub(in crate::gateway) fn hub(&self) -> &EventHub {
         &self.hub
     }
 
     /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
-    pub(super) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
+    pub(in crate::gateway) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
         let mut payload = json!({"sessionId": r.session_id, "agent": r.agent});
         if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
             p.extend(e);
@@ -103,20 +103,30 @@ impl Log {
     }
 
     /// Appends to a session's log and waits for the commit.
-    pub(super) async fn append(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
+    pub(in crate::gateway) async fn append(
+        &self,
+        session_id: &str,
+        kind: &str,
+        payload: impl Into<Payload>,
+    ) {
         // Errors are logged by the writer.
         let _ = self.hub.append(session_id, event(kind, payload)).await;
     }
 
     /// Appends without waiting for the store: used on the dispatch loop so that a streaming
     /// agent is read at the writer's pace, not one commit per update. Order is kept.
-    pub(super) async fn enqueue(&self, session_id: &str, kind: &str, payload: impl Into<Payload>) {
+    pub(in crate::gateway) async fn enqueue(
+        &self,
+        session_id: &str,
+        kind: &str,
+        payload: impl Into<Payload>,
+    ) {
         self.hub.enqueue(session_id, event(kind, payload)).await;
     }
 
     /// As [`Log::enqueue`], and the writer commits it without its pause: for the event that
     /// ends a turn, which a client waits to see.
-    pub(super) async fn enqueue_now(
+    pub(in crate::gateway) async fn enqueue_now(
         &self,
         session_id: &str,
         kind: &str,
@@ -127,7 +137,7 @@ impl Log {
 
     /// As [`Log::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
     /// change of the gateway's own, see [`Records::mark_touched`]).
-    pub(super) async fn enqueue_touching(
+    pub(in crate::gateway) async fn enqueue_touching(
         &self,
         session_id: &str,
         kind: &str,
@@ -139,14 +149,14 @@ impl Log {
     }
 
     /// Waits until everything appended so far is stored.
-    pub(super) async fn flush(&self) {
+    pub(in crate::gateway) async fn flush(&self) {
         self.hub.flush().await;
     }
 }
 
 /// Ends [`Log::traced_in`] when dropped: when the turn has queued its `turn_ended`, or when it
 /// never ran (its request was dropped first).
-pub(super) struct TracedIn {
+pub(in crate::gateway) struct TracedIn {
     hub: Arc<EventHub>,
     session_id: String,
 }

@@ -8,19 +8,19 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::caller::Caller;
-use super::cursor::encode_cursor;
-use super::error::Error;
-use super::input::SessionId;
-use super::output::PageJson;
 use crate::events::EventHub;
+use crate::gateway::caller::Caller;
+use crate::gateway::cursor::encode_cursor;
+use crate::gateway::error::Error;
+use crate::gateway::input::SessionId;
+use crate::gateway::output::PageJson;
 use crate::store::{ListQuery, SessionMutation, SessionRecord, Store, StoreResult};
 
 /// Pages kept per generation; beyond it the page cache starts over.
 const MAX_PAGES: usize = 1024;
 
 /// The session records, and who may change them when.
-pub(super) struct Records {
+pub(in crate::gateway) struct Records {
     store: Arc<dyn Store>,
     /// Counts the commits of prompts' `updatedAt` (part of the list generation).
     hub: Arc<EventHub>,
@@ -47,7 +47,7 @@ pub(super) struct Records {
 }
 
 impl Records {
-    pub(super) fn new(store: Arc<dyn Store>, hub: Arc<EventHub>) -> Self {
+    pub(in crate::gateway) fn new(store: Arc<dyn Store>, hub: Arc<EventHub>) -> Self {
         Records {
             store,
             hub,
@@ -62,13 +62,13 @@ impl Records {
     }
 
     /// The store, for what the records do not cover (logs, snapshots, webhooks).
-    pub(super) fn store(&self) -> &dyn Store {
+    pub(in crate::gateway) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
 
     /// A known, non-deleted session of the caller's, or 404 (another tenant's session is
     /// indistinguishable from an unknown one).
-    pub(super) async fn get(
+    pub(in crate::gateway) async fn get(
         &self,
         caller: &Caller,
         id: &SessionId,
@@ -82,7 +82,7 @@ impl Records {
     /// [`Records::get`] for a request that makes the session live (a prompt, a resume): a
     /// session the list sync tombstoned is found too, as it would be live (`true`: it comes
     /// back once its agent serves it).
-    pub(super) async fn get_to_use(
+    pub(in crate::gateway) async fn get_to_use(
         &self,
         caller: &Caller,
         id: &SessionId,
@@ -102,7 +102,7 @@ impl Records {
 
     /// Changes a cached session on the gateway's own authority (not from a listing). The
     /// change is noted so that a sync whose listing began earlier does not undo it.
-    pub(super) async fn update_cached(
+    pub(in crate::gateway) async fn update_cached(
         &self,
         session_id: &str,
         mutate: SessionMutation<'_>,
@@ -118,7 +118,7 @@ impl Records {
 
     /// Notes a change of the gateway's own to a cached session, before it is written, so that
     /// a list sync running meanwhile does not undo it with what the agent had before.
-    pub(super) fn mark_touched(&self, session_id: &str) {
+    pub(in crate::gateway) fn mark_touched(&self, session_id: &str) {
         let n = self.touches.fetch_add(1, Ordering::SeqCst) + 1;
         self.touched
             .lock()
@@ -127,19 +127,19 @@ impl Records {
     }
 
     /// The number of the latest own change: a sync that starts now lists what came before.
-    pub(super) fn touches(&self) -> u64 {
+    pub(in crate::gateway) fn touches(&self) -> u64 {
         self.touches.load(Ordering::SeqCst)
     }
 
     /// Whether the gateway changed the session on its own after change `since`.
-    pub(super) fn touched_since(&self, session_id: &str, since: u64) -> bool {
+    pub(in crate::gateway) fn touched_since(&self, session_id: &str, since: u64) -> bool {
         let touched = self.touched.lock().expect("touched lock");
         touched.get(session_id).is_some_and(|n| *n > since)
     }
 
     /// `items` without those whose session the gateway has changed on its own authority
     /// since change `since`: that change is newer than the listing.
-    pub(super) fn untouched<T>(
+    pub(in crate::gateway) fn untouched<T>(
         &self,
         mut items: Vec<T>,
         id: impl Fn(&T) -> &str,
@@ -153,7 +153,7 @@ impl Records {
     }
 
     /// Forgets the marks a sync that began after change `since` has seen.
-    pub(super) fn forget_touches_up_to(&self, since: u64) {
+    pub(in crate::gateway) fn forget_touches_up_to(&self, since: u64) {
         self.touched
             .lock()
             .expect("touched lock")
@@ -161,22 +161,22 @@ impl Records {
     }
 
     /// Held by a sync from its last look at the marks to its write.
-    pub(super) async fn sync_writing(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+    pub(in crate::gateway) async fn sync_writing(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
         self.writes.write().await
     }
 
     /// Held for a whole sync: one at a time.
-    pub(super) async fn one_sync(&self) -> tokio::sync::MutexGuard<'_, ()> {
+    pub(in crate::gateway) async fn one_sync(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.sync_lock.lock().await
     }
 
     /// Held by a create from its `session/new` until its row is stored.
-    pub(super) async fn creating(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+    pub(in crate::gateway) async fn creating(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
         self.creating.read().await
     }
 
     /// Waits for the creates under way to store their rows.
-    pub(super) async fn creates_stored(&self) {
+    pub(in crate::gateway) async fn creates_stored(&self) {
         drop(self.creating.write().await);
     }
 
@@ -187,13 +187,13 @@ impl Records {
     }
 
     /// Call after every write to the session cache (once it has committed).
-    pub(super) fn sessions_changed(&self) {
+    pub(in crate::gateway) fn sessions_changed(&self) {
         self.list_generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// One page of the session list, from `list_pages` when it holds the page (unless
     /// `fresh`), else from the store.
-    pub(super) async fn list_page(
+    pub(in crate::gateway) async fn list_page(
         &self,
         query: &ListQuery,
         fresh: bool,

@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::error::Error;
+use crate::gateway::error::Error;
 use crate::pool::client::Incoming;
 
 /// A kind of request that waits for a client, by the view clients see of one.
-pub(super) trait Asked: Clone + Send + Sync + 'static {
+pub(in crate::gateway) trait Asked: Clone + Send + Sync + 'static {
     /// What the gateway keeps beside the view (an elicitation's parsed schema).
     type Extra: Send + Sync + 'static;
     /// The ACP response the agent is answered with.
@@ -58,14 +58,14 @@ pub(super) trait Asked: Clone + Send + Sync + 'static {
 }
 
 /// The fields every kind of request has.
-pub(super) struct Asking<'a> {
-    pub(super) request_id: &'a str,
-    pub(super) session_id: &'a str,
-    pub(super) created_at: DateTime<Utc>,
+pub(in crate::gateway) struct Asking<'a> {
+    pub(in crate::gateway) request_id: &'a str,
+    pub(in crate::gateway) session_id: &'a str,
+    pub(in crate::gateway) created_at: DateTime<Utc>,
     /// The agent's request, as it sent it.
-    pub(super) request: &'a Value,
+    pub(in crate::gateway) request: &'a Value,
     /// When it fails closed, if it does.
-    pub(super) deadline: Option<DateTime<Utc>>,
+    pub(in crate::gateway) deadline: Option<DateTime<Utc>>,
 }
 
 struct Entry<V: Asked> {
@@ -79,10 +79,10 @@ struct Entry<V: Asked> {
 /// The resolved requests of one session a table keeps (so that a late answer is told 409 and a
 /// URL elicitation's completion finds its request); older ones are forgotten (404), so that an
 /// agent asking in a loop, answered by the policy, cannot grow the table without bound.
-pub(super) const RESOLVED_KEPT: usize = 256;
+pub(in crate::gateway) const RESOLVED_KEPT: usize = 256;
 
 /// Pending and resolved requests of one kind, by gateway id.
-pub(super) struct Table<V: Asked> {
+pub(in crate::gateway) struct Table<V: Asked> {
     map: Mutex<HashMap<String, Entry<V>>>,
 }
 
@@ -100,7 +100,13 @@ impl<V: Asked> Table<V> {
     }
 
     /// Adds a request; of its session's resolved ones, only the [`RESOLVED_KEPT`] latest stay.
-    pub(super) fn insert(&self, view: V, member: usize, request: Incoming, extra: V::Extra) {
+    pub(in crate::gateway) fn insert(
+        &self,
+        view: V,
+        member: usize,
+        request: Incoming,
+        extra: V::Extra,
+    ) {
         let id = view.request_id().to_owned();
         let session_id = view.session_id().to_owned();
         let entry = Entry {
@@ -125,7 +131,7 @@ impl<V: Asked> Table<V> {
     }
 
     /// The session's pending requests, oldest first.
-    pub(super) fn pending_for(&self, session_id: &str) -> Vec<V> {
+    pub(in crate::gateway) fn pending_for(&self, session_id: &str) -> Vec<V> {
         let mut out: Vec<V> = self
             .lock()
             .values()
@@ -137,20 +143,20 @@ impl<V: Asked> Table<V> {
     }
 
     /// How many of the session's requests wait for a client.
-    pub(super) fn pending_in(&self, session_id: &str) -> usize {
+    pub(in crate::gateway) fn pending_in(&self, session_id: &str) -> usize {
         self.lock()
             .values()
             .filter(|e| e.view.session_id() == session_id && !e.view.is_resolved())
             .count()
     }
 
-    pub(super) fn has_pending(&self, session_id: &str) -> bool {
+    pub(in crate::gateway) fn has_pending(&self, session_id: &str) -> bool {
         self.lock()
             .values()
             .any(|e| e.view.session_id() == session_id && !e.view.is_resolved())
     }
 
-    pub(super) fn pending_count(&self) -> usize {
+    pub(in crate::gateway) fn pending_count(&self) -> usize {
         self.lock()
             .values()
             .filter(|e| !e.view.is_resolved())
@@ -158,7 +164,7 @@ impl<V: Asked> Table<V> {
     }
 
     /// The first request of `member`, pending or resolved, that `pred` picks.
-    pub(super) fn find(&self, member: usize, pred: impl Fn(&V) -> bool) -> Option<V> {
+    pub(in crate::gateway) fn find(&self, member: usize, pred: impl Fn(&V) -> bool) -> Option<V> {
         self.lock()
             .values()
             .find(|e| e.member == member && pred(&e.view))
@@ -168,7 +174,7 @@ impl<V: Asked> Table<V> {
     /// Resolves request `request_id` (of `session_id` when given) with the answer `decide`
     /// makes of it. 404 when unknown (or of another session), 409 when already resolved, and
     /// `decide`'s error as it is (the request then stays pending).
-    pub(super) fn resolve(
+    pub(in crate::gateway) fn resolve(
         &self,
         session_id: Option<&str>,
         request_id: &str,
@@ -189,7 +195,7 @@ impl<V: Asked> Table<V> {
     }
 
     /// Resolves every pending request of a session as cancelled; returns them, to be answered.
-    pub(super) fn cancel_all(&self, session_id: &str) -> Vec<(V, Incoming)> {
+    pub(in crate::gateway) fn cancel_all(&self, session_id: &str) -> Vec<(V, Incoming)> {
         self.lock()
             .values_mut()
             .filter(|e| e.view.session_id() == session_id && !e.view.is_resolved())
@@ -202,7 +208,7 @@ impl<V: Asked> Table<V> {
 
     /// Forgets the requests of an exited member; returns the ones that were pending, marked
     /// cancelled (there is no one left to answer).
-    pub(super) fn drop_member(&self, member: usize) -> Vec<V> {
+    pub(in crate::gateway) fn drop_member(&self, member: usize) -> Vec<V> {
         let mut map = self.lock();
         let gone: Vec<String> = map
             .iter()

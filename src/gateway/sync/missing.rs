@@ -22,16 +22,16 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::Error;
-use super::clock::now;
-use super::counters::Counters;
-use super::log::Log;
-use super::placement::Placement;
-use super::records::Records;
+use crate::gateway::clock::now;
+use crate::gateway::error::Error;
+use crate::gateway::parts::counters::Counters;
+use crate::gateway::parts::log::Log;
+use crate::gateway::parts::placement::Placement;
+use crate::gateway::parts::records::Records;
 use crate::store::SessionRecord;
 
 /// Of an agent that cannot be asked about one session, how far apart two syncs must miss it.
-pub(super) const MISSED_APART: Duration = Duration::from_secs(5);
+pub(in crate::gateway) const MISSED_APART: Duration = Duration::from_secs(5);
 
 /// How much earlier than a sync's start an event still counts as use while it ran: replicas'
 /// clocks differ a little, and each stamps the events it appends.
@@ -40,7 +40,7 @@ const CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 /// The sessions this replica's last sync of each agent missed and could not ask about: when
 /// a sync first missed each.
 #[derive(Default)]
-pub(super) struct Misses(Mutex<HashMap<String, HashMap<String, Instant>>>);
+pub(in crate::gateway) struct Misses(Mutex<HashMap<String, HashMap<String, Instant>>>);
 
 impl Misses {
     fn take(&self, agent: &str) -> HashMap<String, Instant> {
@@ -57,24 +57,24 @@ impl Misses {
 /// What the sync knows of the moment it began: its own changes up to then (`touches`), and
 /// the time (`began`).
 #[derive(Clone, Copy)]
-pub(super) struct SyncStart {
-    pub(super) touches: u64,
-    pub(super) began: DateTime<Utc>,
+pub(in crate::gateway) struct SyncStart {
+    pub(in crate::gateway) touches: u64,
+    pub(in crate::gateway) began: DateTime<Utc>,
 }
 
 /// What settling a sync's misses takes of the service's parts.
-pub(super) struct Missing<'a> {
-    pub(super) placement: &'a Placement,
-    pub(super) records: &'a Records,
-    pub(super) log: &'a Log,
-    pub(super) counters: &'a Counters,
-    pub(super) misses: &'a Misses,
+pub(in crate::gateway) struct Missing<'a> {
+    pub(in crate::gateway) placement: &'a Placement,
+    pub(in crate::gateway) records: &'a Records,
+    pub(in crate::gateway) log: &'a Log,
+    pub(in crate::gateway) counters: &'a Counters,
+    pub(in crate::gateway) misses: &'a Misses,
 }
 
 impl Missing<'_> {
     /// Tombstones those of `missing` (sessions of `agent` listed by an earlier sync and not by
     /// this one) that the agent no longer knows, and no one uses; returns how many.
-    pub(super) async fn settle(
+    pub(in crate::gateway) async fn settle(
         &self,
         agent: &str,
         missing: Vec<String>,

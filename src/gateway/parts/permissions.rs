@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::Error;
 use super::pending::{Asked, Asking};
+use crate::gateway::error::Error;
 
 /// Option kinds a permission policy of `allow` picks, in order of preference.
-pub(super) const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
+pub(in crate::gateway) const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
 /// Option kinds chosen when refusing (policy `reject`, or a timeout), in order of preference.
-pub(super) const REJECT: [&str; 2] = ["reject_once", "reject_always"];
+pub(in crate::gateway) const REJECT: [&str; 2] = ["reject_once", "reject_always"];
 
 /// A permission request as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -70,13 +70,13 @@ impl Asked for PermissionView {
     }
 }
 
-pub(super) fn selected(option: String) -> RequestPermissionResponse {
+pub(in crate::gateway) fn selected(option: String) -> RequestPermissionResponse {
     let outcome = RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option));
     RequestPermissionResponse::new(outcome)
 }
 
 /// The first offered option whose `kind` comes earliest in `prefer`.
-pub(super) fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
+pub(in crate::gateway) fn preferred_option(request: &Value, prefer: &[&str]) -> Option<String> {
     let options = request["options"].as_array()?;
     prefer.iter().find_map(|kind| {
         options
@@ -89,7 +89,7 @@ pub(super) fn preferred_option(request: &Value, prefer: &[&str]) -> Option<Strin
 
 /// The answer a client's choice (`optionId`, or `outcome: "cancelled"`) makes, checked
 /// against the request.
-pub(super) fn answered(
+pub(in crate::gateway) fn answered(
     view: &PermissionView,
     option_id: Option<String>,
     outcome: Option<&str>,

@@ -16,11 +16,11 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 /// Content as the agent receives it.
-pub(super) type Content = BTreeMap<String, ElicitationContentValue>;
+pub(in crate::gateway) type Content = BTreeMap<String, ElicitationContentValue>;
 
 /// Checks what the content check relies on: every `pattern` compiles, and every required
 /// property is defined (else no answer could be valid).
-pub(super) fn check_schema(schema: &ElicitationSchema) -> Result<(), String> {
+pub(in crate::gateway) fn check_schema(schema: &ElicitationSchema) -> Result<(), String> {
     for (name, property) in &schema.properties {
         if let ElicitationPropertySchema::String(s) = property
             && let Some(pattern) = &s.pattern
@@ -41,7 +41,7 @@ fn required(schema: &ElicitationSchema) -> impl Iterator<Item = &str> {
 
 /// Checks `content` against `schema`; returns it as the agent receives it, or every problem
 /// found, joined.
-pub(super) fn validate(
+pub(in crate::gateway) fn validate(
     schema: &ElicitationSchema,
     content: &Map<String, Value>,
 ) -> Result<Content, String> {

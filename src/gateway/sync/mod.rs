@@ -26,12 +26,15 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::Error;
 use super::clock::now;
-use super::listed::{Listed, Pages, Synced, agent_error, list_all};
-use super::missing::{Misses, Missing, SyncStart};
+use super::error::Error;
+mod listed;
+mod missing;
+
 use super::parts::use_case;
 use crate::store::{ListedSession, Origin, SessionRecord};
+use listed::{Listed, Pages, Synced, agent_error, list_all};
+use missing::{Misses, Missing, SyncStart};
 
 /// Pages listed and checked, waiting to be compared (a page of a thousand sessions holds about
 /// 250 KB).
@@ -384,7 +387,7 @@ mod tests {
             additional_directories: vec!["/x".into()],
             title: Some("kept".into()),
             meta: Some(json!({"a": 1, "b": {"c": 2}})),
-            ..super::super::info_update::recorded("t", "/a", at)
+            ..crate::gateway::parts::info_update::recorded("t", "/a", at)
         }
     }
 

@@ -18,18 +18,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::elicitations::{self, ElicitationReply, ElicitationView};
-use super::input::SessionId;
 use super::log::Log;
 use super::pending::{Asked, Table};
 use super::permissions::{self, ALLOW, PermissionView, REJECT};
 use super::records::Records;
-use super::{Caller, Error};
 use crate::agent_rpc::RpcError;
 use crate::config::PermissionPolicy;
+use crate::gateway::caller::Caller;
+use crate::gateway::error::Error;
+use crate::gateway::input::SessionId;
 use crate::pool::client::Incoming;
 
 /// A kind of request with its table in [`Requests`].
-pub(super) trait Kind: Asked {
+pub(in crate::gateway) trait Kind: Asked {
     fn table(requests: &Requests) -> &Table<Self>;
 }
 
@@ -48,11 +49,11 @@ impl Kind for ElicitationView {
 /// The requests that wait for a client, of both kinds, and how they are resolved without one.
 pub struct Requests {
     /// Permission requests, pending and resolved.
-    pub(super) permissions: Table<PermissionView>,
+    pub(in crate::gateway) permissions: Table<PermissionView>,
     /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
-    pub(super) elicitations: Table<ElicitationView>,
+    pub(in crate::gateway) elicitations: Table<ElicitationView>,
     /// Who answers: a client, or the policy at once.
-    pub(super) policy: PermissionPolicy,
+    pub(in crate::gateway) policy: PermissionPolicy,
     /// How long a request waits for a client (`None`: forever).
     timeout: Option<Duration>,
     /// Requests of one session waiting at once, both kinds together (0: no limit).
@@ -60,9 +61,9 @@ pub struct Requests {
     /// The sessions whose agent was refused a request since one was last accepted: warned of
     /// once, not at every refusal of a flood.
     refusing: Mutex<HashSet<String>>,
-    pub(super) log: Log,
+    pub(in crate::gateway) log: Log,
     /// Whose sessions a caller may answer for.
-    pub(super) records: Arc<Records>,
+    pub(in crate::gateway) records: Arc<Records>,
     /// The spans of the requests pending in a traced turn, by request id, ended with their
     /// resolution.
     waits: Mutex<HashMap<String, tracing::Span>>,
@@ -72,7 +73,7 @@ pub struct Requests {
 }
 
 impl Requests {
-    pub(super) fn new(
+    pub(in crate::gateway) fn new(
         policy: PermissionPolicy,
         timeout: Option<Duration>,
         max_pending: usize,
@@ -97,7 +98,7 @@ impl Requests {
     }
 
     /// The session's pending requests of kind `V`, oldest first.
-    pub(super) fn pending<V: Kind>(&self, session_id: &str) -> Vec<V> {
+    pub(in crate::gateway) fn pending<V: Kind>(&self, session_id: &str) -> Vec<V> {
         V::table(self).pending_for(session_id)
     }
 
@@ -132,7 +133,7 @@ impl Requests {
     }
 
     /// Records a new request and logs its `REQUESTED` event.
-    pub(super) async fn track<V: Kind>(
+    pub(in crate::gateway) async fn track<V: Kind>(
         &self,
         view: V,
         member: usize,
@@ -160,7 +161,7 @@ impl Requests {
     /// Resolves a request with the answer `decide` makes, logs `RESOLVED` with `reason` and
     /// answers the agent: in this order, so that what the agent does on the answer (end the
     /// turn) is logged after the resolution.
-    pub(super) async fn resolve<V: Kind>(
+    pub(in crate::gateway) async fn resolve<V: Kind>(
         &self,
         session_id: Option<&str>,
         request_id: &str,
@@ -197,13 +198,13 @@ impl Requests {
 
     /// Resolves the session's pending requests as cancelled (before a cancel, close, archive or
     /// delete, and at shutdown), so that their resolution is logged before the turn's end.
-    pub(super) async fn cancel_session(&self, session_id: &str) {
+    pub(in crate::gateway) async fn cancel_session(&self, session_id: &str) {
         self.cancel_all::<PermissionView>(session_id).await;
         self.cancel_all::<ElicitationView>(session_id).await;
     }
 
     /// A member exited: its requests are gone, the pending ones logged as cancelled.
-    pub(super) async fn drop_member(&self, member: usize) {
+    pub(in crate::gateway) async fn drop_member(&self, member: usize) {
         for view in self.permissions.drop_member(member) {
             self.log_resolved(&view, "cancelled").await;
         }
@@ -213,21 +214,21 @@ impl Requests {
     }
 
     /// Whether a request of the session waits for a client (permission or elicitation).
-    pub(super) fn awaits_client(&self, session_id: &str) -> bool {
+    pub(in crate::gateway) fn awaits_client(&self, session_id: &str) -> bool {
         self.permissions.has_pending(session_id) || self.elicitations.has_pending(session_id)
     }
 
     /// When a request made now fails closed (`--permission-timeout`), if it does.
-    pub(super) fn deadline(&self) -> Option<DateTime<Utc>> {
+    pub(in crate::gateway) fn deadline(&self) -> Option<DateTime<Utc>> {
         let after = self.timeout?;
         chrono::Duration::from_std(after)
             .ok()
-            .map(|d| super::clock::now() + d)
+            .map(|d| crate::gateway::clock::now() + d)
     }
 
     /// Runs `expire` after `--permission-timeout` (never without one), unless the gateway
     /// stops first.
-    pub(super) fn on_timeout<F, Fut>(self: &Arc<Self>, expire: F)
+    pub(in crate::gateway) fn on_timeout<F, Fut>(self: &Arc<Self>, expire: F)
     where
         F: FnOnce(Arc<Requests>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -319,7 +320,7 @@ impl Requests {
 impl Requests {
     /// A permission request from the agent: pending until answered, or resolved now by the
     /// policy, or later by the timeout.
-    pub(super) async fn permission_requested(
+    pub(in crate::gateway) async fn permission_requested(
         self: Arc<Self>,
         member: usize,
         request: Incoming,
@@ -334,7 +335,7 @@ impl Requests {
             request_id: format!("perm_{}", uuid::Uuid::new_v4().simple()),
             session_id: session_id.to_owned(),
             request: params,
-            created_at: super::clock::now(),
+            created_at: crate::gateway::clock::now(),
             deadline: match self.policy {
                 PermissionPolicy::Ask => self.deadline(),
                 _ => None,
@@ -373,7 +374,7 @@ impl Requests {
 impl Requests {
     /// An elicitation from the agent: refused when the gateway cannot serve it, else pending
     /// until answered, or declined now by the policy, or later by the timeout.
-    pub(super) async fn elicitation_requested(
+    pub(in crate::gateway) async fn elicitation_requested(
         self: Arc<Self>,
         member: usize,
         request: Incoming,
@@ -398,7 +399,7 @@ impl Requests {
             request_id: format!("elic_{}", uuid::Uuid::new_v4().simple()),
             session_id,
             request: params,
-            created_at: super::clock::now(),
+            created_at: crate::gateway::clock::now(),
             deadline: if ask { self.deadline() } else { None },
             response: None,
         };
@@ -416,7 +417,7 @@ impl Requests {
     /// `elicitation/complete`: the agent says the interaction a URL elicitation sent the user to
     /// is over. Logged as `elicitation_completed` on the session of the request with that
     /// `elicitationId` from the same member; ignored (with a warning) when there is none.
-    pub(super) async fn elicitation_completed(&self, member: usize, params: &str) {
+    pub(in crate::gateway) async fn elicitation_completed(&self, member: usize, params: &str) {
         let id = match serde_json::from_str::<CompleteElicitationNotification>(params) {
             Ok(done) => done.elicitation_id.0,
             Err(e) => {

@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value};
 use tokio_util::task::TaskTracker;
 
-use super::Error;
 use super::log::Log;
 use super::records::Records;
-use super::state::{STATE_CHANGED, STATE_KINDS, SessionState, StateAt};
+use crate::gateway::error::Error;
+use crate::gateway::state::{STATE_CHANGED, STATE_KINDS, SessionState, StateAt};
 
 /// The sessions' states: folded from their logs, snapshots stored, what the gateway learns
 /// outside updates logged.
-pub(super) struct States {
+pub(in crate::gateway) struct States {
     records: Arc<Records>,
     log: Log,
     /// Sessions whose log got a state event since their state snapshot was last stored here
@@ -27,7 +27,7 @@ pub(super) struct States {
 }
 
 impl States {
-    pub(super) fn new(records: Arc<Records>, log: Log, tasks: TaskTracker) -> Self {
+    pub(in crate::gateway) fn new(records: Arc<Records>, log: Log, tasks: TaskTracker) -> Self {
         States {
             records,
             log,
@@ -37,7 +37,7 @@ impl States {
     }
 
     /// Notes that a state event was logged for `session_id` (see [`States::refresh_after_turn`]).
-    pub(super) fn state_changed_in_turn(&self, session_id: &str) {
+    pub(in crate::gateway) fn state_changed_in_turn(&self, session_id: &str) {
         let mut dirty = self.dirty.lock().expect("state_dirty lock");
         if !dirty.contains(session_id) {
             dirty.insert(session_id.to_owned());
@@ -48,7 +48,7 @@ impl States {
     /// snapshot is moved to the log's end in the background, so that a read folds little and
     /// retention, which prunes old events, finds what they made in the snapshot (a prune
     /// within the moment between the turn's commit and this one could still miss them).
-    pub(super) fn refresh_after_turn(self: &Arc<Self>, session_id: &str, usage: bool) {
+    pub(in crate::gateway) fn refresh_after_turn(self: &Arc<Self>, session_id: &str, usage: bool) {
         let dirty = self
             .dirty
             .lock()
@@ -69,7 +69,7 @@ impl States {
     /// Logs what an agent's answer (to `session/new`, load, resume, fork, or a setter) says of
     /// the state — its `modes`, `models` and `configOptions` — as a `state_changed` event, when
     /// that changes the state. `extra` goes into the event as is (what a setter set).
-    pub(super) async fn note_state(
+    pub(in crate::gateway) async fn note_state(
         &self,
         session_id: &str,
         source: &str,
@@ -79,7 +79,7 @@ impl States {
             .await
     }
 
-    pub(super) async fn note_change(
+    pub(in crate::gateway) async fn note_change(
         &self,
         session_id: &str,
         source: &str,
@@ -109,7 +109,7 @@ impl States {
 
     /// The state folded to the log's end: the stored snapshot, then the state events after it
     /// (the snapshot moves forward when there were any).
-    pub(super) async fn state_of(&self, session_id: &str) -> Result<StateAt, Error> {
+    pub(in crate::gateway) async fn state_of(&self, session_id: &str) -> Result<StateAt, Error> {
         let store = self.records.store();
         // The position first: every event up to it is committed, so the fold is exact there.
         let last = store.last_event_seq(session_id).await?;

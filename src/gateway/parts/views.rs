@@ -6,18 +6,18 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
-use super::Error;
 use super::counters::Counters;
 use super::live::LiveTable;
 use super::log::Log;
-use super::output::{Activity, SessionView, Status};
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
+use crate::gateway::error::Error;
+use crate::gateway::output::{Activity, SessionView, Status};
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
 /// A record's view: its status from the live table and the pending requests.
-pub(super) struct Views {
+pub(in crate::gateway) struct Views {
     live: Arc<LiveTable>,
     requests: Arc<Requests>,
     records: Arc<Records>,
@@ -27,7 +27,7 @@ pub(super) struct Views {
 }
 
 impl Views {
-    pub(super) fn new(
+    pub(in crate::gateway) fn new(
         live: Arc<LiveTable>,
         requests: Arc<Requests>,
         records: Arc<Records>,
@@ -45,7 +45,7 @@ impl Views {
     }
 
     /// The session's view with its state.
-    pub(super) async fn view_with_state(
+    pub(in crate::gateway) async fn view_with_state(
         &self,
         record: &SessionRecord,
     ) -> Result<SessionView, Error> {
@@ -58,12 +58,12 @@ impl Views {
     }
 
     /// The session's status here.
-    pub(super) fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
+    pub(in crate::gateway) fn status_of(&self, session_id: &str) -> (Status, Option<Activity>) {
         self.status_if_owner(session_id, |_| true)
     }
 
     /// The session's status, as live only if it is live and `owner_ok` accepts its owner.
-    pub(super) fn status_if_owner(
+    pub(in crate::gateway) fn status_if_owner(
         &self,
         session_id: &str,
         owner_ok: impl FnOnce(&str) -> bool,
@@ -81,7 +81,7 @@ impl Views {
 
     /// Changes a cached session on the gateway's own authority (see
     /// [`super::records::Records::update_cached`]); a live session learns its new record.
-    pub(super) async fn update_cached(
+    pub(in crate::gateway) async fn update_cached(
         &self,
         session_id: &str,
         mutate: SessionMutation<'_>,
@@ -94,7 +94,7 @@ impl Views {
     }
 
     /// The `session_updated` lifecycle event of a changed cached session.
-    pub(super) async fn updated(&self, r: &SessionRecord) {
+    pub(in crate::gateway) async fn updated(&self, r: &SessionRecord) {
         self.log
             .lifecycle(r, "session_updated", json!({"session": self.view(r)}))
             .await;
@@ -103,7 +103,11 @@ impl Views {
     /// Brings back a session the list sync tombstoned (and no other), which the agent has
     /// shown it knows (`how`: it listed or served it): logged, counted and announced as
     /// created again. `true` if it was such a one.
-    pub(super) async fn revive(&self, r: &SessionRecord, how: &str) -> StoreResult<bool> {
+    pub(in crate::gateway) async fn revive(
+        &self,
+        r: &SessionRecord,
+        how: &str,
+    ) -> StoreResult<bool> {
         let id = r.session_id.as_str();
         if !self.records.store().revive_session(id).await? {
             return Ok(false);
@@ -130,7 +134,7 @@ impl Views {
     }
 
     /// The record as clients see it.
-    pub(super) fn view(&self, r: &SessionRecord) -> SessionView {
+    pub(in crate::gateway) fn view(&self, r: &SessionRecord) -> SessionView {
         let (status, activity) = self.status_of(&r.session_id);
         SessionView::new(r, status, activity)
     }

@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::Error;
 use super::live::Busy;
 use super::placement::Placement;
 use crate::cluster::{Cluster, Holder};
+use crate::gateway::error::Error;
 use crate::store::Claimed;
 
 impl Placement {
@@ -92,7 +92,7 @@ impl Placement {
     /// orphan waits for its log's commit (through a database outage, for as long as that
     /// lasts), and a beat held up behind it would let this replica's own lease run out while
     /// it holds sessions live, for another replica to take them from under it.
-    pub(super) async fn heartbeat_forever(&self) {
+    pub(in crate::gateway) async fn heartbeat_forever(&self) {
         let cluster = &self.cluster;
         let late = AtomicBool::new(false);
         let beats = async {
@@ -132,7 +132,7 @@ impl Placement {
     /// live one that does. `None`: here (where a session of an agent no live replica runs
     /// answers 503). A session this replica [holds surely](Placement::holds_surely) is served
     /// here without asking the registry.
-    pub(super) async fn replica_for_session(
+    pub(in crate::gateway) async fn replica_for_session(
         &self,
         session_id: &str,
     ) -> Result<Option<String>, Error> {
@@ -181,7 +181,7 @@ impl Placement {
     /// The other replica a new session of `agent` (`None`: the default) is created on: one
     /// that holds fewer sessions, or, when this replica does not run the agent, one that does
     /// (see [`Cluster::place_elsewhere`]).
-    pub(super) fn replica_for_new(&self, agent: Option<&str>) -> Option<String> {
+    pub(in crate::gateway) fn replica_for_new(&self, agent: Option<&str>) -> Option<String> {
         let here = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
         self.cluster.place_elsewhere(agent, here)
     }
@@ -191,7 +191,7 @@ impl Placement {
     /// its log gets `agent_exited` (without a member, which was the dead replica's), and a turn
     /// the log shows started and not ended gets its `turn_ended`, with an error, as a member's
     /// crash ends one.
-    pub(super) async fn close_orphan(&self, session_id: &str) {
+    pub(in crate::gateway) async fn close_orphan(&self, session_id: &str) {
         tracing::warn!(
             session = session_id,
             "the replica holding the session stopped beating; the session is saved"
@@ -216,20 +216,20 @@ impl Placement {
     }
 
     /// Records that this replica holds a session it made live.
-    pub(super) async fn hold(&self, session_id: &str) {
+    pub(in crate::gateway) async fn hold(&self, session_id: &str) {
         if let Err(e) = self.cluster.claim(session_id).await {
             tracing::warn!(session = session_id, error = %e, "cannot record that this replica holds the session");
         }
     }
 
     /// Records that this replica no longer holds a session.
-    pub(super) async fn release(&self, session_id: &str) {
+    pub(in crate::gateway) async fn release(&self, session_id: &str) {
         release(&self.cluster, session_id).await;
     }
 }
 
 /// Records in `cluster` that this replica no longer holds a session.
-pub(super) async fn release(cluster: &Cluster, session_id: &str) {
+pub(in crate::gateway) async fn release(cluster: &Cluster, session_id: &str) {
     if let Err(e) = cluster.release(session_id).await {
         tracing::warn!(session = session_id, error = %e, "cannot record that this replica gave the session up");
     }

@@ -15,11 +15,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::clock::now;
-use super::input::SessionId;
-use super::log::{GATEWAY_KINDS, UPDATE_KINDS};
-use super::records::Records;
-use super::{Caller, Error, reach};
+use super::reach;
+use crate::gateway::caller::Caller;
+use crate::gateway::clock::now;
+use crate::gateway::error::Error;
+use crate::gateway::input::SessionId;
+use crate::gateway::parts::log::{GATEWAY_KINDS, UPDATE_KINDS};
+use crate::gateway::parts::records::Records;
+
 use crate::events::EventHub;
 use crate::store::{DeliveryRecord, Store, WebhookRecord};
 
@@ -221,14 +224,14 @@ pub struct Webhooks {
     /// Who may name which session.
     records: Arc<Records>,
     /// Where a disabled subscription is announced.
-    pub(super) hub: Arc<EventHub>,
-    pub(super) config: WebhookConfig,
+    pub(in crate::gateway) hub: Arc<EventHub>,
+    pub(in crate::gateway) config: WebhookConfig,
     /// Ends the delivery task.
-    pub(super) stop: CancellationToken,
+    pub(in crate::gateway) stop: CancellationToken,
 }
 
 impl Webhooks {
-    pub(super) fn new(
+    pub(in crate::gateway) fn new(
         records: Arc<Records>,
         hub: Arc<EventHub>,
         config: WebhookConfig,
@@ -242,7 +245,7 @@ impl Webhooks {
         }
     }
 
-    pub(super) fn store(&self) -> &dyn Store {
+    pub(in crate::gateway) fn store(&self) -> &dyn Store {
         self.records.store()
     }
 
@@ -410,7 +413,7 @@ impl Webhooks {
 /// The JSON body of a delivery: the event as the SSE stream has it (`id`, `event`, `data`),
 /// with its session and tenant, in the Standard Webhooks envelope (`type`, `timestamp`,
 /// `data`); `data.data` is left out (`truncated: true`) when it would exceed `max`.
-pub(super) fn body(d: &DeliveryRecord, max: usize) -> Vec<u8> {
+pub(in crate::gateway) fn body(d: &DeliveryRecord, max: usize) -> Vec<u8> {
     let mut event = serde_json::json!({
         "sessionId": d.session_id,
         "tenant": d.tenant,

@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::clock::now;
 use super::counters::Counters;
 use super::info_update::apply_info_update;
 use super::live::{LiveTable, Updates};
@@ -22,6 +21,7 @@ use super::snapshots::States;
 use super::views::Views;
 use crate::agent_rpc::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;
+use crate::gateway::clock::now;
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
 use crate::store::Payload;
@@ -30,20 +30,20 @@ use crate::store::Payload;
 const ANOTHERS: &str = "this session is another agent process's";
 
 /// What the pool calls back into.
-pub(super) struct Upstream {
-    pub(super) live: Arc<LiveTable>,
-    pub(super) log: Log,
-    pub(super) views: Arc<Views>,
-    pub(super) states: Arc<States>,
-    pub(super) requests: Arc<Requests>,
-    pub(super) cluster: Arc<Cluster>,
-    pub(super) counters: Arc<Counters>,
+pub(in crate::gateway) struct Upstream {
+    pub(in crate::gateway) live: Arc<LiveTable>,
+    pub(in crate::gateway) log: Log,
+    pub(in crate::gateway) views: Arc<Views>,
+    pub(in crate::gateway) states: Arc<States>,
+    pub(in crate::gateway) requests: Arc<Requests>,
+    pub(in crate::gateway) cluster: Arc<Cluster>,
+    pub(in crate::gateway) counters: Arc<Counters>,
     /// Each member's agent, by member index.
-    pub(super) member_agents: Arc<[String]>,
+    pub(in crate::gateway) member_agents: Arc<[String]>,
     /// The sessions' records, for whose a session is.
-    pub(super) records: Arc<Records>,
+    pub(in crate::gateway) records: Arc<Records>,
     /// `session/update`s one session's agent may send per turn (0: no limit).
-    pub(super) max_updates_per_turn: u64,
+    pub(in crate::gateway) max_updates_per_turn: u64,
 }
 
 impl Upstream {
@@ -146,7 +146,7 @@ impl Upstream {
         self.log
             .enqueue(&session_id, &kind, Payload::from_raw(params))
             .await;
-        if super::state::STATE_KINDS.contains(&kind.as_str()) {
+        if crate::gateway::state::STATE_KINDS.contains(&kind.as_str()) {
             self.states.state_changed_in_turn(&session_id);
         }
         if let Some(update) = info {

@@ -22,7 +22,7 @@ use serde_json::json;
 use sha2::Sha256;
 use tracing::Instrument as _;
 
-use super::webhooks::{WebhookConfig, Webhooks};
+use super::subscriptions::{WebhookConfig, Webhooks, body};
 use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
 
 /// Deliveries claimed at once.
@@ -32,7 +32,7 @@ const KEPT_BODY: usize = 1024;
 
 impl Webhooks {
     /// Sends deliveries until shutdown.
-    pub(super) async fn deliver_forever(self: std::sync::Arc<Self>) {
+    pub(in crate::gateway) async fn deliver_forever(self: std::sync::Arc<Self>) {
         let config = self.config.clone();
         let mut tick = tokio::time::interval(config.poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -240,7 +240,7 @@ async fn send(
         .user_agent(concat!("acp-gateway/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("HTTP client: {e}"))?;
-    let body = super::webhooks::body(d, config.max_body);
+    let body = body(d, config.max_body);
     let timestamp = Utc::now().timestamp();
     let answer = client
         .post(url)

@@ -12,10 +12,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::Error;
 use super::live::{Busy, Claim, LiveTable, TurnPhase};
 use super::log::Log;
-use super::output::Status;
 use super::quotas::Quotas;
 use super::records::Records;
 use super::requests::Requests;
@@ -23,43 +21,45 @@ use super::snapshots::States;
 use crate::agent_rpc::caps::Capabilities;
 use crate::agent_rpc::{CallError, Connection};
 use crate::cluster::Cluster;
+use crate::gateway::error::Error;
+use crate::gateway::output::Status;
 use crate::pool::client::AgentClient;
 use crate::pool::{AgentPool, Agents};
 use crate::store::{Claimed, SessionRecord};
 
 /// How many sessions may be live, and how long placing one may take.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
+pub(in crate::gateway) struct Limits {
     /// Live sessions in the pool (0: no limit).
-    pub(super) max_sessions: usize,
+    pub(in crate::gateway) max_sessions: usize,
     /// Live sessions per member (0: no limit).
-    pub(super) max_sessions_per_member: usize,
+    pub(in crate::gateway) max_sessions_per_member: usize,
     /// How long a request that needs a member waits for a starting or restarting one.
-    pub(super) acquire_timeout: Duration,
+    pub(in crate::gateway) acquire_timeout: Duration,
     /// Bound on every agent control call, and on waiting for a busy session.
-    pub(super) control_timeout: Duration,
+    pub(in crate::gateway) control_timeout: Duration,
 }
 
 /// The agents' members and the sessions live on them: where a session goes, which client a
 /// call about it goes through, and this replica's place among the replicas (`replicas.rs`).
-pub(super) struct Placement {
-    pub(super) agents: Arc<Agents>,
-    pub(super) live: Arc<LiveTable>,
-    pub(super) records: Arc<Records>,
-    pub(super) log: Log,
+pub(in crate::gateway) struct Placement {
+    pub(in crate::gateway) agents: Arc<Agents>,
+    pub(in crate::gateway) live: Arc<LiveTable>,
+    pub(in crate::gateway) records: Arc<Records>,
+    pub(in crate::gateway) log: Log,
     states: Arc<States>,
     requests: Arc<Requests>,
-    pub(super) cluster: Arc<Cluster>,
-    pub(super) limits: Limits,
+    pub(in crate::gateway) cluster: Arc<Cluster>,
+    pub(in crate::gateway) limits: Limits,
     /// The tenants' limits, which a session being made live counts against.
-    pub(super) quotas: Arc<Quotas>,
+    pub(in crate::gateway) quotas: Arc<Quotas>,
     /// Ends the idle reaper and the heartbeat.
-    pub(super) stop: CancellationToken,
+    pub(in crate::gateway) stop: CancellationToken,
 }
 
 impl Placement {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
+    pub(in crate::gateway) fn new(
         agents: Arc<Agents>,
         live: Arc<LiveTable>,
         records: Arc<Records>,
@@ -86,7 +86,7 @@ impl Placement {
 
     /// The capabilities of agent `agent` (none when this gateway does not run it, or none of
     /// its members has answered `initialize` yet).
-    pub(super) fn caps(&self, agent: &str) -> Capabilities {
+    pub(in crate::gateway) fn caps(&self, agent: &str) -> Capabilities {
         self.agents
             .get(agent)
             .map(|a| a.pool.caps())
@@ -94,7 +94,7 @@ impl Placement {
     }
 
     /// The typed client of member `member` (of whichever agent), if it is running.
-    pub(super) fn client(&self, member: usize) -> Option<AgentClient> {
+    pub(in crate::gateway) fn client(&self, member: usize) -> Option<AgentClient> {
         let agent = self.agents.of_member(member)?;
         let conn = agent.pool.conn(member)?;
         Some(self.client_of(conn, agent.pool.caps()))
@@ -108,7 +108,7 @@ impl Placement {
     /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
     /// replica does not run it (a request about such a session reaches this replica only when
     /// no live replica runs the agent: `api::forward` sends it to one that does).
-    pub(super) fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
+    pub(in crate::gateway) fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
         self.agents.get(name).ok_or_else(|| Error::NoMember {
             reason: format!("this gateway replica does not run the agent {name:?}"),
             retry_after: Duration::from_secs(5),
@@ -117,7 +117,7 @@ impl Placement {
 
     /// An agent's "authentication required", completed with what it offers: the client (an
     /// operator, really) learns which `auth-method` to configure.
-    pub(super) fn auth_hint(&self, agent: &str, e: Error) -> Error {
+    pub(in crate::gateway) fn auth_hint(&self, agent: &str, e: Error) -> Error {
         let Error::AgentAuthRequired(message) = e else {
             return e;
         };
@@ -141,7 +141,10 @@ impl Placement {
 
     /// The agent a request names (the default one when it names none): 422 for a name not
     /// configured, naming those that are.
-    pub(super) fn requested_agent(&self, name: Option<&str>) -> Result<&AgentPool, Error> {
+    pub(in crate::gateway) fn requested_agent(
+        &self,
+        name: Option<&str>,
+    ) -> Result<&AgentPool, Error> {
         match name {
             None => Ok(self.agents.default_agent()),
             Some(name) => self.agents.get(name).ok_or_else(|| {
@@ -154,19 +157,23 @@ impl Placement {
     }
 
     /// Marks the session busy (409 if it already is); the guard frees it on drop.
-    pub(super) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+    pub(in crate::gateway) fn claim(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
         self.live.busy(session_id, what)
     }
 
     /// [`Placement::claim`] for a request: waits (bounded) for a session being attached.
-    pub(super) async fn claim_waiting(&self, session_id: &str, what: Busy) -> Result<Claim, Error> {
+    pub(in crate::gateway) async fn claim_waiting(
+        &self,
+        session_id: &str,
+        what: Busy,
+    ) -> Result<Claim, Error> {
         let bound = self.limits.control_timeout;
         self.live.busy_waiting(session_id, what, bound).await
     }
 
     /// For a running turn: its member once its prompt is sent, and a receiver that closes when
     /// it ends.
-    pub(super) async fn running_turn(
+    pub(in crate::gateway) async fn running_turn(
         &self,
         session_id: &str,
     ) -> Option<(usize, watch::Receiver<TurnPhase>)> {
@@ -177,7 +184,10 @@ impl Placement {
     /// Where a session that becomes live goes: the least-loaded ready member below the
     /// per-member cap, if the global cap allows another live session. While members start or
     /// restart, waits up to `--acquire-timeout` for one of them.
-    pub(super) async fn place(&self, agent: &str) -> Result<(usize, AgentClient), Error> {
+    pub(in crate::gateway) async fn place(
+        &self,
+        agent: &str,
+    ) -> Result<(usize, AgentClient), Error> {
         let cfg = &self.limits;
         if cfg.max_sessions > 0 && self.live.live_count() >= cfg.max_sessions {
             return Err(Error::NoCapacity(format!(
@@ -236,7 +246,7 @@ impl Placement {
     /// is never picked again, so each retry goes to another member's process, or to a
     /// restarted one; at most one per member. A request the agent answered, even with an
     /// error, is never repeated.
-    pub(super) fn retry_elsewhere(
+    pub(in crate::gateway) fn retry_elsewhere(
         &self,
         agent: &str,
         error: &CallError,
@@ -253,7 +263,7 @@ impl Placement {
     /// (`agent`) has exited meanwhile: then (false) the session is held nowhere. Checked after
     /// the record, since the member's exit may have been handled (its sessions let go) between
     /// the answer and now; a process exit marks its connection gone before that.
-    pub(super) fn attach_if_alive(
+    pub(in crate::gateway) fn attach_if_alive(
         &self,
         record: &SessionRecord,
         member: usize,
@@ -268,7 +278,7 @@ impl Placement {
     }
 
     /// 503 for a session whose member is gone: why its agent has none ready.
-    pub(super) fn no_member(&self, agent: &str) -> Error {
+    pub(in crate::gateway) fn no_member(&self, agent: &str) -> Error {
         Error::NoCapacity(
             self.agents
                 .get(agent)
@@ -278,7 +288,7 @@ impl Placement {
     }
 
     /// [`Placement::no_member`] for the agent of member `member`.
-    pub(super) fn no_member_at(&self, member: usize) -> Error {
+    pub(in crate::gateway) fn no_member_at(&self, member: usize) -> Error {
         match self.agents.of_member(member) {
             Some(agent) => self.no_member(&agent.name),
             None => Error::NoCapacity("no agent member is ready".into()),
@@ -287,24 +297,27 @@ impl Placement {
 
     /// Any ready member's client of `agent` (for calls about sessions no member holds),
     /// waiting like [`Placement::place`] for a starting one.
-    pub(super) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
+    pub(in crate::gateway) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
         let (_, conn) = self.acquire(agent, usize::MAX).await?;
         Ok(self.client_of(conn, self.caps(agent)))
     }
 
     /// A ready member's client of `agent` now, if one is (for answers that must not wait).
-    pub(super) fn ready_client(&self, agent: &str) -> Option<AgentClient> {
+    pub(in crate::gateway) fn ready_client(&self, agent: &str) -> Option<AgentClient> {
         let (_, conn) = self.agents.get(agent)?.pool.pick()?;
         Some(self.client_of(conn, self.caps(agent)))
     }
 
     /// The client of the member holding the session live, if one does.
-    pub(super) fn client_if_live(&self, session_id: &str) -> Option<AgentClient> {
+    pub(in crate::gateway) fn client_if_live(&self, session_id: &str) -> Option<AgentClient> {
         self.client(self.live.member(session_id)?)
     }
 
     /// The member holding the session, or any ready member of its agent.
-    pub(super) async fn client_for(&self, record: &SessionRecord) -> Result<AgentClient, Error> {
+    pub(in crate::gateway) async fn client_for(
+        &self,
+        record: &SessionRecord,
+    ) -> Result<AgentClient, Error> {
         match self.client_if_live(&record.session_id) {
             Some(agent) => Ok(agent),
             None => self.any_client(&record.agent).await,
@@ -313,7 +326,10 @@ impl Placement {
 
     /// Returns the member holding the session, attaching it (resume, else load) if needed.
     /// The caller holds a [`super::live::Claim`].
-    pub(super) async fn ensure_live(&self, record: &SessionRecord) -> Result<usize, Error> {
+    pub(in crate::gateway) async fn ensure_live(
+        &self,
+        record: &SessionRecord,
+    ) -> Result<usize, Error> {
         let id = record.session_id.as_str();
         let held = self.live.member(id);
         // Before the live shortcut: an agent that can neither archive nor close keeps an
@@ -425,7 +441,7 @@ impl Placement {
     /// once (this replica holds the session meanwhile, so that nothing else attaches it).
     /// `None` when the agent cannot be asked (it offers neither) or did not say: an error other
     /// than "not found", no member ready, or the session busy here.
-    pub(super) async fn agent_knows(&self, record: &SessionRecord) -> Option<bool> {
+    pub(in crate::gateway) async fn agent_knows(&self, record: &SessionRecord) -> Option<bool> {
         let id = record.session_id.as_str();
         let agent = self.any_client(&record.agent).await.ok()?;
         let caps = agent.caps();
@@ -462,7 +478,7 @@ impl Placement {
     /// Forgets where the session is live and that this replica holds it, before answering:
     /// another replica asked next may take it at once (and a release left to run later could
     /// undo a hold taken again meanwhile). Returns the member it was on.
-    pub(super) async fn detach(&self, session_id: &str) -> Option<usize> {
+    pub(in crate::gateway) async fn detach(&self, session_id: &str) -> Option<usize> {
         let member = self.live.detach(session_id, &self.agents);
         if member.is_some() {
             self.release(session_id).await;
@@ -471,7 +487,7 @@ impl Placement {
     }
 
     /// Closes live sessions that have been idle longer than `idle`, when the agent can close.
-    pub(super) async fn reap_idle(&self, idle: Duration) {
+    pub(in crate::gateway) async fn reap_idle(&self, idle: Duration) {
         let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         loop {
             tokio::select! {

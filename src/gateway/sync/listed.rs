@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 
-use super::Error;
+use crate::gateway::error::Error;
 use crate::pool::client::{AgentClient, PendingPage};
 
 /// An agent that hands out more pages than this is not listing a finite set: the sync stops
@@ -20,14 +20,14 @@ use crate::pool::client::{AgentClient, PendingPage};
 const MAX_PAGES: usize = 10_000;
 
 /// One `SessionInfo` as listed (the agent's text), checked, and its digest.
-pub(super) struct Listed {
-    pub(super) session_id: String,
-    pub(super) info: Box<RawValue>,
-    pub(super) digest: i64,
+pub(in crate::gateway) struct Listed {
+    pub(in crate::gateway) session_id: String,
+    pub(in crate::gateway) info: Box<RawValue>,
+    pub(in crate::gateway) digest: i64,
 }
 
 /// A sync failed by what the agent answered: its internal error (-32603).
-pub(super) fn agent_error(message: &str) -> Error {
+pub(in crate::gateway) fn agent_error(message: &str) -> Error {
     Error::Agent {
         code: -32603,
         message: message.into(),
@@ -35,7 +35,10 @@ pub(super) fn agent_error(message: &str) -> Error {
 }
 
 /// Walks `pages` into `tx` until the last page or an error.
-pub(super) async fn list_all(mut pages: Pages, tx: mpsc::Sender<Result<Vec<Listed>, Error>>) {
+pub(in crate::gateway) async fn list_all(
+    mut pages: Pages,
+    tx: mpsc::Sender<Result<Vec<Listed>, Error>>,
+) {
     while let Some(page) = pages.next().await.transpose() {
         let failed = page.is_err();
         if tx.send(page).await.is_err() || failed {
@@ -48,7 +51,7 @@ pub(super) async fn list_all(mut pages: Pages, tx: mpsc::Sender<Result<Vec<Liste
 /// read in one query when a sync starts, by a hash of its id (a million sessions take 20 MB
 /// so, not 60 as strings). The hash is seeded per sync: two ids that share one in a sync (one
 /// chance in 2^64 a pair) do not in the next.
-pub(super) struct Synced {
+pub(in crate::gateway) struct Synced {
     /// The agent whose sessions these are.
     agent: String,
     hash: foldhash::fast::RandomState,
@@ -56,7 +59,10 @@ pub(super) struct Synced {
 }
 
 impl Synced {
-    pub(super) async fn read(store: &dyn crate::store::Store, agent: &str) -> Result<Self, Error> {
+    pub(in crate::gateway) async fn read(
+        store: &dyn crate::store::Store,
+        agent: &str,
+    ) -> Result<Self, Error> {
         let hash = foldhash::fast::RandomState::default();
         let mut digests = HashMap::default();
         store
@@ -73,14 +79,14 @@ impl Synced {
 
     /// Whether `l` is listed as a sync last wrote it (a digest of another id as well: one
     /// chance in 2^128). Either way it is listed: not missing.
-    pub(super) fn unchanged(&mut self, l: &Listed) -> bool {
+    pub(in crate::gateway) fn unchanged(&mut self, l: &Listed) -> bool {
         let digest = self.digests.remove(&self.hash.hash_one(&l.session_id));
         digest == Some(Some(l.digest))
     }
 
     /// The synced sessions not listed (an id of this sync's that shares a hash with one of
     /// them as well: the miss is confirmed before it counts).
-    pub(super) async fn missing(
+    pub(in crate::gateway) async fn missing(
         self,
         store: &dyn crate::store::Store,
     ) -> Result<Vec<String>, Error> {
@@ -102,7 +108,7 @@ impl Synced {
 /// One walk through the pages of `session/list` (of one `cwd`, if given), archived sessions
 /// included when the agent archives. The next page is asked for as soon as this one's cursor
 /// is read: the agent lists it while the gateway checks this one.
-pub(super) struct Pages {
+pub(in crate::gateway) struct Pages {
     agent: AgentClient,
     cwd: Option<String>,
     cursor: Option<String>,
@@ -113,7 +119,7 @@ pub(super) struct Pages {
 }
 
 impl Pages {
-    pub(super) fn new(agent: AgentClient, cwd: Option<String>) -> Self {
+    pub(in crate::gateway) fn new(agent: AgentClient, cwd: Option<String>) -> Self {
         Pages {
             agent,
             cwd,
@@ -125,7 +131,7 @@ impl Pages {
     }
 
     /// The next page's usable sessions; `None` after the last page.
-    pub(super) async fn next(&mut self) -> Result<Option<Vec<Listed>>, Error> {
+    pub(in crate::gateway) async fn next(&mut self) -> Result<Option<Vec<Listed>>, Error> {
         if self.done {
             return Ok(None);
         }
@@ -192,8 +198,8 @@ fn checked(info: &RawValue) -> Option<Listed> {
             return None;
         }
         let usable: Usable<'_> = serde_json::from_str(info.get()).ok()?;
-        super::input::SessionId::parse(&usable.session_id).ok()?;
-        super::input::validate_abs_path("cwd", &usable.cwd).ok()?;
+        crate::gateway::input::SessionId::parse(&usable.session_id).ok()?;
+        crate::gateway::input::validate_abs_path("cwd", &usable.cwd).ok()?;
         Some(usable.session_id.into_owned())
     };
     match usable(info) {

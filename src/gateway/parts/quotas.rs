@@ -8,16 +8,16 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::Error;
 use crate::cluster::{Cluster, replica_id};
 use crate::config::TenantFlags;
+use crate::gateway::error::Error;
 use crate::store::{SlotKind, Store, TenantSlot};
 
 /// Seconds a client refused for a count of things at once is asked to wait.
 const RETRY_AFTER_BUSY: u64 = 5;
 
 /// The limits, and where they are counted.
-pub(super) struct Quotas {
+pub(in crate::gateway) struct Quotas {
     flags: TenantFlags,
     store: Arc<dyn Store>,
     cluster: Arc<Cluster>,
@@ -27,13 +27,17 @@ pub(super) struct Quotas {
 
 /// A slot taken: given back with [`Quotas::release`].
 #[must_use = "a slot is given back with Quotas::release"]
-pub(super) struct Held {
+pub(in crate::gateway) struct Held {
     kind: SlotKind,
     holder: String,
 }
 
 impl Quotas {
-    pub(super) fn new(flags: TenantFlags, store: Arc<dyn Store>, cluster: Arc<Cluster>) -> Self {
+    pub(in crate::gateway) fn new(
+        flags: TenantFlags,
+        store: Arc<dyn Store>,
+        cluster: Arc<Cluster>,
+    ) -> Self {
         Quotas {
             flags,
             store,
@@ -44,7 +48,11 @@ impl Quotas {
 
     /// A turn of `tenant`'s session `session_id`: counts the prompt against the tenant's
     /// prompts per minute and takes a turn slot. `None` when neither is limited.
-    pub(super) async fn turn(&self, tenant: &str, session_id: &str) -> Result<Option<Held>, Error> {
+    pub(in crate::gateway) async fn turn(
+        &self,
+        tenant: &str,
+        session_id: &str,
+    ) -> Result<Option<Held>, Error> {
         let limits = self.flags.limits(tenant);
         let held = self
             .take(SlotKind::Turn, tenant, session_id, limits.max_turns)
@@ -87,7 +95,11 @@ impl Quotas {
 
     /// A session of `tenant` being made live (`holder`: its id, or the create's own name for
     /// it until the agent gives one). `None` when live sessions are not limited.
-    pub(super) async fn session(&self, tenant: &str, holder: &str) -> Result<Option<Held>, Error> {
+    pub(in crate::gateway) async fn session(
+        &self,
+        tenant: &str,
+        holder: &str,
+    ) -> Result<Option<Held>, Error> {
         let quota = self.flags.limits(tenant).max_sessions;
         self.take(SlotKind::Session, tenant, holder, quota).await
     }
@@ -142,7 +154,7 @@ impl Quotas {
 
     /// Gives a slot back (a failure is logged: a turn's slot then counts until its replica
     /// stops, a session's for two minutes at most).
-    pub(super) async fn release(&self, held: Held) {
+    pub(in crate::gateway) async fn release(&self, held: Held) {
         if let Err(e) = self
             .store
             .release_tenant_slot(held.kind, &held.holder)

@@ -54,7 +54,7 @@ fn merge(base: &mut Value, patch: &Value) {
 
 /// A session of the gateway's, recorded at `at` (for tests).
 #[cfg(test)]
-pub(super) fn recorded(tenant: &str, cwd: &str, at: DateTime<Utc>) -> SessionRecord {
+pub(in crate::gateway) fn recorded(tenant: &str, cwd: &str, at: DateTime<Utc>) -> SessionRecord {
     let (id, agent) = ("s".into(), "default".into());
     let origin = crate::store::Origin::Gateway;
     SessionRecord::new(id, tenant.into(), cwd.into(), agent, origin, at)

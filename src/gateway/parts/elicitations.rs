@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::Error;
 use super::form;
 use super::pending::{Asked, Asking};
+use crate::gateway::error::Error;
 
 /// An elicitation as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -95,13 +95,13 @@ impl Asked for ElicitationView {
     }
 }
 
-pub(super) fn decline() -> CreateElicitationResponse {
+pub(in crate::gateway) fn decline() -> CreateElicitationResponse {
     CreateElicitationResponse::new(ElicitationAction::Decline)
 }
 
 /// The response a client's answer makes: in form mode (`schema`), `accept` carries content
 /// valid for it; in URL mode nothing carries content.
-pub(super) fn answered(
+pub(in crate::gateway) fn answered(
     schema: Option<&ElicitationSchema>,
     reply: ElicitationReply,
     content: Option<&Value>,
@@ -136,7 +136,9 @@ pub(super) fn answered(
 
 /// The session and the requested schema (none in URL mode) of a request the gateway can
 /// serve, or why not.
-pub(super) fn accepted(params: &Value) -> Result<(String, Option<ElicitationSchema>), String> {
+pub(in crate::gateway) fn accepted(
+    params: &Value,
+) -> Result<(String, Option<ElicitationSchema>), String> {
     let request: CreateElicitationRequest = serde_json::from_value(params.clone())
         .map_err(|e| format!("invalid elicitation/create params: {e}"))?;
     let (scope, schema) = match request.mode {

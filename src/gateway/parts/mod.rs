@@ -1,0 +1,95 @@
+//! What the use cases are made of: [`Parts`], every part built once by `Gateway::start`, and
+//! `use_case!`, which declares a use case by the names of the parts it needs (each of the type
+//! it has in `Parts`) beside settings of its own, with a `new` that clones those parts out of a
+//! `Parts` and takes the settings in the order they are declared.
+
+pub(in crate::gateway) mod counters;
+pub(in crate::gateway) mod elicitations;
+pub(in crate::gateway) mod form;
+pub(in crate::gateway) mod info_update;
+pub(in crate::gateway) mod live;
+pub(in crate::gateway) mod log;
+pub(in crate::gateway) mod pending;
+pub(in crate::gateway) mod permissions;
+pub(in crate::gateway) mod placement;
+pub(in crate::gateway) mod quotas;
+pub(in crate::gateway) mod records;
+pub(in crate::gateway) mod replicas;
+pub(in crate::gateway) mod requests;
+pub(in crate::gateway) mod snapshots;
+pub(in crate::gateway) mod upstream;
+pub(in crate::gateway) mod views;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use counters::Counters;
+use log::Log;
+use placement::Placement;
+use records::Records;
+use requests::Requests;
+use snapshots::States;
+use views::Views;
+
+/// Every part the use cases take theirs from.
+pub(in crate::gateway) struct Parts {
+    pub(in crate::gateway) placement: Arc<Placement>,
+    pub(in crate::gateway) records: Arc<Records>,
+    pub(in crate::gateway) log: Log,
+    pub(in crate::gateway) states: Arc<States>,
+    pub(in crate::gateway) views: Arc<Views>,
+    pub(in crate::gateway) requests: Arc<Requests>,
+    pub(in crate::gateway) counters: Arc<Counters>,
+    /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
+    pub(in crate::gateway) tasks: TaskTracker,
+    /// Stops the permission and elicitation timers, the idle reaper and the list sync.
+    pub(in crate::gateway) stop: CancellationToken,
+}
+
+/// The type of a part, by the name of its field in [`Parts`].
+macro_rules! part {
+    (placement) => { ::std::sync::Arc<$crate::gateway::parts::placement::Placement> };
+    (records) => { ::std::sync::Arc<$crate::gateway::parts::records::Records> };
+    (log) => { $crate::gateway::parts::log::Log };
+    (states) => { ::std::sync::Arc<$crate::gateway::parts::snapshots::States> };
+    (views) => { ::std::sync::Arc<$crate::gateway::parts::views::Views> };
+    (requests) => { ::std::sync::Arc<$crate::gateway::parts::requests::Requests> };
+    (counters) => { ::std::sync::Arc<$crate::gateway::parts::counters::Counters> };
+    (tasks) => { ::tokio_util::task::TaskTracker };
+    (stop) => { ::tokio_util::sync::CancellationToken };
+}
+
+/// `pub struct Name { parts: [a, b], own: Type, … }`: a use case holding parts `a` and `b` of
+/// [`Parts`] and its own fields, and `Name::new(&parts, own, …)`.
+macro_rules! use_case {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            parts: [$($part:ident),+ $(,)?]
+            $(, $(#[$own_meta:meta])* $own:ident: $own_type:ty)* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct $name {
+            $(pub(in crate::gateway) $part: $crate::gateway::parts::part!($part),)+
+            $($(#[$own_meta])* pub(in crate::gateway) $own: $own_type,)*
+        }
+
+        impl $name {
+            pub(in crate::gateway) fn new(
+                parts: &$crate::gateway::parts::Parts,
+                $($own: $own_type),*
+            ) -> Self {
+                $name {
+                    $($part: parts.$part.clone(),)+
+                    $($own,)*
+                }
+            }
+        }
+    };
+}
+
+pub(in crate::gateway) use {part, use_case};
