@@ -186,7 +186,7 @@ async fn an_acp_client_needs_no_sticky_balancer() {
         prompt_through_outage(&mut acp, &balancer, &sessions, &own, "while one is down").await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     assert_eq!(agent_text(&acp.drain_notes()), "while one is down");
-    let opts = opts.listen(&replicas[holder].address().to_owned());
+    let opts = opts.listen(replicas[holder].address());
     replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
     let answer = prompt_through_outage(&mut acp, &balancer, &sessions, &id, "after the kill").await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");

@@ -119,7 +119,7 @@ pub fn check(failures: &[Failure], caused: &[Caused], clients: usize) -> Vec<Str
         let seen = counts.entry(f.class).or_default();
         seen.0 += 1;
         seen.1 = seen.1.max(lag.unwrap_or_default());
-        if !lag.is_some_and(|lag| lag <= after) {
+        if lag.is_none_or(|lag| lag > after) {
             problems.push(format!(
                 "{}: {:?} sent at {:?}, answered at {:?}, outside every {kinds:?} and the {after:?} after it; the faults: {}",
                 f.client,
