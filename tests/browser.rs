@@ -122,20 +122,13 @@ async fn browser_on_another_origin_uses_fetch_and_eventsource() {
     w.finish().await;
 }
 
-/// The console's flows, in one browser session against one gateway on a fixed port (so that the
-/// page's origin survives the restart): create, prompt and stream, agent HTML rendered as text,
+/// The console's flows, in one browser session against one gateway restarted where it listened
+/// (so that the page's origin survives the restart): create, prompt and stream, agent HTML rendered as text,
 /// a permission answered, a reload mid-turn, mode and model switched, a restart mid-stream.
 #[tokio::test]
 #[ignore = "needs Debian's chromium and `npm ci` in tests/browser (.ci/run provides both)"]
 async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_restart() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let opts = Options::default()
-        .env("ECHO_AGENT_CONTROLS", "modes,models,options")
-        .arg("--listen")
-        .arg(&format!("127.0.0.1:{port}"));
+    let opts = Options::default().env("ECHO_AGENT_CONTROLS", "modes,models,options");
     let mut w = World::start(Backend::Sqlite, opts).await;
     let base = w.gw().url("");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screenshots");
@@ -152,7 +145,7 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
         .unwrap()
     {
         if line == "RESTART" {
-            w.restart().await;
+            w.restart_in_place().await;
             assert_eq!(
                 w.gw().url(""),
                 base,

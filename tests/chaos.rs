@@ -3,8 +3,11 @@
 //! started again, a replica is SIGKILLed (and replaced), SSE clients are dropped mid-stream;
 //! ACP clients prompt sessions of their own through a round-robin balancer ([`acp`]).
 //! Afterwards every event any client was sent is in the log exactly once, in order, as sent;
-//! every turn that started has ended; every prompt got an answer (no 500, no hang; a lost
-//! connection only from a replica that was killed); every session answers a last prompt; no
+//! every turn that started has ended; every prompt got an answer, and every answer but
+//! `end_turn` is one a fault of the run causes, while it lasts, no more often than the faults
+//! explain ([`bounds`]: no 500, no hang, a lost connection only from a replica that was
+//! killed); every client had turns answered `end_turn` meanwhile; every session answers a last
+//! prompt; no
 //! session is marked deleted (every replica syncs the agent's list every second, three sessions
 //! to a page, whose pages shift as turns move sessions to the front); and once the replicas
 //! stop, no agent process is left.
@@ -14,6 +17,12 @@
 
 #[path = "chaos/acp.rs"]
 mod acp;
+#[path = "chaos/bounds.rs"]
+mod bounds;
+#[path = "chaos/log.rs"]
+mod log;
+#[path = "chaos/rest.rs"]
+mod rest;
 mod support;
 
 use std::collections::HashSet;
@@ -21,7 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use bounds::{Caused, Class};
+use log::check_log;
 use support::balancer::RoundRobin;
 use support::*;
 use tokio::sync::Notify;
@@ -31,6 +41,10 @@ const SESSIONS: usize = 4;
 
 /// ACP clients through the balancer, each prompting a session of its own in a closed loop.
 const ACP_CLIENTS: usize = 2;
+
+/// The fewest turns each client (REST and ACP alike) must have had answered `end_turn` while
+/// the faults ran: a run where prompts only fail proves nothing.
+const ANSWERED_FLOOR: usize = 1;
 
 /// The gateway replicas alive now, each with a generation number; the generations killed; and
 /// a round-robin balancer in front of those alive.
@@ -111,58 +125,6 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
 }
 
-/// What became of one prompt.
-#[derive(Debug)]
-enum Outcome {
-    Answered(u16, Value),
-    /// The connection was lost; `killed`: the replica asked had been killed.
-    Lost {
-        killed: bool,
-        error: String,
-    },
-    /// No answer within the bound.
-    Hung,
-}
-
-/// A client prompting one session in a closed loop through random replicas until `stop`.
-async fn prompter(
-    id: String,
-    replicas: Arc<Replicas>,
-    stop: Arc<AtomicBool>,
-    mut rng: fastrand::Rng,
-) -> Vec<Outcome> {
-    let mut outcomes = vec![];
-    while !stop.load(Ordering::Relaxed) {
-        let (generation, gw) = replicas.pick(&mut rng);
-        let text = format!("/chunks {} /delay {}", rng.usize(20..200), rng.u64(0..3));
-        let sent = gw
-            .http
-            .post(gw.prompt_url(&id))
-            .json(&json!({ "text": text }))
-            .send();
-        let outcome = match tokio::time::timeout(PATIENCE, sent).await {
-            Err(_) => Outcome::Hung,
-            Ok(Err(e)) => Outcome::Lost {
-                killed: replicas.was_killed(generation),
-                error: e.to_string(),
-            },
-            Ok(Ok(r)) => {
-                let status = r.status().as_u16();
-                match tokio::time::timeout(PATIENCE, r.json::<Value>()).await {
-                    Err(_) => Outcome::Hung,
-                    Ok(body) => Outcome::Answered(status, body.unwrap_or(Value::Null)),
-                }
-            }
-        };
-        if !matches!(outcome, Outcome::Answered(200, _)) {
-            // Come back shortly, as a client told to retry does.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        outcomes.push(outcome);
-    }
-    outcomes
-}
-
 /// Follows one session's stream through random replicas, reconnecting from `Last-Event-ID`
 /// whenever the stream ends, is quiet, or `drop` is notified, until `stop` and the log's end
 /// (`until`) was reached. Returns every event it was sent and what it saw out of order.
@@ -205,7 +167,7 @@ async fn follower(
 }
 
 /// The faults of a run: each kind once, then random ones, in a seeded order.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     KillMember,
     RestartDatabase,
@@ -249,6 +211,7 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
     let mut ids = vec![];
     let mut prompters = vec![];
     let mut followers = vec![];
@@ -264,10 +227,11 @@ async fn faults_lose_no_event_and_leave_no_agent() {
             end.clone(),
             rng.fork(),
         )));
-        prompters.push(tokio::spawn(prompter(
+        prompters.push(tokio::spawn(rest::prompter(
             id.clone(),
             replicas.clone(),
             stop.clone(),
+            started,
             rng.fork(),
         )));
         ids.push(id);
@@ -276,13 +240,17 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     }
 
     let acp_clients: Vec<_> = (0..ACP_CLIENTS)
-        .map(|_| tokio::spawn(acp::prompter(replicas.clone(), stop.clone(), rng.fork())))
+        .map(|_| {
+            let (replicas, stop) = (replicas.clone(), stop.clone());
+            tokio::spawn(acp::prompter(replicas, stop, started, rng.fork()))
+        })
         .collect();
 
-    let started = Instant::now();
+    let mut caused = vec![];
     for fault in faults(&mut rng, count) {
         tokio::time::sleep(Duration::from_millis(rng.u64(300..1200))).await;
-        eprintln!("chaos: {:?} at {:?}", fault, started.elapsed());
+        let from = started.elapsed();
+        eprintln!("chaos: {:?} at {from:?}", fault);
         match fault {
             Fault::KillMember => {
                 let (_, gw) = replicas.pick(&mut rng);
@@ -294,12 +262,13 @@ async fn faults_lose_no_event_and_leave_no_agent() {
                     .filter_map(|m| m["pid"].as_u64())
                     .map(|p| p as u32)
                     .collect();
-                if !pids.is_empty() {
-                    signal(
-                        pids[rng.usize(..pids.len())],
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
+                if pids.is_empty() {
+                    continue; // no member to kill: no fault
                 }
+                signal(
+                    pids[rng.usize(..pids.len())],
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
             Fault::RestartDatabase => {
                 let down = Duration::from_millis(rng.u64(200..1500));
@@ -322,13 +291,33 @@ async fn faults_lose_no_event_and_leave_no_agent() {
                 }
             }
         }
+        let to = started.elapsed();
+        caused.push(Caused { fault, from, to });
     }
     stop.store(true, Ordering::Relaxed);
-    let mut outcomes = vec![];
-    for p in prompters {
-        outcomes.extend(p.await.unwrap());
-    }
     let mut problems = vec![];
+    let mut failures = vec![];
+    let mut answered = [0, 0];
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
+    for (id, p) in ids.iter().zip(prompters) {
+        let run = p.await.unwrap();
+        eprintln!(
+            "chaos: REST client of {id}: {} turns answered end_turn",
+            run.answered
+        );
+        if run.answered < ANSWERED_FLOOR {
+            problems.push(format!(
+                "{id}: {} of its REST prompts answered end_turn during the faults, fewer than {ANSWERED_FLOOR}",
+                run.answered
+            ));
+        }
+        answered[0] += run.answered;
+        for (k, n) in run.tally {
+            *tally.entry(k).or_default() += n;
+        }
+        failures.extend(run.failures);
+        problems.extend(run.problems);
+    }
     let mut acp_ids = vec![];
     for client in acp_clients {
         let run = client.await.unwrap();
@@ -336,15 +325,30 @@ async fn faults_lose_no_event_and_leave_no_agent() {
             "chaos: ACP client of {:?}: {} turns answered end_turn over {} connections; {:?}",
             run.session, run.answered, run.connects, run.tally
         );
+        if run.answered < ANSWERED_FLOOR {
+            problems.push(format!(
+                "{:?}: {} of its ACP prompts answered end_turn during the faults, fewer than {ANSWERED_FLOOR}",
+                run.session, run.answered
+            ));
+        }
+        answered[1] += run.answered;
+        failures.extend(run.failures);
         problems.extend(run.problems);
         match run.session {
             Some(id) => acp_ids.push(id),
             None => problems.push("an ACP client never made its session".into()),
         }
     }
-    eprintln!("chaos: faults done at {:?}", started.elapsed());
+    eprintln!(
+        "chaos: faults done at {:?}; turns answered end_turn: {} over REST, {} over ACP; REST answers {tally:?}",
+        started.elapsed(),
+        answered[0],
+        answered[1]
+    );
+    problems.extend(bounds::check(&failures, &caused, SESSIONS + ACP_CLIENTS));
 
-    // After the faults, every session answers a prompt (once the dead replica's lease is over).
+    // After the faults, every session answers a prompt (once the dead replica's lease is over,
+    // and a turn whose client lost its answer has ended): refused meanwhile only so.
     for id in ids.iter().chain(&acp_ids) {
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -354,6 +358,14 @@ async fn faults_lose_no_event_and_leave_no_agent() {
                 assert_eq!(body["stopReason"], "end_turn", "{body}");
                 break;
             }
+            let kind = body["type"].as_str().unwrap_or_default();
+            assert!(
+                matches!(
+                    Class::of_problem(status, kind),
+                    Some(Class::ReplicaGone | Class::NoMember | Class::Busy)
+                ),
+                "CHAOS_SEED={seed}: {id} refuses a prompt after the faults, not as a fault's aftermath does: {status} {body}"
+            );
             assert!(
                 Instant::now() < deadline,
                 "{id} answers no prompt after the faults: {status} {body}"
@@ -406,33 +418,7 @@ async fn faults_lose_no_event_and_leave_no_agent() {
         }
     }
 
-    let mut tally = std::collections::BTreeMap::<String, usize>::new();
-    for o in &outcomes {
-        let key = match o {
-            Outcome::Answered(status, body) => {
-                let what = body["stopReason"].as_str().or(body["type"].as_str());
-                let detail = if *status == 409 {
-                    body["detail"].as_str()
-                } else {
-                    None
-                };
-                format!("{status} {} {}", what.unwrap_or(""), detail.unwrap_or(""))
-            }
-            Outcome::Lost { killed, .. } => format!("lost (replica killed: {killed})"),
-            Outcome::Hung => "hung".into(),
-        };
-        *tally.entry(key).or_default() += 1;
-        match o {
-            Outcome::Answered(500, body) => problems.push(format!("a prompt answered 500: {body}")),
-            Outcome::Lost {
-                killed: false,
-                error,
-            } => problems.push(format!("a live replica dropped a prompt: {error}")),
-            Outcome::Hung => problems.push("a prompt was not answered".into()),
-            _ => {}
-        }
-    }
-    eprintln!("chaos: prompt answers {tally:?}; {streamed_total} events streamed");
+    eprintln!("chaos: {streamed_total} events streamed");
 
     let generations = replicas.next.load(Ordering::Relaxed);
     let logs: Vec<String> = (0..generations)
@@ -489,103 +475,4 @@ async fn faults_lose_no_event_and_leave_no_agent() {
         problems.join("\n")
     );
     drop(cluster);
-}
-
-/// What must hold in one session's log: seqs 1..n; every `turn_started` followed by its
-/// `turn_ended` before the next; a turn that ended `end_turn` holds the chunks it asked for,
-/// `c1 `…`cN`, once each, in order; no `session_deleted` (nobody deletes a session).
-fn check_log(id: &str, log: &[Value]) -> Vec<String> {
-    let mut problems = vec![];
-    for (i, e) in log.iter().enumerate() {
-        if e["seq"].as_i64() != Some(i as i64 + 1) {
-            problems.push(format!("{id}: event {i} has seq {}", e["seq"]));
-        }
-    }
-    let mut open: Option<(usize, Vec<&str>)> = None;
-    for e in log {
-        let data = &e["data"];
-        match e["event"].as_str().unwrap_or("") {
-            "turn_started" => {
-                if open.is_some() {
-                    problems.push(format!(
-                        "{id}: turn at {} started before one ended",
-                        e["seq"]
-                    ));
-                }
-                let text = data["prompt"][0]["text"].as_str().unwrap_or("");
-                let asked = text
-                    .strip_prefix("/chunks ")
-                    .and_then(|t| t.split(' ').next()?.parse().ok())
-                    .unwrap_or(0);
-                open = Some((asked, vec![]));
-            }
-            "session_deleted" => problems.push(format!(
-                "{id}: marked deleted at {} though nobody deleted it: {data}",
-                e["seq"]
-            )),
-            "agent_message_chunk" => match &mut open {
-                Some((_, chunks)) => {
-                    chunks.push(data["update"]["content"]["text"].as_str().unwrap_or(""))
-                }
-                None => problems.push(format!("{id}: chunk {} outside a turn", e["seq"])),
-            },
-            "turn_ended" => match open.take() {
-                None => problems.push(format!("{id}: turn_ended {} without a turn", e["seq"])),
-                Some((asked, chunks)) if data["stopReason"] == "end_turn" => {
-                    let expected = (1..=asked).map(|i| {
-                        if i == asked {
-                            format!("c{i}")
-                        } else {
-                            format!("c{i} ")
-                        }
-                    });
-                    if !expected.eq(chunks.iter().map(|c| c.to_string())) {
-                        problems.push(format!(
-                            "{id}: the turn ended at {} asked for {asked} chunks and holds {} ({:?}…)",
-                            e["seq"],
-                            chunks.len(),
-                            &chunks[..chunks.len().min(5)]
-                        ));
-                    }
-                }
-                Some(_) => {}
-            },
-            _ => {}
-        }
-    }
-    if open.is_some() {
-        problems.push(format!("{id}: the last turn never ended"));
-    }
-    if problems.len() > 10 {
-        let n = problems.len();
-        problems.truncate(10);
-        problems.push(format!("{id}: … {} more", n - 10));
-    }
-    if !problems.is_empty() {
-        problems.push(format!("{id}: the log's turns:\n{}", outline(log)));
-    }
-    problems
-}
-
-/// The log without its chunks: one line per other event, a count for each run of chunks.
-fn outline(log: &[Value]) -> String {
-    let mut out = String::new();
-    let mut chunks = 0;
-    for e in log {
-        if e["event"] == "agent_message_chunk" {
-            chunks += 1;
-            continue;
-        }
-        if chunks > 0 {
-            out += &format!("    … {chunks} chunks\n");
-            chunks = 0;
-        }
-        let mut data = e["data"].clone();
-        data.as_object_mut().map(|d| d.remove("sessionId"));
-        out += &format!("    {} {} {data}\n", e["seq"], e["event"]);
-    }
-    if chunks > 0 {
-        out += &format!("    … {chunks} chunks\n");
-    }
-    out
 }

@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::acp::{AcpClient, agent_text};
+use support::acp::{AcpClient, agent_text, replica_away};
 use support::balancer::RoundRobin;
 use support::cluster::{beating, sessions_held, three_replicas};
 use support::*;
@@ -100,13 +100,10 @@ async fn the_editor_bridge_rides_out_a_replica_behind_a_plain_balancer() {
     }
     let holder = holder.expect("a replica holds the session");
     replicas[holder].kill().await;
-    let port = bases[holder].rsplit(':').next().unwrap().to_owned();
-    let opts = Options::default().args(&[
-        "--heartbeat-interval",
-        "1",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-    ]);
+    let address = bases[holder].trim_start_matches("http://").to_owned();
+    let opts = Options::default()
+        .args(&["--heartbeat-interval", "1"])
+        .listen(&address);
     replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
 
     // Answered by the bridge while it connects again, or by a replica while the dead one's
@@ -189,10 +186,8 @@ async fn an_acp_client_needs_no_sticky_balancer() {
         prompt_through_outage(&mut acp, &balancer, &sessions, &own, "while one is down").await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     assert_eq!(agent_text(&acp.drain_notes()), "while one is down");
-    let port = replicas[holder].base.rsplit(':').next().unwrap().to_owned();
-    let listen = format!("127.0.0.1:{port}");
-    replicas[holder] =
-        Gateway::spawn(&w.db.url, w.dir.path(), &opts.arg("--listen").arg(&listen)).await;
+    let opts = opts.listen(replicas[holder].address());
+    replicas[holder] = Gateway::spawn(&w.db.url, w.dir.path(), &opts).await;
     let answer = prompt_through_outage(&mut acp, &balancer, &sessions, &id, "after the kill").await;
     assert_eq!(answer["stopReason"], "end_turn", "{answer}");
     assert_eq!(agent_text(&acp.drain_notes()), "after the kill");
@@ -246,8 +241,9 @@ async fn mode_of(g: &Gateway, id: &str) -> Value {
 }
 
 /// `text` prompted on `session` through `balancer` until answered, within PATIENCE: while the
-/// session's replica cannot be reached (its lease runs) the prompt is refused and sent again;
-/// once the client's connection has ended it connects again and resumes `sessions`.
+/// session's replica cannot be reached (its lease runs) the prompt is refused and sent again
+/// (refused otherwise, the test fails at once); once the client's connection has ended it
+/// connects again and resumes `sessions`.
 async fn prompt_through_outage(
     acp: &mut AcpClient,
     balancer: &RoundRobin,
@@ -276,7 +272,10 @@ async fn prompt_through_outage(
                 }
                 std::mem::replace(acp, fresh).close().await;
             }
-            Err(e) => eprintln!("{text:?} refused: {e:?}"),
+            Err(e) => assert!(
+                replica_away(&e),
+                "{text:?} refused, not for the outage: {e:?}"
+            ),
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }

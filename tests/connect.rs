@@ -14,15 +14,7 @@ const KEY: &str = "editor-key-0123456789";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_bridges_an_editor_and_reconnects() {
-    // A fixed port, so that the restarted gateway is where the bridge connects.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let opts = Options::default().args(&[
-        "--listen",
-        &format!("127.0.0.1:{port}"),
         "--api-key",
         &format!("editor:{KEY}"),
         "--shutdown-timeout",
@@ -38,8 +30,8 @@ async fn connect_bridges_an_editor_and_reconnects() {
     assert_eq!(answer["stopReason"], "end_turn");
     assert_eq!(agent_text(&editor.drain_notes()), "through the bridge");
 
-    // The gateway goes away and comes back: the editor keeps its session.
-    w.restart().await;
+    // The gateway goes away and comes back where it was: the editor keeps its session.
+    w.restart_in_place().await;
     let answer = editor
         .prompt_through_reconnect(&id, "after the restart", &log)
         .await;

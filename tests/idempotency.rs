@@ -2,12 +2,14 @@
 //! session; a prompt whose client is cut mid-turn and sent again runs one turn and answers the
 //! same twice; a webhook created twice is one subscription with one secret; a key used for
 //! another request is 422, a malformed one 400; a restarted gateway still replays; an expired
-//! key is pruned and runs again, but not while its request still runs; a "busy" 409 is not
-//! kept; the key of a gateway SIGKILLed mid-request is taken over by the next repeat.
+//! key is pruned and runs again, but not while its request still runs; a repeat of a request
+//! still running waits for it, then answers 409; a "busy" 409 is not kept, nor a 502 (the
+//! agent killed mid-turn): the repeat runs again; the key of a gateway SIGKILLed mid-request is
+//! taken over by the next repeat.
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -21,6 +23,8 @@ both_backends!(
     an_expired_key_is_pruned_and_runs_again,
     a_retried_webhook_is_one_subscription,
     a_busy_answer_is_not_kept,
+    a_repeat_waits_for_the_running_request_then_answers_409,
+    a_5xx_frees_the_key,
     a_running_request_keeps_its_key_past_the_ttl,
     a_killed_gateways_key_is_taken_over,
 );
@@ -313,5 +317,115 @@ async fn a_killed_gateways_key_is_taken_over(backend: Backend) {
     // Answered now, and kept.
     let (status, replayed, again) = post_keyed(w.gw(), &path, "orphan", prompt).await;
     assert_eq!((status, replayed, &again), (200, true, &answer));
+    w.finish().await;
+}
+
+/// How long the gateway lets a repeat wait for the request still running under its key.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A keyed prompt sent from a task of its own: its status, whether it was a replay, its body.
+fn post_keyed_in_background(
+    gw: &Gateway,
+    path: &str,
+    key: &'static str,
+    body: Value,
+) -> tokio::task::JoinHandle<(u16, bool, Value)> {
+    let request = gw
+        .http
+        .post(gw.url(path))
+        .header("idempotency-key", key)
+        .json(&body);
+    tokio::spawn(async move {
+        let res = request.send().await.unwrap();
+        let status = res.status().as_u16();
+        let replayed = res.headers().get("idempotent-replayed").is_some();
+        (status, replayed, res.json().await.unwrap_or(Value::Null))
+    })
+}
+
+/// Waits until the session's log holds an event `kind`.
+async fn wait_for_event(gw: &Gateway, id: &str, kind: &'static str) {
+    gw.wait_until(|g| async move { (g.history(id).await.iter()).any(|e| e["event"] == kind) })
+        .await;
+}
+
+/// A repeat of a keyed prompt whose turn still runs waits for it, the gateway's 30 seconds;
+/// still running then, it answers 409 with `Retry-After`, having run nothing itself. Once the
+/// first has ended, the repeat gets its answer.
+async fn a_repeat_waits_for_the_running_request_then_answers_409(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "/hang"});
+    let first = post_keyed_in_background(gw, &path, "held", prompt.clone());
+    wait_for_event(gw, &id, "turn_started").await;
+
+    let asked = Instant::now();
+    let res = (gw.http.post(gw.url(&path)))
+        .header("idempotency-key", "held")
+        .json(&prompt)
+        .send()
+        .await
+        .unwrap();
+    let waited = asked.elapsed();
+    let retry_after = res.headers().get("retry-after").cloned();
+    let replayed = res.headers().get("idempotent-replayed").is_some();
+    let status = res.status().as_u16();
+    let problem: Value = res.json().await.unwrap();
+    assert_kind(status, &problem, 409, "conflict");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("still running"),
+        "{problem}"
+    );
+    assert_eq!(retry_after.as_ref().map(|v| v.to_str().unwrap()), Some("1"));
+    assert!(!replayed);
+    assert!(
+        waited >= WAIT - Duration::from_millis(500) && waited < WAIT + Duration::from_secs(10),
+        "the repeat waited {waited:?} for the request still running, not the gateway's {WAIT:?}"
+    );
+    assert_eq!(w.calls("session/prompt"), 1, "the repeat ran nothing");
+
+    let r = gw.session_action(&id, "cancel").await;
+    assert_eq!(r.status(), 204);
+    let (status, replayed, answer) = first.await.unwrap();
+    assert_eq!((status, replayed), (200, false), "{answer}");
+    assert_eq!(answer["stopReason"], "cancelled", "{answer}");
+    let (status, replayed, again) = post_keyed(gw, &path, "held", prompt).await;
+    assert_eq!((status, replayed, &again), (200, true, &answer));
+    assert_eq!(w.calls("session/prompt"), 1);
+    w.finish().await;
+}
+
+/// A keyed prompt answered 502 (its agent process SIGKILLed mid-turn) is not the key's answer:
+/// the repeat, once the member is back, runs the turn again, and that answer is kept.
+async fn a_5xx_frees_the_key(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let path = format!("/sessions/{id}/prompt");
+    let prompt = json!({"text": "/chunks 50 /delay 100"});
+    let first = post_keyed_in_background(gw, &path, "failed", prompt.clone());
+    wait_for_event(gw, &id, "agent_message_chunk").await;
+    let agent = nix::unistd::Pid::from_raw(gw.agent_pid().await as i32);
+    nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let (status, replayed, failed) = first.await.unwrap();
+    assert_kind(status, &failed, 502, "agent-unavailable");
+    assert!(!replayed);
+
+    gw.wait_restarts(1).await;
+    gw.wait_members_ready().await;
+    let (status, replayed, answer) = post_keyed(gw, &path, "failed", prompt.clone()).await;
+    assert_eq!(
+        (status, replayed),
+        (200, false),
+        "the repeat ran again: {answer}"
+    );
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    assert_eq!(w.calls("session/prompt"), 2);
+    let (status, replayed, again) = post_keyed(gw, &path, "failed", prompt).await;
+    assert_eq!((status, replayed, &again), (200, true, &answer));
+    assert_eq!(w.calls("session/prompt"), 2);
     w.finish().await;
 }

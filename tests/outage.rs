@@ -48,7 +48,8 @@ fn chunk_of(data: &Value) -> Option<&str> {
         .then(|| data["update"]["content"]["text"].as_str().unwrap_or(""))
 }
 
-/// Waits (bounded) until `path` answers `status`.
+/// Waits (bounded) until the readiness probe `path` answers `status`: ready (200) or not (503),
+/// it answers nothing else meanwhile.
 async fn wait_status(gw: &Gateway, path: &str, status: u16) -> reqwest::Response {
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -56,6 +57,11 @@ async fn wait_status(gw: &Gateway, path: &str, status: u16) -> reqwest::Response
         if r.status() == status {
             return r;
         }
+        assert!(
+            [200, 503].contains(&r.status().as_u16()),
+            "{path} answers 200 or 503, not {}",
+            r.status()
+        );
         assert!(
             Instant::now() < deadline,
             "{path} did not answer {status} within {PATIENCE:?} (last {})",

@@ -18,25 +18,18 @@ use support::*;
 
 const HOST_KEY: &str = "host-secret-key-0123456789";
 
-/// A free loopback port, so that a restarted host is found where it was.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The agent host: a gateway on SQLite in front of the echo agent (with modes and models),
-/// listening on `port`, requiring its own key.
-async fn host(port: u16) -> World {
-    World::start(Backend::Sqlite, host_options(port)).await
+/// requiring its own key.
+async fn host() -> World {
+    World::start(Backend::Sqlite, host_options()).await
 }
 
-/// The agent host's options (its replicas' leases run out after three seconds).
-fn host_options(port: u16) -> Options {
+/// The agent host's options (its replicas' leases run out after three seconds); a host
+/// restarted is started again where it listened ([`Options::listen`]), to be found there.
+fn host_options() -> Options {
     Options::default()
         .env("ECHO_AGENT_CONTROLS", "modes,models")
         .args(&[
-            "--listen",
-            &format!("127.0.0.1:{port}"),
             "--api-key",
             &format!("fronts:{HOST_KEY}"),
             "--shutdown-timeout",
@@ -91,7 +84,7 @@ async fn chunks(gw: &Gateway, id: &str) -> Vec<String> {
 }
 
 async fn session_flows(backend: Backend, scheme: &str) {
-    let host = host(free_port()).await;
+    let host = host().await;
     let dir = tempfile::tempdir().unwrap();
     let front = front(backend, &url_of(&host, scheme), dir.path()).await;
     let gw = front.gw();
@@ -223,7 +216,7 @@ async fn session_flows_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_host_is_bounded_at_the_front() {
     for scheme in ["ws", "http"] {
-        let host = host(free_port()).await;
+        let host = host().await;
         let dir = tempfile::tempdir().unwrap();
         let opts = front_options(&url_of(&host, scheme), dir.path(), HOST_KEY, 5)
             .args(&["--max-updates-per-turn", "500"]);
@@ -257,7 +250,7 @@ async fn a_flooding_host_is_bounded_at_the_front() {
 /// bridge's frame and message limits are the agent's `--max-line-bytes`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_over_16_mib_passes_over_websocket() {
-    let host = host(free_port()).await;
+    let host = host().await;
     let dir = tempfile::tempdir().unwrap();
     let front = front(Backend::Sqlite, &url_of(&host, "ws"), dir.path()).await;
     let gw = front.gw();
@@ -284,7 +277,7 @@ async fn a_message_over_16_mib_passes_over_websocket() {
 /// restarted, serves the session's next turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_over_max_line_bytes_ends_the_websocket_with_a_clear_log_line() {
-    let host = host(free_port()).await;
+    let host = host().await;
     let dir = tempfile::tempdir().unwrap();
     let opts = front_options(&url_of(&host, "ws"), dir.path(), HOST_KEY, 5)
         .args(&["--max-line-bytes", "1000000"]);
@@ -314,8 +307,8 @@ async fn a_message_over_max_line_bytes_ends_the_websocket_with_a_clear_log_line(
 /// front's member connects again and the session is resumed there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_mid_turn_ends_the_turn_and_its_session_resumes() {
-    let port = free_port();
-    let mut host = host(port).await;
+    let mut host = host().await;
+    let address = host.gw().address().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let front = front(Backend::Sqlite, &url_of(&host, "ws"), dir.path()).await;
     let gw = front.gw();
@@ -334,7 +327,8 @@ async fn a_host_killed_mid_turn_ends_the_turn_and_its_session_resumes() {
     assert_eq!(events.last().unwrap().data["error"]["status"], 502);
 
     // Back on the same port and database: the member reconnects, the session resumes.
-    let host_gw = Gateway::spawn(&host.db.url, host.dir.path(), &host.opts).await;
+    let opts = host.opts.clone().listen(&address);
+    let host_gw = Gateway::spawn(&host.db.url, host.dir.path(), &opts).await;
     host.gw = Some(host_gw);
     gw.wait_member_state("ready").await;
     let (status, body) = gw.prompt(&id, "after").await;
@@ -351,7 +345,7 @@ async fn a_host_killed_mid_turn_ends_the_turn_and_its_session_resumes() {
 /// after another: the turn waiting on it ends with an error instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_host_times_out() {
-    let host = host(free_port()).await;
+    let host = host().await;
     let dir = tempfile::tempdir().unwrap();
     // Asked after a second of silence.
     let opts = front_options(&url_of(&host, "http"), dir.path(), HOST_KEY, 1);
@@ -380,7 +374,7 @@ async fn a_silent_host_times_out() {
 /// say why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_key_is_required() {
-    let host = host(free_port()).await;
+    let host = host().await;
     let dir = tempfile::tempdir().unwrap();
     for scheme in ["ws", "http"] {
         let url = url_of(&host, scheme);
@@ -406,11 +400,11 @@ async fn with_two_hosts_one_down_the_other_serves() {
     if admin_url_or_skip("remote agents on two hosts").is_none() {
         return;
     }
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut a = World::start(Backend::Postgres, host_options(port_a)).await;
-    let b = Gateway::spawn(&a.db.url, a.dir.path(), &host_options(port_b)).await;
+    let mut a = World::start(Backend::Postgres, host_options()).await;
+    let b = Gateway::spawn(&a.db.url, a.dir.path(), &host_options()).await;
     let dir = tempfile::tempdir().unwrap();
-    let urls = format!("ws://127.0.0.1:{port_a}/acp ws://127.0.0.1:{port_b}/acp");
+    let address_a = a.gw().address().to_owned();
+    let urls = format!("ws://{address_a}/acp ws://{}/acp", b.address());
     let front = front(Backend::Sqlite, &urls, dir.path()).await;
     let gw = front.gw();
     gw.wait_members_ready().await;
@@ -449,7 +443,8 @@ async fn with_two_hosts_one_down_the_other_serves() {
         assert_eq!(status, 200, "{body}");
     }
 
-    a.gw = Some(Gateway::spawn(&a.db.url, a.dir.path(), &host_options(port_a)).await);
+    let opts = host_options().listen(&address_a);
+    a.gw = Some(Gateway::spawn(&a.db.url, a.dir.path(), &opts).await);
     gw.wait_members_ready().await;
     for id in &before {
         let (status, body) = gw.prompt(id, "both back").await;
@@ -470,37 +465,7 @@ async fn with_two_hosts_one_down_the_other_serves() {
 async fn a_third_party_server_is_a_remote_agent() {
     let acpremote = std::env::var("ACPREMOTE").expect("ACPREMOTE: the acpremote executable");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = tokio::process::Command::new(acpremote)
-        .args(["expose", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args([
-            "--token-env",
-            "SERVER_TOKEN",
-            "--env",
-            "ECHO_AGENT_CONTROLS=modes,models",
-        ])
-        .arg("--")
-        .arg(echo_agent())
-        .env("SERVER_TOKEN", HOST_KEY)
-        .env("ECHO_AGENT_DIR", dir.path().join("agent"))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let health = format!("http://127.0.0.1:{port}/healthz");
-    let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + PATIENCE;
-    while !http
-        .get(&health)
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "acpremote did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (mut server, port) = expose(&acpremote, dir.path()).await;
     let url = format!("ws://127.0.0.1:{port}/acp/ws");
     let front = front(Backend::Sqlite, &url, dir.path()).await;
     let gw = front.gw();
@@ -527,4 +492,68 @@ async fn a_third_party_server_is_a_remote_agent() {
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
     front.finish().await;
     let _ = server.kill().await;
+}
+
+/// `acpremote expose` serving the echo agent on a port of its own, once its `/healthz` answers
+/// 200. It takes a port number, not 0, so it is offered a free one; when another process takes
+/// that port first (acpremote exits saying the address is in use, and only then) it is started
+/// again on another. Until it listens, a probe's connection is refused, and nothing else.
+async fn expose(acpremote: &str, dir: &Path) -> (tokio::process::Child, u16) {
+    use tokio::io::AsyncReadExt;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = tokio::process::Command::new(acpremote)
+            .args(["expose", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--token-env",
+                "SERVER_TOKEN",
+                "--env",
+                "ECHO_AGENT_CONTROLS=modes,models",
+            ])
+            .arg("--")
+            .arg(echo_agent())
+            .env("SERVER_TOKEN", HOST_KEY)
+            .env("ECHO_AGENT_DIR", dir.join("agent"))
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = server.stderr.take().unwrap();
+        let said = tokio::spawn(async move {
+            let mut said = String::new();
+            let _ = stderr.read_to_string(&mut said).await;
+            eprint!("{said}");
+            said
+        });
+        let health = format!("http://127.0.0.1:{port}/healthz");
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "acpremote did not start"
+            );
+            if let Some(status) = server.try_wait().unwrap() {
+                let said = said.await.unwrap();
+                assert!(
+                    said.to_lowercase().contains("address already in use"),
+                    "acpremote exited ({status}):\n{said}"
+                );
+                break;
+            }
+            match http.get(&health).send().await {
+                Ok(r) => {
+                    assert_eq!(r.status(), 200, "acpremote's /healthz");
+                    return (server, port);
+                }
+                Err(e) if e.is_connect() => {}
+                Err(e) => panic!("acpremote's /healthz: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

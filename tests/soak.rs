@@ -31,7 +31,9 @@ fn knob(name: &str, default: u64) -> u64 {
 /// The replicas, each at a fixed address; `None` while one is down.
 struct Replicas {
     slots: Mutex<Vec<Option<Arc<Gateway>>>>,
-    opts: Vec<Options>,
+    /// Each replica's options: after its first start, with the address it took, so that a
+    /// restarted replica is found where it was.
+    opts: Mutex<Vec<Options>>,
     db: String,
     dir: std::path::PathBuf,
 }
@@ -59,7 +61,9 @@ impl Replicas {
     }
 
     async fn start(&self, i: usize) {
-        let gw = Gateway::spawn(&self.db, &self.dir, &self.opts[i]).await;
+        let opts = self.opts.lock().unwrap()[i].clone();
+        let gw = Gateway::spawn(&self.db, &self.dir, &opts).await;
+        self.opts.lock().unwrap()[i] = opts.listen(gw.address());
         self.slots.lock().unwrap()[i] = Some(Arc::new(gw));
     }
 
@@ -69,15 +73,6 @@ impl Replicas {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
-}
-
-/// A free loopback port for a replica to keep across restarts.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Prompts `id` in a closed loop until `stop`: how each prompt was answered, keyed
@@ -161,16 +156,17 @@ async fn replicas_killed_under_load_lose_nothing() {
     let mut db = Database::create(Backend::Postgres, dir.path(), "soak").await;
     let opts = (0..count)
         .map(|_| {
-            let listen = format!("127.0.0.1:{}", free_port());
-            Options::default()
-                .env("ECHO_AGENT_PAGE_SIZE", "3")
-                .args(&["--heartbeat-interval", "1", "--sync-interval", &sync])
-                .args(&["--listen", &listen])
+            Options::default().env("ECHO_AGENT_PAGE_SIZE", "3").args(&[
+                "--heartbeat-interval",
+                "1",
+                "--sync-interval",
+                &sync,
+            ])
         })
         .collect();
     let replicas = Arc::new(Replicas {
         slots: Mutex::new(vec![None; count as usize]),
-        opts,
+        opts: Mutex::new(opts),
         db: db.url.clone(),
         dir: dir.path().to_owned(),
     });

@@ -483,10 +483,8 @@ async fn agents_export_to_the_collector_only_when_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_out_of_reach_costs_only_the_spans() {
-    // A port nothing listens on.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let (_held, port) = refusing_port();
+    let url = format!("http://127.0.0.1:{port}");
     let opts = Options::default()
         .args(&["--otlp-endpoint", &url])
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
@@ -520,4 +518,24 @@ async fn a_collector_out_of_reach_costs_only_the_spans() {
     assert_eq!(status, 200, "{body}");
     let _: Value = body;
     w.finish().await;
+}
+
+/// A loopback port that refuses connections for as long as the socket returned is held: bound
+/// and never listening, so no other process can listen there meanwhile (as it could on a port
+/// found free and let go).
+fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname};
+    use std::os::fd::AsRawFd;
+    let socket = nix::sys::socket::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(socket.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+    let port = getsockname::<SockaddrIn>(socket.as_raw_fd())
+        .unwrap()
+        .port();
+    (socket, port)
 }

@@ -2,16 +2,18 @@
 //! through the round-robin balancer in front of the replicas alive, and prompts it in a closed
 //! loop. A connection that ends (a replica carrying one of its requests or streams was killed)
 //! is made again and the session resumed, as an editor's bridge does. Each turn answered
-//! `end_turn` reached the client whole, once, in order.
+//! `end_turn` reached the client whole, once, in order; every other answer is a failure of a
+//! [`Class`] the faults cause (checked afterwards against them) or a problem.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use crate::Replicas;
+use crate::bounds::{Class, Failure, RETRY};
 use crate::support::acp::AcpClient;
 use crate::support::balancer::RoundRobin;
 
@@ -26,13 +28,60 @@ pub struct AcpRun {
     pub connects: usize,
     /// Every other answer, by kind.
     pub tally: BTreeMap<String, usize>,
+    pub failures: Vec<Failure>,
     pub problems: Vec<String>,
 }
 
-/// Prompts one session over ACP until `stop`.
+impl AcpRun {
+    /// Sorts the error `e` of a request sent at `sent` (`failed`: whether the client's last
+    /// prompt failed) into a failure of its class, or a problem.
+    fn failed(
+        &mut self,
+        e: &agent_client_protocol::Error,
+        sent: std::time::Duration,
+        started: Instant,
+        failed: bool,
+    ) {
+        let name = self
+            .session
+            .clone()
+            .unwrap_or_else(|| "an ACP client".into());
+        let class = if ended(e) {
+            Some(Class::Lost)
+        } else {
+            Class::of_message(&e.message)
+        };
+        *self.tally.entry(e.message.clone()).or_default() += 1;
+        match class {
+            None => self.problems.push(format!(
+                "{name}: an ACP request failed in a way no fault causes: {e:?}"
+            )),
+            Some(Class::Busy) if !failed => self.problems.push(format!(
+                "{name}: an ACP prompt at {sent:?} found a turn running though the last one was answered"
+            )),
+            Some(_) => {}
+        }
+        if let Some(class) = class {
+            self.failures.push(Failure {
+                client: name,
+                class,
+                sent,
+                answered: started.elapsed(),
+            });
+        }
+    }
+}
+
+/// Whether `e` says the connection ended.
+fn ended(e: &agent_client_protocol::Error) -> bool {
+    (e.data.as_ref()).is_some_and(|d| d["reason"] == "connection_terminated")
+}
+
+/// Prompts one session over ACP until `stop`; times are since `started`.
 pub async fn prompter(
     replicas: Arc<Replicas>,
     stop: Arc<AtomicBool>,
+    started: Instant,
     mut rng: fastrand::Rng,
 ) -> AcpRun {
     let mut run = AcpRun::default();
@@ -40,19 +89,29 @@ pub async fn prompter(
     let mut client: Option<(AcpClient, usize)> = None;
     // Whether the connection has been sent nothing of a turn not yet checked.
     let mut clean = true;
+    // Whether the last prompt failed (and its turn may go on without its client).
+    let mut failed = false;
     while !stop.load(Ordering::Relaxed) {
         let Some((acp, kills)) = &mut client else {
             let kills = replicas.kills();
+            let sent = started.elapsed();
             match connect(&replicas.balancer, run.session.as_deref()).await {
                 Ok((acp, session)) => {
                     run.session = Some(session);
                     run.connects += 1;
                     client = Some((acp, kills));
-                    clean = true;
+                    // The turn of a prompt that failed may go on, and its last updates
+                    // follow the session resumed here.
+                    clean = !failed;
                 }
                 Err(e) => {
-                    *run.tally.entry(format!("connect: {e}")).or_default() += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if ended(&e) && replicas.kills() == kills {
+                        run.problems.push(format!(
+                            "a connection to /acp ended while no replica was killed: {e:?}"
+                        ));
+                    }
+                    run.failed(&e, sent, started, failed);
+                    tokio::time::sleep(RETRY).await;
                 }
             }
             continue;
@@ -60,6 +119,7 @@ pub async fn prompter(
         let session = run.session.clone().unwrap();
         let asked = rng.usize(20..100);
         let text = format!("/chunks {asked} /delay {}", rng.u64(0..3));
+        let sent = started.elapsed();
         match acp.prompt(&session, &text).await {
             Ok(answer) if answer["stopReason"] == "end_turn" => {
                 let chunks = chunks(&acp.drain_notes());
@@ -80,30 +140,29 @@ pub async fn prompter(
                 }
                 run.answered += 1;
                 clean = true;
+                failed = false;
             }
             Ok(answer) => {
-                *run.tally
-                    .entry(format!("{}", answer["stopReason"]))
-                    .or_default() += 1;
+                run.problems.push(format!(
+                    "{session}: an ACP prompt answered {answer}, which no fault causes"
+                ));
                 clean = false;
             }
-            Err(e)
-                if e.data
-                    .as_ref()
-                    .is_some_and(|d| d["reason"] == "connection_terminated") =>
-            {
+            Err(e) if ended(&e) => {
                 if replicas.kills() == *kills {
                     run.problems.push(format!(
                         "{session}: an ACP connection ended while no replica was killed: {e:?}"
                     ));
                 }
-                *run.tally.entry("connection ended".into()).or_default() += 1;
+                run.failed(&e, sent, started, failed);
+                failed = true;
                 client.take().unwrap().0.close().await;
             }
             Err(e) => {
-                *run.tally.entry(e.message.clone()).or_default() += 1;
+                run.failed(&e, sent, started, failed);
+                failed = true;
                 clean = false;
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(RETRY).await;
             }
         }
     }
@@ -117,7 +176,7 @@ pub async fn prompter(
 async fn connect(
     balancer: &RoundRobin,
     session: Option<&str>,
-) -> Result<(AcpClient, String), String> {
+) -> Result<(AcpClient, String), agent_client_protocol::Error> {
     let transport = agent_client_protocol_http::HttpClient::builder(balancer.base.clone())
         .configure_http(|h| h.no_proxy())
         .build()
@@ -140,7 +199,7 @@ async fn connect(
         Ok(id) => Ok((acp, id)),
         Err(e) => {
             acp.close().await;
-            Err(e.message)
+            Err(e)
         }
     }
 }

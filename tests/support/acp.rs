@@ -266,8 +266,11 @@ pub async fn bridge(
 }
 
 impl AcpClient {
-    /// A prompt through a bridge that is connecting again: sent every 200 ms until answered
-    /// (the bridge answers with an error meanwhile), within PATIENCE; `log` is the bridge's.
+    /// A prompt through a bridge that is connecting again: sent every 200 ms until answered,
+    /// within PATIENCE; `log` is the bridge's. Meanwhile it may be refused only as a reconnect
+    /// refuses it: the bridge's answer to a request its lost connection held, or the
+    /// gateway's while the replica that held the session is gone ([`replica_away`]); any other
+    /// error fails at once.
     pub async fn prompt_through_reconnect(
         &self,
         session: &str,
@@ -278,13 +281,30 @@ impl AcpClient {
         loop {
             match self.prompt(session, text).await {
                 Ok(answer) => return answer,
-                Err(e) => assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "no answer to {text:?}: {e:?}\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                ),
+                Err(e) => {
+                    let bridge_log = || std::fs::read_to_string(log).unwrap_or_default();
+                    assert!(
+                        e.message
+                            .starts_with("the connection to the gateway was lost")
+                            || replica_away(&e),
+                        "{text:?} refused, not as a reconnect refuses it: {e:?}\n{}",
+                        bridge_log()
+                    );
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "no answer to {text:?}: {e:?}\n{}",
+                        bridge_log()
+                    );
+                }
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// Whether `e` is the gateway's answer while the replica that held the session is gone and its
+/// lease runs: the session is live on another replica, or that replica cannot be reached.
+pub fn replica_away(e: &Error) -> bool {
+    e.message.contains("is live on another gateway replica")
+        || e.message.contains("cannot be reached")
 }

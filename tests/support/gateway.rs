@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::postgres::{Collation, FreshDatabase};
-use super::process::listening_on;
+use super::process::listening_or_ended;
 use super::secrets;
 use super::sse::{Sse, SseEvent};
 use super::world::Options;
@@ -46,13 +46,58 @@ impl Drop for Gateway {
 impl Gateway {
     /// Starts a gateway on `db_url` with its agent state in `dir/agent` (`dir` is created);
     /// returns once it listens, and with `opts.wait_ready` once `/readyz` answers 200.
+    ///
+    /// On port 0 unless `opts` fix an address (a restart that keeps its origin): that port may
+    /// be held for a moment by another process (as a connection's ephemeral port), so a start
+    /// that fails because the address is in use, and only that, is tried again (within
+    /// [`PATIENCE`]).
     pub async fn spawn(db_url: &str, dir: &Path, opts: &Options) -> Gateway {
         std::fs::create_dir_all(dir).unwrap();
         let started = Instant::now();
+        let log = dir.join("gateway.log");
+        let (child, base) = loop {
+            let logged = std::fs::metadata(&log).map_or(0, |m| m.len());
+            let mut child = Self::command(db_url, dir, opts)
+                .spawn()
+                .expect("start acp-gateway");
+            let stdout = child.stdout.take().unwrap();
+            if let Some(base) = listening_or_ended(stdout, "the gateway").await {
+                break (child, base);
+            }
+            let status = child.wait().await.unwrap();
+            let said = std::fs::read(&log)
+                .map(|all| String::from_utf8_lossy(&all[logged as usize..]).into_owned())
+                .unwrap_or_default();
+            let in_use = said.contains("Address already in use");
+            assert!(
+                in_use && opts.listening().is_some() && started.elapsed() < PATIENCE,
+                "the gateway exited ({status}) before it listened (see its stderr):\n{said}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let mut gw = Gateway {
+            base,
+            http: reqwest::Client::new(),
+            ready_after: Duration::ZERO,
+            db_url: db_url.to_owned(),
+            child,
+            log: opts.record.then(|| {
+                let files = secrets::secrets_of_command(&opts.args, &opts.env);
+                (log, files)
+            }),
+        };
+        if opts.wait_ready {
+            gw.wait_ready(started + PATIENCE, opts.ready_poll).await;
+            gw.ready_after = started.elapsed();
+        }
+        gw
+    }
+
+    /// The gateway's command: `--listen 127.0.0.1:0` unless `opts` name an address.
+    fn command(db_url: &str, dir: &Path, opts: &Options) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&opts.binary);
         cmd.arg("--agent").arg(&opts.agent);
-        // Port 0 unless the test fixed one (so that a restart keeps the origin).
-        if !opts.args.iter().any(|a| a == "--listen") {
+        if opts.listening().is_none() {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
         cmd.args(["--database-url", db_url])
@@ -76,32 +121,30 @@ impl Gateway {
             cmd.stderr(Stdio::inherit());
         }
         cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
-        let files = secrets::secrets_of_command(&opts.args, &opts.env);
-        let mut child = cmd.spawn().expect("start acp-gateway");
-        let base = listening_on(child.stdout.take().unwrap(), "the gateway").await;
-        let mut gw = Gateway {
-            base,
-            http: reqwest::Client::new(),
-            ready_after: Duration::ZERO,
-            db_url: db_url.to_owned(),
-            child,
-            log: opts.record.then(|| (dir.join("gateway.log"), files)),
-        };
-        if opts.wait_ready {
-            let deadline = started + PATIENCE;
-            while !gw
-                .http
-                .get(gw.url("/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                assert!(Instant::now() < deadline, "not ready within {PATIENCE:?}");
-                tokio::time::sleep(opts.ready_poll).await;
+        cmd
+    }
+
+    /// Polls `/readyz` every `poll` until it answers 200; it answers 503 meanwhile (not ready
+    /// yet), and anything else fails the test at once.
+    async fn wait_ready(&self, deadline: Instant, poll: Duration) {
+        loop {
+            let answer = self.http.get(self.url("/readyz")).send().await;
+            let status = match &answer {
+                Ok(r) => r.status().as_u16(),
+                Err(e) => panic!("/readyz of a gateway that listens: {e}"),
+            };
+            match status {
+                200 => return,
+                503 => assert!(Instant::now() < deadline, "not ready within {PATIENCE:?}"),
+                other => panic!("/readyz answers 200 or 503, not {other}"),
             }
-            gw.ready_after = started.elapsed();
+            tokio::time::sleep(poll).await;
         }
-        gw
+    }
+
+    /// Where it listens: `127.0.0.1:PORT` (for `--listen`, to start again where it was).
+    pub fn address(&self) -> &str {
+        self.base.trim_start_matches("http://")
     }
 
     pub fn pid(&self) -> u32 {

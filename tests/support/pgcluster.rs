@@ -4,6 +4,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::PATIENCE;
 
 /// A PostgreSQL cluster in a temp dir, on a port of its own; stopped (immediately) when
 /// dropped, also when the test panics.
@@ -55,21 +58,12 @@ impl PgCluster {
             std::os::unix::fs::chown(dir.path(), Some(id("-u")), Some(id("-g"))).unwrap();
         }
         let data = dir.path().join("data");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            dir.path().display()
-        );
-        let cluster = PgCluster {
+        let mut cluster = PgCluster {
             bin,
             data,
-            options,
+            options: String::new(),
             run_as,
-            port,
+            port: 0,
             _dir: dir,
         };
         let data = cluster.data.display().to_string();
@@ -77,8 +71,28 @@ impl PgCluster {
             "initdb",
             &["-D", &data, "-U", "postgres", "-A", "trust", "--no-sync"],
         );
-        cluster.pg_ctl("start");
-        Some(cluster)
+        // PostgreSQL takes a port number, not 0: it is offered a free one, and another when
+        // some other process took that one first (its start fails so, and only so).
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            cluster.port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            cluster.options = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                cluster.port,
+                cluster._dir.path().display()
+            );
+            match cluster.try_pg_ctl("start") {
+                Ok(()) => return Some(cluster),
+                Err(said) => assert!(
+                    in_use(&said) && Instant::now() < deadline,
+                    "pg_ctl start: {said}"
+                ),
+            }
+        }
     }
 
     pub fn url(&self) -> String {
@@ -110,28 +124,61 @@ impl PgCluster {
         cmd
     }
 
-    /// `pg_ctl start|stop|restart`, waiting until it is done; fast shutdown.
+    /// `pg_ctl start|stop|restart`, waiting until it is done; fast shutdown. A start on the
+    /// cluster's port while another process holds it for a moment (as a connection's ephemeral
+    /// port) is tried again, on that error only, within [`PATIENCE`].
     pub fn pg_ctl(&self, action: &str) {
-        let data = self.data.display().to_string();
-        let log = self.data.with_file_name("server.log").display().to_string();
-        self.run(
-            "pg_ctl",
-            &[
-                action,
-                "-D",
-                &data,
-                "-l",
-                &log,
-                "-m",
-                "fast",
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                &self.options,
-            ],
-        );
+        let deadline = Instant::now() + PATIENCE;
+        while let Err(said) = self.try_pg_ctl(action) {
+            assert!(
+                action != "stop" && in_use(&said) && Instant::now() < deadline,
+                "pg_ctl {action}: {said}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
+
+    /// `pg_ctl action`, or what it and the server's log said when it failed.
+    fn try_pg_ctl(&self, action: &str) -> Result<(), String> {
+        let data = self.data.display().to_string();
+        let log = self.data.with_file_name("server.log");
+        let logged = std::fs::metadata(&log).map_or(0, |m| m.len()) as usize;
+        let out = self
+            .command(
+                "pg_ctl",
+                &[
+                    action,
+                    "-D",
+                    &data,
+                    "-l",
+                    &log.display().to_string(),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    &self.options,
+                ],
+            )
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return Ok(());
+        }
+        let server = std::fs::read(&log).unwrap_or_default();
+        Err(format!(
+            "{}{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(server.get(logged..).unwrap_or_default())
+        ))
+    }
+}
+
+/// Whether PostgreSQL said it could not listen because its address is in use.
+fn in_use(said: &str) -> bool {
+    said.contains("Address already in use")
 }
 
 impl Drop for PgCluster {

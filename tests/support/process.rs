@@ -14,17 +14,24 @@ use super::PATIENCE;
 /// `listening on ADDR`, waited for within [`PATIENCE`]; the rest of its stdout is drained from
 /// then on, so that it never blocks on it.
 pub async fn listening_on(stdout: ChildStdout, who: &str) -> String {
+    listening_or_ended(stdout, who)
+        .await
+        .unwrap_or_else(|| panic!("{who} printed nothing (see its stderr)"))
+}
+
+/// As [`listening_on`], or `None` when the server's stdout ends before it says where it
+/// listens (it exited: its stderr says why).
+pub async fn listening_or_ended(stdout: ChildStdout, who: &str) -> Option<String> {
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(PATIENCE, lines.next_line())
         .await
         .unwrap_or_else(|_| panic!("{who} says where it listens within PATIENCE"))
-        .unwrap()
-        .unwrap_or_else(|| panic!("{who} printed nothing (see its stderr)"));
+        .unwrap()?;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    first
+    let address = first
         .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("not a listening line from {who}: {first:?}"))
-        .to_owned()
+        .unwrap_or_else(|| panic!("not a listening line from {who}: {first:?}"));
+    Some(address.to_owned())
 }
 
 /// True if a process with this pid is running (a zombie waiting for a reaper is not).

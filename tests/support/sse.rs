@@ -51,15 +51,23 @@ impl Sse {
     }
 
     /// Opens the stream at `url` after `last`, for a follower that reconnects until a deadline:
-    /// `None`, after a short pause, when it cannot be opened now (a replica or the store down).
+    /// `None`, after a short pause, when it cannot be opened now because a gateway is down (no
+    /// answer: refused, or cut as its process died) or its store or the session's replica is
+    /// (503). Any other answer fails the test at once.
     pub async fn reopen(http: &reqwest::Client, url: &str, last: i64) -> Option<Sse> {
         match Sse::request(http, url, Some(last)).send().await {
-            Ok(r) if r.status() == 200 => Some(Sse::from_response(r)),
-            _ => {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                None
+            Ok(r) if r.status() == 200 => return Some(Sse::from_response(r)),
+            Ok(r) if r.status() == 503 => {}
+            Err(e) if e.is_connect() || e.is_request() => {}
+            Ok(r) => {
+                let status = r.status();
+                let body = r.text().await.unwrap_or_default();
+                panic!("{url} after {last}: {status}, not a stream nor a gateway down: {body}");
             }
+            Err(e) => panic!("{url} after {last}: {e:?}, not a stream nor a gateway down"),
         }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        None
     }
 
     /// Opens [`Sse::request`] without looking at the status (an error body ends at once).

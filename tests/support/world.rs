@@ -107,6 +107,21 @@ impl Options {
         self.args.extend(args.iter().map(|a| a.to_string()));
         self
     }
+    /// Listens on `address` (`127.0.0.1:PORT`) instead of a port of its own choosing: to start
+    /// again where a gateway was ([`Gateway::address`]).
+    pub fn listen(mut self, address: &str) -> Self {
+        if let Some(at) = self.args.iter().position(|a| a == "--listen") {
+            self.args.drain(at..(at + 2).min(self.args.len()));
+        }
+        self.args
+            .extend(["--listen".to_owned(), address.to_owned()]);
+        self
+    }
+    /// The address `--listen` names, if any.
+    pub fn listening(&self) -> Option<&str> {
+        let at = self.args.iter().position(|a| a == "--listen")?;
+        self.args.get(at + 1).map(String::as_str)
+    }
     pub fn pool(mut self, n: usize) -> Self {
         self.pool_size = n;
         self
@@ -166,6 +181,13 @@ impl World {
             gw.stop().await;
         }
         self.gw = Some(Gateway::spawn(&self.db.url, self.dir.path(), &self.opts).await);
+    }
+
+    /// As [`World::restart`], where the gateway listened: its clients find it again.
+    pub async fn restart_in_place(&mut self) {
+        let address = self.gw().address().to_owned();
+        self.opts = self.opts.clone().listen(&address);
+        self.restart().await;
     }
 
     /// Lines of the agent's call log that start with `method`.
