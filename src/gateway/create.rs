@@ -199,7 +199,7 @@ impl Create {
         how: Start<'_>,
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
-        let quotas = &self.placement.quotas;
+        let quotas = self.placement.quotas();
         let name = format!("new:{}", uuid::Uuid::new_v4());
         let slot = quotas.session(&caller.tenant, &name).await?;
         let started = self.start_here(caller, agent_name, how, setup).await;
@@ -220,7 +220,7 @@ impl Create {
         let mut retries = 0;
         let (member, (session_id, result), creating, agent) = loop {
             let (member, agent) = match how {
-                Start::Fork(parent) => match self.placement.live.member(parent) {
+                Start::Fork(parent) => match self.placement.live().member(parent) {
                     Some(m) => (
                         m,
                         self.placement

@@ -81,7 +81,7 @@ impl Idempotency {
             if let Some(response) = held.response {
                 return Ok(Keyed::Replay(response));
             }
-            if !self.placement.cluster.gone(&held.runner).await? {
+            if !self.placement.cluster().gone(&held.runner).await? {
                 return Ok(Keyed::Running);
             }
             let from = (Some(held.runner.as_str()), here);

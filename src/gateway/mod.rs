@@ -167,24 +167,22 @@ impl Gateway {
             log.clone(),
             (states.clone(), counters.clone()),
         ));
-        let upstream = Arc::new(parts::upstream::Upstream {
-            live: live.clone(),
-            log: log.clone(),
-            views: views.clone(),
-            states: states.clone(),
-            requests: requests.clone(),
-            cluster: cluster.clone(),
-            counters: counters.clone(),
+        let upstream = Arc::new(parts::upstream::Upstream::new(
+            live.clone(),
+            log.clone(),
+            views.clone(),
+            states.clone(),
+            requests.clone(),
+            (cluster.clone(), counters.clone(), records.clone()),
             // Members are numbered across the agents, in order, each pool at least one.
-            member_agents: agents
+            agents
                 .iter()
                 .flat_map(|(name, pool, _)| std::iter::repeat_n(name.clone(), pool.size.max(1)))
                 .collect(),
-            records: records.clone(),
-            max_updates_per_turn: config.max_updates_per_turn,
-        });
+            config.max_updates_per_turn,
+        ));
         let agents = Agents::start(agents, upstream);
-        let limits = parts::placement::Limits {
+        let limits = parts::placement::LiveLimits {
             max_sessions: config.max_sessions,
             max_sessions_per_member: config.max_sessions_per_member,
             acquire_timeout: config.acquire_timeout,
@@ -212,17 +210,16 @@ impl Gateway {
             config.webhooks.clone(),
             stop.clone(),
         ));
-        let parts = parts::Parts {
-            placement: placement.clone(),
+        let parts = parts::Parts::new(
+            placement.clone(),
             records,
             log,
             states,
             views,
-            requests: requests.clone(),
+            requests.clone(),
             counters,
-            tasks: tasks.clone(),
-            stop: stop.clone(),
-        };
+            (tasks.clone(), stop.clone()),
+        );
         let sync = ListSync::new(&parts, config.upstream_tenant.clone(), Arc::default());
         let sessions = Sessions::new(&parts, sync.clone());
         let controls = Controls::new(&parts);
@@ -275,7 +272,7 @@ impl Gateway {
         {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
-        self.0.placement.agents.shutdown().await;
+        self.0.placement.agents().shutdown().await;
         self.0.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.0.tasks.wait()).await;
     }
@@ -283,7 +280,7 @@ impl Gateway {
     /// Cancels every running turn and closes every live session (when the agent can close).
     async fn wind_down(&self) {
         let placement = &self.0.placement;
-        let live = placement.live.active();
+        let live = placement.live().active();
         futures::future::join_all(live.into_iter().map(|id| async move {
             self.0.requests.cancel_session(&id).await;
             if let Some((member, mut done)) = placement.running_turn(&id).await {
@@ -317,7 +314,7 @@ impl Gateway {
     /// The live replica a session of `agent` (`None`: this replica's default) must be made on
     /// when this replica does not run that agent.
     pub fn runner_elsewhere(&self, agent: Option<&str>) -> Option<String> {
-        self.0.placement.cluster.runner_elsewhere(agent?)
+        self.0.placement.cluster().runner_elsewhere(agent?)
     }
 
     /// This replica's id in the registry.
@@ -328,13 +325,13 @@ impl Gateway {
     /// The secret this replica shares with the others on its database, which sign the
     /// requests they forward to each other with it.
     pub fn cluster_secret(&self) -> Arc<[u8]> {
-        self.0.placement.cluster.secret()
+        self.0.placement.cluster().secret()
     }
 
     /// The address of the live replica other than this one whose id is `id`: as of the last
     /// heartbeat, or, for a replica started since, as the registry has it now.
     pub async fn replica_address(&self, id: &str) -> Result<Option<String>, Error> {
-        Ok(self.0.placement.cluster.address_of_now(id).await?)
+        Ok(self.0.placement.cluster().address_of_now(id).await?)
     }
 
     /// A session's metadata and lifecycle.

@@ -81,11 +81,11 @@ impl Sessions {
             .ids()
             .iter()
             .map(String::as_str)
-            .filter(|id| !self.placement.live.here(id))
+            .filter(|id| !self.placement.live().here(id))
             .collect();
         let elsewhere = self
             .placement
-            .cluster
+            .cluster()
             .held_elsewhere_among(&not_here)
             .await?;
         Ok(page.render(|id| match self.views.status_of(id) {
@@ -152,14 +152,14 @@ impl Sessions {
         // replica runs (503 otherwise, not a delete its agent never hears of).
         let agent_name = match &existing {
             Some(r) if !r.agent.is_empty() => r.agent.clone(),
-            _ => self.placement.agents.default_agent().name.clone(),
+            _ => self.placement.agents().default_agent().name.clone(),
         };
         if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
             self.placement.agent_named(&agent_name)?;
         }
         // A session another live replica holds is deleted there, which closes it first (a
         // request forwarded here as that replica took the session over comes back 503).
-        if let Some(Holder::Other(_)) = self.placement.cluster.holder(id.as_str()).await? {
+        if let Some(Holder::Other(_)) = self.placement.cluster().holder(id.as_str()).await? {
             return Err(Error::HeldElsewhere(
                 "another gateway replica holds this session now; retry shortly".into(),
             ));
@@ -236,7 +236,7 @@ impl Sessions {
             return Ok(view(status, activity));
         }
         let agent_name = record.as_ref().map_or_else(
-            || self.placement.agents.default_agent().name.clone(),
+            || self.placement.agents().default_agent().name.clone(),
             |r| r.agent.clone(),
         );
         let probe = (self.placement.caps(&agent_name).status)
@@ -280,7 +280,7 @@ impl Sessions {
     /// `POST /sessions/{id}/close`.
     pub async fn close(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         let record = self.records.get(caller, id).await?;
-        let Some(member) = self.placement.live.member(id.as_str()) else {
+        let Some(member) = self.placement.live().member(id.as_str()) else {
             return Ok(());
         };
         if !self.placement.caps(&record.agent).close {

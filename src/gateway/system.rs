@@ -125,7 +125,7 @@ impl System {
         }
         let (ready, not): (Vec<&AgentPool>, Vec<&AgentPool>) = self
             .placement
-            .agents
+            .agents()
             .all()
             .iter()
             .partition(|a| a.pool.ready_count() > 0);
@@ -159,7 +159,7 @@ impl System {
         }
         if self
             .placement
-            .agents
+            .agents()
             .all()
             .iter()
             .any(|a| a.pool.ready_count() > 0)
@@ -168,12 +168,12 @@ impl System {
         }
         let why: Vec<String> = self
             .placement
-            .agents
+            .agents()
             .all()
             .iter()
             .map(|a| {
                 let reason = a.pool.unready_reason().unwrap_or_default();
-                match self.placement.agents.all().len() {
+                match self.placement.agents().all().len() {
                     1 => reason,
                     _ => format!("{}: {reason}", a.name),
                 }
@@ -185,8 +185,8 @@ impl System {
     /// `GET /agents`: the agents this replica runs, the default first, then those only other
     /// live replicas run, by name.
     pub fn agents(&self) -> Vec<NamedAgentView> {
-        let cluster = &self.placement.cluster;
-        let here = self.placement.agents.all().iter().enumerate();
+        let cluster = self.placement.cluster();
+        let here = self.placement.agents().all().iter().enumerate();
         let here = here.map(|(i, a)| NamedAgentView::of(a, i == 0, cluster.runners(&a.name)));
         let elsewhere = cluster.agents_elsewhere().into_iter().map(|name| {
             let replicas = cluster.runners(&name);
@@ -197,9 +197,9 @@ impl System {
 
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
-        let cluster = &self.placement.cluster;
-        let default = self.placement.agents.default_agent().name == name;
-        if let Some(a) = self.placement.agents.get(name) {
+        let cluster = self.placement.cluster();
+        let default = self.placement.agents().default_agent().name == name;
+        if let Some(a) = self.placement.agents().get(name) {
             return Ok(NamedAgentView::of(a, default, cluster.runners(name)));
         }
         let elsewhere = cluster.agents_elsewhere();
@@ -209,7 +209,7 @@ impl System {
                 cluster.runners(name),
             ));
         }
-        let here = self.placement.agents.names();
+        let here = self.placement.agents().names();
         Err(Error::NotFound(if elsewhere.is_empty() {
             format!("no agent {name:?}; this gateway runs {here:?}")
         } else {
@@ -221,20 +221,20 @@ impl System {
 
     /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
-        let pool = &self.placement.agents.default_agent().pool;
+        let pool = &self.placement.agents().default_agent().pool;
         AgentView {
             initialize: pool.init(),
             members: pool.members(),
-            replicas: self.placement.cluster.view(),
+            replicas: self.placement.cluster().view(),
         }
     }
 
     /// The numbers `/metrics` publishes.
     pub fn stats(&self) -> Stats {
-        let c = &self.counters;
-        let replicas = self.placement.cluster.view();
+        let c = self.counters.read();
+        let replicas = self.placement.cluster().view();
         let streams = self.log.hub().streams();
-        let pools = self.placement.agents.all();
+        let pools = self.placement.agents().all();
         Stats {
             members: pools.iter().flat_map(|a| a.pool.members()).collect(),
             members_ready: pools.iter().map(|a| a.pool.ready_count()).sum(),
@@ -242,7 +242,7 @@ impl System {
                 .iter()
                 .map(|a| (a.name.clone(), a.pool.ready_count()))
                 .collect(),
-            sessions_live: self.placement.live.live_count(),
+            sessions_live: self.placement.live().live_count(),
             replicas: replicas.len(),
             replicas_live: replicas.iter().filter(|r| r.live).count(),
             events_appended: self.log.hub().appended(),
@@ -250,13 +250,13 @@ impl System {
             sse_open: streams.open.load(Ordering::Relaxed),
             sse_lagged: streams.lagged.load(Ordering::Relaxed),
             sse_closed: streams.closed.load(Ordering::Relaxed),
-            turns_started: c.turns_started.load(Ordering::Relaxed),
-            turns_failed: c.turns_failed.load(Ordering::Relaxed),
-            member_exits: c.member_exits.load(Ordering::Relaxed),
-            sessions_vanished: c.sessions_vanished.load(Ordering::Relaxed),
-            sessions_revived: c.sessions_revived.load(Ordering::Relaxed),
-            permissions_pending: self.requests.permissions.pending_count(),
-            elicitations_pending: self.requests.elicitations.pending_count(),
+            turns_started: c.turns_started,
+            turns_failed: c.turns_failed,
+            member_exits: c.member_exits,
+            sessions_vanished: c.sessions_vanished,
+            sessions_revived: c.sessions_revived,
+            permissions_pending: self.requests.pending_counts().0,
+            elicitations_pending: self.requests.pending_counts().1,
         }
     }
 }

@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,7 +44,7 @@ impl Turns {
         let prompt = prompt.into_blocks();
         // A live session's owner and archived flag are in memory: no store read (the hot case).
         let sees = |t: &str| caller.sees(t);
-        let record = match self.placement.live.live_member(id.as_str(), sees) {
+        let record = match self.placement.live().live_member(id.as_str(), sees) {
             Some(_) => None,
             None => Some(self.records.get_to_use(caller, id).await?),
         };
@@ -53,7 +52,7 @@ impl Turns {
             .placement
             .claim_waiting(id.as_str(), Busy::Turn)
             .await?;
-        let member = match self.placement.live.live_member(id.as_str(), sees) {
+        let member = match self.placement.live().live_member(id.as_str(), sees) {
             Some(m) => m,
             None => {
                 let (record, vanished) = match record {
@@ -75,10 +74,10 @@ impl Turns {
         check_content(&prompt, agent.caps().prompt)?;
         let slot = self
             .placement
-            .quotas
+            .quotas()
             .turn(&caller.tenant, id.as_str())
             .await?;
-        self.counters.turns_started.fetch_add(1, Ordering::Relaxed);
+        self.counters.turn_started();
         let sid = id.as_str().to_owned();
         // The turn, from its prompt to its `turn_ended`, as a span of the request's trace.
         let span = tracing::info_span!(
@@ -127,7 +126,7 @@ impl Turns {
                     ended
                 }
                 Err(e) => {
-                    this.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
+                    this.counters.turn_failed();
                     let problem = Error::from(e.clone()).problem_json();
                     json!({"sessionId": sid, "error": problem})
                 }
@@ -151,7 +150,7 @@ impl Turns {
             // one's end) before the answer waits for the store, if it must.
             drop(claim);
             if let Some(slot) = slot {
-                this.placement.quotas.release(slot).await;
+                this.placement.quotas().release(slot).await;
             }
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
@@ -191,7 +190,7 @@ impl Turns {
         // fails the turn (and its waiter) with `agent_exited`. The watch runs in its own task so
         // that it happens even if this request is dropped (client gone, request timeout).
         let (pool, grace, bound) = (
-            self.placement.agents.clone(),
+            self.placement.agents().clone(),
             self.cancel_grace,
             self.control_timeout,
         );

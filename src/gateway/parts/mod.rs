@@ -35,17 +35,69 @@ use views::Views;
 
 /// Every part the use cases take theirs from.
 pub(in crate::gateway) struct Parts {
-    pub(in crate::gateway) placement: Arc<Placement>,
-    pub(in crate::gateway) records: Arc<Records>,
-    pub(in crate::gateway) log: Log,
-    pub(in crate::gateway) states: Arc<States>,
-    pub(in crate::gateway) views: Arc<Views>,
-    pub(in crate::gateway) requests: Arc<Requests>,
-    pub(in crate::gateway) counters: Arc<Counters>,
+    placement: Arc<Placement>,
+    records: Arc<Records>,
+    log: Log,
+    states: Arc<States>,
+    views: Arc<Views>,
+    requests: Arc<Requests>,
+    counters: Arc<Counters>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
-    pub(in crate::gateway) tasks: TaskTracker,
+    tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
-    pub(in crate::gateway) stop: CancellationToken,
+    stop: CancellationToken,
+}
+
+impl Parts {
+    /// Every part, built by `Gateway::start`.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::gateway) fn new(
+        placement: Arc<Placement>,
+        records: Arc<Records>,
+        log: Log,
+        states: Arc<States>,
+        views: Arc<Views>,
+        requests: Arc<Requests>,
+        counters: Arc<Counters>,
+        (tasks, stop): (TaskTracker, CancellationToken),
+    ) -> Self {
+        Parts {
+            placement,
+            records,
+            log,
+            states,
+            views,
+            requests,
+            counters,
+            tasks,
+            stop,
+        }
+    }
+}
+
+/// A clone of each part, by its name in [`Parts`].
+macro_rules! handed_out {
+    ($($name:ident: $type:ty),+ $(,)?) => {
+        impl Parts {
+            $(
+                pub(in crate::gateway) fn $name(&self) -> $type {
+                    self.$name.clone()
+                }
+            )+
+        }
+    };
+}
+
+handed_out! {
+    placement: Arc<Placement>,
+    records: Arc<Records>,
+    log: Log,
+    states: Arc<States>,
+    views: Arc<Views>,
+    requests: Arc<Requests>,
+    counters: Arc<Counters>,
+    tasks: TaskTracker,
+    stop: CancellationToken,
 }
 
 /// The type of a part, by the name of its field in [`Parts`].
@@ -84,7 +136,7 @@ macro_rules! use_case {
                 $($own: $own_type),*
             ) -> Self {
                 $name {
-                    $($part: parts.$part.clone(),)+
+                    $($part: parts.$part(),)+
                     $($own,)*
                 }
             }

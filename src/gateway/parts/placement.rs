@@ -29,7 +29,7 @@ use crate::store::{Claimed, SessionRecord};
 
 /// How many sessions may be live, and how long placing one may take.
 #[derive(Debug, Clone, Copy)]
-pub(in crate::gateway) struct Limits {
+pub(in crate::gateway) struct LiveLimits {
     /// Live sessions in the pool (0: no limit).
     pub(in crate::gateway) max_sessions: usize,
     /// Live sessions per member (0: no limit).
@@ -43,18 +43,18 @@ pub(in crate::gateway) struct Limits {
 /// The agents' members and the sessions live on them: where a session goes, which client a
 /// call about it goes through, and this replica's place among the replicas (`replicas.rs`).
 pub(in crate::gateway) struct Placement {
-    pub(in crate::gateway) agents: Arc<Agents>,
-    pub(in crate::gateway) live: Arc<LiveTable>,
-    pub(in crate::gateway) records: Arc<Records>,
-    pub(in crate::gateway) log: Log,
+    agents: Arc<Agents>,
+    live: Arc<LiveTable>,
+    records: Arc<Records>,
+    log: Log,
     states: Arc<States>,
     requests: Arc<Requests>,
-    pub(in crate::gateway) cluster: Arc<Cluster>,
-    pub(in crate::gateway) limits: Limits,
+    cluster: Arc<Cluster>,
+    limits: LiveLimits,
     /// The tenants' limits, which a session being made live counts against.
-    pub(in crate::gateway) quotas: Arc<Quotas>,
+    quotas: Arc<Quotas>,
     /// Ends the idle reaper and the heartbeat.
-    pub(in crate::gateway) stop: CancellationToken,
+    stop: CancellationToken,
 }
 
 impl Placement {
@@ -67,7 +67,7 @@ impl Placement {
         states: Arc<States>,
         requests: Arc<Requests>,
         cluster: Arc<Cluster>,
-        (limits, quotas): (Limits, Arc<Quotas>),
+        (limits, quotas): (LiveLimits, Arc<Quotas>),
         stop: CancellationToken,
     ) -> Self {
         Placement {
@@ -82,6 +82,41 @@ impl Placement {
             quotas,
             stop,
         }
+    }
+
+    /// The agents' pools.
+    pub(in crate::gateway) fn agents(&self) -> &Arc<Agents> {
+        &self.agents
+    }
+
+    /// The sessions this replica holds.
+    pub(in crate::gateway) fn live(&self) -> &Arc<LiveTable> {
+        &self.live
+    }
+
+    /// This replica among the replicas.
+    pub(in crate::gateway) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// The session records.
+    pub(in crate::gateway) fn records(&self) -> &Arc<Records> {
+        &self.records
+    }
+
+    /// The logs.
+    pub(in crate::gateway) fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// Cancelled at shutdown: ends the idle reaper and the heartbeat.
+    pub(in crate::gateway) fn stopping(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// The tenants' limits.
+    pub(in crate::gateway) fn quotas(&self) -> &Arc<Quotas> {
+        &self.quotas
     }
 
     /// The capabilities of agent `agent` (none when this gateway does not run it, or none of

@@ -20,10 +20,10 @@ impl Placement {
     /// itself), closes what the dead one left open ([`Placement::close_orphan`]) and lets it go.
     /// The next prompt resumes it on whichever replica receives it.
     async fn take_over_orphans(&self) {
-        if !self.cluster.may_take_orphans() {
+        if !self.cluster().may_take_orphans() {
             return;
         }
-        let orphans = match self.cluster.orphans().await {
+        let orphans = match self.cluster().orphans().await {
             Ok(orphans) => orphans,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot look for sessions of replicas that died");
@@ -35,10 +35,10 @@ impl Placement {
             let Ok(_busy) = self.claim(&id, Busy::Attaching) else {
                 continue;
             };
-            if self.live.member(&id).is_some() {
+            if self.live().member(&id).is_some() {
                 continue;
             }
-            match self.cluster.claim(&id).await {
+            match self.cluster().claim(&id).await {
                 Ok(Claimed::Orphan) => {
                     self.close_orphan(&id).await;
                     self.release(&id).await;
@@ -59,8 +59,8 @@ impl Placement {
     /// a session never runs on two replicas.
     async fn let_go_of_taken(&self) {
         // Read before the registry: a session attached since was claimed before it was.
-        let held = self.live.held();
-        let ours = match self.cluster.held_here().await {
+        let held = self.live().held();
+        let ours = match self.cluster().held_here().await {
             Ok(Some(ours)) => ours,
             Ok(None) => return,
             Err(e) => {
@@ -82,7 +82,7 @@ impl Placement {
             {
                 tracing::warn!(session = id, error = %e, "closing a session taken over failed");
             }
-            self.live.detach(&id, &self.agents);
+            self.live().detach(&id, self.agents());
         }
     }
 
@@ -93,11 +93,11 @@ impl Placement {
     /// lasts), and a beat held up behind it would let this replica's own lease run out while
     /// it holds sessions live, for another replica to take them from under it.
     pub(in crate::gateway) async fn heartbeat_forever(&self) {
-        let cluster = &self.cluster;
+        let cluster = &self.cluster();
         let late = AtomicBool::new(false);
         let beats = async {
             loop {
-                let live = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
+                let live = i64::try_from(self.live().live_count()).unwrap_or(i64::MAX);
                 match cluster.beat(live).await {
                     Ok(beat) if beat.after_a_gap => late.store(true, Ordering::Relaxed),
                     Ok(_) => {}
@@ -105,7 +105,7 @@ impl Placement {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(cluster.interval()) => {}
-                    _ = self.stop.cancelled() => break,
+                    _ = self.stopping().cancelled() => break,
                 }
             }
         };
@@ -113,7 +113,7 @@ impl Placement {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(cluster.interval()) => {}
-                    _ = self.stop.cancelled() => break,
+                    _ = self.stopping().cancelled() => break,
                 }
                 if late.swap(false, Ordering::Relaxed) {
                     self.let_go_of_taken().await;
@@ -140,26 +140,26 @@ impl Placement {
             return Ok(None);
         }
         let asked = Instant::now();
-        match self.cluster.holder(session_id).await {
+        match self.cluster().holder(session_id).await {
             Ok(Some(Holder::Other(owner))) => return Ok(Some(owner)),
-            Ok(Some(Holder::This)) => self.live.confirm(session_id, asked),
+            Ok(Some(Holder::This)) => self.live().confirm(session_id, asked),
             Ok(None) => {}
             // The registry cannot be read (the database is down): what this replica works on
             // is served from its memory, as through any store outage.
-            Err(e) if !self.live.here(session_id) => return Err(e.into()),
+            Err(e) if !self.live().here(session_id) => return Err(e.into()),
             Err(_) => {}
         }
-        if self.live.here(session_id) {
+        if self.live().here(session_id) {
             return Ok(None);
         }
         // Read the record only when some live replica runs an agent this one does not.
-        if !self.cluster.runs_agents_elsewhere() {
+        if !self.cluster().runs_agents_elsewhere() {
             return Ok(None);
         }
-        let record = self.records.store().get_session(session_id).await?;
+        let record = self.records().store().get_session(session_id).await?;
         Ok(record
             .filter(|r| r.deleted_at.is_none())
-            .and_then(|r| self.cluster.runner_elsewhere(&r.agent)))
+            .and_then(|r| self.cluster().runner_elsewhere(&r.agent)))
     }
 
     /// Whether this replica holds the session live and no other can have taken it over: it
@@ -170,8 +170,8 @@ impl Placement {
     /// (409) for a turn this one still runs for a client that has given up on it.
     fn holds_surely(&self, session_id: &str) -> bool {
         match (
-            self.live.held_since(session_id),
-            self.cluster.beating_since(),
+            self.live().held_since(session_id),
+            self.cluster().beating_since(),
         ) {
             (Some(held), Some(beating)) => held >= beating,
             _ => false,
@@ -182,8 +182,8 @@ impl Placement {
     /// that holds fewer sessions, or, when this replica does not run the agent, one that does
     /// (see [`Cluster::place_elsewhere`]).
     pub(in crate::gateway) fn replica_for_new(&self, agent: Option<&str>) -> Option<String> {
-        let here = i64::try_from(self.live.live_count()).unwrap_or(i64::MAX);
-        self.cluster.place_elsewhere(agent, here)
+        let here = i64::try_from(self.live().live_count()).unwrap_or(i64::MAX);
+        self.cluster().place_elsewhere(agent, here)
     }
 
     /// Closes what a replica that died holding `session_id` left open, for the replica that
@@ -198,15 +198,15 @@ impl Placement {
         );
         let payload =
             json!({"sessionId": session_id, "member": null, "code": null, "signal": null});
-        self.log.append(session_id, "agent_exited", payload).await;
-        match self.records.store().turn_open(session_id).await {
+        self.log().append(session_id, "agent_exited", payload).await;
+        match self.records().store().turn_open(session_id).await {
             Ok(true) => {
                 let gone = Error::AgentGone(
                     "the gateway replica running the turn stopped before it ended".into(),
                 );
                 let error = gone.problem_json();
                 let payload = json!({"sessionId": session_id, "error": error});
-                self.log.append(session_id, "turn_ended", payload).await;
+                self.log().append(session_id, "turn_ended", payload).await;
             }
             Ok(false) => {}
             Err(e) => {
@@ -217,14 +217,14 @@ impl Placement {
 
     /// Records that this replica holds a session it made live.
     pub(in crate::gateway) async fn hold(&self, session_id: &str) {
-        if let Err(e) = self.cluster.claim(session_id).await {
+        if let Err(e) = self.cluster().claim(session_id).await {
             tracing::warn!(session = session_id, error = %e, "cannot record that this replica holds the session");
         }
     }
 
     /// Records that this replica no longer holds a session.
     pub(in crate::gateway) async fn release(&self, session_id: &str) {
-        release(&self.cluster, session_id).await;
+        release(self.cluster(), session_id).await;
     }
 }
 

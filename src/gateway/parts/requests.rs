@@ -49,11 +49,11 @@ impl Kind for ElicitationView {
 /// The requests that wait for a client, of both kinds, and how they are resolved without one.
 pub struct Requests {
     /// Permission requests, pending and resolved.
-    pub(in crate::gateway) permissions: Table<PermissionView>,
+    permissions: Table<PermissionView>,
     /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
-    pub(in crate::gateway) elicitations: Table<ElicitationView>,
+    elicitations: Table<ElicitationView>,
     /// Who answers: a client, or the policy at once.
-    pub(in crate::gateway) policy: PermissionPolicy,
+    policy: PermissionPolicy,
     /// How long a request waits for a client (`None`: forever).
     timeout: Option<Duration>,
     /// Requests of one session waiting at once, both kinds together (0: no limit).
@@ -61,9 +61,9 @@ pub struct Requests {
     /// The sessions whose agent was refused a request since one was last accepted: warned of
     /// once, not at every refusal of a flood.
     refusing: Mutex<HashSet<String>>,
-    pub(in crate::gateway) log: Log,
+    log: Log,
     /// Whose sessions a caller may answer for.
-    pub(in crate::gateway) records: Arc<Records>,
+    records: Arc<Records>,
     /// The spans of the requests pending in a traced turn, by request id, ended with their
     /// resolution.
     waits: Mutex<HashMap<String, tracing::Span>>,
@@ -247,6 +247,24 @@ impl Requests {
 }
 
 impl Requests {
+    /// Whether a permission request of the session waits for a client.
+    pub(in crate::gateway) fn awaits_permission(&self, session_id: &str) -> bool {
+        self.permissions.has_pending(session_id)
+    }
+
+    /// Whether an elicitation of the session waits for a client.
+    pub(in crate::gateway) fn awaits_input(&self, session_id: &str) -> bool {
+        self.elicitations.has_pending(session_id)
+    }
+
+    /// Permission requests and elicitations waiting for a client, across sessions.
+    pub(in crate::gateway) fn pending_counts(&self) -> (usize, usize) {
+        (
+            self.permissions.pending_count(),
+            self.elicitations.pending_count(),
+        )
+    }
+
     /// `GET /sessions/{id}/permissions`.
     pub async fn permissions(
         &self,

@@ -4,7 +4,6 @@
 //! `--max-updates-per-turn` updates per turn: the rest are dropped and counted as garbage.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
 use async_trait::async_trait;
@@ -31,22 +30,48 @@ const ANOTHERS: &str = "this session is another agent process's";
 
 /// What the pool calls back into.
 pub(in crate::gateway) struct Upstream {
-    pub(in crate::gateway) live: Arc<LiveTable>,
-    pub(in crate::gateway) log: Log,
-    pub(in crate::gateway) views: Arc<Views>,
-    pub(in crate::gateway) states: Arc<States>,
-    pub(in crate::gateway) requests: Arc<Requests>,
-    pub(in crate::gateway) cluster: Arc<Cluster>,
-    pub(in crate::gateway) counters: Arc<Counters>,
+    live: Arc<LiveTable>,
+    log: Log,
+    views: Arc<Views>,
+    states: Arc<States>,
+    requests: Arc<Requests>,
+    cluster: Arc<Cluster>,
+    counters: Arc<Counters>,
     /// Each member's agent, by member index.
-    pub(in crate::gateway) member_agents: Arc<[String]>,
+    member_agents: Arc<[String]>,
     /// The sessions' records, for whose a session is.
-    pub(in crate::gateway) records: Arc<Records>,
+    records: Arc<Records>,
     /// `session/update`s one session's agent may send per turn (0: no limit).
-    pub(in crate::gateway) max_updates_per_turn: u64,
+    max_updates_per_turn: u64,
 }
 
 impl Upstream {
+    /// What the pool calls back into; `member_agents` names each member's agent, by index.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::gateway) fn new(
+        live: Arc<LiveTable>,
+        log: Log,
+        views: Arc<Views>,
+        states: Arc<States>,
+        requests: Arc<Requests>,
+        (cluster, counters, records): (Arc<Cluster>, Arc<Counters>, Arc<Records>),
+        member_agents: Arc<[String]>,
+        max_updates_per_turn: u64,
+    ) -> Self {
+        Upstream {
+            live,
+            log,
+            views,
+            states,
+            requests,
+            cluster,
+            counters,
+            member_agents,
+            records,
+            max_updates_per_turn,
+        }
+    }
+
     /// Whether `member` may speak about the session: not one another member holds, nor, when
     /// none holds it here, one another replica holds (by the store's leases: a process this
     /// replica let go of the session may still speak of it) or one of another agent (an agent,
@@ -246,7 +271,7 @@ impl UpstreamHandler for Upstream {
     }
 
     async fn on_member_exit(&self, member: usize, exit: &ExitInfo) {
-        self.counters.member_exits.fetch_add(1, Ordering::Relaxed);
+        self.counters.member_exited();
         let affected = self.live.drop_member(member);
         self.requests.drop_member(member).await;
         for id in affected {

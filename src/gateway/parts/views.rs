@@ -2,7 +2,6 @@
 //! gateway's own changes to a record, announced.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
@@ -69,9 +68,9 @@ impl Views {
         owner_ok: impl FnOnce(&str) -> bool,
     ) -> (Status, Option<Activity>) {
         self.live.status_if_owner(session_id, owner_ok, || {
-            if self.requests.permissions.has_pending(session_id) {
+            if self.requests.awaits_permission(session_id) {
                 Some(Activity::AwaitingPermission)
-            } else if self.requests.elicitations.has_pending(session_id) {
+            } else if self.requests.awaits_input(session_id) {
                 Some(Activity::AwaitingInput)
             } else {
                 None
@@ -113,9 +112,7 @@ impl Views {
             return Ok(false);
         }
         self.records.sessions_changed();
-        self.counters
-            .sessions_revived
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.session_revived();
         tracing::warn!(
             session = id,
             how,

@@ -16,7 +16,6 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -112,10 +111,10 @@ impl Missing<'_> {
     /// Whether anyone uses the session: held by a live replica (any), busy or changed here
     /// since the sync began, a turn open in its log, or an event since the sync began.
     async fn in_use(&self, id: &str, start: SyncStart) -> Result<bool, Error> {
-        if self.placement.live.here(id) || self.records.touched_since(id, start.touches) {
+        if self.placement.live().here(id) || self.records.touched_since(id, start.touches) {
             return Ok(true);
         }
-        if self.placement.cluster.holder(id).await?.is_some() {
+        if self.placement.cluster().holder(id).await?.is_some() {
             return Ok(true);
         }
         let store = self.records.store();
@@ -146,9 +145,7 @@ impl Missing<'_> {
             reason = "vanished_upstream",
             "the agent no longer knows the session: marked deleted"
         );
-        self.counters
-            .sessions_vanished
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.session_vanished();
         let reason = "vanished_upstream";
         let payload = json!({"sessionId": id, "reason": reason});
         self.log.append(id, "session_deleted", payload).await;

@@ -90,7 +90,7 @@ impl ListSync {
         let mut total = SyncReport::default();
         let mut failed = None;
         let mut synced = 0;
-        for agent in self.placement.agents.names() {
+        for agent in self.placement.agents().names() {
             if only.is_some_and(|o| o != agent) {
                 continue;
             }
@@ -281,10 +281,10 @@ impl ListSync {
                 Change::Revived => report.revived += 1,
                 Change::Updated => {
                     report.updated += 1;
-                    self.placement.live.record_changed(record);
+                    self.placement.live().record_changed(record);
                     self.views.updated(record).await;
                 }
-                Change::Sighted => self.placement.live.record_changed(record),
+                Change::Sighted => self.placement.live().record_changed(record),
                 Change::Digest => {}
             }
         }
@@ -320,7 +320,7 @@ impl ListSync {
         let stop = self.stop.clone();
         while self
             .placement
-            .agents
+            .agents()
             .all()
             .iter()
             .all(|a| a.pool.pick().is_none())

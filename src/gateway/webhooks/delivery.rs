@@ -33,12 +33,12 @@ const KEPT_BODY: usize = 1024;
 impl Webhooks {
     /// Sends deliveries until shutdown.
     pub(in crate::gateway) async fn deliver_forever(self: std::sync::Arc<Self>) {
-        let config = self.config.clone();
+        let config = self.config().clone();
         let mut tick = tokio::time::interval(config.poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = self.stop.cancelled() => return,
+                () = self.stopping().cancelled() => return,
                 _ = tick.tick() => {}
             }
             // A batch at a time, until nothing is due.
@@ -62,7 +62,7 @@ impl Webhooks {
                     .into_iter()
                     .map(|(d, w)| self.attempt(&config, d, w));
                 tokio::select! {
-                    () = self.stop.cancelled() => return,
+                    () = self.stopping().cancelled() => return,
                     _ = futures::future::join_all(attempts) => {}
                 }
                 if !full {
@@ -148,7 +148,7 @@ impl Webhooks {
             "delivery {} ({}) failed for {} s; last error: {error}",
             d.id,
             d.message_id,
-            self.config.max_age.as_secs()
+            self.config().max_age.as_secs()
         );
         tracing::warn!(webhook = w.id, url = %crate::redact::url(&w.url), %reason, "webhook disabled");
         w.enabled = false;
@@ -158,7 +158,7 @@ impl Webhooks {
             tracing::warn!(webhook = w.id, error = %e, "a failing webhook could not be disabled");
             return;
         }
-        self.hub
+        self.hub()
             .lifecycle(NewLifecycleEvent {
                 session_id: d.session_id.clone(),
                 tenant: w.tenant.clone(),

@@ -224,10 +224,27 @@ pub struct Webhooks {
     /// Who may name which session.
     records: Arc<Records>,
     /// Where a disabled subscription is announced.
-    pub(in crate::gateway) hub: Arc<EventHub>,
-    pub(in crate::gateway) config: WebhookConfig,
+    hub: Arc<EventHub>,
+    config: WebhookConfig,
     /// Ends the delivery task.
-    pub(in crate::gateway) stop: CancellationToken,
+    stop: CancellationToken,
+}
+
+impl Webhooks {
+    /// How deliveries are sent.
+    pub(super) fn config(&self) -> &WebhookConfig {
+        &self.config
+    }
+
+    /// Where a disabled subscription is announced.
+    pub(super) fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
+    /// Cancelled at shutdown: ends the delivery task.
+    pub(super) fn stopping(&self) -> &CancellationToken {
+        &self.stop
+    }
 }
 
 impl Webhooks {
