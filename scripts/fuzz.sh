@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the JSON-RPC line decoder and the request validators with cargo-fuzz (libFuzzer).
 #   bash scripts/fuzz.sh [SECONDS]     (default 60 seconds per target; 0 = until stopped)
+#   bash scripts/fuzz.sh build         (builds the targets only; .ci/run does this early)
 # Both targets are built in one `cargo fuzz build`, then each is fuzzed for SECONDS, starting
 # from the committed corpus in fuzz/seeds/<target>/ (inputs found on the way go to the
 # untracked fuzz/corpus/<target>/, which later runs start from too). A crash leaves its input
@@ -30,6 +31,7 @@ export RUSTC_BOOTSTRAP=1
 start=$SECONDS
 cargo fuzz build "${build_options[@]}"
 echo "fuzz: built ${targets[*]} in $((SECONDS - start)) s"
+[ "$seconds" != build ] || exit 0
 for target in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$target"
   echo "fuzzing $target (${seconds} s)"
