@@ -16,9 +16,9 @@
 # With CI set, the release profile is built unoptimised (CARGO_PROFILE_RELEASE_OPT_LEVEL=0 and
 # CARGO_PROFILE_RELEASE_DEBUG=0 in the environment, unless already set): CI proves the image's
 # steps (the recipe, the cook, the build command, verbatim), that the recipe covers every target,
-# and that the build produces every artifact the image copies, all with the release profile's
-# cfg (no debug assertions) and the Dockerfile's flags; it does not prove that the optimised
-# code compiles (an optimiser failure) nor how fast it runs. That halves the build (docs/deploy.md).
+# and that the build produces every artifact the image copies, with the release profile's cfg
+# (no debug assertions) and features; it does not prove that the optimised code compiles (an
+# optimiser failure) nor how fast it runs. Figures: docs/deploy.md.
 # Without CI the Dockerfile's profile is built as is. cargo-chef is installed unoptimised
 # (`cargo install --debug`): it only plans and drives cargo.
 set -euo pipefail
