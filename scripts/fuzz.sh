@@ -1,17 +1,43 @@
 #!/usr/bin/env bash
 # Fuzzes the JSON-RPC line decoder and the request validators with cargo-fuzz (libFuzzer).
-#   bash scripts/fuzz.sh [RUNS]        (default 200000 inputs per target; 0 = until stopped)
-# cargo-fuzz is installed from crates.io when missing. It needs nightly compiler features;
-# RUSTC_BOOTSTRAP=1 lets the stable toolchain provide them, so no nightly download is needed.
-# A crash leaves its input in fuzz/artifacts/<target>/ and fails the script.
+#   bash scripts/fuzz.sh [SECONDS]     (default 60 seconds per target; 0 = until stopped)
+#   bash scripts/fuzz.sh build         (builds the targets only; .ci/run does this early)
+# Both targets are built in one `cargo fuzz build`, then each is fuzzed for SECONDS, starting
+# from the committed corpus in fuzz/seeds/<target>/ (inputs found on the way go to the
+# untracked fuzz/corpus/<target>/, which later runs start from too). A crash leaves its input
+# in fuzz/artifacts/<target>/ and fails the script.
+# The build is coverage-guided as cargo-fuzz makes it (SanitizerCoverage with comparison
+# tracing, AddressSanitizer, debug assertions on), with the profile of fuzz/Cargo.toml's own
+# workspace and 16 codegen units (cargo-fuzz's default is 1, which compiles the gateway's crate
+# on one core; its documentation names 16 for faster builds, inputs running a little slower).
+# FUZZ_SANITIZER=none builds without AddressSanitizer.
+# cargo-fuzz, pinned below, is taken from PATH when it is that version, else installed
+# (unoptimised: it only drives cargo and libFuzzer) under target/fuzz-tools. It needs nightly
+# compiler features; RUSTC_BOOTSTRAP=1 lets the stable toolchain provide them, so no nightly
+# download is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs="${1:-200000}"
-command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+seconds="${1:-60}"
+cargo_fuzz_version=0.13.2
+targets=(jsonrpc_line request_validators)
+build_options=(--sanitizer "${FUZZ_SANITIZER:-address}" --codegen-units 16)
+
+tools=$PWD/target/fuzz-tools
+export PATH="$tools/bin:$PATH"
+if [ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz $cargo_fuzz_version" ]; then
+  echo "installing cargo-fuzz $cargo_fuzz_version into $tools"
+  CARGO_TARGET_DIR=$tools/build \
+    cargo install cargo-fuzz --locked --debug --version "$cargo_fuzz_version" --root "$tools"
+fi
 export RUSTC_BOOTSTRAP=1
-for target in jsonrpc_line request_validators; do
+
+start=$SECONDS
+cargo fuzz build "${build_options[@]}"
+echo "fuzz: built ${targets[*]} in $((SECONDS - start)) s"
+[ "$seconds" != build ] || exit 0
+for target in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$target"
-  cp -n fuzz/seeds/"$target"/* "fuzz/corpus/$target/"
-  echo "fuzzing $target ($runs runs)"
-  cargo fuzz run "$target" -- -runs="$runs" -max_len=4096 -print_final_stats=1
+  echo "fuzzing $target (${seconds} s)"
+  cargo fuzz run "${build_options[@]}" "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1
 done

@@ -12,6 +12,15 @@
 # (stubs written by hand once forgot the benches, and the image could not build), and that every
 # binary the runtime stage copies from the build stage was built by that last step.
 # The artifacts stay in target/image/cargo, so that a rerun is incremental.
+#
+# With CI set, the release profile is built unoptimised (CARGO_PROFILE_RELEASE_OPT_LEVEL=0 and
+# CARGO_PROFILE_RELEASE_DEBUG=0 in the environment, unless already set): CI proves the image's
+# steps (the recipe, the cook, the build command, verbatim), that the recipe covers every target,
+# and that the build produces every artifact the image copies, with the release profile's cfg
+# (no debug assertions) and features; it does not prove that the optimised code compiles (an
+# optimiser failure) nor how fast it runs. Figures: docs/deploy.md.
+# Without CI the Dockerfile's profile is built as is. cargo-chef is installed unoptimised
+# (`cargo install --debug`): it only plans and drives cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -43,8 +52,13 @@ tools=$root/target/image/tools
 if [ "$("$tools/bin/cargo-chef" --version 2>/dev/null || true)" != "cargo-chef $chef_version" ]; then
   echo "installing cargo-chef $chef_version into $tools"
   CARGO_TARGET_DIR=$root/target/image/tools-build \
-    cargo install cargo-chef --locked --version "$chef_version" --root "$tools"
+    cargo install cargo-chef --locked --debug --version "$chef_version" --root "$tools"
 fi
+if [ -n "${CI:-}" ]; then
+  export CARGO_PROFILE_RELEASE_OPT_LEVEL="${CARGO_PROFILE_RELEASE_OPT_LEVEL:-0}"
+  export CARGO_PROFILE_RELEASE_DEBUG="${CARGO_PROFILE_RELEASE_DEBUG:-0}"
+fi
+echo "image: release profile opt-level ${CARGO_PROFILE_RELEASE_OPT_LEVEL:-as in Cargo.toml}"
 export PATH="$tools/bin:$PATH"
 export CARGO_TARGET_DIR=$root/target/image/cargo
 export CARGO_TERM_COLOR=never
