@@ -218,7 +218,8 @@ impl Gateway {
             views,
             requests.clone(),
             counters,
-            (tasks.clone(), stop.clone()),
+            tasks.clone(),
+            stop.clone(),
         );
         let sync = ListSync::new(&parts, config.upstream_tenant.clone(), Arc::default());
         let sessions = Sessions::new(&parts, sync.clone());

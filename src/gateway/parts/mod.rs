@@ -33,8 +33,32 @@ use requests::Requests;
 use snapshots::States;
 use views::Views;
 
-/// Every part the use cases take theirs from.
-pub(in crate::gateway) struct Parts {
+/// `Parts`, written once: the struct, `Parts::new` taking every part in this order, and a
+/// method per part handing out a clone of it (the fields stay private).
+macro_rules! parts {
+    ($($(#[$doc:meta])* $name:ident: $type:ty),+ $(,)?) => {
+        /// Every part the use cases take theirs from.
+        pub(in crate::gateway) struct Parts {
+            $($(#[$doc])* $name: $type,)+
+        }
+
+        impl Parts {
+            /// Every part, built by `Gateway::start`.
+            #[allow(clippy::too_many_arguments)]
+            pub(in crate::gateway) fn new($($name: $type),+) -> Self {
+                Parts { $($name),+ }
+            }
+
+            $(
+                pub(in crate::gateway) fn $name(&self) -> $type {
+                    self.$name.clone()
+                }
+            )+
+        }
+    };
+}
+
+parts! {
     placement: Arc<Placement>,
     records: Arc<Records>,
     log: Log,
@@ -45,58 +69,6 @@ pub(in crate::gateway) struct Parts {
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
-    stop: CancellationToken,
-}
-
-impl Parts {
-    /// Every part, built by `Gateway::start`.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::gateway) fn new(
-        placement: Arc<Placement>,
-        records: Arc<Records>,
-        log: Log,
-        states: Arc<States>,
-        views: Arc<Views>,
-        requests: Arc<Requests>,
-        counters: Arc<Counters>,
-        (tasks, stop): (TaskTracker, CancellationToken),
-    ) -> Self {
-        Parts {
-            placement,
-            records,
-            log,
-            states,
-            views,
-            requests,
-            counters,
-            tasks,
-            stop,
-        }
-    }
-}
-
-/// A clone of each part, by its name in [`Parts`].
-macro_rules! handed_out {
-    ($($name:ident: $type:ty),+ $(,)?) => {
-        impl Parts {
-            $(
-                pub(in crate::gateway) fn $name(&self) -> $type {
-                    self.$name.clone()
-                }
-            )+
-        }
-    };
-}
-
-handed_out! {
-    placement: Arc<Placement>,
-    records: Arc<Records>,
-    log: Log,
-    states: Arc<States>,
-    views: Arc<Views>,
-    requests: Arc<Requests>,
-    counters: Arc<Counters>,
-    tasks: TaskTracker,
     stop: CancellationToken,
 }
 
