@@ -1,7 +1,7 @@
 //! Gateway replicas on different loopback ports sharing one PostgreSQL database (and one agent
 //! state directory, as agents on one host share their home): any replica answers for any
 //! session, also of an agent it does not run, and a replica killed mid-turn loses no stored
-//! event. Skipped, loudly, without `DATABASE_URL`.
+//! event. Ignored, with that reason, when built without `DATABASE_URL`.
 
 mod support;
 
@@ -16,10 +16,9 @@ fn seqs(events: &[SseEvent]) -> Vec<i64> {
 /// A session created through one replica is prompted, listed, probed, streamed, cancelled
 /// and deleted through the others.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn any_replica_serves_any_session() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let id = a.create("/tmp").await;
     let mut stream = c.events(&id, Some(0)).await;
@@ -83,10 +82,9 @@ async fn any_replica_serves_any_session() {
 /// wrote something itself). How long that took is printed, not asserted: the machine's load
 /// decides it.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_replica_lists_what_another_created() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let listed = |page: &Value, id: &str| {
         page["sessions"]
             .as_array()
@@ -120,10 +118,9 @@ async fn a_replica_lists_what_another_created() {
 /// a client reconnecting to a third with `Last-Event-ID` continues exactly; the next prompt
 /// resumes the session on a live replica.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_replica_killed_mid_turn_loses_no_stored_event() {
-    let Some((w, mut b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, mut b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let id = b.create("/tmp").await;
     let mut watcher = a.events(&id, Some(0)).await;
@@ -191,10 +188,9 @@ async fn stall_until_taken_over(holder: &Gateway, watcher: &Gateway, id: &str) -
 /// the session never runs on two replicas; the next prompt, through any replica, is served by
 /// one.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_replica_that_stalled_past_its_lease_lets_go_of_what_was_taken() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let id = b.create_here("/tmp").await;
     let (status, body) = b.prompt(&id, "on b").await;
@@ -220,10 +216,9 @@ async fn a_replica_that_stalled_past_its_lease_lets_go_of_what_was_taken() {
 /// and runs the given-up turn until it lets go of them, sends the prompt to the new holder
 /// (it answered 409 before, from the turn no client waited for any more).
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn after_a_stall_the_next_prompt_through_any_replica_is_answered() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let id = b.create_here("/tmp").await;
     let mut stream = a.events(&id, Some(0)).await;
@@ -250,10 +245,9 @@ async fn after_a_stall_the_next_prompt_through_any_replica_is_answered() {
 /// claimed), X is probed through that replica and deleted through the third at once: never
 /// 503, never forwarded to the dead one.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
-    let Some((w, mut b, c)) = three_replicas(Options::default()).await else {
-        return;
-    };
+    let (w, mut b, c) = three_replicas(Options::default()).await;
     let a = w.gw();
     let x = b.create_here("/tmp").await;
     let (status, body) = b.prompt(&x, "on b").await;
@@ -286,10 +280,9 @@ async fn once_a_dead_replicas_lease_expired_every_path_serves_its_sessions() {
 /// New sessions go to the replica holding the fewest: three created through one replica end up
 /// spread over the cluster, and each is served through the replica that received it.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn new_sessions_are_spread_by_load() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -354,11 +347,8 @@ async fn runners(g: &Gateway) -> Vec<(String, Vec<String>)> {
 /// replicas run which agent. Once no live replica runs `b`, a create for it is refused as on
 /// a gateway alone (422 naming the agents it runs).
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_replica_forwards_what_only_another_replicas_agent_serves() {
-    let Some(admin) = admin_url_or_skip("cluster test") else {
-        return;
-    };
-    drop(admin);
     let echo = echo_agent();
     let only_a = Options {
         agent: format!("a={}", echo.display()).into(),
@@ -518,10 +508,9 @@ async fn a_replica_forwards_what_only_another_replicas_agent_serves() {
 /// one's answer: a create makes one session, and a prompt whose client was cut mid-turn on one
 /// replica, sent again through another, waits for that turn and answers its result.
 #[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn every_replica_honours_an_idempotency_key() {
-    let Some((w, b, c)) = three_replicas(beating()).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(beating()).await;
     let a = w.gw();
     let keyed = |g: &Gateway, path: &str, key: &str, body: Value| {
         g.http

@@ -2,8 +2,8 @@
 //! not a snapshot (newest first, and every turn moves its session to the front), so a session
 //! missing from a walk through the pages is asked about directly, and spared while any replica
 //! holds it or it had events since the sync began; one the agent no longer knows is still
-//! tombstoned, and comes back if the agent lists it again. The replica tests are skipped,
-//! loudly, without `DATABASE_URL`.
+//! tombstoned, and comes back if the agent lists it again. The replica tests are ignored,
+//! with that reason, when built without `DATABASE_URL`.
 
 mod support;
 
@@ -24,6 +24,7 @@ use support::*;
 /// ever marked deleted, and the client that waits for an answer can prompt again through any
 /// replica (never 409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn busy_sessions_on_other_replicas_are_never_marked_deleted() {
     let opts = Options::default().env("ECHO_AGENT_PAGE_SIZE", "3").args(&[
         "--heartbeat-interval",
@@ -31,9 +32,7 @@ async fn busy_sessions_on_other_replicas_are_never_marked_deleted() {
         "--sync-interval",
         "1",
     ]);
-    let Some((mut w, b, c)) = three_replicas(opts).await else {
-        return;
-    };
+    let (mut w, b, c) = three_replicas(opts).await;
     let replicas = Arc::new([w.gw.take().unwrap(), b, c]);
     let mut ids = vec![];
     for i in 0..12 {
@@ -100,11 +99,10 @@ fn move_session_file(agent_dir: &std::path::Path, id: &str, away: bool) {
 /// agent no longer lists it; once no one holds it and the agent, asked, does not know it, the
 /// sync does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_session_another_replica_holds_is_spared_one_the_agent_lost_is_not() {
     let opts = Options::default().args(&["--heartbeat-interval", "1", "--sync-interval", "0"]);
-    let Some((w, b, c)) = three_replicas(opts).await else {
-        return;
-    };
+    let (w, b, c) = three_replicas(opts).await;
     let a = w.gw();
     let id = a.create("/tmp/held").await;
     let (status, body) = a.prompt(&id, "hello").await;

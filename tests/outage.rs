@@ -172,12 +172,9 @@ fn writer_lines(log: &str) -> Vec<&str> {
 /// meanwhile `/readyz` and a request that needs the store answer 503 (with `Retry-After`), and
 /// the agent waits; afterwards nothing is missing or repeated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(initdb), ignore = "needs PostgreSQL's initdb: /usr/lib/postgresql")]
 async fn a_database_restart_mid_turn_loses_no_event() {
-    let Some(cluster) =
-        PgCluster::start_or_skip("outage::a_database_restart_mid_turn_loses_no_event")
-    else {
-        return;
-    };
+    let cluster = PgCluster::start();
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::spawn(&cluster.url(), dir.path(), &Options::default()).await;
     let log = || std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
@@ -269,12 +266,9 @@ async fn an_sqlite_write_failure_mid_turn_loses_no_event() {
 /// A shutdown while the database is down ends within its bound (`--shutdown-timeout` for the
 /// turns, again for the event log) and logs how many events of the session were not stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(initdb), ignore = "needs PostgreSQL's initdb: /usr/lib/postgresql")]
 async fn a_shutdown_during_an_outage_ends_and_says_what_was_not_stored() {
-    let Some(cluster) = PgCluster::start_or_skip(
-        "outage::a_shutdown_during_an_outage_ends_and_says_what_was_not_stored",
-    ) else {
-        return;
-    };
+    let cluster = PgCluster::start();
     let dir = tempfile::tempdir().unwrap();
     let opts = Options::default().args(&["--shutdown-timeout", "2"]);
     let gw = Gateway::spawn(&cluster.url(), dir.path(), &opts).await;

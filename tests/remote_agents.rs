@@ -396,10 +396,8 @@ async fn the_hosts_key_is_required() {
 /// member each): with one SIGKILLed, new sessions go to the other, and so do the sessions it
 /// held; back, it serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn with_two_hosts_one_down_the_other_serves() {
-    if admin_url_or_skip("remote agents on two hosts").is_none() {
-        return;
-    }
     let mut a = World::start(Backend::Postgres, host_options()).await;
     let b = Gateway::spawn(&a.db.url, a.dir.path(), &host_options()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -461,7 +459,7 @@ async fn with_two_hosts_one_down_the_other_serves() {
 /// through the same flows; then the session, held by a member whose connection is cut (its
 /// bridge SIGKILLed), is resumed through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs acpremote (ACPREMOTE=path); run by .ci/run"]
+#[ignore = "needs acpremote (PyPI), then: ACPREMOTE=PATH cargo test --test remote_agents third_party -- --ignored"]
 async fn a_third_party_server_is_a_remote_agent() {
     let acpremote = std::env::var("ACPREMOTE").expect("ACPREMOTE: the acpremote executable");
     let dir = tempfile::tempdir().unwrap();

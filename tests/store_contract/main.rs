@@ -1,8 +1,8 @@
 //! The store contract suite: one set of `check_*` functions, written against `dyn Store`, each
 //! run as its own test against every backend, on a database of its own: SQLite on a temporary
 //! file (`sqlite::…`, which also reopens it) and in memory (`sqlite_memory::…`), and PostgreSQL
-//! on a throwaway database created under `DATABASE_URL` (`postgres::…`; skipped, loudly, when
-//! that variable is unset; failing when it is set but the server cannot be reached). The
+//! on a throwaway database created under `DATABASE_URL` (`postgres::…`; ignored, with that reason,
+//! when built without it; failing when it is set but the server cannot be reached). The
 //! replica registry checks run where there is a registry (PostgreSQL), the held-session checks
 //! where there is none (SQLite).
 
@@ -123,7 +123,7 @@ fn assert_fresh_timestamp(at: DateTime<Utc>) {
 
 /// Runs `check` on a new SQLite file, opened as `sqlite://PATH` through the dispatching
 /// `connect` (the file does not exist yet).
-async fn on_sqlite<F, Fut>(_name: &str, check: F)
+async fn on_sqlite<F, Fut>(check: F)
 where
     F: FnOnce(Database, String) -> Fut,
     Fut: Future<Output = ()>,
@@ -136,7 +136,7 @@ where
 }
 
 /// Runs `check` on a new in-memory SQLite database.
-async fn on_sqlite_memory<F, Fut>(_name: &str, check: F)
+async fn on_sqlite_memory<F, Fut>(check: F)
 where
     F: FnOnce(Database, String) -> Fut,
     Fut: Future<Output = ()>,
@@ -151,15 +151,12 @@ where
 /// Runs `check` on a throwaway PostgreSQL database (`acpgw_test_…`, ordering text by ICU
 /// `en-US` where the server has ICU, to prove the store does not depend on the server's
 /// collation) created under `DATABASE_URL` and dropped afterwards, whether the check passes or
-/// not. Without `DATABASE_URL` the test is skipped, loudly.
-async fn on_postgres<F, Fut>(name: &str, check: F)
+/// not. The tests that use it are ignored, with the reason, when built without `DATABASE_URL`.
+async fn on_postgres<F, Fut>(check: F)
 where
     F: FnOnce(Database, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    if support::admin_url_or_skip(&format!("postgres::{name}")).is_none() {
-        return;
-    }
     let fresh = FreshDatabase::create("test", Collation::IcuEnUs).await;
     let db = store::connect(&fresh.url, "contract")
         .await
@@ -199,25 +196,28 @@ fn held(db: Database) -> Arc<dyn HeldSessions> {
 // ------------------------------------------------------------------------------------------
 
 /// One `#[tokio::test]` per `module::check`, each on a fresh database from `$open`, checking
-/// the part of it `$part` takes (its store, its registry, its held sessions).
+/// the part of it `$part` takes (its store, its registry, its held sessions); with `[ATTRS]`
+/// first, each test also gets those attributes.
 macro_rules! store_tests {
-    ($open:ident, $part:ident: $($module:ident::$check:ident),+ $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $check() {
-                crate::$open(stringify!($check), |db, _url| {
-                    crate::$module::$check(crate::$part(db))
-                })
-                .await;
-            }
-        )+
+    (@one [$($attr:tt)*] $open:ident, $part:ident, $module:ident::$check:ident) => {
+        #[tokio::test]
+        $($attr)*
+        async fn $check() {
+            crate::$open(|db, _url| crate::$module::$check(crate::$part(db))).await;
+        }
+    };
+    ($open:ident, $($rest:tt)+) => {
+        store_tests!([] $open, $($rest)+);
+    };
+    ($attrs:tt $open:ident, $part:ident: $($module:ident::$check:ident),+ $(,)?) => {
+        $( store_tests!(@one $attrs $open, $part, $module::$check); )+
     };
 }
 
 /// Every check against `dyn Store`, on the backend `$open` opens.
 macro_rules! store_contract {
-    ($open:ident) => {
-        store_tests!($open, store:
+    ($($open:tt)+) => {
+        store_tests!($($open)+, store:
             sessions::check_fresh_database,
             sessions::check_session_round_trip,
             sessions::check_session_identity,
@@ -253,7 +253,7 @@ macro_rules! store_contract {
             idempotency::check_concurrent_idempotency_keys,
             quotas::check_tenant_prompts,
         );
-        store_tests!($open, whole:
+        store_tests!($($open)+, whole:
             quotas::check_tenant_slots,
             quotas::check_concurrent_tenant_slots,
         );
@@ -346,12 +346,16 @@ mod sqlite_memory {
 mod postgres {
     use super::*;
 
-    store_contract!(on_postgres);
-    store_tests!(on_postgres, registry: replicas::check_replicas, replicas::check_claims);
+    store_contract!([#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]] on_postgres);
+    store_tests!(
+        [#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]]
+        on_postgres, registry: replicas::check_replicas, replicas::check_claims
+    );
 
     #[tokio::test]
+    #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
     async fn check_log_writer_reconnects() {
-        on_postgres("check_log_writer_reconnects", |db, url| async move {
+        on_postgres(|db, url| async move {
             log_writer::check_log_writer_reconnects(db.store, &url).await;
         })
         .await;
@@ -359,8 +363,9 @@ mod postgres {
 
     /// What one pool wrote, a new one reads.
     #[tokio::test]
+    #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
     async fn reopen() {
-        on_postgres("reopen", |db, url| async move {
+        on_postgres(|db, url| async move {
             let before = reopen::check_reopen_write(db.store.clone()).await;
             drop(db);
             let db: Arc<dyn Store> =

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 pub use agent::{DirectClient, echo_agent};
 pub use gateway::Gateway;
-pub use pgcluster::PgCluster;
-pub use postgres::{FreshDatabase, admin_url_or_skip};
+pub use pgcluster::{NEEDS_INITDB, PgCluster};
+pub use postgres::{FreshDatabase, NEEDS_POSTGRES, required_admin_url};
 pub use problem::{assert_kind, assert_problem};
 pub use process::{pid_alive, processes_with_env};
 pub use secrets::secret;
@@ -66,14 +66,15 @@ impl Backend {
 }
 
 /// Generates `sqlite::NAME` and `postgres::NAME` tests from `async fn NAME(backend: Backend)`;
-/// the PostgreSQL one is skipped, loudly, without `DATABASE_URL`.
+/// the PostgreSQL one is ignored, with its reason, when built without `DATABASE_URL`.
 #[macro_export]
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name($crate::support::Backend::Sqlite).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
-            if $crate::support::admin_url_or_skip(concat!("postgres::", stringify!($name))).is_none() { return; }
-            super::$name($crate::support::Backend::Postgres).await
-        } )* }
+        mod postgres { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+            async fn $name() { super::$name($crate::support::Backend::Postgres).await }
+        )* }
     };
 }

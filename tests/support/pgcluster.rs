@@ -1,12 +1,18 @@
 //! A PostgreSQL cluster of a test's own (`initdb` + `pg_ctl` on a free port, in a temp dir),
 //! which the test may stop and start at will: the shared server of `DATABASE_URL` is untouched.
+//!
+//! A test that starts one is declared ignored, with the reason [`NEEDS_INITDB`], where `build.rs`
+//! found no `initdb` (`cfg(initdb)`), so cargo's summary counts it instead of a pass.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::PATIENCE;
+
+/// The reason a test that starts a cluster is ignored without `initdb`; every such test's
+/// `ignore` says this (an attribute takes a literal, not this constant).
+pub const NEEDS_INITDB: &str = "needs PostgreSQL's initdb: /usr/lib/postgresql";
 
 /// A PostgreSQL cluster in a temp dir, on a port of its own; stopped (immediately) when
 /// dropped, also when the test panics.
@@ -37,16 +43,10 @@ impl PgCluster {
         dirs.pop()
     }
 
-    /// Creates and starts a cluster, or `None` after saying loudly that `test` was skipped
-    /// (no `initdb` on this machine).
-    pub fn start_or_skip(test: &str) -> Option<PgCluster> {
-        let Some(bin) = Self::bin_dir() else {
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n!!!!!!!! {test} SKIPPED: no initdb under /usr/lib/postgresql/*/bin, the store outage was NOT tested !!!!!!!!\n"
-            );
-            return None;
-        };
+    /// Creates and starts a cluster; panics, saying why, without `initdb` on this machine (a
+    /// test ignored for that reason and run anyway with `--ignored`).
+    pub fn start() -> PgCluster {
+        let bin = Self::bin_dir().unwrap_or_else(|| panic!("{NEEDS_INITDB}/*/bin has none"));
         let dir = tempfile::tempdir().unwrap();
         let uid = Command::new("id").arg("-u").output().unwrap().stdout;
         let run_as = (String::from_utf8_lossy(&uid).trim() == "0").then(|| "postgres".to_owned());
@@ -86,7 +86,7 @@ impl PgCluster {
                 cluster._dir.path().display()
             );
             match cluster.try_pg_ctl("start") {
-                Ok(()) => return Some(cluster),
+                Ok(()) => return cluster,
                 Err(said) => assert!(
                     in_use(&said) && Instant::now() < deadline,
                     "pg_ctl start: {said}"

@@ -1,14 +1,19 @@
 //! PostgreSQL for tests and benches: the server named by `DATABASE_URL` (an administrative
 //! connection, e.g. `postgres://postgres@127.0.0.1:5432/test`) and throwaway databases on it.
 //!
-//! Unset, PostgreSQL is skipped, loudly ([`admin_url_or_skip`]: CI fails on the word SKIPPED);
-//! set but not connectable (the server down, or the database it names missing), creating a
-//! database panics and says which. Every database made here is named
-//! `acpgw_<label>_<random>`, the pattern CI sweeps after killed runs.
-
-use std::io::Write;
+//! Whether a test needs it is said where the test is declared: built without `DATABASE_URL`
+//! (`cfg(database_url)`, set by `build.rs`), such a test is ignored with the reason
+//! [`NEEDS_POSTGRES`] names, so cargo's summary counts it. Run anyway, or with `DATABASE_URL`
+//! set but not connectable (the server down, or the database it names missing), it fails and
+//! says why. Every database made here is named `acpgw_<label>_<random>`, the pattern CI sweeps
+//! after killed runs.
 
 use sqlx::Connection;
+
+/// The reason a test that needs the server of `DATABASE_URL` is ignored without it; every such
+/// test's `ignore` says this (an attribute takes a literal, not this constant), and CI fails
+/// when a run ignored any test for it.
+pub const NEEDS_POSTGRES: &str = "needs PostgreSQL: set DATABASE_URL";
 
 /// The administrative URL from `DATABASE_URL`; `None` when it is unset or empty.
 pub fn admin_url() -> Option<String> {
@@ -17,18 +22,10 @@ pub fn admin_url() -> Option<String> {
         .filter(|s| !s.trim().is_empty())
 }
 
-/// [`admin_url`], or `None` after saying on the real stderr that `test` was skipped. Not
-/// `eprintln!`: the test harness captures that and hides it for a passing test, and a skip
-/// must be seen.
-pub fn admin_url_or_skip(test: &str) -> Option<String> {
-    let url = admin_url();
-    if url.is_none() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n!!!!!!!! {test} SKIPPED: DATABASE_URL is not set, PostgreSQL was NOT tested !!!!!!!!\n"
-        );
-    }
-    url
+/// [`admin_url`] for a test that needs it; panics, saying so, when `DATABASE_URL` is unset (a
+/// test ignored for that reason and run anyway with `--ignored`).
+pub fn required_admin_url() -> String {
+    admin_url().unwrap_or_else(|| panic!("{NEEDS_POSTGRES}: it is not set"))
 }
 
 /// `url` with its database name replaced by `database` (user, host, port and `?params` kept).
@@ -73,7 +70,7 @@ pub struct FreshDatabase {
 impl FreshDatabase {
     /// Creates `acpgw_<label>_<random>`. Panics when `DATABASE_URL` is unset or unreachable.
     pub async fn create(label: &str, collation: Collation) -> FreshDatabase {
-        let admin = admin_url().expect("DATABASE_URL is set");
+        let admin = required_admin_url();
         let name = format!("acpgw_{label}_{}", uuid::Uuid::new_v4().simple());
         let mut conn = sqlx::PgConnection::connect(&admin)
             .await
