@@ -31,6 +31,8 @@ mod webhooks;
 mod idempotency;
 #[macro_use]
 mod quotas;
+#[macro_use]
+mod event_log;
 mod event;
 mod listing;
 mod migrations;
@@ -40,14 +42,16 @@ mod replicas;
 mod rows;
 mod sqlite;
 
-pub use contract::{Appended, Store};
+pub use contract::{
+    Appended, EventLog, Ping, SessionRecords, StateSnapshots, Store, WebhookOutbox,
+};
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
-pub use idempotency::{KeyClaim, KeyRecord, KeyTerm, StoredResponse};
+pub use idempotency::{IdempotencyKeys, KeyClaim, KeyRecord, KeyTerm, StoredResponse};
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
-pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantSlot};
+pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantQuotas, TenantSlot};
 pub use records::{
     Attempt, DeliveryRecord, ListCursor, ListQuery, ListedSession, NewLifecycleEvent, Origin,
     STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,
