@@ -81,11 +81,11 @@ macro_rules! sessions_to_sync {
 pub(crate) const TOMBSTONE_LIVE: &str =
     "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
 
-/// [`TOMBSTONE_LIVE`], marked as the list sync's (`Store::vanish_session`).
+/// [`TOMBSTONE_LIVE`], marked as the list sync's (`SessionRecords::vanish_session`).
 pub(crate) const VANISH_LIVE: &str = "UPDATE sessions SET deleted_at = $2, vanished_at = $2 \
      WHERE session_id = $1 AND deleted_at IS NULL";
 
-/// Undoes [`VANISH_LIVE`], and only it (`Store::revive_session`).
+/// Undoes [`VANISH_LIVE`], and only it (`SessionRecords::revive_session`).
 pub(crate) const REVIVE_VANISHED: &str = "UPDATE sessions \
      SET deleted_at = NULL, vanished_at = NULL, listed = NULL \
      WHERE session_id = $1 AND vanished_at IS NOT NULL";

@@ -78,12 +78,13 @@ macro_rules! insert_deliveries {
     };
 }
 
-/// The ids of the deliveries [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries)
-/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the
-/// first pending delivery of each (webhook, session), those due (`next_attempt_at` reached,
-/// lease free or expired) of an enabled webhook. The first ones are found in the partial index
-/// of pending deliveries, whatever the number of those delivered before; the status is checked
-/// again on the row, which PostgreSQL re-reads when it locks a row changed meanwhile.
+/// The ids of the deliveries
+/// [`WebhookOutbox::claim_deliveries`](crate::store::contract::WebhookOutbox::claim_deliveries)
+/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the first
+/// pending delivery of each (webhook, session), those due (`next_attempt_at` reached, lease free or
+/// expired) of an enabled webhook. The first ones are found in the partial index of pending
+/// deliveries, whatever the number of those delivered before; the status is checked again on the
+/// row, which PostgreSQL re-reads when it locks a row changed meanwhile.
 macro_rules! due_deliveries {
     ($lock:literal) => {
         concat!(

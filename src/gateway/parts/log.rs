@@ -1,5 +1,6 @@
 //! What the service appends to a session's log and to the lifecycle log, through the event
 //! hub: waiting for the commit, or queued at the writer's pace.
+//! The logs as stored ([`EventLog`]) are reached here too, for what the service reads of them.
 
 use std::sync::Arc;
 
