@@ -17,7 +17,9 @@ use super::run::Run;
 use super::run::lifecycle_wake;
 use super::traced::Traced;
 use crate::store::StoredLifecycleEvent;
-use crate::store::{Appended, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, Store};
+use crate::store::{
+    Appended, EventLog, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, SessionRecords, Store,
+};
 
 /// Lifecycle events kept in the live broadcast buffer before a subscriber is considered behind
 /// (and reads the log instead).
@@ -69,7 +71,10 @@ pub struct Retention {
 
 /// Per-session and lifecycle broadcast, backed by the store's logs.
 pub struct EventHub {
-    pub(super) store: Arc<dyn Store>,
+    /// The logs, as stored.
+    pub(super) log: Arc<dyn EventLog>,
+    /// Whose list moves the pruner forgets.
+    records: Arc<dyn SessionRecords>,
     pub(super) sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Run>>>>,
     pub(super) lifecycle: broadcast::Sender<Arc<StoredLifecycleEvent>>,
     /// Lifecycle events waiting for their writer (`lifecycle.rs`).
@@ -137,7 +142,8 @@ impl EventHub {
         let (queue, rx) = mpsc::channel(QUEUE);
         let (lifecycle_queue, lifecycle_rx) = mpsc::channel(LIFECYCLE_QUEUE);
         let hub = Arc::new(EventHub {
-            store,
+            log: store.clone(),
+            records: store,
             sessions: Mutex::default(),
             lifecycle: broadcast::channel(LIFECYCLE_BUFFER).0,
             lifecycle_queue,
@@ -195,7 +201,7 @@ impl EventHub {
     /// log, as they do after falling behind.
     async fn follow_other_replicas(&self) {
         let appended = tokio::select! {
-            r = self.store.appended_elsewhere() => r,
+            r = self.log.appended_elsewhere() => r,
             _ = self.shutdown.cancelled() => return,
         };
         let mut appended = match appended {
@@ -324,7 +330,7 @@ impl EventHub {
                     - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX)
             });
             if retention.max_events.is_some() || before.is_some() {
-                match self.store.prune_events(retention.max_events, before).await {
+                match self.log.prune_events(retention.max_events, before).await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(pruned = n, "event retention"),
                     Err(e) => tracing::warn!(error = %e, "event retention failed"),
@@ -332,7 +338,7 @@ impl EventHub {
             }
             let moves_before = chrono::Utc::now()
                 - chrono::Duration::from_std(STABLE_CURSOR_FOR).expect("an hour fits");
-            if let Err(e) = self.store.prune_moves(moves_before).await {
+            if let Err(e) = self.records.prune_moves(moves_before).await {
                 tracing::warn!(error = %e, "pruning list moves failed");
             }
         }

@@ -94,7 +94,7 @@ impl EventHub {
         let mut pause = RETRY_FIRST;
         let mut failures: u32 = 0;
         loop {
-            match self.store.append_lifecycle(events).await {
+            match self.log.append_lifecycle(events).await {
                 Ok(stored) => {
                     if failures > 0 {
                         tracing::warn!(failures, "the lifecycle log is written again");

@@ -146,7 +146,7 @@ impl EventHub {
         let limit = i64::try_from(events.len())
             .unwrap_or(i64::MAX)
             .saturating_add(1);
-        let after = self.store.read_events(session_id, last, limit).await?;
+        let after = self.log.read_events(session_id, last, limit).await?;
         let same = after.len() == events.len()
             && after
                 .iter()

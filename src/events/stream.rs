@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use super::hub::SESSION_BUFFER;
 use super::hub::{EventHub, StreamStats};
 use super::run::{Run, Sequenced};
-use crate::store::{Store, StoreResult, StoredEvent, StoredLifecycleEvent};
+use crate::store::{EventLog, StoreResult, StoredEvent, StoredLifecycleEvent};
 
 /// Most items (runs, lifecycle events) yielded to a subscriber in one batch (one write).
 const MAX_WRITE: usize = 256;
@@ -60,9 +60,9 @@ impl EventHub {
         let rx = self.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
-            None => self.store.last_event_seq(session_id).await?,
+            None => self.log.last_event_seq(session_id).await?,
         };
-        let (store, id) = (self.store.clone(), session_id.to_owned());
+        let (store, id) = (self.log.clone(), session_id.to_owned());
         let read: Reader<Run> = Box::new(move |after| {
             let (store, id) = (store.clone(), id.clone());
             Box::pin(async move {
@@ -84,9 +84,9 @@ impl EventHub {
         let rx = self.lifecycle.subscribe();
         let cursor = match after {
             Some(a) => a,
-            None => self.store.last_lifecycle_seq().await?,
+            None => self.log.last_lifecycle_seq().await?,
         };
-        let (store, t) = (self.store.clone(), tenant.clone());
+        let (store, t) = (self.log.clone(), tenant.clone());
         let read: Reader<StoredLifecycleEvent> = Box::new(move |after| {
             let (store, t) = (store.clone(), t.clone());
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
@@ -101,7 +101,7 @@ impl EventHub {
 /// the page starts with a synthetic `gap` event `{from, to}` whose id is `to`, so that a client
 /// resuming from it continues with the first event still kept.
 async fn read_with_gap(
-    store: &dyn Store,
+    store: &dyn EventLog,
     session_id: &str,
     after: i64,
 ) -> StoreResult<Vec<StoredEvent>> {

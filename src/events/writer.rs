@@ -134,7 +134,7 @@ impl EventHub {
     /// An append that fails is retried until it succeeds (see [`EventHub::append_group`]);
     /// meanwhile nothing more is taken from the queue, so appenders wait when it is full.
     pub(super) async fn write(&self, mut rx: mpsc::Receiver<Queued>) {
-        let mut log = self.store.log_writer();
+        let mut log = self.log.log_writer();
         let mut known = KnownSeqs::default();
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {

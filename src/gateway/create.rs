@@ -130,7 +130,7 @@ impl Create {
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
         self.log.flush().await;
-        let at = self.records.store().last_event_seq(parent.as_str()).await?;
+        let at = self.log.events().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
             cwd: &cwd,
             additional_directories: &fork.additional_directories,
@@ -263,7 +263,7 @@ impl Create {
                 at,
             )
         };
-        match self.records.store().insert_session(&record).await {
+        match self.records.rows().insert_session(&record).await {
             Ok(true) => {}
             // The agent handed out an id the gateway has given another session already (of
             // another member or agent, another tenant, a deleted one): ACP makes an id unique

@@ -108,8 +108,8 @@ impl History {
         // Events queued before this request (a turn just answered) are read too.
         self.log.flush().await;
         let rows = self
-            .records
-            .store()
+            .log
+            .events()
             .read_events(id.as_str(), after, limit + 1)
             .await?;
         let more = rows.len() as i64 > limit;

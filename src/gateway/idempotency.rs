@@ -7,6 +7,7 @@
 //! once it is gone (its lease ran out; on SQLite, an earlier gateway on the file) a repeat takes
 //! the key over and runs. Expired responses are pruned.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -15,8 +16,8 @@ use super::caller::Caller;
 use super::clock::now;
 use super::error::Error;
 use super::parts::use_case;
-use crate::store::KeyClaim;
 pub use crate::store::StoredResponse;
+use crate::store::{IdempotencyKeys, KeyClaim};
 
 /// How often expired keys are deleted, at most (a shorter time to live prunes as often).
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
@@ -38,7 +39,9 @@ pub enum Keyed {
 use_case! {
     /// The use case of idempotency keys, with the parts it needs.
     pub struct Idempotency {
-        parts: [placement, records, tasks, stop],
+        parts: [placement, tasks, stop],
+        /// Where keys are taken, handed and kept.
+        keys: Arc<dyn IdempotencyKeys>,
         /// How long a key is kept.
         ttl: Duration,
     }
@@ -64,7 +67,7 @@ impl Idempotency {
         key: &str,
         fingerprint: &str,
     ) -> Result<Keyed, Error> {
-        let store = self.records.store();
+        let store = &self.keys;
         let here = crate::cluster::replica_id();
         // A key taken over by another repeat at the same moment is read again, once.
         for _ in 0..2 {
@@ -104,7 +107,7 @@ impl Idempotency {
     /// runs nothing (answered or freed meanwhile).
     pub async fn adopt(&self, caller: &Caller, key: &str) -> Result<bool, Error> {
         let to = (None, crate::cluster::replica_id());
-        let store = self.records.store();
+        let store = &self.keys;
         Ok(store
             .hand_idempotency_key(&caller.tenant, key, to, self.term())
             .await?)
@@ -126,7 +129,7 @@ impl Idempotency {
         key: &str,
         response: &StoredResponse,
     ) -> Result<(), Error> {
-        let store = self.records.store();
+        let store = &self.keys;
         Ok(store
             .finish_idempotency_key(&caller.tenant, key, response, self.term().1)
             .await?)
@@ -135,7 +138,7 @@ impl Idempotency {
     /// Frees `key` if this replica runs it: its request failed in a way a repeat may not (the
     /// store, an agent or a replica unavailable), so a repeat runs again.
     pub async fn release(&self, caller: &Caller, key: &str) -> Result<(), Error> {
-        let store = self.records.store();
+        let store = &self.keys;
         let here = crate::cluster::replica_id();
         Ok(store
             .release_idempotency_key(&caller.tenant, key, here)
@@ -156,7 +159,7 @@ impl Idempotency {
     /// gateway stops.
     pub async fn prune_forever(self) {
         loop {
-            match (self.records.store())
+            match (self.keys)
                 .prune_idempotency_keys(now(), crate::cluster::replica_id())
                 .await
             {

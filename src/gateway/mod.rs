@@ -143,7 +143,7 @@ impl Gateway {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
         let cluster = Arc::new(cluster);
         let records = Arc::new(parts::records::Records::new(store.clone(), hub.clone()));
-        let log = parts::log::Log::new(hub.clone(), records.clone());
+        let log = parts::log::Log::new(hub.clone(), records.clone(), store.clone());
         let requests = Arc::new(parts::requests::Requests::new(
             config.permission_policy,
             config.permission_timeout,
@@ -154,8 +154,8 @@ impl Gateway {
             stop.clone(),
         ));
         let states = Arc::new(parts::snapshots::States::new(
-            records.clone(),
             log.clone(),
+            store.clone(),
             tasks.clone(),
         ));
         let live = Arc::new(parts::live::LiveTable::default());
@@ -190,7 +190,7 @@ impl Gateway {
         };
         let quotas = Arc::new(parts::quotas::Quotas::new(
             config.tenants.clone(),
-            store,
+            store.clone(),
             cluster.clone(),
         ));
         let placement = Arc::new(parts::placement::Placement::new(
@@ -206,6 +206,7 @@ impl Gateway {
         ));
         let webhooks = Arc::new(Webhooks::new(
             records.clone(),
+            store.clone(),
             hub,
             config.webhooks.clone(),
             stop.clone(),
@@ -234,8 +235,8 @@ impl Gateway {
         );
         let turns = Turns::new(&parts, config.cancel_grace, config.control_timeout);
         let history = History::new(&parts);
-        let system = System::new(&parts);
-        let idempotency = Idempotency::new(&parts, config.idempotency_ttl);
+        let system = System::new(&parts, store.clone());
+        let idempotency = Idempotency::new(&parts, store, config.idempotency_ttl);
         tasks.spawn(idempotency.clone().prune_forever());
         let every = config.sync_interval;
         tasks.spawn(async move { sync.sync_forever(every).await });

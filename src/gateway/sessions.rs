@@ -141,7 +141,7 @@ impl Sessions {
     pub async fn delete_session(&self, caller: &Caller, id: &SessionId) -> Result<(), Error> {
         // Another tenant's session, or (for a tenant) an id the cache does not know: exactly
         // as for an unknown id, 204 and no effect.
-        let existing = self.records.store().get_session(id.as_str()).await?;
+        let existing = self.records.rows().get_session(id.as_str()).await?;
         match &existing {
             Some(r) if !caller.sees(&r.tenant) => return Ok(()),
             None if !caller.admin => return Ok(()),
@@ -185,7 +185,7 @@ impl Sessions {
             .map_or(caller.tenant.as_str(), |r| r.tenant.as_str());
         let tombstoned = self
             .records
-            .store()
+            .rows()
             .tombstone_session(id.as_str(), tenant, now())
             .await?;
         self.records.sessions_changed();
@@ -221,7 +221,7 @@ impl Sessions {
         if status == Status::Live {
             return Ok(view(status, activity));
         }
-        let record = self.records.store().get_session(id.as_str()).await?;
+        let record = self.records.rows().get_session(id.as_str()).await?;
         // Another tenant's session is not_found; so is, for a tenant, an id the cache does not
         // know (sessions only the agent knows belong to the admin).
         let visible = match &record {

@@ -2,6 +2,7 @@
 //! replica's pools, and which live replicas run each agent), the agent and the pool (`/agent`),
 //! and the numbers `/metrics` publishes.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
@@ -13,6 +14,7 @@ use super::output::AgentView;
 use super::parts::use_case;
 use crate::agent_rpc::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
+use crate::store::Ping;
 
 /// One agent, as `GET /agents` shows it: one this replica runs, or one only other live
 /// replicas run (then without members, `agentInfo` or capabilities: `replicas` says which
@@ -111,7 +113,9 @@ use_case! {
     /// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it
     /// needs.
     pub struct System {
-        parts: [placement, records, log, requests, counters],
+        parts: [placement, log, requests, counters],
+        /// What readiness asks whether the database answers.
+        database: Arc<dyn Ping>,
     }
 }
 
@@ -143,7 +147,7 @@ impl System {
     async fn unready_reason(&self) -> Option<String> {
         // Bounded: while the server is down the pool waits for a connection (its acquire
         // timeout), longer than a probe should.
-        match tokio::time::timeout(READY_PING, self.records.store().ping()).await {
+        match tokio::time::timeout(READY_PING, self.database.ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "readiness: the database does not answer");

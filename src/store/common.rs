@@ -1,13 +1,15 @@
 //! What both backends run alike: the SQL text they share (numbered `$n` parameters, which
-//! SQLite takes too), the helpers both call, and their `impl Store`, written once by
-//! [`impl_store!`]: the use cases whose SQL, binds and mapping are the same on both, and a
-//! forward to the backend's inherent method of the same name for the others. A trait impl cannot span files, but a backend's own use cases are spread over a file each
-//! (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the macro
-//! joins them into the trait impl. An inherent method is found before a trait's, so none of the
-//! forwarding methods calls itself. What differs between the backends in the shared use cases
-//! is a parameter of the macro: which pool reads and which writes, how a writing transaction
-//! begins, how a timestamp and the session columns are bound, and the few statements each
-//! writes in its own dialect.
+//! SQLite takes too), the helpers both call, and their impls of the store's traits, written
+//! once by [`impl_store!`] (here: `Store`, `Ping`, `SessionRecords`; the others through the
+//! macros it invokes, one per concern's file): the use cases whose SQL, binds and mapping are
+//! the same on both, and a forward to the backend's inherent method of the same name for the
+//! others. A trait impl cannot span files, but a backend's own use cases are spread over a file
+//! each (`sessions.rs`, `events.rs`, `lifecycle.rs`): each file holds inherent methods, and the
+//! macros join them into the trait impls. An inherent method is found before a trait's, so none
+//! of the forwarding methods calls itself. What differs between the backends in the shared use
+//! cases is a parameter of the macro: which pool reads and which writes, how a writing
+//! transaction begins, how a timestamp and the session columns are bound, and the few
+//! statements each writes in its own dialect.
 
 /// One session's row, tombstoned or not.
 pub(crate) const GET_SESSION: &str = concat!(
@@ -79,11 +81,11 @@ macro_rules! sessions_to_sync {
 pub(crate) const TOMBSTONE_LIVE: &str =
     "UPDATE sessions SET deleted_at = $2 WHERE session_id = $1 AND deleted_at IS NULL";
 
-/// [`TOMBSTONE_LIVE`], marked as the list sync's (`Store::vanish_session`).
+/// [`TOMBSTONE_LIVE`], marked as the list sync's (`SessionRecords::vanish_session`).
 pub(crate) const VANISH_LIVE: &str = "UPDATE sessions SET deleted_at = $2, vanished_at = $2 \
      WHERE session_id = $1 AND deleted_at IS NULL";
 
-/// Undoes [`VANISH_LIVE`], and only it (`Store::revive_session`).
+/// Undoes [`VANISH_LIVE`], and only it (`SessionRecords::revive_session`).
 pub(crate) const REVIVE_VANISHED: &str = "UPDATE sessions \
      SET deleted_at = NULL, vanished_at = NULL, listed = NULL \
      WHERE session_id = $1 AND vanished_at IS NOT NULL";
@@ -91,10 +93,6 @@ pub(crate) const REVIVE_VANISHED: &str = "UPDATE sessions \
 /// Whether a session is tombstoned by [`VANISH_LIVE`].
 pub(crate) const VANISHED: &str =
     "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1 AND vanished_at IS NOT NULL)";
-
-/// The time of a session's latest event.
-pub(crate) const LAST_EVENT_AT: &str =
-    "SELECT created_at FROM session_events WHERE session_id = $1 ORDER BY seq DESC LIMIT 1";
 
 /// The live rows a sync has seen listed (`visit_synced`): their ids and their digests, each
 /// aggregated by the backend into one JSON array (two values to fetch, not
@@ -158,34 +156,6 @@ pub(crate) fn visit_ids_and_digests(
 
 pub(crate) const PRUNE_MOVES: &str = "DELETE FROM session_moves WHERE moved_at < $1";
 
-pub(crate) const READ_EVENTS: &str = "SELECT session_id, seq, kind, payload, created_at \
-     FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
-
-pub(crate) const SESSION_STATE: &str =
-    "SELECT seq, state FROM session_states WHERE session_id = $1";
-
-/// A later snapshot is never replaced by an earlier one.
-pub(crate) const PUT_SESSION_STATE: &str = "INSERT INTO session_states (session_id, seq, state) \
-     VALUES ($1, $2, $3) ON CONFLICT (session_id) DO UPDATE \
-     SET seq = excluded.seq, state = excluded.state WHERE session_states.seq < excluded.seq";
-
-pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM session_events WHERE created_at < $1";
-
-pub(crate) const LAST_EVENT_SEQ: &str =
-    "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
-
-/// The kind of a session's latest turn event, if any.
-pub(crate) const LAST_TURN_EVENT: &str = "SELECT kind FROM session_events \
-     WHERE session_id = $1 AND kind IN ('turn_started', 'turn_ended') ORDER BY seq DESC LIMIT 1";
-
-pub(crate) const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, \
-     created_at FROM lifecycle_events WHERE seq > $1 ORDER BY seq LIMIT $2";
-
-pub(crate) const READ_LIFECYCLE_TENANT: &str = "SELECT seq, session_id, tenant, kind, payload, \
-     created_at FROM lifecycle_events WHERE tenant = $3 AND seq > $1 ORDER BY seq LIMIT $2";
-
-pub(crate) const LAST_LIFECYCLE_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM lifecycle_events";
-
 /// Ends `replica`'s hold on `session_id` (nothing if another replica holds it), through `pool`.
 pub(crate) async fn release_session<DB>(
     pool: &sqlx::Pool<DB>,
@@ -218,21 +188,23 @@ pub(crate) async fn unless_empty<T, R>(
     use_case.await
 }
 
-/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::contract::Store) for
-/// `Backend`. Its shared use cases read through the pool `self.reads` and write through
-/// `self.writes`, open a writing transaction with `self.writes.begin_write`, bind a timestamp
-/// as `time(at)` and the session columns with `bind_session(query, record)`, read a row to
-/// update with `lock_session` (its `$1`: the id; the row must stay unchanged by others until
-/// commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how many to
-/// keep), find the moves of listed sessions with `first_moves` (see
+/// `impl_store!(Backend { … } { items })` implements [`Store`](crate::store::contract::Store)
+/// and each of its traits for `Backend`. Its shared use cases read through the pool `self.reads`
+/// and write through `self.writes`, open a writing transaction with `self.writes.begin_write`,
+/// bind a timestamp as `time(at)` and the session columns with `bind_session(query, record)`,
+/// read a row to update with `lock_session` (its `$1`: the id; the row must stay unchanged by
+/// others until commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how
+/// many to keep), find the moves of listed sessions with `first_moves` (see
 /// [`FirstMoves`](crate::store::listing::FirstMoves)), the sessions to sync of a page with
 /// `to_sync_query(listed)` (its statement, the page bound) and the synced sessions with
 /// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
-/// `items` are the trait's provided methods the backend overrides. The impl itself is written by
-/// [`impl_webhooks!`](crate::store::webhooks), which adds the webhook use cases both run alike,
-/// from the same parameters (through [`impl_quotas!`](crate::store::quotas) and
-/// [`impl_idempotency!`](crate::store::idempotency), which add the tenant quotas' and the
-/// idempotency keys'); `claim_deliveries` forwards to the backend's own.
+/// Here it writes the `Store`, `Ping` and `SessionRecords` impls; the others are written, from
+/// the same parameters, by [`impl_event_log!`](crate::store::event_log) (`EventLog` and
+/// `StateSnapshots`, with `items`: the provided methods of `EventLog` the backend overrides),
+/// [`impl_webhooks!`](crate::store::webhooks), [`impl_idempotency!`](crate::store::idempotency)
+/// and [`impl_quotas!`](crate::store::quotas). Each impl is written whole by one macro because
+/// `#[async_trait]` rewrites the `async fn`s it is given, not those a macro inside the impl
+/// would write.
 macro_rules! impl_store {
     (
         $backend:ty {
@@ -248,12 +220,30 @@ macro_rules! impl_store {
             synced_sessions: $synced_sessions:expr $(,)?
         } { $($extra:tt)* }
     ) => {
-        impl_quotas!($backend { reads: $reads, writes: $writes, time: $time } {
+        #[async_trait::async_trait]
+        impl $crate::store::contract::Store for $backend {
+            async fn cluster_secret(&self, fresh: &[u8]) -> $crate::store::error::StoreResult<Vec<u8>> {
+                use $crate::store::idempotency as sql;
+                sqlx::query(sql::PUT_SECRET)
+                    .bind(fresh)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(sqlx::query_scalar(sql::SECRET)
+                    .fetch_one(&self.$writes)
+                    .await?)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::contract::Ping for $backend {
             async fn ping(&self) -> $crate::store::error::StoreResult<()> {
                 sqlx::query("SELECT 1").execute(&self.$reads).await?;
                 Ok(())
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::store::contract::SessionRecords for $backend {
             async fn put_sessions(
                 &self,
                 records: &[$crate::store::records::SessionRecord],
@@ -400,200 +390,16 @@ macro_rules! impl_store {
                     .fetch_one(&self.$reads)
                     .await?)
             }
+        }
 
-            async fn last_event_at(
-                &self,
-                session_id: &str,
-            ) -> $crate::store::error::StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
-                use $crate::store::rows::Columns as _;
-                let row = sqlx::query($crate::store::common::LAST_EVENT_AT)
-                    .bind(session_id)
-                    .fetch_optional(&self.$reads)
-                    .await?;
-                row.map(|r| r.time("created_at")).transpose()
-            }
-
-            async fn append_events(
-                &self,
-                session_id: &str,
-                events: &[$crate::store::event::NewEvent],
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
-                match $crate::store::event::Batch::new(session_id, events, None)? {
-                    Some(batch) => self.append_batch(&batch).await,
-                    None => Ok(Vec::new()),
-                }
-            }
-
-            fn log_writer(&self) -> Box<dyn $crate::store::event::LogWriter> {
-                self.log_writer()
-            }
-
-            async fn read_events(
-                &self,
-                session_id: &str,
-                after: i64,
-                limit: i64,
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
-                let rows = sqlx::query($crate::store::common::READ_EVENTS)
-                    .bind(session_id)
-                    .bind(after)
-                    .bind(limit.max(0))
-                    .fetch_all(&self.$reads)
-                    .await?;
-                rows.iter().map($crate::store::rows::event_from).collect()
-            }
-
-            async fn read_events_of_kinds(
-                &self,
-                session_id: &str,
-                after: i64,
-                upto: i64,
-                kinds: &[&str],
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
-                if kinds.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let mut qb = sqlx::QueryBuilder::new(
-                    "SELECT session_id, seq, kind, payload, created_at FROM session_events \
-                     WHERE session_id = ",
-                );
-                qb.push_bind(session_id)
-                    .push(" AND seq > ")
-                    .push_bind(after)
-                    .push(" AND seq <= ")
-                    .push_bind(upto)
-                    .push(" AND kind IN (");
-                let mut list = qb.separated(", ");
-                for kind in kinds {
-                    list.push_bind(*kind);
-                }
-                qb.push(") ORDER BY seq");
-                let rows = qb.build().fetch_all(&self.$reads).await?;
-                rows.iter().map($crate::store::rows::event_from).collect()
-            }
-
-            async fn session_state(
-                &self,
-                session_id: &str,
-            ) -> $crate::store::error::StoreResult<Option<(i64, serde_json::Value)>> {
-                let row: Option<(i64, String)> =
-                    sqlx::query_as($crate::store::common::SESSION_STATE)
-                        .bind(session_id)
-                        .fetch_optional(&self.$reads)
-                        .await?;
-                row.map(|(seq, text)| {
-                    serde_json::from_str(&text).map(|state| (seq, state)).map_err(|e| {
-                        $crate::store::error::StoreError::Corrupt(format!(
-                            "state of session {session_id:?}: {e}"
-                        ))
-                    })
-                })
-                .transpose()
-            }
-
-            async fn put_session_state(
-                &self,
-                session_id: &str,
-                seq: i64,
-                state: &serde_json::Value,
-            ) -> $crate::store::error::StoreResult<()> {
-                sqlx::query($crate::store::common::PUT_SESSION_STATE)
-                    .bind(session_id)
-                    .bind(seq)
-                    .bind(state.to_string())
-                    .execute(&self.$writes)
-                    .await?;
-                Ok(())
-            }
-
-            async fn prune_events(
-                &self,
-                max_events: Option<i64>,
-                before: Option<chrono::DateTime<chrono::Utc>>,
-            ) -> $crate::store::error::StoreResult<u64> {
-                let mut deleted = 0;
-                if let Some(keep) = max_events {
-                    deleted += sqlx::query($prune_by_count)
-                        .bind(keep.max(0))
-                        .execute(&self.$writes)
-                        .await?
-                        .rows_affected();
-                }
-                if let Some(before) = before {
-                    deleted += sqlx::query($crate::store::common::PRUNE_EVENTS_BY_AGE)
-                        .bind($time(before))
-                        .execute(&self.$writes)
-                        .await?
-                        .rows_affected();
-                }
-                Ok(deleted)
-            }
-
-            async fn last_event_seq(&self, session_id: &str) -> $crate::store::error::StoreResult<i64> {
-                Ok(sqlx::query_scalar($crate::store::common::LAST_EVENT_SEQ)
-                    .bind(session_id)
-                    .fetch_one(&self.$reads)
-                    .await?)
-            }
-
-            async fn turn_open(&self, session_id: &str) -> $crate::store::error::StoreResult<bool> {
-                let kind: Option<String> = sqlx::query_scalar($crate::store::common::LAST_TURN_EVENT)
-                    .bind(session_id)
-                    .fetch_optional(&self.$reads)
-                    .await?;
-                Ok(kind.as_deref() == Some("turn_started"))
-            }
-
-            async fn append_lifecycle(
-                &self,
-                events: &[$crate::store::records::NewLifecycleEvent],
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::StoredLifecycleEvent>> {
-                $crate::store::common::unless_empty(events, self.append_lifecycle(events)).await
-            }
-
-            async fn read_lifecycle(
-                &self,
-                tenant: Option<&str>,
-                after: i64,
-                limit: i64,
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::StoredLifecycleEvent>> {
-                let query = match tenant {
-                    None => sqlx::query($crate::store::common::READ_LIFECYCLE_ALL),
-                    Some(_) => sqlx::query($crate::store::common::READ_LIFECYCLE_TENANT),
-                };
-                let mut query = query.bind(after).bind(limit.max(0));
-                if let Some(tenant) = tenant {
-                    query = query.bind(tenant);
-                }
-                let rows = query.fetch_all(&self.$reads).await?;
-                rows.iter().map($crate::store::rows::lifecycle_from).collect()
-            }
-
-            async fn last_lifecycle_seq(&self) -> $crate::store::error::StoreResult<i64> {
-                Ok(sqlx::query_scalar($crate::store::common::LAST_LIFECYCLE_SEQ)
-                    .fetch_one(&self.$reads)
-                    .await?)
-            }
-
-            async fn claim_deliveries(
-                &self,
-                owner: &str,
-                now: chrono::DateTime<chrono::Utc>,
-                lease_until: chrono::DateTime<chrono::Utc>,
-                limit: i64,
-            ) -> $crate::store::error::StoreResult<
-                Vec<($crate::store::records::DeliveryRecord, $crate::store::records::WebhookRecord)>,
-            > {
-                use chrono::SubsecRound;
-                if limit <= 0 {
-                    return Ok(Vec::new());
-                }
-                let now = $time(now.trunc_subsecs(6));
-                let lease_until = $time(lease_until.trunc_subsecs(6));
-                self.claim_deliveries(owner, now, lease_until, limit).await
-            }
-
-            $($extra)*
-        });
+        impl_event_log!($backend {
+            reads: $reads,
+            writes: $writes,
+            time: $time,
+            prune_events_by_count: $prune_by_count,
+        } { $($extra)* });
+        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time });
+        impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time });
+        impl_quotas!($backend { reads: $reads, writes: $writes, time: $time });
     };
 }

@@ -1,5 +1,9 @@
-//! The [`Store`] trait: the gateway's use cases against its database, which both backends
-//! implement; and [`Appended`], the appends another replica commits.
+//! The store's contract, one trait per concern of the gateway's database: [`SessionRecords`],
+//! [`EventLog`], [`StateSnapshots`], [`WebhookOutbox`] and [`Ping`] here, [`IdempotencyKeys`]
+//! and [`TenantQuotas`] beside their records (`idempotency.rs`, `quotas.rs`); [`Store`], all of
+//! them in the one object each backend is; and [`Appended`], the appends another replica
+//! commits. A use case or part holds only the traits it uses (an `Arc<dyn Store>` coerces to any
+//! of them).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -8,19 +12,28 @@ use serde_json::Value;
 
 use super::error::StoreResult;
 use super::event::{LogWriter, NewEvent, StoredEvent};
-use super::idempotency::{KeyClaim, KeyTerm, StoredResponse};
-use super::quotas::{SlotKind, TenantSlot};
+use super::idempotency::IdempotencyKeys;
+use super::quotas::TenantQuotas;
 use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
     SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
 
-/// The gateway's use cases against its database.
+/// The gateway's database: every concern's use cases in one object, which each backend is (and
+/// which [`connect`](super::connect) opens), and the secret of the replicas sharing it.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Cheap round trip, for `/readyz`.
-    async fn ping(&self) -> StoreResult<()>;
+pub trait Store:
+    SessionRecords + EventLog + StateSnapshots + WebhookOutbox + IdempotencyKeys + TenantQuotas + Ping
+{
+    /// The secret the replicas sharing the database prove forwarded requests with: the one
+    /// stored, else `fresh`, stored now.
+    async fn cluster_secret(&self, fresh: &[u8]) -> StoreResult<Vec<u8>>;
+}
 
+/// The sessions the gateway knows: their rows (each a session's metadata, tombstoned once
+/// deleted), the pages of the session list, and what the list sync reads and marks.
+#[async_trait]
+pub trait SessionRecords: Send + Sync + 'static {
     /// Writes sessions, each inserted or, if its id exists, is not tombstoned and has the same
     /// tenant and agent, replacing its row; another row of the id is left as it is. Returns the
     /// ids written, in no particular order. The ids must differ. A list sync writes the changes
@@ -35,13 +48,6 @@ pub trait Store: Send + Sync + 'static {
     /// The row for `session_id`, tombstoned or not.
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRecord>>;
 
-    /// Of a page of the agent's list, the sessions a sync has to look at, in one query: those
-    /// the cache does not know (with no row) and those whose live row is not what this very
-    /// listing made it ([`SessionRecord::listed`] differs), with their row. Tombstoned ids are
-    /// left out, but those the list sync tombstoned ([`Store::vanish_session`]), whose row
-    /// comes with its `deleted_at`: listed again, they come back. The ids must differ.
-    async fn sessions_to_sync(&self, listed: &[ListedSession]) -> StoreResult<Vec<ToSync>>;
-
     /// Reads the row, applies `mutate`, writes it back, in one transaction (row locked on
     /// PostgreSQL). Returns the new row; `None` when the id is unknown or tombstoned. The row
     /// is no longer what a listing made it: its [`SessionRecord::listed`] is cleared.
@@ -55,18 +61,6 @@ pub trait Store: Send + Sync + 'static {
     /// [`ListCursor`](super::ListCursor). `limit` must be at least 1.
     async fn list_sessions(&self, query: &ListQuery) -> StoreResult<SessionList>;
 
-    /// Hands `visit` each live (non-tombstoned) session of `agent` a sync has seen in its list,
-    /// with its [`SessionRecord::listed`] digest: one query, nothing collected (a large agent
-    /// lists a million).
-    async fn visit_synced(&self, agent: &str, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
-
-    /// Gives the sessions recorded before agents had names to `agent`; returns how many.
-    async fn adopt_sessions(&self, agent: &str) -> StoreResult<u64>;
-
-    /// Forgets recorded list moves older than `before` (see [`ListCursor`](super::ListCursor));
-    /// returns how many.
-    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;
-
     /// Marks the session deleted at `at`. Returns `true` when a live (non-tombstoned) row was
     /// tombstoned now, `false` when it was unknown or already deleted. An unknown id still gets a
     /// tombstone row (tenant `tenant`, empty cwd) so that a later sync cannot bring it back.
@@ -77,23 +71,43 @@ pub trait Store: Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> StoreResult<bool>;
 
+    /// Gives the sessions recorded before agents had names to `agent`; returns how many.
+    async fn adopt_sessions(&self, agent: &str) -> StoreResult<u64>;
+
+    /// Of a page of the agent's list, the sessions a sync has to look at, in one query: those
+    /// the cache does not know (with no row) and those whose live row is not what this very
+    /// listing made it ([`SessionRecord::listed`] differs), with their row. Tombstoned ids are
+    /// left out, but those the list sync tombstoned ([`SessionRecords::vanish_session`]), whose row
+    /// comes with its `deleted_at`: listed again, they come back. The ids must differ.
+    async fn sessions_to_sync(&self, listed: &[ListedSession]) -> StoreResult<Vec<ToSync>>;
+
+    /// Hands `visit` each live (non-tombstoned) session of `agent` a sync has seen in its list,
+    /// with its [`SessionRecord::listed`] digest: one query, nothing collected (a large agent
+    /// lists a million).
+    async fn visit_synced(&self, agent: &str, visit: &mut SyncedVisitor<'_>) -> StoreResult<()>;
+
     /// Tombstones a live session that the list sync found its agent no longer knows: as
-    /// [`Store::tombstone_session`] does, marked as vanished so that [`Store::revive_session`]
+    /// [`SessionRecords::tombstone_session`] does, marked as vanished so that [`SessionRecords::revive_session`]
     /// may undo it. Returns `true` when a live row was tombstoned now.
     async fn vanish_session(&self, session_id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
 
-    /// Brings back a session [`Store::vanish_session`] tombstoned (and no other tombstone),
+    /// Brings back a session [`SessionRecords::vanish_session`] tombstoned (and no other tombstone),
     /// with its log; its `listed` digest is cleared, so the next sync writes its row. Returns
     /// `true` when it did.
     async fn revive_session(&self, session_id: &str) -> StoreResult<bool>;
 
-    /// Whether the session is tombstoned by [`Store::vanish_session`] (and not revived).
+    /// Whether the session is tombstoned by [`SessionRecords::vanish_session`] (and not revived).
     async fn vanished(&self, session_id: &str) -> StoreResult<bool>;
 
-    /// When the session's log last got an event (by the appending replica's clock), whether
-    /// or not the session is tombstoned; `None` for an empty log.
-    async fn last_event_at(&self, session_id: &str) -> StoreResult<Option<DateTime<Utc>>>;
+    /// Forgets recorded list moves older than `before` (see [`ListCursor`](super::ListCursor));
+    /// returns how many.
+    async fn prune_moves(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
 
+/// The event logs: each session's, numbered per session, and the lifecycle log, numbered
+/// across the database; their appends, reads, retention, and the appends of other replicas.
+#[async_trait]
+pub trait EventLog: Send + Sync + 'static {
     /// Appends events to a session's log, assigning consecutive sequence numbers after the
     /// current last one, atomically: concurrent appenders never produce gaps or duplicates. The
     /// same statement or transaction inserts each event's deliveries to the enabled webhooks it
@@ -128,14 +142,17 @@ pub trait Store: Send + Sync + 'static {
         kinds: &[&str],
     ) -> StoreResult<Vec<StoredEvent>>;
 
-    /// The session's state snapshot, if one was stored: the log position it was made at and
-    /// its JSON (see [`Store::put_session_state`]).
-    async fn session_state(&self, session_id: &str) -> StoreResult<Option<(i64, Value)>>;
+    /// The last sequence number ever assigned in a session's log (0 when none), whether or not
+    /// that event is still retained.
+    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
 
-    /// Stores the session's state as made from its log up to `seq`, unless a snapshot made
-    /// further along is stored already (replicas and requests may race to store one).
-    async fn put_session_state(&self, session_id: &str, seq: i64, state: &Value)
-    -> StoreResult<()>;
+    /// When the session's log last got an event (by the appending replica's clock), whether
+    /// or not the session is tombstoned; `None` for an empty log.
+    async fn last_event_at(&self, session_id: &str) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// Whether the session's log shows a turn that started and has not ended (its latest
+    /// `turn_started` has no `turn_ended` after it).
+    async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
 
     /// Retention: deletes, in every session, the events beyond the latest `max_events` and those
     /// created before `before`. Sequence counters are kept, so numbering continues after the
@@ -145,14 +162,6 @@ pub trait Store: Send + Sync + 'static {
         max_events: Option<i64>,
         before: Option<DateTime<Utc>>,
     ) -> StoreResult<u64>;
-
-    /// The last sequence number ever assigned in a session's log (0 when none), whether or not
-    /// that event is still retained.
-    async fn last_event_seq(&self, session_id: &str) -> StoreResult<i64>;
-
-    /// Whether the session's log shows a turn that started and has not ended (its latest
-    /// `turn_started` has no `turn_ended` after it).
-    async fn turn_open(&self, session_id: &str) -> StoreResult<bool>;
 
     /// Appends lifecycle events, in one transaction, numbered in their order with the next
     /// global sequence numbers; returns them as stored, in the same order. The transaction
@@ -174,74 +183,32 @@ pub trait Store: Send + Sync + 'static {
     /// The last lifecycle sequence number (0 when empty).
     async fn last_lifecycle_seq(&self) -> StoreResult<i64>;
 
-    /// Takes `key` of `tenant` for a request with `fingerprint` that `runner` (a replica id)
-    /// runs, kept for the [`KeyTerm`] given, unless another request holds it: [`KeyClaim::Held`]
-    /// with that request's fingerprint, runner and, once it has answered, its response. A key
-    /// whose response expired is taken again; one still running never is (see
-    /// [`Store::hand_idempotency_key`]).
-    async fn take_idempotency_key(
-        &self,
-        tenant: &str,
-        key: &str,
-        fingerprint: &str,
-        runner: &str,
-        term: KeyTerm,
-    ) -> StoreResult<KeyClaim>;
+    /// Appends that other replicas commit to this database, as they commit (`None` where no
+    /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything
+    /// may have been missed.
+    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
+        Ok(None)
+    }
+}
 
-    /// Hands a running `key` (no response yet) to runner `to`, from runner `from` (`None`: from
-    /// whichever runs it), kept for `term` from now; `true` when it did.
-    async fn hand_idempotency_key(
-        &self,
-        tenant: &str,
-        key: &str,
-        from_to: (Option<&str>, &str),
-        term: KeyTerm,
-    ) -> StoreResult<bool>;
+/// Snapshots of sessions' states, each made from a session's log up to a position, so that a
+/// state is folded from there rather than from the log's start.
+#[async_trait]
+pub trait StateSnapshots: Send + Sync + 'static {
+    /// The session's state snapshot, if one was stored: the log position it was made at and
+    /// its JSON (see [`StateSnapshots::put_session_state`]).
+    async fn session_state(&self, session_id: &str) -> StoreResult<Option<(i64, Value)>>;
 
-    /// Records the response of the request holding `key`, kept until `expires_at` (once: the
-    /// first response stays).
-    async fn finish_idempotency_key(
-        &self,
-        tenant: &str,
-        key: &str,
-        response: &StoredResponse,
-        expires_at: DateTime<Utc>,
-    ) -> StoreResult<()>;
+    /// Stores the session's state as made from its log up to `seq`, unless a snapshot made
+    /// further along is stored already (replicas and requests may race to store one).
+    async fn put_session_state(&self, session_id: &str, seq: i64, state: &Value)
+    -> StoreResult<()>;
+}
 
-    /// Frees `key` while `runner` runs its request and it has no response (it failed in a way a
-    /// repeat may not).
-    async fn release_idempotency_key(
-        &self,
-        tenant: &str,
-        key: &str,
-        runner: &str,
-    ) -> StoreResult<()>;
-
-    /// Deletes the keys whose response expired at `now`, and the expired ones still running on
-    /// a replica that is neither `here` nor registered; returns how many.
-    async fn prune_idempotency_keys(&self, now: DateTime<Utc>, here: &str) -> StoreResult<u64>;
-
-    /// The secret the replicas sharing the database prove forwarded requests with: the one
-    /// stored, else `fresh`, stored now.
-    async fn cluster_secret(&self, fresh: &[u8]) -> StoreResult<Vec<u8>>;
-
-    /// Takes `slot` unless its tenant already has `quota` under way: its slots of that kind
-    /// held by live replicas (a session's slot for [`SESSION_SLOT_MAX`](super::SESSION_SLOT_MAX)
-    /// at most) and, for [`SlotKind::Session`], the sessions they hold live. True when taken
-    /// (a slot of the same holder is taken over).
-    async fn take_tenant_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool>;
-
-    /// Frees the slot of `kind` that `holder` holds (nothing if none).
-    async fn release_tenant_slot(&self, kind: SlotKind, holder: &str) -> StoreResult<()>;
-
-    /// Counts a prompt of `tenant` in `minute` (unix time / 60) unless it has `quota` there
-    /// already: true when counted.
-    async fn count_tenant_prompt(&self, tenant: &str, minute: i64, quota: u64)
-    -> StoreResult<bool>;
-
-    /// Deletes the prompt counts of minutes before `before`; returns how many.
-    async fn prune_tenant_prompts(&self, before: i64) -> StoreResult<u64>;
-
+/// The webhooks tenants subscribe, and the outbox of their deliveries: inserted by the appends
+/// of the events they match (see `webhooks.rs`), claimed and sent by the replicas, retried.
+#[async_trait]
+pub trait WebhookOutbox: Send + Sync + 'static {
     /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
     /// see `webhooks.rs`). Timestamps are kept to the microsecond.
     async fn put_webhook(&self, w: &WebhookRecord) -> StoreResult<()>;
@@ -300,13 +267,13 @@ pub trait Store: Send + Sync + 'static {
         attempt: &Attempt,
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
+}
 
-    /// Appends that other replicas commit to this database, as they commit (`None` where no
-    /// other replica can write: SQLite). `Appended::Lost` after a lost connection: anything
-    /// may have been missed.
-    async fn appended_elsewhere(&self) -> StoreResult<Option<BoxStream<'static, Appended>>> {
-        Ok(None)
-    }
+/// Whether the database answers (the readiness probe asks).
+#[async_trait]
+pub trait Ping: Send + Sync + 'static {
+    /// Cheap round trip, for `/readyz`.
+    async fn ping(&self) -> StoreResult<()>;
 }
 
 impl dyn Store {
@@ -318,7 +285,7 @@ impl dyn Store {
     }
 }
 
-/// An append by another replica (see [`Store::appended_elsewhere`]).
+/// An append by another replica (see [`EventLog::appended_elsewhere`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
     /// A session's log now reaches `seq`.

@@ -169,12 +169,13 @@ impl<'a> Batch<'a> {
 /// What [`LogWriter::append_all`] stored: each group's events, in the groups' order.
 pub type BatchesStored = Vec<Vec<StoredEvent>>;
 
-/// See [`Store::log_writer`].
+/// See [`EventLog::log_writer`](crate::store::contract::EventLog::log_writer).
 #[async_trait]
 pub trait LogWriter: Send {
-    /// As [`Store::append_events`]. With `touch`, the session's `updated_at` is also raised to
-    /// at least `touch` in the same transaction (a prompt's activity, recorded with its
-    /// `turn_started`); a tombstoned or unknown session is left alone.
+    /// As [`EventLog::append_events`](crate::store::contract::EventLog::append_events). With
+    /// `touch`, the session's `updated_at` is also raised to at least `touch` in the same
+    /// transaction (a prompt's activity, recorded with its `turn_started`); a tombstoned or unknown
+    /// session is left alone.
     async fn append(
         &mut self,
         session_id: &str,

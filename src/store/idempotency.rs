@@ -2,8 +2,13 @@
 //! and, once it has answered, its response ([`KeyRecord`]), so that a repeat on any replica, or
 //! after a restart, gets that response again; and the secret with which replicas prove the
 //! requests they forward to each other (carrying such keys among them). The SQL runs alike on both backends and is written once here,
-//! with [`impl_idempotency!`], which adds these use cases to the `impl Store` that
-//! [`impl_store!`](crate::store::common) writes.
+//! with [`impl_idempotency!`], which writes a backend's
+//! [`IdempotencyKeys`] impl.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::error::StoreResult;
 
 /// When a key was taken and until when it is kept.
 pub type KeyTerm = (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>);
@@ -32,6 +37,58 @@ pub enum KeyClaim {
     Taken,
     /// An earlier request holds it.
     Held(KeyRecord),
+}
+
+/// The idempotency keys of requests: which request holds each, on which replica, and the
+/// response it answered.
+#[async_trait]
+pub trait IdempotencyKeys: Send + Sync + 'static {
+    /// Takes `key` of `tenant` for a request with `fingerprint` that `runner` (a replica id)
+    /// runs, kept for the [`KeyTerm`] given, unless another request holds it: [`KeyClaim::Held`]
+    /// with that request's fingerprint, runner and, once it has answered, its response. A key
+    /// whose response expired is taken again; one still running never is (see
+    /// [`IdempotencyKeys::hand_idempotency_key`]).
+    async fn take_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+        runner: &str,
+        term: KeyTerm,
+    ) -> StoreResult<KeyClaim>;
+
+    /// Hands a running `key` (no response yet) to runner `to`, from runner `from` (`None`: from
+    /// whichever runs it), kept for `term` from now; `true` when it did.
+    async fn hand_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        from_to: (Option<&str>, &str),
+        term: KeyTerm,
+    ) -> StoreResult<bool>;
+
+    /// Records the response of the request holding `key`, kept until `expires_at` (once: the
+    /// first response stays).
+    async fn finish_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        response: &StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<()>;
+
+    /// Frees `key` while `runner` runs its request and it has no response (it failed in a way a
+    /// repeat may not).
+    async fn release_idempotency_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        runner: &str,
+    ) -> StoreResult<()>;
+
+    /// Deletes the keys whose response expired at `now`, and the expired ones still running on
+    /// a replica that is neither `here` nor registered; returns how many.
+    async fn prune_idempotency_keys(&self, now: DateTime<Utc>, here: &str) -> StoreResult<u64>;
 }
 
 /// Takes the key for runner `$6`: inserts it, or replaces it when its response expired (`$4`:
@@ -92,17 +149,14 @@ pub(crate) fn record_from(row: &impl super::rows::Columns) -> super::error::Stor
     })
 }
 
-/// `impl_idempotency!(Backend { reads, writes, time } { items })` passes `items` and the
-/// idempotency use cases on to [`impl_webhooks!`](crate::store::webhooks), with the same
-/// parameters (see [`impl_store!`](crate::store::common)).
+/// `impl_idempotency!(Backend { reads, writes, time })` implements
+/// [`IdempotencyKeys`] for `Backend`, from the
+/// parameters of the same names of [`impl_store!`](crate::store::common), which invokes it (and
+/// which stores the cluster secret with [`PUT_SECRET`] and [`SECRET`]).
 macro_rules! impl_idempotency {
-    (
-        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
-        { $($items:tt)* }
-    ) => {
-        impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time } {
-            $($items)*
-
+    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::idempotency::IdempotencyKeys for $backend {
             async fn take_idempotency_key(
                 &self,
                 tenant: &str,
@@ -132,15 +186,19 @@ macro_rules! impl_idempotency {
                         .fetch_optional(&self.$writes)
                         .await?;
                     if let Some(row) = row {
-                        return Ok($crate::store::idempotency::KeyClaim::Held(sql::record_from(&row)?));
+                        return Ok($crate::store::idempotency::KeyClaim::Held(
+                            sql::record_from(&row)?,
+                        ));
                     }
                 }
                 // Taken and released again and again: as good as still running.
-                Ok($crate::store::idempotency::KeyClaim::Held($crate::store::idempotency::KeyRecord {
-                    fingerprint: fingerprint.to_owned(),
-                    runner: runner.to_owned(),
-                    response: None,
-                }))
+                Ok($crate::store::idempotency::KeyClaim::Held(
+                    $crate::store::idempotency::KeyRecord {
+                        fingerprint: fingerprint.to_owned(),
+                        runner: runner.to_owned(),
+                        response: None,
+                    },
+                ))
             }
 
             async fn finish_idempotency_key(
@@ -150,8 +208,8 @@ macro_rules! impl_idempotency {
                 response: &$crate::store::idempotency::StoredResponse,
                 expires_at: chrono::DateTime<chrono::Utc>,
             ) -> $crate::store::error::StoreResult<()> {
-                let headers = serde_json::to_string(&response.headers)
-                    .expect("pairs of strings serialise");
+                let headers =
+                    serde_json::to_string(&response.headers).expect("pairs of strings serialise");
                 sqlx::query($crate::store::idempotency::FINISH)
                     .bind(tenant)
                     .bind(key)
@@ -172,12 +230,16 @@ macro_rules! impl_idempotency {
                 (now, expires_at): $crate::store::idempotency::KeyTerm,
             ) -> $crate::store::error::StoreResult<bool> {
                 use $crate::store::idempotency as sql;
-                let query = sqlx::query(if from.is_some() { sql::HAND } else { sql::ADOPT })
-                    .bind(tenant)
-                    .bind(key)
-                    .bind(to)
-                    .bind($time(now))
-                    .bind($time(expires_at));
+                let query = sqlx::query(if from.is_some() {
+                    sql::HAND
+                } else {
+                    sql::ADOPT
+                })
+                .bind(tenant)
+                .bind(key)
+                .bind(to)
+                .bind($time(now))
+                .bind($time(expires_at));
                 let query = match from {
                     Some(from) => query.bind(from),
                     None => query,
@@ -212,17 +274,6 @@ macro_rules! impl_idempotency {
                     .await?;
                 Ok(pruned.rows_affected())
             }
-
-            async fn cluster_secret(&self, fresh: &[u8]) -> $crate::store::error::StoreResult<Vec<u8>> {
-                use $crate::store::idempotency as sql;
-                sqlx::query(sql::PUT_SECRET)
-                    .bind(fresh)
-                    .execute(&self.$writes)
-                    .await?;
-                Ok(sqlx::query_scalar(sql::SECRET)
-                    .fetch_one(&self.$writes)
-                    .await?)
-            }
-        });
+        }
     };
 }

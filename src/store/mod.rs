@@ -1,15 +1,17 @@
 //! The durable store: session metadata cache and the per-session event log.
 //!
-//! One [`Store`] trait at the level of the gateway's use cases (`contract.rs`), speaking in the
-//! records of `records.rs` and the events of `event.rs`, failing with the [`StoreError`] of
-//! `error.rs`; a PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) that pass the
-//! same contract suite (`tests/store_contract/`), opened by `database.rs`; beside it, how each
-//! records the gateway replicas using it (`replicas.rs`). What the two run alike is written
-//! once: the shared SQL and the `impl Store` of both (`common.rs`), the mapping of rows to
-//! records (`rows.rs`) and the session list's statement and pages (`listing.rs`); webhooks and
-//! their outbox (`webhooks.rs`); per-tenant quotas (`quotas.rs`). This file only declares the parts and re-exports their names.
-//! This module depends on nothing else in the crate: the replica id it tags notifications with
-//! is given to [`connect`].
+//! One trait per concern at the level of the gateway's use cases (`contract.rs`: the session
+//! rows, the event logs, state snapshots, webhooks and their outbox; `idempotency.rs`: the
+//! idempotency keys; `quotas.rs`: per-tenant quotas), all combined in [`Store`], the one object a
+//! backend is; they speak in the records of `records.rs` and the events of `event.rs`, failing
+//! with the [`StoreError`] of `error.rs`. A PostgreSQL and an SQLite implementation (`postgres/`,
+//! `sqlite/`) pass the same contract suite (`tests/store_contract/`), opened by `database.rs`;
+//! beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
+//! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
+//! per concern in `event_log.rs`, `webhooks.rs`, `idempotency.rs` and `quotas.rs`), the mapping
+//! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
+//! file only declares the parts and re-exports their names. This module depends on nothing else
+//! in the crate: the replica id it tags notifications with is given to [`connect`].
 
 /// The `sessions` columns, in the order `rows::session_from`, the session binds and the shared
 /// statements use (declared before the modules that use it, so that they all see it).
@@ -31,6 +33,8 @@ mod webhooks;
 mod idempotency;
 #[macro_use]
 mod quotas;
+#[macro_use]
+mod event_log;
 mod event;
 mod listing;
 mod migrations;
@@ -40,14 +44,16 @@ mod replicas;
 mod rows;
 mod sqlite;
 
-pub use contract::{Appended, Store};
+pub use contract::{
+    Appended, EventLog, Ping, SessionRecords, StateSnapshots, Store, WebhookOutbox,
+};
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
-pub use idempotency::{KeyClaim, KeyRecord, KeyTerm, StoredResponse};
+pub use idempotency::{IdempotencyKeys, KeyClaim, KeyRecord, KeyTerm, StoredResponse};
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
-pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantSlot};
+pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantQuotas, TenantSlot};
 pub use records::{
     Attempt, DeliveryRecord, ListCursor, ListQuery, ListedSession, NewLifecycleEvent, Origin,
     STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,

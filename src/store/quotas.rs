@@ -7,7 +7,10 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+
+use super::error::StoreResult;
 
 /// What a slot bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +60,28 @@ impl TenantSlot<'_> {
     }
 }
 
+/// What each tenant has under way across the replicas, counted against its quotas: slots
+/// (sessions, turns) held by live replicas, and prompts per minute.
+#[async_trait]
+pub trait TenantQuotas: Send + Sync + 'static {
+    /// Takes `slot` unless its tenant already has `quota` under way: its slots of that kind
+    /// held by live replicas (a session's slot for [`SESSION_SLOT_MAX`](super::SESSION_SLOT_MAX)
+    /// at most) and, for [`SlotKind::Session`], the sessions they hold live. True when taken
+    /// (a slot of the same holder is taken over).
+    async fn take_tenant_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool>;
+
+    /// Frees the slot of `kind` that `holder` holds (nothing if none).
+    async fn release_tenant_slot(&self, kind: SlotKind, holder: &str) -> StoreResult<()>;
+
+    /// Counts a prompt of `tenant` in `minute` (unix time / 60) unless it has `quota` there
+    /// already: true when counted.
+    async fn count_tenant_prompt(&self, tenant: &str, minute: i64, quota: u64)
+    -> StoreResult<bool>;
+
+    /// Deletes the prompt counts of minutes before `before`; returns how many.
+    async fn prune_tenant_prompts(&self, before: i64) -> StoreResult<u64>;
+}
+
 /// Inserts (or takes over) a slot: `$1` kind, `$2` holder, `$3` tenant, `$4` replica, `$5` now.
 pub const TAKE: &str = "INSERT INTO tenant_slots (kind, holder, tenant, replica_id, taken_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, holder) DO UPDATE SET \
@@ -68,18 +93,15 @@ pub const COUNT_PROMPT: &str = "INSERT INTO tenant_prompts (tenant, minute, prom
      prompts = tenant_prompts.prompts + 1 WHERE tenant_prompts.prompts < $3";
 pub const PRUNE_PROMPTS: &str = "DELETE FROM tenant_prompts WHERE minute < $1";
 
-/// `impl_quotas!(Backend { reads, writes, time } { items })` passes `items` and the quota use
-/// cases both backends run alike (releasing a slot, counting prompts) on to
-/// [`impl_idempotency!`](crate::store::idempotency), with the same parameters (see
-/// [`impl_store!`](crate::store::common)); taking a slot is the backend's own `take_slot`.
+/// `impl_quotas!(Backend { reads, writes, time })` implements
+/// [`TenantQuotas`] for `Backend`, from the parameters of
+/// the same names of [`impl_store!`](crate::store::common), which invokes it: the use cases both
+/// backends run alike (releasing a slot, counting prompts); taking a slot is the backend's own
+/// `take_slot`.
 macro_rules! impl_quotas {
-    (
-        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
-        { $($items:tt)* }
-    ) => {
-        impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time } {
-            $($items)*
-
+    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::quotas::TenantQuotas for $backend {
             async fn take_tenant_slot(
                 &self,
                 slot: &$crate::store::quotas::TenantSlot<'_>,
@@ -126,6 +148,6 @@ macro_rules! impl_quotas {
                     .await?;
                 Ok(pruned.rows_affected())
             }
-        });
+        }
     };
 }

@@ -51,10 +51,11 @@ pub struct SessionRecord {
     pub synced_at: Option<DateTime<Utc>>,
     /// The digest of the agent's `SessionInfo` that a sync last made the row from, as long as
     /// nothing else has changed the row since (see
-    /// [`Store::sessions_to_sync`](super::Store::sessions_to_sync)); `None` then.
+    /// [`SessionRecords::sessions_to_sync`](super::SessionRecords::sessions_to_sync)); `None` then.
     pub listed: Option<i64>,
     /// The name of the agent the session lives in (empty in rows written before agents had names,
-    /// until [`Store::adopt_sessions`](super::Store::adopt_sessions) gives them the default one).
+    /// until [`SessionRecords::adopt_sessions`](super::SessionRecords::adopt_sessions) gives them
+    /// the default one).
     pub agent: String,
 }
 
@@ -65,21 +66,21 @@ pub struct ListedSession {
     pub digest: i64,
 }
 
-/// What [`Store::visit_synced`](super::Store::visit_synced) hands each synced session to: its id
-/// and its digest.
+/// What [`SessionRecords::visit_synced`](super::SessionRecords::visit_synced) hands each synced
+/// session to: its id and its digest.
 pub type SyncedVisitor<'v> = dyn FnMut(&str, Option<i64>) + Send + 'v;
 
 /// A listed session a sync has to look at (see
-/// [`Store::sessions_to_sync`](super::Store::sessions_to_sync)): its id and its row (live, or
-/// tombstoned by the list sync), `None` when the cache does not know it.
+/// [`SessionRecords::sessions_to_sync`](super::SessionRecords::sessions_to_sync)): its id and its
+/// row (live, or tombstoned by the list sync), `None` when the cache does not know it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToSync {
     pub session_id: String,
     pub cached: Option<SessionRecord>,
 }
 
-/// A page request for [`Store::list_sessions`](super::Store::list_sessions); newest `updated_at`
-/// first, ties by `session_id` descending.
+/// A page request for [`SessionRecords::list_sessions`](super::SessionRecords::list_sessions);
+/// newest `updated_at` first, ties by `session_id` descending.
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
     /// `None` lists every tenant (admin).
@@ -107,7 +108,7 @@ pub struct ListCursor {
     pub session_id: String,
 }
 
-/// One page of [`Store::list_sessions`](super::Store::list_sessions).
+/// One page of [`SessionRecords::list_sessions`](super::SessionRecords::list_sessions).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionList {
     pub sessions: Vec<SessionRecord>,
@@ -176,7 +177,7 @@ impl NewLifecycleEvent {
 }
 
 /// A mutation applied to one session row inside a transaction (see
-/// [`Store::update_session`](super::Store::update_session)).
+/// [`SessionRecords::update_session`](super::SessionRecords::update_session)).
 pub type SessionMutation<'a> = &'a (dyn Fn(&mut SessionRecord) + Send + Sync);
 
 /// Truncates every timestamp of `record` to the microsecond, the precision both backends store.
@@ -187,8 +188,9 @@ fn truncate_timestamps(record: &mut SessionRecord) {
     record.synced_at = record.synced_at.map(|at| at.trunc_subsecs(6));
 }
 
-/// What [`Store::update_session`](super::Store::update_session) writes back over `current`, the row
-/// read for `session_id`: `current` changed by `mutate`; `None` when there is no live row.
+/// What [`SessionRecords::update_session`](super::SessionRecords::update_session) writes back over
+/// `current`, the row read for `session_id`: `current` changed by `mutate`; `None` when there is no
+/// live row.
 pub(super) fn apply_mutation(
     current: Option<SessionRecord>,
     session_id: &str,

@@ -7,8 +7,8 @@
 //! an event that will be sent; senders claim them with leases (each backend's `webhooks.rs`).
 //! The rest runs alike on both backends and is written once here: the SQL (the outbox insert
 //! too, [`insert_deliveries!`], which each backend completes in its dialect), and
-//! [`impl_webhooks!`], which writes the `impl Store` with those use cases and the others
-//! [`impl_store!`] hands it (`common.rs` would otherwise outgrow its file).
+//! [`impl_webhooks!`], which writes a backend's
+//! [`WebhookOutbox`](crate::store::contract::WebhookOutbox) impl.
 
 use sqlx::query::Query;
 use sqlx::types::Json;
@@ -78,12 +78,13 @@ macro_rules! insert_deliveries {
     };
 }
 
-/// The ids of the deliveries [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries)
-/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the
-/// first pending delivery of each (webhook, session), those due (`next_attempt_at` reached,
-/// lease free or expired) of an enabled webhook. The first ones are found in the partial index
-/// of pending deliveries, whatever the number of those delivered before; the status is checked
-/// again on the row, which PostgreSQL re-reads when it locks a row changed meanwhile.
+/// The ids of the deliveries
+/// [`WebhookOutbox::claim_deliveries`](crate::store::contract::WebhookOutbox::claim_deliveries)
+/// takes (`$2` now, `$4` how many), lowest first, `$lock` the backend's row locking: of the first
+/// pending delivery of each (webhook, session), those due (`next_attempt_at` reached, lease free or
+/// expired) of an enabled webhook. The first ones are found in the partial index of pending
+/// deliveries, whatever the number of those delivered before; the status is checked again on the
+/// row, which PostgreSQL re-reads when it locks a row changed meanwhile.
 macro_rules! due_deliveries {
     ($lock:literal) => {
         concat!(
@@ -182,22 +183,15 @@ pub(crate) const FINISH_DELIVERY: &str = "UPDATE webhook_deliveries SET status =
      last_status = $5, last_body = $6, last_error = $7, lease_owner = NULL, \
      lease_until = NULL, updated_at = $8 WHERE id = $1 AND lease_owner = $2";
 
-/// `impl_webhooks!(Backend { reads, writes, time } { items })` implements
-/// [`Store`](crate::store::contract::Store) for `Backend` with `items`, the other use cases (from
-/// [`impl_store!`], which invokes it), and the webhook use cases both backends run alike (all
-/// but `claim_deliveries`): these read through the pool `self.reads`, write through
-/// `self.writes` and bind a timestamp as `time(at)`, as [`impl_store!`]'s do. The impl is written
-/// whole here because `#[async_trait]` rewrites the `async fn`s it is given, not those a macro
-/// inside the impl would write.
+/// `impl_webhooks!(Backend { reads, writes, time })` implements
+/// [`WebhookOutbox`](crate::store::contract::WebhookOutbox) for `Backend` (invoked by
+/// [`impl_store!`], from its parameters of the same names): these use cases read through the
+/// pool `self.reads`, write through `self.writes` and bind a timestamp as `time(at)`, as
+/// [`impl_store!`]'s do; `claim_deliveries` forwards to the backend's own.
 macro_rules! impl_webhooks {
-    (
-        $backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }
-        { $($items:tt)* }
-    ) => {
+    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
         #[async_trait::async_trait]
-        impl $crate::store::contract::Store for $backend {
-            $($items)*
-
+        impl $crate::store::contract::WebhookOutbox for $backend {
             async fn put_webhook(
                 &self,
                 w: &$crate::store::records::WebhookRecord,
@@ -219,7 +213,8 @@ macro_rules! impl_webhooks {
             async fn get_webhook(
                 &self,
                 id: &str,
-            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::WebhookRecord>> {
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::WebhookRecord>>
+            {
                 let row = sqlx::query($crate::store::webhooks::GET_WEBHOOK)
                     .bind(id)
                     .fetch_optional(&self.$reads)
@@ -273,7 +268,8 @@ macro_rules! impl_webhooks {
                 webhook_id: &str,
                 before: Option<i64>,
                 limit: i64,
-            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::DeliveryRecord>> {
+            ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::DeliveryRecord>>
+            {
                 let rows = sqlx::query($crate::store::webhooks::LIST_DELIVERIES)
                     .bind(webhook_id)
                     .bind(before.unwrap_or(i64::MAX))
@@ -289,7 +285,8 @@ macro_rules! impl_webhooks {
                 &self,
                 webhook_id: &str,
                 id: i64,
-            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::DeliveryRecord>> {
+            ) -> $crate::store::error::StoreResult<Option<$crate::store::records::DeliveryRecord>>
+            {
                 let row = sqlx::query($crate::store::webhooks::GET_DELIVERY)
                     .bind(webhook_id)
                     .bind(id)
@@ -314,6 +311,27 @@ macro_rules! impl_webhooks {
                     .execute(&self.$writes)
                     .await?;
                 Ok(retried.rows_affected() > 0)
+            }
+
+            async fn claim_deliveries(
+                &self,
+                owner: &str,
+                now: chrono::DateTime<chrono::Utc>,
+                lease_until: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> $crate::store::error::StoreResult<
+                Vec<(
+                    $crate::store::records::DeliveryRecord,
+                    $crate::store::records::WebhookRecord,
+                )>,
+            > {
+                use chrono::SubsecRound;
+                if limit <= 0 {
+                    return Ok(Vec::new());
+                }
+                let now = $time(now.trunc_subsecs(6));
+                let lease_until = $time(lease_until.trunc_subsecs(6));
+                self.claim_deliveries(owner, now, lease_until, limit).await
             }
 
             async fn finish_delivery(

@@ -17,6 +17,7 @@ use syn::visit::Visit;
 mod checker;
 mod folders;
 mod parts;
+mod traits;
 
 /// What each top-level module may import from the crate (itself aside): ARCHITECTURE.md's
 /// layers, each reaching only down. The crate root (`lib.rs`) wires them all together and may

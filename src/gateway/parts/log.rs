@@ -1,5 +1,6 @@
 //! What the service appends to a session's log and to the lifecycle log, through the event
 //! hub: waiting for the commit, or queued at the writer's pace.
+//! The logs as stored ([`EventLog`]) are reached here too, for what the service reads of them.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use serde_json::{Value, json};
 use super::records::Records;
 use crate::events::EventHub;
 use crate::gateway::clock::now;
-use crate::store::{NewEvent, NewLifecycleEvent, Payload, SessionRecord};
+use crate::store::{EventLog, NewEvent, NewLifecycleEvent, Payload, SessionRecord};
 
 /// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
 /// notifications (`_…`): in sessions' logs, then in the lifecycle log.
@@ -58,6 +59,8 @@ pub(in crate::gateway) struct Log {
     hub: Arc<EventHub>,
     /// Where an append that touches a session notes it.
     records: Arc<Records>,
+    /// The logs as stored, for reads.
+    events: Arc<dyn EventLog>,
 }
 
 fn event(kind: &str, payload: impl Into<Payload>) -> NewEvent {
@@ -68,8 +71,21 @@ fn event(kind: &str, payload: impl Into<Payload>) -> NewEvent {
 }
 
 impl Log {
-    pub(in crate::gateway) fn new(hub: Arc<EventHub>, records: Arc<Records>) -> Self {
-        Log { hub, records }
+    pub(in crate::gateway) fn new(
+        hub: Arc<EventHub>,
+        records: Arc<Records>,
+        events: Arc<dyn EventLog>,
+    ) -> Self {
+        Log {
+            hub,
+            records,
+            events,
+        }
+    }
+
+    /// The logs as stored: what the service reads of them (appends go through the hub).
+    pub(in crate::gateway) fn events(&self) -> &dyn EventLog {
+        self.events.as_ref()
     }
 
     /// Until the guard is dropped, the session's appends are written in `span`'s trace (a

@@ -459,7 +459,7 @@ impl Placement {
                 .await
                 .map(|r| (method, r)))
         } else if caps.load {
-            let log_empty = self.records.store().last_event_seq(id).await? == 0;
+            let log_empty = self.log.events().last_event_seq(id).await? == 0;
             self.live.loading(id, log_empty);
             let r = agent.load_session(id, &record.cwd).await;
             self.live.loaded(id);
@@ -547,7 +547,7 @@ impl Placement {
                 }
                 self.detach(&id).await;
                 tracing::info!(session = id, "closed an idle session");
-                if let Ok(Some(record)) = self.records.store().get_session(&id).await {
+                if let Ok(Some(record)) = self.records.rows().get_session(&id).await {
                     let status = json!({"status": Status::Saved, "reason": "idle"});
                     self.log.lifecycle(&record, "session_status", status).await;
                 }

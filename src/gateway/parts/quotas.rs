@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use crate::cluster::{Cluster, replica_id};
 use crate::config::TenantFlags;
 use crate::gateway::error::Error;
-use crate::store::{SlotKind, Store, TenantSlot};
+use crate::store::{SlotKind, TenantQuotas, TenantSlot};
 
 /// Seconds a client refused for a count of things at once is asked to wait.
 const RETRY_AFTER_BUSY: u64 = 5;
@@ -19,7 +19,7 @@ const RETRY_AFTER_BUSY: u64 = 5;
 /// The limits, and where they are counted.
 pub(in crate::gateway) struct Quotas {
     flags: TenantFlags,
-    store: Arc<dyn Store>,
+    store: Arc<dyn TenantQuotas>,
     cluster: Arc<Cluster>,
     /// The last minute whose older prompt counts were pruned.
     pruned: AtomicI64,
@@ -35,7 +35,7 @@ pub(in crate::gateway) struct Held {
 impl Quotas {
     pub(in crate::gateway) fn new(
         flags: TenantFlags,
-        store: Arc<dyn Store>,
+        store: Arc<dyn TenantQuotas>,
         cluster: Arc<Cluster>,
     ) -> Self {
         Quotas {

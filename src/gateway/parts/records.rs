@@ -14,14 +14,14 @@ use crate::gateway::cursor::encode_cursor;
 use crate::gateway::error::Error;
 use crate::gateway::input::SessionId;
 use crate::gateway::output::PageJson;
-use crate::store::{ListQuery, SessionMutation, SessionRecord, Store, StoreResult};
+use crate::store::{ListQuery, SessionMutation, SessionRecord, SessionRecords, StoreResult};
 
 /// Pages kept per generation; beyond it the page cache starts over.
 const MAX_PAGES: usize = 1024;
 
 /// The session records, and who may change them when.
 pub(in crate::gateway) struct Records {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SessionRecords>,
     /// Counts the commits of prompts' `updatedAt` (part of the list generation).
     hub: Arc<EventHub>,
     /// Numbers the gateway's own changes to cached sessions ([`Records::update_cached`]).
@@ -47,7 +47,7 @@ pub(in crate::gateway) struct Records {
 }
 
 impl Records {
-    pub(in crate::gateway) fn new(store: Arc<dyn Store>, hub: Arc<EventHub>) -> Self {
+    pub(in crate::gateway) fn new(store: Arc<dyn SessionRecords>, hub: Arc<EventHub>) -> Self {
         Records {
             store,
             hub,
@@ -61,8 +61,8 @@ impl Records {
         }
     }
 
-    /// The store, for what the records do not cover (logs, snapshots, webhooks).
-    pub(in crate::gateway) fn store(&self) -> &dyn Store {
+    /// The session rows, for what these methods do not cover.
+    pub(in crate::gateway) fn rows(&self) -> &dyn SessionRecords {
         self.store.as_ref()
     }
 

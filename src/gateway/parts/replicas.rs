@@ -156,7 +156,7 @@ impl Placement {
         if !self.cluster().runs_agents_elsewhere() {
             return Ok(None);
         }
-        let record = self.records().store().get_session(session_id).await?;
+        let record = self.records().rows().get_session(session_id).await?;
         Ok(record
             .filter(|r| r.deleted_at.is_none())
             .and_then(|r| self.cluster().runner_elsewhere(&r.agent)))
@@ -199,7 +199,7 @@ impl Placement {
         let payload =
             json!({"sessionId": session_id, "member": null, "code": null, "signal": null});
         self.log().append(session_id, "agent_exited", payload).await;
-        match self.records().store().turn_open(session_id).await {
+        match self.log().events().turn_open(session_id).await {
             Ok(true) => {
                 let gone = Error::AgentGone(
                     "the gateway replica running the turn stopped before it ended".into(),

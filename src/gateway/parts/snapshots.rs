@@ -10,15 +10,16 @@ use serde_json::{Map, Value};
 use tokio_util::task::TaskTracker;
 
 use super::log::Log;
-use super::records::Records;
 use crate::gateway::error::Error;
 use crate::gateway::state::{STATE_CHANGED, STATE_KINDS, SessionState, StateAt};
+use crate::store::StateSnapshots;
 
 /// The sessions' states: folded from their logs, snapshots stored, what the gateway learns
 /// outside updates logged.
 pub(in crate::gateway) struct States {
-    records: Arc<Records>,
     log: Log,
+    /// Where the snapshots are kept.
+    snapshots: Arc<dyn StateSnapshots>,
     /// Sessions whose log got a state event since their state snapshot was last stored here
     /// (see [`States::refresh_after_turn`]).
     dirty: Mutex<HashSet<String>>,
@@ -27,10 +28,14 @@ pub(in crate::gateway) struct States {
 }
 
 impl States {
-    pub(in crate::gateway) fn new(records: Arc<Records>, log: Log, tasks: TaskTracker) -> Self {
+    pub(in crate::gateway) fn new(
+        log: Log,
+        snapshots: Arc<dyn StateSnapshots>,
+        tasks: TaskTracker,
+    ) -> Self {
         States {
-            records,
             log,
+            snapshots,
             dirty: Mutex::default(),
             tasks,
         }
@@ -110,10 +115,10 @@ impl States {
     /// The state folded to the log's end: the stored snapshot, then the state events after it
     /// (the snapshot moves forward when there were any).
     pub(in crate::gateway) async fn state_of(&self, session_id: &str) -> Result<StateAt, Error> {
-        let store = self.records.store();
+        let store = self.log.events();
         // The position first: every event up to it is committed, so the fold is exact there.
         let last = store.last_event_seq(session_id).await?;
-        let (from, mut state) = match store.session_state(session_id).await? {
+        let (from, mut state) = match self.snapshots.session_state(session_id).await? {
             Some((seq, value)) => (seq, serde_json::from_value(value).unwrap_or_default()),
             None => (0, SessionState::default()),
         };
@@ -128,7 +133,11 @@ impl States {
         }
         if !events.is_empty() {
             let value = serde_json::to_value(&state).expect("a state serialises");
-            if let Err(e) = store.put_session_state(session_id, last, &value).await {
+            if let Err(e) = self
+                .snapshots
+                .put_session_state(session_id, last, &value)
+                .await
+            {
                 tracing::warn!(session = session_id, error = %e, "cannot store the state snapshot");
             }
         }

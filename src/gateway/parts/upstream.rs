@@ -84,7 +84,7 @@ impl Upstream {
             None => {
                 let agent = self.member_agents.get(member).map(String::as_str);
                 // Unknown yet (a session being created) or this agent's: its own.
-                match self.records.store().get_session(session_id).await {
+                match self.records.rows().get_session(session_id).await {
                     Ok(Some(r)) if Some(r.agent.as_str()) != agent => format!("agent {}", r.agent),
                     // Being loaded here (its replay): this replica holds it, no need to ask.
                     _ if self.live.replaying(session_id).is_some() => return true,

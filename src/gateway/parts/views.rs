@@ -108,7 +108,7 @@ impl Views {
         how: &str,
     ) -> StoreResult<bool> {
         let id = r.session_id.as_str();
-        if !self.records.store().revive_session(id).await? {
+        if !self.records.rows().revive_session(id).await? {
             return Ok(false);
         }
         self.records.sessions_changed();

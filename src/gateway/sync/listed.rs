@@ -60,7 +60,7 @@ pub(in crate::gateway) struct Synced {
 
 impl Synced {
     pub(in crate::gateway) async fn read(
-        store: &dyn crate::store::Store,
+        store: &dyn crate::store::SessionRecords,
         agent: &str,
     ) -> Result<Self, Error> {
         let hash = foldhash::fast::RandomState::default();
@@ -88,7 +88,7 @@ impl Synced {
     /// them as well: the miss is confirmed before it counts).
     pub(in crate::gateway) async fn missing(
         self,
-        store: &dyn crate::store::Store,
+        store: &dyn crate::store::SessionRecords,
     ) -> Result<Vec<String>, Error> {
         let mut ids = Vec::new();
         if self.digests.is_empty() {

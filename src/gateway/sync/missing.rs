@@ -83,7 +83,7 @@ impl Missing<'_> {
         let mut still = HashMap::new();
         let mut vanished = 0;
         for id in missing {
-            let Some(record) = self.records.store().get_session(&id).await? else {
+            let Some(record) = self.records.rows().get_session(&id).await? else {
                 continue;
             };
             if record.deleted_at.is_some() || self.in_use(&id, start).await? {
@@ -117,11 +117,11 @@ impl Missing<'_> {
         if self.placement.cluster().holder(id).await?.is_some() {
             return Ok(true);
         }
-        let store = self.records.store();
-        if store.turn_open(id).await? {
+        let log = self.log.events();
+        if log.turn_open(id).await? {
             return Ok(true);
         }
-        let last = store.last_event_at(id).await?;
+        let last = log.last_event_at(id).await?;
         Ok(last.is_some_and(|at| at >= start.began - CLOCK_SKEW))
     }
 
@@ -129,7 +129,7 @@ impl Missing<'_> {
     /// client that made it live between the checks and the tombstone keeps it.
     async fn vanish(&self, record: &SessionRecord, start: SyncStart) -> Result<bool, Error> {
         let id = record.session_id.as_str();
-        let store = self.records.store();
+        let store = self.records.rows();
         if !store.vanish_session(id, now()).await? {
             return Ok(false);
         }

@@ -143,7 +143,7 @@ impl ListSync {
             tx,
         )));
         // Read while the agent lists the first pages.
-        let mut synced = Synced::read(self.records.store(), agent).await?;
+        let mut synced = Synced::read(self.records.rows(), agent).await?;
         let mut looked_at = HashSet::new();
         while let Some(page) = pages.recv().await {
             let page = page?;
@@ -164,7 +164,7 @@ impl ListSync {
             .await
             .map_err(|e| agent_error(&format!("listing: {e}")))?;
         // Sessions listed before and missing now: a miss is no evidence on its own.
-        let missing = synced.missing(self.records.store()).await?;
+        let missing = synced.missing(self.records.rows()).await?;
         let settle = Missing {
             placement: &self.placement,
             records: &self.records,
@@ -198,7 +198,7 @@ impl ListSync {
                 digest: l.digest,
             })
             .collect();
-        let to_sync = self.records.store().sessions_to_sync(&listed).await?;
+        let to_sync = self.records.rows().sessions_to_sync(&listed).await?;
         if to_sync.is_empty() {
             return Ok(());
         }
@@ -258,7 +258,7 @@ impl ListSync {
         let (records, changes): (Vec<SessionRecord>, Vec<Change>) = writes.into_iter().unzip();
         let written: HashSet<String> = self
             .records
-            .store()
+            .rows()
             .put_sessions(&records)
             .await
             .inspect(|_| self.records.sessions_changed())?

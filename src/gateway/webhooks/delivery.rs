@@ -47,7 +47,7 @@ impl Webhooks {
                 let lease = now + config.timeout + Duration::from_secs(30);
                 let owner = crate::cluster::replica_id();
                 let claimed = match self
-                    .store()
+                    .outbox()
                     .claim_deliveries(owner, now, lease, BATCH)
                     .await
                 {
@@ -120,7 +120,7 @@ impl Webhooks {
             }
         };
         match self
-            .store()
+            .outbox()
             .finish_delivery(d.id, crate::cluster::replica_id(), &attempt, now)
             .await
         {
@@ -154,7 +154,7 @@ impl Webhooks {
         w.enabled = false;
         w.disabled_reason = Some(reason.clone());
         w.updated_at = Utc::now();
-        if let Err(e) = self.store().update_webhook(&w).await {
+        if let Err(e) = self.outbox().update_webhook(&w).await {
             tracing::warn!(webhook = w.id, error = %e, "a failing webhook could not be disabled");
             return;
         }

@@ -24,7 +24,7 @@ use crate::gateway::parts::log::{GATEWAY_KINDS, UPDATE_KINDS};
 use crate::gateway::parts::records::Records;
 
 use crate::events::EventHub;
-use crate::store::{DeliveryRecord, Store, WebhookRecord};
+use crate::store::{DeliveryRecord, WebhookOutbox, WebhookRecord};
 
 /// A subscription as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -223,6 +223,8 @@ pub struct WebhookConfig {
 pub struct Webhooks {
     /// Who may name which session.
     records: Arc<Records>,
+    /// The subscriptions and their deliveries, as stored.
+    outbox: Arc<dyn WebhookOutbox>,
     /// Where a disabled subscription is announced.
     hub: Arc<EventHub>,
     config: WebhookConfig,
@@ -250,20 +252,23 @@ impl Webhooks {
 impl Webhooks {
     pub(in crate::gateway) fn new(
         records: Arc<Records>,
+        outbox: Arc<dyn WebhookOutbox>,
         hub: Arc<EventHub>,
         config: WebhookConfig,
         stop: CancellationToken,
     ) -> Self {
         Webhooks {
             records,
+            outbox,
             hub,
             config,
             stop,
         }
     }
 
-    pub(in crate::gateway) fn store(&self) -> &dyn Store {
-        self.records.store()
+    /// The subscriptions and their deliveries, as stored.
+    pub(in crate::gateway) fn outbox(&self) -> &dyn WebhookOutbox {
+        self.outbox.as_ref()
     }
 
     /// `POST /webhooks`: the subscription, with its secret (shown only here and at rotation).
@@ -289,19 +294,19 @@ impl Webhooks {
             created_at: at,
             updated_at: at,
         };
-        self.records.store().put_webhook(&record).await?;
+        self.outbox().put_webhook(&record).await?;
         Ok(WebhookView::of(&record, true))
     }
 
     /// `GET /webhooks`: the caller's (every tenant's for an admin).
     pub async fn list(&self, caller: &Caller) -> Result<Vec<WebhookView>, Error> {
-        let all = self.records.store().list_webhooks(caller.scope()).await?;
+        let all = self.outbox().list_webhooks(caller.scope()).await?;
         Ok(all.iter().map(|w| WebhookView::of(w, false)).collect())
     }
 
     /// The subscription, if the caller may see it (404 otherwise, as for an unknown id).
     async fn webhook_record(&self, caller: &Caller, id: &str) -> Result<WebhookRecord, Error> {
-        match self.records.store().get_webhook(id).await? {
+        match self.outbox().get_webhook(id).await? {
             Some(w) if caller.sees(&w.tenant) => Ok(w),
             _ => Err(Error::NotFound(format!("no webhook {id}"))),
         }
@@ -346,7 +351,7 @@ impl Webhooks {
     }
 
     async fn update_webhook_row(&self, w: &WebhookRecord) -> Result<(), Error> {
-        if self.records.store().update_webhook(w).await? {
+        if self.outbox().update_webhook(w).await? {
             Ok(())
         } else {
             Err(Error::NotFound(format!("no webhook {}", w.id)))
@@ -357,7 +362,7 @@ impl Webhooks {
     pub async fn delete(&self, caller: &Caller, id: &str) -> Result<(), Error> {
         match self.webhook_record(caller, id).await {
             Ok(_) => {
-                self.records.store().delete_webhook(id).await?;
+                self.outbox().delete_webhook(id).await?;
                 Ok(())
             }
             Err(Error::NotFound(_)) => Ok(()),
@@ -386,11 +391,7 @@ impl Webhooks {
             return Err(Error::Malformed("limit must be between 1 and 200".into()));
         }
         self.webhook_record(caller, id).await?;
-        let mut rows = self
-            .records
-            .store()
-            .list_deliveries(id, before, limit + 1)
-            .await?;
+        let mut rows = self.outbox().list_deliveries(id, before, limit + 1).await?;
         let more = rows.len() as i64 > limit;
         rows.truncate(limit as usize);
         let next_before = more.then(|| rows.last().map(|d| d.id)).flatten();
@@ -410,16 +411,11 @@ impl Webhooks {
     ) -> Result<DeliveryView, Error> {
         self.webhook_record(caller, id).await?;
         let missing = || Error::NotFound(format!("no delivery {delivery} of webhook {id}"));
-        if !self
-            .records
-            .store()
-            .retry_delivery(id, delivery, now())
-            .await?
-        {
+        if !self.outbox().retry_delivery(id, delivery, now()).await? {
             return Err(missing());
         }
         let row = self
-            .store()
+            .outbox()
             .get_delivery(id, delivery)
             .await?
             .ok_or_else(missing)?;

@@ -19,7 +19,7 @@ const IN_USE: &str = "SELECT \
        AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') ELSE 0 END) AS in_use";
 
 impl PgStore {
-    /// [`Store::take_tenant_slot`](crate::store::contract::Store::take_tenant_slot).
+    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot).
     pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")

@@ -13,9 +13,10 @@ use crate::store::error::StoreResult;
 use crate::store::listing::FirstMoves;
 use crate::store::records::{ListedSession, SessionRecord};
 
-/// The row [`Store::update_session`](crate::store::contract::Store::update_session) changes: `FOR UPDATE`
-/// holds it until commit, so concurrent updates of one session queue up instead of overwriting
-/// each other's changes.
+/// The row
+/// [`SessionRecords::update_session`](crate::store::contract::SessionRecords::update_session)
+/// changes: `FOR UPDATE` holds it until commit, so concurrent updates of one session queue up
+/// instead of overwriting each other's changes.
 pub(super) const LOCK_SESSION: &str = concat!(
     "SELECT ",
     session_columns!(),
@@ -113,8 +114,8 @@ impl PgStore {
             .await?)
     }
 
-    /// [`Store::tombstone_session`](crate::store::contract::Store::tombstone_session), `at` to the
-    /// microsecond.
+    /// [`SessionRecords::tombstone_session`](crate::store::contract::SessionRecords::tombstone_session),
+    /// `at` to the microsecond.
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,

@@ -30,7 +30,8 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects to `url` (`postgres://…`) and applies the migrations in `migrations/postgres`.
-    /// `replica` tags the notifications of this store's appends (see [`Store::appended_elsewhere`](super::Store::appended_elsewhere)).
+    /// `replica` tags the notifications of this store's appends (see
+    /// [`EventLog::appended_elsewhere`](crate::store::contract::EventLog::appended_elsewhere)).
     pub async fn connect(url: &str, replica: &str) -> StoreResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)

@@ -44,8 +44,8 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl PgStore {
-    /// [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries), its timestamps to the
-    /// microsecond.
+    /// [`WebhookOutbox::claim_deliveries`](crate::store::contract::WebhookOutbox::claim_deliveries),
+    /// its timestamps to the microsecond.
     pub(super) async fn claim_deliveries(
         &self,
         owner: &str,

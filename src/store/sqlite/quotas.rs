@@ -16,7 +16,7 @@ const IN_USE: &str = "SELECT \
        WHERE s.tenant = $1 AND o.session_id <> $3 AND o.replica_id = $4) ELSE 0 END) AS in_use";
 
 impl SqliteStore {
-    /// [`Store::take_tenant_slot`](crate::store::contract::Store::take_tenant_slot).
+    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot).
     pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
         let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
         let in_use: i64 = sqlx::query_scalar(IN_USE)

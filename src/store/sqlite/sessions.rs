@@ -12,9 +12,10 @@ use crate::store::error::StoreResult;
 use crate::store::listing::FirstMoves;
 use crate::store::records::{ListedSession, SessionRecord};
 
-/// The row [`Store::update_session`](crate::store::contract::Store::update_session) changes. Its
-/// transaction is an immediate one, which holds the write lock from this read to the commit, so
-/// no other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
+/// The row
+/// [`SessionRecords::update_session`](crate::store::contract::SessionRecords::update_session)
+/// changes. Its transaction is an immediate one, which holds the write lock from this read to the
+/// commit, so no other write can slip in between (the SQLite counterpart of `SELECT … FOR UPDATE`).
 pub(super) const LOCK_SESSION: &str = GET_SESSION;
 
 /// SQLite's limit on bound parameters per statement.
@@ -112,8 +113,8 @@ impl SqliteStore {
         Ok(written)
     }
 
-    /// [`Store::tombstone_session`](crate::store::contract::Store::tombstone_session), `at` in unix
-    /// microseconds.
+    /// [`SessionRecords::tombstone_session`](crate::store::contract::SessionRecords::tombstone_session),
+    /// `at` in unix microseconds.
     pub(super) async fn tombstone_session(
         &self,
         session_id: &str,

@@ -41,8 +41,8 @@ const CLAIM_DELIVERIES: &str = concat!(
 );
 
 impl SqliteStore {
-    /// [`Store::claim_deliveries`](crate::store::contract::Store::claim_deliveries), its timestamps in unix
-    /// microseconds.
+    /// [`WebhookOutbox::claim_deliveries`](crate::store::contract::WebhookOutbox::claim_deliveries),
+    /// its timestamps in unix microseconds.
     pub(super) async fn claim_deliveries(
         &self,
         owner: &str,
