@@ -78,6 +78,7 @@ impl Turns {
             .quotas
             .turn(&caller.tenant, id.as_str())
             .await?;
+        claim.mark_admitted();
         self.counters.turns_started.fetch_add(1, Ordering::Relaxed);
         let sid = id.as_str().to_owned();
         // The turn, from its prompt to its `turn_ended`, as a span of the request's trace.
