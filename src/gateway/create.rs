@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
+use chrono::SubsecRound;
 use serde_json::{Value, json};
 
 use super::caller::Caller;
@@ -265,6 +266,10 @@ impl Create {
         };
         match self.records.rows().insert_session(&record).await {
             Ok(true) => {}
+            // Another replica's list sync, on an agent that shares this one's state, listed the
+            // new session before its row was stored here (a sync holds back only this replica's
+            // own creates): the session listed first is this one, and becomes the caller's.
+            Ok(false) if self.take_over_listed(&record).await? => {}
             // The agent handed out an id the gateway has given another session already (of
             // another member or agent, another tenant, a deleted one): ACP makes an id unique
             // only within one agent process. That session stays whose it is; this one is
@@ -306,6 +311,37 @@ impl Create {
             .note_state(&record.session_id, source, &result)
             .await?;
         Ok(record)
+    }
+}
+
+impl Create {
+    /// Replaces the row another replica's list sync wrote for the session `record` was made
+    /// as, when it is one: listed (`upstream`), of the same agent, not deleted. `true` when the
+    /// row is now `record`. The `session_created` that replica announced for the listed row
+    /// (heard only by callers who see every tenant) is followed by this create's own.
+    async fn take_over_listed(&self, record: &SessionRecord) -> Result<bool, Error> {
+        let listed_first = |r: &SessionRecord| {
+            r.origin == Origin::Upstream && r.agent == record.agent && r.deleted_at.is_none()
+        };
+        let take = |row: &mut SessionRecord| {
+            if listed_first(row) {
+                *row = record.clone();
+            }
+        };
+        let id = record.session_id.as_str();
+        let row = self.records.update_cached(id, &take).await?;
+        let ours = row.is_some_and(|r| {
+            r.origin == Origin::Gateway
+                && r.tenant == record.tenant
+                && r.created_at == record.created_at.trunc_subsecs(6)
+        });
+        if ours {
+            tracing::info!(
+                session = id,
+                "another replica listed the new session before it was recorded; it is the creator's"
+            );
+        }
+        Ok(ours)
     }
 }
 

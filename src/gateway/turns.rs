@@ -77,6 +77,7 @@ impl Turns {
             .quotas()
             .turn(&caller.tenant, id.as_str())
             .await?;
+        claim.mark_admitted();
         self.counters.turn_started();
         let sid = id.as_str().to_owned();
         // The turn, from its prompt to its `turn_ended`, as a span of the request's trace.

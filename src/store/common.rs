@@ -38,10 +38,11 @@ pub(crate) const INSERT_SESSION: &str = concat!(
 pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE agent = ''";
 
 /// What an upsert of session rows does with an id that exists: replaces every column unless
-/// the row is tombstoned or belongs to another tenant or agent (whose session it stays), but
-/// `updated_at` only by a later one (a prompt's touch, committed by the event writer, may land
-/// between a sync's read of the row and its write); then answers the ids written. `$max` is
-/// the backend's two-argument maximum.
+/// the row is tombstoned or of another tenant, agent or origin (whose session it stays: one a
+/// replica created between a sync's read, which found no row, and its write stays the
+/// creator's), but `updated_at` only by a later one (a prompt's touch, committed by the event
+/// writer, may land between a sync's read of the row and its write); then answers the ids
+/// written. `$max` is the backend's two-argument maximum.
 macro_rules! replace_unless_tombstoned {
     ($max:literal) => {
         concat!(
@@ -51,11 +52,11 @@ macro_rules! replace_unless_tombstoned {
              updated_at = ",
             $max,
             "(sessions.updated_at, excluded.updated_at), created_at = excluded.created_at, \
-             meta = excluded.meta, archived = excluded.archived, origin = excluded.origin, \
-             deleted_at = excluded.deleted_at, synced_at = excluded.synced_at, \
-             listed = excluded.listed, agent = excluded.agent \
+             meta = excluded.meta, archived = excluded.archived, deleted_at = excluded.deleted_at, \
+             synced_at = excluded.synced_at, listed = excluded.listed, agent = excluded.agent \
              WHERE sessions.deleted_at IS NULL AND sessions.tenant = excluded.tenant \
-             AND sessions.agent = excluded.agent RETURNING session_id"
+             AND sessions.agent = excluded.agent AND sessions.origin = excluded.origin \
+             RETURNING session_id"
         )
     };
 }

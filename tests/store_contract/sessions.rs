@@ -92,7 +92,7 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
     assert_eq!(got.created_at, ts(T0 - 1));
     assert_eq!(got.synced_at, Some(ts(T0 + 5)));
 
-    // Putting an existing live id replaces the whole row.
+    // Putting an existing live id (of its tenant, agent and origin) replaces the whole row.
     let replaced = SessionRecord {
         cwd: "/elsewhere".to_owned(),
         additional_directories: vec!["/only-one".to_owned()],
@@ -100,7 +100,6 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
         updated_at: ts(T0 + 10_000_000),
         meta: None,
         archived: false,
-        origin: Origin::Gateway,
         synced_at: None,
         ..full.clone()
     };
@@ -141,7 +140,7 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
 
 /// An id names one session: inserting a new session never touches a row of its id (another
 /// tenant's, another agent's, a tombstone), and an upsert (a list sync's) never changes a row's
-/// tenant or agent.
+/// tenant, agent or origin.
 pub async fn check_session_identity(store: Arc<dyn Store>) {
     let alice = SessionRecord {
         title: Some("alice secret plan".to_owned()),
@@ -178,6 +177,10 @@ pub async fn check_session_identity(store: Arc<dyn Store>) {
             agent: "other-agent".to_owned(),
             ..record("m1", "alice")
         },
+        SessionRecord {
+            origin: Origin::Upstream,
+            ..record("m1", "alice")
+        },
     ] {
         assert!(
             store
@@ -185,7 +188,7 @@ pub async fn check_session_identity(store: Arc<dyn Store>) {
                 .await
                 .unwrap()
                 .is_empty(),
-            "an upsert took another tenant's or agent's row: {taker:?}"
+            "an upsert took another tenant's, agent's or origin's row: {taker:?}"
         );
         assert_eq!(
             store.get_session("m1").await.unwrap().as_ref(),

@@ -24,8 +24,11 @@ pub(in crate::gateway) enum Busy {
 /// Where a turn is; the channel closes when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::gateway) enum TurnPhase {
-    /// Attaching the session, or not yet sent.
+    /// Attaching the session, or not yet admitted by its tenant's quota.
     Starting,
+    /// Admitted (counted among its tenant's turns, on every replica), not yet sent: from here
+    /// on the session's activity is `running`.
+    Admitted,
     /// `session/prompt` is queued for (or at) the agent.
     Sent,
     /// Its `turn_ended` is being queued: the session is free a moment later.
@@ -315,11 +318,12 @@ impl LiveTable {
                 member: Some(_),
                 tenant: Some(tenant),
                 busy,
+                turn_done,
                 ..
             }) if owner_ok(tenant) => {
                 let activity = if let Some(awaiting) = awaiting() {
                     awaiting
-                } else if *busy == Busy::Turn {
+                } else if *busy == Busy::Turn && admitted(turn_done.as_ref()) {
                     Activity::Running
                 } else {
                     Activity::Idle
@@ -340,7 +344,21 @@ pub(in crate::gateway) struct Claim {
     done: Option<watch::Sender<TurnPhase>>,
 }
 
+/// Whether a turn is past its admission: a turn still waiting for its tenant's quota may yet
+/// be refused, and is not shown as running, so that a client that has seen `running` knows
+/// the turn counts against the quota on every replica.
+fn admitted(turn: Option<&watch::Receiver<TurnPhase>>) -> bool {
+    turn.is_some_and(|phase| *phase.borrow() != TurnPhase::Starting)
+}
+
 impl Claim {
+    /// The turn is counted among its tenant's turns: it shows as running.
+    pub(in crate::gateway) fn mark_admitted(&self) {
+        if let Some(tx) = &self.done {
+            tx.send_replace(TurnPhase::Admitted);
+        }
+    }
+
     /// The turn's `session/prompt` is on its way to the agent: a cancel can follow it now.
     pub(in crate::gateway) fn mark_sent(&self) {
         if let Some(tx) = &self.done {
