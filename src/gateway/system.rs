@@ -236,6 +236,7 @@ impl System {
     /// The numbers `/metrics` publishes.
     pub fn stats(&self) -> Stats {
         let c = self.counters.read();
+        let (permissions_pending, elicitations_pending) = self.requests.pending_counts();
         let replicas = self.placement.cluster().view();
         let streams = self.log.hub().streams();
         let pools = self.placement.agents().all();
@@ -259,8 +260,8 @@ impl System {
             member_exits: c.member_exits,
             sessions_vanished: c.sessions_vanished,
             sessions_revived: c.sessions_revived,
-            permissions_pending: self.requests.pending_counts().0,
-            elicitations_pending: self.requests.pending_counts().1,
+            permissions_pending,
+            elicitations_pending,
         }
     }
 }
