@@ -432,7 +432,11 @@ async fn faults_lose_no_event_and_leave_no_agent() {
                 .map(|l| format!("replica r{g} panicked: {l}")),
         );
     }
-    // What each replica logged about a session with a problem.
+    // The problems first (a long output is cut in the middle), then what each replica logged
+    // last about a session with a problem.
+    for p in &problems {
+        eprintln!("chaos: problem: {p}");
+    }
     for id in ids
         .iter()
         .filter(|id| problems.iter().any(|p| p.starts_with(id.as_str())))
@@ -443,7 +447,11 @@ async fn faults_lose_no_event_and_leave_no_agent() {
                 .filter(|l| l.contains(id.as_str()) && !l.contains("session/update"))
                 .collect();
             if !lines.is_empty() {
-                eprintln!("----- r{g} about {id} -----\n{}", lines.join("\n"));
+                let last = &lines[lines.len().saturating_sub(20)..];
+                eprintln!(
+                    "----- r{g} about {id}, last lines -----\n{}",
+                    last.join("\n")
+                );
             }
         }
     }

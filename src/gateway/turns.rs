@@ -153,6 +153,7 @@ impl Turns {
             if let Some(slot) = slot {
                 this.placement.quotas().release(slot).await;
             }
+            this.placement.release_after_turn(&sid).await;
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
             if this.log.hub().log_failing() {

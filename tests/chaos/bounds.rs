@@ -34,7 +34,8 @@ pub enum Class {
     /// 503 `pool-exhausted`: no member ready while a killed one restarts.
     NoMember,
     /// 503 `replica-unavailable`, or over ACP "cannot be reached" / "live on another
-    /// replica": the session's replica was killed and its lease has not yet run out.
+    /// replica": the session's replica was killed and its lease has not yet run out, or it
+    /// could not beat while the database was down and its lease ran out meanwhile.
     ReplicaGone,
     /// 503 `store-unavailable`, or over ACP "store unavailable": the database is down.
     StoreDown,
@@ -54,12 +55,22 @@ impl Class {
             Class::AgentGone => (&[KillMember], s(1), Some(1)),
             // A member restarts within a second or two.
             Class::NoMember => (&[KillMember], s(5), None),
-            // Three heartbeats of a second make a lease; the session is then taken over.
-            Class::ReplicaGone => (&[KillReplica], s(8), None),
+            // Three heartbeats of a second make a lease; the session is then taken over (a
+            // take-over needs the database: see `Class::paused_by`), or its replica beats again.
+            Class::ReplicaGone => (&[KillReplica, RestartDatabase], s(8), None),
             // The pool connects again within its acquire timeout.
             Class::StoreDown => (&[RestartDatabase], s(5), None),
             // The orphaned turn ends (at most 200 chunks) or its resume finishes.
             Class::Busy => (&[KillReplica, KillMember, RestartDatabase], s(8), None),
+        }
+    }
+
+    /// The faults during which the time after a cause does not count: a killed replica's
+    /// sessions are taken over through the database, so while it is down they wait.
+    fn paused_by(self) -> &'static [Fault] {
+        match self {
+            Class::ReplicaGone => &[Fault::RestartDatabase],
+            _ => &[],
         }
     }
 
@@ -114,7 +125,7 @@ pub fn check(failures: &[Failure], caused: &[Caused], clients: usize) -> Vec<Str
         let (kinds, after, _) = f.class.cause();
         let lag = (caused.iter())
             .filter(|c| kinds.contains(&c.fault) && f.answered >= c.from)
-            .map(|c| f.sent.saturating_sub(c.to))
+            .map(|c| f.sent.saturating_sub(c.to) - paused(caused, f.class, c.to, f.sent))
             .min();
         let seen = counts.entry(f.class).or_default();
         seen.0 += 1;
@@ -153,6 +164,14 @@ pub fn check(failures: &[Failure], caused: &[Caused], clients: usize) -> Vec<Str
         }
     }
     problems
+}
+
+/// How long, between `from` and `until`, the faults that pause `class`'s windows lasted.
+fn paused(caused: &[Caused], class: Class, from: Duration, until: Duration) -> Duration {
+    (caused.iter())
+        .filter(|c| class.paused_by().contains(&c.fault))
+        .map(|c| c.to.min(until).saturating_sub(c.from.max(from)))
+        .sum()
 }
 
 fn timeline(caused: &[Caused]) -> String {

@@ -215,6 +215,24 @@ impl Placement {
         }
     }
 
+    /// After a turn: when its member exited while it ran (the session is held by no member
+    /// here any more), lets the session go once the turn's end is stored, unless a request has
+    /// made it live here again meanwhile. Until then the other replicas forward its requests
+    /// here, so no turn of theirs is logged before this one's `turn_ended`.
+    pub(in crate::gateway) async fn release_after_turn(&self, session_id: &str) {
+        if self.live().member(session_id).is_some() {
+            return;
+        }
+        self.log().hub().stored().await;
+        // Busy here: a request is making it live again, and holds it.
+        let Ok(_busy) = self.claim(session_id, Busy::Attaching) else {
+            return;
+        };
+        if self.live().member(session_id).is_none() {
+            self.release(session_id).await;
+        }
+    }
+
     /// Records that this replica holds a session it made live.
     pub(in crate::gateway) async fn hold(&self, session_id: &str) {
         if let Err(e) = self.cluster().claim(session_id).await {

@@ -279,7 +279,12 @@ impl UpstreamHandler for Upstream {
             // Queued, not awaited: the member's calls fail and it restarts right after this
             // returns, store outage or not; the queue keeps this before their `turn_ended`.
             self.log.enqueue(&id, "agent_exited", payload).await;
-            super::replicas::release(&self.cluster, &id).await;
+            // A turn running on it keeps the hold until its end is stored
+            // ([`Placement::release_after_turn`]): another replica taking the session now could
+            // log its next turn before this one's `turn_ended`.
+            if self.live.turn_done(&id).is_none() {
+                super::replicas::release(&self.cluster, &id).await;
+            }
         }
     }
 }
