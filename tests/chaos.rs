@@ -42,8 +42,11 @@ const SESSIONS: usize = 4;
 /// ACP clients through the balancer, each prompting a session of its own in a closed loop.
 const ACP_CLIENTS: usize = 2;
 
-/// The fewest turns each client (REST and ACP alike) must have had answered `end_turn` while
-/// the faults ran: a run where prompts only fail proves nothing.
+/// The fewest turns the clients of each kind (REST, ACP), counted together, must have had
+/// answered `end_turn` while the faults ran, per client: a run where prompts only fail proves
+/// nothing. (One client may be answered none: its replica killed, then the database restarted
+/// before the take-over, can keep its session out of reach for the whole run; its failures
+/// are still each bounded by the fault that explains it.)
 const ANSWERED_FLOOR: usize = 1;
 
 /// The gateway replicas alive now, each with a generation number; the generations killed; and
@@ -303,12 +306,6 @@ async fn faults_lose_no_event_and_leave_no_agent() {
             "chaos: REST client of {id}: {} turns answered end_turn",
             run.answered
         );
-        if run.answered < ANSWERED_FLOOR {
-            problems.push(format!(
-                "{id}: {} of its REST prompts answered end_turn during the faults, fewer than {ANSWERED_FLOOR}",
-                run.answered
-            ));
-        }
         answered[0] += run.answered;
         for (k, n) in run.tally {
             *tally.entry(k).or_default() += n;
@@ -323,12 +320,6 @@ async fn faults_lose_no_event_and_leave_no_agent() {
             "chaos: ACP client of {:?}: {} turns answered end_turn over {} connections; {:?}",
             run.session, run.answered, run.connects, run.tally
         );
-        if run.answered < ANSWERED_FLOOR {
-            problems.push(format!(
-                "{:?}: {} of its ACP prompts answered end_turn during the faults, fewer than {ANSWERED_FLOOR}",
-                run.session, run.answered
-            ));
-        }
         answered[1] += run.answered;
         failures.extend(run.failures);
         problems.extend(run.problems);
@@ -343,6 +334,17 @@ async fn faults_lose_no_event_and_leave_no_agent() {
         answered[0],
         answered[1]
     );
+    for (kind, n, clients) in [
+        ("REST", answered[0], SESSIONS),
+        ("ACP", answered[1], ACP_CLIENTS),
+    ] {
+        if n < ANSWERED_FLOOR * clients {
+            problems.push(format!(
+                "{n} {kind} prompts answered end_turn during the faults, fewer than {} for {clients} clients",
+                ANSWERED_FLOOR * clients
+            ));
+        }
+    }
     problems.extend(bounds::check(&failures, &caused, SESSIONS + ACP_CLIENTS));
 
     // After the faults, every session answers a prompt (once the dead replica's lease is over,
