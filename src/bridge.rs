@@ -15,7 +15,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use transport::{Connection, Target};
+use transport::{HostConnection, Target};
 
 mod transport;
 
@@ -168,11 +168,11 @@ pub async fn connect(url: &str, api_key: Option<&str>, link: Link) -> anyhow::Re
     let mut editor = Editor::default();
     let (mut attempt, mut backoff) = (0u64, BACKOFF.0);
     loop {
-        let Connection {
+        let HostConnection {
             incoming: mut from_gateway,
             outgoing: to_gateway,
             mut driver,
-        } = Connection::open(&target)?;
+        } = HostConnection::open(&target)?;
         if attempt > 0 {
             for msg in editor.restore(attempt) {
                 to_gateway.room().await;

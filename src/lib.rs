@@ -76,7 +76,7 @@ pub fn app(
             api::forward::forward,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            api::idempotency::Keys {
+            api::idempotency::IdempotencyLayer {
                 gateway: gateway.clone(),
                 max_body_bytes: config.max_body_bytes,
             },

@@ -18,15 +18,15 @@ use tokio_util::sync::CancellationToken;
 use super::errors::{CallError, RpcError, answer_value};
 use super::stdin;
 
-type Answer = Result<Box<RawValue>, CallError>;
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;
+type Reply = Result<Box<RawValue>, CallError>;
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// A request sent to the agent whose answer has not been awaited yet.
 #[derive(Debug)]
 pub struct PendingCall {
     id: u64,
     method: String,
-    rx: oneshot::Receiver<Answer>,
+    rx: oneshot::Receiver<Reply>,
     pending: Pending,
     started: std::time::Instant,
     member: Arc<str>,
@@ -41,7 +41,7 @@ impl PendingCall {
     }
 
     /// [`wait`](Self::wait), the result kept as the agent's text.
-    pub async fn wait_raw(self, timeout: Option<Duration>) -> Answer {
+    pub async fn wait_raw(self, timeout: Option<Duration>) -> Reply {
         let PendingCall {
             id,
             method,

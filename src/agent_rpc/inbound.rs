@@ -164,7 +164,7 @@ enum Level<'h> {
 struct Any<'h>(Level<'h>);
 
 /// The keys [`Any`] looks for.
-enum Key {
+enum Field {
     SessionId,
     Update,
     SessionUpdate,
@@ -210,14 +210,14 @@ impl<'de> serde::de::Visitor<'de> for Any<'_> {
         let mut level = self.0;
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match (&mut level, key) {
-                (Level::Params(head), Key::SessionId) => {
+                (Level::Params(head), Field::SessionId) => {
                     head.session_id = map.next_value_seed(Any(Level::Text))?;
                 }
-                (Level::Params(head), Key::Update) => {
+                (Level::Params(head), Field::Update) => {
                     head.kind = None;
                     map.next_value_seed(Any(Level::Update(&mut head.kind)))?;
                 }
-                (Level::Update(kind), Key::SessionUpdate) => {
+                (Level::Update(kind), Field::SessionUpdate) => {
                     **kind = map.next_value_seed(Any(Level::Text))?;
                 }
                 _ => {
@@ -233,24 +233,24 @@ impl<'de> serde::de::Visitor<'de> for Any<'_> {
 struct KeySeed;
 
 impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
-    type Value = Key;
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+    type Value = Field;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Field, D::Error> {
         d.deserialize_str(self)
     }
 }
 
 impl<'de> serde::de::Visitor<'de> for KeySeed {
-    type Value = Key;
+    type Value = Field;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("an object key")
     }
-    fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+    fn visit_str<E>(self, v: &str) -> Result<Field, E> {
         Ok(match v {
-            "sessionId" => Key::SessionId,
-            "update" => Key::Update,
-            "sessionUpdate" => Key::SessionUpdate,
-            _ => Key::Other,
+            "sessionId" => Field::SessionId,
+            "update" => Field::Update,
+            "sessionUpdate" => Field::SessionUpdate,
+            _ => Field::Other,
         })
     }
 }

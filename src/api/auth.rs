@@ -49,7 +49,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 /// One key: its digest, its caller, and what ends when it is removed.
-struct Entry {
+struct KeyEntry {
     digest: [u8; 32],
     caller: Caller,
     revoked: Revoked,
@@ -60,7 +60,7 @@ struct Entry {
 pub struct Keys {
     fixed: Vec<String>,
     file: Option<PathBuf>,
-    entries: RwLock<Arc<Vec<Entry>>>,
+    entries: RwLock<Arc<Vec<KeyEntry>>>,
     /// The OpenID provider whose access tokens are taken too.
     oidc: Option<Arc<Oidc>>,
 }
@@ -154,18 +154,18 @@ impl Keys {
                 .find(|e| e.digest == *d && e.caller == *c)
                 .map(|e| e.revoked.clone())
         };
-        let new: Vec<Entry> = parsed
+        let new: Vec<KeyEntry> = parsed
             .into_iter()
             .map(|(digest, caller)| {
                 let revoked = kept(&digest, &caller).unwrap_or_else(Revoked::fresh);
-                Entry {
+                KeyEntry {
                     digest,
                     caller,
                     revoked,
                 }
             })
             .collect();
-        let removed: Vec<&Entry> = old
+        let removed: Vec<&KeyEntry> = old
             .iter()
             .filter(|e| !new.iter().any(|n| n.revoked.id == e.revoked.id))
             .collect();

@@ -85,7 +85,7 @@ impl Policy {
 impl ApiError {
     /// The HTTP layer's own kinds: each one's status, problem type and title (the service's
     /// are [`gateway::Error::kind`]).
-    fn kind(&self) -> gateway::problem::Kind {
+    fn kind(&self) -> gateway::problem::ProblemKind {
         match self {
             ApiError::Service(e) => e.kind(),
             ApiError::BadRequest(_) => (400, "bad-request", "Bad request"),

@@ -78,14 +78,14 @@ fn lifecycle_kinds() -> Vec<Kind> {
 /// The log a union's events come from: a session's (whose history pages have `createdAt`) or
 /// the lifecycle log (only streamed).
 #[derive(Clone, Copy, PartialEq)]
-enum Log {
+enum Logged {
     Session,
     Lifecycle,
 }
 
 /// `turn_started` → `TurnStartedEvent`; in the lifecycle log, `session_deleted` →
 /// `SessionDeletedLifecycleEvent`.
-fn variant_name(event: &str, log: Log) -> String {
+fn variant_name(event: &str, log: Logged) -> String {
     let mut name: String = event
         .split('_')
         .map(|word| {
@@ -95,7 +95,7 @@ fn variant_name(event: &str, log: Log) -> String {
             })
         })
         .collect();
-    if log == Log::Lifecycle {
+    if log == Logged::Lifecycle {
         name.push_str("Lifecycle");
     }
     name.push_str("Event");
@@ -107,7 +107,7 @@ fn reference(name: &str) -> RefOr<Schema> {
 }
 
 /// The envelope every event shares, with `event` and `data` as given.
-fn envelope(description: String, event: Object, data: RefOr<Schema>, log: Log) -> Schema {
+fn envelope(description: String, event: Object, data: RefOr<Schema>, log: Logged) -> Schema {
     let envelope = ObjectBuilder::new()
         .description(Some(description))
         .property(
@@ -122,13 +122,13 @@ fn envelope(description: String, event: Object, data: RefOr<Schema>, log: Log) -
         .property("data", data)
         .required("data");
     match log {
-        Log::Session => envelope.property(
+        Logged::Session => envelope.property(
             "createdAt",
             typed(Type::String, KnownFormat::DateTime).description(Some(
                 "When it was logged: in a history page (the stream does not send it).",
             )),
         ),
-        Log::Lifecycle => envelope,
+        Logged::Lifecycle => envelope,
     }
     .build()
     .into()
@@ -149,7 +149,7 @@ fn string(description: &str) -> ObjectBuilder {
 /// The schema of one kind: `event` is its name only. A pattern says so rather than an `enum`,
 /// which some generators (openapi-generator's rust) turn into a type of its own that no longer
 /// takes the discriminator's value.
-fn variant(kind: &Kind, log: Log) -> Schema {
+fn variant(kind: &Kind, log: Logged) -> Schema {
     let description = format!("`{}`: the SSE `event` on a stream.", kind.event);
     let event = string(&description)
         .pattern(Some(format!("^{}$", kind.event)))
@@ -159,7 +159,7 @@ fn variant(kind: &Kind, log: Log) -> Schema {
 }
 
 /// The union of `kinds`, chosen by `event`.
-fn union(kinds: &[Kind], log: Log, description: &str) -> Schema {
+fn union(kinds: &[Kind], log: Logged, description: &str) -> Schema {
     let mut one_of = OneOf::new();
     let mut discriminator = Discriminator::new("event");
     for kind in kinds {
@@ -175,7 +175,7 @@ fn union(kinds: &[Kind], log: Log, description: &str) -> Schema {
 }
 
 /// Adds the variant of each of `kinds` and its `data` to `out`.
-fn register(kinds: &[Kind], log: Log, out: &mut Schemas) {
+fn register(kinds: &[Kind], log: Logged, out: &mut Schemas) {
     for kind in kinds {
         out.push((variant_name(kind.event, log), variant(kind, log).into()));
         (kind.register)(out);
@@ -206,10 +206,10 @@ impl PartialSchema for SessionEvent {
 impl ToSchema for SessionEvent {
     fn schemas(out: &mut Schemas) {
         let kinds = session_kinds();
-        register(&kinds, Log::Session, out);
+        register(&kinds, Logged::Session, out);
         let known = union(
             &kinds,
-            Log::Session,
+            Logged::Session,
             "An event of a kind this document lists, chosen by `event`: the gateway's own \
              events and the ACP v1 `sessionUpdate` tags.",
         );
@@ -236,7 +236,7 @@ impl ToSchema for SessionEvent {
                 .into(),
             event,
             data.into(),
-            Log::Session,
+            Logged::Session,
         );
         out.push(("OtherSessionEvent".into(), other.into()));
     }
@@ -249,7 +249,7 @@ impl PartialSchema for LifecycleEvent {
     fn schema() -> RefOr<Schema> {
         union(
             &lifecycle_kinds(),
-            Log::Lifecycle,
+            Logged::Lifecycle,
             "One SSE event of `GET /events` (its `id` is `seq`, its `event` is `event`, its \
              `data` is `data`), chosen by `event`.",
         )
@@ -259,15 +259,15 @@ impl PartialSchema for LifecycleEvent {
 
 impl ToSchema for LifecycleEvent {
     fn schemas(out: &mut Schemas) {
-        register(&lifecycle_kinds(), Log::Lifecycle, out);
+        register(&lifecycle_kinds(), Logged::Lifecycle, out);
     }
 }
 
 /// A page of `GET /sessions/{id}/history`.
 #[derive(ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
-pub struct HistoryPage {
+#[schema(as = HistoryPage, example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
+pub struct HistoryPageSchema {
     events: Vec<SessionEvent>,
     /// Pass as `after` for the next page; absent when this page reached the end of the log.
     next_after: Option<i64>,
@@ -293,12 +293,12 @@ mod tests {
     #[test]
     fn variants_are_named_after_their_event() {
         assert_eq!(
-            variant_name("turn_started", Log::Session),
+            variant_name("turn_started", Logged::Session),
             "TurnStartedEvent"
         );
-        assert_eq!(variant_name("state", Log::Session), "StateEvent");
+        assert_eq!(variant_name("state", Logged::Session), "StateEvent");
         assert_eq!(
-            variant_name("session_deleted", Log::Lifecycle),
+            variant_name("session_deleted", Logged::Lifecycle),
             "SessionDeletedLifecycleEvent"
         );
     }

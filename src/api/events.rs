@@ -108,7 +108,7 @@ pub async fn session_events(
 #[utoipa::path(get, operation_id = "getSessionHistory", path = "/sessions/{id}/history", tag = "events",
     params(("id" = String, Path, description = "Session id"), HistoryParams),
     responses(
-        (status = 200, description = "One page of events", body = event_unions::HistoryPage),
+        (status = 200, description = "One page of events", body = event_unions::HistoryPageSchema),
         MalformedParams, UnknownOrDeletedSession,
     ))]
 pub async fn session_history(

@@ -44,13 +44,17 @@ const KEPT: [HeaderName; 4] = [
 
 /// What the layer needs: the service, and the largest request body it reads.
 #[derive(Clone)]
-pub struct Keys {
+pub struct IdempotencyLayer {
     pub gateway: Gateway,
     pub max_body_bytes: usize,
 }
 
 /// The layer (see the module).
-pub async fn idempotent(State(keys): State<Keys>, req: Request, next: Next) -> Response {
+pub async fn idempotent(
+    State(keys): State<IdempotencyLayer>,
+    req: Request,
+    next: Next,
+) -> Response {
     let keyed = req.method() == Method::POST && req.uri().path() != super::acp_server::PATH;
     let (Some(raw), true) = (req.headers().get(&KEY), keyed) else {
         return next.run(req).await;

@@ -39,13 +39,13 @@ pub struct Limits {
 }
 
 /// Gives back an in-flight or stream slot when dropped.
-struct Slot {
+struct HeldSlot {
     limits: Arc<Limits>,
     tenant: String,
     stream: bool,
 }
 
-impl Drop for Slot {
+impl Drop for HeldSlot {
     fn drop(&mut self) {
         let mut usage = self.limits.usage.lock().expect("limits lock");
         if let Some(u) = usage.get_mut(&self.tenant) {
@@ -67,7 +67,7 @@ impl Limits {
     }
 
     /// Takes a token and a slot, or says how long to wait.
-    fn admit(self: &Arc<Self>, tenant: &str, stream: bool) -> Result<Slot, ApiError> {
+    fn admit(self: &Arc<Self>, tenant: &str, stream: bool) -> Result<HeldSlot, ApiError> {
         let c = &self.config;
         let mut usage = self.usage.lock().expect("limits lock");
         let u = usage.entry(tenant.to_owned()).or_insert_with(|| Usage {
@@ -126,7 +126,7 @@ impl Limits {
         if c.rate_per_sec > 0 {
             u.tokens -= 1.0;
         }
-        Ok(Slot {
+        Ok(HeldSlot {
             limits: self.clone(),
             tenant: tenant.to_owned(),
             stream,

@@ -55,7 +55,7 @@ pub enum TokenError {
 /// The provider's keys as last fetched, and its endpoints.
 #[derive(Default)]
 struct KeySet {
-    keys: Vec<Key>,
+    keys: Vec<SigningKey>,
     endpoints: Option<Endpoints>,
     /// When they were last fetched, or a fetch last failed.
     fetched: Option<Instant>,
@@ -72,7 +72,7 @@ pub struct Endpoints {
 
 /// One key of the provider's set: its id, the key, and the algorithms it signs with.
 #[derive(Clone)]
-struct Key {
+struct SigningKey {
     kid: Option<String>,
     key: DecodingKey,
     algorithms: Vec<Algorithm>,
@@ -303,7 +303,7 @@ impl Oidc {
     }
 
     /// The provider's signing keys and endpoints, through its discovery document.
-    async fn fetch(&self) -> anyhow::Result<(Vec<Key>, Endpoints)> {
+    async fn fetch(&self) -> anyhow::Result<(Vec<SigningKey>, Endpoints)> {
         let discovery = format!(
             "{}/.well-known/openid-configuration",
             self.issuer.trim_end_matches('/')
@@ -423,7 +423,7 @@ fn claim<'a>(claims: &'a serde_json::Map<String, Value>, path: &str) -> Option<&
 /// A JWK set entry as a key that checks signatures, with the algorithms it may check: those of
 /// its `alg`, else those of its kind and curve. Symmetric (`oct`) keys and encryption keys are
 /// left out.
-fn signing_key(jwk: &Value) -> Option<Key> {
+fn signing_key(jwk: &Value) -> Option<SigningKey> {
     if jwk
         .get("use")
         .and_then(Value::as_str)
@@ -458,7 +458,7 @@ fn signing_key(jwk: &Value) -> Option<Key> {
         return None;
     }
     let key = DecodingKey::from_jwk(&jwk).ok()?;
-    Some(Key {
+    Some(SigningKey {
         kid: jwk.common.key_id,
         key,
         algorithms,

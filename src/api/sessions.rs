@@ -17,7 +17,7 @@ use super::responses::{
 };
 use crate::gateway::input::SessionId;
 use crate::gateway::output::{SessionPage, SessionView, StatusView};
-use crate::gateway::{Caller, NewSession, SessionFilter, Settings};
+use crate::gateway::{Caller, InitialSettings, NewSession, SessionFilter};
 
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -143,7 +143,7 @@ pub async fn create_session(
         mcp_servers: body.mcp_servers,
         meta: body.meta,
         agent: body.agent,
-        settings: Settings {
+        settings: InitialSettings {
             mode: body.mode,
             model: body.model,
             config: body.config.into_iter().collect(),

@@ -106,7 +106,7 @@ type Driver = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// One connection to the host: what it sends, in order (the stream ends with the connection),
 /// how to send to it, and the future that runs it.
-pub struct Connection {
+pub struct HostConnection {
     pub incoming: BoxStream<'static, TransportFrame>,
     pub outgoing: Outgoing,
     pub driver: Driver,
@@ -120,9 +120,9 @@ pub enum Outgoing {
     Socket(mpsc::Sender<String>),
 }
 
-impl Connection {
+impl HostConnection {
     /// A new connection to `target` (opened by its driver).
-    pub fn open(target: &Target) -> anyhow::Result<Connection> {
+    pub fn open(target: &Target) -> anyhow::Result<HostConnection> {
         if !target.is_websocket() {
             let (channel, driver) =
                 ConnectTo::<Client>::into_channel_and_future(target.http_client()?);
@@ -133,7 +133,7 @@ impl Connection {
                     None => std::future::pending().await,
                 }
             });
-            return Ok(Connection {
+            return Ok(HostConnection {
                 incoming: incoming.boxed(),
                 outgoing: Outgoing::Client(outgoing),
                 driver,
@@ -153,7 +153,7 @@ impl Connection {
             task.await
                 .unwrap_or_else(|e| Err(format!("the WebSocket task failed: {e}")))
         });
-        Ok(Connection {
+        Ok(HostConnection {
             incoming: tokio_stream::wrappers::ReceiverStream::new(incoming).boxed(),
             outgoing: Outgoing::Socket(outgoing),
             driver,

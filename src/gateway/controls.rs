@@ -18,7 +18,7 @@ use crate::pool::client::{AgentClient, SESSION_SET_MODEL};
 
 /// What `POST /sessions` sets before it answers, in this order: mode, model, then each option.
 #[derive(Debug, Default)]
-pub struct Settings {
+pub struct InitialSettings {
     pub mode: Option<String>,
     pub model: Option<String>,
     pub config: Vec<(String, Value)>,
@@ -79,7 +79,7 @@ impl Controls {
         &self,
         session_id: &str,
         agent_name: &str,
-        settings: &Settings,
+        settings: &InitialSettings,
     ) -> Result<(), Error> {
         let controls = settings
             .mode

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::caller::Caller;
 use super::clock::now;
 use super::controls::Controls;
-use super::controls::Settings;
+use super::controls::InitialSettings;
 use super::error::Error;
 use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
@@ -35,7 +35,7 @@ pub struct NewSession {
     /// The client's `_meta` for `session/new`, passed through unchanged.
     pub meta: Option<Value>,
     /// Applied before the answer.
-    pub settings: Settings,
+    pub settings: InitialSettings,
     /// The agent to start it in (the default one when `None`).
     pub agent: Option<String>,
 }

@@ -28,7 +28,7 @@ pub struct HistoryEvent {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// A page of history (`api::event_unions::HistoryPage` is its schema).
+/// A page of history (`api::event_unions::HistoryPageSchema` is its schema).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryPage {

@@ -28,7 +28,7 @@ mod turns;
 mod webhooks;
 
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
-pub use controls::{Controls, Settings};
+pub use controls::{Controls, InitialSettings};
 pub use create::{Create, Fork, NewSession};
 pub use error::Error;
 pub use history::{History, HistoryEvent, HistoryPage};

@@ -27,10 +27,10 @@ pub struct Problem {
 }
 
 /// A kind of problem: its status, the problem type's last segment and its title.
-pub type Kind = (u16, &'static str, &'static str);
+pub type ProblemKind = (u16, &'static str, &'static str);
 
 impl Problem {
-    pub fn new(kind: Kind, detail: String, agent_code: Option<i64>) -> Self {
+    pub fn new(kind: ProblemKind, detail: String, agent_code: Option<i64>) -> Self {
         let (status, kind, title) = kind;
         Problem {
             kind: format!("urn:acp-gateway:problem:{kind}"),
@@ -44,7 +44,7 @@ impl Problem {
 
 impl Error {
     /// The one table of the service's kinds: each one's status, problem type and title.
-    pub fn kind(&self) -> Kind {
+    pub fn kind(&self) -> ProblemKind {
         match self {
             Error::Malformed(_) => (400, "bad-request", "Bad request"),
             Error::Invalid(_) => (422, "validation-failed", "Validation failed"),

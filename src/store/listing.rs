@@ -98,14 +98,14 @@ pub(crate) fn push_page_query<'a, DB, K>(
 
 /// The page of `query` from the rows its [`push_page_query`] statement read.
 pub(crate) fn page_of<R: Columns>(query: &ListQuery, rows: &[R]) -> StoreResult<SessionList> {
-    let listed = |row: &R| -> StoreResult<Listed> {
+    let listed = |row: &R| -> StoreResult<ListedRow> {
         let record = session_from(row)?;
         let key = match query.after {
             // Not moved: its position is its `updated_at`.
             None => record.updated_at,
             Some(_) => row.time("list_key")?,
         };
-        Ok(Listed { record, key })
+        Ok(ListedRow { record, key })
     };
     let snapshot = match (&query.after, rows.first()) {
         (Some(after), _) => after.snapshot,
@@ -117,7 +117,7 @@ pub(crate) fn page_of<R: Columns>(query: &ListQuery, rows: &[R]) -> StoreResult<
 }
 
 /// A listed row and its position: `updated_at` as it was when the listing started.
-struct Listed {
+struct ListedRow {
     record: SessionRecord,
     key: DateTime<Utc>,
 }
@@ -125,7 +125,7 @@ struct Listed {
 /// Orders listed rows by position (a later page holds both rows that kept their position and
 /// rows that moved since the snapshot, placed where they were) into a page of at most
 /// `query.limit` rows.
-fn merge_page(query: &ListQuery, snapshot: i64, mut rows: Vec<Listed>) -> SessionList {
+fn merge_page(query: &ListQuery, snapshot: i64, mut rows: Vec<ListedRow>) -> SessionList {
     rows.sort_by(|a, b| (b.key, &b.record.session_id).cmp(&(a.key, &a.record.session_id)));
     let limit = query.limit.max(1) as usize;
     let next = (rows.len() > limit).then(|| {

@@ -509,7 +509,7 @@ impl Conn {
         &self,
         ctx: &Ctx,
         attached: Arc<Attached>,
-        stream: follow::Events,
+        stream: follow::RunStream,
         replace: bool,
     ) -> Arc<Attached> {
         let id = attached.session_id().to_owned();
@@ -527,7 +527,7 @@ impl Conn {
 }
 
 /// A session to follow once the answer is sent.
-type Follow = (Arc<Attached>, follow::Events);
+type Follow = (Arc<Attached>, follow::RunStream);
 
 /// Sends the client the log of `id` as `session_id`'s history, up to `upto` (all of it when
 /// `None`); returns the last position sent.

@@ -35,7 +35,7 @@ pub(super) struct Ctx {
 }
 
 /// A session's events, in batches as the hub delivers them.
-pub(super) type Events = std::pin::Pin<Box<dyn Stream<Item = Vec<Arc<Run>>> + Send>>;
+pub(super) type RunStream = std::pin::Pin<Box<dyn Stream<Item = Vec<Arc<Run>>> + Send>>;
 
 /// One event of a session's log.
 pub(super) struct Event<'a> {
@@ -176,7 +176,7 @@ pub(super) async fn open(
     ctx: &Ctx,
     id: &SessionId,
     after: Option<i64>,
-) -> Result<(Arc<Attached>, Events), crate::gateway::Error> {
+) -> Result<(Arc<Attached>, RunStream), crate::gateway::Error> {
     let stream = ctx
         .gateway
         .history()
@@ -187,7 +187,7 @@ pub(super) async fn open(
 
 /// Follows the session until the attachment is dropped, the session deleted or the gateway
 /// shut down; first asks the client what is pending now.
-pub(super) fn follow(ctx: Ctx, attached: Arc<Attached>, mut stream: Events) {
+pub(super) fn follow(ctx: Ctx, attached: Arc<Attached>, mut stream: RunStream) {
     let cx = ctx.cx.clone();
     let task = async move {
         ask_pending(&ctx, &attached).await;

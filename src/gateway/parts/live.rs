@@ -47,7 +47,7 @@ pub(in crate::gateway) enum Updates {
 
 /// What the gateway knows of a session it holds or works on.
 #[derive(Debug)]
-struct Entry {
+struct LiveEntry {
     /// The pool member holding it live, if any.
     member: Option<usize>,
     /// The owning tenant, known once attached (lets status answer without the store).
@@ -68,9 +68,9 @@ struct Entry {
     updates: (u64, bool),
 }
 
-impl Entry {
+impl LiveEntry {
     fn new() -> Self {
-        Entry {
+        LiveEntry {
             member: None,
             tenant: None,
             archived: false,
@@ -91,7 +91,7 @@ impl Entry {
 /// The table. Its lock is never held across an await.
 #[derive(Default)]
 pub(in crate::gateway) struct LiveTable {
-    sessions: Mutex<HashMap<String, Entry>>,
+    sessions: Mutex<HashMap<String, LiveEntry>>,
     /// Woken whenever a session stops being busy (see [`LiveTable::claim_waiting`]).
     freed: tokio::sync::Notify,
     /// Sessions being loaded, and whether their log was empty (then replayed updates are kept).
@@ -99,7 +99,7 @@ pub(in crate::gateway) struct LiveTable {
 }
 
 impl LiveTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveEntry>> {
         self.sessions.lock().expect("live sessions lock")
     }
 
@@ -113,7 +113,7 @@ impl LiveTable {
         let mut sessions = self.lock();
         let entry = sessions
             .entry(session_id.to_owned())
-            .or_insert_with(Entry::new);
+            .or_insert_with(LiveEntry::new);
         if entry.busy != Busy::Idle {
             return Err(entry.busy);
         }
@@ -166,7 +166,7 @@ impl LiveTable {
         let mut sessions = self.lock();
         let entry = sessions
             .entry(record.session_id.clone())
-            .or_insert_with(Entry::new);
+            .or_insert_with(LiveEntry::new);
         entry.last_active = Instant::now();
         entry.tenant = Some(record.tenant.clone());
         entry.archived = record.archived;
@@ -230,7 +230,7 @@ impl LiveTable {
 
     /// Whether this replica holds the session or is working on it.
     pub(in crate::gateway) fn here(&self, session_id: &str) -> bool {
-        self.lock().get(session_id).is_some_and(Entry::needed)
+        self.lock().get(session_id).is_some_and(LiveEntry::needed)
     }
 
     /// Sessions held live or running a turn.
@@ -295,7 +295,7 @@ impl LiveTable {
         owner_ok: impl FnOnce(&str) -> bool,
     ) -> Option<usize> {
         match self.lock().get(session_id) {
-            Some(Entry {
+            Some(LiveEntry {
                 member: Some(m),
                 tenant: Some(tenant),
                 archived: false,
@@ -314,7 +314,7 @@ impl LiveTable {
         awaiting: impl FnOnce() -> Option<Activity>,
     ) -> (Status, Option<Activity>) {
         match self.lock().get(session_id) {
-            Some(Entry {
+            Some(LiveEntry {
                 member: Some(_),
                 tenant: Some(tenant),
                 busy,

@@ -68,7 +68,7 @@ pub(in crate::gateway) struct Asking<'a> {
     pub(in crate::gateway) deadline: Option<DateTime<Utc>>,
 }
 
-struct Entry<V: Asked> {
+struct PendingEntry<V: Asked> {
     view: V,
     member: usize,
     /// The agent's request, to be answered once.
@@ -83,7 +83,7 @@ pub(in crate::gateway) const RESOLVED_KEPT: usize = 256;
 
 /// Pending and resolved requests of one kind, by gateway id.
 pub(in crate::gateway) struct Table<V: Asked> {
-    map: Mutex<HashMap<String, Entry<V>>>,
+    map: Mutex<HashMap<String, PendingEntry<V>>>,
 }
 
 impl<V: Asked> Default for Table<V> {
@@ -95,7 +95,7 @@ impl<V: Asked> Default for Table<V> {
 }
 
 impl<V: Asked> Table<V> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<V>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, PendingEntry<V>>> {
         self.map.lock().expect("pending table lock")
     }
 
@@ -109,7 +109,7 @@ impl<V: Asked> Table<V> {
     ) {
         let id = view.request_id().to_owned();
         let session_id = view.session_id().to_owned();
-        let entry = Entry {
+        let entry = PendingEntry {
             view,
             member,
             request,

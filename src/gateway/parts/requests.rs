@@ -30,17 +30,17 @@ use crate::gateway::input::SessionId;
 use crate::pool::client::Incoming;
 
 /// A kind of request with its table in [`Requests`].
-pub(in crate::gateway) trait Kind: Asked {
+pub(in crate::gateway) trait RequestKind: Asked {
     fn table(requests: &Requests) -> &Table<Self>;
 }
 
-impl Kind for PermissionView {
+impl RequestKind for PermissionView {
     fn table(requests: &Requests) -> &Table<Self> {
         &requests.permissions
     }
 }
 
-impl Kind for ElicitationView {
+impl RequestKind for ElicitationView {
     fn table(requests: &Requests) -> &Table<Self> {
         &requests.elicitations
     }
@@ -98,7 +98,7 @@ impl Requests {
     }
 
     /// The session's pending requests of kind `V`, oldest first.
-    pub(in crate::gateway) fn pending<V: Kind>(&self, session_id: &str) -> Vec<V> {
+    pub(in crate::gateway) fn pending<V: RequestKind>(&self, session_id: &str) -> Vec<V> {
         V::table(self).pending_for(session_id)
     }
 
@@ -133,7 +133,7 @@ impl Requests {
     }
 
     /// Records a new request and logs its `REQUESTED` event.
-    pub(in crate::gateway) async fn track<V: Kind>(
+    pub(in crate::gateway) async fn track<V: RequestKind>(
         &self,
         view: V,
         member: usize,
@@ -161,7 +161,7 @@ impl Requests {
     /// Resolves a request with the answer `decide` makes, logs `RESOLVED` with `reason` and
     /// answers the agent: in this order, so that what the agent does on the answer (end the
     /// turn) is logged after the resolution.
-    pub(in crate::gateway) async fn resolve<V: Kind>(
+    pub(in crate::gateway) async fn resolve<V: RequestKind>(
         &self,
         session_id: Option<&str>,
         request_id: &str,
@@ -174,7 +174,7 @@ impl Requests {
         Ok(view)
     }
 
-    async fn log_resolved<V: Kind>(&self, view: &V, reason: &str) {
+    async fn log_resolved<V: RequestKind>(&self, view: &V, reason: &str) {
         let waited = self
             .waits
             .lock()
@@ -189,7 +189,7 @@ impl Requests {
             .await;
     }
 
-    async fn cancel_all<V: Kind>(&self, session_id: &str) {
+    async fn cancel_all<V: RequestKind>(&self, session_id: &str) {
         for (view, request) in V::table(self).cancel_all(session_id) {
             self.log_resolved(&view, "cancelled").await;
             let _ = request.answer(&V::cancelled()).await;
@@ -315,14 +315,18 @@ impl Requests {
     }
 
     /// The session's pending requests of kind `V`, for a caller who may see the session.
-    async fn listed<V: Kind>(&self, caller: &Caller, id: &SessionId) -> Result<Vec<V>, Error> {
+    async fn listed<V: RequestKind>(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<Vec<V>, Error> {
         self.records.get(caller, id).await?;
         Ok(self.pending(id.as_str()))
     }
 
     /// A caller's answer to a request of kind `V` of the session: `decide` checks it against
     /// the request and makes the agent's answer.
-    async fn answered<V: Kind>(
+    async fn answered<V: RequestKind>(
         &self,
         caller: &Caller,
         id: &SessionId,
