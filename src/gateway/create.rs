@@ -82,7 +82,7 @@ impl Create {
         new: NewSession,
     ) -> Result<SessionView, Error> {
         let agent = self.placement.requested_agent(new.agent.as_deref())?;
-        let (agent, remote) = (agent.name.clone(), agent.remote);
+        let (agent, remote) = (agent.name().to_owned(), agent.is_remote());
         self.check_dirs(&new.cwd, &new.additional_directories, remote)
             .await?;
         check_meta(new.meta.as_ref())?;
@@ -120,7 +120,7 @@ impl Create {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.records.get(caller, parent).await?;
-        let remote = self.placement.agent_named(&from.agent)?.remote;
+        let remote = self.placement.agent_named(&from.agent)?.is_remote();
         if !self.placement.caps(&from.agent).fork {
             let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());

@@ -152,7 +152,7 @@ impl Sessions {
         // replica runs (503 otherwise, not a delete its agent never hears of).
         let agent_name = match &existing {
             Some(r) if !r.agent.is_empty() => r.agent.clone(),
-            _ => self.placement.agents().default_agent().name.clone(),
+            _ => self.placement.agents().default_agent().name().to_owned(),
         };
         if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
             self.placement.agent_named(&agent_name)?;
@@ -236,7 +236,7 @@ impl Sessions {
             return Ok(view(status, activity));
         }
         let agent_name = record.as_ref().map_or_else(
-            || self.placement.agents().default_agent().name.clone(),
+            || self.placement.agents().default_agent().name().to_owned(),
             |r| r.agent.clone(),
         );
         let probe = (self.placement.caps(&agent_name).status)

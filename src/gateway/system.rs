@@ -48,17 +48,17 @@ pub struct NamedAgentView {
 
 impl NamedAgentView {
     fn of(agent: &AgentPool, default: bool, replicas: Vec<String>) -> Self {
-        let init = agent.pool.init();
-        let unready_reason = agent.pool.unready_reason();
+        let init = agent.pool().init();
+        let unready_reason = agent.pool().unready_reason();
         NamedAgentView {
-            name: agent.name.clone(),
+            name: agent.name().to_owned(),
             default,
             ready: unready_reason.is_none(),
             unready_reason,
             agent_info: init.as_ref().map_or(Value::Null, |i| i.agent_info.clone()),
             capabilities: init.as_ref().map(|i| i.capabilities).unwrap_or_default(),
             auth_methods: init.map_or(Value::Array(Vec::new()), |i| i.auth_methods),
-            members: agent.pool.members(),
+            members: agent.pool().members(),
             replicas,
         }
     }
@@ -132,9 +132,9 @@ impl System {
             .agents()
             .all()
             .iter()
-            .partition(|a| a.pool.ready_count() > 0);
+            .partition(|a| a.pool().ready_count() > 0);
         let names = |agents: Vec<&AgentPool>| -> Vec<String> {
-            agents.iter().map(|a| a.name.clone()).collect()
+            agents.iter().map(|a| a.name().to_owned()).collect()
         };
         let mut answer = format!("ready: {}", names(ready).join(", "));
         if !not.is_empty() {
@@ -166,7 +166,7 @@ impl System {
             .agents()
             .all()
             .iter()
-            .any(|a| a.pool.ready_count() > 0)
+            .any(|a| a.pool().ready_count() > 0)
         {
             return None;
         }
@@ -176,10 +176,10 @@ impl System {
             .all()
             .iter()
             .map(|a| {
-                let reason = a.pool.unready_reason().unwrap_or_default();
+                let reason = a.pool().unready_reason().unwrap_or_default();
                 match self.placement.agents().all().len() {
                     1 => reason,
-                    _ => format!("{}: {reason}", a.name),
+                    _ => format!("{}: {reason}", a.name()),
                 }
             })
             .collect();
@@ -191,7 +191,7 @@ impl System {
     pub fn agents(&self) -> Vec<NamedAgentView> {
         let cluster = self.placement.cluster();
         let here = self.placement.agents().all().iter().enumerate();
-        let here = here.map(|(i, a)| NamedAgentView::of(a, i == 0, cluster.runners(&a.name)));
+        let here = here.map(|(i, a)| NamedAgentView::of(a, i == 0, cluster.runners(a.name())));
         let elsewhere = cluster.agents_elsewhere().into_iter().map(|name| {
             let replicas = cluster.runners(&name);
             NamedAgentView::elsewhere(name, replicas)
@@ -202,7 +202,7 @@ impl System {
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
         let cluster = self.placement.cluster();
-        let default = self.placement.agents().default_agent().name == name;
+        let default = self.placement.agents().default_agent().name() == name;
         if let Some(a) = self.placement.agents().get(name) {
             return Ok(NamedAgentView::of(a, default, cluster.runners(name)));
         }
@@ -225,7 +225,7 @@ impl System {
 
     /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
-        let pool = &self.placement.agents().default_agent().pool;
+        let pool = self.placement.agents().default_agent().pool();
         AgentView {
             initialize: pool.init(),
             members: pool.members(),
@@ -241,11 +241,11 @@ impl System {
         let streams = self.log.hub().streams();
         let pools = self.placement.agents().all();
         Stats {
-            members: pools.iter().flat_map(|a| a.pool.members()).collect(),
-            members_ready: pools.iter().map(|a| a.pool.ready_count()).sum(),
+            members: pools.iter().flat_map(|a| a.pool().members()).collect(),
+            members_ready: pools.iter().map(|a| a.pool().ready_count()).sum(),
             agents_ready: pools
                 .iter()
-                .map(|a| (a.name.clone(), a.pool.ready_count()))
+                .map(|a| (a.name().to_owned(), a.pool().ready_count()))
                 .collect(),
             sessions_live: self.placement.live().live_count(),
             replicas: replicas.len(),

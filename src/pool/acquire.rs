@@ -4,11 +4,9 @@
 //! time, why, and when to try again.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::members::CRASH_LOOP_AFTER;
-use super::members::{MemberState, Pool};
+use super::members::Pool;
 use crate::agent_rpc::Connection;
 
 /// What a client should wait before retrying when every ready member is full: nothing about
@@ -37,14 +35,14 @@ impl Pool {
     /// connection is gone is not ready: a request that found it broken is never sent to that
     /// process again, but is to the member's next one.
     pub fn pick_below(&self, cap: usize) -> Option<(usize, Arc<Connection>)> {
-        self.members
+        self.every_member()
             .iter()
             .filter_map(|m| {
-                let load = m.sessions.load(Ordering::Relaxed);
+                let load = m.sessions();
                 (load < cap)
-                    .then(|| self.conn(m.index))
+                    .then(|| m.ready_conn())
                     .flatten()
-                    .map(|c| (load, m.index, c))
+                    .map(|c| (load, m.index(), c))
             })
             .min_by_key(|(load, index, _)| (*load, *index))
             .map(|(_, index, c)| (index, c))
@@ -61,7 +59,7 @@ impl Pool {
         let deadline = Instant::now() + timeout;
         loop {
             // Registered before looking, so that a change in between is not missed.
-            let changed = self.changed.notified();
+            let changed = self.changed();
             let mut changed = std::pin::pin!(changed);
             changed.as_mut().enable();
             if let Some(found) = self.pick_below(cap) {
@@ -75,33 +73,19 @@ impl Pool {
             tokio::select! {
                 _ = changed => {}
                 _ = tokio::time::sleep_until(deadline.into()) => {}
-                _ = self.shutdown.cancelled() => return Err(self.unavailable(cap)),
+                _ = self.shutting_down() => return Err(self.unavailable(cap)),
             }
         }
     }
 
-    /// The earliest moment a member may become ready: now for one
-    /// being started (or whose connection just went), the end of its backoff for one
-    /// restarting. Crash-looping members are not
-    /// counted while they back off: their next start is as likely to fail.
+    /// The earliest moment a member may become ready (see [`Member::next_chance`]).
+    ///
+    /// [`Member::next_chance`]: super::members::Member::next_chance
     fn next_chance(&self) -> Option<Instant> {
         let now = Instant::now();
-        self.members
+        self.every_member()
             .iter()
-            .filter_map(|m| {
-                let s = m.slot.lock().expect("slot lock");
-                match (s.state, s.next_attempt) {
-                    (MemberState::Starting | MemberState::Restarting, None) => Some(now),
-                    // Gone, and its supervisor about to hear of it: it restarts next.
-                    (MemberState::Ready, _) if s.conn.as_ref().is_some_and(|c| c.is_gone()) => {
-                        Some(now)
-                    }
-                    (MemberState::Restarting, Some(at)) if s.failures < CRASH_LOOP_AFTER => {
-                        Some(at)
-                    }
-                    _ => None,
-                }
-            })
+            .filter_map(|m| m.next_chance(now))
             .min()
     }
 
@@ -118,9 +102,9 @@ impl Pool {
         }
         let now = Instant::now();
         let next = self
-            .members
+            .every_member()
             .iter()
-            .filter_map(|m| m.slot.lock().expect("slot lock").next_attempt)
+            .filter_map(|m| m.next_attempt())
             .min()
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         // Whole seconds (Retry-After has no fraction), rounded up, at least one.
@@ -141,9 +125,9 @@ impl Pool {
             return None;
         }
         let looping = self
-            .members
+            .every_member()
             .iter()
-            .filter(|m| m.slot.lock().expect("slot lock").failures >= CRASH_LOOP_AFTER)
+            .filter(|m| m.crash_looping())
             .count();
         let last = self.members().into_iter().find_map(|m| {
             m.last_error.or_else(|| {
@@ -157,7 +141,7 @@ impl Pool {
             (0, Some(l)) => format!("no agent member is ready ({l})"),
             (n, l) => format!(
                 "{n} of {} agent members are crash-looping ({}); see /agent",
-                self.members.len(),
+                self.size(),
                 l.unwrap_or_default()
             ),
         })

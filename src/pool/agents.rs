@@ -10,13 +10,36 @@ use crate::agent_rpc::Connection;
 
 /// One agent: its name, its pool and its limits.
 pub struct AgentPool {
-    pub name: String,
-    pub pool: Arc<Pool>,
+    name: String,
+    pool: Arc<Pool>,
     /// Most live sessions the agent holds at once (0: no limit).
-    pub max_sessions: usize,
+    max_sessions: usize,
     /// Reached over the network ([`PoolConfig::remote`]): its sessions' directories are on
     /// its host, not this one.
-    pub remote: bool,
+    remote: bool,
+}
+
+impl AgentPool {
+    /// The agent's name, as configured.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its pool of processes: where its sessions are placed, and what its members say.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Most live sessions the agent holds at once (0: no limit).
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// Whether it is reached over the network ([`PoolConfig::remote`]): its sessions'
+    /// directories are on its host, not this one.
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
 }
 
 /// The agents, the default one first.

@@ -3,13 +3,14 @@
 //! ([`PoolConfig`]) and what it tells the gateway of their traffic ([`UpstreamHandler`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::futures::Notified;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 
@@ -94,30 +95,201 @@ pub enum MemberState {
     Stopped,
 }
 
+/// What a member's supervisor keeps of it; changed only through its transitions, each applied
+/// with [`Pool::set`] so that the requests waiting for a member wake.
 #[derive(Debug)]
 pub(super) struct Slot {
-    pub(super) state: MemberState,
-    pub(super) pid: Option<u32>,
-    pub(super) conn: Option<Arc<Connection>>,
-    pub(super) restarts: u32,
-    pub(super) last_exit: Option<ExitInfo>,
-    pub(super) last_error: Option<String>,
+    state: MemberState,
+    pid: Option<u32>,
+    conn: Option<Arc<Connection>>,
+    restarts: u32,
+    last_exit: Option<ExitInfo>,
+    last_error: Option<String>,
     /// Failed starts (or short runs) in a row: [`CRASH_LOOP_AFTER`] of them is a crash loop.
-    pub(super) failures: u32,
+    failures: u32,
     /// While the member waits out its restart backoff: when it starts again.
-    pub(super) next_attempt: Option<std::time::Instant>,
+    next_attempt: Option<Instant>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: MemberState::Starting,
+            pid: None,
+            conn: None,
+            restarts: 0,
+            last_exit: None,
+            last_error: None,
+            failures: 0,
+            next_attempt: None,
+        }
+    }
+
+    /// A process is about to be started: the first one, or a restart.
+    pub(super) fn starting(&mut self) {
+        self.state = if self.restarts == 0 {
+            MemberState::Starting
+        } else {
+            MemberState::Restarting
+        };
+        self.next_attempt = None;
+    }
+
+    /// The process runs as `pid`.
+    pub(super) fn spawned(&mut self, pid: u32) {
+        self.pid = Some(pid);
+    }
+
+    /// Why the member is not (or no longer) ready, for `/agent` and for requests that find
+    /// no member.
+    pub(super) fn record_error(&mut self, why: String) {
+        self.last_error = Some(why);
+    }
+
+    /// Initialized (and authenticated): placement may send to `conn`.
+    pub(super) fn ready(&mut self, conn: Arc<Connection>) {
+        self.state = MemberState::Ready;
+        self.conn = Some(conn);
+        self.last_error = None;
+    }
+
+    /// Out of placement: its connection is gone or it is being stopped, its exit not yet known.
+    pub(super) fn lost(&mut self) {
+        self.conn = None;
+        self.state = MemberState::Restarting;
+    }
+
+    /// The process exited.
+    pub(super) fn exited(&mut self, exit: ExitInfo) {
+        self.conn = None;
+        self.pid = None;
+        self.last_exit = Some(exit);
+        self.state = MemberState::Restarting;
+    }
+
+    /// Waits `backoff` before its next start, after `failures` failed starts (or short runs)
+    /// in a row: a crash loop from [`CRASH_LOOP_AFTER`] of them.
+    pub(super) fn backing_off(&mut self, failures: u32, backoff: Duration) {
+        self.state = if failures >= CRASH_LOOP_AFTER {
+            MemberState::CrashLoop
+        } else {
+            MemberState::Restarting
+        };
+        self.restarts += 1;
+        self.failures = failures;
+        self.next_attempt = Some(Instant::now() + backoff);
+    }
+
+    /// The pool shut down; the member is not started again.
+    pub(super) fn stopped(&mut self) {
+        self.state = MemberState::Stopped;
+    }
 }
 
 /// One agent process slot.
 #[derive(Debug)]
 pub struct Member {
     /// Its index among every agent's members (see [`Agents`](super::Agents)).
-    pub index: usize,
-    pub(super) slot: Mutex<Slot>,
+    index: usize,
+    slot: Mutex<Slot>,
     /// Live sessions pinned here (maintained by the gateway).
-    pub sessions: AtomicUsize,
+    sessions: AtomicUsize,
     /// Asks the supervisor to kill and restart the process.
-    pub(super) restart: tokio::sync::Notify,
+    restart: tokio::sync::Notify,
+}
+
+impl Member {
+    fn new(index: usize) -> Member {
+        Member {
+            index,
+            slot: Mutex::new(Slot::new()),
+            sessions: AtomicUsize::new(0),
+            restart: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Its index among every agent's members (see [`Agents`](super::Agents)).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Live sessions pinned here.
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// Its process exited: no session is live on it any more.
+    pub(super) fn forget_sessions(&self) {
+        self.sessions.store(0, Ordering::Relaxed);
+    }
+
+    /// Counts a live session here (+1 or -1).
+    fn adjust_sessions(&self, attach: bool) {
+        if attach {
+            self.sessions.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .sessions
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Resolves when the gateway asks for this member's process to be restarted.
+    pub(super) fn restart_asked(&self) -> Notified<'_> {
+        self.restart.notified()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().expect("slot lock")
+    }
+
+    /// Its connection if it is ready: not once the connection is gone (stdin broken, stdout
+    /// ended), even before the supervisor has heard of it.
+    pub(super) fn ready_conn(&self) -> Option<Arc<Connection>> {
+        let slot = self.slot();
+        (slot.state == MemberState::Ready)
+            .then(|| slot.conn.clone())
+            .flatten()
+            .filter(|c| !c.is_gone())
+    }
+
+    /// The earliest moment it may become ready, seen at `now`: now when it is being started
+    /// (or its connection just went), the end of its backoff when it restarts. Not while a
+    /// crash-looping member backs off: its next start is as likely to fail.
+    pub(super) fn next_chance(&self, now: Instant) -> Option<Instant> {
+        let s = self.slot();
+        match (s.state, s.next_attempt) {
+            (MemberState::Starting | MemberState::Restarting, None) => Some(now),
+            // Gone, and its supervisor about to hear of it: it restarts next.
+            (MemberState::Ready, _) if s.conn.as_ref().is_some_and(|c| c.is_gone()) => Some(now),
+            (MemberState::Restarting, Some(at)) if s.failures < CRASH_LOOP_AFTER => Some(at),
+            _ => None,
+        }
+    }
+
+    /// When it starts again, while it waits out its restart backoff.
+    pub(super) fn next_attempt(&self) -> Option<Instant> {
+        self.slot().next_attempt
+    }
+
+    /// Whether it has failed [`CRASH_LOOP_AFTER`] times in a row.
+    pub(super) fn crash_looping(&self) -> bool {
+        self.slot().failures >= CRASH_LOOP_AFTER
+    }
+
+    /// As `/agent` shows it, numbered within its pool, whose first member is `first`.
+    fn view(&self, first: usize) -> MemberView {
+        let s = self.slot();
+        MemberView {
+            index: self.index - first,
+            pid: s.pid,
+            state: s.state,
+            sessions: self.sessions(),
+            restarts: s.restarts,
+            last_exit: s.last_exit.clone(),
+            last_error: s.last_error.clone(),
+        }
+    }
 }
 
 /// A member as `/agent` shows it.
@@ -135,14 +307,14 @@ pub struct MemberView {
 
 /// The pool of agent processes.
 pub struct Pool {
-    pub(super) members: Vec<Arc<Member>>,
+    members: Vec<Arc<Member>>,
     /// The global index of the first member (see [`Agents`](super::Agents)).
-    pub(super) first: usize,
-    pub(super) init: std::sync::OnceLock<AgentInit>,
+    first: usize,
+    init: OnceLock<AgentInit>,
     /// Notified whenever a member's state changes: requests waiting for a member wake on it.
-    pub(super) changed: tokio::sync::Notify,
-    pub(super) shutdown: CancellationToken,
-    pub(super) tasks: TaskTracker,
+    changed: tokio::sync::Notify,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl Pool {
@@ -150,28 +322,12 @@ impl Pool {
     /// once; members become ready asynchronously.
     pub fn start(config: PoolConfig, first: usize, handler: Arc<dyn UpstreamHandler>) -> Arc<Pool> {
         let members = (first..first + config.size.max(1))
-            .map(|index| {
-                Arc::new(Member {
-                    index,
-                    slot: Mutex::new(Slot {
-                        state: MemberState::Starting,
-                        pid: None,
-                        conn: None,
-                        restarts: 0,
-                        last_exit: None,
-                        last_error: None,
-                        failures: 0,
-                        next_attempt: None,
-                    }),
-                    sessions: AtomicUsize::new(0),
-                    restart: tokio::sync::Notify::new(),
-                })
-            })
+            .map(|index| Arc::new(Member::new(index)))
             .collect();
         let pool = Arc::new(Pool {
             members,
             first,
-            init: std::sync::OnceLock::new(),
+            init: OnceLock::new(),
             changed: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -194,8 +350,13 @@ impl Pool {
         self.members.len()
     }
 
+    /// Every member, the first first.
+    pub(super) fn every_member(&self) -> &[Arc<Member>] {
+        &self.members
+    }
+
     /// Member `index` (a global index), if it is one of this pool's.
-    pub(super) fn member(&self, index: usize) -> Option<&Arc<Member>> {
+    fn member(&self, index: usize) -> Option<&Arc<Member>> {
         self.members.get(index.checked_sub(self.first)?)
     }
 
@@ -209,6 +370,11 @@ impl Pool {
         self.init.get().cloned()
     }
 
+    /// Keeps what a member's agent said in `initialize`, unless another member said it first.
+    pub(super) fn keep_init(&self, init: AgentInit) {
+        let _ = self.init.set(init);
+    }
+
     /// The agent's normalised capabilities (none until a member has answered `initialize`),
     /// without copying the rest of its `initialize` result.
     pub fn caps(&self) -> Capabilities {
@@ -218,11 +384,7 @@ impl Pool {
     /// The connection of member `index` if it is ready: not once its connection is gone
     /// (stdin broken, stdout ended), even before the supervisor has heard of it.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
-        let slot = self.member(index)?.slot.lock().expect("slot lock");
-        (slot.state == MemberState::Ready)
-            .then(|| slot.conn.clone())
-            .flatten()
-            .filter(|c| !c.is_gone())
+        self.member(index)?.ready_conn()
     }
 
     /// Kills member `index` (its whole process group); the supervisor restarts it.
@@ -230,7 +392,7 @@ impl Pool {
         if let Some(m) = self.member(index) {
             tracing::warn!(member = index, why, "restarting member");
             self.set(m, |s| {
-                s.last_error = Some(format!("restarted by the gateway: {why}"))
+                s.record_error(format!("restarted by the gateway: {why}"))
             });
             // No stored permit: a later process must not be killed for an old request.
             m.restart.notify_waiters();
@@ -240,13 +402,7 @@ impl Pool {
     /// Counts a live session on member `index` (+1 or -1).
     pub fn adjust_sessions(&self, index: usize, attach: bool) {
         if let Some(m) = self.member(index) {
-            if attach {
-                m.sessions.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let _ = m
-                    .sessions
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            }
+            m.adjust_sessions(attach);
         }
     }
 
@@ -254,27 +410,13 @@ impl Pool {
     pub fn ready_count(&self) -> usize {
         self.members
             .iter()
-            .filter(|m| self.conn(m.index).is_some())
+            .filter(|m| m.ready_conn().is_some())
             .count()
     }
 
     /// A snapshot for `/agent`.
     pub fn members(&self) -> Vec<MemberView> {
-        self.members
-            .iter()
-            .map(|m| {
-                let s = m.slot.lock().expect("slot lock");
-                MemberView {
-                    index: m.index - self.first,
-                    pid: s.pid,
-                    state: s.state,
-                    sessions: m.sessions.load(Ordering::Relaxed),
-                    restarts: s.restarts,
-                    last_exit: s.last_exit.clone(),
-                    last_error: s.last_error.clone(),
-                }
-            })
-            .collect()
+        self.members.iter().map(|m| m.view(self.first)).collect()
     }
 
     /// Stops every member (terminating each process group) and waits for the supervisors.
@@ -284,9 +426,25 @@ impl Pool {
         self.tasks.wait().await;
     }
 
+    /// Whether the pool is shutting down.
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// Resolves once the pool shuts down.
+    pub(super) fn shutting_down(&self) -> WaitForCancellationFuture<'_> {
+        self.shutdown.cancelled()
+    }
+
+    /// Resolves at the next change of a member's state (register it before looking, so that
+    /// a change in between is not missed).
+    pub(super) fn changed(&self) -> Notified<'_> {
+        self.changed.notified()
+    }
+
     /// Changes a member's slot and wakes the requests waiting for a member.
     pub(super) fn set(&self, member: &Member, f: impl FnOnce(&mut Slot)) {
-        f(&mut member.slot.lock().expect("slot lock"));
+        f(&mut member.slot());
         self.changed.notify_waiters();
     }
 }

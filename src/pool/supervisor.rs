@@ -3,7 +3,6 @@
 //! connection is gone, reports the exit, and restarts it with backoff.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
@@ -12,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Incoming;
 use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
-use super::members::{Member, MemberState, Pool, PoolConfig, UpstreamHandler};
+use super::members::{Member, Pool, PoolConfig, UpstreamHandler};
 use crate::agent_rpc::caps::{AgentInit, initialize_params};
 use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 
@@ -23,28 +22,22 @@ impl Pool {
         config: PoolConfig,
         handler: Arc<dyn UpstreamHandler>,
     ) {
-        let label = format!("member-{}", member.index);
+        let index = member.index();
+        let label = format!("member-{index}");
         let mut failures: u32 = 0;
-        while !self.shutdown.is_cancelled() {
-            self.set(&member, |s| {
-                s.state = if s.restarts == 0 {
-                    MemberState::Starting
-                } else {
-                    MemberState::Restarting
-                };
-                s.next_attempt = None;
-            });
+        while !self.is_shutting_down() {
+            self.set(&member, |s| s.starting());
             let started = Instant::now();
             match AgentProcess::spawn(&config.command, &label) {
                 Err(e) => {
-                    tracing::error!(member = member.index, error = %e, program = %config.command.program, "cannot start the agent");
+                    tracing::error!(member = index, error = %e, program = %config.command.program, "cannot start the agent");
                     self.set(&member, |s| {
-                        s.last_error = Some(format!("cannot start {}: {e}", config.command.program))
+                        s.record_error(format!("cannot start {}: {e}", config.command.program))
                     });
                 }
                 Ok((mut process, conn, stdout)) => {
-                    self.set(&member, |s| s.pid = Some(process.pid));
-                    tracing::info!(member = member.index, pid = process.pid, "agent started");
+                    self.set(&member, |s| s.spawned(process.pid));
+                    tracing::info!(member = index, pid = process.pid, "agent started");
                     let exit = self
                         .run_member(
                             &member,
@@ -58,21 +51,16 @@ impl Pool {
                     // The member stops reporting `ready` before anyone hears of the exit, so a
                     // client that saw `agent_exited` and then waits for `ready` waits for the
                     // restarted process.
-                    self.set(&member, |s| {
-                        s.conn = None;
-                        s.pid = None;
-                        s.last_exit = Some(exit.clone());
-                        s.state = MemberState::Restarting;
-                    });
-                    if self.shutdown.is_cancelled() {
+                    self.set(&member, |s| s.exited(exit.clone()));
+                    if self.is_shutting_down() {
                         conn.fail_all(&exit_reason(&exit));
                         break;
                     }
-                    tracing::warn!(member = member.index, code = ?exit.code, signal = ?exit.signal, stderr = ?exit.stderr_tail, "agent exited");
-                    member.sessions.store(0, Ordering::Relaxed);
+                    tracing::warn!(member = index, code = ?exit.code, signal = ?exit.signal, stderr = ?exit.stderr_tail, "agent exited");
+                    member.forget_sessions();
                     // Sessions learn of the exit before their waiting calls fail, so a stream
                     // shows `agent_exited` before the `turn_ended` it causes.
-                    handler.on_member_exit(member.index, &exit).await;
+                    handler.on_member_exit(index, &exit).await;
                     conn.fail_all(&exit_reason(&exit));
                 }
             }
@@ -82,29 +70,20 @@ impl Pool {
             failures = failures.saturating_add(1);
             let backoff =
                 Duration::from_millis(100u64 << failures.min(9)).min(Duration::from_secs(30));
-            self.set(&member, |s| {
-                s.state = if failures >= CRASH_LOOP_AFTER {
-                    MemberState::CrashLoop
-                } else {
-                    MemberState::Restarting
-                };
-                s.restarts += 1;
-                s.failures = failures;
-                s.next_attempt = Some(Instant::now() + backoff);
-            });
+            self.set(&member, |s| s.backing_off(failures, backoff));
             if failures == CRASH_LOOP_AFTER {
                 tracing::error!(
-                    member = member.index,
+                    member = index,
                     failures,
                     "agent member is crash-looping; retrying with backoff up to 30 s"
                 );
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = self.shutdown.cancelled() => break,
+                _ = self.shutting_down() => break,
             }
         }
-        self.set(&member, |s| s.state = MemberState::Stopped);
+        self.set(&member, |s| s.stopped());
     }
 
     /// Runs one process from `initialize` to exit; returns how it ended. Everything the agent
@@ -127,7 +106,7 @@ impl Pool {
         let stop = CancellationToken::new();
         let _stop_dispatch = stop.clone().drop_guard();
         let mut dispatch = {
-            let (index, conn, handler) = (member.index, conn.clone(), handler.clone());
+            let (index, conn, handler) = (member.index(), conn.clone(), handler.clone());
             let mut stdout = stdout.until(stop.clone());
             tokio::spawn(tokio::task::unconstrained(async move {
                 while let Some(msg) = stdout.next().await {
@@ -167,7 +146,7 @@ impl Pool {
         let outcome = tokio::select! {
             r = init => Some(r),
             _ = &mut *dispatch => None,
-            _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+            _ = self.shutting_down() => return process.terminate(Duration::from_secs(2)).await,
         };
         match outcome {
             Some(Ok(result)) => {
@@ -178,37 +157,32 @@ impl Pool {
                     let outcome = tokio::select! {
                         r = auth => Some(r),
                         _ = &mut *dispatch => None,
-                        _ = self.shutdown.cancelled() => return process.terminate(Duration::from_secs(2)).await,
+                        _ = self.shutting_down() => return process.terminate(Duration::from_secs(2)).await,
                     };
                     match outcome {
                         Some(Ok(())) => {}
                         Some(Err(why)) => {
-                            tracing::error!(member = member.index, why, "authenticate failed");
-                            self.set(member, |s| s.last_error = Some(why));
-                            let _ = self.init.set(init);
+                            tracing::error!(member = member.index(), why, "authenticate failed");
+                            self.set(member, |s| s.record_error(why));
+                            self.keep_init(init);
                             return process.terminate(Duration::from_secs(2)).await;
                         }
                         None => {
                             self.set(member, |s| {
-                                s.last_error =
-                                    Some("the agent closed stdout during authenticate".into())
+                                s.record_error("the agent closed stdout during authenticate".into())
                             });
                             return process.terminate(Duration::from_secs(2)).await;
                         }
                     }
                 }
-                let _ = self.init.set(init);
-                self.set(member, |s| {
-                    s.state = MemberState::Ready;
-                    s.conn = Some(conn.clone());
-                    s.last_error = None;
-                });
-                tracing::info!(member = member.index, "agent ready");
+                self.keep_init(init);
+                self.set(member, |s| s.ready(conn.clone()));
+                tracing::info!(member = member.index(), "agent ready");
             }
             Some(Err(e)) => {
-                tracing::error!(member = member.index, error = %e, "initialize failed");
+                tracing::error!(member = member.index(), error = %e, "initialize failed");
                 self.set(member, |s| {
-                    s.last_error = Some(format!("initialize failed: {e}"))
+                    s.record_error(format!("initialize failed: {e}"))
                 });
                 return process.terminate(Duration::from_secs(2)).await;
             }
@@ -220,7 +194,7 @@ impl Pool {
                     None => String::new(),
                 };
                 self.set(member, |s| {
-                    s.last_error = Some(format!("the agent closed stdout before initialize{said}"))
+                    s.record_error(format!("the agent closed stdout before initialize{said}"))
                 });
                 return exit;
             }
@@ -228,16 +202,13 @@ impl Pool {
         let end = tokio::select! {
             _ = &mut *dispatch => End::Gone,
             _ = conn.gone() => End::Gone,
-            _ = member.restart.notified() => End::Stop,
-            _ = self.shutdown.cancelled() => End::Stop,
+            _ = member.restart_asked() => End::Stop,
+            _ = self.shutting_down() => End::Stop,
         };
         // Out of placement at once, before the exit is known: a write found stdin broken, or
         // stdout ended, and nothing sent now could be answered.
         conn.set_gone();
-        self.set(member, |s| {
-            s.conn = None;
-            s.state = MemberState::Restarting;
-        });
+        self.set(member, |s| s.lost());
         match end {
             End::Gone => {
                 // Give the process a moment to exit on its own, then make sure.

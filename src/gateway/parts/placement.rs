@@ -124,15 +124,15 @@ impl Placement {
     pub(in crate::gateway) fn caps(&self, agent: &str) -> Capabilities {
         self.agents
             .get(agent)
-            .map(|a| a.pool.caps())
+            .map(|a| a.pool().caps())
             .unwrap_or_default()
     }
 
     /// The typed client of member `member` (of whichever agent), if it is running.
     pub(in crate::gateway) fn client(&self, member: usize) -> Option<AgentClient> {
         let agent = self.agents.of_member(member)?;
-        let conn = agent.pool.conn(member)?;
-        Some(self.client_of(conn, agent.pool.caps()))
+        let conn = agent.pool().conn(member)?;
+        Some(self.client_of(conn, agent.pool().caps()))
     }
 
     /// The typed client of an agent connection: the agent's capabilities, the control timeout.
@@ -159,7 +159,7 @@ impl Placement {
         let offered: Vec<String> = self
             .agents
             .get(agent)
-            .and_then(|a| a.pool.init())
+            .and_then(|a| a.pool().init())
             .and_then(|i| i.auth_methods.as_array().cloned())
             .unwrap_or_default()
             .iter()
@@ -231,12 +231,12 @@ impl Placement {
             )));
         }
         let of_agent = self.agent_named(agent)?;
-        if of_agent.max_sessions > 0 {
-            let live = self.live.live_count_where(|m| of_agent.pool.has(m));
-            if live >= of_agent.max_sessions {
+        if of_agent.max_sessions() > 0 {
+            let live = self.live.live_count_where(|m| of_agent.pool().has(m));
+            if live >= of_agent.max_sessions() {
                 return Err(Error::NoCapacity(format!(
                     "the agent {agent:?} already holds its maximum of {} live sessions; close some or try again later",
-                    of_agent.max_sessions
+                    of_agent.max_sessions()
                 )));
             }
         }
@@ -245,7 +245,7 @@ impl Placement {
             n => n,
         };
         let (member, conn) = self.acquire(agent, cap).await?;
-        Ok((member, self.client_of(conn, of_agent.pool.caps())))
+        Ok((member, self.client_of(conn, of_agent.pool().caps())))
     }
 
     /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
@@ -253,7 +253,7 @@ impl Placement {
     /// the next restart attempt).
     async fn acquire(&self, agent: &str, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
         let wait = self.limits.acquire_timeout;
-        let pool = &self.agent_named(agent)?.pool;
+        let pool = self.agent_named(agent)?.pool();
         // A wait of its own in the request's trace (short when a member is ready).
         let span = tracing::info_span!("acquire member", agent, member = tracing::field::Empty);
         let acquired = pool.acquire(cap, wait).instrument(span.clone()).await;
@@ -291,7 +291,7 @@ impl Placement {
             return false;
         }
         *retries += 1;
-        *retries <= self.agents.get(agent).map_or(0, |a| a.pool.size())
+        *retries <= self.agents.get(agent).map_or(0, |a| a.pool().size())
     }
 
     /// Records that `member` holds the session, unless the process that answered for it
@@ -317,7 +317,7 @@ impl Placement {
         Error::NoCapacity(
             self.agents
                 .get(agent)
-                .and_then(|a| a.pool.unready_reason())
+                .and_then(|a| a.pool().unready_reason())
                 .unwrap_or_else(|| format!("no member of the agent {agent:?} is ready")),
         )
     }
@@ -325,7 +325,7 @@ impl Placement {
     /// [`Placement::no_member`] for the agent of member `member`.
     pub(in crate::gateway) fn no_member_at(&self, member: usize) -> Error {
         match self.agents.of_member(member) {
-            Some(agent) => self.no_member(&agent.name),
+            Some(agent) => self.no_member(agent.name()),
             None => Error::NoCapacity("no agent member is ready".into()),
         }
     }
@@ -339,7 +339,7 @@ impl Placement {
 
     /// A ready member's client of `agent` now, if one is (for answers that must not wait).
     pub(in crate::gateway) fn ready_client(&self, agent: &str) -> Option<AgentClient> {
-        let (_, conn) = self.agents.get(agent)?.pool.pick()?;
+        let (_, conn) = self.agents.get(agent)?.pool().pick()?;
         Some(self.client_of(conn, self.caps(agent)))
     }
 

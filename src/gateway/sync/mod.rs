@@ -119,7 +119,7 @@ impl ListSync {
     /// to do; an agent still starting is waited for (up to `--acquire-timeout`) to say whether
     /// it lists.
     async fn sync_agent(&self, agent: &str) -> Result<SyncReport, Error> {
-        if self.placement.agent_named(agent)?.pool.init().is_none() {
+        if self.placement.agent_named(agent)?.pool().init().is_none() {
             self.placement.any_client(agent).await?;
         }
         if !self.placement.caps(agent).list {
@@ -323,7 +323,7 @@ impl ListSync {
             .agents()
             .all()
             .iter()
-            .all(|a| a.pool.pick().is_none())
+            .all(|a| a.pool().pick().is_none())
         {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
