@@ -1,64 +1,27 @@
-//! The hub itself: its two queues (what waits for the log writer, `writer.rs`, and for the
-//! lifecycle log's, `lifecycle.rs`), its broadcast channels, its tasks, retention and the
-//! wake-ups from other replicas.
+//! The hub itself, the face of the folder: its parts (the log writer's handle, `writer.rs`;
+//! the lifecycle log's, `lifecycle.rs`; the live broadcast channels, `followers.rs`; the
+//! subscribers' streams, `stream.rs`; its tasks and how they stop, `stopping.rs`), retention and
+//! the wake-ups from other replicas.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
-use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
+use super::followers::Followers;
+use super::lifecycle::Lifecycle;
 use super::run::Run;
 use super::run::lifecycle_wake;
+use super::stopping::Stopping;
+use super::stream::{StreamStats, Streams};
 use super::traced::Traced;
-use crate::store::StoredLifecycleEvent;
+use super::writer::{COMMIT_PACE, Writer};
 use crate::store::{
     Appended, EventLog, NewEvent, NewLifecycleEvent, STABLE_CURSOR_FOR, SessionRecords, Store,
+    StoreResult, StoredLifecycleEvent,
 };
-
-/// Lifecycle events kept in the live broadcast buffer before a subscriber is considered behind
-/// (and reads the log instead).
-pub(super) const LIFECYCLE_BUFFER: usize = 1024;
-/// Runs (each one commit's events of a session) kept in a followed session's broadcast buffer
-/// before a subscriber is considered behind (and reads the log instead). A buffer's slots are
-/// allocated when the session gets its first subscriber: this is most of what a subscriber
-/// costs in memory (`bench/memory.sh`).
-pub(super) const SESSION_BUFFER: usize = 128;
-
-/// Events queued for the writer before appenders wait.
-pub(super) const QUEUE: usize = 8192;
-/// The least time between the end of one commit of the event log and the start of the next,
-/// unless someone waits for one ([`EventHub::append`], [`EventHub::flush`]) or the last batch
-/// was full: events queued meanwhile gather into one commit, without waking the writer. An
-/// event queued while the writer is idle is committed at once; a streaming turn's are
-/// committed (and reach live subscribers) in batches about this far apart. On a small
-/// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
-/// the agent the gateway is waiting for (see `bench/README.md`).
-pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
-/// A commit of fewer events than this leaves the writer quiet: the end of a turn then ends its
-/// pause, so that a client sees the turn end with the answer. A larger commit means events
-/// arrive faster than the pace gathers them; turns' ends then wait for the pace like the rest,
-/// and the commits (and their CPU) stay few.
-pub(super) const QUIET_BATCH: usize = 64;
-/// Lifecycle events waiting to be stored; past it, whoever emits one waits.
-pub(super) const LIFECYCLE_QUEUE: usize = 1024;
-
-/// An append waiting for the writer (`writer.rs`).
-pub(super) struct Queued {
-    pub(super) session_id: String,
-    /// `None`: a barrier ([`EventHub::flush`]), answered once everything before it is stored.
-    pub(super) event: Option<NewEvent>,
-    /// Raise the session's `updated_at` to at least this, with the event.
-    pub(super) touch: Option<DateTime<Utc>>,
-    pub(super) done: Option<oneshot::Sender<Result<i64, String>>>,
-    /// The span whose trace the append belongs to (a turn's), while traces are exported.
-    pub(super) span: Option<tracing::Span>,
-}
 
 /// How long events are kept (per session).
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,53 +35,19 @@ pub struct Retention {
 /// Per-session and lifecycle broadcast, backed by the store's logs.
 pub struct EventHub {
     /// The logs, as stored.
-    pub(super) log: Arc<dyn EventLog>,
+    log: Arc<dyn EventLog>,
     /// Whose list moves the pruner forgets.
     records: Arc<dyn SessionRecords>,
-    pub(super) sessions: Mutex<HashMap<String, broadcast::Sender<Arc<Run>>>>,
-    pub(super) lifecycle: broadcast::Sender<Arc<StoredLifecycleEvent>>,
-    /// Lifecycle events waiting for their writer (`lifecycle.rs`).
-    pub(super) lifecycle_queue: mpsc::Sender<NewLifecycleEvent>,
-    /// Ends the subscribers' streams.
-    pub(super) shutdown: CancellationToken,
-    pub(super) queue: mpsc::Sender<Queued>,
-    /// The writer's pause after each commit ([`COMMIT_PACE`]).
-    pub(super) pace: Duration,
-    /// Ends the writer's pause: someone waits for a commit, or a followed turn has ended
-    /// while the writer is quiet.
-    pub(super) urgent: Notify,
-    /// The writer's last batch was small ([`QUIET_BATCH`]): a turn's end may end its pause
-    /// ([`EventHub::enqueue_now`]).
-    pub(super) quiet: AtomicBool,
-    /// The writer and the pruner; stopped by [`EventHub::close`] after everything is written.
-    pub(super) tasks: TaskTracker,
-    pub(super) closing: CancellationToken,
-    /// Ends the writer's retries of a failing append: shutdown has waited long enough.
-    pub(super) abandon: CancellationToken,
-    /// The writer's last append failed, and it is retrying.
-    pub(super) failing: AtomicBool,
-    /// The writer has finished.
-    pub(super) finished: CancellationToken,
-    pub(super) appended: AtomicU64,
-    /// Group commits (each one broadcast to live subscribers as one run).
-    pub(super) commits: AtomicU64,
-    /// Commits that raised a session's `updated_at` ([`EventHub::enqueue_touching`]), and every
-    /// append another replica announced (it may have changed any cached session).
-    pub(super) touches: AtomicU64,
-    pub(super) streams: Arc<StreamStats>,
-    /// The sessions whose appends are traced, and their spans.
-    pub(super) traced: Traced,
-}
-
-/// Counters of the event streams (for `/metrics`).
-#[derive(Debug, Default)]
-pub struct StreamStats {
-    /// Streams open now.
-    pub open: AtomicU64,
-    /// Times a subscriber fell behind the live broadcast and went back to the log.
-    pub lagged: AtomicU64,
-    /// Streams closed because the log could not be read (the client reconnects).
-    pub closed: AtomicU64,
+    /// The session logs' writer.
+    writer: Writer,
+    /// The lifecycle log's writer.
+    lifecycle: Lifecycle,
+    /// The live broadcast channels.
+    followers: Arc<Followers>,
+    /// The subscribers' streams.
+    streams: Streams,
+    /// The writers and the pruner, stopped by [`EventHub::close`] after everything is written.
+    stopping: Stopping,
 }
 
 impl EventHub {
@@ -139,61 +68,89 @@ impl EventHub {
         retention: Retention,
         pace: Duration,
     ) -> Arc<Self> {
-        let (queue, rx) = mpsc::channel(QUEUE);
-        let (lifecycle_queue, lifecycle_rx) = mpsc::channel(LIFECYCLE_QUEUE);
+        let log: Arc<dyn EventLog> = store.clone();
+        let stopping = Stopping::new(shutdown);
+        let followers = Arc::new(Followers::new());
         let hub = Arc::new(EventHub {
-            log: store.clone(),
+            writer: Writer::start(log.clone(), followers.clone(), &stopping, pace),
+            lifecycle: Lifecycle::start(log.clone(), followers.clone(), &stopping),
+            streams: Streams::new(log.clone(), followers.clone(), stopping.clone()),
+            log,
             records: store,
-            sessions: Mutex::default(),
-            lifecycle: broadcast::channel(LIFECYCLE_BUFFER).0,
-            lifecycle_queue,
-            shutdown,
-            queue,
-            pace,
-            urgent: Notify::new(),
-            quiet: AtomicBool::new(true),
-            tasks: TaskTracker::new(),
-            closing: CancellationToken::new(),
-            abandon: CancellationToken::new(),
-            failing: AtomicBool::new(false),
-            finished: CancellationToken::new(),
-            appended: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            touches: AtomicU64::new(0),
-            streams: Arc::default(),
-            traced: Traced::default(),
+            followers,
+            stopping,
         });
-        let writer = hub.clone();
-        let (written, stopped) = oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name("acp-event-log".into())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime.block_on(writer.write(rx)),
-                    Err(e) => tracing::error!(error = %e, "cannot start the event log writer"),
-                }
-                drop(written);
-            })
-            .expect("the event log writer thread starts");
-        // Tracked like the other tasks: `close` returns once the writer has finished.
-        let finished = hub.finished.clone();
-        hub.tasks.spawn(async move {
-            let _ = stopped.await;
-            finished.cancel();
-        });
-        let lifecycle = hub.clone();
-        hub.tasks
-            .spawn(async move { lifecycle.write_lifecycle(lifecycle_rx).await });
         let pruner = hub.clone();
-        hub.tasks
+        hub.stopping
             .spawn(async move { pruner.prune(retention).await });
         let follower = hub.clone();
-        hub.tasks
+        hub.stopping
             .spawn(async move { follower.follow_other_replicas().await });
         hub
+    }
+
+    /// Appends to a session's log and waits until it is stored (and broadcast); returns its
+    /// sequence number.
+    pub async fn append(&self, session_id: &str, event: NewEvent) -> Result<i64, String> {
+        self.writer.append(session_id, event).await
+    }
+
+    /// Queues an append without waiting for it to be stored. Order is kept: it is written
+    /// before anything queued (or appended) later.
+    pub async fn enqueue(&self, session_id: &str, event: NewEvent) {
+        self.writer.enqueue(session_id, event, None).await;
+    }
+
+    /// As [`EventHub::enqueue`], and, when someone follows the session live, the writer's
+    /// pause (`COMMIT_PACE`) ends unless the writer is busy (`QUIET_BATCH`): what ends a turn
+    /// reaches its subscribers with the answer, not a pace later. Unfollowed, it waits for the
+    /// pace: the commit it would cost falls on the client's next request instead.
+    pub async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
+        self.writer.enqueue_now(session_id, event).await;
+    }
+
+    /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
+    /// the same commit; [`EventHub::touches`] counts such commits.
+    pub async fn enqueue_touching(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {
+        self.writer.enqueue(session_id, event, Some(at)).await;
+    }
+
+    /// Waits until everything queued so far is stored (read-your-writes for log readers).
+    /// Returns at once while the writer retries a failed append (the store is down): a reader
+    /// then gets what is stored, or the store's error, instead of waiting for the outage.
+    pub async fn flush(&self) {
+        self.writer.flush().await;
+    }
+
+    /// Waits until everything queued so far is stored, however long the store is down (until
+    /// a shutdown gives up on it).
+    pub async fn stored(&self) {
+        self.writer.stored().await;
+    }
+
+    /// Queues a lifecycle event; subscribers are woken once it is stored.
+    pub async fn lifecycle(&self, event: NewLifecycleEvent) {
+        self.lifecycle.queue(event).await;
+    }
+
+    /// The events of one session from `after` (`None`: from the live tail), in batches: each
+    /// batch is what reached the subscriber together (one write).
+    pub async fn session_stream(
+        &self,
+        session_id: &str,
+        after: Option<i64>,
+    ) -> StoreResult<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>> {
+        self.streams.session(session_id, after).await
+    }
+
+    /// The lifecycle events from `after` (`None`: from the live tail), of `tenant`'s sessions
+    /// (`None`: all), in batches as [`EventHub::session_stream`]'s.
+    pub async fn lifecycle_stream(
+        &self,
+        tenant: Option<String>,
+        after: Option<i64>,
+    ) -> StoreResult<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>> {
+        self.streams.lifecycle(tenant, after).await
     }
 
     /// Wakes local subscribers when another replica appends to a log they follow (PostgreSQL).
@@ -202,7 +159,7 @@ impl EventHub {
     async fn follow_other_replicas(&self) {
         let appended = tokio::select! {
             r = self.log.appended_elsewhere() => r,
-            _ = self.shutdown.cancelled() => return,
+            _ = self.stopping.shutting_down() => return,
         };
         let mut appended = match appended {
             Ok(Some(stream)) => stream,
@@ -215,32 +172,18 @@ impl EventHub {
         loop {
             let next = tokio::select! {
                 next = appended.next() => next,
-                _ = self.shutdown.cancelled() => return,
+                _ = self.stopping.shutting_down() => return,
             };
             let Some(appended) = next else { return };
             // Another replica's write may have created, changed or moved a session in the
             // list: a page this replica read before it is stale now.
-            self.touches.fetch_add(1, Ordering::SeqCst);
+            self.writer.touched_elsewhere();
             match appended {
                 Appended::Session { session_id, seq } => {
-                    self.broadcast(&session_id, || Run::wake(seq));
+                    self.followers.broadcast(&session_id, || Run::wake(seq));
                 }
-                Appended::Lifecycle { seq } => {
-                    let _ = self.lifecycle.send(Arc::new(lifecycle_wake(seq)));
-                }
-                Appended::Lost => {
-                    let senders: Vec<_> = self
-                        .sessions
-                        .lock()
-                        .expect("hub lock")
-                        .values()
-                        .cloned()
-                        .collect();
-                    for tx in senders {
-                        let _ = tx.send(Arc::new(Run::wake(i64::MAX)));
-                    }
-                    let _ = self.lifecycle.send(Arc::new(lifecycle_wake(i64::MAX)));
-                }
+                Appended::Lifecycle { seq } => self.followers.announce(lifecycle_wake(seq)),
+                Appended::Lost => self.followers.wake_all(),
             }
         }
     }
@@ -248,9 +191,7 @@ impl EventHub {
     /// Writes what is queued, then stops the writer and the pruner. During a store outage this
     /// waits until the store is back or the bound set by [`EventHub::give_up_after`] passes.
     pub async fn close(&self) {
-        self.closing.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
+        self.stopping.close().await;
     }
 
     /// Bounds a shutdown during a store outage: `limit` from now, the writer stops retrying,
@@ -259,12 +200,12 @@ impl EventHub {
     /// stopping the pool waits for) may be waiting on the full queue.
     pub fn give_up_after(self: &Arc<Self>, limit: Duration) {
         let hub = self.clone();
-        self.tasks.spawn(async move {
+        self.stopping.spawn(async move {
             let mut at = tokio::time::Instant::now() + limit;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
-                    _ = hub.finished.cancelled() => return,
+                    _ = hub.stopping.finished() => return,
                 }
                 // Only an outage is given up on: a healthy writer still draining is left to
                 // finish (each of its appends is bounded by the store's own timeouts).
@@ -273,7 +214,7 @@ impl EventHub {
                         ?limit,
                         "the event log could not be written within the shutdown's bound; giving up"
                     );
-                    hub.abandon.cancel();
+                    hub.stopping.give_up();
                     return;
                 }
                 at += Duration::from_millis(100);
@@ -284,33 +225,33 @@ impl EventHub {
     /// The writer's last append failed and it is retrying (the store is down or cannot write):
     /// appenders wait.
     pub fn log_failing(&self) -> bool {
-        self.failing.load(Ordering::SeqCst)
+        self.writer.failing()
     }
 
     /// Events appended since start (for `/metrics`).
     pub fn appended(&self) -> u64 {
-        self.appended.load(Ordering::Relaxed)
+        self.writer.appended()
     }
 
     /// Group commits since start (for `/metrics`).
     pub fn commits(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.writer.commits()
     }
 
     /// Commits that changed the session cache, here or (PostgreSQL) on another replica: a
     /// session list read before one may be stale.
     pub fn touches(&self) -> u64 {
-        self.touches.load(Ordering::SeqCst)
+        self.writer.touches()
     }
 
     /// Which sessions' appends are written in a turn's trace.
     pub fn traced(&self) -> &Traced {
-        &self.traced
+        self.writer.traced()
     }
 
     /// Counters of the event streams.
     pub fn streams(&self) -> &StreamStats {
-        &self.streams
+        self.streams.stats()
     }
 
     /// Applies the retention limits now and then, and forgets list moves older than
@@ -323,7 +264,7 @@ impl EventHub {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
-                _ = self.closing.cancelled() => return,
+                _ = self.stopping.closing() => return,
             }
             let before = retention.max_age.map(|age| {
                 chrono::Utc::now()
@@ -341,27 +282,6 @@ impl EventHub {
             if let Err(e) = self.records.prune_moves(moves_before).await {
                 tracing::warn!(error = %e, "pruning list moves failed");
             }
-        }
-    }
-
-    /// The session's broadcast sender, when it has live subscribers.
-    fn followers(&self, session_id: &str) -> Option<broadcast::Sender<Arc<Run>>> {
-        (self.sessions.lock().expect("hub lock"))
-            .get(session_id)
-            .filter(|tx| tx.receiver_count() > 0)
-            .cloned()
-    }
-
-    /// Whether the session has live subscribers.
-    pub(super) fn followed(&self, session_id: &str) -> bool {
-        self.followers(session_id).is_some()
-    }
-
-    /// Sends `run()` to the session's live subscribers; with none, the run is not built (nor,
-    /// then, ever encoded).
-    pub(super) fn broadcast(&self, session_id: &str, run: impl FnOnce() -> Run) {
-        if let Some(tx) = self.followers(session_id) {
-            let _ = tx.send(Arc::new(run()));
         }
     }
 }

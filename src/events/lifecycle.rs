@@ -7,18 +7,41 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::hub::EventHub;
-use super::hub::LIFECYCLE_QUEUE;
-use super::retry::RETRY_FIRST;
-use crate::store::{NewLifecycleEvent, StoreError};
+use super::followers::Followers;
+use super::retry::{RETRY_FIRST, wait_to_retry};
+use super::stopping::Stopping;
+use crate::store::{EventLog, NewLifecycleEvent, StoreError};
 
+/// Lifecycle events waiting to be stored; past it, whoever emits one waits.
+const LIFECYCLE_QUEUE: usize = 1024;
 /// Lifecycle events stored in one append at most.
 const LIFECYCLE_BATCH: usize = LIFECYCLE_QUEUE;
 
-impl EventHub {
+/// The handle to the lifecycle log's writer: queues lifecycle events for it.
+pub(super) struct Lifecycle {
+    queue: mpsc::Sender<NewLifecycleEvent>,
+}
+
+impl Lifecycle {
+    /// Starts the writer, one of `stopping`'s tasks, storing in `log` and waking `followers`.
+    pub(super) fn start(
+        log: Arc<dyn EventLog>,
+        followers: Arc<Followers>,
+        stopping: &Stopping,
+    ) -> Self {
+        let (queue, rx) = mpsc::channel(LIFECYCLE_QUEUE);
+        let task = Task {
+            log,
+            followers,
+            stopping: stopping.clone(),
+        };
+        stopping.spawn(task.run(rx));
+        Lifecycle { queue }
+    }
+
     /// Queues a lifecycle event; subscribers are woken once it is stored.
-    pub async fn lifecycle(&self, event: NewLifecycleEvent) {
-        if let Err(mpsc::error::SendError(event)) = self.lifecycle_queue.send(event).await {
+    pub(super) async fn queue(&self, event: NewLifecycleEvent) {
+        if let Err(mpsc::error::SendError(event)) = self.queue.send(event).await {
             tracing::error!(
                 session = event.session_id,
                 kind = event.kind,
@@ -26,20 +49,26 @@ impl EventHub {
             );
         }
     }
+}
 
-    /// Stores the queued lifecycle events until [`EventHub::close`], and what was queued by
+/// The lifecycle log's writer task.
+struct Task {
+    log: Arc<dyn EventLog>,
+    followers: Arc<Followers>,
+    stopping: Stopping,
+}
+
+impl Task {
+    /// Stores the queued lifecycle events until the hub closes, and what was queued by
     /// then; during an outage, until the store is back or the shutdown gives up on it. What
     /// has queued up meanwhile is stored in one append (a list sync announcing thousands of
     /// sessions costs a transaction per thousand, not per session).
-    pub(super) async fn write_lifecycle(
-        self: Arc<Self>,
-        mut rx: mpsc::Receiver<NewLifecycleEvent>,
-    ) {
+    async fn run(self, mut rx: mpsc::Receiver<NewLifecycleEvent>) {
         loop {
             let next = tokio::select! {
                 biased;
                 next = rx.recv() => next,
-                _ = self.closing.cancelled() => rx.try_recv().ok(),
+                _ = self.stopping.closing() => rx.try_recv().ok(),
             };
             let Some(event) = next else { return };
             let mut batch = vec![event];
@@ -100,7 +129,7 @@ impl EventHub {
                         tracing::warn!(failures, "the lifecycle log is written again");
                     }
                     for event in stored {
-                        let _ = self.lifecycle.send(Arc::new(event));
+                        self.followers.announce(event);
                     }
                     return Outcome::Stored;
                 }
@@ -110,7 +139,7 @@ impl EventHub {
                     if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %e, failures, "cannot append to the lifecycle log; retrying until it can");
                     }
-                    if self.wait_to_retry(&mut pause).await.is_err() {
+                    if wait_to_retry(&self.stopping, &mut pause).await.is_err() {
                         return Outcome::GaveUp;
                     }
                 }

@@ -14,23 +14,29 @@
 //! retention limits are pruned; a subscriber whose cursor points into pruned history first gets
 //! a `gap` event.
 //!
-//! `hub.rs` is the hub itself: its queues, its broadcast channels, its tasks, retention and the
-//! wake-ups from other replicas; `writer.rs` is the log writer task that every append goes
-//! through, `retry.rs` what it does when an append fails, `lifecycle.rs` the lifecycle log's
-//! writer (queued and retried the same way), `stream.rs` the subscribers' side (following a
-//! log), `run.rs` what they follow, `traced.rs` the trace a turn's appends are written in. What the hub carries is typed: each edge writes its own
-//! wire form. This file only declares the parts and re-exports their names.
+//! Each part keeps its state behind its methods. `hub.rs` is the hub itself, the face the rest
+//! of the crate calls: it holds the parts, retention and the wake-ups from other replicas;
+//! `writer.rs` is the log writer task that every append goes through and its handle,
+//! `retry.rs` what it does when an append fails, `lifecycle.rs` the lifecycle log's writer
+//! (queued and retried the same way), `followers.rs` the live broadcast channels, `stream.rs`
+//! the subscribers' side (following a log) and its counters, `stopping.rs` the hub's tasks and
+//! the words that stop them, `run.rs` what subscribers follow, `traced.rs` the trace a turn's
+//! appends are written in. What the hub carries is typed: each edge writes its own wire form.
+//! This file only declares the parts and re-exports their names.
 
+mod followers;
 mod hub;
 mod lifecycle;
 mod retry;
 mod run;
+mod stopping;
 mod stream;
 mod traced;
 mod writer;
 
-pub use hub::{EventHub, Retention, StreamStats};
+pub use hub::{EventHub, Retention};
 pub use run::{Run, Sequenced};
+pub use stream::{StreamCounts, StreamStats};
 pub use traced::Traced;
 pub use writer::MAX_BATCH;
 

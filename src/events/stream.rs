@@ -6,15 +6,15 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use tokio::sync::broadcast;
 
-use super::hub::SESSION_BUFFER;
-use super::hub::{EventHub, StreamStats};
+use super::followers::Followers;
 use super::run::{Run, Sequenced};
+use super::stopping::Stopping;
 use crate::store::{EventLog, StoreResult, StoredEvent, StoredLifecycleEvent};
 
 /// Most items (runs, lifecycle events) yielded to a subscriber in one batch (one write).
@@ -22,42 +22,114 @@ const MAX_WRITE: usize = 256;
 /// Page size when a subscriber reads the log.
 const PAGE: i64 = 500;
 
+/// Counters of the event streams (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    /// Streams open now.
+    open: AtomicU64,
+    /// Times a subscriber fell behind the live broadcast and went back to the log.
+    lagged: AtomicU64,
+    /// Streams closed because the log could not be read (the client reconnects).
+    closed: AtomicU64,
+}
+
+/// The counters of the event streams, as read at one time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamCounts {
+    /// Streams open now.
+    pub open: u64,
+    /// Times a subscriber fell behind the live broadcast and went back to the log.
+    pub lagged: u64,
+    /// Streams closed because the log could not be read (the client reconnects).
+    pub closed: u64,
+}
+
+impl StreamStats {
+    /// The counters now.
+    pub fn read(&self) -> StreamCounts {
+        StreamCounts {
+            open: self.open.load(Ordering::Relaxed),
+            lagged: self.lagged.load(Ordering::Relaxed),
+            closed: self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A stream opened.
+    fn opened(&self) {
+        self.open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream ended.
+    fn ended(&self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A subscriber fell behind the live broadcast.
+    fn fell_behind(&self) {
+        self.lagged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream closed because the log could not be read.
+    fn failed(&self) {
+        self.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Counts one open stream for as long as it lives.
 struct OpenStream(Arc<StreamStats>);
 
 impl OpenStream {
     fn new(stats: Arc<StreamStats>) -> Self {
-        stats.open.fetch_add(1, Ordering::Relaxed);
+        stats.opened();
         OpenStream(stats)
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.ended();
     }
 }
 
 type Reader<T> =
     Box<dyn FnMut(i64) -> Pin<Box<dyn Future<Output = StoreResult<Vec<T>>> + Send>> + Send>;
 
-impl EventHub {
-    fn subscribe(&self, session_id: &str) -> broadcast::Receiver<Arc<Run>> {
-        let mut map = self.sessions.lock().expect("hub lock");
-        map.retain(|_, tx| tx.receiver_count() > 0);
-        map.entry(session_id.to_owned())
-            .or_insert_with(|| broadcast::channel(SESSION_BUFFER).0)
-            .subscribe()
+/// The subscribers' side of the hub: opens streams that follow a log and counts them.
+pub(super) struct Streams {
+    log: Arc<dyn EventLog>,
+    followers: Arc<Followers>,
+    stats: Arc<StreamStats>,
+    /// Its shutdown ends the streams.
+    stopping: Stopping,
+}
+
+impl Streams {
+    pub(super) fn new(
+        log: Arc<dyn EventLog>,
+        followers: Arc<Followers>,
+        stopping: Stopping,
+    ) -> Self {
+        Streams {
+            log,
+            followers,
+            stats: Arc::default(),
+            stopping,
+        }
+    }
+
+    /// Counters of the event streams.
+    pub(super) fn stats(&self) -> &StreamStats {
+        &self.stats
     }
 
     /// The events of one session from `after` (`None`: from the live tail), in batches: each
     /// batch is what reached the subscriber together (one write).
-    pub async fn session_stream(
+    pub(super) async fn session(
         &self,
         session_id: &str,
         after: Option<i64>,
     ) -> StoreResult<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>> {
-        let rx = self.subscribe(session_id);
+        let rx = self.followers.subscribe(session_id);
         let cursor = match after {
             Some(a) => a,
             None => self.log.last_event_seq(session_id).await?,
@@ -70,18 +142,18 @@ impl EventHub {
                 Ok(page.into_iter().map(Run::one).collect())
             })
         });
-        let events = tail(rx, read, cursor, |_| true, self.streams.clone());
-        Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
+        let events = tail(rx, read, cursor, |_| true, self.stats.clone());
+        Ok(events.take_until(self.stopping.streams_end()))
     }
 
     /// The lifecycle events from `after` (`None`: from the live tail), of `tenant`'s sessions
-    /// (`None`: all), in batches as [`EventHub::session_stream`]'s.
-    pub async fn lifecycle_stream(
+    /// (`None`: all), in batches as [`Streams::session`]'s.
+    pub(super) async fn lifecycle(
         &self,
         tenant: Option<String>,
         after: Option<i64>,
     ) -> StoreResult<impl Stream<Item = Vec<Arc<StoredLifecycleEvent>>> + Send + use<>> {
-        let rx = self.lifecycle.subscribe();
+        let rx = self.followers.subscribe_lifecycle();
         let cursor = match after {
             Some(a) => a,
             None => self.log.last_lifecycle_seq().await?,
@@ -92,8 +164,8 @@ impl EventHub {
             Box::pin(async move { store.read_lifecycle(t.as_deref(), after, PAGE).await })
         });
         let keep = move |e: &StoredLifecycleEvent| tenant.as_deref().is_none_or(|t| t == e.tenant);
-        let events = tail(rx, read, cursor, keep, self.streams.clone());
-        Ok(events.take_until(self.shutdown.clone().cancelled_owned()))
+        let events = tail(rx, read, cursor, keep, self.stats.clone());
+        Ok(events.take_until(self.stopping.streams_end()))
     }
 }
 
@@ -184,7 +256,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "reading the event log failed; closing the stream");
-                        s.open.0.closed.fetch_add(1, Ordering::Relaxed);
+                        s.open.0.failed();
                         return None;
                     }
                 }
@@ -209,7 +281,7 @@ fn tail<T: Sequenced + Send + Sync + 'static>(
                         }
                     }
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        s.open.0.lagged.fetch_add(1, Ordering::Relaxed);
+                        s.open.0.fell_behind();
                         s.live = false;
                         break;
                     }

@@ -3,7 +3,6 @@
 //! and the numbers `/metrics` publishes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -238,7 +237,7 @@ impl System {
         let c = self.counters.read();
         let (permissions_pending, elicitations_pending) = self.requests.pending_counts();
         let replicas = self.placement.cluster().view();
-        let streams = self.log.hub().streams();
+        let streams = self.log.hub().streams().read();
         let pools = self.placement.agents().all();
         Stats {
             members: pools.iter().flat_map(|a| a.pool().members()).collect(),
@@ -252,9 +251,9 @@ impl System {
             replicas_live: replicas.iter().filter(|r| r.live).count(),
             events_appended: self.log.hub().appended(),
             event_commits: self.log.hub().commits(),
-            sse_open: streams.open.load(Ordering::Relaxed),
-            sse_lagged: streams.lagged.load(Ordering::Relaxed),
-            sse_closed: streams.closed.load(Ordering::Relaxed),
+            sse_open: streams.open,
+            sse_lagged: streams.lagged,
+            sse_closed: streams.closed,
             turns_started: c.turns_started,
             turns_failed: c.turns_failed,
             member_exits: c.member_exits,

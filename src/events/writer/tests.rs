@@ -1,0 +1,171 @@
+//! The log writer's pace: what shares a commit, and what ends the pause.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::events::hub::{EventHub, Retention};
+use crate::store::Store;
+
+/// A store on an SQLite file of its own (a file, so that the log writer has its own
+/// connection, as in production), and the directory to keep while it is used.
+async fn file_store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("t.db").display());
+    let store = crate::store::connect(&url, "test-replica")
+        .await
+        .unwrap()
+        .store;
+    (dir, store)
+}
+
+/// `flush` returns once everything queued before it is stored. On this single-threaded
+/// runtime the writer cannot run between the enqueues and the read unless `flush` waits.
+#[tokio::test]
+async fn flush_waits_for_everything_queued_before_it() {
+    let (_dir, store) = file_store().await;
+    let hub = EventHub::new(
+        store.clone(),
+        CancellationToken::new(),
+        Retention::default(),
+    );
+    for i in 0..100 {
+        hub.enqueue("s", event(i)).await;
+    }
+    hub.flush().await;
+    assert_eq!(store.read_events("s", 0, 1000).await.unwrap().len(), 100);
+    hub.close().await;
+}
+
+async fn appended(store: &Arc<dyn Store>, session: &str) -> usize {
+    store.read_events(session, 0, 1000).await.unwrap().len()
+}
+
+fn event(i: usize) -> NewEvent {
+    NewEvent {
+        kind: "x".into(),
+        payload: serde_json::json!({"i": i}).into(),
+    }
+}
+
+/// After a commit the writer pauses: what is queued meanwhile waits and then goes into one
+/// commit. An event queued while the writer is idle is committed at once, and a `flush`
+/// or an awaited `append` ends the pause instead of waiting it out. The pace here is far
+/// longer than the test, so that no timing decides the outcome.
+#[tokio::test]
+async fn events_queued_during_the_pause_share_one_commit() {
+    let (_dir, store) = file_store().await;
+    let pace = Duration::from_secs(600);
+    let hub = EventHub::with_pace(
+        store.clone(),
+        CancellationToken::new(),
+        Retention::default(),
+        pace,
+    );
+    hub.enqueue("s", event(0)).await;
+    // The counter moves just after the commit becomes readable: wait for both.
+    let committed = async {
+        while appended(&store, "s").await == 0 || hub.commits() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), committed)
+        .await
+        .expect("an event queued while the writer is idle is committed without a pause");
+    assert_eq!(hub.commits(), 1);
+
+    for i in 1..50 {
+        hub.enqueue("s", event(i)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        appended(&store, "s").await,
+        1,
+        "the writer pauses after a commit"
+    );
+    tokio::time::timeout(Duration::from_secs(30), hub.flush())
+        .await
+        .expect("a flush ends the pause");
+    assert_eq!(appended(&store, "s").await, 50);
+    assert_eq!(
+        hub.commits(),
+        2,
+        "what was queued during the pause is one commit"
+    );
+
+    hub.enqueue("s", event(50)).await;
+    let seq = tokio::time::timeout(Duration::from_secs(30), hub.append("s", event(51)))
+        .await
+        .expect("an awaited append ends the pause")
+        .unwrap();
+    assert_eq!(seq, 52);
+    assert_eq!(hub.commits(), 3);
+    tokio::time::timeout(Duration::from_secs(30), hub.close())
+        .await
+        .expect("closing ends the pause");
+}
+
+/// Waits until `store` holds `n` events of "s".
+async fn until_appended(store: &Arc<dyn Store>, n: usize, what: &str) {
+    let stored = async {
+        while appended(store, "s").await < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), stored)
+        .await
+        .expect(what);
+}
+
+/// A turn's end (`enqueue_now`) in a session someone follows is committed without waiting
+/// out the pause while the writer is quiet, and waits for it after a commit of a busy
+/// writer ([`QUIET_BATCH`] events or more); in a session nobody follows it always waits.
+/// The pace is far longer than the test.
+#[tokio::test]
+async fn a_turns_end_cuts_the_pause_of_a_quiet_writer_only() {
+    let (_dir, store) = file_store().await;
+    let hub = EventHub::with_pace(
+        store.clone(),
+        CancellationToken::new(),
+        Retention::default(),
+        Duration::from_secs(600),
+    );
+    hub.enqueue("s", event(0)).await;
+    until_appended(&store, 1, "an idle writer commits at once").await;
+    hub.enqueue_now("s", event(1)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        appended(&store, "s").await,
+        1,
+        "the end of a turn nobody follows waits for the pace"
+    );
+    let follower = hub.session_stream("s", None).await.unwrap();
+    hub.enqueue_now("s", event(2)).await;
+    until_appended(
+        &store,
+        3,
+        "a followed turn's end cuts a quiet writer's pause",
+    )
+    .await;
+
+    // A busy writer: one commit of QUIET_BATCH events, queued before it wakes (an awaited
+    // append ends the pause), then a turn's end, which waits for the pace.
+    for i in 0..QUIET_BATCH - 1 {
+        hub.enqueue("s", event(3 + i)).await;
+    }
+    hub.append("s", event(2 + QUIET_BATCH)).await.unwrap();
+    let busy = 3 + QUIET_BATCH;
+    hub.enqueue_now("s", event(busy)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        appended(&store, "s").await,
+        busy,
+        "after a large commit a turn's end waits for the pace"
+    );
+    hub.flush().await;
+    assert_eq!(appended(&store, "s").await, busy + 1);
+    drop(follower);
+    hub.close().await;
+}
