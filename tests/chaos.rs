@@ -476,6 +476,13 @@ async fn faults_lose_no_event_and_leave_no_agent() {
     if !left.is_empty() {
         problems.push(format!("agent processes left: {left:?}"));
     }
+    if !problems.is_empty() {
+        // The replicas' whole logs stay for whoever looks into it.
+        eprintln!(
+            "chaos: the replicas' logs are kept in {}",
+            dir.keep().display()
+        );
+    }
     assert!(
         problems.is_empty(),
         "CHAOS_SEED={seed}: {} problem(s):\n{}",

@@ -30,7 +30,7 @@ impl Lifecycle {
         stopping: &Stopping,
     ) -> Self {
         let (queue, rx) = mpsc::channel(LIFECYCLE_QUEUE);
-        let task = Task {
+        let task = LifecycleTask {
             log,
             followers,
             stopping: stopping.clone(),
@@ -52,13 +52,13 @@ impl Lifecycle {
 }
 
 /// The lifecycle log's writer task.
-struct Task {
+struct LifecycleTask {
     log: Arc<dyn EventLog>,
     followers: Arc<Followers>,
     stopping: Stopping,
 }
 
-impl Task {
+impl LifecycleTask {
     /// Stores the queued lifecycle events until the hub closes, and what was queued by
     /// then; during an outage, until the store is back or the shutdown gives up on it. What
     /// has queued up meanwhile is stored in one append (a list sync announcing thousands of

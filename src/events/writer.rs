@@ -107,7 +107,7 @@ impl Writer {
             touches: AtomicU64::new(0),
         });
         let failing = Failing::default();
-        let task = Task {
+        let task = WriterTask {
             rx,
             shared: shared.clone(),
             log: log.clone(),
@@ -270,7 +270,7 @@ impl Share {
 }
 
 /// The writer task: it owns the queue's receiving end and its retries.
-struct Task {
+struct WriterTask {
     rx: mpsc::Receiver<Queued>,
     shared: Arc<Shared>,
     log: Arc<dyn EventLog>,
@@ -281,9 +281,9 @@ struct Task {
     retries: Retries,
 }
 
-impl Task {
+impl WriterTask {
     /// Group commit of everything queued, session by session, in queue order, then a pause of
-    /// [`Task::pace`] unless someone waits for a commit (or a followed turn ends,
+    /// [`WriterTask::pace`] unless someone waits for a commit (or a followed turn ends,
     /// [`Writer::enqueue_now`]) or the batch was full. An append that fails is retried until
     /// it succeeds (see [`Retries::append_group`]); meanwhile nothing more is taken from the
     /// queue, so appenders wait when it is full.
