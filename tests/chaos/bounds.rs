@@ -28,8 +28,8 @@ pub enum Class {
     /// Its connection ended with no answer: the replica asked (or the one holding the
     /// connection) was killed.
     Lost,
-    /// 502 `agent-unavailable`, or over ACP "the agent exited": the member running its turn
-    /// was killed.
+    /// 502 `agent-unavailable`, or over ACP "the agent exited" (or "the agent's stdin is
+    /// closed", for a call sent as it died): the member running its turn was killed.
     AgentGone,
     /// 503 `pool-exhausted`: no member ready while a killed one restarts.
     NoMember,
@@ -90,19 +90,22 @@ impl Class {
     /// The class of an `/acp` error's message (`None`: no fault causes it).
     pub fn of_message(message: &str) -> Option<Class> {
         let has = |s: &str| message.contains(s);
-        Some(if message.starts_with("the agent exited") {
-            Class::AgentGone
-        } else if has("no agent member is ready") {
-            Class::NoMember
-        } else if has("cannot be reached") || has("is live on another gateway replica") {
-            Class::ReplicaGone
-        } else if message == "store unavailable" {
-            Class::StoreDown
-        } else if has("a turn is already running") {
-            Class::Busy
-        } else {
-            return None;
-        })
+        // A call that finds the member's stdin closed never reached it: the member died.
+        Some(
+            if message.starts_with("the agent exited") || message == "the agent's stdin is closed" {
+                Class::AgentGone
+            } else if has("no agent member is ready") {
+                Class::NoMember
+            } else if has("cannot be reached") || has("is live on another gateway replica") {
+                Class::ReplicaGone
+            } else if message == "store unavailable" {
+                Class::StoreDown
+            } else if has("a turn is already running") {
+                Class::Busy
+            } else {
+                return None;
+            },
+        )
     }
 }
 
