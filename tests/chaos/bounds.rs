@@ -94,7 +94,9 @@ impl Class {
         Some(
             if message.starts_with("the agent exited") || message == "the agent's stdin is closed" {
                 Class::AgentGone
-            } else if has("no agent member is ready") {
+            } else if has("no agent member is ready")
+                || message.starts_with("no member of the agent")
+            {
                 Class::NoMember
             } else if has("cannot be reached") || has("is live on another gateway replica") {
                 Class::ReplicaGone
