@@ -7,12 +7,11 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
-use super::event_unions::{self, LifecycleEvent, SessionEvent};
 use super::extract::{AppState, Json, Path, Query};
 use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use crate::gateway::input::SessionId;
-use crate::gateway::{Caller, HistoryPage};
+use crate::gateway::{Caller, HistoryPage, LifecycleEvent, SessionEvent};
 
 /// Where a stream starts.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -108,7 +107,7 @@ pub async fn session_events(
 #[utoipa::path(get, operation_id = "getSessionHistory", path = "/sessions/{id}/history", tag = "events",
     params(("id" = String, Path, description = "Session id"), HistoryParams),
     responses(
-        (status = 200, description = "One page of events", body = event_unions::HistoryPageSchema),
+        (status = 200, description = "One page of events", body = HistoryPage),
         MalformedParams, UnknownOrDeletedSession,
     ))]
 pub async fn session_history(

@@ -8,8 +8,6 @@ mod console;
 mod controls;
 mod elicitations;
 pub mod error;
-mod event_schemas;
-mod event_unions;
 mod events;
 mod extract;
 pub mod forward;

@@ -11,12 +11,14 @@ use utoipa::ToSchema;
 use super::error::{ApiError, Problem};
 use super::extract::{AppState, Json, Path, Query};
 use super::responses::{InvalidWebhook, MalformedParams, UnknownWebhook};
-use crate::gateway::{Caller, DeliveryPage, DeliveryView, NewWebhook, WebhookPatch, WebhookView};
+use crate::gateway::{
+    Caller, DeliveryPage, DeliveryView, EventKind, NewWebhook, WebhookPatch, WebhookView,
+};
 
 /// `POST /webhooks` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(example = json!({"url": "https://ci.example/hooks/acp", "events": ["turn_ended", "permission_requested"], "description": "CI"}))]
+#[schema(example = json!({"url": "https://ci.example/hooks/acp", "events": [EventKind::TurnEnded.name(), EventKind::PermissionRequested.name()], "description": "CI"}))]
 pub struct CreateWebhook {
     /// An `http(s)` URL; it must resolve to a public address unless the gateway runs with
     /// `--webhook-allow-private`.

@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use super::followers::Followers;
 use super::run::{Run, Sequenced};
 use super::stopping::Stopping;
-use crate::store::{EventLog, StoreResult, StoredEvent, StoredLifecycleEvent};
+use crate::store::{EventKind, EventLog, StoreResult, StoredEvent, StoredLifecycleEvent};
 
 /// Most items (runs, lifecycle events) yielded to a subscriber in one batch (one write).
 const MAX_WRITE: usize = 256;
@@ -190,7 +190,7 @@ async fn read_with_gap(
         let gap = StoredEvent {
             session_id: session_id.to_owned(),
             seq: next - 1,
-            kind: "gap".to_owned(),
+            kind: EventKind::Gap.name().to_owned(),
             payload:
                 serde_json::json!({"sessionId": session_id, "from": after + 1, "to": next - 1})
                     .into(),

@@ -6,10 +6,11 @@
 //! logged (`state_changed`), so the state moves even when the agent sends no update.
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::caller::Caller;
 use super::error::Error;
+use super::event::StateChanged;
 use super::input::SessionId;
 use super::parts::live::Busy;
 use super::parts::use_case;
@@ -188,13 +189,18 @@ impl Controls {
             ),
         };
         // The agent's `{}` says it is done: what is set is what was asked.
-        let mut change = Map::new();
-        let parts = if category == "mode" {
-            "modes"
+        let set = Some(json!({ current: wanted }));
+        let change = if category == "mode" {
+            StateChanged {
+                modes: set,
+                ..StateChanged::default()
+            }
         } else {
-            "models"
+            StateChanged {
+                models: set,
+                ..StateChanged::default()
+            }
         };
-        change.insert(parts.into(), json!({ current: wanted }));
         self.states
             .note_change(session_id, source, &result, change)
             .await
@@ -210,9 +216,11 @@ impl Controls {
         let result = agent
             .set_config_option(session_id, config_id, value)
             .await?;
-        let mut change = Map::new();
-        change.insert("configId".into(), config_id.into());
-        change.insert("value".into(), value.clone());
+        let change = StateChanged {
+            config_id: Some(config_id.to_owned()),
+            value: Some(value.clone()),
+            ..StateChanged::default()
+        };
         let result = json!({"configOptions": result.get("configOptions").filter(|o| o.is_array())});
         self.states
             .note_change(

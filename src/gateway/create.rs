@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use chrono::SubsecRound;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::caller::Caller;
 use super::clock::now;
 use super::controls::Controls;
 use super::controls::InitialSettings;
 use super::error::Error;
+use super::event::{Forked, GatewayEvent, GatewayLifecycleEvent};
 use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
 use super::parts::use_case;
@@ -141,8 +142,13 @@ impl Create {
         let record = self
             .start_session(caller, &from.agent, Start::Fork(parent.as_str()), setup)
             .await?;
-        let forked = json!({"sessionId": record.session_id, "parentSessionId": parent.as_str(), "parentSeq": at});
-        self.log.append(&record.session_id, "forked", forked).await;
+        let forked = Forked {
+            session_id: record.session_id.clone(),
+            parent_session_id: parent.as_str().to_owned(),
+            parent_seq: at,
+        };
+        let forked = GatewayEvent::Forked(forked);
+        self.log.append(&record.session_id, forked).await;
         self.views.view_with_state(&record).await
     }
 
@@ -300,9 +306,8 @@ impl Create {
             self.placement.release(&record.session_id).await;
         }
         let view = self.views.view(&record);
-        self.log
-            .lifecycle(&record, "session_created", json!({"session": view}))
-            .await;
+        let created = GatewayLifecycleEvent::created(&record, view);
+        self.log.lifecycle(&record, created).await;
         let source = match how {
             Start::New => AGENT_METHOD_NAMES.session_new,
             Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,

@@ -5,15 +5,17 @@ use std::sync::Arc;
 
 use futures::Stream;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use utoipa::ToSchema;
 
 use super::caller::Caller;
 use super::clock::now;
 use super::error::Error;
+use super::event::{GatewayEvent, StateSnapshot};
+use super::event_schema::SessionEvent;
 use super::input::SessionId;
 use super::parts::use_case;
 use crate::events::Run;
-use crate::store::{Payload, StoredEvent, StoredLifecycleEvent};
+use crate::store::{EventKind, Payload, StoredEvent, StoredLifecycleEvent};
 
 /// One stored event as `GET /sessions/{id}/history` returns it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -28,10 +30,12 @@ pub struct HistoryEvent {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// A page of history (`api::event_unions::HistoryPageSchema` is its schema).
-#[derive(Debug, Serialize, Deserialize)]
+/// A page of `GET /sessions/{id}/history`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"events": [{"seq": 1, "event": EventKind::TurnStarted.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": EventKind::AgentMessageChunk.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": EventKind::AgentMessageChunk.name(), "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
 pub struct HistoryPage {
+    #[schema(value_type = Vec<SessionEvent>)]
     pub events: Vec<HistoryEvent>,
     /// Pass as `after` for the next page; absent when this page reached the end of the log.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,11 +66,16 @@ impl History {
         let mut first = None;
         if snapshot && after.is_none() {
             let at = self.states.state_of(id.as_str()).await?;
+            let state = GatewayEvent::State(StateSnapshot {
+                session_id: id.as_str().to_owned(),
+                seq: at.seq,
+                state: at.state,
+            });
             let event = StoredEvent {
                 session_id: id.as_str().to_owned(),
                 seq: at.seq,
-                kind: "state".into(),
-                payload: json!({"sessionId": id.as_str(), "seq": at.seq, "state": at.state}).into(),
+                kind: state.kind().name().into(),
+                payload: Payload::from(&state),
                 created_at: now(),
             };
             first = Some(vec![Arc::new(Run::one(event))]);

@@ -100,9 +100,4 @@ impl Error {
         };
         Problem::new(self.kind(), detail, agent_code)
     }
-
-    /// The problem document as a logged event carries it (`turn_ended`'s `error`).
-    pub(super) fn problem_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.problem()).expect("a problem serialises")
-    }
 }

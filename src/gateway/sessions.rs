@@ -7,6 +7,7 @@ use super::caller::Caller;
 use super::clock::now;
 use super::cursor::decode_cursor;
 use super::error::Error;
+use super::event::{GatewayEvent, GatewayLifecycleEvent, SessionDeleted};
 use super::input::{SessionId, validate_abs_path};
 use super::output::{Activity, SessionView, Status, StatusView};
 use super::parts::info_update::apply_info_update;
@@ -190,12 +191,16 @@ impl Sessions {
             .await?;
         self.records.sessions_changed();
         if tombstoned {
-            let payload = json!({"sessionId": id.as_str()});
-            self.log
-                .append(id.as_str(), "session_deleted", payload)
-                .await;
+            let deleted = SessionDeleted {
+                session_id: id.as_str().to_owned(),
+                agent: None,
+                reason: None,
+            };
+            let deleted = GatewayEvent::SessionDeleted(deleted);
+            self.log.append(id.as_str(), deleted).await;
             if let Some(r) = &existing {
-                self.log.lifecycle(r, "session_deleted", json!({})).await;
+                let deleted = GatewayLifecycleEvent::deleted(r, None);
+                self.log.lifecycle(r, deleted).await;
             }
         }
         if caps.delete {
@@ -294,9 +299,8 @@ impl Sessions {
             agent.close_session(id.as_str()).await?;
         }
         self.placement.detach(id.as_str()).await;
-        self.log
-            .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
-            .await;
+        let saved = GatewayLifecycleEvent::status(&record, Status::Saved, None);
+        self.log.lifecycle(&record, saved).await;
         Ok(())
     }
 
@@ -337,9 +341,8 @@ impl Sessions {
             .await?
             .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?;
         if freed {
-            self.log
-                .lifecycle(&record, "session_status", json!({"status": Status::Saved}))
-                .await;
+            let saved = GatewayLifecycleEvent::status(&record, Status::Saved, None);
+            self.log.lifecycle(&record, saved).await;
         }
         self.views.updated(&record).await;
         Ok(self.views.view(&record))

@@ -9,20 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-/// The log's event kinds that change the state.
-pub(in crate::gateway) const STATE_KINDS: &[&str] = &[
-    "state_changed",
-    "current_mode_update",
-    "config_option_update",
-    "available_commands_update",
-    "usage_update",
-    "plan",
-    "session_info_update",
-    "turn_ended",
-];
-
-/// The gateway's own event recording a change it learned from an agent's answer.
-pub(in crate::gateway) const STATE_CHANGED: &str = "state_changed";
+use crate::store::EventKind;
 
 /// A session's state. Each part is the agent's JSON as it sent it; absent when it never sent one.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -82,37 +69,39 @@ pub struct StateAt {
 }
 
 impl SessionState {
-    /// Applies one log event.
-    pub(in crate::gateway) fn apply(&mut self, kind: &str, payload: &Value) {
+    /// Applies one log event (of the kinds [`EventKind::STATE`]; others change nothing).
+    pub(in crate::gateway) fn apply(&mut self, kind: EventKind, payload: &Value) {
         let update = payload.get("update").unwrap_or(&Value::Null);
         let field = |name: &str| update.get(name).cloned();
         match kind {
-            STATE_CHANGED => self.apply_change(payload),
-            "current_mode_update" => {
+            EventKind::StateChanged => self.apply_change(payload),
+            EventKind::CurrentModeUpdate => {
                 if let Some(mode) = update.get("currentModeId").and_then(Value::as_str) {
                     self.set_current_mode(mode);
                 }
             }
-            "config_option_update" => {
+            EventKind::ConfigOptionUpdate => {
                 if let Some(options) = field("configOptions") {
                     self.set_options(options);
                 }
             }
-            "available_commands_update" => self.available_commands = field("availableCommands"),
-            "plan" => self.plan = field("entries"),
-            "usage_update" => {
+            EventKind::AvailableCommandsUpdate => {
+                self.available_commands = field("availableCommands");
+            }
+            EventKind::Plan => self.plan = field("entries"),
+            EventKind::UsageUpdate => {
                 let mut latest = update.clone();
                 if let Some(o) = latest.as_object_mut() {
                     o.remove("sessionUpdate");
                 }
                 self.usage_part("latest", latest);
             }
-            "session_info_update" => {
+            EventKind::SessionInfoUpdate => {
                 if let Some(meta) = update.get("_meta") {
                     self.meta = (!meta.is_null()).then(|| meta.clone());
                 }
             }
-            "turn_ended" => {
+            EventKind::TurnEnded => {
                 if let Some(usage) = payload.get("usage").filter(|u| !u.is_null()) {
                     self.usage_part("lastPrompt", usage.clone());
                 }
@@ -270,6 +259,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const STATE_CHANGED: EventKind = EventKind::StateChanged;
+
+    fn kind(name: &str) -> EventKind {
+        EventKind::parse(name).unwrap()
+    }
+
     fn update(kind: &str, fields: Value) -> Value {
         let mut u = json!({"sessionUpdate": kind});
         u.as_object_mut()
@@ -301,13 +296,13 @@ mod tests {
     fn a_mode_update_moves_the_mode_option_and_the_reverse() {
         let mut s = created();
         s.apply(
-            "current_mode_update",
+            kind("current_mode_update"),
             &update("current_mode_update", json!({"currentModeId": "code"})),
         );
         assert_eq!(s.option_of("mode").unwrap()["currentValue"], "code");
         assert_eq!(s.modes.as_ref().unwrap()["currentModeId"], "code");
         s.apply(
-            "config_option_update",
+            kind("config_option_update"),
             &update(
                 "config_option_update",
                 json!({"configOptions": options("ask")}),
@@ -324,29 +319,32 @@ mod tests {
     fn options_are_replaced_whole_and_parts_kept_apart() {
         let mut s = created();
         s.apply(
-            "config_option_update",
+            kind("config_option_update"),
             &update("config_option_update", json!({"configOptions": []})),
         );
         assert_eq!(s.config_options, Some(json!([])));
         s.apply(
-            "usage_update",
+            kind("usage_update"),
             &update("usage_update", json!({"used": 5, "size": 10})),
         );
         s.apply(
-            "turn_ended",
+            kind("turn_ended"),
             &json!({"sessionId": "s", "stopReason": "end_turn", "usage": {"totalTokens": 3}}),
         );
-        s.apply("turn_ended", &json!({"sessionId": "s", "usage": null}));
+        s.apply(
+            kind("turn_ended"),
+            &json!({"sessionId": "s", "usage": null}),
+        );
         assert_eq!(
             s.usage,
             Some(json!({"latest": {"used": 5, "size": 10}, "lastPrompt": {"totalTokens": 3}}))
         );
         s.apply(
-            "plan",
+            kind("plan"),
             &update("plan", json!({"entries": [{"content": "a"}]})),
         );
         s.apply(
-            "available_commands_update",
+            kind("available_commands_update"),
             &update(
                 "available_commands_update",
                 json!({"availableCommands": []}),
@@ -355,21 +353,21 @@ mod tests {
         assert_eq!(s.plan, Some(json!([{"content": "a"}])));
         assert_eq!(s.available_commands, Some(json!([])));
         s.apply(
-            "session_info_update",
+            kind("session_info_update"),
             &update("session_info_update", json!({"_meta": {"k": 1}})),
         );
         s.apply(
-            "session_info_update",
+            kind("session_info_update"),
             &update("session_info_update", json!({"title": "t"})),
         );
         assert_eq!(s.meta, Some(json!({"k": 1})), "absent means unchanged");
         s.apply(
-            "session_info_update",
+            kind("session_info_update"),
             &update("session_info_update", json!({"_meta": null})),
         );
         assert_eq!(s.meta, None, "null clears");
         s.apply(
-            "agent_message_chunk",
+            kind("agent_message_chunk"),
             &update("agent_message_chunk", json!({})),
         );
         assert_eq!(s.modes.as_ref().unwrap()["currentModeId"], "ask");

@@ -7,12 +7,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use super::caller::Caller;
 use super::error::Error;
+use super::event::{GatewayEvent, TurnEnded, TurnStarted};
 use super::input::{Prompt, SessionId};
 use super::output::TurnResult;
 use super::parts::live::Busy;
@@ -94,12 +95,12 @@ impl Turns {
         // Queued, not awaited: the log's order is the queue's, so it precedes every update the
         // agent sends for this turn, and the prompt goes out without waiting for a commit. The
         // session's `updatedAt` moves with it, in the same commit.
+        let started = TurnStarted {
+            session_id: sid.clone(),
+            prompt: prompt.clone(),
+        };
         self.log
-            .enqueue_touching(
-                id.as_str(),
-                "turn_started",
-                json!({"sessionId": id.as_str(), "prompt": prompt}),
-            )
+            .enqueue_touching(id.as_str(), GatewayEvent::TurnStarted(started))
             .await;
         let sent = agent.prompt(&sid, &prompt).instrument(span.clone()).await;
         claim.mark_sent();
@@ -116,35 +117,40 @@ impl Turns {
             };
             let ended = match &outcome {
                 Ok(result) => {
-                    let stop = result.get("stopReason").cloned().unwrap_or(Value::Null);
-                    let mut ended = json!({"sessionId": sid, "stopReason": stop});
                     // What the prompt result says besides: its token `usage`, its `_meta`.
-                    for key in ["usage", "_meta"] {
-                        if let Some(v) = result.get(key).filter(|v| !v.is_null()) {
-                            ended[key] = v.clone();
-                        }
+                    let given = |key| result.get(key).filter(|v: &&Value| !v.is_null()).cloned();
+                    TurnEnded {
+                        session_id: sid.clone(),
+                        stop_reason: Some(result.get("stopReason").cloned().unwrap_or(Value::Null)),
+                        usage: given("usage"),
+                        meta: given("_meta"),
+                        ..TurnEnded::default()
                     }
-                    ended
                 }
                 Err(e) => {
                     this.counters.turn_failed();
-                    let problem = Error::from(e.clone()).problem_json();
-                    json!({"sessionId": sid, "error": problem})
+                    TurnEnded {
+                        session_id: sid.clone(),
+                        error: Some(Error::from(e.clone()).problem()),
+                        ..TurnEnded::default()
+                    }
                 }
             };
             let span = tracing::Span::current();
-            match ended.get("stopReason").and_then(Value::as_str) {
+            match ended.stop_reason.as_ref().and_then(Value::as_str) {
                 Some(stop) => span.record("stop_reason", stop),
                 None => span.record("otel.status_code", "ERROR"),
             };
-            if let Some(tokens) = ended.pointer("/usage/totalTokens").and_then(Value::as_u64) {
+            let tokens = ended.usage.as_ref().and_then(|u| u.get("totalTokens"));
+            if let Some(tokens) = tokens.and_then(Value::as_u64) {
                 span.record("usage_total_tokens", tokens as i64);
             }
-            let usage = ended.get("usage").is_some();
+            let usage = ended.usage.is_some();
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();
-            this.log.enqueue_now(&sid, "turn_ended", ended).await;
+            let ended = GatewayEvent::TurnEnded(ended);
+            this.log.enqueue_now(&sid, ended).await;
             drop(traced);
             this.states.refresh_after_turn(&sid, usage);
             // The turn has ended: the session is free (a next turn's events queue after this

@@ -24,9 +24,9 @@ pub(crate) const PRUNE_EVENTS_BY_AGE: &str = "DELETE FROM session_events WHERE c
 pub(crate) const LAST_EVENT_SEQ: &str =
     "SELECT COALESCE((SELECT last_seq FROM session_seqs WHERE session_id = $1), 0)";
 
-/// The kind of a session's latest turn event, if any.
+/// The kind of a session's latest turn event (of kinds `$2` and `$3`), if any.
 pub(crate) const LAST_TURN_EVENT: &str = "SELECT kind FROM session_events \
-     WHERE session_id = $1 AND kind IN ('turn_started', 'turn_ended') ORDER BY seq DESC LIMIT 1";
+     WHERE session_id = $1 AND kind IN ($2, $3) ORDER BY seq DESC LIMIT 1";
 
 pub(crate) const READ_LIFECYCLE_ALL: &str = "SELECT seq, session_id, tenant, kind, payload, \
      created_at FROM lifecycle_events WHERE seq > $1 ORDER BY seq LIMIT $2";
@@ -130,11 +130,14 @@ macro_rules! impl_event_log {
             }
 
             async fn turn_open(&self, session_id: &str) -> $crate::store::error::StoreResult<bool> {
+                use $crate::store::kind::EventKind;
                 let kind: Option<String> = sqlx::query_scalar($crate::store::event_log::LAST_TURN_EVENT)
                     .bind(session_id)
+                    .bind(EventKind::TurnStarted.name())
+                    .bind(EventKind::TurnEnded.name())
                     .fetch_optional(&self.$reads)
                     .await?;
-                Ok(kind.as_deref() == Some("turn_started"))
+                Ok(kind.as_deref() == Some(EventKind::TurnStarted.name()))
             }
 
             async fn prune_events(

@@ -3,10 +3,10 @@
 //! One trait per concern at the level of the gateway's use cases (`contract.rs`: the session
 //! rows, the event logs, state snapshots, webhooks and their outbox; `idempotency.rs`: the
 //! idempotency keys; `quotas.rs`: per-tenant quotas), all combined in [`Store`], the one object a
-//! backend is; they speak in the records of `records.rs` and the events of `event.rs`, failing
-//! with the [`StoreError`] of `error.rs`. A PostgreSQL and an SQLite implementation (`postgres/`,
-//! `sqlite/`) pass the same contract suite (`tests/store_contract/`), opened by `database.rs`;
-//! beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
+//! backend is; they speak in the records of `records.rs` and the events of `event.rs` (the kinds
+//! the gateway knows by name in `kind.rs`), failing with the [`StoreError`] of `error.rs`. A
+//! PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) pass the same contract suite
+//! (`tests/store_contract/`), opened by `database.rs`; beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
 //! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
 //! per concern in `event_log.rs`, `webhooks.rs`, `idempotency.rs` and `quotas.rs`), the mapping
 //! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
@@ -36,6 +36,7 @@ mod quotas;
 #[macro_use]
 mod event_log;
 mod event;
+mod kind;
 mod listing;
 mod migrations;
 mod postgres;
@@ -51,6 +52,7 @@ pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, StoredEvent};
 pub use idempotency::{IdempotencyKeys, KeyClaim, KeyRecord, KeyTerm, StoredResponse};
+pub use kind::EventKind;
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;
 pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantQuotas, TenantSlot};

@@ -14,7 +14,16 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
     &[
         // Shared leaf types: what use cases and parts take and answer with.
         &[
-            "error", "caller", "clock", "cursor", "input", "output", "problem", "state",
+            "error",
+            "caller",
+            "clock",
+            "cursor",
+            "input",
+            "output",
+            "problem",
+            "state",
+            "event",
+            "event_schema",
         ],
         // The parts: the owners of the service's state.
         &["parts"],

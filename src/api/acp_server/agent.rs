@@ -21,7 +21,7 @@ use tracing::Instrument as _;
 use super::follow::{self, Attached, Ctx, Cx, Event};
 use super::remote::Remote;
 use crate::gateway::input::SessionId;
-use crate::gateway::{Caller, Error, Gateway, NewSession, Prompt, SessionFilter};
+use crate::gateway::{Caller, Error, EventKind, Gateway, NewSession, Prompt, SessionFilter};
 
 /// How long a prompt's answer waits, once the turn has ended, for the turn's last updates to
 /// have been sent to the client (they are normally there first).
@@ -549,11 +549,8 @@ async fn replay(
                 return Ok(last);
             }
             last = e.seq;
-            let event = Event {
-                kind: &e.event,
-                data: e.data.to_value(),
-            };
-            if event.kind == "forked" {
+            let event = Event::new(&e.event, e.data.to_value());
+            if event.kind == Some(EventKind::Forked) {
                 let parent = event.data["parentSessionId"]
                     .as_str()
                     .and_then(|p| SessionId::parse(p).ok());

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::remote::Remote;
 use crate::events::Run;
 use crate::gateway::input::SessionId;
-use crate::gateway::{Caller, ElicitationReply, Gateway};
+use crate::gateway::{Caller, ElicitationReply, EventKind, Gateway};
 
 /// The connection to the ACP client.
 pub(super) type Cx = ConnectionTo<Client>;
@@ -39,8 +39,22 @@ pub(super) type RunStream = std::pin::Pin<Box<dyn Stream<Item = Vec<Arc<Run>>> +
 
 /// One event of a session's log.
 pub(super) struct Event<'a> {
-    pub kind: &'a str,
+    /// Its kind as logged (an agent's may be one the gateway does not know).
+    pub name: &'a str,
+    /// Its kind, if the gateway knows it.
+    pub kind: Option<EventKind>,
     pub data: Value,
+}
+
+impl<'a> Event<'a> {
+    /// The event of kind `name` logged with payload `data`.
+    pub fn new(name: &'a str, data: Value) -> Self {
+        Event {
+            name,
+            kind: EventKind::parse(name),
+            data,
+        }
+    }
 }
 
 /// The `session/update` notifications (and extension notifications) a log event is to an ACP
@@ -63,27 +77,32 @@ pub(super) fn notifications(event: &Event, session_id: &str, live: bool) -> Vec<
         {
             vec![update(data["update"].clone())]
         }
-        "turn_started" => data["prompt"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|block| update(json!({"sessionUpdate": "user_message_chunk", "content": block})))
-            .collect(),
-        "state_changed" if live => {
+        Some(EventKind::TurnStarted) => {
+            let tag = EventKind::UserMessageChunk.name();
+            data["prompt"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|block| update(json!({"sessionUpdate": tag, "content": block})))
+                .collect()
+        }
+        Some(EventKind::StateChanged) if live => {
             let mut out = Vec::new();
             if let Some(mode) = data.pointer("/modes/currentModeId") {
-                out.push(update(
-                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
-                ));
+                let tag = EventKind::CurrentModeUpdate.name();
+                out.push(update(json!({"sessionUpdate": tag, "currentModeId": mode})));
             }
             if let Some(options) = data.get("configOptions").filter(|o| o.is_array()) {
+                let tag = EventKind::ConfigOptionUpdate.name();
                 out.push(update(
-                    json!({"sessionUpdate": "config_option_update", "configOptions": options}),
+                    json!({"sessionUpdate": tag, "configOptions": options}),
                 ));
             }
             out
         }
-        kind if live && kind.starts_with('_') => vec![(kind.to_owned(), data.clone())],
+        None if live && event.name.starts_with('_') => {
+            vec![(event.name.to_owned(), data.clone())]
+        }
         _ => Vec::new(),
     }
 }
@@ -155,11 +174,13 @@ impl Attached {
             return false;
         };
         match event.kind {
-            "turn_started" if !turn.started && event.data["prompt"] == turn.prompt => {
+            Some(EventKind::TurnStarted)
+                if !turn.started && event.data["prompt"] == turn.prompt =>
+            {
                 turn.started = true;
                 true
             }
-            "turn_ended" if turn.started => {
+            Some(EventKind::TurnEnded) if turn.started => {
                 if let Some(tx) = own.take().and_then(|t| t.ended) {
                     let _ = tx.send(());
                 }
@@ -198,10 +219,7 @@ pub(super) fn follow(ctx: Ctx, attached: Arc<Attached>, mut stream: RunStream) {
             };
             let Some(batch) = batch else { break };
             for e in batch.iter().flat_map(|run| run.events()) {
-                let event = Event {
-                    kind: &e.kind,
-                    data: e.payload.to_value(),
-                };
+                let event = Event::new(&e.kind, e.payload.to_value());
                 if !on_event(&ctx, &attached, &event) {
                     return Ok(());
                 }
@@ -221,17 +239,13 @@ fn on_event(ctx: &Ctx, attached: &Arc<Attached>, event: &Event) -> bool {
     }
     let request_id = event.data["requestId"].as_str().unwrap_or_default();
     match event.kind {
-        "permission_requested" | "elicitation_requested" => {
-            ask(
-                ctx,
-                attached,
-                event.kind,
-                request_id,
-                &event.data["request"],
-            );
+        Some(kind @ (EventKind::PermissionRequested | EventKind::ElicitationRequested)) => {
+            ask(ctx, attached, kind, request_id, &event.data["request"]);
         }
-        "permission_resolved" | "elicitation_resolved" => resolved(attached, request_id),
-        "session_deleted" => return false,
+        Some(EventKind::PermissionResolved | EventKind::ElicitationResolved) => {
+            resolved(attached, request_id);
+        }
+        Some(EventKind::SessionDeleted) => return false,
         _ => {}
     }
     let sid = attached.session_id.as_str();
@@ -256,20 +270,21 @@ async fn ask_pending(ctx: &Ctx, attached: &Arc<Attached>) {
             let elicitations = requests.elicitations(caller, id).await.unwrap_or_default();
             let permissions = permissions
                 .into_iter()
-                .map(|p| ("permission_requested", p.request_id, p.request));
+                .map(|p| (EventKind::PermissionRequested, p.request_id, p.request));
             let elicitations = elicitations
                 .into_iter()
-                .map(|e| ("elicitation_requested", e.request_id, e.request));
+                .map(|e| (EventKind::ElicitationRequested, e.request_id, e.request));
             permissions.chain(elicitations).collect()
         }
     };
     for (kind, request_id, request) in &pending {
-        ask(ctx, attached, kind, request_id, request);
+        ask(ctx, attached, *kind, request_id, request);
     }
 }
 
-fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: &str, request_id: &str, params: &Value) {
-    let permission = kind == "permission_requested";
+/// Asks the client a request of `kind` (a permission request or an elicitation).
+fn ask(ctx: &Ctx, attached: &Arc<Attached>, kind: EventKind, request_id: &str, params: &Value) {
+    let permission = kind == EventKind::PermissionRequested;
     if !permission {
         // Only in a mode the client said it handles.
         let mode = params["mode"].as_str().unwrap_or("form");

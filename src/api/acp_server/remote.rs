@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use agent_client_protocol::Error as RpcError;
 
 use crate::api::proof::{FORWARDED, Proof};
-use crate::gateway::Gateway;
 use crate::gateway::input::SessionId;
+use crate::gateway::{EventKind, Gateway};
 
 /// How a connection reaches the other replicas.
 #[derive(Clone)]
@@ -89,11 +89,11 @@ impl Remote {
         &self,
         address: &str,
         id: &SessionId,
-    ) -> Vec<(&'static str, String, Value)> {
+    ) -> Vec<(EventKind, String, Value)> {
         let mut pending = Vec::new();
         for (kind, list) in [
-            ("permission_requested", "permissions"),
-            ("elicitation_requested", "elicitations"),
+            (EventKind::PermissionRequested, "permissions"),
+            (EventKind::ElicitationRequested, "elicitations"),
         ] {
             let path = ["sessions", id.as_str(), list];
             let Ok(Value::Array(items)) = self.send(address, Method::GET, &path, None).await else {

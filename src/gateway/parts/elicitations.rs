@@ -14,12 +14,13 @@ use agent_client_protocol_schema::v1::{
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::form;
 use super::pending::{Asked, Asking};
 use crate::gateway::error::Error;
+use crate::gateway::event::{ElicitationRequested, ElicitationResolved, GatewayEvent};
 
 /// An elicitation as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -59,16 +60,12 @@ impl Asked for ElicitationView {
     type Extra = Option<ElicitationSchema>;
     type Answer = CreateElicitationResponse;
     const NOUN: &'static str = "elicitation";
-    const REQUESTED: &'static str = "elicitation_requested";
-    const RESOLVED: &'static str = "elicitation_resolved";
 
     fn asked(&self) -> Asking<'_> {
         Asking {
             request_id: &self.request_id,
             session_id: &self.session_id,
             created_at: self.created_at,
-            request: &self.request,
-            deadline: self.deadline,
         }
     }
     fn is_resolved(&self) -> bool {
@@ -80,18 +77,24 @@ impl Asked for ElicitationView {
     fn cancelled() -> CreateElicitationResponse {
         CreateElicitationResponse::new(ElicitationAction::Cancel)
     }
-    /// `{sessionId, requestId, action, content?, reason}`.
-    fn resolved_payload(&self, reason: &str) -> Value {
-        let mut payload = json!({"sessionId": self.session_id, "requestId": self.request_id});
-        if let Some(Value::Object(response)) = &self.response {
-            for key in ["action", "content"] {
-                if let Some(value) = response.get(key) {
-                    payload[key] = value.clone();
-                }
-            }
-        }
-        payload["reason"] = json!(reason);
-        payload
+    fn requested(&self) -> GatewayEvent {
+        GatewayEvent::ElicitationRequested(ElicitationRequested {
+            session_id: self.session_id.clone(),
+            request_id: self.request_id.clone(),
+            request: self.request.clone(),
+            deadline: self.deadline,
+        })
+    }
+    /// The response's `action` and `content`, as sent to the agent.
+    fn resolved(&self, reason: &str) -> GatewayEvent {
+        let response = |key| self.response.as_ref().and_then(|r| r.get(key)).cloned();
+        GatewayEvent::ElicitationResolved(ElicitationResolved {
+            session_id: self.session_id.clone(),
+            request_id: self.request_id.clone(),
+            action: response("action").unwrap_or_default(),
+            content: response("content"),
+            reason: reason.to_owned(),
+        })
     }
 }
 
@@ -158,6 +161,7 @@ pub(in crate::gateway) fn accepted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn params(extra: Value) -> Value {
         let mut p = json!({

@@ -4,54 +4,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::records::Records;
 use crate::events::EventHub;
 use crate::gateway::clock::now;
-use crate::store::{EventLog, NewEvent, NewLifecycleEvent, Payload, SessionRecord};
-
-/// The kinds the gateway itself logs, besides the agent's `sessionUpdate` tags and extension
-/// notifications (`_…`): in sessions' logs, then in the lifecycle log.
-pub const GATEWAY_KINDS: &[&str] = &[
-    "turn_started",
-    "turn_ended",
-    "permission_requested",
-    "permission_resolved",
-    "elicitation_requested",
-    "elicitation_resolved",
-    "elicitation_completed",
-    "session_deleted",
-    "agent_exited",
-    "state_changed",
-    "forked",
-    "session_created",
-    "session_updated",
-    "session_status",
-    "webhook_disabled",
-];
-
-/// The ACP v1 `sessionUpdate` tags an agent sends without a client capability the gateway would
-/// have to advertise.
-pub const UPDATE_KINDS: &[&str] = &[
-    "user_message_chunk",
-    "agent_message_chunk",
-    "agent_thought_chunk",
-    "tool_call",
-    "tool_call_update",
-    "plan",
-    "available_commands_update",
-    "current_mode_update",
-    "config_option_update",
-    "session_info_update",
-    "usage_update",
-];
-
-/// Whether `kind` names an event of the gateway's own (the logs' and the streams' `state` and
-/// `gap`), which an agent's `sessionUpdate` tag may not take.
-pub(in crate::gateway) fn gateway_kind(kind: &str) -> bool {
-    GATEWAY_KINDS.contains(&kind) || matches!(kind, "state" | "gap")
-}
+use crate::gateway::event::{GatewayEvent, GatewayLifecycleEvent};
+use crate::store::{EventLog, NewEvent, Payload, SessionRecord};
 
 /// The logs, as the service writes them.
 #[derive(Clone)]
@@ -63,10 +20,11 @@ pub(in crate::gateway) struct Log {
     events: Arc<dyn EventLog>,
 }
 
-fn event(kind: &str, payload: impl Into<Payload>) -> NewEvent {
+/// What the hub appends for `event`: its kind's name and its payload, encoded here once.
+fn event(event: &GatewayEvent) -> NewEvent {
     NewEvent {
-        kind: kind.to_owned(),
-        payload: payload.into(),
+        kind: event.kind().name().to_owned(),
+        payload: event.into(),
     }
 }
 
@@ -103,65 +61,55 @@ impl Log {
         &self.hub
     }
 
-    /// Appends a lifecycle event about `r` (`extra` is merged into its payload).
-    pub(in crate::gateway) async fn lifecycle(&self, r: &SessionRecord, kind: &str, extra: Value) {
-        let mut payload = json!({"sessionId": r.session_id, "agent": r.agent});
-        if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
-            p.extend(e);
-        }
-        let ev = NewLifecycleEvent {
-            session_id: r.session_id.clone(),
-            tenant: r.tenant.clone(),
-            kind: kind.into(),
-            payload,
-        };
-        self.hub.lifecycle(ev).await;
+    /// Appends a lifecycle event about `r`.
+    pub(in crate::gateway) async fn lifecycle(
+        &self,
+        r: &SessionRecord,
+        event: GatewayLifecycleEvent,
+    ) {
+        self.hub.lifecycle(event.stored(&r.tenant)).await;
     }
 
     /// Appends to a session's log and waits for the commit.
-    pub(in crate::gateway) async fn append(
-        &self,
-        session_id: &str,
-        kind: &str,
-        payload: impl Into<Payload>,
-    ) {
+    pub(in crate::gateway) async fn append(&self, session_id: &str, e: GatewayEvent) {
         // Errors are logged by the writer.
-        let _ = self.hub.append(session_id, event(kind, payload)).await;
+        let _ = self.hub.append(session_id, event(&e)).await;
     }
 
     /// Appends without waiting for the store: used on the dispatch loop so that a streaming
     /// agent is read at the writer's pace, not one commit per update. Order is kept.
-    pub(in crate::gateway) async fn enqueue(
+    pub(in crate::gateway) async fn enqueue(&self, session_id: &str, e: GatewayEvent) {
+        self.hub.enqueue(session_id, event(&e)).await;
+    }
+
+    /// As [`Log::enqueue`], an event the agent sent, of its kind (a `sessionUpdate` tag or an
+    /// extension notification's method, which the gateway may not know) and as it came.
+    pub(in crate::gateway) async fn enqueue_agents(
         &self,
         session_id: &str,
         kind: &str,
-        payload: impl Into<Payload>,
+        payload: Payload,
     ) {
-        self.hub.enqueue(session_id, event(kind, payload)).await;
+        let event = NewEvent {
+            kind: kind.to_owned(),
+            payload,
+        };
+        self.hub.enqueue(session_id, event).await;
     }
 
     /// As [`Log::enqueue`], and the writer commits it without its pause: for the event that
     /// ends a turn, which a client waits to see.
-    pub(in crate::gateway) async fn enqueue_now(
-        &self,
-        session_id: &str,
-        kind: &str,
-        payload: impl Into<Payload>,
-    ) {
-        self.hub.enqueue_now(session_id, event(kind, payload)).await;
+    pub(in crate::gateway) async fn enqueue_now(&self, session_id: &str, e: GatewayEvent) {
+        self.hub.enqueue_now(session_id, event(&e)).await;
     }
 
     /// As [`Log::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
     /// change of the gateway's own, see [`Records::mark_touched`]).
-    pub(in crate::gateway) async fn enqueue_touching(
-        &self,
-        session_id: &str,
-        kind: &str,
-        payload: impl Into<Payload>,
-    ) {
+    pub(in crate::gateway) async fn enqueue_touching(&self, session_id: &str, e: GatewayEvent) {
         self.records.mark_touched(session_id);
-        let event = event(kind, payload);
-        self.hub.enqueue_touching(session_id, event, now()).await;
+        self.hub
+            .enqueue_touching(session_id, event(&e), now())
+            .await;
     }
 
     /// Waits until everything appended so far is stored.

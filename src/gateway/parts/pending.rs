@@ -9,9 +9,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use crate::gateway::error::Error;
+use crate::gateway::event::GatewayEvent;
 use crate::pool::client::Incoming;
 
 /// A kind of request that waits for a client, by the view clients see of one.
@@ -22,9 +22,6 @@ pub(in crate::gateway) trait Asked: Clone + Send + Sync + 'static {
     type Answer: Serialize + Send + Sync;
     /// What one request is called in errors ("permission request").
     const NOUN: &'static str;
-    /// The events logged when one arrives and when it is resolved.
-    const REQUESTED: &'static str;
-    const RESOLVED: &'static str;
 
     /// What every request has.
     fn asked(&self) -> Asking<'_>;
@@ -43,18 +40,10 @@ pub(in crate::gateway) trait Asked: Clone + Send + Sync + 'static {
     fn mark(&mut self, answer: &Self::Answer);
     /// The answer of a request cancelled with its turn, or whose member is gone.
     fn cancelled() -> Self::Answer;
-    /// The `REQUESTED` event's payload: `{sessionId, requestId, request, deadline?}`.
-    fn requested_payload(&self) -> Value {
-        let a = self.asked();
-        let mut payload =
-            json!({"sessionId": a.session_id, "requestId": a.request_id, "request": a.request});
-        if let Some(deadline) = a.deadline {
-            payload["deadline"] = json!(deadline);
-        }
-        payload
-    }
-    /// The `RESOLVED` event's payload, once the view is marked.
-    fn resolved_payload(&self, reason: &str) -> Value;
+    /// The event logged when one arrives.
+    fn requested(&self) -> GatewayEvent;
+    /// The event logged when it is resolved, once the view is marked.
+    fn resolved(&self, reason: &str) -> GatewayEvent;
 }
 
 /// The fields every kind of request has.
@@ -62,10 +51,6 @@ pub(in crate::gateway) struct Asking<'a> {
     pub(in crate::gateway) request_id: &'a str,
     pub(in crate::gateway) session_id: &'a str,
     pub(in crate::gateway) created_at: DateTime<Utc>,
-    /// The agent's request, as it sent it.
-    pub(in crate::gateway) request: &'a Value,
-    /// When it fails closed, if it does.
-    pub(in crate::gateway) deadline: Option<DateTime<Utc>>,
 }
 
 struct PendingEntry<V: Asked> {

@@ -8,11 +8,12 @@ use agent_client_protocol_schema::v1::{
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::pending::{Asked, Asking};
 use crate::gateway::error::Error;
+use crate::gateway::event::{GatewayEvent, PermissionRequested, PermissionResolved};
 
 /// Option kinds a permission policy of `allow` picks, in order of preference.
 pub(in crate::gateway) const ALLOW: [&str; 2] = ["allow_once", "allow_always"];
@@ -44,16 +45,12 @@ impl Asked for PermissionView {
     type Extra = ();
     type Answer = RequestPermissionResponse;
     const NOUN: &'static str = "permission request";
-    const REQUESTED: &'static str = "permission_requested";
-    const RESOLVED: &'static str = "permission_resolved";
 
     fn asked(&self) -> Asking<'_> {
         Asking {
             request_id: &self.request_id,
             session_id: &self.session_id,
             created_at: self.created_at,
-            request: &self.request,
-            deadline: self.deadline,
         }
     }
     fn is_resolved(&self) -> bool {
@@ -65,8 +62,21 @@ impl Asked for PermissionView {
     fn cancelled() -> RequestPermissionResponse {
         RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
     }
-    fn resolved_payload(&self, reason: &str) -> Value {
-        json!({"sessionId": self.session_id, "requestId": self.request_id, "outcome": self.outcome, "reason": reason})
+    fn requested(&self) -> GatewayEvent {
+        GatewayEvent::PermissionRequested(PermissionRequested {
+            session_id: self.session_id.clone(),
+            request_id: self.request_id.clone(),
+            request: self.request.clone(),
+            deadline: self.deadline,
+        })
+    }
+    fn resolved(&self, reason: &str) -> GatewayEvent {
+        GatewayEvent::PermissionResolved(PermissionResolved {
+            session_id: self.session_id.clone(),
+            request_id: self.request_id.clone(),
+            outcome: self.outcome.clone().unwrap_or_default(),
+            reason: reason.to_owned(),
+        })
     }
 }
 
@@ -116,6 +126,7 @@ pub(in crate::gateway) fn answered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn preferred_option_follows_kind_order() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -22,6 +22,7 @@ use crate::agent_rpc::caps::Capabilities;
 use crate::agent_rpc::{CallError, Connection};
 use crate::cluster::Cluster;
 use crate::gateway::error::Error;
+use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::Status;
 use crate::pool::client::AgentClient;
 use crate::pool::{AgentPool, Agents};
@@ -433,9 +434,8 @@ impl Placement {
                 return Err(self.no_member(&record.agent));
             }
         };
-        self.log
-            .lifecycle(record, "session_status", json!({"status": Status::Live}))
-            .await;
+        let live = GatewayLifecycleEvent::status(record, Status::Live, None);
+        self.log.lifecycle(record, live).await;
         // A fresh process may say otherwise of its modes and options than the log does.
         if let Err(e) = self.states.note_state(id, method, &result).await {
             tracing::warn!(session = id, error = %e, "cannot record the attached session's state");
@@ -548,8 +548,8 @@ impl Placement {
                 self.detach(&id).await;
                 tracing::info!(session = id, "closed an idle session");
                 if let Ok(Some(record)) = self.records.rows().get_session(&id).await {
-                    let status = json!({"status": Status::Saved, "reason": "idle"});
-                    self.log.lifecycle(&record, "session_status", status).await;
+                    let saved = GatewayLifecycleEvent::status(&record, Status::Saved, Some("idle"));
+                    self.log.lifecycle(&record, saved).await;
                 }
             }
         }

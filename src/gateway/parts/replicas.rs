@@ -6,12 +6,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use serde_json::json;
-
 use super::live::Busy;
 use super::placement::Placement;
 use crate::cluster::{Cluster, Holder};
 use crate::gateway::error::Error;
+use crate::gateway::event::{AgentExited, GatewayEvent, TurnEnded};
 use crate::store::Claimed;
 
 impl Placement {
@@ -196,17 +195,28 @@ impl Placement {
             session = session_id,
             "the replica holding the session stopped beating; the session is saved"
         );
-        let payload =
-            json!({"sessionId": session_id, "member": null, "code": null, "signal": null});
-        self.log().append(session_id, "agent_exited", payload).await;
+        let exited = AgentExited {
+            session_id: session_id.to_owned(),
+            member: None,
+            code: None,
+            signal: None,
+        };
+        self.log()
+            .append(session_id, GatewayEvent::AgentExited(exited))
+            .await;
         match self.log().events().turn_open(session_id).await {
             Ok(true) => {
                 let gone = Error::AgentGone(
                     "the gateway replica running the turn stopped before it ended".into(),
                 );
-                let error = gone.problem_json();
-                let payload = json!({"sessionId": session_id, "error": error});
-                self.log().append(session_id, "turn_ended", payload).await;
+                let ended = TurnEnded {
+                    session_id: session_id.to_owned(),
+                    error: Some(gone.problem()),
+                    ..TurnEnded::default()
+                };
+                self.log()
+                    .append(session_id, GatewayEvent::TurnEnded(ended))
+                    .await;
             }
             Ok(false) => {}
             Err(e) => {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::CompleteElicitationNotification;
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -26,6 +26,7 @@ use crate::agent_rpc::RpcError;
 use crate::config::PermissionPolicy;
 use crate::gateway::caller::Caller;
 use crate::gateway::error::Error;
+use crate::gateway::event::{ElicitationCompleted, GatewayEvent};
 use crate::gateway::input::SessionId;
 use crate::pool::client::Incoming;
 
@@ -140,7 +141,7 @@ impl Requests {
         request: Incoming,
         extra: V::Extra,
     ) {
-        let (session_id, payload) = (view.session_id().to_owned(), view.requested_payload());
+        let (session_id, requested) = (view.session_id().to_owned(), view.requested());
         // In a traced turn, the wait for an answer is a span of the turn's.
         if let Some(turn) = self.log.hub().traced().of(&session_id) {
             let span = tracing::info_span!(
@@ -155,7 +156,7 @@ impl Requests {
             waits.insert(view.request_id().to_owned(), span);
         }
         V::table(self).insert(view, member, request, extra);
-        self.log.append(&session_id, V::REQUESTED, payload).await;
+        self.log.append(&session_id, requested).await;
     }
 
     /// Resolves a request with the answer `decide` makes, logs `RESOLVED` with `reason` and
@@ -183,9 +184,8 @@ impl Requests {
         if let Some(span) = waited {
             span.record("reason", reason);
         }
-        let payload = view.resolved_payload(reason);
         self.log
-            .enqueue(view.session_id(), V::RESOLVED, payload)
+            .enqueue(view.session_id(), view.resolved(reason))
             .await;
     }
 
@@ -456,9 +456,16 @@ impl Requests {
             );
             return;
         };
-        let payload = json!({"sessionId": view.session_id, "requestId": view.request_id, "elicitationId": &*id});
+        let completed = ElicitationCompleted {
+            session_id: view.session_id.clone(),
+            request_id: view.request_id.clone(),
+            elicitation_id: id.to_string(),
+        };
         self.log
-            .enqueue(&view.session_id, "elicitation_completed", payload)
+            .enqueue(
+                &view.session_id,
+                GatewayEvent::ElicitationCompleted(completed),
+            )
             .await;
     }
 

@@ -6,13 +6,14 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
 use super::log::Log;
 use crate::gateway::error::Error;
-use crate::gateway::state::{STATE_CHANGED, STATE_KINDS, SessionState, StateAt};
-use crate::store::StateSnapshots;
+use crate::gateway::event::{GatewayEvent, StateChanged};
+use crate::gateway::state::{SessionState, StateAt};
+use crate::store::{EventKind, StateSnapshots};
 
 /// The sessions' states: folded from their logs, snapshots stored, what the gateway learns
 /// outside updates logged.
@@ -80,7 +81,7 @@ impl States {
         source: &str,
         result: &Value,
     ) -> Result<(), Error> {
-        self.note_change(session_id, source, result, Map::new())
+        self.note_change(session_id, source, result, StateChanged::default())
             .await
     }
 
@@ -89,25 +90,30 @@ impl States {
         session_id: &str,
         source: &str,
         result: &Value,
-        mut change: Map<String, Value>,
+        mut change: StateChanged,
     ) -> Result<(), Error> {
-        for key in ["modes", "models", "configOptions"] {
-            if let Some(v) = result.get(key).filter(|v| !v.is_null()) {
-                change.insert(key.into(), v.clone());
-            }
-        }
-        if change.is_empty() {
+        let given = |key| result.get(key).filter(|v: &&Value| !v.is_null()).cloned();
+        change.modes = given("modes").or(change.modes);
+        change.models = given("models").or(change.models);
+        change.config_options = given("configOptions").or(change.config_options);
+        let says = [
+            &change.modes,
+            &change.models,
+            &change.config_options,
+            &change.value,
+        ];
+        if says.iter().all(|part| part.is_none()) && change.config_id.is_none() {
             return Ok(());
         }
-        change.insert("sessionId".into(), session_id.into());
-        change.insert("source".into(), source.into());
-        let change = Value::Object(change);
+        change.session_id = session_id.to_owned();
+        change.source = source.to_owned();
+        let change = GatewayEvent::StateChanged(change);
         self.log.flush().await;
         let now = self.state_of(session_id).await?.state;
         let mut next = now.clone();
-        next.apply(STATE_CHANGED, &change);
+        next.apply(change.kind(), &change.to_value());
         if next != now {
-            self.log.append(session_id, STATE_CHANGED, change).await;
+            self.log.append(session_id, change).await;
         }
         Ok(())
     }
@@ -125,11 +131,14 @@ impl States {
         if last <= from {
             return Ok(StateAt { seq: from, state });
         }
+        let kinds = EventKind::names(EventKind::STATE);
         let events = store
-            .read_events_of_kinds(session_id, from, last, STATE_KINDS)
+            .read_events_of_kinds(session_id, from, last, &kinds)
             .await?;
         for e in &events {
-            state.apply(&e.kind, &e.payload.to_value());
+            if let Some(kind) = EventKind::parse(&e.kind) {
+                state.apply(kind, &e.payload.to_value());
+            }
         }
         if !events.is_empty() {
             let value = serde_json::to_value(&state).expect("a state serialises");

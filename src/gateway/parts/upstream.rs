@@ -21,9 +21,10 @@ use super::views::Views;
 use crate::agent_rpc::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;
 use crate::gateway::clock::now;
+use crate::gateway::event::{AgentExited, GatewayEvent};
 use crate::pool::UpstreamHandler;
 use crate::pool::client::Incoming;
-use crate::store::Payload;
+use crate::store::{EventKind, Payload};
 
 /// Why a request naming a session another member holds is refused.
 const ANOTHERS: &str = "this session is another agent process's";
@@ -123,7 +124,8 @@ impl Upstream {
             return;
         }
         let kind = head.kind.unwrap_or_else(|| "unknown".to_owned());
-        if super::log::gateway_kind(&kind) {
+        let known = EventKind::parse(&kind);
+        if known.is_some_and(EventKind::is_gateway) {
             // Clients would take it for the gateway's own event (a turn's end, a permission).
             crate::agent_rpc::count_garbage();
             tracing::warn!(
@@ -156,22 +158,24 @@ impl Upstream {
             Some(true) => {
                 let mut payload: Value = serde_json::from_str(params.get()).unwrap_or_default();
                 payload["replay"] = json!(true);
-                self.log.enqueue(&session_id, &kind, payload).await;
+                self.log
+                    .enqueue_agents(&session_id, &kind, payload.into())
+                    .await;
                 return;
             }
             None => {}
         }
         // Only an info update is read whole; the others are passed on as they came.
-        let info = (kind == "session_info_update").then(|| {
+        let info = (known == Some(EventKind::SessionInfoUpdate)).then(|| {
             serde_json::from_str::<Value>(params.get())
                 .ok()
                 .and_then(|mut v| v.get_mut("update").map(Value::take))
                 .unwrap_or(Value::Null)
         });
         self.log
-            .enqueue(&session_id, &kind, Payload::from_raw(params))
+            .enqueue_agents(&session_id, &kind, Payload::from_raw(params))
             .await;
-        if crate::gateway::state::STATE_KINDS.contains(&kind.as_str()) {
+        if known.is_some_and(EventKind::changes_state) {
             self.states.state_changed_in_turn(&session_id);
         }
         if let Some(update) = info {
@@ -216,7 +220,7 @@ impl UpstreamHandler for Upstream {
             // An extension notification (`_…`) about a session this member holds: logged and
             // streamed as it came, under its method's name.
             self.log
-                .enqueue(&session_id, method, Payload::from_raw(params))
+                .enqueue_agents(&session_id, method, Payload::from_raw(params))
                 .await;
         } else {
             tracing::debug!(member, method, "notification from the agent ignored");
@@ -275,10 +279,17 @@ impl UpstreamHandler for Upstream {
         let affected = self.live.drop_member(member);
         self.requests.drop_member(member).await;
         for id in affected {
-            let payload = json!({"sessionId": id, "member": member, "code": exit.code, "signal": exit.signal});
+            let exited = AgentExited {
+                session_id: id.clone(),
+                member: u32::try_from(member).ok(),
+                code: exit.code,
+                signal: exit.signal,
+            };
             // Queued, not awaited: the member's calls fail and it restarts right after this
             // returns, store outage or not; the queue keeps this before their `turn_ended`.
-            self.log.enqueue(&id, "agent_exited", payload).await;
+            self.log
+                .enqueue(&id, GatewayEvent::AgentExited(exited))
+                .await;
             // A turn running on it keeps the hold until its end is stored
             // ([`Placement::release_after_turn`]): another replica taking the session now could
             // log its next turn before this one's `turn_ended`.

@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::counters::Counters;
 use super::live::LiveTable;
 use super::log::Log;
@@ -12,6 +10,7 @@ use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
 use crate::gateway::error::Error;
+use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::{Activity, SessionView, Status};
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
@@ -94,9 +93,8 @@ impl Views {
 
     /// The `session_updated` lifecycle event of a changed cached session.
     pub(in crate::gateway) async fn updated(&self, r: &SessionRecord) {
-        self.log
-            .lifecycle(r, "session_updated", json!({"session": self.view(r)}))
-            .await;
+        let updated = GatewayLifecycleEvent::updated(r, self.view(r));
+        self.log.lifecycle(r, updated).await;
     }
 
     /// Brings back a session the list sync tombstoned (and no other), which the agent has
@@ -124,9 +122,8 @@ impl Views {
         };
         self.live.record_changed(&live);
         let view = self.view(&live);
-        self.log
-            .lifecycle(&live, "session_created", json!({"session": view}))
-            .await;
+        let created = GatewayLifecycleEvent::created(&live, view);
+        self.log.lifecycle(&live, created).await;
         Ok(true)
     }
 

@@ -19,10 +19,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 
 use crate::gateway::clock::now;
 use crate::gateway::error::Error;
+use crate::gateway::event::{GatewayEvent, GatewayLifecycleEvent, SessionDeleted};
 use crate::gateway::parts::counters::Counters;
 use crate::gateway::parts::log::Log;
 use crate::gateway::parts::placement::Placement;
@@ -147,12 +147,16 @@ impl Missing<'_> {
         );
         self.counters.session_vanished();
         let reason = "vanished_upstream";
-        let payload = json!({"sessionId": id, "reason": reason});
-        self.log.append(id, "session_deleted", payload).await;
-        let lifecycle = json!({"reason": reason});
+        let deleted = SessionDeleted {
+            session_id: id.to_owned(),
+            agent: None,
+            reason: Some(reason.to_owned()),
+        };
         self.log
-            .lifecycle(record, "session_deleted", lifecycle)
+            .append(id, GatewayEvent::SessionDeleted(deleted))
             .await;
+        let deleted = GatewayLifecycleEvent::deleted(record, Some(reason));
+        self.log.lifecycle(record, deleted).await;
         Ok(true)
     }
 }

@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::clock::now;
 use super::error::Error;
+use super::event::GatewayLifecycleEvent;
 mod listed;
 mod missing;
 
@@ -274,9 +275,8 @@ impl ListSync {
                 Change::Added => {
                     report.added += 1;
                     let view = self.views.view(record);
-                    self.log
-                        .lifecycle(record, "session_created", json!({"session": view}))
-                        .await;
+                    let created = GatewayLifecycleEvent::created(record, view);
+                    self.log.lifecycle(record, created).await;
                 }
                 Change::Revived => report.revived += 1,
                 Change::Updated => {
@@ -380,6 +380,7 @@ fn apply_listed(record: &mut SessionRecord, info: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn cached() -> SessionRecord {
         let at = DateTime::from_timestamp_micros(1_700_000_000_000_000).unwrap();

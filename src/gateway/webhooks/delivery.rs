@@ -18,12 +18,12 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::Utc;
 use futures::StreamExt;
 use hmac::{Hmac, Mac};
-use serde_json::json;
 use sha2::Sha256;
 use tracing::Instrument as _;
 
 use super::subscriptions::{WebhookConfig, Webhooks, body};
-use crate::store::{Attempt, DeliveryRecord, NewLifecycleEvent, WebhookRecord};
+use crate::gateway::event::{GatewayLifecycleEvent, WebhookDisabled};
+use crate::store::{Attempt, DeliveryRecord, WebhookRecord};
 
 /// Deliveries claimed at once.
 const BATCH: i64 = 32;
@@ -158,14 +158,12 @@ impl Webhooks {
             tracing::warn!(webhook = w.id, error = %e, "a failing webhook could not be disabled");
             return;
         }
-        self.hub()
-            .lifecycle(NewLifecycleEvent {
-                session_id: d.session_id.clone(),
-                tenant: w.tenant.clone(),
-                kind: "webhook_disabled".into(),
-                payload: json!({"sessionId": d.session_id, "webhookId": w.id, "reason": reason}),
-            })
-            .await;
+        let disabled = GatewayLifecycleEvent::WebhookDisabled(WebhookDisabled {
+            session_id: d.session_id.clone(),
+            webhook_id: w.id.clone(),
+            reason,
+        });
+        self.hub().lifecycle(disabled.stored(&w.tenant)).await;
     }
 }
 

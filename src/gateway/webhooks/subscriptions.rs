@@ -20,16 +20,15 @@ use crate::gateway::caller::Caller;
 use crate::gateway::clock::now;
 use crate::gateway::error::Error;
 use crate::gateway::input::SessionId;
-use crate::gateway::parts::log::{GATEWAY_KINDS, UPDATE_KINDS};
 use crate::gateway::parts::records::Records;
 
 use crate::events::EventHub;
-use crate::store::{DeliveryRecord, WebhookOutbox, WebhookRecord};
+use crate::store::{DeliveryRecord, EventKind, WebhookOutbox, WebhookRecord};
 
 /// A subscription as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"id": "wh_5f0c6a2e9b1d4c3e8a7f6b5d4c3e2a10", "url": "https://ci.example/hooks/acp", "events": ["turn_ended", "permission_requested"], "enabled": true, "tenant": "default", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:00Z"}))]
+#[schema(example = json!({"id": "wh_5f0c6a2e9b1d4c3e8a7f6b5d4c3e2a10", "url": "https://ci.example/hooks/acp", "events": [EventKind::TurnEnded.name(), EventKind::PermissionRequested.name()], "enabled": true, "tenant": "default", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:00Z"}))]
 pub struct WebhookView {
     pub id: String,
     pub url: String,
@@ -75,7 +74,7 @@ impl WebhookView {
 /// One event's delivery to one subscription.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": "turn_ended", "status": "delivered", "attempts": 3, "lastStatusCode": 204, "lastResponseBody": "", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:07Z"}))]
+#[schema(example = json!({"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": EventKind::TurnEnded.name(), "status": "delivered", "attempts": 3, "lastStatusCode": 204, "lastResponseBody": "", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:07Z"}))]
 pub struct DeliveryView {
     pub id: i64,
     /// The `webhook-id` header: the same for every attempt (deduplicate on it).
@@ -126,7 +125,7 @@ impl From<DeliveryRecord> for DeliveryView {
 /// A page of deliveries, newest first.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"deliveries": [{"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": "turn_ended", "status": "pending", "attempts": 1, "nextAttemptAt": "2026-11-25T12:00:10Z", "lastStatusCode": 500, "lastResponseBody": "try again", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:05Z"}], "nextBefore": 42}))]
+#[schema(example = json!({"deliveries": [{"id": 42, "messageId": "sess_f15d4b67bbe3406688b9a02219da3c15.12", "sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "seq": 12, "event": EventKind::TurnEnded.name(), "status": "pending", "attempts": 1, "nextAttemptAt": "2026-11-25T12:00:10Z", "lastStatusCode": 500, "lastResponseBody": "try again", "createdAt": "2026-11-25T12:00:00Z", "updatedAt": "2026-11-25T12:00:05Z"}], "nextBefore": 42}))]
 pub struct DeliveryPage {
     pub deliveries: Vec<DeliveryView>,
     /// Pass as `before` for the next (older) page; absent at the end.
@@ -178,14 +177,12 @@ fn check_events(events: &[String]) -> Result<(), Error> {
         ));
     }
     for kind in events {
-        let known = kind == "*"
-            || GATEWAY_KINDS.contains(&kind.as_str())
-            || UPDATE_KINDS.contains(&kind.as_str())
-            || (kind.starts_with('_') && kind.len() <= 128);
+        let logged = EventKind::parse(kind).is_some_and(|k| !EventKind::STREAM.contains(&k));
+        let known = kind == "*" || logged || (kind.starts_with('_') && kind.len() <= 128);
         if !known {
             return Err(Error::Invalid(format!(
                 "unknown event kind {kind:?}: use \"*\", an extension `_…`, or one of {}",
-                [GATEWAY_KINDS, UPDATE_KINDS].concat().join(", ")
+                EventKind::names(&[EventKind::GATEWAY, EventKind::UPDATES].concat()).join(", ")
             )));
         }
     }

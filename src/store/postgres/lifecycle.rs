@@ -7,6 +7,7 @@ use sqlx::types::Json;
 use super::replicas::LIFECYCLE_CHANNEL;
 use super::store::PgStore;
 use crate::store::error::StoreResult;
+use crate::store::kind::EventKind;
 use crate::store::records::{NewLifecycleEvent, StoredLifecycleEvent};
 
 /// Transaction-scoped advisory lock that serialises lifecycle appends (see `append_lifecycle`).
@@ -14,7 +15,7 @@ const LIFECYCLE_LOCK_KEY: i64 = 0x6163_7067_775f_6c63; // "acpgw_lc"
 
 /// Inserts the events given as arrays of session ids, tenants, kinds and payloads, in their
 /// order, all created at `$5`, and their webhook deliveries (see [`pg_insert_deliveries!`]),
-/// but `session_deleted`'s, which the session's own log has too.
+/// but those of kind `$6` (a session's deletion), which the session's own log has too.
 const INSERT_LIFECYCLE: &str = concat!(
     "WITH inserted AS (INSERT INTO lifecycle_events \
      (session_id, tenant, kind, payload, created_at) \
@@ -28,7 +29,7 @@ const INSERT_LIFECYCLE: &str = concat!(
         message_id: "'lifecycle:' || i.seq",
         tenant: "i.tenant",
         payload: "i.payload",
-        filter: " AND i.kind <> 'session_deleted'",
+        filter: " AND i.kind <> $6",
     ),
     ") SELECT seq FROM inserted"
 );
@@ -59,6 +60,7 @@ impl PgStore {
             .bind(column(|e| &e.kind))
             .bind(payloads)
             .bind(created_at)
+            .bind(EventKind::SessionDeleted.name())
             .fetch_all(&mut *tx)
             .await?;
         let last = seqs.iter().max().copied().unwrap_or_default();

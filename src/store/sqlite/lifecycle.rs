@@ -5,19 +5,20 @@ use chrono::{SubsecRound, Utc};
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros, to_json};
 use crate::store::error::StoreResult;
+use crate::store::kind::EventKind;
 use crate::store::records::{NewLifecycleEvent, StoredLifecycleEvent};
 
 /// Lifecycle events per insert: five parameters each, within SQLite's 32,766.
 const EVENTS_PER_INSERT: usize = 32_766 / 5;
 
 /// The webhook deliveries of the events numbered from `?` on (those of this transaction: it
-/// holds the write lock), but `session_deleted`'s, which the session's own log has too (see
-/// [`sqlite_insert_deliveries!`]).
+/// holds the write lock), but those of kind `?` (a session's deletion), which the session's own
+/// log has too (see [`sqlite_insert_deliveries!`]).
 const INSERT_DELIVERIES: &str = sqlite_insert_deliveries!(
     from: "lifecycle_events i",
     message_id: "'lifecycle:' || i.seq",
     tenant: "i.tenant",
-    where: "i.seq >= ? AND i.kind <> 'session_deleted'",
+    where: "i.seq >= ? AND i.kind <> ?",
 );
 
 /// `INSERT … VALUES` of `rows` lifecycle events. The parameters are anonymous (`?`): SQLite finds
@@ -57,6 +58,7 @@ impl SqliteStore {
         if let Some(first) = stored.first() {
             sqlx::query(INSERT_DELIVERIES)
                 .bind(first.seq)
+                .bind(EventKind::SessionDeleted.name())
                 .execute(&mut *tx)
                 .await?;
         }

@@ -1,78 +1,33 @@
 //! The events as typed clients decode them: `SessionEvent` (a history page's item, and each
-//! event of `GET /sessions/{id}/events`) and `LifecycleEvent` (each event of `GET /events`).
-//! Every kind of event is its own schema, `{seq, event, data}` (and `createdAt` in a session's
-//! history) with `event` fixed to the kind's name, and the unions choose among them by `event`
-//! (a discriminator with a mapping), so that a generated client deserializes each event into its
-//! own type. Agents may send kinds no document can list (newer ACP `sessionUpdate` tags,
-//! extension notifications `_…`): those are `OtherSessionEvent`, which excludes every listed
-//! name, so the variants never overlap.
-#![allow(dead_code)] // described, never constructed
-
-use std::borrow::Cow;
+//! event of `GET /sessions/{id}/events`) and `LifecycleEvent` (each event of `GET /events`),
+//! built from the variants of `event.rs`'s events. Every kind of event is its own schema,
+//! `{seq, event, data}` (and `createdAt` in a session's history) with `event` fixed to the kind's
+//! name, and the unions choose among them by `event` (a discriminator with a mapping), so that a
+//! generated client deserializes each event into its own type. Agents may send kinds no document
+//! can list (newer ACP `sessionUpdate` tags, extension notifications `_…`): those are
+//! `OtherSessionEvent`, which excludes every listed name, so the variants never overlap.
 
 use serde_json::json;
 use utoipa::openapi::schema::{Discriminator, OneOf, Schema};
 use utoipa::openapi::{KnownFormat, Object, ObjectBuilder, RefOr, SchemaFormat, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::event_schemas::*;
-use crate::gateway::UPDATE_KINDS;
+use super::event::{GatewayEvent, GatewayLifecycleEvent, Schemas, SessionUpdateData, Variant};
+use crate::store::EventKind;
 
-type Schemas = Vec<(String, RefOr<Schema>)>;
-
-/// One kind of event: its `event` name and the schema of its `data`.
-struct Kind {
-    event: &'static str,
-    data: Cow<'static, str>,
-    /// Adds the `data` schema and the schemas it refers to.
-    register: fn(&mut Schemas),
-}
-
-fn kind<T: ToSchema>(event: &'static str) -> Kind {
-    Kind {
-        event,
-        data: T::name(),
-        register: |out| {
-            out.push((T::name().into_owned(), T::schema()));
-            T::schemas(out);
-        },
-    }
-}
-
-/// The kinds of a session's log and stream that this document lists.
-fn session_kinds() -> Vec<Kind> {
-    let mut kinds = vec![
-        kind::<TurnStarted>("turn_started"),
-        kind::<TurnEnded>("turn_ended"),
-        kind::<PermissionRequested>("permission_requested"),
-        kind::<PermissionResolved>("permission_resolved"),
-        kind::<ElicitationRequested>("elicitation_requested"),
-        kind::<ElicitationResolved>("elicitation_resolved"),
-        kind::<ElicitationCompleted>("elicitation_completed"),
-        kind::<SessionDeleted>("session_deleted"),
-        kind::<AgentExited>("agent_exited"),
-        kind::<StateChanged>("state_changed"),
-        kind::<Forked>("forked"),
-        kind::<Gap>("gap"),
-        kind::<StateSnapshot>("state"),
-    ];
-    kinds.extend(
-        UPDATE_KINDS
-            .iter()
-            .map(|tag| kind::<SessionUpdateData>(tag)),
-    );
-    kinds
+/// The kinds of a session's log and stream that this document lists: the gateway's, then the
+/// ACP `sessionUpdate` tags it knows.
+fn session_kinds() -> Vec<Variant> {
+    let ours = GatewayEvent::VARIANTS.iter().copied();
+    let updates = EventKind::UPDATES
+        .iter()
+        .map(|&kind| Variant::of::<SessionUpdateData>(kind));
+    ours.chain(updates).collect()
 }
 
 /// The kinds of `GET /events`.
-fn lifecycle_kinds() -> Vec<Kind> {
-    vec![
-        kind::<LifecycleSession>("session_created"),
-        kind::<LifecycleSession>("session_updated"),
-        kind::<LifecycleStatus>("session_status"),
-        kind::<SessionDeleted>("session_deleted"),
-        kind::<WebhookDisabled>("webhook_disabled"),
-    ]
+fn lifecycle_kinds() -> Vec<Variant> {
+    GatewayLifecycleEvent::VARIANTS.to_vec()
 }
 
 /// The log a union's events come from: a session's (whose history pages have `createdAt`) or
@@ -83,8 +38,8 @@ enum Logged {
     Lifecycle,
 }
 
-/// `turn_started` → `TurnStartedEvent`; in the lifecycle log, `session_deleted` →
-/// `SessionDeletedLifecycleEvent`.
+/// A variant's schema name: its kind's name in upper camel case, then `Event` (`LifecycleEvent`
+/// in the lifecycle log).
 fn variant_name(event: &str, log: Logged) -> String {
     let mut name: String = event
         .split('_')
@@ -149,25 +104,27 @@ fn string(description: &str) -> ObjectBuilder {
 /// The schema of one kind: `event` is its name only. A pattern says so rather than an `enum`,
 /// which some generators (openapi-generator's rust) turn into a type of its own that no longer
 /// takes the discriminator's value.
-fn variant(kind: &Kind, log: Logged) -> Schema {
-    let description = format!("`{}`: the SSE `event` on a stream.", kind.event);
+fn variant(kind: &Variant, log: Logged) -> Schema {
+    let (name, data) = (kind.kind.name(), (kind.data)());
+    let description = format!("`{name}`: the SSE `event` on a stream.");
     let event = string(&description)
-        .pattern(Some(format!("^{}$", kind.event)))
+        .pattern(Some(format!("^{name}$")))
         .build();
-    let description = format!("`{}`: `data` is a {}.", kind.event, kind.data);
-    envelope(description, event, reference(&kind.data), log)
+    let description = format!("`{name}`: `data` is a {data}.");
+    envelope(description, event, reference(&data), log)
 }
 
 /// The union of `kinds`, chosen by `event`.
-fn union(kinds: &[Kind], log: Logged, description: &str) -> Schema {
+fn union(kinds: &[Variant], log: Logged, description: &str) -> Schema {
     let mut one_of = OneOf::new();
     let mut discriminator = Discriminator::new("event");
     for kind in kinds {
-        let name = variant_name(kind.event, log);
+        let name = variant_name(kind.kind.name(), log);
         one_of.items.push(reference(&name));
-        discriminator
-            .mapping
-            .insert(kind.event.into(), format!("#/components/schemas/{name}"));
+        discriminator.mapping.insert(
+            kind.kind.name().into(),
+            format!("#/components/schemas/{name}"),
+        );
     }
     one_of.discriminator = Some(discriminator);
     one_of.description = Some(description.into());
@@ -175,9 +132,12 @@ fn union(kinds: &[Kind], log: Logged, description: &str) -> Schema {
 }
 
 /// Adds the variant of each of `kinds` and its `data` to `out`.
-fn register(kinds: &[Kind], log: Logged, out: &mut Schemas) {
+fn register(kinds: &[Variant], log: Logged, out: &mut Schemas) {
     for kind in kinds {
-        out.push((variant_name(kind.event, log), variant(kind, log).into()));
+        out.push((
+            variant_name(kind.kind.name(), log),
+            variant(kind, log).into(),
+        ));
         (kind.register)(out);
     }
 }
@@ -214,7 +174,7 @@ impl ToSchema for SessionEvent {
              events and the ACP v1 `sessionUpdate` tags.",
         );
         out.push(("KnownSessionEvent".into(), known.into()));
-        let names: Vec<&str> = kinds.iter().map(|k| k.event).collect();
+        let names: Vec<&str> = kinds.iter().map(|k| k.kind.name()).collect();
         let mut event = string(
             "An ACP `sessionUpdate` tag this document does not list (a newer ACP version's, or \
              an agent's own), or the method of an agent's extension notification (`_…`).",
@@ -263,42 +223,34 @@ impl ToSchema for LifecycleEvent {
     }
 }
 
-/// A page of `GET /sessions/{id}/history`.
-#[derive(ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = HistoryPage, example = json!({"events": [{"seq": 1, "event": "turn_started", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": "agent_message_chunk", "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
-pub struct HistoryPageSchema {
-    events: Vec<SessionEvent>,
-    /// Pass as `after` for the next page; absent when this page reached the end of the log.
-    next_after: Option<i64>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::GATEWAY_KINDS;
 
     #[test]
     fn every_kind_a_webhook_can_name_is_a_variant() {
-        let listed: Vec<&str> = session_kinds()
+        let listed: Vec<EventKind> = session_kinds()
             .iter()
             .chain(&lifecycle_kinds())
-            .map(|k| k.event)
+            .map(|k| k.kind)
             .collect();
-        for kind in GATEWAY_KINDS.iter().chain(UPDATE_KINDS) {
-            assert!(listed.contains(kind), "{kind} is in no union");
+        for kind in EventKind::GATEWAY.iter().chain(EventKind::UPDATES) {
+            assert!(listed.contains(kind), "{kind:?} is in no union");
         }
     }
 
     #[test]
     fn variants_are_named_after_their_event() {
         assert_eq!(
-            variant_name("turn_started", Logged::Session),
+            variant_name(EventKind::TurnStarted.name(), Logged::Session),
             "TurnStartedEvent"
         );
-        assert_eq!(variant_name("state", Logged::Session), "StateEvent");
         assert_eq!(
-            variant_name("session_deleted", Logged::Lifecycle),
+            variant_name(EventKind::State.name(), Logged::Session),
+            "StateEvent"
+        );
+        assert_eq!(
+            variant_name(EventKind::SessionDeleted.name(), Logged::Lifecycle),
             "SessionDeletedLifecycleEvent"
         );
     }
