@@ -16,6 +16,7 @@ use syn::visit::Visit;
 
 mod checker;
 mod folders;
+mod kinds;
 mod names;
 mod parts;
 mod traits;
