@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::form;
-use super::pending::{Asked, Asking};
+use super::pending::{Asked, asked_from_fields};
 use crate::gateway::error::Error;
 
 /// An elicitation as clients see it.
@@ -62,15 +62,7 @@ impl Asked for ElicitationView {
     const REQUESTED: &'static str = "elicitation_requested";
     const RESOLVED: &'static str = "elicitation_resolved";
 
-    fn asked(&self) -> Asking<'_> {
-        Asking {
-            request_id: &self.request_id,
-            session_id: &self.session_id,
-            created_at: self.created_at,
-            request: &self.request,
-            deadline: self.deadline,
-        }
-    }
+    asked_from_fields!();
     fn is_resolved(&self) -> bool {
         self.response.is_some()
     }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::pending::{Asked, Asking};
+use super::pending::{Asked, asked_from_fields};
 use crate::gateway::error::Error;
 
 /// Option kinds a permission policy of `allow` picks, in order of preference.
@@ -47,15 +47,7 @@ impl Asked for PermissionView {
     const REQUESTED: &'static str = "permission_requested";
     const RESOLVED: &'static str = "permission_resolved";
 
-    fn asked(&self) -> Asking<'_> {
-        Asking {
-            request_id: &self.request_id,
-            session_id: &self.session_id,
-            created_at: self.created_at,
-            request: &self.request,
-            deadline: self.deadline,
-        }
-    }
+    asked_from_fields!();
     fn is_resolved(&self) -> bool {
         self.outcome.is_some()
     }
