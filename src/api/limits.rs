@@ -94,35 +94,23 @@ impl Limits {
                 ));
             }
         }
-        if stream {
-            if c.max_streams > 0 && u.streams >= c.max_streams {
-                let policy = Policy {
-                    name: "streams",
-                    quota: c.max_streams as u64,
-                    window_secs: None,
-                };
-                return Err(too_many(
-                    format!("{} event streams already open", u.streams),
-                    5,
-                    policy,
-                ));
-            }
-            u.streams += 1;
+        // A stream holds one of the streams, any other request one of the in-flight slots.
+        let (held, max, name, what, retry_after_secs) = if stream {
+            let (max, what) = (c.max_streams, "event streams already open");
+            (&mut u.streams, max, "streams", what, 5)
         } else {
-            if c.max_in_flight > 0 && u.in_flight >= c.max_in_flight {
-                let policy = Policy {
-                    name: "in-flight",
-                    quota: c.max_in_flight as u64,
-                    window_secs: None,
-                };
-                return Err(too_many(
-                    format!("{} requests already in flight", u.in_flight),
-                    1,
-                    policy,
-                ));
-            }
-            u.in_flight += 1;
+            let (max, what) = (c.max_in_flight, "requests already in flight");
+            (&mut u.in_flight, max, "in-flight", what, 1)
+        };
+        if max > 0 && *held >= max {
+            let policy = Policy {
+                name,
+                quota: max as u64,
+                window_secs: None,
+            };
+            return Err(too_many(format!("{held} {what}"), retry_after_secs, policy));
         }
+        *held += 1;
         if c.rate_per_sec > 0 {
             u.tokens -= 1.0;
         }

@@ -272,12 +272,7 @@ pub async fn archive_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(
-        s.gateway
-            .sessions()
-            .set_archived(&caller, &id, true)
-            .await?,
-    ))
+    set_archived(s, caller, id, true).await
 }
 
 /// Unarchive a session (`session/unarchive` when the agent advertises archive).
@@ -291,10 +286,16 @@ pub async fn unarchive_session(
     caller: Caller,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(
-        s.gateway
-            .sessions()
-            .set_archived(&caller, &id, false)
-            .await?,
-    ))
+    set_archived(s, caller, id, false).await
+}
+
+/// [`archive_session`] and [`unarchive_session`]: one call, which differs only in `archived`.
+async fn set_archived(
+    s: AppState,
+    caller: Caller,
+    id: SessionId,
+    archived: bool,
+) -> Result<Json<SessionView>, ApiError> {
+    let sessions = s.gateway.sessions();
+    Ok(Json(sessions.set_archived(&caller, &id, archived).await?))
 }

@@ -206,14 +206,10 @@ impl Create {
         how: Start<'_>,
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
-        let quotas = self.placement.quotas();
         let name = format!("new:{}", uuid::Uuid::new_v4());
-        let slot = quotas.session(&caller.tenant, &name).await?;
-        let started = self.start_here(caller, agent_name, how, setup).await;
-        if let Some(slot) = slot {
-            quotas.release(slot).await;
-        }
-        started
+        let start = self.start_here(caller, agent_name, how, setup);
+        let quotas = self.placement.quotas();
+        quotas.making_live(&caller.tenant, &name, start).await
     }
 
     async fn start_here(

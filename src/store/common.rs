@@ -401,6 +401,11 @@ macro_rules! impl_store {
         } { $($extra)* });
         impl_webhooks!($backend { reads: $reads, writes: $writes, time: $time });
         impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time });
-        impl_quotas!($backend { reads: $reads, writes: $writes, time: $time });
+        impl_quotas!($backend {
+            reads: $reads,
+            writes: $writes,
+            begin_write: $begin($($begin_arg)?),
+            time: $time,
+        });
     };
 }

@@ -93,13 +93,20 @@ pub const COUNT_PROMPT: &str = "INSERT INTO tenant_prompts (tenant, minute, prom
      prompts = tenant_prompts.prompts + 1 WHERE tenant_prompts.prompts < $3";
 pub const PRUNE_PROMPTS: &str = "DELETE FROM tenant_prompts WHERE minute < $1";
 
-/// `impl_quotas!(Backend { reads, writes, time })` implements
-/// [`TenantQuotas`] for `Backend`, from the parameters of
-/// the same names of [`impl_store!`](crate::store::common), which invokes it: the use cases both
-/// backends run alike (releasing a slot, counting prompts); taking a slot is the backend's own
-/// `take_slot`.
+/// `impl_quotas!(Backend { reads, writes, begin_write, time })` implements [`TenantQuotas`]
+/// for `Backend`, from the parameters of the same names of
+/// [`impl_store!`](crate::store::common), which invokes it: the use cases both backends run
+/// alike. Taking a slot counts the slots in use with the backend's own `slots_in_use`, in the
+/// writing transaction that then inserts it.
 macro_rules! impl_quotas {
-    ($backend:ty { reads: $reads:ident, writes: $writes:ident, time: $time:path $(,)? }) => {
+    (
+        $backend:ty {
+            reads: $reads:ident,
+            writes: $writes:ident,
+            begin_write: $begin:ident($($begin_arg:expr)?),
+            time: $time:path $(,)?
+        }
+    ) => {
         #[async_trait::async_trait]
         impl $crate::store::quotas::TenantQuotas for $backend {
             async fn take_tenant_slot(
@@ -107,7 +114,21 @@ macro_rules! impl_quotas {
                 slot: &$crate::store::quotas::TenantSlot<'_>,
                 quota: u64,
             ) -> $crate::store::error::StoreResult<bool> {
-                self.take_slot(slot, quota).await
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                let in_use = self.slots_in_use(&mut tx, slot).await?;
+                if u64::try_from(in_use).unwrap_or(0) >= quota {
+                    return Ok(false);
+                }
+                sqlx::query($crate::store::quotas::TAKE)
+                    .bind(slot.kind.as_str())
+                    .bind(slot.holder)
+                    .bind(slot.tenant)
+                    .bind(slot.replica)
+                    .bind($time(slot.now))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
             }
 
             async fn release_tenant_slot(

@@ -18,7 +18,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::form;
-use super::pending::{Asked, Asking};
+use super::pending::{Asked, asked_from_fields};
 use crate::gateway::error::Error;
 use crate::gateway::event::{ElicitationRequested, ElicitationResolved, GatewayEvent};
 
@@ -61,13 +61,7 @@ impl Asked for ElicitationView {
     type Answer = CreateElicitationResponse;
     const NOUN: &'static str = "elicitation";
 
-    fn asked(&self) -> Asking<'_> {
-        Asking {
-            request_id: &self.request_id,
-            session_id: &self.session_id,
-            created_at: self.created_at,
-        }
-    }
+    asked_from_fields!();
     fn is_resolved(&self) -> bool {
         self.response.is_some()
     }

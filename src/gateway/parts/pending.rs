@@ -53,6 +53,21 @@ pub(in crate::gateway) struct Asking<'a> {
     pub(in crate::gateway) created_at: DateTime<Utc>,
 }
 
+/// [`Asked::asked`] of a view whose fields are named as [`Asking`]'s: every kind's view is.
+macro_rules! asked_from_fields {
+    () => {
+        fn asked(&self) -> $crate::gateway::parts::pending::Asking<'_> {
+            $crate::gateway::parts::pending::Asking {
+                request_id: &self.request_id,
+                session_id: &self.session_id,
+                created_at: self.created_at,
+            }
+        }
+    };
+}
+
+pub(in crate::gateway) use asked_from_fields;
+
 struct PendingEntry<V: Asked> {
     view: V,
     member: usize,

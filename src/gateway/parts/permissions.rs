@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::pending::{Asked, Asking};
+use super::pending::{Asked, asked_from_fields};
 use crate::gateway::error::Error;
 use crate::gateway::event::{GatewayEvent, PermissionRequested, PermissionResolved};
 
@@ -46,13 +46,7 @@ impl Asked for PermissionView {
     type Answer = RequestPermissionResponse;
     const NOUN: &'static str = "permission request";
 
-    fn asked(&self) -> Asking<'_> {
-        Asking {
-            request_id: &self.request_id,
-            session_id: &self.session_id,
-            created_at: self.created_at,
-        }
-    }
+    asked_from_fields!();
     fn is_resolved(&self) -> bool {
         self.outcome.is_some()
     }

@@ -380,12 +380,8 @@ impl Placement {
         }
         // Counted among its tenant's live sessions from here: by its slot until this replica
         // holds it, then as one it holds.
-        let slot = self.quotas.session(&record.tenant, id).await?;
-        let attached = self.claim_and_attach(record).await;
-        if let Some(slot) = slot {
-            self.quotas.release(slot).await;
-        }
-        attached
+        let attach = self.claim_and_attach(record);
+        self.quotas.making_live(&record.tenant, id, attach).await
     }
 
     /// [`Placement::ensure_live`] once the session may be made live here.

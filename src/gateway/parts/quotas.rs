@@ -93,15 +93,23 @@ impl Quotas {
         Ok(held)
     }
 
-    /// A session of `tenant` being made live (`holder`: its id, or the create's own name for
-    /// it until the agent gives one). `None` when live sessions are not limited.
-    pub(in crate::gateway) async fn session(
+    /// Runs `making`, which makes a session of `tenant` live (`holder`: its id, or the
+    /// create's own name for it until the agent gives one), counted among the tenant's live
+    /// sessions by a slot of its own, given back when `making` ends, however it ends (uncounted
+    /// when live sessions are not limited). Refused, `making` never runs.
+    pub(in crate::gateway) async fn making_live<T>(
         &self,
         tenant: &str,
         holder: &str,
-    ) -> Result<Option<Held>, Error> {
+        making: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
         let quota = self.flags.limits(tenant).max_sessions;
-        self.take(SlotKind::Session, tenant, holder, quota).await
+        let slot = self.take(SlotKind::Session, tenant, holder, quota).await?;
+        let made = making.await;
+        if let Some(slot) = slot {
+            self.release(slot).await;
+        }
+        made
     }
 
     async fn take(

@@ -1,6 +1,9 @@
-//! Taking a tenant's slot on PostgreSQL: under a transaction-scoped advisory lock of the tenant
-//! and kind, the slots (and live sessions) of replicas that beat within the lease are counted,
-//! and the slot inserted if the quota allows.
+//! Counting a tenant's slots on PostgreSQL, for taking one: under a transaction-scoped advisory
+//! lock of the tenant and kind, the slots (and live sessions) of replicas that beat within the
+//! lease are counted; `impl_quotas!` inserts the slot in the same transaction if the quota
+//! allows.
+
+use sqlx::PgConnection;
 
 use super::store::PgStore;
 use crate::store::error::StoreResult;
@@ -19,9 +22,15 @@ const IN_USE: &str = "SELECT \
        AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') ELSE 0 END) AS in_use";
 
 impl PgStore {
-    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot).
-    pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
+    /// How many slots of `slot`'s tenant and kind count, under the advisory lock of that tenant
+    /// and kind, which `tx` holds until it ends (the rest of
+    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot)
+    /// is `impl_quotas!`'s).
+    pub(super) async fn slots_in_use(
+        &self,
+        tx: &mut PgConnection,
+        slot: &TenantSlot<'_>,
+    ) -> StoreResult<i64> {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
             .bind(format!(
                 "tenant-slots/{}/{}",
@@ -31,26 +40,13 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         let lease = i64::try_from(slot.lease.as_micros()).unwrap_or(i64::MAX);
-        let in_use: i64 = sqlx::query_scalar(IN_USE)
+        Ok(sqlx::query_scalar(IN_USE)
             .bind(slot.tenant)
             .bind(slot.kind.as_str())
             .bind(slot.holder)
             .bind(lease)
             .bind(slot.counted_since())
-            .fetch_one(&mut *tx)
-            .await?;
-        if u64::try_from(in_use).unwrap_or(0) >= quota {
-            return Ok(false);
-        }
-        sqlx::query(crate::store::quotas::TAKE)
-            .bind(slot.kind.as_str())
-            .bind(slot.holder)
-            .bind(slot.tenant)
-            .bind(slot.replica)
-            .bind(slot.now)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(true)
+            .fetch_one(tx)
+            .await?)
     }
 }

@@ -1,8 +1,11 @@
-//! Taking a tenant's slot on SQLite: under the write lock (`BEGIN IMMEDIATE`), the slots (and
-//! live sessions) of the one gateway serving the file are counted (any other replica's are a
-//! dead process's), and the slot inserted if the quota allows.
+//! Counting a tenant's slots on SQLite, for taking one: under the write lock (`BEGIN
+//! IMMEDIATE`), the slots (and live sessions) of the one gateway serving the file are counted
+//! (any other replica's are a dead process's); `impl_quotas!` inserts the slot in the same
+//! transaction if the quota allows.
 
-use super::store::{BEGIN_IMMEDIATE, SqliteStore, micros};
+use sqlx::SqliteConnection;
+
+use super::store::{SqliteStore, micros};
 use crate::store::error::StoreResult;
 use crate::store::quotas::TenantSlot;
 
@@ -16,29 +19,22 @@ const IN_USE: &str = "SELECT \
        WHERE s.tenant = $1 AND o.session_id <> $3 AND o.replica_id = $4) ELSE 0 END) AS in_use";
 
 impl SqliteStore {
-    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot).
-    pub(super) async fn take_slot(&self, slot: &TenantSlot<'_>, quota: u64) -> StoreResult<bool> {
-        let mut tx = self.writer.begin_with(BEGIN_IMMEDIATE).await?;
-        let in_use: i64 = sqlx::query_scalar(IN_USE)
+    /// How many slots of `slot`'s tenant and kind count, read in `tx`, which holds the write
+    /// lock (the rest of
+    /// [`TenantQuotas::take_tenant_slot`](crate::store::quotas::TenantQuotas::take_tenant_slot)
+    /// is `impl_quotas!`'s).
+    pub(super) async fn slots_in_use(
+        &self,
+        tx: &mut SqliteConnection,
+        slot: &TenantSlot<'_>,
+    ) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(IN_USE)
             .bind(slot.tenant)
             .bind(slot.kind.as_str())
             .bind(slot.holder)
             .bind(slot.replica)
             .bind(micros(slot.counted_since()))
-            .fetch_one(&mut *tx)
-            .await?;
-        if u64::try_from(in_use).unwrap_or(0) >= quota {
-            return Ok(false);
-        }
-        sqlx::query(crate::store::quotas::TAKE)
-            .bind(slot.kind.as_str())
-            .bind(slot.holder)
-            .bind(slot.tenant)
-            .bind(slot.replica)
-            .bind(micros(slot.now))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(true)
+            .fetch_one(tx)
+            .await?)
     }
 }
