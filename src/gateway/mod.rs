@@ -2,7 +2,7 @@
 //! (session rows, list cache, the sync's guards), `log` (appends), `state` (a session's state),
 //! `pending` (requests waiting for a client), `live` (the sessions held here), `views` (a record
 //! as clients see it), `placement` (agents, where a session is live; `replicas` its cluster
-//! side) and `upstream` (what the agent sends). The use cases are structs holding the parts they
+//! side) and `callbacks` (what the agents send). The use cases are structs holding the parts they
 //! need: `sessions`, `create`, `controls`, `turns`, `history`, `sync`, `system` (each declared
 //! with `parts`' `use_case!` by the names of its parts, and made from the one `Parts`),
 //! `webhooks` (with `delivery`), and `pending`'s `Requests` for the answers. This file defines
@@ -170,7 +170,7 @@ impl Gateway {
             log.clone(),
             (states.clone(), counters.clone()),
         ));
-        let upstream = Arc::new(parts::upstream::Upstream::new(
+        let callbacks = Arc::new(parts::callbacks::Callbacks::new(
             live.clone(),
             log.clone(),
             views.clone(),
@@ -184,7 +184,7 @@ impl Gateway {
                 .collect(),
             config.max_updates_per_turn,
         ));
-        let agents = Agents::start(agents, upstream);
+        let agents = Agents::start(agents, callbacks);
         let limits = parts::placement::LiveLimits {
             max_sessions: config.max_sessions,
             max_sessions_per_member: config.max_sessions_per_member,

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::members::{Pool, PoolConfig, UpstreamHandler};
+use super::members::{AgentCallbacks, Pool, PoolConfig};
 use crate::agent_rpc::Connection;
 
 /// One agent: its name, its pool and its limits.
@@ -51,7 +51,7 @@ impl Agents {
     /// Starts every agent's pool (the default agent first, as `configs` are given).
     pub fn start(
         configs: Vec<(String, PoolConfig, usize)>,
-        handler: Arc<dyn UpstreamHandler>,
+        handler: Arc<dyn AgentCallbacks>,
     ) -> Arc<Agents> {
         let mut first = 0;
         let agents = configs

@@ -1,6 +1,6 @@
 //! The pool of one agent's processes ([`Pool`]): its [`Member`]s, each with the slot its
 //! supervisor keeps (state, process, connection, restarts), the settings it starts them with
-//! ([`PoolConfig`]) and what it tells the gateway of their traffic ([`UpstreamHandler`]).
+//! ([`PoolConfig`]) and what it tells the gateway of their traffic ([`AgentCallbacks`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,10 +18,10 @@ use super::client::Incoming;
 use crate::agent_rpc::caps::{AgentInit, Capabilities};
 use crate::agent_rpc::{AgentCommand, Connection, ExitInfo, NotificationHead};
 
-/// What the pool tells the gateway about upstream traffic. Implementations must return quickly:
+/// What the pool tells the gateway of what its agents send. Implementations must return quickly:
 /// they run on the member's dispatch loop, which preserves the agent's message order.
 #[async_trait]
-pub trait UpstreamHandler: Send + Sync + 'static {
+pub trait AgentCallbacks: Send + Sync + 'static {
     /// A notification (e.g. `session/update`), its params as the agent wrote them and what
     /// was read of them while they were checked.
     async fn on_notification(
@@ -320,7 +320,7 @@ pub struct Pool {
 impl Pool {
     /// Starts `config.size` supervisors, whose members are numbered from `first`. Returns at
     /// once; members become ready asynchronously.
-    pub fn start(config: PoolConfig, first: usize, handler: Arc<dyn UpstreamHandler>) -> Arc<Pool> {
+    pub fn start(config: PoolConfig, first: usize, handler: Arc<dyn AgentCallbacks>) -> Arc<Pool> {
         let members = (first..first + config.size.max(1))
             .map(|index| Arc::new(Member::new(index)))
             .collect();

@@ -12,6 +12,6 @@ mod members;
 mod supervisor;
 
 pub use agents::{AgentPool, Agents};
-pub use members::{Member, MemberState, MemberView, Pool, PoolConfig, UpstreamHandler};
+pub use members::{AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig};
 
 pub(crate) use supervisor::authenticate;

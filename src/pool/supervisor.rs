@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Incoming;
+use super::members::{AgentCallbacks, Member, Pool, PoolConfig};
 use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
-use super::members::{Member, Pool, PoolConfig, UpstreamHandler};
 use crate::agent_rpc::caps::{AgentInit, initialize_params};
 use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 
@@ -20,7 +20,7 @@ impl Pool {
         &self,
         member: Arc<Member>,
         config: PoolConfig,
-        handler: Arc<dyn UpstreamHandler>,
+        handler: Arc<dyn AgentCallbacks>,
     ) {
         let index = member.index();
         let label = format!("member-{index}");
@@ -92,7 +92,7 @@ impl Pool {
         &self,
         member: &Member,
         config: &PoolConfig,
-        handler: &Arc<dyn UpstreamHandler>,
+        handler: &Arc<dyn AgentCallbacks>,
         process: &mut AgentProcess,
         conn: Arc<Connection>,
         stdout: AgentStdout,
@@ -286,7 +286,7 @@ fn exit_reason(exit: &ExitInfo) -> String {
 async fn dispatch(
     member: usize,
     conn: &Arc<Connection>,
-    handler: &Arc<dyn UpstreamHandler>,
+    handler: &Arc<dyn AgentCallbacks>,
     msg: Inbound,
 ) {
     match msg {

@@ -48,7 +48,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("api/sessions.rs", "gateway/sessions.rs"),
     ("gateway/turns.rs", "gateway/parts/live.rs"),
     ("gateway/parts/log.rs", "gateway/clock.rs"),
-    ("gateway/parts/upstream.rs", "pool/members.rs"),
+    ("gateway/parts/callbacks.rs", "pool/members.rs"),
     ("events/writer.rs", "store/event.rs"),
 ];
 

@@ -3,6 +3,7 @@
 //! it has in `Parts`) beside settings of its own, with a `new` that clones those parts out of a
 //! `Parts` and takes the settings in the order they are declared.
 
+pub(in crate::gateway) mod callbacks;
 pub(in crate::gateway) mod counters;
 pub(in crate::gateway) mod elicitations;
 pub(in crate::gateway) mod form;
@@ -17,7 +18,6 @@ pub(in crate::gateway) mod records;
 pub(in crate::gateway) mod replicas;
 pub(in crate::gateway) mod requests;
 pub(in crate::gateway) mod snapshots;
-pub(in crate::gateway) mod upstream;
 pub(in crate::gateway) mod views;
 
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use crate::agent_rpc::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;
 use crate::gateway::clock::now;
 use crate::gateway::event::{AgentExited, GatewayEvent};
-use crate::pool::UpstreamHandler;
+use crate::pool::AgentCallbacks;
 use crate::pool::client::Incoming;
 use crate::store::{EventKind, Payload};
 
@@ -30,7 +30,7 @@ use crate::store::{EventKind, Payload};
 const ANOTHERS: &str = "this session is another agent process's";
 
 /// What the pool calls back into.
-pub(in crate::gateway) struct Upstream {
+pub(in crate::gateway) struct Callbacks {
     live: Arc<LiveTable>,
     log: Log,
     views: Arc<Views>,
@@ -46,7 +46,7 @@ pub(in crate::gateway) struct Upstream {
     max_updates_per_turn: u64,
 }
 
-impl Upstream {
+impl Callbacks {
     /// What the pool calls back into; `member_agents` names each member's agent, by index.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::gateway) fn new(
@@ -59,7 +59,7 @@ impl Upstream {
         member_agents: Arc<[String]>,
         max_updates_per_turn: u64,
     ) -> Self {
-        Upstream {
+        Callbacks {
             live,
             log,
             views,
@@ -199,7 +199,7 @@ impl Upstream {
 }
 
 #[async_trait]
-impl UpstreamHandler for Upstream {
+impl AgentCallbacks for Callbacks {
     async fn on_notification(
         &self,
         member: usize,
