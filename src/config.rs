@@ -11,7 +11,7 @@ mod flags;
 mod keep;
 mod oidc;
 mod tenants;
-mod webhooks;
+mod webhook_flags;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
@@ -19,4 +19,4 @@ pub use flags::{Command, Config, LogFormat, PermissionPolicy};
 pub use keep::KeepFlags;
 pub use oidc::OidcFlags;
 pub use tenants::{TenantFlags, TenantLimits};
-pub use webhooks::WebhookFlags;
+pub use webhook_flags::WebhookFlags;

@@ -9,7 +9,7 @@ use super::agent;
 use super::keep::KeepFlags;
 use super::oidc::OidcFlags;
 use super::tenants::TenantFlags;
-use super::webhooks::WebhookFlags;
+use super::webhook_flags::WebhookFlags;
 use clap::{ArgMatches, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// HTTP + Server-Sent Events gateway in front of ACP coding agents.

@@ -206,11 +206,11 @@ pub trait StateSnapshots: Send + Sync + 'static {
 }
 
 /// The webhooks tenants subscribe, and the outbox of their deliveries: inserted by the appends
-/// of the events they match (see `webhooks.rs`), claimed and sent by the replicas, retried.
+/// of the events they match (see `webhook_outbox.rs`), claimed and sent by the replicas, retried.
 #[async_trait]
 pub trait WebhookOutbox: Send + Sync + 'static {
     /// Inserts a webhook (each append then inserts the deliveries of the events it matches:
-    /// see `webhooks.rs`). Timestamps are kept to the microsecond.
+    /// see `webhook_outbox.rs`). Timestamps are kept to the microsecond.
     async fn put_webhook(&self, w: &WebhookRecord) -> StoreResult<()>;
 
     async fn get_webhook(&self, id: &str) -> StoreResult<Option<WebhookRecord>>;

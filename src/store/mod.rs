@@ -8,7 +8,7 @@
 //! PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) pass the same contract suite
 //! (`tests/store_contract/`), opened by `database.rs`; beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
 //! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
-//! per concern in `event_log.rs`, `webhooks.rs`, `idempotency.rs` and `quotas.rs`), the mapping
+//! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs` and `quotas.rs`), the mapping
 //! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
 //! file only declares the parts and re-exports their names. This module depends on nothing else
 //! in the crate: the replica id it tags notifications with is given to [`connect`].
@@ -28,7 +28,7 @@ mod contract;
 mod database;
 mod error;
 #[macro_use]
-mod webhooks;
+mod webhook_outbox;
 #[macro_use]
 mod idempotency;
 #[macro_use]

@@ -9,13 +9,13 @@
 //!
 //! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
 //! their writer, `lifecycle.rs` the lifecycle log, `replicas.rs` what crosses replicas (the
-//! registry, and the notifications of each other's appends), `webhooks.rs` the webhook outbox's
+//! registry, and the notifications of each other's appends), `webhook_outbox.rs` the webhook outbox's
 //! insert (which the appends run) and claim; `store.rs` the pool and how its rows
 //! read; here the [`Store`] implementation they make up. What runs alike on SQLite (reads, retention, the list's statement, the row mapping) is
 //! written once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
 #[macro_use]
-mod webhooks;
+mod webhook_outbox;
 pub(super) mod events;
 mod lifecycle;
 mod quotas;

@@ -15,14 +15,14 @@
 //!
 //! Files by use case: `sessions.rs` the session cache, `events.rs` the session event logs and
 //! their writer, `checkpoint.rs` the thread that checkpoints the writer's WAL, `lifecycle.rs` the lifecycle log, `replica.rs` the one gateway a file has (its
-//! lock and the sessions it holds), `webhooks.rs` the webhook outbox's insert (which the appends
+//! lock and the sessions it holds), `webhook_outbox.rs` the webhook outbox's insert (which the appends
 //! run) and claim; `store.rs` the pools and the column conversions they share; here the
 //! [`Store`] implementation they make up. What
 //! runs alike on PostgreSQL (reads, retention, the list's statement, the row mapping) is written
 //! once in `store/common.rs`, `store/listing.rs` and `store/rows.rs`.
 
 #[macro_use]
-mod webhooks;
+mod webhook_outbox;
 mod checkpoint;
 mod events;
 mod lifecycle;

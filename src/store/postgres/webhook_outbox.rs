@@ -1,7 +1,7 @@
 //! The webhook outbox on PostgreSQL: the insert each append runs in its own statement
 //! ([`pg_insert_deliveries!`], used by `events.rs` and `lifecycle.rs`), and the claim of due
 //! deliveries, one statement that locks what it takes (`FOR UPDATE SKIP LOCKED`) so that two
-//! replicas never claim the same row. The rest is written once in `store/webhooks.rs`.
+//! replicas never claim the same row. The rest is written once in `store/webhook_outbox.rs`.
 
 use chrono::{DateTime, Utc};
 

@@ -4,7 +4,7 @@
 //!
 //! Delivery rows are inserted by the appends themselves, in the statement or transaction that
 //! stores the events (each backend's `events.rs` and `lifecycle.rs`), so that an event stored is
-//! an event that will be sent; senders claim them with leases (each backend's `webhooks.rs`).
+//! an event that will be sent; senders claim them with leases (each backend's `webhook_outbox.rs`).
 //! The rest runs alike on both backends and is written once here: the SQL (the outbox insert
 //! too, [`insert_deliveries!`], which each backend completes in its dialect), and
 //! [`impl_webhooks!`], which writes a backend's
@@ -197,8 +197,8 @@ macro_rules! impl_webhooks {
                 w: &$crate::store::records::WebhookRecord,
             ) -> $crate::store::error::StoreResult<()> {
                 use chrono::SubsecRound;
-                $crate::store::webhooks::bind_webhook(
-                    sqlx::query($crate::store::webhooks::PUT_WEBHOOK),
+                $crate::store::webhook_outbox::bind_webhook(
+                    sqlx::query($crate::store::webhook_outbox::PUT_WEBHOOK),
                     w,
                     $time(w.updated_at.trunc_subsecs(6)),
                 )
@@ -215,7 +215,7 @@ macro_rules! impl_webhooks {
                 id: &str,
             ) -> $crate::store::error::StoreResult<Option<$crate::store::records::WebhookRecord>>
             {
-                let row = sqlx::query($crate::store::webhooks::GET_WEBHOOK)
+                let row = sqlx::query($crate::store::webhook_outbox::GET_WEBHOOK)
                     .bind(id)
                     .fetch_optional(&self.$reads)
                     .await?;
@@ -229,9 +229,10 @@ macro_rules! impl_webhooks {
                 tenant: Option<&str>,
             ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::WebhookRecord>> {
                 let query = match tenant {
-                    None => sqlx::query($crate::store::webhooks::LIST_WEBHOOKS_ALL),
+                    None => sqlx::query($crate::store::webhook_outbox::LIST_WEBHOOKS_ALL),
                     Some(tenant) => {
-                        sqlx::query($crate::store::webhooks::LIST_WEBHOOKS_TENANT).bind(tenant)
+                        sqlx::query($crate::store::webhook_outbox::LIST_WEBHOOKS_TENANT)
+                            .bind(tenant)
                     }
                 };
                 let rows = query.fetch_all(&self.$reads).await?;
@@ -245,8 +246,8 @@ macro_rules! impl_webhooks {
                 w: &$crate::store::records::WebhookRecord,
             ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
-                let updated = $crate::store::webhooks::bind_webhook(
-                    sqlx::query($crate::store::webhooks::UPDATE_WEBHOOK),
+                let updated = $crate::store::webhook_outbox::bind_webhook(
+                    sqlx::query($crate::store::webhook_outbox::UPDATE_WEBHOOK),
                     w,
                     $time(w.updated_at.trunc_subsecs(6)),
                 )
@@ -256,7 +257,7 @@ macro_rules! impl_webhooks {
             }
 
             async fn delete_webhook(&self, id: &str) -> $crate::store::error::StoreResult<bool> {
-                let deleted = sqlx::query($crate::store::webhooks::DELETE_WEBHOOK)
+                let deleted = sqlx::query($crate::store::webhook_outbox::DELETE_WEBHOOK)
                     .bind(id)
                     .execute(&self.$writes)
                     .await?;
@@ -270,7 +271,7 @@ macro_rules! impl_webhooks {
                 limit: i64,
             ) -> $crate::store::error::StoreResult<Vec<$crate::store::records::DeliveryRecord>>
             {
-                let rows = sqlx::query($crate::store::webhooks::LIST_DELIVERIES)
+                let rows = sqlx::query($crate::store::webhook_outbox::LIST_DELIVERIES)
                     .bind(webhook_id)
                     .bind(before.unwrap_or(i64::MAX))
                     .bind(limit.max(0))
@@ -287,7 +288,7 @@ macro_rules! impl_webhooks {
                 id: i64,
             ) -> $crate::store::error::StoreResult<Option<$crate::store::records::DeliveryRecord>>
             {
-                let row = sqlx::query($crate::store::webhooks::GET_DELIVERY)
+                let row = sqlx::query($crate::store::webhook_outbox::GET_DELIVERY)
                     .bind(webhook_id)
                     .bind(id)
                     .fetch_optional(&self.$reads)
@@ -304,7 +305,7 @@ macro_rules! impl_webhooks {
                 now: chrono::DateTime<chrono::Utc>,
             ) -> $crate::store::error::StoreResult<bool> {
                 use chrono::SubsecRound;
-                let retried = sqlx::query($crate::store::webhooks::RETRY_DELIVERY)
+                let retried = sqlx::query($crate::store::webhook_outbox::RETRY_DELIVERY)
                     .bind(webhook_id)
                     .bind(id)
                     .bind($time(now.trunc_subsecs(6)))
@@ -352,7 +353,7 @@ macro_rules! impl_webhooks {
                         next,
                     } => (*next, *status, body.as_ref(), Some(error)),
                 };
-                let finished = sqlx::query($crate::store::webhooks::FINISH_DELIVERY)
+                let finished = sqlx::query($crate::store::webhook_outbox::FINISH_DELIVERY)
                     .bind(id)
                     .bind(owner)
                     .bind(attempt.status())

@@ -1,7 +1,7 @@
 //! The webhook outbox on SQLite: the insert each append runs in its transaction
 //! ([`sqlite_insert_deliveries!`], used by `events.rs` and `lifecycle.rs`), and the claim of due
 //! deliveries (one writer at a time: a transaction is enough to keep two claims apart). The
-//! rest is written once in `store/webhooks.rs`.
+//! rest is written once in `store/webhook_outbox.rs`.
 
 use super::store::{BEGIN_IMMEDIATE, SqliteStore};
 use crate::store::error::StoreResult;
