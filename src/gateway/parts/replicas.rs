@@ -13,6 +13,9 @@ use crate::gateway::error::Error;
 use crate::gateway::event::{AgentExited, GatewayEvent, TurnEnded};
 use crate::store::Claimed;
 
+/// How long a take-over waits before asking the log again whether a turn was left open.
+const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(250);
+
 impl Placement {
     /// Sessions held by a replica whose lease expired are `saved` now: this replica claims each
     /// (one replica wins it; a prompt making it live elsewhere may win first and closes it
@@ -204,24 +207,32 @@ impl Placement {
         self.log()
             .append(session_id, GatewayEvent::AgentExited(exited))
             .await;
-        match self.log().events().turn_open(session_id).await {
-            Ok(true) => {
-                let gone = Error::AgentGone(
-                    "the gateway replica running the turn stopped before it ended".into(),
-                );
-                let ended = TurnEnded {
-                    session_id: session_id.to_owned(),
-                    error: Some(gone.problem()),
-                    ..TurnEnded::default()
-                };
-                self.log()
-                    .append(session_id, GatewayEvent::TurnEnded(ended))
-                    .await;
+        // Asked until the log answers (a take-over often follows a database outage): a turn
+        // left open would have the next one logged inside it.
+        let open = loop {
+            match self.log().events().turn_open(session_id).await {
+                Ok(open) => break open,
+                Err(e) => {
+                    tracing::warn!(session = session_id, error = %e, "cannot tell yet whether a turn was left running; asking again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(ASK_AGAIN) => {}
+                        _ = self.stopping().cancelled() => return,
+                    }
+                }
             }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(session = session_id, error = %e, "cannot tell whether a turn was left running")
-            }
+        };
+        if open {
+            let gone = Error::AgentGone(
+                "the gateway replica running the turn stopped before it ended".into(),
+            );
+            let ended = TurnEnded {
+                session_id: session_id.to_owned(),
+                error: Some(gone.problem()),
+                ..TurnEnded::default()
+            };
+            self.log()
+                .append(session_id, GatewayEvent::TurnEnded(ended))
+                .await;
         }
     }
 
