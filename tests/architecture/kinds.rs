@@ -10,30 +10,22 @@ use super::*;
 /// as their tokens print).
 #[derive(Default)]
 struct Literals {
-    testing: usize,
     found: Vec<String>,
 }
 
 impl<'ast> Visit<'ast> for Literals {
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        let test = item.attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-        });
-        self.testing += usize::from(test);
-        syn::visit::visit_item_mod(self, item);
-        self.testing -= usize::from(test);
+        if !cfg_test(item) {
+            syn::visit::visit_item_mod(self, item);
+        }
     }
 
     fn visit_lit_str(&mut self, lit: &'ast syn::LitStr) {
-        if self.testing == 0 {
-            self.found.push(format!("{:?}", lit.value()));
-        }
+        self.found.push(format!("{:?}", lit.value()));
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        if self.testing == 0 {
-            self.found.push(mac.tokens.to_string());
-        }
+        self.found.push(mac.tokens.to_string());
     }
 }
 

@@ -219,9 +219,7 @@ impl<'ast> Visit<'ast> for Paths {
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        let test = item.attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-        });
+        let test = cfg_test(item);
         self.testing += usize::from(test);
         self.at.push(item.ident.to_string());
         if test && item.content.is_none() {
@@ -432,6 +430,13 @@ fn reexports(
 }
 
 /// A file's name as the graphs show it: `gateway/live.rs`, `gateway.rs` for `gateway/mod.rs`.
+/// Whether a module is compiled only for tests (`#[cfg(test)]`).
+fn cfg_test(item: &syn::ItemMod) -> bool {
+    item.attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+    })
+}
+
 fn file_name(module: &[String]) -> String {
     format!("{}.rs", module.join("/"))
 }

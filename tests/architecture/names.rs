@@ -7,18 +7,14 @@ use super::*;
 /// The named types a source declares, outside `#[cfg(test)]` modules.
 #[derive(Default)]
 struct Declared {
-    testing: usize,
     names: Vec<String>,
 }
 
 impl<'ast> Visit<'ast> for Declared {
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        let test = item.attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-        });
-        self.testing += usize::from(test);
-        syn::visit::visit_item_mod(self, item);
-        self.testing -= usize::from(test);
+        if !cfg_test(item) {
+            syn::visit::visit_item_mod(self, item);
+        }
     }
 
     fn visit_item(&mut self, item: &'ast syn::Item) {
@@ -30,7 +26,7 @@ impl<'ast> Visit<'ast> for Declared {
             syn::Item::Type(i) => Some(&i.ident),
             _ => None,
         };
-        if let Some(name) = name.filter(|_| self.testing == 0) {
+        if let Some(name) = name {
             self.names.push(name.to_string());
         }
         syn::visit::visit_item(self, item);

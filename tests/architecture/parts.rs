@@ -33,24 +33,17 @@ const STATEFUL: &[&str] = &[
 /// Every struct of a source: its name, its fields' type names and whether each is open.
 #[derive(Default)]
 struct Structs {
-    testing: usize,
     found: Vec<(String, Vec<(Names, bool)>)>,
 }
 
 impl<'ast> Visit<'ast> for Structs {
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        let test = item.attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
-        });
-        self.testing += usize::from(test);
-        syn::visit::visit_item_mod(self, item);
-        self.testing -= usize::from(test);
+        if !cfg_test(item) {
+            syn::visit::visit_item_mod(self, item);
+        }
     }
 
     fn visit_item_struct(&mut self, item: &'ast syn::ItemStruct) {
-        if self.testing > 0 {
-            return;
-        }
         let fields = item
             .fields
             .iter()
