@@ -19,7 +19,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::store::{Claimed, Replica, Replicas, StoreResult};
+use crate::store::{Claimed, Heartbeat, Replica, Replicas, StoreResult};
 
 /// This process's replica id: fresh at every start, shared by its registry row and the
 /// notifications its appends send to the other replicas.
@@ -51,6 +51,22 @@ pub struct ReplicaView {
     pub live: bool,
     /// Whether it is the replica answering.
     pub this: bool,
+}
+
+impl ReplicaView {
+    /// A replica as it said at its heartbeat of `heartbeat_at`.
+    fn of(beat: Heartbeat, heartbeat_at: DateTime<Utc>, live: bool) -> Self {
+        ReplicaView {
+            this: beat.id == replica_id(),
+            live,
+            id: beat.id,
+            address: beat.address,
+            started_at: beat.started_at,
+            heartbeat_at,
+            sessions_live: beat.sessions_live,
+            agents: beat.agents,
+        }
+    }
 }
 
 /// This replica's membership of the cluster.
@@ -172,46 +188,27 @@ impl Cluster {
     }
 
     async fn beat_once(&self, sessions_live: i64) -> StoreResult<()> {
+        let beat = Heartbeat {
+            id: replica_id().to_owned(),
+            address: self.address.clone(),
+            started_at: self.started_at,
+            sessions_live,
+            agents: self.agents.clone(),
+        };
         let registry = match &self.replicas {
             Replicas::Shared(registry) => registry,
             Replicas::Alone(_) => {
-                *self.view.lock().expect("view lock") = vec![ReplicaView {
-                    id: replica_id().to_owned(),
-                    address: self.address.clone(),
-                    started_at: self.started_at,
-                    heartbeat_at: Utc::now().trunc_subsecs(6),
-                    sessions_live,
-                    agents: self.agents.clone(),
-                    live: true,
-                    this: true,
-                }];
+                let now = Utc::now().trunc_subsecs(6);
+                *self.view.lock().expect("view lock") = vec![ReplicaView::of(beat, now, true)];
                 return Ok(());
             }
         };
-        registry
-            .heartbeat_replica(
-                replica_id(),
-                &self.address,
-                self.started_at,
-                sessions_live,
-                &self.agents,
-                FORGET_AFTER,
-            )
-            .await?;
+        registry.heartbeat_replica(&beat, FORGET_AFTER).await?;
         let replicas = registry.replicas().await?;
         let lease = self.lease();
         let view = replicas
             .into_iter()
-            .map(|r: Replica| ReplicaView {
-                this: r.id == replica_id(),
-                live: r.silent_for <= lease,
-                id: r.id,
-                address: r.address,
-                started_at: r.started_at,
-                heartbeat_at: r.heartbeat_at,
-                sessions_live: r.sessions_live,
-                agents: r.agents,
-            })
+            .map(|r: Replica| ReplicaView::of(r.beat, r.heartbeat_at, r.silent_for <= lease))
             .collect();
         *self.view.lock().expect("view lock") = view;
         Ok(())
@@ -380,8 +377,8 @@ impl Cluster {
             .replicas()
             .await?
             .into_iter()
-            .find(|r| r.id == id && r.silent_for <= lease)
-            .map(|r| r.address))
+            .find(|r| r.beat.id == id && r.silent_for <= lease)
+            .map(|r| r.beat.address))
     }
 
     /// Whether the replica `id` is gone: not this one, and (by the registry now) silent past its

@@ -61,6 +61,6 @@ pub use records::{
     STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,
     SyncedVisitor, ToSync, WebhookRecord,
 };
-pub use replicas::{Claimed, HeldSessions, Replica, ReplicaRegistry, Replicas};
+pub use replicas::{Claimed, Heartbeat, HeldSessions, Replica, ReplicaRegistry, Replicas};
 pub use sqlite::SqliteStore;
 pub use sqlite::replica::ReplicaLock;

@@ -9,19 +9,26 @@ use chrono::{DateTime, Utc};
 
 use super::error::StoreResult;
 
-/// A gateway replica as the shared database knows it.
+/// What a replica says of itself at each heartbeat.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Replica {
+pub struct Heartbeat {
     pub id: String,
     /// Where other replicas reach it (`--advertise-url`).
     pub address: String,
     pub started_at: DateTime<Utc>,
-    /// Its last heartbeat, by the database's clock.
-    pub heartbeat_at: DateTime<Utc>,
-    /// Sessions it held live at that heartbeat.
+    /// Sessions it holds live.
     pub sessions_live: i64,
     /// The agents it runs (`--agent`), its default first.
     pub agents: Vec<String>,
+}
+
+/// A gateway replica as the shared database knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    /// What it said at its last heartbeat.
+    pub beat: Heartbeat,
+    /// That heartbeat's time, by the database's clock.
+    pub heartbeat_at: DateTime<Utc>,
     /// How long ago that heartbeat was, by the database's clock (never negative).
     pub silent_for: std::time::Duration,
 }
@@ -31,16 +38,11 @@ pub struct Replica {
 /// has one (PostgreSQL).
 #[async_trait]
 pub trait ReplicaRegistry: Send + Sync + 'static {
-    /// Records a heartbeat of replica `id` (registering it on the first) stamped with the
-    /// database's clock, with the `agents` it runs, and forgets replicas silent for longer than
-    /// `forget_after`.
+    /// Records `beat` of its replica (registering it on the first) stamped with the database's
+    /// clock, and forgets replicas silent for longer than `forget_after`.
     async fn heartbeat_replica(
         &self,
-        id: &str,
-        address: &str,
-        started_at: DateTime<Utc>,
-        sessions_live: i64,
-        agents: &[String],
+        beat: &Heartbeat,
         forget_after: std::time::Duration,
     ) -> StoreResult<()>;
 

@@ -28,9 +28,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use acp_gateway::store::{
-    self, Claimed, Database, HeldSessions, ListCursor, ListQuery, ListedSession, NewEvent,
-    NewLifecycleEvent, Origin, PgStore, ReplicaRegistry, Replicas, SessionRecord, SqliteStore,
-    Store, StoredEvent, ToSync,
+    self, Claimed, Database, Heartbeat, HeldSessions, ListCursor, ListQuery, ListedSession,
+    NewEvent, NewLifecycleEvent, Origin, PgStore, ReplicaRegistry, Replicas, SessionRecord,
+    SqliteStore, Store, StoredEvent, ToSync,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};

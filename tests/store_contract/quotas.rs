@@ -12,7 +12,10 @@ const LEASE: std::time::Duration = std::time::Duration::from_secs(15);
 async fn alive(db: &Database, replica: &str) {
     if let Replicas::Shared(registry) = &db.replicas {
         registry
-            .heartbeat_replica(replica, "http://127.0.0.1:1", ts(T0), 0, &[], LEASE * 10)
+            .heartbeat_replica(
+                &replicas::beat(replica, "http://127.0.0.1:1", ts(T0), 0, &[]),
+                LEASE * 10,
+            )
             .await
             .unwrap();
     }

@@ -3,9 +3,22 @@
 
 use super::*;
 
-/// Agent names as a replica's heartbeat gives them.
-fn agents(names: &[&str]) -> Vec<String> {
-    names.iter().map(|n| n.to_string()).collect()
+/// Replica `id`'s heartbeat, reached at `address`, started at `started_at`, holding
+/// `sessions_live` sessions live and running `agents`.
+pub fn beat(
+    id: &str,
+    address: &str,
+    started_at: DateTime<Utc>,
+    sessions_live: i64,
+    agents: &[&str],
+) -> Heartbeat {
+    Heartbeat {
+        id: id.to_owned(),
+        address: address.to_owned(),
+        started_at,
+        sessions_live,
+        agents: agents.iter().map(|a| a.to_string()).collect(),
+    }
 }
 
 /// Replicas register by heartbeat (with the agents they run), are listed oldest first with how
@@ -16,27 +29,23 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     assert!(registry.replicas().await.unwrap().is_empty());
     registry
         .heartbeat_replica(
-            "b",
-            "http://127.0.0.1:2",
-            ts(T0 + 1),
-            3,
-            &agents(&["x", "y"]),
+            &beat("b", "http://127.0.0.1:2", ts(T0 + 1), 3, &["x", "y"]),
             hour,
         )
         .await
         .unwrap();
     registry
-        .heartbeat_replica("a", "http://127.0.0.1:1", ts(T0), 0, &[], hour)
+        .heartbeat_replica(&beat("a", "http://127.0.0.1:1", ts(T0), 0, &[]), hour)
         .await
         .unwrap();
     let replicas = registry.replicas().await.unwrap();
-    let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
+    let ids: Vec<&str> = replicas.iter().map(|r| r.beat.id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "oldest start first");
-    assert_eq!(replicas[1].address, "http://127.0.0.1:2");
-    assert_eq!(replicas[1].started_at, ts(T0 + 1));
-    assert_eq!(replicas[1].sessions_live, 3);
-    assert_eq!(replicas[1].agents, ["x", "y"], "in the order given");
-    assert!(replicas[0].agents.is_empty());
+    assert_eq!(replicas[1].beat.address, "http://127.0.0.1:2");
+    assert_eq!(replicas[1].beat.started_at, ts(T0 + 1));
+    assert_eq!(replicas[1].beat.sessions_live, 3);
+    assert_eq!(replicas[1].beat.agents, ["x", "y"], "in the order given");
+    assert!(replicas[0].beat.agents.is_empty());
     assert!(
         replicas
             .iter()
@@ -48,18 +57,18 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     tokio::time::sleep(StdDuration::from_millis(5)).await;
     registry
         .heartbeat_replica(
-            "b",
-            "http://127.0.0.1:22",
-            ts(T0 + 1),
-            7,
-            &agents(&["y"]),
+            &beat("b", "http://127.0.0.1:22", ts(T0 + 1), 7, &["y"]),
             hour,
         )
         .await
         .unwrap();
     let b = registry.replicas().await.unwrap().remove(1);
     assert_eq!(
-        (b.address.as_str(), b.sessions_live, b.agents.as_slice()),
+        (
+            b.beat.address.as_str(),
+            b.beat.sessions_live,
+            b.beat.agents.as_slice()
+        ),
         ("http://127.0.0.1:22", 7, ["y".to_owned()].as_slice())
     );
     assert!(b.heartbeat_at > first_beat);
@@ -68,11 +77,7 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
     tokio::time::sleep(StdDuration::from_millis(20)).await;
     registry
         .heartbeat_replica(
-            "b",
-            "http://127.0.0.1:22",
-            ts(T0 + 1),
-            7,
-            &agents(&["y"]),
+            &beat("b", "http://127.0.0.1:22", ts(T0 + 1), 7, &["y"]),
             StdDuration::from_millis(10),
         )
         .await
@@ -82,7 +87,7 @@ pub async fn check_replicas(registry: Arc<dyn ReplicaRegistry>) {
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.id)
+        .map(|r| r.beat.id)
         .collect();
     assert_eq!(ids, ["b"]);
 
@@ -98,7 +103,7 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     let hour = StdDuration::from_secs(3600);
     for id in ["a", "b"] {
         registry
-            .heartbeat_replica(id, "http://127.0.0.1:1", ts(T0), 0, &[], hour)
+            .heartbeat_replica(&beat(id, "http://127.0.0.1:1", ts(T0), 0, &[]), hour)
             .await
             .unwrap();
     }
@@ -124,7 +129,7 @@ pub async fn check_claims(registry: Arc<dyn ReplicaRegistry>) {
     assert_eq!(registry.session_owner("s1", short).await.unwrap(), None);
     assert_eq!(registry.orphans(short).await.unwrap(), ["s1"]);
     registry
-        .heartbeat_replica("b", "http://127.0.0.1:1", ts(T0), 0, &[], hour)
+        .heartbeat_replica(&beat("b", "http://127.0.0.1:1", ts(T0), 0, &[]), hour)
         .await
         .unwrap();
     assert_eq!(

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::SubsecRound;
 use futures::stream::BoxStream;
 use sqlx::postgres::{PgListener, PgNotification};
 
@@ -13,7 +13,7 @@ use super::store::PgStore;
 use crate::store::common::release_session;
 use crate::store::contract::Appended;
 use crate::store::error::StoreResult;
-use crate::store::replicas::{Claimed, Replica, ReplicaRegistry};
+use crate::store::replicas::{Claimed, Heartbeat, Replica, ReplicaRegistry};
 use crate::store::rows::Columns;
 
 /// Where appends to session logs are announced (see the append in `events.rs`).
@@ -79,15 +79,7 @@ impl PgStore {
 
 #[async_trait]
 impl ReplicaRegistry for PgStore {
-    async fn heartbeat_replica(
-        &self,
-        id: &str,
-        address: &str,
-        started_at: DateTime<Utc>,
-        sessions_live: i64,
-        agents: &[String],
-        forget_after: Duration,
-    ) -> StoreResult<()> {
+    async fn heartbeat_replica(&self, beat: &Heartbeat, forget_after: Duration) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO replicas (id, address, started_at, heartbeat_at, sessions_live, agents) \
@@ -95,11 +87,11 @@ impl ReplicaRegistry for PgStore {
              address = excluded.address, heartbeat_at = now(), \
              sessions_live = excluded.sessions_live, agents = excluded.agents",
         )
-        .bind(id)
-        .bind(address)
-        .bind(started_at.trunc_subsecs(6))
-        .bind(sessions_live)
-        .bind(agents)
+        .bind(&beat.id)
+        .bind(&beat.address)
+        .bind(beat.started_at.trunc_subsecs(6))
+        .bind(beat.sessions_live)
+        .bind(&beat.agents)
         .execute(&mut *tx)
         .await?;
         sqlx::query(
@@ -123,14 +115,17 @@ impl ReplicaRegistry for PgStore {
         rows.iter()
             .map(|r| {
                 let silent: i64 = r.get("silent")?;
-                Ok(Replica {
+                let beat = Heartbeat {
                     id: r.get("id")?,
                     address: r.get("address")?,
                     started_at: r.time("started_at")?,
-                    heartbeat_at: r.time("heartbeat_at")?,
                     sessions_live: r.get("sessions_live")?,
                     // An array of text, which only this backend has (not a `Columns` type).
                     agents: sqlx::Row::try_get(r, "agents")?,
+                };
+                Ok(Replica {
+                    beat,
+                    heartbeat_at: r.time("heartbeat_at")?,
                     silent_for: Duration::from_micros(silent.max(0) as u64),
                 })
             })
