@@ -206,112 +206,104 @@ impl Create {
         how: Start<'_>,
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
+        let start = async {
+            // Again on another process when its member died before answering (`retry_elsewhere`).
+            let mut retries = 0;
+            let (member, (session_id, result), creating, agent) = loop {
+                let (member, agent) = match how {
+                    Start::Fork(parent) => match self.placement.live().member(parent) {
+                        Some(m) => (
+                            m,
+                            self.placement
+                                .client(m)
+                                .ok_or_else(|| self.placement.no_member_at(m))?,
+                        ),
+                        None => self.placement.place(agent_name).await?,
+                    },
+                    Start::New => self.placement.place(agent_name).await?,
+                };
+                let creating = self.records.creating().await;
+                let started = match how {
+                    Start::New => agent.new_session(setup).await,
+                    Start::Fork(parent) => agent.fork_session(parent, setup).await,
+                };
+                match started {
+                    Err(e) if self.placement.retry_elsewhere(agent_name, &e, &mut retries) => {
+                        tracing::warn!(
+                            member,
+                            error = %e,
+                            "the member died before the session was started; trying another member"
+                        );
+                    }
+                    started => {
+                        let started =
+                            started.map_err(|e| self.placement.auth_hint(agent_name, e.into()))?;
+                        break (member, started, creating, agent);
+                    }
+                }
+            };
+            let at = now();
+            let record = SessionRecord {
+                additional_directories: setup.additional_directories.to_vec(),
+                ..SessionRecord::new(
+                    session_id,
+                    caller.tenant.clone(),
+                    setup.cwd.to_owned(),
+                    agent_name.to_owned(),
+                    Origin::Gateway,
+                    at,
+                )
+            };
+            match self.records.rows().insert_session(&record).await {
+                Ok(true) => {}
+                // Another replica's list sync, on an agent that shares this one's state, listed the
+                // new session before its row was stored here (a sync holds back only this replica's
+                // own creates): the session listed first is this one, and becomes the caller's.
+                Ok(false) if self.take_over_listed(&record).await? => {}
+                // The agent handed out an id the gateway has given another session already (of
+                // another member or agent, another tenant, a deleted one): ACP makes an id unique
+                // only within one agent process. That session stays whose it is; this one is
+                // undone at the agent, and the create fails.
+                Ok(false) => {
+                    let why = format!(
+                        "the agent answered with session id {:?}, which already names another session here; the new session was discarded, retry the request",
+                        record.session_id
+                    );
+                    undo(&agent, &record.session_id, &why).await;
+                    return Err(Error::AgentMisbehaved(why));
+                }
+                Err(e) => {
+                    // Not recorded, so not created: the agent's session is undone as far as the
+                    // agent allows (deleted, else closed), and the client retries the whole create,
+                    // instead of a session the gateway does not know turning up at the next sync.
+                    undo(&agent, &record.session_id, &e).await;
+                    return Err(e.into());
+                }
+            }
+            drop(creating);
+            self.records.sessions_changed();
+            // Its member may have exited since it answered: the session is then saved, not live
+            // (made at the agent and recorded, it is resumed where the next prompt lands). Held
+            // in the registry before it is live here, as every session is (see `let_go_of_taken`).
+            self.placement.hold(&record.session_id).await;
+            if !self.placement.attach_if_alive(&record, member, &agent) {
+                self.placement.release(&record.session_id).await;
+            }
+            let view = self.views.view(&record);
+            let created = GatewayLifecycleEvent::created(&record, view);
+            self.log.lifecycle(&record, created).await;
+            let source = match how {
+                Start::New => AGENT_METHOD_NAMES.session_new,
+                Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
+            };
+            self.states
+                .note_state(&record.session_id, source, &result)
+                .await?;
+            Ok(record)
+        };
         let name = format!("new:{}", uuid::Uuid::new_v4());
-        let start = self.start_here(caller, agent_name, how, setup);
         let quotas = self.placement.quotas();
         quotas.making_live(&caller.tenant, &name, start).await
-    }
-
-    async fn start_here(
-        &self,
-        caller: &Caller,
-        agent_name: &str,
-        how: Start<'_>,
-        setup: SessionSetup<'_>,
-    ) -> Result<SessionRecord, Error> {
-        // Again on another process when its member died before answering (`retry_elsewhere`).
-        let mut retries = 0;
-        let (member, (session_id, result), creating, agent) = loop {
-            let (member, agent) = match how {
-                Start::Fork(parent) => match self.placement.live().member(parent) {
-                    Some(m) => (
-                        m,
-                        self.placement
-                            .client(m)
-                            .ok_or_else(|| self.placement.no_member_at(m))?,
-                    ),
-                    None => self.placement.place(agent_name).await?,
-                },
-                Start::New => self.placement.place(agent_name).await?,
-            };
-            let creating = self.records.creating().await;
-            let started = match how {
-                Start::New => agent.new_session(setup).await,
-                Start::Fork(parent) => agent.fork_session(parent, setup).await,
-            };
-            match started {
-                Err(e) if self.placement.retry_elsewhere(agent_name, &e, &mut retries) => {
-                    tracing::warn!(
-                        member,
-                        error = %e,
-                        "the member died before the session was started; trying another member"
-                    );
-                }
-                started => {
-                    let started =
-                        started.map_err(|e| self.placement.auth_hint(agent_name, e.into()))?;
-                    break (member, started, creating, agent);
-                }
-            }
-        };
-        let at = now();
-        let record = SessionRecord {
-            additional_directories: setup.additional_directories.to_vec(),
-            ..SessionRecord::new(
-                session_id,
-                caller.tenant.clone(),
-                setup.cwd.to_owned(),
-                agent_name.to_owned(),
-                Origin::Gateway,
-                at,
-            )
-        };
-        match self.records.rows().insert_session(&record).await {
-            Ok(true) => {}
-            // Another replica's list sync, on an agent that shares this one's state, listed the
-            // new session before its row was stored here (a sync holds back only this replica's
-            // own creates): the session listed first is this one, and becomes the caller's.
-            Ok(false) if self.take_over_listed(&record).await? => {}
-            // The agent handed out an id the gateway has given another session already (of
-            // another member or agent, another tenant, a deleted one): ACP makes an id unique
-            // only within one agent process. That session stays whose it is; this one is
-            // undone at the agent, and the create fails.
-            Ok(false) => {
-                let why = format!(
-                    "the agent answered with session id {:?}, which already names another session here; the new session was discarded, retry the request",
-                    record.session_id
-                );
-                undo(&agent, &record.session_id, &why).await;
-                return Err(Error::AgentMisbehaved(why));
-            }
-            Err(e) => {
-                // Not recorded, so not created: the agent's session is undone as far as the
-                // agent allows (deleted, else closed), and the client retries the whole create,
-                // instead of a session the gateway does not know turning up at the next sync.
-                undo(&agent, &record.session_id, &e).await;
-                return Err(e.into());
-            }
-        }
-        drop(creating);
-        self.records.sessions_changed();
-        // Its member may have exited since it answered: the session is then saved, not live
-        // (made at the agent and recorded, it is resumed where the next prompt lands). Held
-        // in the registry before it is live here, as every session is (see `let_go_of_taken`).
-        self.placement.hold(&record.session_id).await;
-        if !self.placement.attach_if_alive(&record, member, &agent) {
-            self.placement.release(&record.session_id).await;
-        }
-        let view = self.views.view(&record);
-        let created = GatewayLifecycleEvent::created(&record, view);
-        self.log.lifecycle(&record, created).await;
-        let source = match how {
-            Start::New => AGENT_METHOD_NAMES.session_new,
-            Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
-        };
-        self.states
-            .note_state(&record.session_id, source, &result)
-            .await?;
-        Ok(record)
     }
 }
 
