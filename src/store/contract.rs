@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::error::StoreResult;
-use super::event::{LogWriter, NewEvent, StoredEvent};
+use super::event::{LogWriter, NewEvent, SeqRange, StoredEvent};
 use super::idempotency::IdempotencyKeys;
 use super::quotas::TenantQuotas;
 use super::records::{
@@ -133,12 +133,11 @@ pub trait EventLog: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>>;
 
-    /// Events with `after < seq <= upto` of one of `kinds`, ascending.
+    /// The events of `range` of one of `kinds`, ascending.
     async fn read_events_of_kinds(
         &self,
         session_id: &str,
-        after: i64,
-        upto: i64,
+        range: SeqRange,
         kinds: &[&str],
     ) -> StoreResult<Vec<StoredEvent>>;
 

@@ -33,6 +33,9 @@ pub struct StoredEvent {
     pub created_at: DateTime<Utc>,
 }
 
+/// A stretch of a session's log, `(after, upto)`: the events with `after < seq <= upto`.
+pub type SeqRange = (i64, i64);
+
 /// A JSON value held as its text. Cloning shares it. Two payloads are equal when their values
 /// are (the text of one read back from PostgreSQL's `jsonb` is spaced and ordered differently).
 #[derive(Clone)]

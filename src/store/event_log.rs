@@ -84,8 +84,7 @@ macro_rules! impl_event_log {
             async fn read_events_of_kinds(
                 &self,
                 session_id: &str,
-                after: i64,
-                upto: i64,
+                (after, upto): $crate::store::event::SeqRange,
                 kinds: &[&str],
             ) -> $crate::store::error::StoreResult<Vec<$crate::store::event::StoredEvent>> {
                 if kinds.is_empty() {

@@ -140,7 +140,7 @@ pub async fn check_session_state(store: Arc<dyn Store>) {
         let store = store.clone();
         async move {
             store
-                .read_events_of_kinds(s, after, upto, kinds)
+                .read_events_of_kinds(s, (after, upto), kinds)
                 .await
                 .unwrap()
         }

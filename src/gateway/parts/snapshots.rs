@@ -133,7 +133,7 @@ impl States {
         }
         let kinds = EventKind::names(EventKind::STATE);
         let events = store
-            .read_events_of_kinds(session_id, from, last, &kinds)
+            .read_events_of_kinds(session_id, (from, last), &kinds)
             .await?;
         for e in &events {
             if let Some(kind) = EventKind::parse(&e.kind) {
