@@ -17,7 +17,7 @@ use super::clock::now;
 use super::error::Error;
 use super::parts::use_case;
 pub use crate::store::StoredResponse;
-use crate::store::{IdempotencyKeys, KeyClaim};
+use crate::store::{IdempotencyKeys, KeyClaim, KeyRequest};
 
 /// How often expired keys are deleted, at most (a shorter time to live prunes as often).
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
@@ -69,12 +69,15 @@ impl Idempotency {
     ) -> Result<Keyed, Error> {
         let store = &self.keys;
         let here = crate::cluster::replica_id();
+        let request = KeyRequest {
+            tenant: &caller.tenant,
+            key,
+            fingerprint,
+            runner: here,
+        };
         // A key taken over by another repeat at the same moment is read again, once.
         for _ in 0..2 {
-            let held = match store
-                .take_idempotency_key(&caller.tenant, key, fingerprint, here, self.term())
-                .await?
-            {
+            let held = match store.take_idempotency_key(request, self.term()).await? {
                 KeyClaim::Taken => return Ok(Keyed::Run),
                 KeyClaim::Held(held) => held,
             };

@@ -13,6 +13,16 @@ use super::error::StoreResult;
 /// When a key was taken and until when it is kept.
 pub type KeyTerm = (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>);
 
+/// A request taking a key: `tenant`'s `key`, with the digest of the request (`fingerprint`) and
+/// the replica that runs it (`runner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRequest<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub fingerprint: &'a str,
+    pub runner: &'a str,
+}
+
 /// A response kept under its key: status, the headers a replay repeats, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
@@ -43,17 +53,13 @@ pub enum KeyClaim {
 /// response it answered.
 #[async_trait]
 pub trait IdempotencyKeys: Send + Sync + 'static {
-    /// Takes `key` of `tenant` for a request with `fingerprint` that `runner` (a replica id)
-    /// runs, kept for the [`KeyTerm`] given, unless another request holds it: [`KeyClaim::Held`]
-    /// with that request's fingerprint, runner and, once it has answered, its response. A key
-    /// whose response expired is taken again; one still running never is (see
-    /// [`IdempotencyKeys::hand_idempotency_key`]).
+    /// Takes the key of `request`, kept for the [`KeyTerm`] given, unless another request holds
+    /// it: [`KeyClaim::Held`] with that request's fingerprint, runner and, once it has answered,
+    /// its response. A key whose response expired is taken again; one still running never is
+    /// (see [`IdempotencyKeys::hand_idempotency_key`]).
     async fn take_idempotency_key(
         &self,
-        tenant: &str,
-        key: &str,
-        fingerprint: &str,
-        runner: &str,
+        request: KeyRequest<'_>,
         term: KeyTerm,
     ) -> StoreResult<KeyClaim>;
 
@@ -159,13 +165,16 @@ macro_rules! impl_idempotency {
         impl $crate::store::idempotency::IdempotencyKeys for $backend {
             async fn take_idempotency_key(
                 &self,
-                tenant: &str,
-                key: &str,
-                fingerprint: &str,
-                runner: &str,
+                request: $crate::store::idempotency::KeyRequest<'_>,
                 (now, expires_at): $crate::store::idempotency::KeyTerm,
             ) -> $crate::store::error::StoreResult<$crate::store::idempotency::KeyClaim> {
                 use $crate::store::idempotency as sql;
+                let $crate::store::idempotency::KeyRequest {
+                    tenant,
+                    key,
+                    fingerprint,
+                    runner,
+                } = request;
                 // A request released between the insert and the read leaves no row: take again.
                 for _ in 0..3 {
                     let taken = sqlx::query(sql::TAKE)

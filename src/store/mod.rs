@@ -51,7 +51,7 @@ pub use contract::{
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, SeqRange, StoredEvent};
-pub use idempotency::{IdempotencyKeys, KeyClaim, KeyRecord, KeyTerm, StoredResponse};
+pub use idempotency::{IdempotencyKeys, KeyClaim, KeyRecord, KeyRequest, KeyTerm, StoredResponse};
 pub use kind::EventKind;
 pub use postgres::PgStore;
 pub use postgres::events::PG_LOG_WRITER_NAME;

@@ -4,7 +4,7 @@
 //! one of many requests at once; and the replicas' secret, stored once.
 
 use super::*;
-use acp_gateway::store::{KeyClaim, KeyRecord, StoredResponse};
+use acp_gateway::store::{KeyClaim, KeyRecord, KeyRequest, StoredResponse};
 
 fn response(body: &str) -> StoredResponse {
     StoredResponse {
@@ -23,7 +23,15 @@ pub async fn check_idempotency_keys(store: Arc<dyn Store>) {
         let store = store.clone();
         async move {
             store
-                .take_idempotency_key(tenant, key, fingerprint, "r1", (now, until))
+                .take_idempotency_key(
+                    KeyRequest {
+                        tenant,
+                        key,
+                        fingerprint,
+                        runner: "r1",
+                    },
+                    (now, until),
+                )
                 .await
                 .unwrap()
         }
@@ -108,7 +116,15 @@ pub async fn check_idempotency_keys(store: Arc<dyn Store>) {
         let store = store.clone();
         async move {
             store
-                .take_idempotency_key(tenant, "k", "f4", runner, (later, end))
+                .take_idempotency_key(
+                    KeyRequest {
+                        tenant,
+                        key: "k",
+                        fingerprint: "f4",
+                        runner,
+                    },
+                    (later, end),
+                )
                 .await
                 .unwrap()
         }
@@ -172,8 +188,14 @@ pub async fn check_concurrent_idempotency_keys(store: Arc<dyn Store>) {
         let store = store.clone();
         set.spawn(async move {
             let fingerprint = format!("f{i}");
+            let request = KeyRequest {
+                tenant: "t",
+                key: "once",
+                fingerprint: &fingerprint,
+                runner: "r",
+            };
             store
-                .take_idempotency_key("t", "once", &fingerprint, "r", (ts(T0), ts(T0 + 1_000_000)))
+                .take_idempotency_key(request, (ts(T0), ts(T0 + 1_000_000)))
                 .await
                 .unwrap()
         });
