@@ -249,18 +249,14 @@ fn with_meta<P: Serialize + ?Sized>(params: &P, carrier: HashMap<String, String>
 /// One line to the agent, serialized straight from borrowed parts (building a `json!` object
 /// first would copy the params). `P` is whatever the params or the result are: a typed ACP
 /// request, or JSON passed through.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize)]
 struct Outbound<'a, P: ?Sized> {
     jsonrpc: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     method: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     params: Option<&'a P>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<&'a P>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a RpcError>,
 }
 

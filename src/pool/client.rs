@@ -50,17 +50,14 @@ pub struct SessionSetup<'a> {
 }
 
 /// A setter's params (`session/set_mode`, `session/set_model`, `session/set_config_option`).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SetterParams<'a> {
     session_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
     mode_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     model_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     config_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     value: Option<&'a Value>,
 }
 
