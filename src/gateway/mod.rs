@@ -204,7 +204,8 @@ impl Gateway {
             states.clone(),
             requests.clone(),
             cluster,
-            (limits, quotas),
+            limits,
+            quotas,
             stop.clone(),
         ));
         let webhooks = Arc::new(Webhooks::new(

@@ -43,6 +43,9 @@ pub(in crate::gateway) struct LiveLimits {
 
 /// The agents' members and the sessions live on them: where a session goes, which client a
 /// call about it goes through, and this replica's place among the replicas (`replicas.rs`).
+/// Built from what it holds, in this order (`Placement::new`).
+#[derive(derive_more::Constructor)]
+#[allow(clippy::too_many_arguments)]
 pub(in crate::gateway) struct Placement {
     agents: Arc<Agents>,
     live: Arc<LiveTable>,
@@ -59,32 +62,6 @@ pub(in crate::gateway) struct Placement {
 }
 
 impl Placement {
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::gateway) fn new(
-        agents: Arc<Agents>,
-        live: Arc<LiveTable>,
-        records: Arc<Records>,
-        log: Log,
-        states: Arc<States>,
-        requests: Arc<Requests>,
-        cluster: Arc<Cluster>,
-        (limits, quotas): (LiveLimits, Arc<Quotas>),
-        stop: CancellationToken,
-    ) -> Self {
-        Placement {
-            agents,
-            live,
-            records,
-            log,
-            states,
-            requests,
-            cluster,
-            limits,
-            quotas,
-            stop,
-        }
-    }
-
     /// The agents' pools.
     pub(in crate::gateway) fn agents(&self) -> &Arc<Agents> {
         &self.agents
