@@ -168,7 +168,8 @@ impl Gateway {
             requests.clone(),
             records.clone(),
             log.clone(),
-            (states.clone(), counters.clone()),
+            states.clone(),
+            counters.clone(),
         ));
         let callbacks = Arc::new(parts::callbacks::Callbacks::new(
             live.clone(),
@@ -176,12 +177,14 @@ impl Gateway {
             views.clone(),
             states.clone(),
             requests.clone(),
-            (cluster.clone(), counters.clone(), records.clone()),
+            cluster.clone(),
+            counters.clone(),
             // Members are numbered across the agents, in order, each pool at least one.
             agents
                 .iter()
                 .flat_map(|(name, pool, _)| std::iter::repeat_n(name.clone(), pool.size.max(1)))
                 .collect(),
+            records.clone(),
             config.max_updates_per_turn,
         ));
         let agents = Agents::start(agents, callbacks);

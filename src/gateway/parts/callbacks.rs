@@ -29,7 +29,9 @@ use crate::store::{EventKind, Payload};
 /// Why a request naming a session another member holds is refused.
 const ANOTHERS: &str = "this session is another agent process's";
 
-/// What the pool calls back into.
+/// What the pool calls back into. Built from what it holds, in this order (`Callbacks::new`).
+#[derive(derive_more::Constructor)]
+#[allow(clippy::too_many_arguments)]
 pub(in crate::gateway) struct Callbacks {
     live: Arc<LiveTable>,
     log: Log,
@@ -47,32 +49,6 @@ pub(in crate::gateway) struct Callbacks {
 }
 
 impl Callbacks {
-    /// What the pool calls back into; `member_agents` names each member's agent, by index.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::gateway) fn new(
-        live: Arc<LiveTable>,
-        log: Log,
-        views: Arc<Views>,
-        states: Arc<States>,
-        requests: Arc<Requests>,
-        (cluster, counters, records): (Arc<Cluster>, Arc<Counters>, Arc<Records>),
-        member_agents: Arc<[String]>,
-        max_updates_per_turn: u64,
-    ) -> Self {
-        Callbacks {
-            live,
-            log,
-            views,
-            states,
-            requests,
-            cluster,
-            counters,
-            member_agents,
-            records,
-            max_updates_per_turn,
-        }
-    }
-
     /// Whether `member` may speak about the session: not one another member holds, nor, when
     /// none holds it here, one another replica holds (by the store's leases: a process this
     /// replica let go of the session may still speak of it) or one of another agent (an agent,

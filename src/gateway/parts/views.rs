@@ -14,7 +14,9 @@ use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::{Activity, SessionView, Status};
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
-/// A record's view: its status from the live table and the pending requests.
+/// A record's view: its status from the live table and the pending requests. Built from what
+/// it holds, in this order (`Views::new`).
+#[derive(derive_more::Constructor)]
 pub(in crate::gateway) struct Views {
     live: Arc<LiveTable>,
     requests: Arc<Requests>,
@@ -25,23 +27,6 @@ pub(in crate::gateway) struct Views {
 }
 
 impl Views {
-    pub(in crate::gateway) fn new(
-        live: Arc<LiveTable>,
-        requests: Arc<Requests>,
-        records: Arc<Records>,
-        log: Log,
-        (states, counters): (Arc<States>, Arc<Counters>),
-    ) -> Self {
-        Views {
-            live,
-            requests,
-            records,
-            log,
-            states,
-            counters,
-        }
-    }
-
     /// The session's view with its state.
     pub(in crate::gateway) async fn view_with_state(
         &self,
