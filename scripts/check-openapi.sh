@@ -5,7 +5,7 @@
 #   rules (openapi/redocly.yaml) and fails on any error or warning that
 #   openapi/.redocly.lint-ignore.yaml does not list.
 # Further lint rules (operationIds, summaries, examples valid against their schemas, problem+json
-# on every error) are checked by `cargo test --test openapi`.
+# on every error) are checked by `cargo test --test integration openapi::`.
 #   bash scripts/check-openapi.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?set DATABASE_URL to a PostgreSQL server}"
 cargo build --examples
-cargo test --test soak --no-run
+cargo test --test integration --no-run
 run() {
   echo "soak: $*"
-  env "$@" cargo test -q --test soak -- --ignored --nocapture 2>&1 | grep -E "^soak:|panicked|problem|test result"
+  env "$@" cargo test -q --test integration soak:: -- --ignored --nocapture 2>&1 | grep -E "^soak:|panicked|problem|test result"
 }
 run SOAK_KILL_EVERY=30 SOAK_SYNC_INTERVAL=60
 run SOAK_KILL_EVERY=0 SOAK_SYNC_INTERVAL=60

@@ -2,7 +2,7 @@
 //! closed), the bearer scheme in any case, `/metrics` for admins only, stdio MCP servers only
 //! where allowed, prompt content the agent did not advertise, and a client's lone surrogate.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! `session/load` replaying the exact log (against an agent that cannot load); a dropped
 //! connection leaving its turn running; tenants isolated as on REST; WebSocket origins.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::acp::{AcpClient, agent_text};

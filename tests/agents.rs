@@ -3,7 +3,7 @@
 //! prompted, resumed after a restart and deleted on each; one agent's crash loop leaves the
 //! other serving.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

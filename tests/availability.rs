@@ -3,7 +3,7 @@
 //! pool starts waits for a member instead of answering 503, and a pool that cannot start says
 //! so within the acquire timeout, with a `Retry-After` taken from the restart backoff.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

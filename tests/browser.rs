@@ -6,7 +6,7 @@
 //! Ignored by plain `cargo test` because it needs the browser and `npm ci` in `tests/browser`;
 //! `.ci/run` installs both and runs them with `--ignored`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;
@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 const KEY: &str = "alice-browser-key-0123456789";
 
 #[tokio::test]
-#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test browser -- --ignored"]
+#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test integration browser:: -- --ignored"]
 async fn browser_on_another_origin_uses_fetch_and_eventsource() {
     let page_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let page_origin = format!("http://{}", page_listener.local_addr().unwrap());
@@ -126,7 +126,7 @@ async fn browser_on_another_origin_uses_fetch_and_eventsource() {
 /// (so that the page's origin survives the restart): create, prompt and stream, agent HTML rendered as text,
 /// a permission answered, a reload mid-turn, mode and model switched, a restart mid-stream.
 #[tokio::test]
-#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test browser -- --ignored"]
+#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test integration browser:: -- --ignored"]
 async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_restart() {
     let opts = Options::default().env("ECHO_AGENT_CONTROLS", "modes,models,options");
     let mut w = World::start(Backend::Sqlite, opts).await;
@@ -276,7 +276,7 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
 /// another client appears), commands, plan and usage, an elicitation's form, rename, archive
 /// and the archived filter, delete after a confirmation, sign-out.
 #[tokio::test]
-#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test browser -- --ignored"]
+#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test integration browser:: -- --ignored"]
 async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     let opts = Options::default()
         .env("ECHO_AGENT_CONTROLS", "modes,models,options")
@@ -493,7 +493,7 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
 /// `both` (modes and models) and `options` (both as config options); back on `default`'s
 /// session, neither again.
 #[tokio::test]
-#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test browser -- --ignored"]
+#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test integration browser:: -- --ignored"]
 async fn the_console_shows_mode_and_model_only_when_the_agent_offers_them() {
     let dirs = tempfile::tempdir().unwrap();
     let echo = echo_agent();

@@ -23,7 +23,7 @@ mod bounds;
 mod log;
 #[path = "chaos/rest.rs"]
 mod rest;
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

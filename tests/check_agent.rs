@@ -3,7 +3,7 @@
 //! failure naming each unusable one. Also the gateway itself serving a named agent, and a
 //! default agent that authenticates with `auth-meta`.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! session, also of an agent it does not run, and a replica killed mid-turn loses no stored
 //! event. Ignored, with that reason, when built without `DATABASE_URL`.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::cluster::{beating, sessions_held, three_replicas};

@@ -3,7 +3,7 @@
 //! balancer, also while a replica is SIGKILLed and another started. Ignored, with that reason,
 //! when built without `DATABASE_URL`.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::acp::{AcpClient, agent_text, replica_away};

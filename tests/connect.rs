@@ -4,7 +4,7 @@
 //! resumes the session on its own, so the editor goes on prompting it and hears a REST client's
 //! turn on it.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::acp::{agent_text, bridge};

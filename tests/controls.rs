@@ -2,7 +2,7 @@
 //! and on PostgreSQL: modes, models and config options set through the routes and at create,
 //! the state folded from the log (kept across a restart), `?snapshot=true`, and forks.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};

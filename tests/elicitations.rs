@@ -6,7 +6,7 @@
 //! then `elicitation_resolved`, in order. URL mode: accepted without content, its completion
 //! logged.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -2,7 +2,7 @@
 //! on stdout, unanswered permission requests, logins, capacity, idle sessions, shutdown — each
 //! driven through the echo agent's switches against the real gateway binary.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -5,7 +5,7 @@
 //! once with a JSON-RPC error (the list shows at most the bound; the ones kept are answered);
 //! requests the policy answers are forgotten past the latest 256 of a session.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

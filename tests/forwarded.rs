@@ -4,7 +4,7 @@
 //! keyed prompt runs once, its DELETE sent to a replica that does not hold the session goes to
 //! the one that does). Ignored, with that reason, when built without `DATABASE_URL`.
 
-mod support;
+use crate::support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};

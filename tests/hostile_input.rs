@@ -4,7 +4,7 @@
 //! and webhooks. Every answer is below 500, valid UTF-8 JSON where it is JSON, and the log
 //! holds no ERROR line. A title holding U+0000 that the agent sends back is kept as it came.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};

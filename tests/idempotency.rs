@@ -7,7 +7,7 @@
 //! agent killed mid-turn): the repeat runs again; the key of a gateway SIGKILLed mid-request is
 //! taken over by the next repeat.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

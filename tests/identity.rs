@@ -5,7 +5,7 @@
 //! deleted one) fails with 502 and never takes that session over, and a list sync never changes
 //! a row's tenant or agent. On both stores, with two tenants and with none.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -5,7 +5,7 @@
 //! tombstoned, and comes back if the agent lists it again. The replica tests are ignored,
 //! with that reason, when built without `DATABASE_URL`.
 
-mod support;
+use crate::support;
 
 both_backends!(
     a_vanished_session_comes_back_when_listed_or_used,

@@ -6,7 +6,7 @@
 //! Ignored by plain `cargo test` because it needs `npm ci` in `tests/browser`; `.ci/run` runs
 //! it with `--ignored`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -161,7 +161,7 @@ async fn listed(gw: &Gateway, token: &str) -> Vec<String> {
 /// naming no tenant is 403; after a key rotation at the provider, a token of the new key is
 /// taken (the keys fetched again once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test oidc -- --ignored"]
+#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test integration oidc:: -- --ignored"]
 async fn provider_tokens_identify_their_callers() {
     let idp = Provider::start().await;
     let w = World::start(Backend::Sqlite, idp.options()).await;
@@ -304,7 +304,7 @@ async fn provider_tokens_identify_their_callers() {
 /// stream and its `/acp` connections (HTTP/SSE and WebSocket); the token itself is refused from then on, and the same
 /// client carries on with a fresh token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test oidc -- --ignored"]
+#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test integration oidc:: -- --ignored"]
 async fn what_a_token_opened_ends_when_it_expires() {
     let idp = Provider::start().await;
     let w = World::start(Backend::Sqlite, idp.options()).await;
@@ -394,7 +394,7 @@ async fn what_a_token_opened_ends_when_it_expires() {
 /// Two tenants' clients at once, each with its own real token: every client creates and
 /// prompts sessions concurrently, and each tenant lists exactly its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test oidc -- --ignored"]
+#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test integration oidc:: -- --ignored"]
 async fn two_tenants_at_once_stay_apart() {
     let idp = Provider::start().await;
     let w = World::start(Backend::Sqlite, idp.options().pool(2)).await;
@@ -451,7 +451,7 @@ async fn two_tenants_at_once_stay_apart() {
 /// token it gets, refreshes it before it expires, and goes on working past its first token's
 /// life. Needs Debian's chromium too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test oidc -- --ignored"]
+#[ignore = "needs chromium and `npm ci` in tests/browser, then: cargo test --test integration oidc:: -- --ignored"]
 async fn the_console_signs_in_with_the_provider() {
     let idp = Provider::start().await;
     let opts = idp.options().args(&["--oidc-console-client-id", "console"]);

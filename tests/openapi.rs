@@ -1,5 +1,5 @@
 //! The committed `openapi/openapi.json` is the document the router generates.
-//! Regenerate with `UPDATE_OPENAPI=1 cargo test --test openapi`.
+//! Regenerate with `UPDATE_OPENAPI=1 cargo test --test integration openapi::`.
 
 use std::path::PathBuf;
 
@@ -14,7 +14,7 @@ fn committed_openapi_is_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "openapi/openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test --test openapi` and commit it"
+        "openapi/openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test --test integration openapi::` and commit it"
     );
 }
 

@@ -4,7 +4,7 @@
 //! followed the stream saw the same, and meanwhile `/readyz` and requests that need the store
 //! answer 503 with `Retry-After`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

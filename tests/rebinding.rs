@@ -4,7 +4,7 @@
 //! site sends its `Origin`. Every route refuses both (403 problem+json), while loopback names,
 //! `localhost` and an `--allowed-host` name keep working.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -8,7 +8,7 @@
 //! WebSocket a flood of updates ends its turn, a 20 MB message passes and one over the front's
 //! `--max-line-bytes` ends the connection, saying why.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -459,7 +459,7 @@ async fn with_two_hosts_one_down_the_other_serves() {
 /// through the same flows; then the session, held by a member whose connection is cut (its
 /// bridge SIGKILLed), is resumed through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs acpremote (PyPI), then: ACPREMOTE=PATH cargo test --test remote_agents third_party -- --ignored"]
+#[ignore = "needs acpremote (PyPI), then: ACPREMOTE=PATH cargo test --test integration remote_agents::third_party -- --ignored"]
 async fn a_third_party_server_is_a_remote_agent() {
     let acpremote = std::env::var("ACPREMOTE").expect("ACPREMOTE: the acpremote executable");
     let dir = tempfile::tempdir().unwrap();

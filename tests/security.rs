@@ -1,7 +1,7 @@
 //! Keys, tenants and browsers: every route with no key, a wrong key, another tenant's key and
 //! the admin key; the loopback-only default; CORS preflights.
 
-mod support;
+use crate::support;
 
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};

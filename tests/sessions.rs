@@ -1,7 +1,7 @@
 //! End-to-end tests of the session routes against a real gateway and the real echo agent, on
 //! SQLite and on PostgreSQL.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -12,7 +12,7 @@
 //! `SOAK_SECS` (150), `SOAK_KILL_EVERY` (30; 0: no kills), `SOAK_SYNC_INTERVAL` (60, the
 //! gateway's default), `SOAK_SESSIONS` (12), `SOAK_REPLICAS` (3).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

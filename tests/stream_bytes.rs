@@ -2,7 +2,7 @@
 //! stored and streamed (PostgreSQL's `jsonb` refuses it), a lone surrogate is served as the
 //! escape the agent wrote.
 
-mod support;
+use crate::support;
 
 use support::*;
 

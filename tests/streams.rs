@@ -2,7 +2,7 @@
 //! disconnects and a gateway restart; a stalled subscriber slows nobody; retention gaps are
 //! announced, never silent (what the agent's bytes become on the stream is `stream_bytes.rs`).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1,7 +1,7 @@
 //! The gateway as operators and careless clients meet it: agent info, health, readiness,
 //! metrics, docs, problem+json for bad input, capabilities the agent lacks, shutdown.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

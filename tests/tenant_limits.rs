@@ -6,7 +6,7 @@
 //! turn ends, exactly the quota granted to many creates at once, and one tenant's flood refused
 //! while the other tenant's requests at the same time all succeed.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};

@@ -8,7 +8,7 @@
 //! lines name their trace. With the collector gone,
 //! requests are answered as before and the dropped spans are counted.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,7 @@
 //! Turns against the real echo agent: streaming order, async prompts, cancellation, conflicts,
 //! permissions, unknown update variants, load replay, agent crashes and pool placement.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -4,7 +4,7 @@
 //! refused and recorded as such), accepts any of several secrets, fails the first attempts of
 //! each id when told, answers 503 while down, and flags overlapping requests with the same id.
 
-mod support;
+use crate::support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -3,7 +3,7 @@
 //! and instance-metadata addresses need a flag of their own even with
 //! `--webhook-allow-private`, a URL must name its host, and a URL's userinfo is never shown.
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! twice at once; private addresses refused without `--webhook-allow-private`; a subscription
 //! that keeps failing disabled, then enabled and retried; a rotated secret; tenants.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::Replicas;
-use crate::bounds::{Class, Failure, RETRY};
+use super::Replicas;
+use super::bounds::{Class, Failure, RETRY};
 use crate::support::acp::AcpClient;
 use crate::support::balancer::RoundRobin;
 

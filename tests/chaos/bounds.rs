@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::Fault;
+use super::Fault;
 
 /// How long a client waits before it sends a prompt again after one failed.
 pub const RETRY: Duration = Duration::from_millis(200);

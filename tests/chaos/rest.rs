@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::Replicas;
-use crate::bounds::{Class, Failure, RETRY};
+use super::Replicas;
+use super::bounds::{Class, Failure, RETRY};
 use crate::support::PATIENCE;
 
 /// What one REST client did and saw.

@@ -21,7 +21,7 @@ fn bin_dir() -> PathBuf {
 
 /// The built echo agent beside the gateway binary. Panics, saying how to build it, when it is
 /// missing or older than its source: Cargo builds examples for `cargo test`, but not for
-/// `cargo test --test NAME` or `cargo bench`.
+/// `cargo test --test integration NAME::` or `cargo bench`.
 pub fn echo_agent() -> PathBuf {
     example("echo_agent")
 }

@@ -4,10 +4,10 @@
 //! receiver that checks signatures with the reference library ([`webhooks`]), checks on
 //! problem documents ([`problem`]), and the secrets no gateway may log ([`secrets`]).
 //!
-//! Tests include it with `mod support;`; benches through `benches/support/mod.rs`, which adds
-//! what only they need (load generators, baselines, reports) on top of it. Each test and bench
-//! file is a crate of its own that uses part of this (and of the re-exports below), hence
-//! the `allow`.
+//! The tests' crate (`tests/main.rs`) declares it first, so its macros reach every test file;
+//! benches include it through `benches/support/mod.rs`, which adds what only they need (load
+//! generators, baselines, reports) on top of it. Each bench is a crate of its own that uses part
+//! of this (and of the re-exports below), hence the `allow`.
 #![allow(dead_code, unused_imports)]
 
 pub mod acp;

@@ -6,8 +6,7 @@
 //! replica registry checks run where there is a registry (PostgreSQL), the held-session checks
 //! where there is none (SQLite).
 
-#[path = "../support/mod.rs"]
-mod support;
+use crate::support;
 
 mod bulk;
 mod deliveries;
@@ -203,7 +202,7 @@ macro_rules! store_tests {
         #[tokio::test]
         $($attr)*
         async fn $check() {
-            crate::$open(|db, _url| crate::$module::$check(crate::$part(db))).await;
+            crate::store_contract::$open(|db, _url| crate::store_contract::$module::$check(crate::store_contract::$part(db))).await;
         }
     };
     ($open:ident, $($rest:tt)+) => {

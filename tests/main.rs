@@ -1,0 +1,47 @@
+//! Every integration test in one crate, so that what they share (`support`) is compiled once and
+//! one binary is linked: each file of `tests/` is a module of it, named as the file (`cargo test
+//! --test integration sessions::` runs one file's tests). Cargo runs the tests of a binary on
+//! as many threads as there are cores, so one file's tests fill another's waits.
+
+#[macro_use]
+mod support;
+
+mod access;
+mod acp;
+mod agents;
+mod architecture;
+mod availability;
+mod browser;
+mod chaos;
+mod check_agent;
+mod cluster;
+mod cluster_acp;
+mod connect;
+mod controls;
+mod elicitations;
+mod faults;
+mod flood;
+mod forwarded;
+mod hostile_input;
+mod idempotency;
+mod identity;
+mod image;
+mod list_sync;
+mod oidc;
+mod openapi;
+mod outage;
+mod rebinding;
+mod remote_agents;
+mod security;
+mod sessions;
+mod soak;
+mod store_contract;
+mod stream_bytes;
+mod streams;
+mod system;
+mod tenant_limits;
+mod traces;
+mod turns;
+mod webhook_receiver;
+mod webhook_targets;
+mod webhooks;
