@@ -9,7 +9,9 @@
 # listed). The Rust smoke (a typed language) drives a session through every kind of event the
 # echo agent can log in one turn and checks that the generated types decode each event of its
 # history page and of GET /events into the variant its `event` names.
-#   bash scripts/clients.sh
+#   bash scripts/clients.sh [install | build]
+#     install: the toolchains only; build: also generates the clients and builds the Rust one,
+#     running nothing (CI does this in the background, before the stage that runs the smokes).
 # Installs (npm ci in clients/ts, venvs under target/) only when missing or when their pins
 # changed; the generated code is rebuilt on every run and never committed. The Rust generator
 # needs Java (17 or newer): without it the Rust client is skipped, except in CI (CI set), where
@@ -18,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+mode=${1:-run}
 
 # The TypeScript toolchain, from clients/ts/package-lock.json.
 ts=clients/ts
@@ -55,7 +58,8 @@ if [ -n "$rust" ] && ! cmp -s clients/rust/requirements.txt "$genvenv/requiremen
   cp clients/rust/requirements.txt "$genvenv/requirements.txt"
 fi
 
-[ "${CLIENTS_NO_BUILD:-}" = 1 ] || cargo build -q --bin acp-gateway --example echo_agent
+[ "$mode" != install ] || exit 0
+[ "$mode" = build ] || [ "${CLIENTS_NO_BUILD:-}" = 1 ] || cargo build -q --bin acp-gateway --example echo_agent
 
 # Generate both clients afresh.
 out=target/clients
@@ -88,6 +92,7 @@ if [ -n "$rust" ]; then
     --manifest-path clients/rust/Cargo.toml
 fi
 echo "generated the clients into $out from openapi/openapi.json"
+[ "$mode" != build ] || exit 0
 
 # A gateway in front of the echo agent on an ephemeral port, with a throwaway SQLite db.
 work=$(mktemp -d)

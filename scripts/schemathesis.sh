@@ -6,6 +6,7 @@
 # It runs on SQLite, and also on a fresh PostgreSQL database when DATABASE_URL is set (a NUL
 # byte or a lone surrogate reaches PostgreSQL's text types otherwise than SQLite's).
 #   bash scripts/schemathesis.sh [MAX_EXAMPLES]      (default 25 per operation)
+#   bash scripts/schemathesis.sh install             (installs schemathesis only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 max_examples="${1:-25}"
@@ -14,6 +15,7 @@ if [ ! -x "$venv/bin/st" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "schemathesis==4.32.5"
 fi
+[ "$max_examples" != install ] || exit 0
 cargo build -q --bin acp-gateway --example echo_agent
 work=$(mktemp -d)
 pid=
