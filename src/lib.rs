@@ -79,6 +79,7 @@ pub fn app(
             api::idempotency::IdempotencyLayer {
                 gateway: gateway.clone(),
                 max_body_bytes: config.max_body_bytes,
+                wait: Duration::from_secs(config.keep.idempotency_wait),
             },
             api::idempotency::idempotent,
         ))

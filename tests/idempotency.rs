@@ -320,8 +320,9 @@ async fn a_killed_gateways_key_is_taken_over(backend: Backend) {
     w.finish().await;
 }
 
-/// How long the gateway lets a repeat wait for the request still running under its key.
-const WAIT: Duration = Duration::from_secs(30);
+/// How long the gateway is told to let a repeat wait for the request still running under its
+/// key (`--idempotency-wait`).
+const WAIT: Duration = Duration::from_secs(3);
 
 /// A keyed prompt sent from a task of its own: its status, whether it was a replay, its body.
 fn post_keyed_in_background(
@@ -349,11 +350,15 @@ async fn wait_for_event(gw: &Gateway, id: &str, kind: &'static str) {
         .await;
 }
 
-/// A repeat of a keyed prompt whose turn still runs waits for it, the gateway's 30 seconds;
+/// A repeat of a keyed prompt whose turn still runs waits for it, `--idempotency-wait`;
 /// still running then, it answers 409 with `Retry-After`, having run nothing itself. Once the
 /// first has ended, the repeat gets its answer.
 async fn a_repeat_waits_for_the_running_request_then_answers_409(backend: Backend) {
-    let (w, id) = World::with_session(backend, Options::default()).await;
+    let options = Options {
+        args: vec!["--idempotency-wait".into(), WAIT.as_secs().to_string()],
+        ..Options::default()
+    };
+    let (w, id) = World::with_session(backend, options).await;
     let gw = w.gw();
     let path = format!("/sessions/{id}/prompt");
     let prompt = json!({"text": "/hang"});

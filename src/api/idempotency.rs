@@ -2,7 +2,7 @@
 //! first request under a key runs to its end even if its client goes away, and its response
 //! is kept ([`gateway::Idempotency`]); the same request again gets that response, marked
 //! `Idempotent-Replayed: true`, on any replica and after a restart. While the first runs, a
-//! repeat waits for it (up to [`WAIT`]), then answers 409 with `Retry-After`; the key with
+//! repeat waits for it (up to `--idempotency-wait`), then answers 409 with `Retry-After`; the key with
 //! another method, path or body is 422; a malformed key is 400. Only final answers are kept: a
 //! request answered in a way a repeat may change (5xx, 408, 409, 425, 429) leaves the key free,
 //! as does an event stream (which cannot be replayed). A request forwarded by another replica
@@ -27,9 +27,6 @@ use crate::gateway::{self, Caller, Gateway, Idempotency, Keyed, StoredResponse};
 pub const KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// Set on a response that is a replay.
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-/// How long a repeat waits for the request still running under its key (within the default
-/// `--request-timeout`, so that the client hears 409 rather than 504).
-pub const WAIT: Duration = Duration::from_secs(30);
 /// How often a waiting repeat looks again.
 const POLL: Duration = Duration::from_millis(100);
 /// The longest key.
@@ -47,6 +44,8 @@ const KEPT: [HeaderName; 4] = [
 pub struct IdempotencyLayer {
     pub gateway: Gateway,
     pub max_body_bytes: usize,
+    /// How long a repeat waits for the request still running under its key.
+    pub wait: Duration,
 }
 
 /// The layer (see the module).
@@ -86,7 +85,7 @@ pub async fn idempotent(
     };
     let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
     let fingerprint = Idempotency::fingerprint(parts.method.as_str(), target, &body);
-    let waited = tokio::time::Instant::now() + WAIT;
+    let waited = tokio::time::Instant::now() + keys.wait;
     loop {
         match idempotency.take(&caller, &key, &fingerprint).await {
             Err(e) => return ApiError::from(e).into_response(),

@@ -33,4 +33,15 @@ pub struct KeepFlags {
         global = true
     )]
     pub idempotency_ttl: u64,
+
+    /// Seconds a repeat waits for the request still running under its `Idempotency-Key` before
+    /// it answers 409 with `Retry-After` (keep it within `--request-timeout`, so that the
+    /// client hears 409 rather than 504).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_IDEMPOTENCY_WAIT",
+        default_value_t = 30,
+        global = true
+    )]
+    pub idempotency_wait: u64,
 }
