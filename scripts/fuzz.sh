@@ -2,8 +2,8 @@
 # Fuzzes the JSON-RPC line decoder and the request validators with cargo-fuzz (libFuzzer).
 #   bash scripts/fuzz.sh [SECONDS]     (default 60 seconds per target; 0 = until stopped)
 #   bash scripts/fuzz.sh build         (builds the targets only; .ci/run does this early)
-# Both targets are built in one `cargo fuzz build`, then each is fuzzed for SECONDS, starting
-# from the committed corpus in fuzz/seeds/<target>/ (inputs found on the way go to the
+# Both targets are built in one `cargo fuzz build`, then both are fuzzed at once (a core each)
+# for SECONDS, starting from the committed corpus in fuzz/seeds/<target>/ (inputs found on the way go to the
 # untracked fuzz/corpus/<target>/, which later runs start from too). A crash leaves its input
 # in fuzz/artifacts/<target>/ and fails the script.
 # The build is coverage-guided as cargo-fuzz makes it (SanitizerCoverage with comparison
@@ -35,9 +35,22 @@ start=$SECONDS
 cargo fuzz build "${build_options[@]}"
 echo "fuzz: built ${targets[*]} in $((SECONDS - start)) s"
 [ "$seconds" != build ] || exit 0
+# The targets fuzz side by side, one core each (libFuzzer runs one process per target); each
+# one's output is printed when both have ended.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
 for target in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$target"
   echo "fuzzing $target (${seconds} s)"
   cargo fuzz run "${build_options[@]}" "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
-    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1
+    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 >"$logs/$target" 2>&1 &
+  pids+=($!)
 done
+failed=()
+for i in "${!targets[@]}"; do
+  wait "${pids[$i]}" || failed+=("${targets[$i]}")
+  echo "--- ${targets[$i]} ---"
+  cat "$logs/${targets[$i]}"
+done
+[ "${#failed[@]}" -eq 0 ] || { echo "FATAL: fuzzing failed: ${failed[*]} (inputs in fuzz/artifacts/)" >&2; exit 1; }
