@@ -19,6 +19,7 @@
 # target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/gateway.sh
 start=$SECONDS
 mode=${1:-run}
 
@@ -118,9 +119,7 @@ ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models target/debug/acp-g
   --webhook-allow-private --webhook-max-age 1 --webhook-retry-base-ms 100 --webhook-poll-ms 100 \
   --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
 pid=$!
-for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-url=$(sed -n 's/^listening on //p' "$work/out")
-[ -n "$url" ] || { echo "the gateway did not start"; exit 1; }
+await_listening "$pid" "$work/out" "$work/log"
 echo "gateway at $url (pid $pid)"
 
 # Each client's smoke; all run even if one fails. smoke NAME CMD…: runs CMD, prints its output,

@@ -9,6 +9,7 @@
 #   bash scripts/schemathesis.sh install             (installs schemathesis only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/gateway.sh
 max_examples="${1:-25}"
 venv=target/schemathesis-venv
 if [ ! -x "$venv/bin/st" ]; then
@@ -36,9 +37,7 @@ run() {
     --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
     --database-url "$db_url" --control-timeout 5 >"$work/out" 2>"$work/log" &
   pid=$!
-  for _ in $(seq 1 100); do grep -q "listening on" "$work/out" 2>/dev/null && break; sleep 0.1; done
-  url=$(sed -n 's/^listening on //p' "$work/out")
-  [ -n "$url" ] || { echo "the gateway did not start:"; cat "$work/log"; exit 1; }
+  await_listening "$pid" "$work/out" "$work/log"
   "$venv/bin/st" run openapi/openapi.json --url "$url" \
     --checks not_a_server_error,status_code_conformance \
     --exclude-path-regex '/events$' \
