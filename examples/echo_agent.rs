@@ -132,13 +132,14 @@
 //! | `/fs` | First call the client's `fs/read_text_file` (which a client without the fs capability must refuse) and stream one chunk `"fs: ok"` or `"fs: error <code>"`. |
 //! | `/deaf` | Never answer, whatever happens: `session/cancel` (still written to the call log), `$/cancel_request` and closing or deleting the session are ignored; only the end of the process ends the turn. |
 //! | `/garbage` | Before anything else of the turn, write four raw lines straight to stdout: `this is not json`, `{"foo":1}`, `{"jsonrpc":"2.0","id":987654321,"result":{}}` and an `echo/padding` notification `{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":"xxx…"}}` padded to exactly `ECHO_AGENT_LONG_LINE_BYTES` bytes; then continue normally. |
+//! | `/overflow` | After `/garbage`, write one raw line straight to stdout: a `session/update` `plan` {entries: [], `_meta`: {"echo": 1e999}}, whose number JSON's grammar allows and no f64 holds; then continue normally. |
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //! | `/meta` | Stream one chunk `meta: <the session/prompt request's _meta as JSON>` (`null` without one); then continue normally. |
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
-//! A turn does its parts in this order: `/garbage`, `/state`, `/surrogate`, `/unknown`, `/fs`,
+//! A turn does its parts in this order: `/garbage`, `/overflow`, `/state`, `/surrogate`, `/unknown`, `/fs`,
 //! `/meta`, each `/env` in prompt order, `/pwd`, `/permission`, `/permissions`, `/elicit` or `/elicit-url` (which end
 //! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
@@ -254,6 +255,8 @@ struct Directives {
     deaf: bool,
     /// `/garbage`: write non-protocol lines straight to stdout first.
     garbage: bool,
+    /// `/overflow`: send a `plan` update holding a number past f64's range.
+    overflow: bool,
     /// `/surrogate`: send a lone surrogate in a chunk and in the title.
     surrogate: bool,
     /// `/env NAME`: report these environment variables, in order.
@@ -289,6 +292,7 @@ impl Directives {
                 ("/fs", _) => d.fs = true,
                 ("/deaf", _) => d.deaf = true,
                 ("/garbage", _) => d.garbage = true,
+                ("/overflow", _) => d.overflow = true,
                 ("/surrogate", _) => d.surrogate = true,
                 ("/pwd", _) => d.pwd = true,
                 ("/meta", _) => d.meta = true,

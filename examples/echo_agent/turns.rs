@@ -119,6 +119,14 @@ impl EchoAgent {
                 .map_err(internal)?;
         }
 
+        if d.overflow {
+            let line = overflow(&id.0);
+            tokio::task::spawn_blocking(move || write_stdout(line.as_bytes()))
+                .await
+                .map_err(internal)?
+                .map_err(internal)?;
+        }
+
         if d.state {
             let c = self.cfg.controls;
             let settings = self.read(&id.0).map(|r| r.settings).unwrap_or_default();

@@ -91,6 +91,15 @@ pub(super) fn garbage(long_line_bytes: usize) -> String {
     lines.iter().map(|line| format!("{line}\n")).collect()
 }
 
+/// The line of `/overflow`, newline included: a `plan` update of session `id` whose `_meta`
+/// holds `1e999`, a number JSON's grammar allows and no f64 holds (the SDK could not send it).
+pub(super) fn overflow(id: &str) -> String {
+    let id = serde_json::to_string(id).expect("a string serialises");
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{id},"update":{{"sessionUpdate":"plan","entries":[],"_meta":{{"echo":1e999}}}}}}}}"#
+    ) + "\n"
+}
+
 /// How this agent holds a lone U+D83D in a Rust string (see the module
 /// documentation): a noncharacter, which no test sends for itself.
 pub(super) const LONE_D83D: char = '\u{FDD0}';

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use chrono::SubsecRound;
 use serde_json::Value;
+use tokio::sync::RwLockReadGuard;
 
 use super::caller::Caller;
 use super::clock::now;
@@ -48,6 +49,16 @@ pub struct Fork {
     pub additional_directories: Vec<String>,
     pub mcp_servers: Vec<Value>,
     pub meta: Option<Value>,
+}
+
+/// A session the agent has started, before the gateway records it.
+struct Started {
+    /// The member that answered.
+    member: usize,
+    agent: AgentClient,
+    session_id: String,
+    /// The agent's answer, whose state is logged.
+    answer: Value,
 }
 
 /// How the agent starts the session.
@@ -207,46 +218,12 @@ impl Create {
         setup: SessionSetup<'_>,
     ) -> Result<SessionRecord, Error> {
         let start = async {
-            // Again on another process when its member died before answering (`retry_elsewhere`).
-            let mut retries = 0;
-            let (member, (session_id, result), creating, agent) = loop {
-                let (member, agent) = match how {
-                    Start::Fork(parent) => match self.placement.live().member(parent) {
-                        Some(m) => (
-                            m,
-                            self.placement
-                                .client(m)
-                                .ok_or_else(|| self.placement.no_member_at(m))?,
-                        ),
-                        None => self.placement.place(agent_name).await?,
-                    },
-                    Start::New => self.placement.place(agent_name).await?,
-                };
-                let creating = self.records.creating().await;
-                let started = match how {
-                    Start::New => agent.new_session(setup).await,
-                    Start::Fork(parent) => agent.fork_session(parent, setup).await,
-                };
-                match started {
-                    Err(e) if self.placement.retry_elsewhere(agent_name, &e, &mut retries) => {
-                        tracing::warn!(
-                            member,
-                            error = %e,
-                            "the member died before the session was started; trying another member"
-                        );
-                    }
-                    started => {
-                        let started =
-                            started.map_err(|e| self.placement.auth_hint(agent_name, e.into()))?;
-                        break (member, started, creating, agent);
-                    }
-                }
-            };
+            let (started, creating) = self.start_at_agent(agent_name, how, setup).await?;
             let at = now();
             let record = SessionRecord {
                 additional_directories: setup.additional_directories.to_vec(),
                 ..SessionRecord::new(
-                    session_id,
+                    started.session_id.clone(),
                     caller.tenant.clone(),
                     setup.cwd.to_owned(),
                     agent_name.to_owned(),
@@ -254,56 +231,130 @@ impl Create {
                     at,
                 )
             };
-            match self.records.rows().insert_session(&record).await {
-                Ok(true) => {}
-                // Another replica's list sync, on an agent that shares this one's state, listed the
-                // new session before its row was stored here (a sync holds back only this replica's
-                // own creates): the session listed first is this one, and becomes the caller's.
-                Ok(false) if self.take_over_listed(&record).await? => {}
-                // The agent handed out an id the gateway has given another session already (of
-                // another member or agent, another tenant, a deleted one): ACP makes an id unique
-                // only within one agent process. That session stays whose it is; this one is
-                // undone at the agent, and the create fails.
-                Ok(false) => {
-                    let why = format!(
-                        "the agent answered with session id {:?}, which already names another session here; the new session was discarded, retry the request",
-                        record.session_id
-                    );
-                    undo(&agent, &record.session_id, &why).await;
-                    return Err(Error::AgentMisbehaved(why));
-                }
-                Err(e) => {
-                    // Not recorded, so not created: the agent's session is undone as far as the
-                    // agent allows (deleted, else closed), and the client retries the whole create,
-                    // instead of a session the gateway does not know turning up at the next sync.
-                    undo(&agent, &record.session_id, &e).await;
-                    return Err(e.into());
-                }
-            }
+            self.insert_started(&record, &started.agent).await?;
             drop(creating);
-            self.records.sessions_changed();
-            // Its member may have exited since it answered: the session is then saved, not live
-            // (made at the agent and recorded, it is resumed where the next prompt lands). Held
-            // in the registry before it is live here, as every session is (see `let_go_of_taken`).
-            self.placement.hold(&record.session_id).await;
-            if !self.placement.attach_if_alive(&record, member, &agent) {
-                self.placement.release(&record.session_id).await;
-            }
-            let view = self.views.view(&record);
-            let created = GatewayLifecycleEvent::created(&record, view);
-            self.log.lifecycle(&record, created).await;
-            let source = match how {
-                Start::New => AGENT_METHOD_NAMES.session_new,
-                Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
-            };
-            self.states
-                .note_state(&record.session_id, source, &result)
-                .await?;
+            self.announce_started(&record, how, &started).await?;
             Ok(record)
         };
         let name = format!("new:{}", uuid::Uuid::new_v4());
         let quotas = self.placement.quotas();
         quotas.making_live(&caller.tenant, &name, start).await
+    }
+
+    /// `session/new` (or `session/fork`) on a member of the agent: again on another process
+    /// when its member died before answering (`retry_elsewhere`). A fork goes to the member
+    /// holding its parent live, if one does. The guard held from the call until the row is
+    /// stored comes with the answer.
+    async fn start_at_agent(
+        &self,
+        agent_name: &str,
+        how: Start<'_>,
+        setup: SessionSetup<'_>,
+    ) -> Result<(Started, RwLockReadGuard<'_, ()>), Error> {
+        let mut retries = 0;
+        loop {
+            let live_parent = match how {
+                Start::Fork(parent) => self.placement.live().member(parent),
+                Start::New => None,
+            };
+            let (member, agent) = match live_parent {
+                Some(m) => {
+                    let client = self.placement.client(m);
+                    (m, client.ok_or_else(|| self.placement.no_member_at(m))?)
+                }
+                None => self.placement.place(agent_name).await?,
+            };
+            let creating = self.records.creating().await;
+            let answered = match how {
+                Start::New => agent.new_session(setup).await,
+                Start::Fork(parent) => agent.fork_session(parent, setup).await,
+            };
+            match answered {
+                Err(e) if self.placement.retry_elsewhere(agent_name, &e, &mut retries) => {
+                    tracing::warn!(
+                        member,
+                        error = %e,
+                        "the member died before the session was started; trying another member"
+                    );
+                }
+                answered => {
+                    let (session_id, answer) =
+                        answered.map_err(|e| self.placement.auth_hint(agent_name, e.into()))?;
+                    let started = Started {
+                        member,
+                        agent,
+                        session_id,
+                        answer,
+                    };
+                    return Ok((started, creating));
+                }
+            }
+        }
+    }
+
+    /// Stores the new session's row. One the gateway cannot store is undone at the agent.
+    async fn insert_started(
+        &self,
+        record: &SessionRecord,
+        agent: &AgentClient,
+    ) -> Result<(), Error> {
+        match self.records.rows().insert_session(record).await {
+            Ok(true) => Ok(()),
+            // Another replica's list sync, on an agent that shares this one's state, listed the
+            // new session before its row was stored here (a sync holds back only this replica's
+            // own creates): the session listed first is this one, and becomes the caller's.
+            Ok(false) if self.take_over_listed(record).await? => Ok(()),
+            // The agent handed out an id the gateway has given another session already (of
+            // another member or agent, another tenant, a deleted one): ACP makes an id unique
+            // only within one agent process. That session stays whose it is; this one is
+            // undone at the agent, and the create fails.
+            Ok(false) => {
+                let why = format!(
+                    "the agent answered with session id {:?}, which already names another session here; the new session was discarded, retry the request",
+                    record.session_id
+                );
+                undo(agent, &record.session_id, &why).await;
+                Err(Error::AgentMisbehaved(why))
+            }
+            Err(e) => {
+                // Not recorded, so not created: the agent's session is undone as far as the
+                // agent allows (deleted, else closed), and the client retries the whole create,
+                // instead of a session the gateway does not know turning up at the next sync.
+                undo(agent, &record.session_id, &e).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The stored session made live on its member, announced, and its state logged. Its
+    /// member may have exited since it answered: the session is then saved, not live (made at
+    /// the agent and recorded, it is resumed where the next prompt lands). Held in the
+    /// registry before it is live here, as every session is (see `let_go_of_taken`).
+    async fn announce_started(
+        &self,
+        record: &SessionRecord,
+        how: Start<'_>,
+        started: &Started,
+    ) -> Result<(), Error> {
+        self.records.sessions_changed();
+        self.placement.hold(&record.session_id).await;
+        if !self
+            .placement
+            .attach_if_alive(record, started.member, &started.agent)
+        {
+            self.placement.release(&record.session_id).await;
+        }
+        let view = self.views.view(record);
+        let created = GatewayLifecycleEvent::created(record, view);
+        self.log.lifecycle(record, created).await;
+        let source = match how {
+            Start::New => AGENT_METHOD_NAMES.session_new,
+            Start::Fork(_) => AGENT_METHOD_NAMES.session_fork,
+        };
+        self.states
+            .note_state(&record.session_id, source, &started.answer)
+            .await?;
+        Ok(())
     }
 }
 
