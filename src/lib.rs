@@ -17,6 +17,7 @@ pub mod settings;
 pub mod store;
 pub mod surrogates;
 pub mod telemetry;
+pub mod workspace;
 
 use std::future::Future;
 use std::sync::Arc;

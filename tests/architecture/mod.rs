@@ -68,6 +68,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("telemetry", &["redact"]),
     ("surrogates", &[]),
     ("redact", &[]),
+    // A session's workspace: its files, confined to its folder.
+    ("workspace", &[]),
     // The configuration read once at start: the API keys (an `api` type), the flags and the
     // database URL.
     ("settings", &["api", "config", "store", "redact"]),
