@@ -18,12 +18,20 @@ use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
     SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
+use super::workspaces::SessionWorkspaces;
 
 /// The gateway's database: every concern's use cases in one object, which each backend is (and
 /// which [`connect`](super::connect) opens), and the secret of the replicas sharing it.
 #[async_trait]
 pub trait Store:
-    SessionRecords + EventLog + StateSnapshots + WebhookOutbox + IdempotencyKeys + TenantQuotas + Ping
+    SessionRecords
+    + EventLog
+    + StateSnapshots
+    + WebhookOutbox
+    + IdempotencyKeys
+    + TenantQuotas
+    + SessionWorkspaces
+    + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one
     /// stored, else `fresh`, stored now.

@@ -35,6 +35,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0014_tenant_quotas",
     "0015_vanished",
     "0016_forwarded_keys",
+    "0017_session_workspaces",
 );
 
 /// `migrations/sqlite`.
@@ -54,6 +55,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0014_tenant_quotas",
     "0015_vanished",
     "0016_forwarded_keys",
+    "0017_session_workspaces",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -21,6 +21,7 @@ mod replicas;
 mod sessions;
 mod vanished;
 mod webhooks;
+mod workspaces;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -251,6 +252,7 @@ macro_rules! store_contract {
             idempotency::check_idempotency_keys,
             idempotency::check_concurrent_idempotency_keys,
             quotas::check_tenant_prompts,
+            workspaces::check_workspaces,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,
