@@ -136,11 +136,14 @@
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
+//! | `/write NAME` | Write the file NAME (relative) of the session's `cwd`, its folders made, with the text `echo wrote NAME`, and stream one chunk `"wrote NAME"` (or `"write NAME: error <e>"`); then continue normally. May be repeated. |
+//! | `/read NAME` | Stream one chunk `"read NAME: <its text>"` with the file NAME of the session's `cwd` (or `"read NAME: error <e>"`); then continue normally. May be repeated. |
+//! | `/link NAME TARGET` | Make NAME in the session's `cwd` a symlink to TARGET (as given: relative or absolute) and stream one chunk `"linked NAME"` (or `"link NAME: error <e>"`); then continue normally. May be repeated. |
 //! | `/meta` | Stream one chunk `meta: <the session/prompt request's _meta as JSON>` (`null` without one); then continue normally. |
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
 //! A turn does its parts in this order: `/garbage`, `/overflow`, `/state`, `/surrogate`, `/unknown`, `/fs`,
-//! `/meta`, each `/env` in prompt order, `/pwd`, `/permission`, `/permissions`, `/elicit` or `/elicit-url` (which end
+//! `/meta`, each `/env` in prompt order, `/pwd`, each `/link`, `/write` and `/read` in turn, `/permission`, `/permissions`, `/elicit` or `/elicit-url` (which end
 //! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
 //! `session/cancel` (or `$/cancel_request` for the prompt, or closing or
@@ -266,6 +269,12 @@ struct Directives {
     spoof: Vec<String>,
     /// `/pwd`: report the current working directory.
     pwd: bool,
+    /// `/write NAME`: write a file in the session's cwd.
+    write: Vec<String>,
+    /// `/read NAME`: report a file of the session's cwd.
+    read: Vec<String>,
+    /// `/link NAME TARGET`: make a symlink in the session's cwd.
+    link: Vec<(String, String)>,
     /// `/meta`: report the prompt request's `_meta`.
     meta: bool,
     /// `/state`: send the state updates of `controls::state_updates` first.
@@ -299,13 +308,21 @@ impl Directives {
                 ("/state", _) => d.state = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
+                ("/write", _) if !arg.is_empty() => d.write.push(arg.to_string()),
+                ("/read", _) if !arg.is_empty() => d.read.push(arg.to_string()),
+                ("/link", _) if !arg.is_empty() && !split_word(after_arg).0.is_empty() => {
+                    let (target, after_target) = split_word(after_arg);
+                    d.link.push((arg.to_string(), target.to_string()));
+                    rest = after_target;
+                    continue;
+                }
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/bytes", Some(n)) => d.bytes = usize::try_from(n).ok(),
                 ("/permissions", Some(n)) => d.permissions = usize::try_from(n).ok(),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
-            rest = if matches!(word, "/env" | "/spoof")
+            rest = if matches!(word, "/env" | "/spoof" | "/write" | "/read")
                 || (number.is_some()
                     && matches!(word, "/chunks" | "/bytes" | "/delay" | "/permissions"))
             {

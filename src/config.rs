@@ -12,6 +12,7 @@ mod keep;
 mod oidc;
 mod tenants;
 mod webhook_flags;
+mod workspace_flags;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
@@ -20,3 +21,4 @@ pub use keep::KeepFlags;
 pub use oidc::OidcFlags;
 pub use tenants::{TenantFlags, TenantLimits};
 pub use webhook_flags::WebhookFlags;
+pub use workspace_flags::WorkspaceFlags;

@@ -248,6 +248,9 @@ pub async fn run(
             idle_timeout: Config::secs_or_never(config.idle_timeout),
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout),
             workspace_roots,
+            workspace_dir: std::path::absolute(&config.workspaces.workspace_dir)
+                .context("--workspace-dir")?,
+            keep_workspaces: config.workspaces.keep_workspaces,
             upstream_tenant: if keys.is_some() {
                 gateway::ADMIN_TENANT
             } else {

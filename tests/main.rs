@@ -20,6 +20,7 @@ mod connect;
 mod controls;
 mod elicitations;
 mod faults;
+mod files;
 mod flood;
 mod forwarded;
 mod hostile_input;

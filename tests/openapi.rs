@@ -88,7 +88,11 @@ fn spec_lint() {
                 "{at}: summary must be one short line: {summary:?}"
             );
             if let Some(body) = op.get("requestBody") {
-                let media = &body["content"]["application/json"];
+                let content = body["content"].as_object().unwrap();
+                let media = content.get("application/json").unwrap_or_else(|| {
+                    let (_, media) = content.iter().next().unwrap();
+                    media
+                });
                 let schema = media["schema"]["$ref"].as_str().unwrap_or_default();
                 let name = schema.rsplit('/').next().unwrap();
                 assert!(

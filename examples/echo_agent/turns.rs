@@ -212,6 +212,39 @@ impl EchoAgent {
             self.chunk(cx, id, text)?;
         }
 
+        if !(d.link.is_empty() && d.write.is_empty() && d.read.is_empty()) {
+            let cwd = self
+                .read(&id.0)
+                .map(|r| r.cwd)
+                .ok_or_else(|| not_found(id))?;
+            for (name, target) in &d.link {
+                let text = match std::os::unix::fs::symlink(target, cwd.join(name)) {
+                    Ok(()) => format!("linked {name}"),
+                    Err(e) => format!("link {name}: error {e}"),
+                };
+                self.chunk(cx, id, text)?;
+            }
+            for name in &d.write {
+                let path = cwd.join(name);
+                let written = path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::write(&path, format!("echo wrote {name}")));
+                let text = match written {
+                    Ok(()) => format!("wrote {name}"),
+                    Err(e) => format!("write {name}: error {e}"),
+                };
+                self.chunk(cx, id, text)?;
+            }
+            for name in &d.read {
+                let text = match std::fs::read_to_string(cwd.join(name)) {
+                    Ok(text) => format!("read {name}: {text}"),
+                    Err(e) => format!("read {name}: error {e}"),
+                };
+                self.chunk(cx, id, text)?;
+            }
+        }
+
         if d.permission {
             let fields = ToolCallUpdateFields::new()
                 .title("echo wants to write a file".to_string())

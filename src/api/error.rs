@@ -50,6 +50,9 @@ pub enum ApiError {
     },
     #[error("the request took longer than the gateway allows")]
     RequestTimeout,
+    /// A `Range` wholly outside a file of `size` bytes.
+    #[error("the range is outside the file's {size} bytes")]
+    RangeNotSatisfiable { size: u64 },
 }
 
 /// A limit a 429 names in the IETF `RateLimit-Policy` and `RateLimit` headers
@@ -107,6 +110,9 @@ impl ApiError {
             }
             ApiError::TooManyRequests { .. } => (429, "too-many-requests", "Too many requests"),
             ApiError::RequestTimeout => (504, "request-timeout", "Request timeout"),
+            ApiError::RangeNotSatisfiable { .. } => {
+                (416, "range-not-satisfiable", "Range not satisfiable")
+            }
         }
     }
 
@@ -176,6 +182,11 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after() {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let ApiError::RangeNotSatisfiable { size } = &self
+            && let Ok(range) = HeaderValue::from_str(&format!("bytes */{size}"))
+        {
+            res.headers_mut().insert(header::CONTENT_RANGE, range);
         }
         let limited = match &self {
             ApiError::TooManyRequests {

@@ -10,6 +10,7 @@ mod elicitations;
 pub mod error;
 mod events;
 mod extract;
+mod files;
 pub mod forward;
 pub mod guard;
 pub mod idempotency;
@@ -55,7 +56,7 @@ pub async fn restore_surrogates(req: Request, next: axum::middleware::Next) -> R
             let v = v.trim();
             v.eq_ignore_ascii_case("application/json") || v.ends_with("+json")
         });
-    if !json {
+    if !json || res.extensions().get::<files::Verbatim>().is_some() {
         return res;
     }
     let (mut parts, body) = res.into_parts();
@@ -110,6 +111,7 @@ impl utoipa::Modify for BearerAuth {
         (name = "sessions", description = "Session metadata and lifecycle"),
         (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
         (name = "events", description = "Server-Sent Event streams and history"),
+        (name = "files", description = "The files of a session's workspace"),
         (name = "webhooks", description = "Subscriptions that POST events to a URL, and their deliveries"),
         (name = "system", description = "Agent, health, metrics and this document")
     )
@@ -119,7 +121,7 @@ struct ApiDoc;
 /// Every route, with its OpenAPI operation.
 #[allow(deprecated)] // `GET /agent` is served still, and marked deprecated in the document
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let router = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(sessions::list_sessions, sessions::create_session))
         .routes(routes!(
             sessions::get_session,
@@ -141,6 +143,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turns::answer_permission))
         .routes(routes!(elicitations::list_elicitations))
         .routes(routes!(elicitations::answer_elicitation))
+        .routes(routes!(files::list_files))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))
@@ -163,7 +166,34 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::docs))
         .routes(routes!(console::index))
         .routes(routes!(console::asset))
-        .routes(routes!(console::sign_in))
+        .routes(routes!(console::sign_in));
+    let files = routes!(files::get_file, files::put_file, files::delete_file);
+    catch_all(router, files, "path")
+}
+
+/// Adds `routes` (of one path whose parameter `{name}` may hold `/`) to `router`: served by
+/// axum's catch-all `{*name}`, documented with the `{name}` parameter it is in OpenAPI.
+fn catch_all(
+    router: OpenApiRouter<AppState>,
+    (schemas, paths, method_router): utoipa_axum::router::UtoipaMethodRouter<AppState>,
+    name: &str,
+) -> OpenApiRouter<AppState> {
+    let (param, rest) = (format!("{{{name}}}"), format!("{{*{name}}}"));
+    let mut router = paths.paths.keys().fold(router, |router, path| {
+        router.route(&path.replace(&param, &rest), method_router.clone())
+    });
+    let doc = router.get_openapi_mut();
+    for (path, item) in paths.paths {
+        match doc.paths.paths.get_mut(&path) {
+            Some(it) => it.merge_operations(item),
+            None => {
+                doc.paths.paths.insert(path, item);
+            }
+        }
+    }
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.schemas.extend(schemas);
+    router
 }
 
 /// The OpenAPI document of [`router`].
@@ -215,9 +245,12 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
             if path.starts_with("/sessions/{id}") {
                 common.push(("400", "Invalid session id"));
             }
-            if op.request_body.is_some() {
-                common.push(("400", "Malformed JSON body"));
+            let body = op.request_body.as_ref();
+            if body.is_some() {
                 common.push(("413", "Body larger than --max-body-bytes"));
+            }
+            if body.is_some_and(|b| b.content.contains_key("application/json")) {
+                common.push(("400", "Malformed JSON body"));
                 common.push(("415", "Body is not application/json"));
                 common.push(("422", "Body does not match the schema"));
             }

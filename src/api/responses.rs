@@ -59,4 +59,12 @@ problems! {
     UnknownWebhook(404, "Unknown webhook");
     /// 422: a subscription's URL or event kinds are not valid.
     InvalidWebhook(422, "Invalid URL or event kind");
+    /// 400: a workspace path that could only mean somewhere else.
+    PathOutside(400, "A path that leaves the workspace (`..`, absolute, NUL)");
+    /// 403: a workspace path that leads out through a symlink.
+    SymlinkOutside(403, "The path leads outside the workspace through a symlink");
+    /// 404: no such session, or no such file in its workspace.
+    UnknownFile(404, "Unknown session, or no such file");
+    /// 409: the session has no workspace of the gateway's.
+    NoWorkspace(409, "The session has no workspace of the gateway's");
 }

@@ -17,15 +17,19 @@ use super::responses::{
 };
 use crate::gateway::input::SessionId;
 use crate::gateway::output::{SessionPage, SessionView, StatusView};
-use crate::gateway::{Caller, InitialSettings, NewSession, SessionFilter};
+use crate::gateway::{Caller, InitialSettings, NewSession, NewWorkspace, SessionFilter};
 
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": [], "mode": "code", "model": "echo-large", "config": {"effort": "high"}}))]
 pub struct CreateSession {
-    /// Absolute, normalised path of an existing directory: where the agent works.
-    pub cwd: String,
+    /// Absolute, normalised path of an existing directory: where the agent works. Required,
+    /// except with a `workspace` (which is where the agent works).
+    pub cwd: Option<String>,
+    /// A workspace the gateway makes for the session: its `cwd`, whose files are served
+    /// under `/sessions/{id}/files`.
+    pub workspace: Option<WorkspaceRequest>,
     /// ACP `McpServer` objects, passed through; default `[]`.
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
@@ -48,6 +52,15 @@ pub struct CreateSession {
     #[serde(rename = "_meta")]
     #[schema(value_type = Option<Object>)]
     pub meta: Option<Value>,
+}
+
+/// A workspace for a new session.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum WorkspaceRequest {
+    /// An empty folder of the session's own under `--workspace-dir`, removed with the session
+    /// (unless `--keep-workspaces`).
+    Scratch,
 }
 
 /// `PATCH /sessions/{id}` body.
@@ -139,6 +152,9 @@ pub async fn create_session(
 ) -> Result<impl IntoResponse, ApiError> {
     let new = NewSession {
         cwd: body.cwd,
+        workspace: body.workspace.map(|w| match w {
+            WorkspaceRequest::Scratch => NewWorkspace::Scratch,
+        }),
         additional_directories: body.additional_directories,
         mcp_servers: body.mcp_servers,
         meta: body.meta,

@@ -10,6 +10,7 @@ use super::keep::KeepFlags;
 use super::oidc::OidcFlags;
 use super::tenants::TenantFlags;
 use super::webhook_flags::WebhookFlags;
+use super::workspace_flags::WorkspaceFlags;
 use clap::{ArgMatches, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// HTTP + Server-Sent Events gateway in front of ACP coding agents.
@@ -322,6 +323,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub webhooks: WebhookFlags,
+
+    #[command(flatten)]
+    pub workspaces: WorkspaceFlags,
 
     /// An OTLP collector to export traces to (HTTP/protobuf, `URL/v1/traces`), as
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` does; the other `OTEL_*` variables apply.

@@ -28,8 +28,10 @@ use crate::store::{Origin, SessionRecord};
 /// What `POST /sessions` creates.
 #[derive(Debug, Default)]
 pub struct NewSession {
-    /// Absolute, normalised working directory.
-    pub cwd: String,
+    /// Absolute, normalised working directory (none with a scratch workspace, which is it).
+    pub cwd: Option<String>,
+    /// A workspace the gateway makes for the session.
+    pub workspace: Option<NewWorkspace>,
     /// Extra workspace roots (absolute).
     pub additional_directories: Vec<String>,
     /// ACP `McpServer` objects, passed through.
@@ -40,6 +42,13 @@ pub struct NewSession {
     pub settings: InitialSettings,
     /// The agent to start it in (the default one when `None`).
     pub agent: Option<String>,
+}
+
+/// A workspace the gateway makes for a new session, which works in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewWorkspace {
+    /// An empty folder of the session's own under `--workspace-dir`.
+    Scratch,
 }
 
 /// What `POST /sessions/{id}/fork` makes: where the fork works (the parent's `cwd` by default).
@@ -72,7 +81,7 @@ enum Start<'a> {
 use_case! {
     /// The use case of new sessions and forks, with the parts it needs.
     pub struct Create {
-        parts: [placement, records, views, states, log],
+        parts: [placement, records, views, states, log, workspaces],
         /// A create whose settings fail is deleted.
         sessions: Sessions,
         /// The settings a create asks for.
@@ -95,31 +104,85 @@ impl Create {
     ) -> Result<SessionView, Error> {
         let agent = self.placement.requested_agent(new.agent.as_deref())?;
         let (agent, remote) = (agent.name().to_owned(), agent.is_remote());
-        self.check_dirs(&new.cwd, &new.additional_directories, remote)
-            .await?;
+        let scratch = match (new.workspace, new.cwd) {
+            (None, Some(cwd)) => {
+                self.check_dirs(Some(&cwd), &new.additional_directories, remote)
+                    .await?;
+                Err(cwd)
+            }
+            (None, None) => {
+                return Err(Error::Invalid(
+                    "cwd is required, unless the gateway makes the session a workspace (\"workspace\": {\"kind\": \"scratch\"})".into(),
+                ));
+            }
+            (Some(NewWorkspace::Scratch), Some(_)) => {
+                return Err(Error::Invalid(
+                    "a scratch workspace is the session's cwd: leave cwd out".into(),
+                ));
+            }
+            (Some(NewWorkspace::Scratch), None) if remote => {
+                return Err(Error::Invalid(format!(
+                    "agent {agent:?} runs on another host, where the gateway makes no workspace"
+                )));
+            }
+            (Some(NewWorkspace::Scratch), None) => {
+                self.check_dirs(None, &new.additional_directories, remote)
+                    .await?;
+                Ok(self.workspaces.make_scratch().await?)
+            }
+        };
         check_meta(new.meta.as_ref())?;
         self.check_mcp_servers(&new.mcp_servers)?;
+        let cwd = match &scratch {
+            Ok(path) => path.to_string_lossy().into_owned(),
+            Err(cwd) => cwd.clone(),
+        };
         let setup = SessionSetup {
-            cwd: &new.cwd,
+            cwd: &cwd,
             additional_directories: &new.additional_directories,
             mcp_servers: &new.mcp_servers,
             meta: new.meta.as_ref(),
         };
-        let record = self
-            .start_session(caller, &agent, Start::New, setup)
-            .await?;
+        let started = self.start_session(caller, &agent, Start::New, setup).await;
+        let record = match (started, &scratch) {
+            (Ok(record), Ok(path)) => {
+                if let Err(e) = self
+                    .workspaces
+                    .record_scratch(&record.session_id, path)
+                    .await
+                {
+                    self.discard_new(caller, &record.session_id).await;
+                    return Err(e);
+                }
+                record
+            }
+            (Ok(record), Err(_)) => record,
+            (Err(e), scratch) => {
+                if let Ok(path) = scratch {
+                    self.workspaces.discard(path).await;
+                }
+                return Err(e);
+            }
+        };
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
             .controls
             .apply_settings(id.as_str(), &agent, &new.settings)
             .await
         {
-            if let Err(undo) = self.sessions.delete_session(caller, &id).await {
-                tracing::warn!(session = id.as_str(), error = %undo, "a session whose settings failed could not be deleted");
-            }
+            self.discard_new(caller, id.as_str()).await;
             return Err(e);
         }
         self.views.view_with_state(&record).await
+    }
+
+    /// Deletes a session this create made and then failed to finish (its settings, its
+    /// workspace's record), so that the client's error leaves nothing behind.
+    async fn discard_new(&self, caller: &Caller, id: &str) {
+        let known = SessionId::known(id.to_owned());
+        if let Err(undo) = self.sessions.delete_session(caller, &known).await {
+            tracing::warn!(session = id, error = %undo, "a session whose create failed could not be deleted");
+        }
     }
 
     /// `POST /sessions/{id}/fork` (501 unless the agent advertises `fork`). The fork's log
@@ -138,7 +201,7 @@ impl Create {
             return Err(CallError::Unsupported(method).into());
         }
         let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
-        self.check_dirs(&cwd, &fork.additional_directories, remote)
+        self.check_dirs(Some(&cwd), &fork.additional_directories, remote)
             .await?;
         check_meta(fork.meta.as_ref())?;
         self.check_mcp_servers(&fork.mcp_servers)?;
@@ -166,20 +229,23 @@ impl Create {
     /// The directories a session works in: absolute, inside the workspace roots, and `cwd` an
     /// existing directory (the agent would start its tools there: a path that is not one
     /// would fail them later, or, created by the agent, silently be a different project).
-    /// For a `remote` agent the directory is on its host, which checks it.
+    /// For a `remote` agent the directory is on its host, which checks it. No `cwd`: the
+    /// session works in a workspace the gateway makes.
     async fn check_dirs(
         &self,
-        cwd: &str,
+        cwd: Option<&str>,
         additional: &[String],
         remote: bool,
     ) -> Result<(), Error> {
         let roots = &self.workspace_roots;
-        validate_abs_path("cwd", cwd)?;
-        confine("cwd", cwd, roots)?;
-        if !remote && !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(Error::Invalid(format!(
-                "cwd is not an existing directory: {cwd:?}"
-            )));
+        if let Some(cwd) = cwd {
+            validate_abs_path("cwd", cwd)?;
+            confine("cwd", cwd, roots)?;
+            if !remote && !tokio::fs::metadata(cwd).await.is_ok_and(|m| m.is_dir()) {
+                return Err(Error::Invalid(format!(
+                    "cwd is not an existing directory: {cwd:?}"
+                )));
+            }
         }
         for d in additional {
             validate_abs_path("additionalDirectories[]", d)?;

@@ -19,6 +19,15 @@ pub enum Error {
     /// The session is busy, or in a state that does not allow this.
     #[error("{0}")]
     Conflict(String),
+    /// Not allowed, whoever asks (a path of a workspace that leads outside it).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request's precondition does not hold (`If-Match` names another version).
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// A workspace's file system failed (the cause is logged).
+    #[error("{0}")]
+    FileSystem(String),
     /// The agent does not offer what this needs.
     #[error("{0}")]
     NotSupported(String),

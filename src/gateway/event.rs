@@ -165,6 +165,7 @@ impl GatewayLifecycleEvent {
 
 /// `state_changed`: what an agent's answer said of the session's state (to `session/new`,
 /// load, resume, fork or a setter), logged when it changed the state.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Default, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StateChanged {
@@ -172,21 +173,16 @@ pub struct StateChanged {
     /// The ACP method answered: `session/new`, `session/set_mode`, ….
     pub source: String,
     /// Merged into the known `modes` (a setter names only `currentModeId`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub modes: Option<Value>,
     /// Merged into the known `models`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub models: Option<Value>,
     /// The whole option list, replacing the known one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub config_options: Option<Value>,
     /// For `session/set_config_option`: the option set and its value.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub config_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub value: Option<Value>,
 }

@@ -16,6 +16,7 @@ pub mod cursor;
 mod error;
 pub mod event;
 mod event_schema;
+mod files;
 mod history;
 mod idempotency;
 pub mod input;
@@ -32,13 +33,14 @@ mod webhooks;
 pub use crate::store::EventKind;
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
 pub use controls::{Controls, InitialSettings};
-pub use create::{Create, Fork, NewSession};
+pub use create::{Create, Fork, NewSession, NewWorkspace};
 pub use error::Error;
 pub use event_schema::{LifecycleEvent, SessionEvent};
+pub use files::{FileEntryView, FileView, Files, FolderView, Found, OpenFile};
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
-pub use output::{AgentView, TurnResult};
+pub use output::{AgentView, TurnResult, WorkspaceView};
 pub use parts::counters::Counters;
 pub use parts::elicitations::{ElicitationReply, ElicitationView};
 pub use parts::permissions::PermissionView;
@@ -92,6 +94,10 @@ pub struct GatewayConfig {
     pub shutdown_timeout: Duration,
     /// Canonical directories sessions must work in (empty: anywhere).
     pub workspace_roots: Vec<std::path::PathBuf>,
+    /// Where the gateway makes sessions' workspaces (absolute).
+    pub workspace_dir: std::path::PathBuf,
+    /// Whether a deleted session's workspace stays on disk.
+    pub keep_workspaces: bool,
     /// The tenant that owns sessions discovered through `session/list` (the admin's).
     pub upstream_tenant: String,
     /// How often the cache is synced with `session/list` after the first sync at start
@@ -119,6 +125,7 @@ struct Service {
     controls: Controls,
     turns: Turns,
     history: History,
+    files: Files,
     system: System,
     requests: Arc<Requests>,
     webhooks: Arc<Webhooks>,
@@ -163,6 +170,11 @@ impl Gateway {
         ));
         let live = Arc::new(parts::live::LiveTable::default());
         let counters = Arc::new(Counters::default());
+        let workspaces = Arc::new(parts::workspaces::Workspaces::new(
+            store.clone(),
+            config.workspace_dir.clone(),
+            config.keep_workspaces,
+        ));
         let views = Arc::new(parts::views::Views::new(
             live.clone(),
             requests.clone(),
@@ -170,6 +182,7 @@ impl Gateway {
             log.clone(),
             states.clone(),
             counters.clone(),
+            workspaces.clone(),
         ));
         let callbacks = Arc::new(parts::callbacks::Callbacks::new(
             live.clone(),
@@ -226,6 +239,7 @@ impl Gateway {
             views,
             requests.clone(),
             counters,
+            workspaces,
             tasks.clone(),
             stop.clone(),
         );
@@ -242,6 +256,7 @@ impl Gateway {
         );
         let turns = Turns::new(&parts, config.cancel_grace, config.control_timeout);
         let history = History::new(&parts);
+        let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
         let idempotency = Idempotency::new(&parts, store, config.idempotency_ttl);
         tasks.spawn(idempotency.clone().prune_forever());
@@ -260,6 +275,7 @@ impl Gateway {
             controls,
             turns,
             history,
+            files,
             system,
             requests,
             webhooks,
@@ -371,6 +387,10 @@ impl Gateway {
     /// The event streams and the history.
     pub fn history(&self) -> &History {
         &self.0.history
+    }
+
+    pub fn files(&self) -> &Files {
+        &self.0.files
     }
 
     /// Readiness, the agents, the numbers of `/metrics`.

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::agent_rpc::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::pool::MemberView;
-use crate::store::SessionRecord;
+use crate::store::{SessionRecord, WorkspaceRecord};
 
 /// How a turn ended.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -94,6 +94,31 @@ pub struct SessionView {
     /// answers that create a session; not in lists).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<Box<super::state::SessionState>>,
+    /// The workspace the gateway made for it, where `cwd` is (`GET /sessions/{id}` and the
+    /// answers that create a session; not in lists).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<WorkspaceView>,
+}
+
+/// A session's workspace of the gateway's own: its files are served under
+/// `/sessions/{id}/files`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"kind": "scratch", "path": "/var/lib/acp-gateway/workspaces/9b2f0c1e4d6a4f0f8e7d2c3b1a096857"}))]
+pub struct WorkspaceView {
+    /// `scratch`: an empty folder of the session's own under `--workspace-dir`.
+    pub kind: String,
+    /// The folder, on the gateway's host (the session's `cwd`).
+    pub path: String,
+}
+
+impl From<WorkspaceRecord> for WorkspaceView {
+    fn from(w: WorkspaceRecord) -> Self {
+        WorkspaceView {
+            kind: w.kind,
+            path: w.path,
+        }
+    }
 }
 
 impl SessionView {
@@ -112,6 +137,7 @@ impl SessionView {
             status,
             activity,
             state: None,
+            workspace: None,
         }
     }
 }

@@ -50,6 +50,9 @@ impl Error {
             Error::Invalid(_) => (422, "validation-failed", "Validation failed"),
             Error::NotFound(_) => (404, "not-found", "Not found"),
             Error::Conflict(_) => (409, "conflict", "Conflict"),
+            Error::Forbidden(_) => (403, "forbidden", "Forbidden"),
+            Error::PreconditionFailed(_) => (412, "precondition-failed", "Precondition failed"),
+            Error::FileSystem(_) => (500, "file-system", "The workspace's file system failed"),
             Error::NotSupported(_) => (
                 501,
                 "not-supported-by-agent",

@@ -38,7 +38,7 @@ pub struct SessionFilter {
 use_case! {
     /// The use case of a session's metadata and lifecycle, with the parts it needs.
     pub struct Sessions {
-        parts: [placement, records, views, requests, log],
+        parts: [placement, records, views, requests, log, workspaces],
         /// `GET /sessions?refresh=true` syncs first.
         sync: ListSync,
     }
@@ -211,6 +211,7 @@ impl Sessions {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.workspaces.remove(id.as_str()).await;
         Ok(())
     }
 

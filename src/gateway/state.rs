@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::store::EventKind;
 
 /// A session's state. Each part is the agent's JSON as it sent it; absent when it never sent one.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(example = json!({
@@ -25,32 +26,26 @@ use crate::store::EventKind;
 pub struct SessionState {
     /// `currentModeId` and `availableModes`, from `session/new` (or load, resume, fork), kept
     /// current by `current_mode_update`, `set_mode` and the `mode` config option.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub modes: Option<Value>,
     /// `currentModelId` and `availableModels`, for agents that offer models this way.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub models: Option<Value>,
     /// The whole list, replaced by each `config_option_update` and setter answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub config_options: Option<Value>,
     /// From the latest `available_commands_update`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub available_commands: Option<Value>,
     /// `latest`: the latest `usage_update` (`used`, `size`, `cost`); `lastPrompt`: the last
     /// prompt result's `usage`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub usage: Option<Value>,
     /// The entries of the latest `plan`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub plan: Option<Value>,
     /// The agent's latest `_meta` from `session_info_update`.
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "_meta")]
     #[schema(value_type = Option<Object>)]
     pub meta: Option<Value>,
 }

@@ -24,7 +24,7 @@ use_case! {
     /// The use case of prompts and cancels, with the parts it needs (`tasks`: the turns
     /// themselves).
     pub struct Turns {
-        parts: [placement, records, views, log, states, requests, counters, tasks],
+        parts: [placement, records, views, log, states, requests, counters, tasks, workspaces],
         /// How long a cancelled turn may take to end before its member is restarted.
         cancel_grace: Duration,
         /// Bound on the agent's answer to a cancel.
@@ -73,6 +73,7 @@ impl Turns {
             .client(member)
             .ok_or_else(|| self.placement.no_member_at(member))?;
         check_content(&prompt, agent.caps().prompt)?;
+        self.workspaces.check_links(id.as_str(), &prompt).await?;
         let slot = self
             .placement
             .quotas()

@@ -20,42 +20,18 @@ macro_rules! embedded {
 
 /// `migrations/postgres`.
 pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
-    "0001_init",
-    "0002_session_moves",
-    "0003_replicas",
-    "0004_session_owners",
-    "0005_listed",
-    "0006_event_payload_json",
-    "0007_synced_listed",
-    "0008_session_states",
-    "0009_session_agent",
-    "0010_webhooks",
-    "0012_replica_agents",
-    "0013_idempotency_keys",
-    "0014_tenant_quotas",
-    "0015_vanished",
-    "0016_forwarded_keys",
-    "0017_session_workspaces",
+    "0001_init", "0002_session_moves", "0003_replicas", "0004_session_owners",
+    "0005_listed", "0006_event_payload_json", "0007_synced_listed", "0008_session_states",
+    "0009_session_agent", "0010_webhooks", "0012_replica_agents", "0013_idempotency_keys",
+    "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
 );
 
 /// `migrations/sqlite`.
 pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
-    "0001_init",
-    "0002_session_moves",
-    "0003_replicas",
-    "0004_session_owners",
-    "0005_listed",
-    "0007_synced_listed",
-    "0008_session_states",
-    "0009_session_agent",
-    "0010_webhooks",
-    "0011_event_rowid",
-    "0012_replica_agents",
-    "0013_idempotency_keys",
-    "0014_tenant_quotas",
-    "0015_vanished",
-    "0016_forwarded_keys",
-    "0017_session_workspaces",
+    "0001_init", "0002_session_moves", "0003_replicas", "0004_session_owners",
+    "0005_listed", "0007_synced_listed", "0008_session_states", "0009_session_agent",
+    "0010_webhooks", "0011_event_rowid", "0012_replica_agents", "0013_idempotency_keys",
+    "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
 );
 
 /// A migrator applying `files` (one of the lists above).

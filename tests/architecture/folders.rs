@@ -38,6 +38,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "system",
             "webhooks",
             "idempotency",
+            "files",
         ],
     ],
 )];

@@ -51,6 +51,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "agent_rpc",
             "config",
             "redact",
+            "workspace",
         ],
     ),
     ("pool", &["agent_rpc"]),

@@ -105,6 +105,7 @@ impl Gateway {
             .arg(opts.pool_size.to_string())
             .args(&opts.args)
             .env("ECHO_AGENT_DIR", dir.join("agent"))
+            .env("ACP_GATEWAY_WORKSPACE_DIR", dir.join("workspaces"))
             .env("RUST_LOG", &opts.rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

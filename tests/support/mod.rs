@@ -19,6 +19,7 @@ pub mod pgcluster;
 pub mod postgres;
 pub mod problem;
 pub mod process;
+pub mod raw;
 pub mod secrets;
 pub mod sse;
 pub mod webhooks;

@@ -359,7 +359,7 @@ impl Conn {
         };
         let meta = params.get("_meta").filter(|m| !m.is_null()).cloned();
         let new = NewSession {
-            cwd: str_of(params, "cwd")?.to_owned(),
+            cwd: Some(str_of(params, "cwd")?.to_owned()),
             additional_directories: strings("additionalDirectories"),
             mcp_servers: params["mcpServers"].as_array().cloned().unwrap_or_default(),
             // `_meta.agent` names the gateway's agent to start it in.

@@ -19,6 +19,7 @@ pub(in crate::gateway) mod replicas;
 pub(in crate::gateway) mod requests;
 pub(in crate::gateway) mod snapshots;
 pub(in crate::gateway) mod views;
+pub(in crate::gateway) mod workspaces;
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use records::Records;
 use requests::Requests;
 use snapshots::States;
 use views::Views;
+use workspaces::Workspaces;
 
 /// `Parts`, written once: the struct, `Parts::new` taking every part in this order, and a
 /// method per part handing out a clone of it (the fields stay private).
@@ -66,6 +68,7 @@ parts! {
     views: Arc<Views>,
     requests: Arc<Requests>,
     counters: Arc<Counters>,
+    workspaces: Arc<Workspaces>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
@@ -81,6 +84,7 @@ macro_rules! part {
     (views) => { ::std::sync::Arc<$crate::gateway::parts::views::Views> };
     (requests) => { ::std::sync::Arc<$crate::gateway::parts::requests::Requests> };
     (counters) => { ::std::sync::Arc<$crate::gateway::parts::counters::Counters> };
+    (workspaces) => { ::std::sync::Arc<$crate::gateway::parts::workspaces::Workspaces> };
     (tasks) => { ::tokio_util::task::TaskTracker };
     (stop) => { ::tokio_util::sync::CancellationToken };
 }

@@ -9,9 +9,10 @@ use super::log::Log;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
+use super::workspaces::Workspaces;
 use crate::gateway::error::Error;
 use crate::gateway::event::GatewayLifecycleEvent;
-use crate::gateway::output::{Activity, SessionView, Status};
+use crate::gateway::output::{Activity, SessionView, Status, WorkspaceView};
 use crate::store::{SessionMutation, SessionRecord, StoreResult};
 
 /// A record's view: its status from the live table and the pending requests. Built from what
@@ -24,10 +25,11 @@ pub(in crate::gateway) struct Views {
     log: Log,
     states: Arc<States>,
     counters: Arc<Counters>,
+    workspaces: Arc<Workspaces>,
 }
 
 impl Views {
-    /// The session's view with its state.
+    /// The session's view with its state and its workspace.
     pub(in crate::gateway) async fn view_with_state(
         &self,
         record: &SessionRecord,
@@ -37,6 +39,11 @@ impl Views {
         view.state = Some(Box::new(
             self.states.state_of(&record.session_id).await?.state,
         ));
+        view.workspace = self
+            .workspaces
+            .of(&record.session_id)
+            .await?
+            .map(WorkspaceView::from);
         Ok(view)
     }
 
