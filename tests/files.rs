@@ -3,7 +3,8 @@
 //! files written, read (ETag, If-None-Match, Range), overwritten with `If-Match` (412 when
 //! stale), listed and deleted through the API and seen by the agent, the agent's files seen
 //! through the API; every way out refused (`..`, encoded, absolute, a symlink the agent made);
-//! a `.json` file served byte for byte; the workspace removed with the session.
+//! a `.json` file served byte for byte; a prompt's links only to the workspace's files; a fork
+//! from a copy of its parent's files; the workspace removed with the session.
 
 use crate::support;
 
@@ -16,7 +17,8 @@ both_backends!(
     a_scratch_workspace_is_the_sessions_own,
     files_written_and_read_through_the_api_and_by_the_agent,
     no_path_leads_out_of_the_workspace,
-    a_prompt_links_only_the_workspaces_files
+    a_prompt_links_only_the_workspaces_files,
+    a_fork_starts_from_its_parents_files
 );
 
 /// A session created with a scratch workspace: its view.
@@ -331,5 +333,40 @@ async fn a_prompt_links_only_the_workspaces_files(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 200);
+    w.finish().await;
+}
+
+/// A fork of a session with a workspace starts from a copy of its parent's files, in a
+/// workspace of its own: what either writes afterwards, the other does not see.
+async fn a_fork_starts_from_its_parents_files(backend: Backend) {
+    let opts = Options::default().env("ECHO_AGENT_CAPS", "list,delete,resume,close,load,fork");
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let parent = scratch(gw).await;
+    let id = parent["sessionId"].as_str().unwrap();
+    assert_eq!(
+        said(gw, id, "/write notes/a.txt").await,
+        "wrote notes/a.txt"
+    );
+    let r = gw.post(&format!("/sessions/{id}/fork"), json!({})).await;
+    assert_eq!(r.status(), 201);
+    let fork: Value = r.json().await.unwrap();
+    let fork_id = fork["sessionId"].as_str().unwrap();
+    assert_eq!(fork["workspace"]["kind"], "scratch", "{fork}");
+    assert_ne!(fork["workspace"]["path"], parent["workspace"]["path"]);
+    assert_eq!(fork["cwd"], fork["workspace"]["path"]);
+    let copied = gw.get(&files_url(fork_id, "notes/a.txt")).await;
+    assert_eq!(copied.text().await.unwrap(), "echo wrote notes/a.txt");
+
+    put(gw, &files_url(fork_id, "notes/a.txt"), b"the fork's", None).await;
+    assert_eq!(
+        said(gw, fork_id, "/read notes/a.txt").await,
+        "read notes/a.txt: the fork's"
+    );
+    let original = gw.get(&files_url(id, "notes/a.txt")).await;
+    assert_eq!(original.text().await.unwrap(), "echo wrote notes/a.txt");
+    assert_eq!(said(gw, id, "/write b.txt").await, "wrote b.txt");
+    let r = gw.get(&files_url(fork_id, "b.txt")).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
     w.finish().await;
 }

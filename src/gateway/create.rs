@@ -104,11 +104,11 @@ impl Create {
     ) -> Result<SessionView, Error> {
         let agent = self.placement.requested_agent(new.agent.as_deref())?;
         let (agent, remote) = (agent.name().to_owned(), agent.is_remote());
-        let scratch = match (new.workspace, new.cwd) {
+        let (cwd, scratch) = match (new.workspace, new.cwd) {
             (None, Some(cwd)) => {
                 self.check_dirs(Some(&cwd), &new.additional_directories, remote)
                     .await?;
-                Err(cwd)
+                (cwd, None)
             }
             (None, None) => {
                 return Err(Error::Invalid(
@@ -128,15 +128,12 @@ impl Create {
             (Some(NewWorkspace::Scratch), None) => {
                 self.check_dirs(None, &new.additional_directories, remote)
                     .await?;
-                Ok(self.workspaces.make_scratch().await?)
+                let path = self.workspaces.make_scratch(None).await?;
+                (path.to_string_lossy().into_owned(), Some(path))
             }
         };
         check_meta(new.meta.as_ref())?;
         self.check_mcp_servers(&new.mcp_servers)?;
-        let cwd = match &scratch {
-            Ok(path) => path.to_string_lossy().into_owned(),
-            Err(cwd) => cwd.clone(),
-        };
         let setup = SessionSetup {
             cwd: &cwd,
             additional_directories: &new.additional_directories,
@@ -144,26 +141,7 @@ impl Create {
             meta: new.meta.as_ref(),
         };
         let started = self.start_session(caller, &agent, Start::New, setup).await;
-        let record = match (started, &scratch) {
-            (Ok(record), Ok(path)) => {
-                if let Err(e) = self
-                    .workspaces
-                    .record_scratch(&record.session_id, path)
-                    .await
-                {
-                    self.discard_new(caller, &record.session_id).await;
-                    return Err(e);
-                }
-                record
-            }
-            (Ok(record), Err(_)) => record,
-            (Err(e), scratch) => {
-                if let Ok(path) = scratch {
-                    self.workspaces.discard(path).await;
-                }
-                return Err(e);
-            }
-        };
+        let record = self.in_workspace(caller, started, scratch).await?;
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
             .controls
@@ -174,6 +152,34 @@ impl Create {
             return Err(e);
         }
         self.views.view_with_state(&record).await
+    }
+
+    /// A started session (`started`), recorded as working in the workspace `scratch` the
+    /// gateway made for it, if one; a session that did not start leaves no workspace, and one
+    /// whose workspace cannot be recorded is deleted.
+    async fn in_workspace(
+        &self,
+        caller: &Caller,
+        started: Result<SessionRecord, Error>,
+        scratch: Option<PathBuf>,
+    ) -> Result<SessionRecord, Error> {
+        match (started, scratch) {
+            (Ok(record), None) => Ok(record),
+            (Ok(record), Some(path)) => {
+                let id = &record.session_id;
+                if let Err(e) = self.workspaces.record_scratch(id, &path).await {
+                    self.discard_new(caller, id).await;
+                    return Err(e);
+                }
+                Ok(record)
+            }
+            (Err(e), scratch) => {
+                if let Some(path) = scratch {
+                    self.workspaces.discard(&path).await;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Deletes a session this create made and then failed to finish (its settings, its
@@ -200,11 +206,32 @@ impl Create {
             let method = AGENT_METHOD_NAMES.session_fork;
             return Err(CallError::Unsupported(method).into());
         }
-        let cwd = fork.cwd.unwrap_or_else(|| from.cwd.clone());
-        self.check_dirs(Some(&cwd), &fork.additional_directories, remote)
-            .await?;
-        check_meta(fork.meta.as_ref())?;
-        self.check_mcp_servers(&fork.mcp_servers)?;
+        // A fork of a session with a workspace, working where its parent does, starts from a
+        // copy of the parent's files in a workspace of its own.
+        let parent_workspace = match &fork.cwd {
+            None => self.workspaces.of(parent.as_str()).await?,
+            Some(_) => None,
+        };
+        let scratch = match parent_workspace {
+            Some(w) => Some(self.workspaces.make_scratch(Some(&w)).await?),
+            None => None,
+        };
+        let cwd = match (&scratch, fork.cwd) {
+            (Some(path), _) => path.to_string_lossy().into_owned(),
+            (None, cwd) => cwd.unwrap_or_else(|| from.cwd.clone()),
+        };
+        let checked = scratch.is_none().then_some(cwd.as_str());
+        if let Err(e) = self
+            .check_dirs(checked, &fork.additional_directories, remote)
+            .await
+            .and_then(|()| check_meta(fork.meta.as_ref()))
+            .and_then(|()| self.check_mcp_servers(&fork.mcp_servers))
+        {
+            if let Some(path) = &scratch {
+                self.workspaces.discard(path).await;
+            }
+            return Err(e);
+        }
         self.log.flush().await;
         let at = self.log.events().last_event_seq(parent.as_str()).await?;
         let setup = SessionSetup {
@@ -213,9 +240,9 @@ impl Create {
             mcp_servers: &fork.mcp_servers,
             meta: fork.meta.as_ref(),
         };
-        let record = self
-            .start_session(caller, &from.agent, Start::Fork(parent.as_str()), setup)
-            .await?;
+        let how = Start::Fork(parent.as_str());
+        let started = self.start_session(caller, &from.agent, how, setup).await;
+        let record = self.in_workspace(caller, started, scratch).await?;
         let forked = Forked {
             session_id: record.session_id.clone(),
             parent_session_id: parent.as_str().to_owned(),

@@ -199,6 +199,14 @@ impl WorkFiles {
         self.info(path)
     }
 
+    /// Copies everything in the workspace into the empty folder `to`: folders and files, and
+    /// symlinks as symlinks (never followed, so nothing outside is copied in). A fork's
+    /// workspace starts from its parent's files this way.
+    pub fn copy_into(&self, to: &Path) -> io::Result<()> {
+        let target = Dir::open_ambient_dir(to, ambient_authority())?;
+        copy_dir(&self.dir, &target)
+    }
+
     /// Deletes the file at `path`, or the folder and all it holds; a symlink itself, not what
     /// it leads to.
     pub fn delete(&self, path: &WorkPath) -> Result<(), FileError> {
@@ -213,6 +221,27 @@ impl WorkFiles {
             self.dir.remove_file(path.as_path()).map_err(at)
         }
     }
+}
+
+/// Copies what `from` holds into `to`, folder by folder, each opened beneath its parent.
+fn copy_dir(from: &Dir, to: &Dir) -> io::Result<()> {
+    for entry in from.entries()? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(WRITING) {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            to.symlink_contents(from.read_link_contents(&name)?, &name)?;
+        } else if kind.is_dir() {
+            to.create_dir(&name)?;
+            copy_dir(&from.open_dir(&name)?, &to.open_dir(&name)?)?;
+        } else if kind.is_file() {
+            from.copy(&name, to, &name)?;
+        }
+    }
+    Ok(())
 }
 
 fn kind_of(meta: &cap_std::fs::Metadata) -> EntryKind {

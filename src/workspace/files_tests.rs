@@ -191,3 +191,32 @@ fn a_folder_swapped_for_a_symlink_after_it_was_seen_is_refused() {
     assert!(matches!(wrote, Err(FileError::Escapes(_))), "{wrote:?}");
     assert!(!top.path().join("outside/f.txt").exists());
 }
+
+#[test]
+fn a_copy_holds_the_files_and_the_links_as_links() {
+    let (top, files, root) = workspace();
+    files.write(&path("src/a.txt"), b"a", None).unwrap();
+    files.write(&path("b.txt"), b"b", None).unwrap();
+    symlink("../outside", root.join("out")).unwrap();
+    symlink("src/a.txt", root.join("alias")).unwrap();
+    let copy = top.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    files.copy_into(&copy).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(copy.join("src/a.txt")).unwrap(),
+        "a"
+    );
+    assert_eq!(std::fs::read_to_string(copy.join("b.txt")).unwrap(), "b");
+    assert_eq!(
+        std::fs::read_link(copy.join("out")).unwrap(),
+        std::path::Path::new("../outside")
+    );
+    assert_eq!(
+        std::fs::read_link(copy.join("alias")).unwrap(),
+        std::path::Path::new("src/a.txt")
+    );
+    // The copy is its own: a write to it leaves the original alone.
+    let copied = WorkFiles::open(&copy).unwrap();
+    copied.write(&path("b.txt"), b"changed", None).unwrap();
+    assert_eq!(read(&files, "b.txt").unwrap(), "b");
+}

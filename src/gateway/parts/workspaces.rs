@@ -33,17 +33,33 @@ impl Workspaces {
         Workspaces { store, dir, keep }
     }
 
-    /// A new, empty folder of a session's own, for a scratch workspace (its session not made
-    /// yet: named by a fresh id, recorded once the session is).
-    pub(in crate::gateway) async fn make_scratch(&self) -> Result<PathBuf, Error> {
+    /// A new folder of a session's own, for a scratch workspace (its session not made yet:
+    /// named by a fresh id, recorded once the session is): empty, or holding a copy of the
+    /// files of `from` (a fork's parent's workspace).
+    pub(in crate::gateway) async fn make_scratch(
+        &self,
+        from: Option<&WorkspaceRecord>,
+    ) -> Result<PathBuf, Error> {
         let path = self.dir.join(uuid::Uuid::new_v4().simple().to_string());
-        tokio::fs::create_dir_all(&path).await.map_err(|e| {
+        let (to, from) = (path.clone(), from.map(|w| PathBuf::from(&w.path)));
+        let made = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&to)?;
+            match from {
+                Some(from) => WorkFiles::open(&from)?.copy_into(&to),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|made| made);
+        if let Err(e) = made {
             tracing::error!(dir = %self.dir.display(), error = %e, "cannot make a workspace");
-            Error::Conflict(format!(
+            self.discard(&path).await;
+            return Err(Error::FileSystem(format!(
                 "the gateway cannot make a workspace in --workspace-dir {}: {e}",
                 self.dir.display()
-            ))
-        })?;
+            )));
+        }
         Ok(path)
     }
 
