@@ -56,8 +56,15 @@ pub struct CreateSession {
 
 /// A workspace for a new session.
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum WorkspaceRequest {
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceRequest {
+    pub kind: WorkspaceKind,
+}
+
+/// What kind of workspace the gateway makes.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceKind {
     /// An empty folder of the session's own under `--workspace-dir`, removed with the session
     /// (unless `--keep-workspaces`).
     Scratch,
@@ -152,8 +159,8 @@ pub async fn create_session(
 ) -> Result<impl IntoResponse, ApiError> {
     let new = NewSession {
         cwd: body.cwd,
-        workspace: body.workspace.map(|w| match w {
-            WorkspaceRequest::Scratch => NewWorkspace::Scratch,
+        workspace: body.workspace.map(|w| match w.kind {
+            WorkspaceKind::Scratch => NewWorkspace::Scratch,
         }),
         additional_directories: body.additional_directories,
         mcp_servers: body.mcp_servers,
