@@ -80,9 +80,12 @@ if ! PATH="$PWD/$venv/bin:$PATH" "$venv/bin/openapi-python-client" generate \
 fi
 rm -rf "$out/rust"
 if [ -n "$rust" ]; then
-  # A fixed version, so that clients/rust/Cargo.lock holds whatever the gateway's version.
+  # A fixed version, so that clients/rust/Cargo.lock holds whatever the gateway's version. A
+  # binary body (a workspace file's) as its bytes: the generator's own PathBuf is handed to
+  # reqwest as a body, which does not compile.
   if ! "$genvenv/bin/openapi-generator-cli" generate -g rust -i openapi/openapi.json -o "$out/rust" \
     --additional-properties=packageName=acp-gateway-client,packageVersion=0.0.0,supportAsync=false \
+    '--type-mappings=file=Vec<u8>,binary=Vec<u8>' \
     >"$out/rust-generate.log" 2>&1; then
     cat "$out/rust-generate.log"
     echo "openapi-generator (rust) failed on openapi/openapi.json"
