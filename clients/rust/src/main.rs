@@ -41,8 +41,11 @@ fn main() {
     .expect("create a webhook");
 
     let cwd = std::env::temp_dir().to_string_lossy().into_owned();
-    let session = sessions_api::create_session(&config, CreateSession::new(cwd), None)
-        .expect("create a session");
+    let new = CreateSession {
+        cwd: Some(Some(cwd)),
+        ..CreateSession::new()
+    };
+    let session = sessions_api::create_session(&config, new, None).expect("create a session");
     let id = session.session_id.clone();
     sessions_api::set_session_mode(&config, &id, SetMode::new("code".into()))
         .expect("set the mode");
