@@ -246,6 +246,14 @@ async fn no_path_leads_out_of_the_workspace(backend: Backend) {
             assert_eq!(status, 400, "{method} {path}: {problem}");
         }
     }
+    // A name longer than the file system takes is the client's error, not the server's.
+    let long = "x".repeat(300);
+    let r = put(gw, &files_url(id, &long), b"x", None).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        gw.get(&files_url(id, &long)).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
     // Through the agent's symlinks: refused when followed, whatever the method.
     for path in ["out/secret.txt", "up/etc/hostname", "out"] {
         let r = gw.get(&files_url(id, path)).await;

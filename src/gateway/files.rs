@@ -218,6 +218,12 @@ impl From<FileError> for Error {
             FileError::Escapes(_) => Error::Forbidden(message),
             FileError::IsAFolder(_) | FileError::Root => Error::Conflict(message),
             FileError::Stale { .. } | FileError::Gone { .. } => Error::PreconditionFailed(message),
+            // A name longer than the file system takes.
+            FileError::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::InvalidFilename =>
+            {
+                Error::Invalid(message)
+            }
             FileError::Io { .. } => {
                 tracing::error!(error = %message, "a workspace's file operation failed");
                 Error::FileSystem(message)
