@@ -118,7 +118,7 @@ trap 'exit 143' INT TERM # so that the EXIT trap stops the gateway on a signal t
 # Webhooks to loopback that are disabled after a second of failing (the Rust smoke's
 # webhook_disabled).
 ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models target/debug/acp-gateway \
-  --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
+  --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 --workspace-dir "$work/workspaces" \
   --webhook-allow-private --webhook-max-age 1 --webhook-retry-base-ms 100 --webhook-poll-ms 100 \
   --database-url "sqlite:$work/gateway.db" --control-timeout 5 >"$work/out" 2>"$work/log" &
 pid=$!

@@ -31,13 +31,17 @@ trap cleanup EXIT
 # Runs schemathesis against a gateway on database URL $1, named $2 in the output.
 run() {
   local db_url=$1 name=$2
+  # Files of this run's own: the shell truncates a reused one only once the background child
+  # runs, and the earlier gateway's "listening on" line could be read before that.
+  local out="$work/$name.out" log="$work/$name.log"
   echo "schemathesis against a gateway on $name"
   rm -rf "$work/agent"
   ECHO_AGENT_DIR="$work/agent" target/debug/acp-gateway \
     --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
-    --database-url "$db_url" --control-timeout 5 >"$work/out" 2>"$work/log" &
+    --database-url "$db_url" --control-timeout 5 --workspace-dir "$work/workspaces" \
+    >"$out" 2>"$log" &
   pid=$!
-  await_listening "$pid" "$work/out" "$work/log"
+  await_listening "$pid" "$out" "$log"
   "$venv/bin/st" run openapi/openapi.json --url "$url" \
     --checks not_a_server_error,status_code_conformance \
     --exclude-path-regex '/events$' \
