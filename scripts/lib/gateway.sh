@@ -8,7 +8,7 @@ await_listening() {
   local pid=$1 out=$2 log=$3 deadline=$((SECONDS + ${GATEWAY_START_TIMEOUT:-120}))
   url=
   while [ "$SECONDS" -lt "$deadline" ]; do
-    url=$(sed -n 's/^listening on //p' "$out" 2>/dev/null)
+    url=$(sed -n 's/^listening on //p' "$out" 2>/dev/null || true) # not written yet
     [ -z "$url" ] || return 0
     if ! kill -0 "$pid" 2>/dev/null; then
       local rc=0
