@@ -91,24 +91,26 @@ impl Files {
     pub async fn find(&self, caller: &Caller, id: &SessionId, path: &str) -> Result<Found, Error> {
         let (files, root, path) = self.open(caller, id, path).await?;
         blocking(move || {
-            let info = files.info(&path)?;
-            if info.kind == EntryKind::Folder {
-                let entries = files.list(&path)?;
-                let entries = entries
-                    .into_iter()
-                    .map(|e| FileEntryView {
-                        uri: uri_of(&root, &path.join(&e.name)),
-                        kind: kind_name(e.kind),
-                        size: e.size,
-                        modified: e.modified.map(time),
-                        name: e.name,
-                    })
-                    .collect();
-                let uri = uri_of(&root, &path);
-                let path = path.to_string();
-                return Ok(Found::Folder(FolderView { path, uri, entries }));
-            }
-            let (file, info) = files.open_file(&path)?;
+            // Opened first: a folder is listed instead (one look at the path, not two).
+            let (file, info) = match files.open_file(&path) {
+                Err(FileError::IsAFolder(_)) => {
+                    let entries = files.list(&path)?;
+                    let entries = entries
+                        .into_iter()
+                        .map(|e| FileEntryView {
+                            uri: uri_of(&root, &path.join(&e.name)),
+                            kind: kind_name(e.kind),
+                            size: e.size,
+                            modified: e.modified.map(time),
+                            name: e.name,
+                        })
+                        .collect();
+                    let uri = uri_of(&root, &path);
+                    let path = path.to_string();
+                    return Ok(Found::Folder(FolderView { path, uri, entries }));
+                }
+                opened => opened?,
+            };
             let name = path
                 .split_last()
                 .map(|(_, n)| n.to_owned())
@@ -136,16 +138,8 @@ impl Files {
     ) -> Result<(FileView, bool), Error> {
         let (files, root, path) = self.open(caller, id, path).await?;
         blocking(move || {
-            let existed = match files.info(&path) {
-                Ok(info) if info.kind == EntryKind::Folder => {
-                    return Err(FileError::IsAFolder(path.to_string()).into());
-                }
-                Ok(_) => true,
-                Err(FileError::NotFound(_)) => false,
-                Err(e) => return Err(e.into()),
-            };
-            let info = files.write(&path, &bytes, if_match.as_deref())?;
-            Ok((file_view(&root, &path, info), !existed))
+            let (info, created) = files.write(&path, &bytes, if_match.as_deref())?;
+            Ok((file_view(&root, &path, info), created))
         })
         .await
     }

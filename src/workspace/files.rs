@@ -142,7 +142,8 @@ impl WorkFiles {
         Ok((file.into_std(), info))
     }
 
-    /// Writes `bytes` to the file at `path`, making the folders it is in. With `if_match`, only
+    /// Writes `bytes` to the file at `path`, making the folders it is in (`true` with the file
+    /// when it is new; a folder at `path` is not replaced). With `if_match`, only
     /// when the file's ETag is that one (`*`: when it exists). The file is replaced whole, by
     /// a rename, so a reader sees the old content or the new, never a part (a symlink at
     /// `path` that stays inside is replaced by the file; one that leads out is refused, as a
@@ -153,13 +154,17 @@ impl WorkFiles {
         path: &WorkPath,
         bytes: &[u8],
         if_match: Option<&str>,
-    ) -> Result<FileInfo, FileError> {
+    ) -> Result<(FileInfo, bool), FileError> {
         let (folder, _) = path.split_last().ok_or(FileError::Root)?;
         let now = match self.info(path) {
+            Ok(now) if now.kind == EntryKind::Folder => {
+                return Err(FileError::IsAFolder(path.to_string()));
+            }
             Ok(now) => Some(now),
             Err(FileError::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        let created = now.is_none();
         match (if_match, now) {
             (None, _) => {}
             (Some(_), None) => {
@@ -196,7 +201,7 @@ impl WorkFiles {
             let _ = self.dir.remove_file(temp.as_path());
             return Err(FileError::of(path, e));
         }
-        self.info(path)
+        Ok((self.info(path)?, created))
     }
 
     /// Copies everything in the workspace into the empty folder `to`: folders and files, and

@@ -31,7 +31,7 @@ fn read(files: &WorkFiles, p: &str) -> Result<String, FileError> {
 #[test]
 fn written_files_are_read_listed_and_deleted() {
     let (_top, files, root) = workspace();
-    let info = files
+    let (info, _) = files
         .write(&path("src/deep/a.txt"), b"hello", None)
         .unwrap();
     assert_eq!((info.kind, info.size), (EntryKind::File, 5));
@@ -92,9 +92,9 @@ fn a_write_names_the_etag_it_replaces() {
         files.write(&p, b"x", Some("*")),
         Err(FileError::Gone { .. })
     ));
-    let first = files.write(&p, b"one", None).unwrap();
+    let (first, _) = files.write(&p, b"one", None).unwrap();
     assert_eq!(files.info(&p).unwrap().etag, first.etag);
-    let second = files.write(&p, b"two", Some(&first.etag)).unwrap();
+    let (second, _) = files.write(&p, b"two", Some(&first.etag)).unwrap();
     assert_ne!(second.etag, first.etag, "a write changes the ETag");
     match files.write(&p, b"three", Some(&first.etag)) {
         Err(FileError::Stale { current, .. }) => assert_eq!(current, second.etag),
