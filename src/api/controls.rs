@@ -9,7 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppState, Json, Path};
+use super::extract::{AppState, Json, Path, SessionPath};
 use super::responses::{AgentFailed, AgentRefused, InvalidSessionParams, UnknownOrDeletedSession};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::SessionView;
@@ -76,7 +76,7 @@ pub struct ForkSession {
 /// Through the agent's config option of category `mode` when it offers one, else
 /// `session/set_mode`; a saved session is resumed first. Answers the new state.
 #[utoipa::path(put, operation_id = "setSessionMode", path = "/sessions/{id}/mode", tag = "sessions", request_body = SetMode,
-    params(("id" = String, Path, description = "Session id")),
+    params(SessionPath),
     responses(
         (status = 200, description = "The session's state after the change", body = StateAt),
         (status = 422, description = "A mode the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),
@@ -102,7 +102,7 @@ pub async fn set_mode(
 /// Through the agent's config option of category `model` when it offers one, else
 /// `session/set_model` where the agent offered `models`. Answers the new state.
 #[utoipa::path(put, operation_id = "setSessionModel", path = "/sessions/{id}/model", tag = "sessions", request_body = SetModel,
-    params(("id" = String, Path, description = "Session id")),
+    params(SessionPath),
     responses(
         (status = 200, description = "The session's state after the change", body = StateAt),
         (status = 422, description = "A model the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),

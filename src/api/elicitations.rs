@@ -7,7 +7,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppState, Json, Path};
+use super::extract::{AppState, Json, Path, SessionPath};
 use super::responses::{AlreadyResolved, UnknownSession};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, ElicitationReply, ElicitationView};
@@ -25,7 +25,7 @@ pub struct ElicitationAnswer {
 }
 
 /// Pending `elicitation/create` requests of a session.
-#[utoipa::path(get, operation_id = "listElicitations", path = "/sessions/{id}/elicitations", tag = "turns", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "listElicitations", path = "/sessions/{id}/elicitations", tag = "turns", params(SessionPath),
     responses(
         (status = 200, description = "Pending elicitations, oldest first", body = Vec<ElicitationView>),
         UnknownSession,

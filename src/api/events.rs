@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppState, Json, Path, Query};
+use super::extract::{AppState, Json, Path, Query, SessionPath};
 use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use crate::gateway::input::SessionId;
@@ -78,7 +78,7 @@ fn with_stream_headers(mut res: Response) -> Response {
 /// at the live tail, or, with `snapshot=true`, at a `state` event holding the session's state
 /// (`GET /sessions/{id}`'s `state`) at that point of the log.
 #[utoipa::path(get, operation_id = "streamSessionEvents", path = "/sessions/{id}/events", tag = "events",
-    params(("id" = String, Path, description = "Session id"), SessionStreamParams,
+    params(SessionPath, SessionStreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
         (status = 200, description = "An endless text/event-stream; each event is a SessionEvent: SSE `id` its `seq`, `event` its `event` (which selects the variant), `data` its `data`", content_type = "text/event-stream", body = SessionEvent),
@@ -105,7 +105,7 @@ pub async fn session_events(
 
 /// The session's stored events as JSON pages, for scripts.
 #[utoipa::path(get, operation_id = "getSessionHistory", path = "/sessions/{id}/history", tag = "events",
-    params(("id" = String, Path, description = "Session id"), HistoryParams),
+    params(SessionPath, HistoryParams),
     responses(
         (status = 200, description = "One page of events", body = HistoryPage),
         MalformedParams, UnknownOrDeletedSession,

@@ -24,6 +24,16 @@ pub struct AppState {
     pub sign_in: Option<std::sync::Arc<super::oidc::Oidc>>,
 }
 
+/// The `{id}` every `/sessions/{id}…` route takes, as the spec documents it (the handlers read
+/// it with `Path<SessionId>`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documented here, read as `Path<SessionId>`
+pub struct SessionPath {
+    /// Session id
+    id: String,
+}
+
 /// JSON body extractor whose rejection is a problem+json [`ApiError`]. A lone UTF-16 surrogate
 /// in the body's strings (`"\ud83d"`, which JSON's grammar lets through but which is not text)
 /// is refused (422), so that what a client sends never makes a response strict parsers refuse;

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
 use super::error::ApiError;
-use super::extract::{AppState, Path};
+use super::extract::{AppState, Path, SessionPath};
 use super::responses::{NoWorkspace, PathOutside, SymlinkOutside, UnknownFile, UnknownSession};
 use crate::gateway::{Caller, FileView, FolderView, Found, OpenFile, SessionId};
 
@@ -159,7 +159,7 @@ pub async fn delete_file(
 
 /// The workspace's folder, listed.
 #[utoipa::path(get, operation_id = "listFiles", path = "/sessions/{id}/files", tag = "files",
-    params(("id" = String, Path, description = "Session id")),
+    params(SessionPath),
     responses(
         (status = 200, description = "The names in the workspace's folder", body = FolderView),
         UnknownSession,

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::header_lists;
-use super::extract::{AppState, Json, Path, Query};
+use super::extract::{AppState, Json, Path, Query, SessionPath};
 use super::responses::{
     AgentFailed, InvalidSessionParams, NoReadyMember, SessionBusy, UnknownOrDeletedSession,
     UnknownSession,
@@ -182,7 +182,7 @@ pub async fn create_session(
 }
 
 /// One session from the cache, with its gateway status.
-#[utoipa::path(get, operation_id = "getSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "getSession", path = "/sessions/{id}", tag = "sessions", params(SessionPath),
     responses(
         (status = 200, description = "The session", body = SessionView),
         UnknownOrDeletedSession,
@@ -196,7 +196,7 @@ pub async fn get_session(
 }
 
 /// Set or clear the title (`session/set_title` when the agent advertises it; cached either way).
-#[utoipa::path(patch, operation_id = "updateSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(patch, operation_id = "updateSession", path = "/sessions/{id}", tag = "sessions", params(SessionPath),
     request_body = PatchSession,
     responses(
         (status = 200, description = "The updated session", body = SessionView),
@@ -221,7 +221,7 @@ pub async fn patch_session(
 ///
 /// Delete a session: closes it if live, calls `session/delete` when advertised, and removes it
 /// from the list at once. Idempotent: an unknown id also answers 204.
-#[utoipa::path(delete, operation_id = "deleteSession", path = "/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(delete, operation_id = "deleteSession", path = "/sessions/{id}", tag = "sessions", params(SessionPath),
     responses(
         (status = 204, description = "Deleted (or never existed)"),
         (status = 502, description = "The agent failed to delete it (it is already gone from the list)", body = Problem, content_type = "application/problem+json"),
@@ -236,7 +236,7 @@ pub async fn delete_session(
 }
 
 /// Whether the session is live, saved or unknown. Never loads, resumes or creates anything.
-#[utoipa::path(get, operation_id = "getSessionStatus", path = "/sessions/{id}/status", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "getSessionStatus", path = "/sessions/{id}/status", tag = "sessions", params(SessionPath),
     responses(
         (status = 200, description = "The status (`not_found` for unknown ids)", body = StatusView),
     ))]
@@ -249,7 +249,7 @@ pub async fn session_status(
 }
 
 /// Attach a saved session to a pool member (`session/resume`, else `session/load`).
-#[utoipa::path(post, operation_id = "resumeSession", path = "/sessions/{id}/resume", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "resumeSession", path = "/sessions/{id}/resume", tag = "sessions", params(SessionPath),
     responses(
         (status = 200, description = "The session, now live", body = SessionView),
         (status = 409, description = "A turn is running or it is being resumed", body = Problem, content_type = "application/problem+json"),
@@ -265,7 +265,7 @@ pub async fn resume_session(
 }
 
 /// Free the agent's resources for a live session (`session/close`); it stays listed.
-#[utoipa::path(post, operation_id = "closeSession", path = "/sessions/{id}/close", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "closeSession", path = "/sessions/{id}/close", tag = "sessions", params(SessionPath),
     responses(
         (status = 204, description = "Closed (or was not live)"),
         (status = 501, description = "The agent does not support session/close", body = Problem, content_type = "application/problem+json"),
@@ -285,7 +285,7 @@ pub async fn close_session(
 /// Archive a session: it is then listed only with `archived=true` and must be unarchived before
 /// it is prompted or resumed. Through `session/archive` when the agent advertises it (which also
 /// frees the session on the agent), else in the gateway's cache only.
-#[utoipa::path(post, operation_id = "archiveSession", path = "/sessions/{id}/archive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "archiveSession", path = "/sessions/{id}/archive", tag = "sessions", params(SessionPath),
     responses(
         (status = 200, description = "The session, archived", body = SessionView),
         UnknownSession, SessionBusy, AgentFailed, NoReadyMember,
@@ -299,7 +299,7 @@ pub async fn archive_session(
 }
 
 /// Unarchive a session (`session/unarchive` when the agent advertises archive).
-#[utoipa::path(post, operation_id = "unarchiveSession", path = "/sessions/{id}/unarchive", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "unarchiveSession", path = "/sessions/{id}/unarchive", tag = "sessions", params(SessionPath),
     responses(
         (status = 200, description = "The session, not archived", body = SessionView),
         UnknownSession, SessionBusy, AgentFailed, NoReadyMember,

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::header_lists;
-use super::extract::{AppState, Json, Path};
+use super::extract::{AppState, Json, Path, SessionPath};
 use super::responses::{AlreadyResolved, NoReadyMember, UnknownSession};
 use crate::gateway::input::SessionId;
 use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
@@ -43,7 +43,7 @@ pub struct PermissionAnswer {
 /// Send a prompt (`session/prompt`) and wait for the turn to end. A saved session is resumed
 /// first. With `Prefer: respond-async` the answer is 202 as soon as the turn has started; follow
 /// it on `GET /sessions/{id}/events`.
-#[utoipa::path(post, operation_id = "promptSession", path = "/sessions/{id}/prompt", tag = "turns", params(("id" = String, Path, description = "Session id"),
+#[utoipa::path(post, operation_id = "promptSession", path = "/sessions/{id}/prompt", tag = "turns", params(SessionPath,
         ("Prefer" = Option<String>, Header, description = "`respond-async` to get 202 without waiting for the turn")),
     request_body = PromptBody,
     responses(
@@ -90,7 +90,7 @@ pub async fn prompt(
 }
 
 /// Cancel the running turn (`session/cancel`); pending permission requests resolve as `cancelled`.
-#[utoipa::path(post, operation_id = "cancelTurn", path = "/sessions/{id}/cancel", tag = "turns", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(post, operation_id = "cancelTurn", path = "/sessions/{id}/cancel", tag = "turns", params(SessionPath),
     responses(
         (status = 204, description = "Cancel sent (a no-op when no turn runs)"),
         UnknownSession,
@@ -105,7 +105,7 @@ pub async fn cancel(
 }
 
 /// Pending `session/request_permission` requests of a session.
-#[utoipa::path(get, operation_id = "listPermissions", path = "/sessions/{id}/permissions", tag = "turns", params(("id" = String, Path, description = "Session id")),
+#[utoipa::path(get, operation_id = "listPermissions", path = "/sessions/{id}/permissions", tag = "turns", params(SessionPath),
     responses(
         (status = 200, description = "Pending requests, oldest first", body = Vec<PermissionView>),
         UnknownSession,
