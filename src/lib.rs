@@ -230,6 +230,17 @@ pub async fn run(
             "sessions recorded before agents had names now belong to the default agent"
         );
     }
+    let git = workspace::git::Git::probe(&config.workspaces.git).await;
+    let git = match git {
+        Ok((git, version)) => {
+            tracing::info!(%version, "worktree workspaces, diffs and checkpoints use the host's git");
+            Ok(git)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no git: scratch workspaces and their files only (no worktrees, diffs or checkpoints)");
+            Err(format!("the gateway's host has no git: {e}"))
+        }
+    };
     let gateway = Gateway::start(
         store,
         hub.clone(),
@@ -251,6 +262,7 @@ pub async fn run(
             workspace_dir: std::path::absolute(&config.workspaces.workspace_dir)
                 .context("--workspace-dir")?,
             keep_workspaces: config.workspaces.keep_workspaces,
+            git,
             upstream_tenant: if keys.is_some() {
                 gateway::ADMIN_TENANT
             } else {

@@ -30,25 +30,6 @@ async fn scratch(gw: &Gateway) -> Value {
     r.json().await.unwrap()
 }
 
-/// What the agent says in a turn prompted with `text` (directives only): its chunks, joined,
-/// without the reply to the empty rest (`(empty)`).
-async fn said(gw: &Gateway, id: &str, text: &str) -> String {
-    let (status, body) = gw.prompt(id, text).await;
-    assert_eq!(status, 200, "{body}");
-    let history = gw.history(id).await;
-    let start = history
-        .iter()
-        .rposition(|e| e["event"] == "turn_started")
-        .unwrap();
-    history[start..]
-        .iter()
-        .filter(|e| e["event"] == "agent_message_chunk")
-        .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
-        .collect::<String>()
-        .trim_end_matches("(empty)")
-        .to_owned()
-}
-
 fn files_url(id: &str, path: &str) -> String {
     format!("/sessions/{id}/files/{path}")
 }
@@ -84,9 +65,9 @@ async fn a_scratch_workspace_is_the_sessions_own(backend: Backend) {
     assert_eq!(listed["entries"], json!([]), "{listed}");
 
     // The agent's working directory is the workspace; its file is the session's own.
-    assert_eq!(said(gw, id, "/write mine.txt").await, "wrote mine.txt");
+    assert_eq!(gw.said(id, "/write mine.txt").await, "wrote mine.txt");
     let other = two["sessionId"].as_str().unwrap();
-    assert!(said(gw, other, "/read mine.txt").await.contains("error"));
+    assert!(gw.said(other, "/read mine.txt").await.contains("error"));
 
     // A workspace with a cwd, or a session without either, is refused; so is a plain session's
     // files request.
@@ -125,7 +106,7 @@ async fn files_written_and_read_through_the_api_and_by_the_agent(backend: Backen
     assert_eq!(written["size"], 11);
     assert_eq!(written["uri"], format!("file://{root}/notes/todo.md"));
     assert_eq!(
-        said(gw, id, "/read notes/todo.md").await,
+        gw.said(id, "/read notes/todo.md").await,
         "read notes/todo.md: hello world"
     );
 
@@ -174,7 +155,7 @@ async fn files_written_and_read_through_the_api_and_by_the_agent(backend: Backen
     );
 
     // The agent's files, seen through the API; a folder is listed.
-    assert_eq!(said(gw, id, "/write src/lib.rs").await, "wrote src/lib.rs");
+    assert_eq!(gw.said(id, "/write src/lib.rs").await, "wrote src/lib.rs");
     let r = gw.get(&files_url(id, "src/lib.rs")).await;
     assert_eq!(r.text().await.unwrap(), "echo wrote src/lib.rs");
     let top = gw.json(&format!("/sessions/{id}/files")).await;
@@ -203,7 +184,7 @@ async fn files_written_and_read_through_the_api_and_by_the_agent(backend: Backen
     // Deleted through the API: gone for the agent too; a folder with all it holds.
     let r = gw.delete(&files_url(id, "notes/todo.md")).await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    assert!(said(gw, id, "/read notes/todo.md").await.contains("error"));
+    assert!(gw.said(id, "/read notes/todo.md").await.contains("error"));
     assert_eq!(gw.get(&url).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(
         gw.delete(&files_url(id, "src")).await.status(),
@@ -225,7 +206,7 @@ async fn no_path_leads_out_of_the_workspace(backend: Backend) {
     std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
     let out = outside.path().display().to_string();
     assert_eq!(
-        said(gw, id, &format!("/link out {out} /link up ..")).await,
+        gw.said(id, &format!("/link out {out} /link up ..")).await,
         "linked outlinked up"
     );
     put(gw, &files_url(id, "inside.txt"), b"in", None).await;
@@ -298,7 +279,7 @@ async fn a_prompt_links_only_the_workspaces_files(backend: Backend) {
     let id = view["sessionId"].as_str().unwrap();
     let root = view["workspace"]["path"].as_str().unwrap();
     put(gw, &files_url(id, "spec.md"), b"# Spec", None).await;
-    assert_eq!(said(gw, id, "/link out /etc").await, "linked out");
+    assert_eq!(gw.said(id, "/link out /etc").await, "linked out");
     let listed = gw.json(&format!("/sessions/{id}/files")).await;
     let spec = listed["entries"]
         .as_array()
@@ -352,10 +333,7 @@ async fn a_fork_starts_from_its_parents_files(backend: Backend) {
     let gw = w.gw();
     let parent = scratch(gw).await;
     let id = parent["sessionId"].as_str().unwrap();
-    assert_eq!(
-        said(gw, id, "/write notes/a.txt").await,
-        "wrote notes/a.txt"
-    );
+    assert_eq!(gw.said(id, "/write notes/a.txt").await, "wrote notes/a.txt");
     let r = gw.post(&format!("/sessions/{id}/fork"), json!({})).await;
     assert_eq!(r.status(), 201);
     let fork: Value = r.json().await.unwrap();
@@ -368,12 +346,12 @@ async fn a_fork_starts_from_its_parents_files(backend: Backend) {
 
     put(gw, &files_url(fork_id, "notes/a.txt"), b"the fork's", None).await;
     assert_eq!(
-        said(gw, fork_id, "/read notes/a.txt").await,
+        gw.said(fork_id, "/read notes/a.txt").await,
         "read notes/a.txt: the fork's"
     );
     let original = gw.get(&files_url(id, "notes/a.txt")).await;
     assert_eq!(original.text().await.unwrap(), "echo wrote notes/a.txt");
-    assert_eq!(said(gw, id, "/write b.txt").await, "wrote b.txt");
+    assert_eq!(gw.said(id, "/write b.txt").await, "wrote b.txt");
     let r = gw.get(&files_url(fork_id, "b.txt")).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     w.finish().await;

@@ -46,3 +46,4 @@ mod turns;
 mod webhook_receiver;
 mod webhook_targets;
 mod webhooks;
+mod worktrees;

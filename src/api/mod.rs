@@ -4,6 +4,7 @@
 
 pub mod acp_server;
 pub mod auth;
+mod changes;
 mod console;
 mod controls;
 mod elicitations;
@@ -144,6 +145,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(elicitations::list_elicitations))
         .routes(routes!(elicitations::answer_elicitation))
         .routes(routes!(files::list_files))
+        .routes(routes!(changes::diff))
+        .routes(routes!(changes::checkpoints))
+        .routes(routes!(changes::revert))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::lifecycle_events))

@@ -67,4 +67,6 @@ problems! {
     UnknownFile(404, "Unknown session, or no such file");
     /// 409: the session has no workspace of the gateway's.
     NoWorkspace(409, "The session has no workspace of the gateway's");
+    /// 501: what changed in a workspace needs git, which the gateway's host lacks.
+    NoGit(501, "The gateway has no git (or made the workspace without it)");
 }

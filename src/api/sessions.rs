@@ -25,10 +25,11 @@ use crate::gateway::{Caller, InitialSettings, NewSession, NewWorkspace, SessionF
 #[schema(example = json!({"cwd": "/home/me/project", "additionalDirectories": ["/home/me/shared"], "mcpServers": [], "mode": "code", "model": "echo-large", "config": {"effort": "high"}}))]
 pub struct CreateSession {
     /// Absolute, normalised path of an existing directory: where the agent works. Required,
-    /// except with a `workspace` (which is where the agent works).
+    /// except with a scratch `workspace` (which is where the agent works); with a worktree
+    /// `workspace`, the repository (its top level) the worktree is made of.
     pub cwd: Option<String>,
-    /// A workspace the gateway makes for the session: its `cwd`, whose files are served
-    /// under `/sessions/{id}/files`.
+    /// A workspace the gateway makes for the session, where the agent works: its files are
+    /// served under `/sessions/{id}/files`, and what changed in it under `/diff`.
     pub workspace: Option<WorkspaceRequest>,
     /// ACP `McpServer` objects, passed through; default `[]`.
     #[serde(default)]
@@ -55,10 +56,29 @@ pub struct CreateSession {
 }
 
 /// A workspace for a new session.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"kind": "worktree", "ref": "main"}))]
 pub struct WorkspaceRequest {
     pub kind: WorkspaceKind,
+    /// For a worktree: the branch, tag or commit it starts from (the repository's `HEAD` by
+    /// default).
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+}
+
+impl TryFrom<WorkspaceRequest> for NewWorkspace {
+    type Error = ApiError;
+
+    fn try_from(w: WorkspaceRequest) -> Result<Self, ApiError> {
+        match (w.kind, w.reference) {
+            (WorkspaceKind::Scratch, None) => Ok(NewWorkspace::Scratch),
+            (WorkspaceKind::Scratch, Some(_)) => Err(ApiError::Validation(
+                "a scratch workspace starts empty: \"ref\" is for a worktree".into(),
+            )),
+            (WorkspaceKind::Worktree, reference) => Ok(NewWorkspace::Worktree { reference }),
+        }
+    }
 }
 
 /// What kind of workspace the gateway makes.
@@ -68,6 +88,10 @@ pub enum WorkspaceKind {
     /// An empty folder of the session's own under `--workspace-dir`, removed with the session
     /// (unless `--keep-workspaces`).
     Scratch,
+    /// A git worktree of the repository `cwd` names, under `--workspace-dir` on a branch
+    /// `acp/<session id>` of the session's own (the repository's own checkout untouched),
+    /// removed with its branch when the session is deleted (unless `--keep-workspaces`).
+    Worktree,
 }
 
 /// `PATCH /sessions/{id}` body.
@@ -159,9 +183,7 @@ pub async fn create_session(
 ) -> Result<impl IntoResponse, ApiError> {
     let new = NewSession {
         cwd: body.cwd,
-        workspace: body.workspace.map(|w| match w.kind {
-            WorkspaceKind::Scratch => NewWorkspace::Scratch,
-        }),
+        workspace: body.workspace.map(NewWorkspace::try_from).transpose()?,
         additional_directories: body.additional_directories,
         mcp_servers: body.mcp_servers,
         meta: body.meta,

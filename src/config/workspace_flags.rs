@@ -1,5 +1,5 @@
 //! The flags of the workspaces the gateway makes for sessions (`--workspace-dir`,
-//! `--keep-workspaces`), flattened into [`super::Config`].
+//! `--keep-workspaces`, `--git`), flattened into [`super::Config`].
 
 use std::path::PathBuf;
 
@@ -21,4 +21,9 @@ pub struct WorkspaceFlags {
     /// Keep a session's workspace when the session is deleted (removed by default).
     #[arg(long, env = "ACP_GATEWAY_KEEP_WORKSPACES", global = true)]
     pub keep_workspaces: bool,
+
+    /// The git command worktree workspaces, diffs and checkpoints run; without one, the
+    /// gateway serves scratch workspaces and their files only.
+    #[arg(long, env = "ACP_GATEWAY_GIT", default_value = "git", global = true)]
+    pub git: PathBuf,
 }

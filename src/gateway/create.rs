@@ -19,11 +19,12 @@ use super::event::{Forked, GatewayEvent, GatewayLifecycleEvent};
 use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
 use super::parts::use_case;
+use super::parts::workspaces::Source;
 use super::sessions::Sessions;
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
 use crate::pool::client::{AgentClient, SessionSetup};
-use crate::store::{Origin, SessionRecord};
+use crate::store::{Origin, SessionRecord, WorkspaceRecord};
 
 /// What `POST /sessions` creates.
 #[derive(Debug, Default)]
@@ -45,10 +46,13 @@ pub struct NewSession {
 }
 
 /// A workspace the gateway makes for a new session, which works in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NewWorkspace {
     /// An empty folder of the session's own under `--workspace-dir`.
     Scratch,
+    /// A git worktree of the repository `cwd` names, at `reference` (its `HEAD` when `None`),
+    /// on a branch of the session's own.
+    Worktree { reference: Option<String> },
 }
 
 /// What `POST /sessions/{id}/fork` makes: where the fork works (the parent's `cwd` by default).
@@ -104,7 +108,7 @@ impl Create {
     ) -> Result<SessionView, Error> {
         let agent = self.placement.requested_agent(new.agent.as_deref())?;
         let (agent, remote) = (agent.name().to_owned(), agent.is_remote());
-        let (cwd, scratch) = match (new.workspace, new.cwd) {
+        let (cwd, made) = match (new.workspace, new.cwd) {
             (None, Some(cwd)) => {
                 self.check_dirs(Some(&cwd), &new.additional_directories, remote)
                     .await?;
@@ -115,21 +119,33 @@ impl Create {
                     "cwd is required, unless the gateway makes the session a workspace (\"workspace\": {\"kind\": \"scratch\"})".into(),
                 ));
             }
+            (Some(_), _) if remote => {
+                return Err(Error::Invalid(format!(
+                    "agent {agent:?} runs on another host, where the gateway makes no workspace"
+                )));
+            }
             (Some(NewWorkspace::Scratch), Some(_)) => {
                 return Err(Error::Invalid(
                     "a scratch workspace is the session's cwd: leave cwd out".into(),
                 ));
             }
-            (Some(NewWorkspace::Scratch), None) if remote => {
-                return Err(Error::Invalid(format!(
-                    "agent {agent:?} runs on another host, where the gateway makes no workspace"
-                )));
+            (Some(NewWorkspace::Worktree { .. }), None) => {
+                return Err(Error::Invalid(
+                    "a worktree is made of the repository cwd names: cwd is required".into(),
+                ));
             }
             (Some(NewWorkspace::Scratch), None) => {
                 self.check_dirs(None, &new.additional_directories, remote)
                     .await?;
-                let path = self.workspaces.make_scratch(None).await?;
-                (path.to_string_lossy().into_owned(), Some(path))
+                let made = self.workspaces.make(Source::Empty).await?;
+                (made.path.clone(), Some(made))
+            }
+            (Some(NewWorkspace::Worktree { reference }), Some(repository)) => {
+                self.check_dirs(Some(&repository), &new.additional_directories, remote)
+                    .await?;
+                let source = Source::Repository(&repository, reference.as_deref());
+                let made = self.workspaces.make(source).await?;
+                (made.path.clone(), Some(made))
             }
         };
         check_meta(new.meta.as_ref())?;
@@ -141,7 +157,7 @@ impl Create {
             meta: new.meta.as_ref(),
         };
         let started = self.start_session(caller, &agent, Start::New, setup).await;
-        let record = self.in_workspace(caller, started, scratch).await?;
+        let record = self.in_workspace(caller, started, made).await?;
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
             .controls
@@ -154,28 +170,28 @@ impl Create {
         self.views.view_with_state(&record).await
     }
 
-    /// A started session (`started`), recorded as working in the workspace `scratch` the
-    /// gateway made for it, if one; a session that did not start leaves no workspace, and one
-    /// whose workspace cannot be recorded is deleted.
+    /// A started session (`started`), recorded as working in the workspace the gateway `made`
+    /// for it, if one; a session that did not start leaves no workspace, and one whose
+    /// workspace cannot be recorded is deleted.
     async fn in_workspace(
         &self,
         caller: &Caller,
         started: Result<SessionRecord, Error>,
-        scratch: Option<PathBuf>,
+        made: Option<WorkspaceRecord>,
     ) -> Result<SessionRecord, Error> {
-        match (started, scratch) {
+        match (started, made) {
             (Ok(record), None) => Ok(record),
-            (Ok(record), Some(path)) => {
+            (Ok(record), Some(made)) => {
                 let id = &record.session_id;
-                if let Err(e) = self.workspaces.record_scratch(id, &path).await {
+                if let Err(e) = self.workspaces.record(id, made).await {
                     self.discard_new(caller, id).await;
                     return Err(e);
                 }
                 Ok(record)
             }
-            (Err(e), scratch) => {
-                if let Some(path) = scratch {
-                    self.workspaces.discard(&path).await;
+            (Err(e), made) => {
+                if let Some(made) = made {
+                    self.workspaces.discard(&made).await;
                 }
                 Err(e)
             }
@@ -212,23 +228,23 @@ impl Create {
             None => self.workspaces.of(parent.as_str()).await?,
             Some(_) => None,
         };
-        let scratch = match parent_workspace {
-            Some(w) => Some(self.workspaces.make_scratch(Some(&w)).await?),
+        let made = match &parent_workspace {
+            Some(w) => Some(self.workspaces.make(Source::Copy(w)).await?),
             None => None,
         };
-        let cwd = match (&scratch, fork.cwd) {
-            (Some(path), _) => path.to_string_lossy().into_owned(),
+        let cwd = match (&made, fork.cwd) {
+            (Some(made), _) => made.path.clone(),
             (None, cwd) => cwd.unwrap_or_else(|| from.cwd.clone()),
         };
-        let checked = scratch.is_none().then_some(cwd.as_str());
+        let checked = made.is_none().then_some(cwd.as_str());
         if let Err(e) = self
             .check_dirs(checked, &fork.additional_directories, remote)
             .await
             .and_then(|()| check_meta(fork.meta.as_ref()))
             .and_then(|()| self.check_mcp_servers(&fork.mcp_servers))
         {
-            if let Some(path) = &scratch {
-                self.workspaces.discard(path).await;
+            if let Some(made) = &made {
+                self.workspaces.discard(made).await;
             }
             return Err(e);
         }
@@ -242,7 +258,7 @@ impl Create {
         };
         let how = Start::Fork(parent.as_str());
         let started = self.start_session(caller, &from.agent, how, setup).await;
-        let record = self.in_workspace(caller, started, scratch).await?;
+        let record = self.in_workspace(caller, started, made).await?;
         let forked = Forked {
             session_id: record.session_id.clone(),
             parent_session_id: parent.as_str().to_owned(),

@@ -17,6 +17,7 @@ use super::output::{SessionView, Status};
 use super::problem::Problem;
 use super::state::SessionState;
 use crate::store::{EventKind, NewLifecycleEvent, Payload, SessionRecord};
+use crate::workspace::changes::Checkpoint;
 
 /// Schemas by name, as [`ToSchema::schemas`] collects them.
 pub type Schemas = Vec<(String, RefOr<Schema>)>;
@@ -92,6 +93,7 @@ events! {
         AgentExited(AgentExited),
         StateChanged(StateChanged),
         Forked(Forked),
+        WorkspaceChanged(WorkspaceChanged),
         Gap(Gap),
         State(StateSnapshot),
     }
@@ -195,6 +197,17 @@ pub struct Forked {
     pub session_id: String,
     pub parent_session_id: String,
     pub parent_seq: i64,
+}
+
+/// `workspace_changed`: a turn (or a revert) changed the files of the session's workspace;
+/// `checkpoint` keeps them as they are now, `GET /sessions/{id}/diff?checkpoint=` shows how.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceChanged {
+    pub session_id: String,
+    pub checkpoint: Checkpoint,
+    /// The paths that changed (after a rename, the new one).
+    pub paths: Vec<String>,
 }
 
 /// `state` (only first in a `?snapshot=true` stream): the session's state at `seq`, which is

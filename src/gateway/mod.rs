@@ -9,6 +9,7 @@
 //! [`Gateway`], which builds both, hands the use cases out and owns shutdown.
 
 mod caller;
+mod changes;
 mod clock;
 mod controls;
 mod create;
@@ -32,6 +33,7 @@ mod webhooks;
 
 pub use crate::store::EventKind;
 pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
+pub use changes::{Changes, Checkpoint, CheckpointsView, DiffView, FileChange};
 pub use controls::{Controls, InitialSettings};
 pub use create::{Create, Fork, NewSession, NewWorkspace};
 pub use error::Error;
@@ -98,6 +100,8 @@ pub struct GatewayConfig {
     pub workspace_dir: std::path::PathBuf,
     /// Whether a deleted session's workspace stays on disk.
     pub keep_workspaces: bool,
+    /// The host's git (worktrees, diffs, checkpoints), or why there is none.
+    pub git: Result<crate::workspace::git::Git, String>,
     /// The tenant that owns sessions discovered through `session/list` (the admin's).
     pub upstream_tenant: String,
     /// How often the cache is synced with `session/list` after the first sync at start
@@ -126,6 +130,7 @@ struct Service {
     turns: Turns,
     history: History,
     files: Files,
+    changes: Changes,
     system: System,
     requests: Arc<Requests>,
     webhooks: Arc<Webhooks>,
@@ -174,6 +179,7 @@ impl Gateway {
             store.clone(),
             config.workspace_dir.clone(),
             config.keep_workspaces,
+            config.git.clone(),
         ));
         let views = Arc::new(parts::views::Views::new(
             live.clone(),
@@ -254,7 +260,13 @@ impl Gateway {
             roots,
             config.mcp_servers,
         );
-        let turns = Turns::new(&parts, config.cancel_grace, config.control_timeout);
+        let changes = Changes::new(&parts);
+        let turns = Turns::new(
+            &parts,
+            changes.clone(),
+            config.cancel_grace,
+            config.control_timeout,
+        );
         let history = History::new(&parts);
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
@@ -276,6 +288,7 @@ impl Gateway {
             turns,
             history,
             files,
+            changes,
             system,
             requests,
             webhooks,
@@ -391,6 +404,11 @@ impl Gateway {
 
     pub fn files(&self) -> &Files {
         &self.0.files
+    }
+
+    /// What changed in sessions' workspaces: diffs, checkpoints, revert.
+    pub fn changes(&self) -> &Changes {
+        &self.0.changes
     }
 
     /// Readiness, the agents, the numbers of `/metrics`.

@@ -106,10 +106,18 @@ pub struct SessionView {
 #[serde(rename_all = "camelCase")]
 #[schema(example = json!({"kind": "scratch", "path": "/var/lib/acp-gateway/workspaces/9b2f0c1e4d6a4f0f8e7d2c3b1a096857"}))]
 pub struct WorkspaceView {
-    /// `scratch`: an empty folder of the session's own under `--workspace-dir`.
+    /// `scratch`: an empty folder of the session's own under `--workspace-dir`; `worktree`: a
+    /// git worktree of `repository` there.
     pub kind: String,
     /// The folder, on the gateway's host (the session's `cwd`).
     pub path: String,
+    /// The commit it started from, which `/diff` compares with (none when the gateway had no
+    /// git).
+    pub base: Option<String>,
+    /// A worktree's branch (`acp/<session id>`).
+    pub branch: Option<String>,
+    /// A worktree's repository.
+    pub repository: Option<String>,
 }
 
 impl From<WorkspaceRecord> for WorkspaceView {
@@ -117,6 +125,9 @@ impl From<WorkspaceRecord> for WorkspaceView {
         WorkspaceView {
             kind: w.kind,
             path: w.path,
+            base: w.base,
+            branch: w.branch,
+            repository: w.repository,
         }
     }
 }

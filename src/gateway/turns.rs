@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use super::caller::Caller;
+use super::changes::Changes;
 use super::error::Error;
 use super::event::{GatewayEvent, TurnEnded, TurnStarted};
 use super::input::{Prompt, SessionId};
@@ -25,6 +26,8 @@ use_case! {
     /// themselves).
     pub struct Turns {
         parts: [placement, records, views, log, states, requests, counters, tasks, workspaces],
+        /// A checkpoint of the workspace after each turn that changed its files.
+        changes: Changes,
         /// How long a cancelled turn may take to end before its member is restarted.
         cancel_grace: Duration,
         /// Bound on the agent's answer to a cancel.
@@ -147,6 +150,10 @@ impl Turns {
                 span.record("usage_total_tokens", tokens as i64);
             }
             let usage = ended.usage.is_some();
+            // What the turn changed in the session's workspace is checkpointed before its
+            // end is told, so a client seeing `turn_ended` finds the checkpoint.
+            let cwd = this.placement.live().cwd(&sid);
+            this.changes.after_turn(&sid, cwd.as_deref()).await;
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();

@@ -53,6 +53,7 @@ kinds! {
         AgentExited = "agent_exited",
         StateChanged = "state_changed",
         Forked = "forked",
+        WorkspaceChanged = "workspace_changed",
         SessionCreated = "session_created",
         SessionUpdated = "session_updated",
         SessionStatus = "session_status",

@@ -6,6 +6,10 @@
 //! beneath the folder's own handle ([`files::WorkFiles`], on `cap-std`), so that a symlink
 //! leading out, which the agent can make at any time, is refused when it is followed, not only
 //! when it was first seen.
+//!
+//! What changed in a workspace is git's to say ([`git`]), through the host's `git` command.
 
+pub mod changes;
 pub mod files;
+pub mod git;
 pub mod path;

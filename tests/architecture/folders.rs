@@ -39,6 +39,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "webhooks",
             "idempotency",
             "files",
+            "changes",
         ],
     ],
 )];

@@ -372,6 +372,25 @@ impl Gateway {
     }
 
     /// How many events `/history` returns on its first page.
+    /// What the agent says in a turn prompted with `text` (directives only): its chunks,
+    /// joined, without the reply to the empty rest (`(empty)`).
+    pub async fn said(&self, id: &str, text: &str) -> String {
+        let (status, body) = self.prompt(id, text).await;
+        assert_eq!(status, 200, "{body}");
+        let history = self.history(id).await;
+        let start = history
+            .iter()
+            .rposition(|e| e["event"] == "turn_started")
+            .unwrap();
+        history[start..]
+            .iter()
+            .filter(|e| e["event"] == "agent_message_chunk")
+            .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
+            .collect::<String>()
+            .trim_end_matches("(empty)")
+            .to_owned()
+    }
+
     pub async fn history_len(&self, id: &str) -> usize {
         self.json(&format!("/sessions/{id}/history")).await["events"]
             .as_array()

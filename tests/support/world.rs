@@ -170,6 +170,11 @@ impl World {
         self.gw.as_ref().unwrap()
     }
 
+    /// The world's own folder (its database, its agent's state, its workspaces).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// The echo agent's state directory, shared by every gateway of this world.
     pub fn agent_dir(&self) -> PathBuf {
         self.dir.path().join("agent")

@@ -52,6 +52,9 @@ struct LiveEntry {
     member: Option<usize>,
     /// The owning tenant, known once attached (lets status answer without the store).
     tenant: Option<String>,
+    /// Where it works, known once attached (lets a turn's end tell a workspace of the
+    /// gateway's without the store).
+    cwd: Option<Arc<str>>,
     /// Whether the cached record is archived, kept in step with every record update (lets a
     /// live session's prompt skip the store read).
     archived: bool,
@@ -73,6 +76,7 @@ impl LiveEntry {
         LiveEntry {
             member: None,
             tenant: None,
+            cwd: None,
             archived: false,
             busy: Busy::Idle,
             last_active: Instant::now(),
@@ -169,6 +173,7 @@ impl LiveTable {
             .or_insert_with(LiveEntry::new);
         entry.last_active = Instant::now();
         entry.tenant = Some(record.tenant.clone());
+        entry.cwd = Some(record.cwd.as_str().into());
         entry.archived = record.archived;
         if entry.member.is_none() {
             pool.adjust_sessions(member, true);
@@ -226,6 +231,11 @@ impl LiveTable {
         if let Some(entry) = self.lock().get_mut(session_id) {
             entry.confirmed = entry.confirmed.max(at);
         }
+    }
+
+    /// Where the session works, if this replica knows it.
+    pub(in crate::gateway) fn cwd(&self, session_id: &str) -> Option<Arc<str>> {
+        self.lock().get(session_id).and_then(|e| e.cwd.clone())
     }
 
     /// Whether this replica holds the session or is working on it.

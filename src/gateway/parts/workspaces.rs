@@ -1,6 +1,7 @@
-//! The workspaces the gateway makes for sessions: scratch folders under `--workspace-dir`, each
-//! recorded as its session's (`session_workspaces`), opened for the files routes, and removed
-//! with the session (unless `--keep-workspaces`).
+//! The workspaces the gateway makes for sessions under `--workspace-dir`: scratch folders and git
+//! worktrees, each recorded as its session's (`session_workspaces`), opened for the files
+//! routes, tracked through git for what changed (a checkpoint after each turn that changed
+//! files), and removed with the session (unless `--keep-workspaces`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,11 +10,26 @@ use serde_json::Value;
 
 use crate::gateway::error::Error;
 use crate::store::{SessionWorkspaces, WorkspaceRecord};
+use crate::workspace::changes::{Checkpoint, FileChange};
 use crate::workspace::files::{FileError, WorkFiles};
+use crate::workspace::git::{Git, GitError, Tracker};
 use crate::workspace::path::WorkPath;
 
 /// The kind of a scratch workspace, as stored and shown.
 pub(in crate::gateway) const SCRATCH: &str = "scratch";
+/// The kind of a worktree workspace, as stored and shown.
+pub(in crate::gateway) const WORKTREE: &str = "worktree";
+
+/// What a new session's workspace is made from.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::gateway) enum Source<'a> {
+    /// Nothing: an empty folder.
+    Empty,
+    /// A worktree of this repository (its top level) at this ref (its `HEAD` when `None`).
+    Repository(&'a str, Option<&'a str>),
+    /// The files of this workspace as they are (a fork's parent's).
+    Copy(&'a WorkspaceRecord),
+}
 
 /// The sessions' workspaces.
 pub(in crate::gateway) struct Workspaces {
@@ -22,6 +38,8 @@ pub(in crate::gateway) struct Workspaces {
     dir: PathBuf,
     /// Whether a deleted session's workspace stays on disk.
     keep: bool,
+    /// The host's git, or why there is none.
+    git: Result<Git, String>,
 }
 
 impl Workspaces {
@@ -29,20 +47,66 @@ impl Workspaces {
         store: Arc<dyn SessionWorkspaces>,
         dir: PathBuf,
         keep: bool,
+        git: Result<Git, String>,
     ) -> Self {
-        Workspaces { store, dir, keep }
+        Workspaces {
+            store,
+            dir,
+            keep,
+            git,
+        }
     }
 
-    /// A new folder of a session's own, for a scratch workspace (its session not made yet:
-    /// named by a fresh id, recorded once the session is): empty, or holding a copy of the
-    /// files of `from` (a fork's parent's workspace).
-    pub(in crate::gateway) async fn make_scratch(
+    /// A new workspace, for a session not made yet (named by a fresh id, recorded once the
+    /// session is: its `session_id` is empty until then): an empty folder, a worktree, or a
+    /// copy of another workspace's files (a worktree of the same repository at a commit of
+    /// them when that one is a worktree). Tracked through git when the host has it.
+    pub(in crate::gateway) async fn make(
         &self,
-        from: Option<&WorkspaceRecord>,
-    ) -> Result<PathBuf, Error> {
+        source: Source<'_>,
+    ) -> Result<WorkspaceRecord, Error> {
         let path = self.dir.join(uuid::Uuid::new_v4().simple().to_string());
-        let (to, from) = (path.clone(), from.map(|w| PathBuf::from(&w.path)));
-        let made = tokio::task::spawn_blocking(move || {
+        let mut made = WorkspaceRecord {
+            session_id: String::new(),
+            kind: SCRATCH.to_owned(),
+            path: path.to_string_lossy().into_owned(),
+            repository: None,
+            base: None,
+            branch: None,
+        };
+        let result = match source {
+            Source::Repository(repository, reference) => {
+                self.make_worktree(&mut made, repository, reference).await
+            }
+            Source::Copy(from) if from.kind == WORKTREE => {
+                let repository = from.repository.clone().unwrap_or_default();
+                let tracker = self.tracker(from)?;
+                let base = from.base.as_deref().unwrap_or_default();
+                let at = tracker.snapshot_commit(base).await.map_err(git_error)?;
+                self.make_worktree(&mut made, &repository, Some(&at)).await
+            }
+            Source::Copy(from) => self.make_scratch(&mut made, Some(from)).await,
+            Source::Empty => self.make_scratch(&mut made, None).await,
+        };
+        match result {
+            Ok(()) => Ok(made),
+            Err(e) => {
+                self.discard(&made).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn make_scratch(
+        &self,
+        made: &mut WorkspaceRecord,
+        from: Option<&WorkspaceRecord>,
+    ) -> Result<(), Error> {
+        let (to, from) = (
+            PathBuf::from(&made.path),
+            from.map(|w| PathBuf::from(&w.path)),
+        );
+        let copied = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&to)?;
             match from {
                 Some(from) => WorkFiles::open(&from)?.copy_into(&to),
@@ -51,33 +115,81 @@ impl Workspaces {
         })
         .await
         .map_err(std::io::Error::other)
-        .and_then(|made| made);
-        if let Err(e) = made {
+        .and_then(|copied| copied);
+        if let Err(e) = copied {
             tracing::error!(dir = %self.dir.display(), error = %e, "cannot make a workspace");
-            self.discard(&path).await;
             return Err(Error::FileSystem(format!(
                 "the gateway cannot make a workspace in --workspace-dir {}: {e}",
                 self.dir.display()
             )));
         }
-        Ok(path)
+        if self.git.is_ok() {
+            let tracker = self.tracker(made)?;
+            made.base = tracker.start(None).await.map_err(git_error)?;
+        }
+        Ok(())
     }
 
-    /// Records `path` as the scratch workspace of `session_id`.
-    pub(in crate::gateway) async fn record_scratch(
+    async fn make_worktree(
+        &self,
+        made: &mut WorkspaceRecord,
+        repository: &str,
+        reference: Option<&str>,
+    ) -> Result<(), Error> {
+        let git = self
+            .git
+            .as_ref()
+            .map_err(|why| Error::NotSupported(format!("worktree workspaces are off: {why}")))?;
+        made.kind = WORKTREE.to_owned();
+        made.repository = Some(repository.to_owned());
+        tokio::fs::create_dir_all(&self.dir).await.map_err(|e| {
+            Error::FileSystem(format!("--workspace-dir {}: {e}", self.dir.display()))
+        })?;
+        let at = PathBuf::from(&made.path);
+        let base = git
+            .add_worktree(Path::new(repository), &at, reference)
+            .await
+            .map_err(git_error)?;
+        made.base = Some(base);
+        let own_index = Tracker::worktree_git_dir(git, &at)
+            .await
+            .map_err(git_error)?
+            .join("index");
+        self.tracker(made)?
+            .start(Some(&own_index))
+            .await
+            .map_err(git_error)?;
+        Ok(())
+    }
+
+    /// Records `made` as the workspace of `session_id` (a worktree's checkout put on its branch
+    /// `acp/<session id>` first), and returns the record; one that cannot be is discarded.
+    pub(in crate::gateway) async fn record(
         &self,
         session_id: &str,
-        path: &Path,
-    ) -> Result<(), Error> {
-        let record = WorkspaceRecord {
-            session_id: session_id.to_owned(),
-            kind: SCRATCH.to_owned(),
-            path: path.to_string_lossy().into_owned(),
-            repository: None,
-            base: None,
-            branch: None,
-        };
-        Ok(self.store.put_workspace(&record).await?)
+        mut made: WorkspaceRecord,
+    ) -> Result<WorkspaceRecord, Error> {
+        made.session_id = session_id.to_owned();
+        let recorded = async {
+            if made.kind == WORKTREE
+                && let Ok(git) = &self.git
+            {
+                let branch = branch_name(session_id, &made.path);
+                git.name_branch(Path::new(&made.path), &branch)
+                    .await
+                    .map_err(git_error)?;
+                made.branch = Some(branch);
+            }
+            self.store.put_workspace(&made).await.map_err(Error::from)
+        }
+        .await;
+        match recorded {
+            Ok(()) => Ok(made),
+            Err(e) => {
+                self.discard(&made).await;
+                Err(e)
+            }
+        }
     }
 
     /// The workspace of `session_id`, if the gateway made it one.
@@ -93,11 +205,7 @@ impl Workspaces {
         &self,
         session_id: &str,
     ) -> Result<(Arc<WorkFiles>, String), Error> {
-        let Some(workspace) = self.of(session_id).await? else {
-            return Err(Error::Conflict(
-                "this session has no workspace of the gateway's (create it with \"workspace\": {\"kind\": \"scratch\"}); its files are not served".into(),
-            ));
-        };
+        let workspace = self.of(session_id).await?.ok_or_else(no_workspace)?;
         let path = PathBuf::from(&workspace.path);
         let opened = tokio::task::spawn_blocking(move || WorkFiles::open(&path))
             .await
@@ -173,8 +281,9 @@ impl Workspaces {
         }
     }
 
-    /// Removes the workspace of a deleted session: its folder (unless `--keep-workspaces`) and
-    /// its record. A failure is logged: the session is deleted all the same.
+    /// Removes the workspace of a deleted session: its folder, a worktree's branch and the
+    /// gateway's git state of it (unless `--keep-workspaces`), and its record. A failure is
+    /// logged: the session is deleted all the same.
     pub(in crate::gateway) async fn remove(&self, session_id: &str) {
         let workspace = match self.of(session_id).await {
             Ok(Some(w)) => w,
@@ -185,19 +294,133 @@ impl Workspaces {
             }
         };
         if !self.keep {
-            self.discard(Path::new(&workspace.path)).await;
+            self.discard(&workspace).await;
         }
         if let Err(e) = self.store.remove_workspace(session_id).await {
             tracing::warn!(session = session_id, error = %e, "cannot forget the deleted session's workspace");
         }
     }
 
-    /// Removes the folder of a workspace no session has (any more).
-    pub(in crate::gateway) async fn discard(&self, path: &Path) {
+    /// Removes a workspace no session has (any more): a worktree from its repository, with
+    /// its branch, the gateway's git state of it, and its folder.
+    pub(in crate::gateway) async fn discard(&self, workspace: &WorkspaceRecord) {
+        let path = Path::new(&workspace.path);
+        if let (Ok(git), Some(tracker)) = (&self.git, self.tracker(workspace).ok()) {
+            if let (WORKTREE, Some(repository)) = (workspace.kind.as_str(), &workspace.repository)
+                && let Err(e) = git
+                    .remove_worktree(
+                        Path::new(repository),
+                        path,
+                        workspace.branch.as_deref(),
+                        &tracker,
+                    )
+                    .await
+            {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove a worktree");
+            }
+            tracker.forget().await;
+        }
         if let Err(e) = tokio::fs::remove_dir_all(path).await
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace's folder");
         }
     }
+
+    /// How the gateway sees what changed in `workspace` (501 without git, or for a workspace
+    /// made without it).
+    pub(in crate::gateway) fn tracker(
+        &self,
+        workspace: &WorkspaceRecord,
+    ) -> Result<Tracker, Error> {
+        let git = self.git.as_ref().map_err(|why| {
+            Error::NotSupported(format!(
+                "what changed in a workspace is git's to say: {why}"
+            ))
+        })?;
+        let name = Path::new(&workspace.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let scratch = workspace.kind != WORKTREE;
+        Ok(Tracker::new(
+            git.clone(),
+            Path::new(&workspace.path),
+            &self.dir.join(".git-state"),
+            &name,
+            scratch,
+        ))
+    }
+
+    /// The workspace of `session_id` with its tracker and base (409 without a workspace, 501
+    /// when it is not tracked).
+    pub(in crate::gateway) async fn tracked(
+        &self,
+        session_id: &str,
+    ) -> Result<(WorkspaceRecord, Tracker, String), Error> {
+        let workspace = self.of(session_id).await?.ok_or_else(no_workspace)?;
+        let tracker = self.tracker(&workspace)?;
+        let base = workspace.base.clone().ok_or_else(|| {
+            Error::NotSupported("the workspace was made when the gateway had no git: what changed in it is not known".into())
+        })?;
+        Ok((workspace, tracker, base))
+    }
+
+    /// After a turn of `session_id`: a checkpoint of its workspace's files if they changed,
+    /// with what changed since the one before. `None` for a session without a tracked
+    /// workspace (the common case costs no store read: `cwd` outside `--workspace-dir`).
+    pub(in crate::gateway) async fn checkpoint(
+        &self,
+        session_id: &str,
+        cwd: Option<&str>,
+        reason: &str,
+    ) -> Result<Option<(Checkpoint, Vec<FileChange>)>, Error> {
+        if cwd.is_some_and(|cwd| !Path::new(cwd).starts_with(&self.dir)) || self.git.is_err() {
+            return Ok(None);
+        }
+        let Some(workspace) = self.of(session_id).await? else {
+            return Ok(None);
+        };
+        let (Ok(tracker), Some(base)) = (self.tracker(&workspace), &workspace.base) else {
+            return Ok(None);
+        };
+        tracker.checkpoint(base, reason).await.map_err(git_error)
+    }
+}
+
+/// 409: the session has no workspace of the gateway's.
+pub(in crate::gateway) fn no_workspace() -> Error {
+    Error::Conflict(
+        "this session has no workspace of the gateway's (create it with \"workspace\": {\"kind\": \"scratch\"} or {\"kind\": \"worktree\"}); its files are not served".into(),
+    )
+}
+
+/// A git failure as the client sees it: a wrong repository or ref is theirs (422), a git that
+/// cannot run is the host's (501), anything else the gateway's (500).
+pub(in crate::gateway) fn git_error(e: GitError) -> Error {
+    match e {
+        GitError::NotARepository(_) | GitError::UnknownRef(_) => Error::Invalid(e.to_string()),
+        GitError::Missing { .. } => Error::NotSupported(e.to_string()),
+        GitError::Failed { .. } => Error::FileSystem(e.to_string()),
+    }
+}
+
+/// The branch of a session's worktree: `acp/<session id>`, or `acp/<workspace folder>` for an
+/// id git would not take as a branch name.
+fn branch_name(session_id: &str, path: &str) -> String {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with(['.', '-'])
+            && !s.contains("..")
+            && !s.ends_with(".lock")
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    };
+    if plain(session_id) {
+        return format!("acp/{session_id}");
+    }
+    let folder = Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    format!("acp/{}", folder.unwrap_or_default())
 }
