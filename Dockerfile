@@ -38,9 +38,10 @@ FROM node:24-bookworm-slim
 #   --build-arg AGENT_NPM_PACKAGES="@agentclientprotocol/claude-agent-acp @agentclientprotocol/codex-acp"
 # each package's command is then on PATH: ACP_GATEWAY_AGENT=claude-agent-acp.
 ARG AGENT_NPM_PACKAGES=""
-# tini is PID 1 so that processes the agents leave behind are reaped.
+# tini is PID 1 so that processes the agents leave behind are reaped; git makes worktree
+# workspaces, diffs and checkpoints.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates tini \
+    && apt-get install -y --no-install-recommends ca-certificates tini git \
     && rm -rf /var/lib/apt/lists/* \
     && if [ -n "$AGENT_NPM_PACKAGES" ]; then \
          npm install --global --no-audit --no-fund $AGENT_NPM_PACKAGES && npm cache clean --force; \
