@@ -4,7 +4,8 @@
 //! stale), listed and deleted through the API and seen by the agent, the agent's files seen
 //! through the API; every way out refused (`..`, encoded, absolute, a symlink the agent made);
 //! a `.json` file served byte for byte; a prompt's links only to the workspace's files; a fork
-//! from a copy of its parent's files; the workspace removed with the session.
+//! from a copy of its parent's files; several files uploaded in one multipart body (every path
+//! checked first, the body bounded); the workspace removed with the session.
 
 use crate::support;
 
@@ -18,7 +19,8 @@ both_backends!(
     files_written_and_read_through_the_api_and_by_the_agent,
     no_path_leads_out_of_the_workspace,
     a_prompt_links_only_the_workspaces_files,
-    a_fork_starts_from_its_parents_files
+    a_fork_starts_from_its_parents_files,
+    several_files_are_uploaded_at_once
 );
 
 /// A session created with a scratch workspace: its view.
@@ -354,5 +356,80 @@ async fn a_fork_starts_from_its_parents_files(backend: Backend) {
     assert_eq!(gw.said(id, "/write b.txt").await, "wrote b.txt");
     let r = gw.get(&files_url(fork_id, "b.txt")).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    w.finish().await;
+}
+
+async fn several_files_are_uploaded_at_once(backend: Backend) {
+    let opts = Options::default().args(&["--max-body-bytes", "4096"]);
+    let w = World::start(backend, opts).await;
+    let gw = w.gw();
+    let id = scratch(gw).await["sessionId"].as_str().unwrap().to_owned();
+    let upload = |parts: Vec<(&'static str, &'static str, Vec<u8>)>| {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, path, bytes) in parts {
+            form = form.part(name, reqwest::multipart::Part::bytes(bytes).file_name(path));
+        }
+        reqwest::Client::new()
+            .post(gw.url(&format!("/sessions/{id}/files")))
+            .multipart(form)
+            .send()
+    };
+    let r = upload(vec![
+        ("file", "a.txt", b"first".to_vec()),
+        ("file", "docs/deep/b.md", b"# second".to_vec()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+    let written: Value = r.json().await.unwrap();
+    let paths: Vec<&str> = written["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["a.txt", "docs/deep/b.md"]);
+    assert!(
+        written["files"][1]["uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:///")
+    );
+    assert_eq!(
+        gw.said(&id, "/read docs/deep/b.md").await,
+        "read docs/deep/b.md: # second"
+    );
+
+    // One path out of the workspace: nothing is written.
+    let r = upload(vec![
+        ("file", "c.txt", b"third".to_vec()),
+        ("file", "../escape.txt", b"out".to_vec()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        gw.get(&files_url(&id, "c.txt")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let r = upload(vec![("notes", "d.txt", b"x".to_vec())])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a part not named file");
+    let r = upload(vec![("file", "big.bin", vec![7u8; 8192])])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(
+        gw.get(&files_url(&id, "big.bin")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let r = reqwest::Client::new()
+        .post(gw.url(&format!("/sessions/{id}/files")))
+        .json(&json!({"a.txt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "not multipart");
     w.finish().await;
 }

@@ -6,7 +6,8 @@
 //! layer rewrites them.
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, State};
+use axum::extract::multipart::{MultipartError, MultipartRejection};
+use axum::extract::{FromRequestParts, Multipart, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -167,6 +168,81 @@ pub async fn delete_file(
     ))]
 pub async fn list_files(State(s): State<AppState>, req: FileRequest) -> Result<Response, ApiError> {
     serve(&s, req).await
+}
+
+/// A multipart upload: each part named `file`, whose filename is its path in the workspace.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the parts are read as they come
+pub struct Upload {
+    /// The files; each part's `filename` is the file's path (`notes/todo.md`).
+    file: Vec<UploadPart>,
+}
+
+/// One uploaded file's bytes: a part of any content type (the request body's `encoding` says
+/// `application/octet-stream`), whose `filename` is the file's path.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String)]
+#[allow(dead_code)] // a schema only
+pub struct UploadPart(Vec<u8>);
+
+/// The files an upload wrote.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"files": [{"path": "notes/todo.md", "uri": "file:///var/lib/acp-gateway/workspaces/9b2f0c1e/notes/todo.md", "size": 8, "etag": "\"1a2b-8-17f0e1d2c3b4a596\"", "modified": "2026-11-29T10:00:00Z"}]}))]
+pub struct Uploaded {
+    pub files: Vec<FileView>,
+}
+
+/// Upload several files at once.
+///
+/// A `multipart/form-data` body whose parts are named `file`, each part's `filename` the file's
+/// path in the workspace (its folders made, whatever was there replaced). Every path is
+/// checked before any file is written.
+#[utoipa::path(post, operation_id = "uploadFiles", path = "/sessions/{id}/files", tag = "files",
+    params(SessionPath),
+    request_body(content(
+        (Upload = "multipart/form-data", example = json!({"file": ["# Notes\n"]}),
+            encoding(("file" = (content_type = "application/octet-stream")))),
+    )),
+    responses(
+        (status = 201, description = "The files written, in the order sent", body = Uploaded),
+        (status = 413, description = "The body is larger than --max-body-bytes", body = crate::gateway::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not multipart, a part that is not a named `file`, or a path that leaves the workspace", body = crate::gateway::Problem, content_type = "application/problem+json"),
+        SymlinkOutside,
+        UnknownSession,
+        (status = 409, description = "A path is a folder, or the session has no workspace of the gateway's", body = crate::gateway::Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn upload_files(
+    State(s): State<AppState>,
+    req: FileRequest,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<(StatusCode, axum::Json<Uploaded>), ApiError> {
+    let mut multipart = multipart.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let mut uploaded = Vec::new();
+    while let Some(part) = multipart.next_field().await.map_err(bad)? {
+        let path = match (part.name(), part.file_name()) {
+            (Some("file"), Some(path)) => path.to_owned(),
+            (name, _) => {
+                let name = name.unwrap_or_default();
+                return Err(ApiError::BadRequest(format!(
+                    "part {name:?}: each part is a `file` with a filename, its path"
+                )));
+            }
+        };
+        let bytes = part.bytes().await.map_err(bad)?;
+        uploaded.push((path, bytes));
+    }
+    let files = s.gateway.files();
+    let written = files.upload(&req.caller, &req.id, uploaded).await?;
+    Ok((StatusCode::CREATED, axum::Json(Uploaded { files: written })))
+}
+
+/// A multipart body that cannot be read: too large (413, `--max-body-bytes`) or malformed (400).
+fn bad(e: MultipartError) -> ApiError {
+    let text = format!("multipart body: {}", e.body_text());
+    match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(text),
+        _ => ApiError::BadRequest(text),
+    }
 }
 
 /// `GET` of a path: a folder's JSON, or the file's bytes as the request's headers ask.

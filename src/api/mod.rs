@@ -144,7 +144,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turns::answer_permission))
         .routes(routes!(elicitations::list_elicitations))
         .routes(routes!(elicitations::answer_elicitation))
-        .routes(routes!(files::list_files))
+        .routes(routes!(files::list_files, files::upload_files))
         .routes(routes!(changes::diff))
         .routes(routes!(changes::checkpoints))
         .routes(routes!(changes::revert))

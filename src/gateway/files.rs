@@ -144,6 +144,30 @@ impl Files {
         .await
     }
 
+    /// `POST /sessions/{id}/files`: several files written whole (their folders made), each
+    /// over whatever was there. Every path is checked before any file is written.
+    pub async fn upload(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        uploaded: Vec<(String, Bytes)>,
+    ) -> Result<Vec<FileView>, Error> {
+        let (files, root, _) = self.open(caller, id, "").await?;
+        let mut checked = Vec::with_capacity(uploaded.len());
+        for (path, bytes) in uploaded {
+            checked.push((parse(&path)?, bytes));
+        }
+        blocking(move || {
+            let mut written = Vec::with_capacity(checked.len());
+            for (path, bytes) in checked {
+                let (info, _) = files.write(&path, &bytes, None)?;
+                written.push(file_view(&root, &path, info));
+            }
+            Ok(written)
+        })
+        .await
+    }
+
     /// `DELETE /sessions/{id}/files/{path}`: the file, or the folder and all it holds.
     pub async fn delete(&self, caller: &Caller, id: &SessionId, path: &str) -> Result<(), Error> {
         let (files, _, path) = self.open(caller, id, path).await?;
@@ -158,11 +182,15 @@ impl Files {
         path: &str,
     ) -> Result<(Arc<WorkFiles>, String, WorkPath), Error> {
         self.records.get(caller, id).await?;
-        let path = WorkPath::parse(path)
-            .map_err(|e: PathRefused| Error::Malformed(format!("path {path:?}: {e}")))?;
+        let path = parse(path)?;
         let (files, root) = self.workspaces.files(id.as_str()).await?;
         Ok((files, root, path))
     }
+}
+
+/// A client's path in a workspace, checked (400 when it could only mean somewhere else).
+fn parse(path: &str) -> Result<WorkPath, Error> {
+    WorkPath::parse(path).map_err(|e: PathRefused| Error::Malformed(format!("path {path:?}: {e}")))
 }
 
 /// Runs `f` on a blocking thread.

@@ -218,6 +218,7 @@ known_kinds!(
     AgentExited => "agent_exited",
     StateChanged => "state_changed",
     Forked => "forked",
+    WorkspaceChanged => "workspace_changed",
     Gap => "gap",
     State => "state",
     UserMessageChunk => "user_message_chunk",
