@@ -2,7 +2,9 @@
 //! replica that forwards it to the session's holder, and is then SIGKILLed, is answered on retry
 //! through the holder with the one turn that ran; a client's own forwarding mark is ignored (its
 //! keyed prompt runs once, its DELETE sent to a replica that does not hold the session goes to
-//! the one that does). Ignored, with that reason, when built without `DATABASE_URL`.
+//! the one that does); a worktree session's files, diff, checkpoints, upload and revert asked of
+//! a replica that does not hold it are answered by the one that does (a revert while its turn
+//! runs there is 409). Ignored, with that reason, when built without `DATABASE_URL`.
 
 use crate::support;
 
@@ -141,4 +143,102 @@ async fn a_forwarding_mark_sent_by_a_client_is_ignored() {
     assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 0, 0]);
     drop((b, c));
     w.finish().await;
+}
+
+#[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+async fn a_workspaces_routes_go_to_the_replica_holding_the_session() {
+    let (w, b, c) = three_replicas(beating()).await;
+    let a = w.gw();
+    let repo = w.dir().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("README.md"), "hello\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "first"]);
+    let mark = b.forwarding_mark(&reqwest::Method::POST, "/sessions").await;
+    let body = json!({"cwd": repo.to_str().unwrap(), "workspace": {"kind": "worktree"}});
+    let r = b
+        .http
+        .post(b.url("/sessions"))
+        .header("acp-gateway-forwarded", mark)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(sessions_held(&[a, &b, &c]).await, [0, 1, 0]);
+
+    // Asked of `a`: the turn runs on `b`, whose checkpoint `a` then lists.
+    assert_eq!(a.said(&id, "/write notes.txt").await, "wrote notes.txt");
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(b"up".to_vec()).file_name("up/one.txt"),
+    );
+    let r = a
+        .http
+        .post(a.url(&format!("/sessions/{id}/files")))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let diff = a.json(&format!("/sessions/{id}/diff")).await;
+    let paths: Vec<&str> = diff["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["notes.txt", "up/one.txt"], "{diff}");
+    let listed = c.json(&format!("/sessions/{id}/checkpoints")).await;
+    assert_eq!(
+        listed["checkpoints"].as_array().unwrap().len(),
+        1,
+        "{listed}"
+    );
+    assert_eq!(
+        sessions_held(&[a, &b, &c]).await,
+        [0, 1, 0],
+        "the session stays where it is"
+    );
+
+    // A revert asked of `a` while the turn runs on `b` is refused there.
+    a.prompt_async(&id, "/hang").await;
+    let status = format!("/sessions/{id}/status");
+    b.wait_until(|g| {
+        let status = status.clone();
+        async move { g.json(&status).await["activity"] == "running" }
+    })
+    .await;
+    let revert = a
+        .post(&format!("/sessions/{id}/revert"), json!({"to": "base"}))
+        .await;
+    assert_eq!(revert.status(), 409);
+    assert_eq!(a.session_action(&id, "cancel").await.status(), 204);
+    let revert = a
+        .post(&format!("/sessions/{id}/revert"), json!({"to": "base"}))
+        .await;
+    assert_eq!(revert.status(), 200);
+    assert_eq!(
+        a.get(&format!("/sessions/{id}/files/notes.txt"))
+            .await
+            .status(),
+        404
+    );
+    w.finish().await;
+    drop((b, c));
 }
