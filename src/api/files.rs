@@ -1,9 +1,10 @@
 //! `/sessions/{id}/files`: the files of a session's workspace (`"workspace": {"kind":
-//! "scratch"}` at creation). A folder is listed as JSON; a file is served as its bytes with
-//! `Content-Type` (by its name), `ETag`, `Last-Modified`, `If-None-Match` (304) and one byte
-//! `Range` (206, 416); `PUT` writes a file whole (its folders made; `If-Match` → 412 when it
-//! changed), `DELETE` removes a file or a folder. The bytes are streamed as they are: no JSON
-//! layer rewrites them.
+//! "scratch"}` or `{"kind": "worktree"}` at creation). A folder is listed as JSON; a file is
+//! served as its bytes with `Content-Type` (by its name), `ETag`, `Last-Modified`,
+//! `If-None-Match` (304) and one byte `Range` (206, 416); `PUT` writes a file whole (its folders
+//! made; `If-Match` → 412 when it changed), `POST` uploads several in one multipart body,
+//! `DELETE` removes a file or a folder. The bytes are streamed as they are: no JSON layer
+//! rewrites them.
 
 use axum::body::{Body, Bytes};
 use axum::extract::multipart::{MultipartError, MultipartRejection};
