@@ -5,7 +5,8 @@
 //! (untracked files included, as JSON and as a patch); a checkpoint and a `workspace_changed`
 //! after each turn that changed files, none after one that did not; a checkpoint's own diff;
 //! revert to a checkpoint and to the base (409 while a turn runs); a fork from its parent's
-//! files as they are; delete leaves no worktree or branch behind; a gateway without git.
+//! files as they are; a worktree's `.git` out of the files API's reach; delete leaves no
+//! worktree or branch behind; a gateway without git.
 
 use std::path::Path;
 use std::process::Command;
@@ -156,6 +157,39 @@ async fn two_sessions_on_one_repository_work_apart(backend: Backend) {
     assert_eq!(
         changed(gw, a, "").await,
         pairs(&[("README.md", "modified")])
+    );
+    // The worktree's `.git` (a file naming its git directory) is git's, never the API's.
+    let git_file = format!("/sessions/{a}/files/.git");
+    assert_eq!(gw.get(&git_file).await.status(), 403);
+    let r = reqwest::Client::new()
+        .put(gw.url(&git_file))
+        .body("gitdir: /elsewhere")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(gw.delete(&format!("{git_file}/x")).await.status(), 403);
+    let form = reqwest::multipart::Form::new()
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"x".to_vec()).file_name("ok.txt"),
+        )
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"x".to_vec()).file_name(".git"),
+        );
+    let url = gw.url(&format!("/sessions/{a}/files"));
+    let r = reqwest::Client::new()
+        .post(url)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        read_file(gw, a, "ok.txt").await.0,
+        404,
+        "nothing of a refused upload is written"
     );
 
     let path = ws["path"].as_str().unwrap().to_owned();

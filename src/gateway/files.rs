@@ -152,14 +152,13 @@ impl Files {
         id: &SessionId,
         uploaded: Vec<(String, Bytes)>,
     ) -> Result<Vec<FileView>, Error> {
-        let (files, root, _) = self.open(caller, id, "").await?;
-        let mut checked = Vec::with_capacity(uploaded.len());
-        for (path, bytes) in uploaded {
-            checked.push((parse(&path)?, bytes));
-        }
+        let (paths, bytes): (Vec<String>, Vec<Bytes>) = uploaded.into_iter().unzip();
+        let (files, root, paths) = self
+            .open_all(caller, id, paths.iter().map(String::as_str))
+            .await?;
         blocking(move || {
-            let mut written = Vec::with_capacity(checked.len());
-            for (path, bytes) in checked {
+            let mut written = Vec::with_capacity(paths.len());
+            for (path, bytes) in paths.into_iter().zip(bytes) {
                 let (info, _) = files.write(&path, &bytes, None)?;
                 written.push(file_view(&root, &path, info));
             }
@@ -181,10 +180,32 @@ impl Files {
         id: &SessionId,
         path: &str,
     ) -> Result<(Arc<WorkFiles>, String, WorkPath), Error> {
+        let (files, root, mut paths) = self.open_all(caller, id, [path]).await?;
+        Ok((files, root, paths.remove(0)))
+    }
+
+    /// The caller's session's workspace files, its folder, and `paths` checked: each one
+    /// inside it (400), and none in a worktree's `.git`, which is git's (403: written, it could
+    /// lead the gateway's git to another repository).
+    async fn open_all<'p>(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        paths: impl IntoIterator<Item = &'p str>,
+    ) -> Result<(Arc<WorkFiles>, String, Vec<WorkPath>), Error> {
         self.records.get(caller, id).await?;
-        let path = parse(path)?;
-        let (files, root) = self.workspaces.files(id.as_str()).await?;
-        Ok((files, root, path))
+        let paths = paths
+            .into_iter()
+            .map(parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (files, root, worktree) = self.workspaces.files(id.as_str()).await?;
+        let in_git = |p: &&WorkPath| p.as_str().split('/').next() == Some(".git");
+        if let Some(path) = paths.iter().find(in_git).filter(|_| worktree) {
+            return Err(Error::Forbidden(format!(
+                "{path}: a worktree's .git is git's, not served"
+            )));
+        }
+        Ok((files, root, paths))
     }
 }
 

@@ -200,18 +200,19 @@ impl Workspaces {
         Ok(self.store.workspace_of(session_id).await?)
     }
 
-    /// The files of the workspace of `session_id`, and its folder (409 if it has none).
+    /// The files of the workspace of `session_id`, its folder, and whether it is a worktree
+    /// (409 if it has none).
     pub(in crate::gateway) async fn files(
         &self,
         session_id: &str,
-    ) -> Result<(Arc<WorkFiles>, String), Error> {
+    ) -> Result<(Arc<WorkFiles>, String, bool), Error> {
         let workspace = self.of(session_id).await?.ok_or_else(no_workspace)?;
         let path = PathBuf::from(&workspace.path);
         let opened = tokio::task::spawn_blocking(move || WorkFiles::open(&path))
             .await
             .map_err(|e| Error::Conflict(format!("the workspace could not be opened: {e}")))?;
         match opened {
-            Ok(files) => Ok((Arc::new(files), workspace.path)),
+            Ok(files) => Ok((Arc::new(files), workspace.path, workspace.kind == WORKTREE)),
             Err(e) => Err(Error::Conflict(format!(
                 "the session's workspace {} cannot be opened here: {e}",
                 workspace.path
