@@ -3,8 +3,8 @@
 # live gateway in front of the echo agent, generating requests from the committed
 # openapi/openapi.json, and fails on any 5xx answer (`not_a_server_error`) or a response that
 # does not match the spec's status codes. The SSE routes are left out (their streams never end).
-# The agent offers every session control, so a generated `config`, `mode` or `model` meets the
-# gateway's validation (422) instead of the agent's lack of it (501).
+# The agent offers every session control and capability, so a generated `config`, `mode`,
+# `model` or fork meets the gateway's validation (422) instead of the agent's lack of it (501).
 # It runs on SQLite, and also on a fresh PostgreSQL database when DATABASE_URL is set (a NUL
 # byte or a lone surrogate reaches PostgreSQL's text types otherwise than SQLite's).
 #   bash scripts/schemathesis.sh [MAX_EXAMPLES]      (default 25 per operation)
@@ -38,7 +38,8 @@ run() {
   local out="$work/$name.out" log="$work/$name.log"
   echo "schemathesis against a gateway on $name"
   rm -rf "$work/agent"
-  ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models,options target/debug/acp-gateway \
+  ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models,options \
+    ECHO_AGENT_CAPS=load,list,delete,resume,close,fork target/debug/acp-gateway \
     --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
     --database-url "$db_url" --control-timeout 5 --workspace-dir "$work/workspaces" \
     >"$out" 2>"$log" &

@@ -10,7 +10,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::{AppState, Json, Path, SessionPath};
-use super::responses::{AgentFailed, AgentRefused, InvalidSessionParams, UnknownOrDeletedSession};
+use super::responses::{
+    AgentFailed, AgentRefused, ArchivedSession, InvalidSessionParams, UnknownOrDeletedSession,
+};
 use crate::gateway::input::SessionId;
 use crate::gateway::output::SessionView;
 use crate::gateway::{Caller, Fork, StateAt};
@@ -81,7 +83,7 @@ pub struct ForkSession {
         (status = 200, description = "The session's state after the change", body = StateAt),
         (status = 422, description = "A mode the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no modes", body = Problem, content_type = "application/problem+json"),
-        UnknownOrDeletedSession, AgentRefused,
+        UnknownOrDeletedSession, AgentRefused, ArchivedSession,
     ))]
 pub async fn set_mode(
     State(s): State<AppState>,
@@ -107,7 +109,7 @@ pub async fn set_mode(
         (status = 200, description = "The session's state after the change", body = StateAt),
         (status = 422, description = "A model the agent does not offer (or a malformed body)", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no models", body = Problem, content_type = "application/problem+json"),
-        UnknownOrDeletedSession, AgentRefused,
+        UnknownOrDeletedSession, AgentRefused, ArchivedSession,
     ))]
 pub async fn set_model(
     State(s): State<AppState>,
@@ -133,7 +135,7 @@ pub async fn set_model(
         (status = 200, description = "The session's state after the change", body = StateAt),
         (status = 422, description = "An unknown option, or a value it does not take", body = Problem, content_type = "application/problem+json"),
         (status = 501, description = "The agent offers no config options", body = Problem, content_type = "application/problem+json"),
-        UnknownOrDeletedSession, AgentRefused,
+        UnknownOrDeletedSession, AgentRefused, ArchivedSession,
     ))]
 pub async fn set_config(
     State(s): State<AppState>,

@@ -67,6 +67,8 @@ problems! {
     UnknownFile(404, "Unknown session, or no such file");
     /// 409: the session has no workspace of the gateway's.
     NoWorkspace(409, "The session has no workspace of the gateway's");
+    /// 409: the session is archived; it takes no prompt or setting until it is unarchived.
+    ArchivedSession(409, "The session is archived (unarchive it first)");
     /// 501: what changed in a workspace needs git, which the gateway's host lacks.
     NoGit(501, "The gateway has no git (or made the workspace without it)");
 }
