@@ -16,27 +16,15 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::shared::git::git;
 use support::{Backend, Database, Gateway, Options};
 
 const FILES: usize = 10_000;
 const REPEATS: usize = 7;
 const DOWNLOAD_MB: usize = 256;
-
-fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
-    let out = Command::new("git")
-        .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    out.stdout
-}
 
 fn lines(seed: usize) -> String {
     (0..20)

@@ -11,6 +11,7 @@ use crate::support;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::cluster::{beating, sessions_held, three_replicas};
+use support::git::git;
 use support::*;
 
 /// `body` POSTed to `path` on `g` under Idempotency-Key `key`, with `headers`.
@@ -152,19 +153,10 @@ async fn a_workspaces_routes_go_to_the_replica_holding_the_session() {
     let a = w.gw();
     let repo = w.dir().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    };
-    git(&["init", "-q"]);
+    git(&repo, &["init", "-q"]);
     std::fs::write(repo.join("README.md"), "hello\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "first"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
     let mark = b.forwarding_mark(&reqwest::Method::POST, "/sessions").await;
     let body = json!({"cwd": repo.to_str().unwrap(), "workspace": {"kind": "worktree"}});
     let r = b

@@ -9,11 +9,11 @@
 //! worktree or branch behind; a gateway without git.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::support;
 
 use serde_json::{Value, json};
+use support::git::git;
 use support::*;
 
 both_backends!(
@@ -23,18 +23,6 @@ both_backends!(
     a_worktree_fork_starts_from_its_parents_files,
     without_git_scratch_workspaces_still_serve_files
 );
-
-/// Runs git in `dir`, returning its output (trimmed); panics when it fails.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// A repository with `README.md` ("hello") and `src/lib.rs` committed on `main`, under `dir`.
 fn repository(dir: &Path) -> std::path::PathBuf {

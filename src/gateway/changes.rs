@@ -89,7 +89,7 @@ impl Changes {
         id: &SessionId,
     ) -> Result<CheckpointsView, Error> {
         self.records.get(caller, id).await?;
-        let (_, tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
         let checkpoints = tracker.checkpoints(&base).await.map_err(git_error)?;
         Ok(CheckpointsView { base, checkpoints })
     }
@@ -104,18 +104,16 @@ impl Changes {
         to: &str,
     ) -> Result<Checkpoint, Error> {
         self.records.get(caller, id).await?;
-        let (_, tracker, base) = self.workspaces.tracked(id.as_str()).await?;
-        let target = if to == "base" { base.as_str() } else { to };
-        if !tracker.knows(&base, target).await.map_err(git_error)? {
-            return Err(Error::NotFound(format!(
-                "{to:?} is not a checkpoint of this session (nor \"base\")"
-            )));
-        }
+        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let target = match to {
+            "base" => base.clone(),
+            id => find(&tracker, &base, id).await?.id,
+        };
         let _claim = self
             .placement
             .claim_waiting(id.as_str(), Busy::Turn)
             .await?;
-        tracker.restore(target).await.map_err(git_error)?;
+        tracker.restore(&target).await.map_err(git_error)?;
         let reason = format!("revert to {to}");
         match tracker
             .checkpoint(&base, &reason)
@@ -174,17 +172,18 @@ impl Changes {
         checkpoint: Option<&str>,
     ) -> Result<(Tracker, String, Option<String>), Error> {
         self.records.get(caller, id).await?;
-        let (_, tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
         let Some(checkpoint) = checkpoint else {
             return Ok((tracker, base, None));
         };
-        let listed = tracker.checkpoints(&base).await.map_err(git_error)?;
-        let found = listed.into_iter().find(|c| c.id == checkpoint);
-        let found = found.ok_or_else(|| {
-            Error::NotFound(format!(
-                "{checkpoint:?} is not a checkpoint of this session"
-            ))
-        })?;
+        let found = find(&tracker, &base, checkpoint).await?;
         Ok((tracker, found.parent, Some(found.id)))
     }
+}
+
+/// The checkpoint `id` of a workspace whose base is `base` (404 when it is none of them).
+async fn find(tracker: &Tracker, base: &str, id: &str) -> Result<Checkpoint, Error> {
+    let listed = tracker.checkpoints(base).await.map_err(git_error)?;
+    let found = listed.into_iter().find(|c| c.id == id);
+    found.ok_or_else(|| Error::NotFound(format!("{id:?} is not a checkpoint of this session")))
 }

@@ -69,7 +69,11 @@ impl Git {
                 ))
             })?;
         let top = PathBuf::from(top.trim());
-        if std::fs::canonicalize(repository).ok() != std::fs::canonicalize(&top).ok() {
+        let (given, top_level) = (
+            tokio::fs::canonicalize(repository).await.ok(),
+            tokio::fs::canonicalize(&top).await.ok(),
+        );
+        if given != top_level {
             return Err(GitError::NotARepository(format!(
                 "{} is a folder inside the repository {}: name its top level",
                 repository.display(),
@@ -389,14 +393,6 @@ impl Tracker {
             return Ok(Vec::new());
         }
         self.list(&format!("{base}..{head}")).await
-    }
-
-    /// Whether `id` is one of the checkpoints since `base` (or `base` itself).
-    pub async fn knows(&self, base: &str, id: &str) -> Result<bool, GitError> {
-        if id == base {
-            return Ok(true);
-        }
-        Ok(self.checkpoints(base).await?.iter().any(|c| c.id == id))
     }
 
     /// The workspace's files made as they were at `to` (a checkpoint or the base): what was

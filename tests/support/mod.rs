@@ -15,6 +15,7 @@ pub mod agent;
 pub mod balancer;
 pub mod cluster;
 pub mod gateway;
+pub mod git;
 pub mod pgcluster;
 pub mod postgres;
 pub mod problem;

@@ -353,18 +353,18 @@ impl Workspaces {
         ))
     }
 
-    /// The workspace of `session_id` with its tracker and base (409 without a workspace, 501
+    /// The tracker and base of the workspace of `session_id` (409 without a workspace, 501
     /// when it is not tracked).
     pub(in crate::gateway) async fn tracked(
         &self,
         session_id: &str,
-    ) -> Result<(WorkspaceRecord, Tracker, String), Error> {
+    ) -> Result<(Tracker, String), Error> {
         let workspace = self.of(session_id).await?.ok_or_else(no_workspace)?;
         let tracker = self.tracker(&workspace)?;
         let base = workspace.base.clone().ok_or_else(|| {
             Error::NotSupported("the workspace was made when the gateway had no git: what changed in it is not known".into())
         })?;
-        Ok((workspace, tracker, base))
+        Ok((tracker, base))
     }
 
     /// After a turn of `session_id`: a checkpoint of its workspace's files if they changed,

@@ -1,0 +1,17 @@
+//! The host's `git`, as tests and benches make the repositories a worktree workspace is made of.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs git in `dir` (as a fixed author, so a commit needs no configuration), returning its
+/// output, trimmed; panics when it fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
