@@ -2,11 +2,14 @@
 //! `playwright-core` from npm). A frontend on another origin creates a session with `fetch` and
 //! a bearer key, prompts it, and reads its stream with `EventSource` and `?access_token=`; the
 //! gateway's own console at `/` is driven through a session's life, a reload and a restart, and
-//! shows the Mode and Model pickers only for what the session's agent offers.
+//! shows the Mode and Model pickers only for what the session's agent offers; its Files panel
+//! is driven in `files`.
 //! Ignored by plain `cargo test` because it needs the browser and `npm ci` in `tests/browser`;
 //! `.ci/run` installs both and runs them with `--ignored`.
 
 use crate::support;
+
+mod files;
 
 use serde_json::Value;
 use support::*;

@@ -2,7 +2,8 @@
 //! gateway's `/acp` (an agent host, the echo agent behind it, its own API key required), over
 //! WebSocket and over HTTP/SSE, with the front on each backend. The session flows go through the
 //! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
-//! permission answered at the front, cancel, fork (not offered: 501), the list sync, delete. The host SIGKILLed mid-turn ends
+//! permission answered at the front, cancel, fork (not offered: 501), the files routes (501: the
+//! files are on the host) and a workspace (422), the list sync, delete. The host SIGKILLed mid-turn ends
 //! the front's turn as a member's death does, and once the host is back the session is resumed
 //! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever. Over
 //! WebSocket a flood of updates ends its turn, a 20 MB message passes and one over the front's
@@ -93,6 +94,19 @@ async fn session_flows(backend: Backend, scheme: &str) {
     // The host offers no fork: the front says so, as for a local agent without one.
     let r = gw.post(&format!("/sessions/{id}/fork"), json!({})).await;
     assert_eq!(r.status(), 501);
+    // Its files are on the host, out of the front's reach: 501 for each files route, not a
+    // wrong answer from the front's own disk; and the front makes no workspace there.
+    for route in ["files", "files/README.md", "diff", "checkpoints"] {
+        let r = gw.get(&format!("/sessions/{id}/{route}")).await;
+        assert_eq!(r.status(), 501, "{route}");
+        let problem: Value = r.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("runs on another host"), "{detail}");
+    }
+    let r = gw
+        .post("/sessions", json!({"workspace": {"kind": "scratch"}}))
+        .await;
+    assert_eq!(r.status(), 422);
 
     // A session made on the host by another of its clients reaches the front's list by the
     // list sync, as a local agent's would.

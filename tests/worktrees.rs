@@ -13,7 +13,7 @@ use std::path::Path;
 use crate::support;
 
 use serde_json::{Value, json};
-use support::git::git;
+use support::git::{git, repository};
 use support::*;
 
 both_backends!(
@@ -23,19 +23,6 @@ both_backends!(
     a_worktree_fork_starts_from_its_parents_files,
     without_git_scratch_workspaces_still_serve_files
 );
-
-/// A repository with `README.md` ("hello") and `src/lib.rs` committed on `main`, under `dir`.
-fn repository(dir: &Path) -> std::path::PathBuf {
-    let repo = dir.join("repo");
-    std::fs::create_dir_all(repo.join("src")).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README.md"), "hello\n").unwrap();
-    std::fs::write(repo.join("src/lib.rs"), "pub fn one() {}\n").unwrap();
-    std::fs::write(repo.join(".gitignore"), "target/\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
-    repo
-}
 
 /// A session with a worktree of `repo` (at `reference`, if given): its view.
 async fn worktree(gw: &Gateway, repo: &Path, reference: Option<&str>) -> Value {
@@ -149,6 +136,14 @@ async fn two_sessions_on_one_repository_work_apart(backend: Backend) {
     // The worktree's `.git` (a file naming its git directory) is git's, never the API's.
     let git_file = format!("/sessions/{a}/files/.git");
     assert_eq!(gw.get(&git_file).await.status(), 403);
+    let root = gw.json(&format!("/sessions/{a}/files")).await;
+    let names: Vec<&str> = root["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [".gitignore", "README.md", "src"], "no .git listed");
     let r = reqwest::Client::new()
         .put(gw.url(&git_file))
         .body("gitdir: /elsewhere")

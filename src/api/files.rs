@@ -17,7 +17,9 @@ use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
 use super::error::ApiError;
 use super::extract::{AppState, Path, SessionPath};
-use super::responses::{NoWorkspace, PathOutside, SymlinkOutside, UnknownFile, UnknownSession};
+use super::responses::{
+    FilesElsewhere, NoWorkspace, PathOutside, SymlinkOutside, UnknownFile, UnknownSession,
+};
 use crate::gateway::{Caller, FileView, FolderView, Found, OpenFile, SessionId};
 
 /// How much of a file one read takes while it is sent (`bench/workspace.sh` measures it).
@@ -97,6 +99,7 @@ pub struct Verbatim;
         SymlinkOutside,
         UnknownFile,
         NoWorkspace,
+        FilesElsewhere,
         (status = 416, description = "The range is outside the file", body = crate::gateway::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn get_file(State(s): State<AppState>, req: FileRequest) -> Result<Response, ApiError> {
@@ -117,6 +120,7 @@ pub async fn get_file(State(s): State<AppState>, req: FileRequest) -> Result<Res
         SymlinkOutside,
         (status = 404, description = "Unknown session", body = crate::gateway::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The path is a folder, or the session has no workspace of the gateway's", body = crate::gateway::Problem, content_type = "application/problem+json"),
+        FilesElsewhere,
         (status = 412, description = "The file is not the version `If-Match` names (or does not exist)", body = crate::gateway::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn put_file(
@@ -150,6 +154,7 @@ pub async fn put_file(
         SymlinkOutside,
         (status = 404, description = "Unknown session, or no such file", body = crate::gateway::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The path is the workspace's folder, or the session has no workspace of the gateway's", body = crate::gateway::Problem, content_type = "application/problem+json"),
+        FilesElsewhere,
     ))]
 pub async fn delete_file(
     State(s): State<AppState>,
@@ -169,6 +174,7 @@ pub async fn delete_file(
         (status = 200, description = "The names in the workspace's folder", body = FolderView),
         UnknownSession,
         NoWorkspace,
+        FilesElsewhere,
     ))]
 pub async fn list_files(State(s): State<AppState>, req: FileRequest) -> Result<Response, ApiError> {
     serve(&s, req).await
@@ -214,6 +220,7 @@ pub struct Uploaded {
         SymlinkOutside,
         UnknownSession,
         (status = 409, description = "A path is a folder, or the session has no workspace of the gateway's", body = crate::gateway::Problem, content_type = "application/problem+json"),
+        FilesElsewhere,
     ))]
 pub async fn upload_files(
     State(s): State<AppState>,

@@ -69,6 +69,9 @@ problems! {
     NoWorkspace(409, "The session has no workspace of the gateway's");
     /// 409: the session is archived; it takes no prompt or setting until it is unarchived.
     ArchivedSession(409, "The session is archived (unarchive it first)");
-    /// 501: what changed in a workspace needs git, which the gateway's host lacks.
-    NoGit(501, "The gateway has no git (or made the workspace without it)");
+    /// 501: what changed in a workspace needs git, which the gateway's host lacks; or the
+    /// session's agent runs on another host, where its files are.
+    NoGit(501, "The gateway has no git (or made the workspace without it), or the session's agent runs on another host");
+    /// 501: the session's agent runs on another host, where its files are.
+    FilesElsewhere(501, "The session's agent runs on another host, where its files are");
 }

@@ -47,6 +47,13 @@ pub struct CheckpointsView {
 }
 
 impl Changes {
+    /// The caller's session's workspace, tracked through git, and its base.
+    async fn tracked(&self, caller: &Caller, id: &SessionId) -> Result<(Tracker, String), Error> {
+        let record = self.records.get(caller, id).await?;
+        self.placement.files_here(&record)?;
+        self.workspaces.tracked(id.as_str()).await
+    }
+
     /// `GET /sessions/{id}/diff`: the files as they are against the base, or (`checkpoint`)
     /// what that checkpoint changed against the one before it.
     pub async fn diff(
@@ -88,8 +95,7 @@ impl Changes {
         caller: &Caller,
         id: &SessionId,
     ) -> Result<CheckpointsView, Error> {
-        self.records.get(caller, id).await?;
-        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let (tracker, base) = self.tracked(caller, id).await?;
         let checkpoints = tracker.checkpoints(&base).await.map_err(git_error)?;
         Ok(CheckpointsView { base, checkpoints })
     }
@@ -103,8 +109,7 @@ impl Changes {
         id: &SessionId,
         to: &str,
     ) -> Result<Checkpoint, Error> {
-        self.records.get(caller, id).await?;
-        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let (tracker, base) = self.tracked(caller, id).await?;
         let target = match to {
             "base" => base.clone(),
             id => find(&tracker, &base, id).await?.id,
@@ -171,8 +176,7 @@ impl Changes {
         id: &SessionId,
         checkpoint: Option<&str>,
     ) -> Result<(Tracker, String, Option<String>), Error> {
-        self.records.get(caller, id).await?;
-        let (tracker, base) = self.workspaces.tracked(id.as_str()).await?;
+        let (tracker, base) = self.tracked(caller, id).await?;
         let Some(checkpoint) = checkpoint else {
             return Ok((tracker, base, None));
         };

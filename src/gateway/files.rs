@@ -21,7 +21,7 @@ use crate::workspace::path::{PathRefused, WorkPath};
 use_case! {
     /// The use case of a session's files, with the parts it needs.
     pub struct Files {
-        parts: [records, workspaces],
+        parts: [records, workspaces, placement],
     }
 }
 
@@ -89,7 +89,14 @@ pub enum Found {
 impl Files {
     /// `GET /sessions/{id}/files/{path}`: the folder's names, or the file open for reading.
     pub async fn find(&self, caller: &Caller, id: &SessionId, path: &str) -> Result<Found, Error> {
-        let (files, root, path) = self.open(caller, id, path).await?;
+        let (at, path) = self.open(caller, id, path).await?;
+        let Opened {
+            files,
+            root,
+            worktree,
+        } = at;
+        // A worktree's `.git` is git's: not listed, as it is not served.
+        let hidden = move |name: &str| worktree && name == ".git";
         blocking(move || {
             // Opened first: a folder is listed instead (one look at the path, not two).
             let (file, info) = match files.open_file(&path) {
@@ -97,6 +104,7 @@ impl Files {
                     let entries = files.list(&path)?;
                     let entries = entries
                         .into_iter()
+                        .filter(|e| !(path.as_str().is_empty() && hidden(&e.name)))
                         .map(|e| FileEntryView {
                             uri: uri_of(&root, &path.join(&e.name)),
                             kind: kind_name(e.kind),
@@ -136,7 +144,7 @@ impl Files {
         bytes: Bytes,
         if_match: Option<String>,
     ) -> Result<(FileView, bool), Error> {
-        let (files, root, path) = self.open(caller, id, path).await?;
+        let (Opened { files, root, .. }, path) = self.open(caller, id, path).await?;
         blocking(move || {
             let (info, created) = files.write(&path, &bytes, if_match.as_deref())?;
             Ok((file_view(&root, &path, info), created))
@@ -153,7 +161,7 @@ impl Files {
         uploaded: Vec<(String, Bytes)>,
     ) -> Result<Vec<FileView>, Error> {
         let (paths, bytes): (Vec<String>, Vec<Bytes>) = uploaded.into_iter().unzip();
-        let (files, root, paths) = self
+        let (Opened { files, root, .. }, paths) = self
             .open_all(caller, id, paths.iter().map(String::as_str))
             .await?;
         blocking(move || {
@@ -169,19 +177,19 @@ impl Files {
 
     /// `DELETE /sessions/{id}/files/{path}`: the file, or the folder and all it holds.
     pub async fn delete(&self, caller: &Caller, id: &SessionId, path: &str) -> Result<(), Error> {
-        let (files, _, path) = self.open(caller, id, path).await?;
+        let (Opened { files, .. }, path) = self.open(caller, id, path).await?;
         blocking(move || Ok(files.delete(&path)?)).await
     }
 
-    /// The caller's session's workspace files, its folder, and `path` checked.
+    /// The caller's session's workspace, and `path` checked.
     async fn open(
         &self,
         caller: &Caller,
         id: &SessionId,
         path: &str,
-    ) -> Result<(Arc<WorkFiles>, String, WorkPath), Error> {
-        let (files, root, mut paths) = self.open_all(caller, id, [path]).await?;
-        Ok((files, root, paths.remove(0)))
+    ) -> Result<(Opened, WorkPath), Error> {
+        let (opened, mut paths) = self.open_all(caller, id, [path]).await?;
+        Ok((opened, paths.remove(0)))
     }
 
     /// The caller's session's workspace files, its folder, and `paths` checked: each one
@@ -192,8 +200,9 @@ impl Files {
         caller: &Caller,
         id: &SessionId,
         paths: impl IntoIterator<Item = &'p str>,
-    ) -> Result<(Arc<WorkFiles>, String, Vec<WorkPath>), Error> {
-        self.records.get(caller, id).await?;
+    ) -> Result<(Opened, Vec<WorkPath>), Error> {
+        let record = self.records.get(caller, id).await?;
+        self.placement.files_here(&record)?;
         let paths = paths
             .into_iter()
             .map(parse)
@@ -205,8 +214,22 @@ impl Files {
                 "{path}: a worktree's .git is git's, not served"
             )));
         }
-        Ok((files, root, paths))
+        let opened = Opened {
+            files,
+            root,
+            worktree,
+        };
+        Ok((opened, paths))
     }
+}
+
+/// A session's workspace, open for its files.
+struct Opened {
+    files: Arc<WorkFiles>,
+    /// Its folder.
+    root: String,
+    /// Whether it is a git worktree.
+    worktree: bool,
 }
 
 /// A client's path in a workspace, checked (400 when it could only mean somewhere else).

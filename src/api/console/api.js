@@ -23,17 +23,22 @@ export const api = {
     else sessionStorage.removeItem(KEY);
   },
 
+  /** The response to `method` `path` (the key as a bearer header), whatever its status. */
+  async raw(method, path, headers = {}, body = undefined) {
+    const key = this.key();
+    if (key) headers = { ...headers, authorization: `Bearer ${key}` };
+    const res = await fetch(path, { method, headers, body });
+    if (res.status === 401) this.onUnauthorized();
+    return res;
+  },
+
+  /** `body`: JSON, or a FormData sent as multipart. A problem answer throws an ApiError. */
   async call(method, path, body, extra = {}) {
     const headers = { accept: "application/json", ...extra };
-    const key = this.key();
-    if (key) headers.authorization = `Bearer ${key}`;
-    if (body !== undefined) headers["content-type"] = "application/json";
-    const res = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    if (res.status === 401) this.onUnauthorized();
+    const form = body instanceof FormData;
+    if (body !== undefined && !form) headers["content-type"] = "application/json";
+    const sent = body === undefined || form ? body : JSON.stringify(body);
+    const res = await this.raw(method, path, headers, sent);
     if (res.status === 204) return null;
     const text = await res.text();
     let json = null;

@@ -124,6 +124,7 @@ async function route() {
     connection,
     activity: (sid, a) => list.activity(sid, a),
     deleted: () => list.remove(id),
+    ask,
   });
   view = v;
   try {
@@ -203,7 +204,11 @@ function wire() {
   });
   $("create").addEventListener("submit", async (e) => {
     e.preventDefault();
-    const body = { cwd: $("create-cwd").value.trim(), agent: $("create-agent").value };
+    const body = { agent: $("create-agent").value };
+    const kind = $("create-workspace").value;
+    if (kind !== "scratch") body.cwd = $("create-cwd").value.trim();
+    if (kind) body.workspace = { kind };
+    if (kind === "worktree" && $("create-ref").value.trim()) body.workspace.ref = $("create-ref").value.trim();
     if ($("create-mode").value.trim()) body.mode = $("create-mode").value.trim();
     if ($("create-model").value.trim()) body.model = $("create-model").value.trim();
     $("create-submit").disabled = true;
@@ -217,6 +222,12 @@ function wire() {
     } finally {
       $("create-submit").disabled = false;
     }
+  });
+  $("create-workspace").addEventListener("change", (e) => {
+    const kind = e.target.value;
+    $("create-ref").hidden = $("create-ref-label").hidden = kind !== "worktree";
+    $("create-cwd").required = kind !== "scratch";
+    $("create-cwd").disabled = kind === "scratch";
   });
   $("filters").addEventListener("submit", (e) => {
     e.preventDefault();

@@ -9,6 +9,7 @@
 import { api, sessionPath } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
 import { elicitationForm } from "./elicitation.js";
+import { FilesPanel } from "./files.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,7 +20,7 @@ const EVENTS = [
   "config_option_update", "session_info_update", "usage_update", "turn_started", "turn_ended",
   "permission_requested", "permission_resolved", "elicitation_requested",
   "elicitation_resolved", "elicitation_completed", "session_deleted", "agent_exited",
-  "state_changed", "forked", "gap", "message",
+  "state_changed", "forked", "workspace_changed", "gap", "message",
 ];
 
 function el(tag, className, text) {
@@ -72,6 +73,7 @@ export class SessionView {
     this.state = s.state || {};
     this.activity = s.activity || null;
     this.renderHead();
+    this.files = new FilesPanel(this.id, s.workspace, { ask: this.hooks.ask });
     await this.catchUp();
     this.connect();
   }
@@ -79,6 +81,7 @@ export class SessionView {
   close() {
     this.closed = true;
     this.source?.close();
+    this.files?.close();
   }
 
   /** Applies the log's events after the last applied one, page by page. */
@@ -266,6 +269,10 @@ export class SessionView {
       case "agent_exited":
         this.current = null;
         this.note("the agent process exited");
+        break;
+      case "workspace_changed":
+        this.note(`files changed: ${(data.paths || []).join(", ")}`);
+        this.files?.changed();
         break;
       case "forked":
         this.note(`forked from ${data.parentSessionId} at event ${data.parentSeq}`);

@@ -128,6 +128,17 @@ impl Placement {
         })
     }
 
+    /// 501 when the session's agent runs on another host: its files are there, not here.
+    pub(in crate::gateway) fn files_here(&self, record: &SessionRecord) -> Result<(), Error> {
+        match self.agents.get(&record.agent) {
+            Some(agent) if agent.is_remote() => Err(Error::NotSupported(format!(
+                "agent {:?} runs on another host: this session's files are there, out of this gateway's reach",
+                record.agent
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// An agent's "authentication required", completed with what it offers: the client (an
     /// operator, really) learns which `auth-method` to configure.
     pub(in crate::gateway) fn auth_hint(&self, agent: &str, e: Error) -> Error {
