@@ -73,6 +73,10 @@ pub fn app(
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn(api::restore_surrogates))
         .layer(axum::middleware::from_fn_with_state(
+            api::hosted::Hosts::new(gateway.clone()),
+            api::hosted::to_host,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             api::forward::Forwarder::new(gateway.clone()),
             api::forward::forward,
         ))
@@ -155,6 +159,7 @@ pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
         auth_method: agent.auth_method.clone(),
         auth_meta: agent.auth_meta.clone(),
         remote: agent.remote.clone(),
+        remote_token: agent.remote_token.clone(),
     }
 }
 

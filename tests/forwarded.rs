@@ -188,14 +188,7 @@ async fn a_workspaces_routes_go_to_the_replica_holding_the_session() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
-    let diff = a.json(&format!("/sessions/{id}/diff")).await;
-    let paths: Vec<&str> = diff["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap())
-        .collect();
-    assert_eq!(paths, ["notes.txt", "up/one.txt"], "{diff}");
+    assert_eq!(a.changed_paths(&id).await, ["notes.txt", "up/one.txt"]);
     let listed = c.json(&format!("/sessions/{id}/checkpoints")).await;
     assert_eq!(
         listed["checkpoints"].as_array().unwrap().len(),

@@ -33,6 +33,7 @@ mod openapi;
 mod outage;
 mod rebinding;
 mod remote_agents;
+mod remote_workspaces;
 mod security;
 mod sessions;
 mod soak;

@@ -2,8 +2,8 @@
 //! gateway's `/acp` (an agent host, the echo agent behind it, its own API key required), over
 //! WebSocket and over HTTP/SSE, with the front on each backend. The session flows go through the
 //! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
-//! permission answered at the front, cancel, fork (not offered: 501), the files routes (501: the
-//! files are on the host) and a workspace (422), the list sync, delete. The host SIGKILLed mid-turn ends
+//! permission answered at the front, cancel, fork (not offered: 501), the files routes (the
+//! host's answer), the list sync, delete. The host SIGKILLed mid-turn ends
 //! the front's turn as a member's death does, and once the host is back the session is resumed
 //! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever. Over
 //! WebSocket a flood of updates ends its turn, a 20 MB message passes and one over the front's
@@ -17,11 +17,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::*;
 
-const HOST_KEY: &str = "host-secret-key-0123456789";
+pub(crate) const HOST_KEY: &str = "host-secret-key-0123456789";
 
 /// The agent host: a gateway on SQLite in front of the echo agent (with modes and models),
 /// requiring its own key.
-async fn host() -> World {
+pub(crate) async fn host() -> World {
     World::start(Backend::Sqlite, host_options()).await
 }
 
@@ -42,7 +42,7 @@ fn host_options() -> Options {
 
 /// The front: its default agent is the host at `url`, its key from the environment, asked
 /// after 5 s of silence.
-async fn front(backend: Backend, url: &str, dir: &Path) -> World {
+pub(crate) async fn front(backend: Backend, url: &str, dir: &Path) -> World {
     World::start(backend, front_options(url, dir, HOST_KEY, 5)).await
 }
 
@@ -65,7 +65,7 @@ fn front_options(url: &str, dir: &Path, key: &str, heartbeat: u64) -> Options {
 }
 
 /// The host's URL for `scheme` (`ws` or `http`).
-fn url_of(host: &World, scheme: &str) -> String {
+pub(crate) fn url_of(host: &World, scheme: &str) -> String {
     let base = host.gw().base.replace("http://", &format!("{scheme}://"));
     format!("{base}/acp")
 }
@@ -94,19 +94,9 @@ async fn session_flows(backend: Backend, scheme: &str) {
     // The host offers no fork: the front says so, as for a local agent without one.
     let r = gw.post(&format!("/sessions/{id}/fork"), json!({})).await;
     assert_eq!(r.status(), 501);
-    // Its files are on the host, out of the front's reach: 501 for each files route, not a
-    // wrong answer from the front's own disk; and the front makes no workspace there.
-    for route in ["files", "files/README.md", "diff", "checkpoints"] {
-        let r = gw.get(&format!("/sessions/{id}/{route}")).await;
-        assert_eq!(r.status(), 501, "{route}");
-        let problem: Value = r.json().await.unwrap();
-        let detail = problem["detail"].as_str().unwrap();
-        assert!(detail.contains("runs on another host"), "{detail}");
-    }
-    let r = gw
-        .post("/sessions", json!({"workspace": {"kind": "scratch"}}))
-        .await;
-    assert_eq!(r.status(), 422);
+    // Its files are the host's, which the front asks: this session has no workspace there.
+    let r = gw.get(&format!("/sessions/{id}/files")).await;
+    assert_eq!(r.status(), 409);
 
     // A session made on the host by another of its clients reaches the front's list by the
     // list sync, as a local agent's would.
@@ -470,7 +460,8 @@ async fn with_two_hosts_one_down_the_other_serves() {
 /// A third-party server as the remote agent: `acpremote expose` (PyPI `acpremote`, pinned and
 /// installed by `.ci/run`; its path in `ACPREMOTE`) serving the echo agent over WebSocket at its
 /// own endpoint (`/acp/ws`, given as is), its bearer token required. The front's client goes
-/// through the same flows; then the session, held by a member whose connection is cut (its
+/// through the same flows, and the session's files routes are 501 (the host is no gateway);
+/// then the session, held by a member whose connection is cut (its
 /// bridge SIGKILLed), is resumed through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs acpremote (PyPI), then: ACPREMOTE=PATH cargo test --test integration remote_agents::third_party -- --ignored"]
@@ -482,6 +473,14 @@ async fn a_third_party_server_is_a_remote_agent() {
     let front = front(Backend::Sqlite, &url, dir.path()).await;
     let gw = front.gw();
     let id = through_the_front(gw).await;
+    // The session's files are on a host that is no gateway: out of the front's reach.
+    for route in ["files", "files/README.md", "diff", "checkpoints"] {
+        let r = gw.get(&format!("/sessions/{id}/{route}")).await;
+        assert_eq!(r.status(), 501, "{route}");
+        let problem: Value = r.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("runs on another host"), "{detail}");
+    }
 
     let bridge = gw.agent_pid().await;
     nix::sys::signal::kill(

@@ -14,7 +14,7 @@
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
@@ -106,7 +106,7 @@ pub async fn forward(State(forwarder): State<Forwarder>, req: Request, next: Nex
 }
 
 /// Reads the body of `req` as an extractor would, so that the configured body limit applies.
-async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
+pub(super) async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
     let (parts, body) = req.into_parts();
     match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
         Ok(body) => Ok((parts, body)),
@@ -139,16 +139,42 @@ async fn send(
     let mark = forwarder.proof.mark(&parts.method, path);
     let target = format!("{owner}{path}");
     let mut headers = parts.headers;
+    headers.insert(FORWARDED, mark);
+    let hop = Hop {
+        client: &forwarder.client,
+        to: owner,
+        unreachable: "the gateway replica serving this request cannot be reached; retry shortly",
+    };
+    relay(hop, parts.method, &target, headers, body).await
+}
+
+/// Where [`relay`] sends a request.
+pub(super) struct Hop<'a> {
+    pub client: &'a reqwest::Client,
+    /// The server it goes to (for the log and the trace; credentials are redacted).
+    pub to: &'a str,
+    /// What the client is told (503) when that server cannot be reached.
+    pub unreachable: &'static str,
+}
+
+/// Sends a request to `target` through `hop` (its hop-by-hop headers and its `Origin` left
+/// out, the trace context passed on) and streams the answer back.
+pub(super) async fn relay(
+    hop: Hop<'_>,
+    method: Method,
+    target: &str,
+    mut headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     for h in &HOP_BY_HOP {
         headers.remove(h);
     }
-    // The browser's origin was checked here, against this replica's `Host` (see `guard`); the
-    // owner, reached at another name, would take it for a foreign page's.
+    // The browser's origin was checked here, against this gateway's `Host` (see `guard`); the
+    // server, reached at another name, would take it for a foreign page's.
     headers.remove(header::ORIGIN);
-    headers.insert(FORWARDED, mark);
-    // The trace goes on at the owner, as a child of this hop's span.
+    // The trace goes on there, as a child of this hop's span.
     // An advertised URL may carry credentials; the log and the trace do not.
-    let shown = crate::redact::url(owner);
+    let shown = crate::redact::url(hop.to);
     let span = tracing::info_span!(
         "forward",
         "otel.name" = "forward",
@@ -166,13 +192,11 @@ async fn send(
     }
     let unreachable = |e: reqwest::Error| {
         let error = crate::redact::text(&e.to_string()).into_owned();
-        tracing::warn!(owner = %shown, error, "the replica serving the request cannot be reached");
-        ApiError::Service(gateway::Error::HeldElsewhere(
-            "the gateway replica serving this request cannot be reached; retry shortly".into(),
-        ))
+        tracing::warn!(owner = %shown, error, "{}", hop.unreachable);
+        ApiError::Service(gateway::Error::HeldElsewhere(hop.unreachable.into()))
     };
-    let answer = (forwarder.client)
-        .request(parts.method, &target)
+    let answer = (hop.client)
+        .request(method, target)
         .headers(headers)
         .body(body)
         .send()

@@ -14,6 +14,7 @@ mod extract;
 mod files;
 pub mod forward;
 pub mod guard;
+pub mod hosted;
 pub mod idempotency;
 pub mod limits;
 mod metrics;

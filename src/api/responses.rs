@@ -71,7 +71,7 @@ problems! {
     ArchivedSession(409, "The session is archived (unarchive it first)");
     /// 501: what changed in a workspace needs git, which the gateway's host lacks; or the
     /// session's agent runs on another host, where its files are.
-    NoGit(501, "The gateway has no git (or made the workspace without it), or the session's agent runs on another host");
-    /// 501: the session's agent runs on another host, where its files are.
-    FilesElsewhere(501, "The session's agent runs on another host, where its files are");
+    NoGit(501, "The gateway has no git (or made the workspace without it), or the session's agent runs on a host that is no gateway");
+    /// 501: the session's agent runs on a host that is no gateway, where its files are.
+    FilesElsewhere(501, "The session's agent runs on a host that is no gateway, where its files are out of reach");
 }

@@ -67,6 +67,16 @@ pub struct WorkspaceRequest {
     pub reference: Option<String>,
 }
 
+impl WorkspaceRequest {
+    /// A workspace asked for in JSON other than a `POST /sessions` body (`/acp`'s
+    /// `session/new` `_meta.workspace`), checked alike.
+    pub fn checked(asked: Value) -> Result<NewWorkspace, ApiError> {
+        let asked: WorkspaceRequest =
+            serde_json::from_value(asked).map_err(|e| ApiError::Validation(e.to_string()))?;
+        NewWorkspace::try_from(asked)
+    }
+}
+
 impl TryFrom<WorkspaceRequest> for NewWorkspace {
     type Error = ApiError;
 

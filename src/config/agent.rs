@@ -34,6 +34,8 @@ pub struct AgentSpec {
     /// The URLs of an agent reached over ACP's HTTP or WebSocket transport (its members bridge
     /// to them, in turn); empty for a command the gateway runs.
     pub remote: Vec<String>,
+    /// The bearer token the remote side requires (`${VAR}` references resolved).
+    pub remote_token: Option<String>,
 }
 
 /// A `[agents.NAME]` table of the `--config` file, as written (nothing resolved yet). Keys are

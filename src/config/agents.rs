@@ -214,6 +214,7 @@ impl Config {
             auth_meta: None,
             max_sessions: 0,
             remote: Vec::new(),
+            remote_token: None,
         }
     }
 
@@ -277,6 +278,7 @@ impl AgentSpec {
         ];
         command.args = args.map(str::to_owned).into();
         command.env = token
+            .clone()
             .map(|t| ("ACP_GATEWAY_CONNECT_TOKEN".to_owned(), t))
             .into_iter()
             .collect();
@@ -284,6 +286,7 @@ impl AgentSpec {
         // A gateway host asks for no `authenticate`; a table's own `auth-method` still applies.
         self.auth_method = None;
         self.remote = urls;
+        self.remote_token = token;
         Ok(self)
     }
 }

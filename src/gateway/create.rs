@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use chrono::SubsecRound;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::RwLockReadGuard;
 
 use super::caller::Caller;
@@ -19,7 +19,7 @@ use super::event::{Forked, GatewayEvent, GatewayLifecycleEvent};
 use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
 use super::parts::use_case;
-use super::parts::workspaces::Source;
+use super::parts::workspaces::{Source, made_by_host};
 use super::sessions::Sessions;
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
@@ -108,6 +108,8 @@ impl Create {
     ) -> Result<SessionView, Error> {
         let agent = self.placement.requested_agent(new.agent.as_deref())?;
         let (agent, remote) = (agent.name().to_owned(), agent.is_remote());
+        // A workspace the agent's host (another gateway) is asked to make, in `_meta`.
+        let mut hosted = None;
         let (cwd, made) = match (new.workspace, new.cwd) {
             (None, Some(cwd)) => {
                 self.check_dirs(Some(&cwd), &new.additional_directories, remote)
@@ -119,11 +121,6 @@ impl Create {
                     "cwd is required, unless the gateway makes the session a workspace (\"workspace\": {\"kind\": \"scratch\"})".into(),
                 ));
             }
-            (Some(_), _) if remote => {
-                return Err(Error::Invalid(format!(
-                    "agent {agent:?} runs on another host, where the gateway makes no workspace"
-                )));
-            }
             (Some(NewWorkspace::Scratch), Some(_)) => {
                 return Err(Error::Invalid(
                     "a scratch workspace is the session's cwd: leave cwd out".into(),
@@ -133,6 +130,13 @@ impl Create {
                 return Err(Error::Invalid(
                     "a worktree is made of the repository cwd names: cwd is required".into(),
                 ));
+            }
+            (Some(workspace), cwd) if remote => {
+                self.check_dirs(cwd.as_deref(), &new.additional_directories, remote)
+                    .await?;
+                hosted = Some(workspace);
+                // ACP asks for a cwd; the host's answer says where the workspace is.
+                (cwd.unwrap_or_else(|| "/".to_owned()), None)
             }
             (Some(NewWorkspace::Scratch), None) => {
                 self.check_dirs(None, &new.additional_directories, remote)
@@ -150,11 +154,12 @@ impl Create {
         };
         check_meta(new.meta.as_ref())?;
         self.check_mcp_servers(&new.mcp_servers)?;
+        let meta = asking_host(new.meta, hosted.as_ref());
         let setup = SessionSetup {
             cwd: &cwd,
             additional_directories: &new.additional_directories,
             mcp_servers: &new.mcp_servers,
-            meta: new.meta.as_ref(),
+            meta: meta.as_ref(),
         };
         let started = self.start_session(caller, &agent, Start::New, setup).await;
         let record = self.in_workspace(caller, started, made).await?;
@@ -171,19 +176,23 @@ impl Create {
     }
 
     /// A started session (`started`), recorded as working in the workspace the gateway `made`
-    /// for it, if one; a session that did not start leaves no workspace, and one whose
-    /// workspace cannot be recorded is deleted.
+    /// for it, or the agent's host did, if one; a session that did not start leaves no
+    /// workspace, and one whose workspace cannot be recorded is deleted.
     async fn in_workspace(
         &self,
         caller: &Caller,
-        started: Result<SessionRecord, Error>,
+        started: Result<(SessionRecord, Option<WorkspaceRecord>), Error>,
         made: Option<WorkspaceRecord>,
     ) -> Result<SessionRecord, Error> {
         match (started, made) {
-            (Ok(record), None) => Ok(record),
-            (Ok(record), Some(made)) => {
+            (Ok((record, hosted)), made) => {
                 let id = &record.session_id;
-                if let Err(e) = self.workspaces.record(id, made).await {
+                let recorded = match (made, hosted) {
+                    (Some(made), _) => self.workspaces.record(id, made).await.map(drop),
+                    (None, Some(hosted)) => self.workspaces.record_hosted(id, hosted).await,
+                    (None, None) => return Ok(record),
+                };
+                if let Err(e) = recorded {
                     self.discard_new(caller, id).await;
                     return Err(e);
                 }
@@ -223,10 +232,11 @@ impl Create {
             return Err(CallError::Unsupported(method).into());
         }
         // A fork of a session with a workspace, working where its parent does, starts from a
-        // copy of the parent's files in a workspace of its own.
+        // copy of the parent's files in a workspace of its own (on a remote agent's host, the
+        // host's business).
         let parent_workspace = match &fork.cwd {
-            None => self.workspaces.of(parent.as_str()).await?,
-            Some(_) => None,
+            None if !remote => self.workspaces.of(parent.as_str()).await?,
+            _ => None,
         };
         let made = match &parent_workspace {
             Some(w) => Some(self.workspaces.make(Source::Copy(w)).await?),
@@ -318,23 +328,29 @@ impl Create {
 
     /// Starts the session at the agent and records it: live on the member that started it,
     /// announced with `session_created`, its state logged. Counted among the tenant's live
-    /// sessions from the start, by a slot of its own until this replica holds it.
+    /// sessions from the start, by a slot of its own until this replica holds it. With the
+    /// workspace a remote agent's host made for it, if one.
     async fn start_session(
         &self,
         caller: &Caller,
         agent_name: &str,
         how: Start<'_>,
         setup: SessionSetup<'_>,
-    ) -> Result<SessionRecord, Error> {
+    ) -> Result<(SessionRecord, Option<WorkspaceRecord>), Error> {
         let start = async {
             let (started, creating) = self.start_at_agent(agent_name, how, setup).await?;
             let at = now();
+            // A workspace the agent's host made is where the session works.
+            let hosted = (self.placement.is_remote(agent_name))
+                .then(|| made_by_host(&started.answer))
+                .flatten();
+            let cwd = hosted.as_ref().map_or(setup.cwd, |w| w.path.as_str());
             let record = SessionRecord {
                 additional_directories: setup.additional_directories.to_vec(),
                 ..SessionRecord::new(
                     started.session_id.clone(),
                     caller.tenant.clone(),
-                    setup.cwd.to_owned(),
+                    cwd.to_owned(),
                     agent_name.to_owned(),
                     Origin::Gateway,
                     at,
@@ -343,7 +359,7 @@ impl Create {
             self.insert_started(&record, &started.agent).await?;
             drop(creating);
             self.announce_started(&record, how, &started).await?;
-            Ok(record)
+            Ok((record, hosted))
         };
         let name = format!("new:{}", uuid::Uuid::new_v4());
         let quotas = self.placement.quotas();
@@ -499,6 +515,21 @@ impl Create {
 }
 
 /// ACP's `_meta` is an object.
+/// The `_meta` of `session/new`: the client's, with the `workspace` the agent's host (another
+/// gateway) is asked to make.
+fn asking_host(meta: Option<Value>, workspace: Option<&NewWorkspace>) -> Option<Value> {
+    let Some(workspace) = workspace else {
+        return meta;
+    };
+    let asked = match workspace {
+        NewWorkspace::Scratch => json!({"kind": "scratch"}),
+        NewWorkspace::Worktree { reference } => json!({"kind": "worktree", "ref": reference}),
+    };
+    let mut meta = meta.filter(Value::is_object).unwrap_or_else(|| json!({}));
+    meta["workspace"] = asked;
+    Some(meta)
+}
+
 fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
     match meta {
         Some(m) if !m.is_object() && !m.is_null() => {

@@ -15,6 +15,7 @@ use super::caller::Caller;
 use super::error::Error;
 use super::input::SessionId;
 use super::parts::use_case;
+use crate::pool::AgentHost;
 use crate::workspace::files::{EntryKind, FileError, FileInfo, WorkFiles};
 use crate::workspace::path::{PathRefused, WorkPath};
 
@@ -132,6 +133,13 @@ impl Files {
             }))
         })
         .await
+    }
+
+    /// The host of the session's agent, when it runs on another host (where its files are):
+    /// `None` for a session of an agent this gateway runs.
+    pub async fn host(&self, caller: &Caller, id: &SessionId) -> Result<Option<AgentHost>, Error> {
+        let record = self.records.get(caller, id).await?;
+        Ok(self.placement.host_of(&record))
     }
 
     /// `PUT /sessions/{id}/files/{path}`: writes the file whole (folders made), over the ETag

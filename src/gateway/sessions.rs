@@ -211,7 +211,8 @@ impl Sessions {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.workspaces.remove(id.as_str()).await;
+        let here = !self.placement.is_remote(&agent_name);
+        self.workspaces.remove(id.as_str(), here).await;
         Ok(())
     }
 

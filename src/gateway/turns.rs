@@ -153,7 +153,9 @@ impl Turns {
             // What the turn changed in the session's workspace is checkpointed before its
             // end is told, so a client seeing `turn_ended` finds the checkpoint.
             let cwd = this.placement.live().cwd(&sid);
-            this.changes.after_turn(&sid, cwd.as_deref()).await;
+            if !this.placement.live_elsewhere(&sid) {
+                this.changes.after_turn(&sid, cwd.as_deref()).await;
+            }
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();

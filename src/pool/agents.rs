@@ -14,9 +14,22 @@ pub struct AgentPool {
     pool: Arc<Pool>,
     /// Most live sessions the agent holds at once (0: no limit).
     max_sessions: usize,
-    /// Reached over the network ([`PoolConfig::remote`]): its sessions' directories are on
-    /// its host, not this one.
-    remote: bool,
+    /// The URLs it is reached at over the network ([`PoolConfig::remote`]; empty for a local
+    /// agent): its sessions' directories are on its host, not this one.
+    remote: Vec<String>,
+    /// The bearer token its host takes.
+    remote_token: Option<String>,
+    /// The global index of its first member.
+    first: usize,
+}
+
+/// The host of an agent reached over the network, as a session's member reaches it.
+#[derive(Debug, Clone)]
+pub struct AgentHost {
+    /// The URL the member bridges to (another gateway's is its `/acp`).
+    pub url: String,
+    /// The bearer token the host takes.
+    pub token: Option<String>,
 }
 
 impl AgentPool {
@@ -38,7 +51,18 @@ impl AgentPool {
     /// Whether it is reached over the network ([`PoolConfig::remote`]): its sessions'
     /// directories are on its host, not this one.
     pub fn is_remote(&self) -> bool {
-        self.remote
+        !self.remote.is_empty()
+    }
+
+    /// The host that member `member` (a global index; `None`: any member) bridges to, for a
+    /// remote agent: its URLs are the replicas of one host, taken in turn by the members.
+    pub fn host(&self, member: Option<usize>) -> Option<AgentHost> {
+        let n = member.and_then(|m| m.checked_sub(self.first)).unwrap_or(0);
+        let url = self.remote.get(n % self.remote.len().max(1))?;
+        Some(AgentHost {
+            url: url.clone(),
+            token: self.remote_token.clone(),
+        })
     }
 }
 
@@ -58,15 +82,18 @@ impl Agents {
             .into_iter()
             .map(|(name, config, max_sessions)| {
                 let size = config.size.max(1);
-                let remote = !config.remote.is_empty();
+                let (remote, remote_token) = (config.remote.clone(), config.remote_token.clone());
                 let pool = Pool::start(config, first, handler.clone());
-                first += size;
-                AgentPool {
+                let agent = AgentPool {
                     name,
                     pool,
                     max_sessions,
                     remote,
-                }
+                    remote_token,
+                    first,
+                };
+                first += size;
+                agent
             })
             .collect();
         Arc::new(Agents { agents })

@@ -64,6 +64,8 @@ pub struct PoolConfig {
     /// Each member runs the gateway's own bridge, `command`, whose last argument is the URL:
     /// members take the URLs in turn ([`PoolConfig::for_member`]).
     pub remote: Vec<String>,
+    /// The bearer token the remote agent's host takes (its members have it already).
+    pub remote_token: Option<String>,
 }
 
 impl PoolConfig {

@@ -228,6 +228,14 @@ impl Gateway {
         body
     }
 
+    /// The paths `GET /sessions/{id}/diff` names, in its order.
+    pub async fn changed_paths(&self, id: &str) -> Vec<String> {
+        let diff = self.json(&format!("/sessions/{id}/diff")).await;
+        let files = diff["files"].as_array().unwrap_or_else(|| panic!("{diff}"));
+        let path = |f: &Value| f["path"].as_str().unwrap().to_owned();
+        files.iter().map(path).collect()
+    }
+
     /// The mark of a request to `target` that another replica forwards here, signed as the
     /// replicas sign it, with the secret they keep in the database.
     pub async fn forwarding_mark(&self, method: &reqwest::Method, target: &str) -> String {

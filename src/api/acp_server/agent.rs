@@ -1,7 +1,8 @@
 //! One ACP connection's agent: the gateway's own operations behind ACP methods, for the
 //! connection's caller. `session/new`, `prompt`, `cancel`, `set_mode`, `set_model`,
 //! `set_config_option`, `close`, `delete` and `list` are the REST routes' use cases;
-//! `session/load` replays the session's durable log (whether or not the agent can load) and
+//! `session/new` takes `_meta.workspace` as `POST /sessions` takes `workspace` (and answers
+//! with the workspace made as `_meta.workspace`); `session/load` replays the session's durable log (whether or not the agent can load) and
 //! `session/resume` follows it from now. A prompt's turn belongs to the gateway: a connection
 //! that drops does not stop it. A session call for a session another replica serves is carried
 //! out there (`remote.rs`).
@@ -20,8 +21,11 @@ use tracing::Instrument as _;
 
 use super::follow::{self, Attached, Ctx, Cx, Event};
 use super::remote::Remote;
+use crate::api::sessions::WorkspaceRequest;
 use crate::gateway::input::SessionId;
-use crate::gateway::{Caller, Error, EventKind, Gateway, NewSession, Prompt, SessionFilter};
+use crate::gateway::{
+    Caller, Error, EventKind, Gateway, NewSession, NewWorkspace, Prompt, SessionFilter,
+};
 
 /// How long a prompt's answer waits, once the turn has ended, for the turn's last updates to
 /// have been sent to the client (they are normally there first).
@@ -105,6 +109,15 @@ fn rpc_error(e: Error) -> RpcError {
     // The store's cause is in the log, never in an answer (its message says only "store").
     error.message = e.to_string();
     error
+}
+
+/// `answer` with the workspace the gateway made for the session, if any, as
+/// `_meta.workspace` (its `GET /sessions/{id}` view's `workspace`).
+fn with_workspace(mut answer: Value, made: &Value) -> Value {
+    if !made.is_null() {
+        answer["_meta"] = json!({"workspace": made});
+    }
+    answer
 }
 
 fn invalid(what: &str) -> RpcError {
@@ -357,9 +370,18 @@ impl Conn {
                 .filter_map(|v| v.as_str().map(str::to_owned))
                 .collect()
         };
-        let meta = params.get("_meta").filter(|m| !m.is_null()).cloned();
+        let mut meta = params.get("_meta").filter(|m| !m.is_null()).cloned();
+        // `_meta.workspace` asks for a workspace of the gateway's, as `POST /sessions`'s
+        // `workspace` does (a front gateway asks so for its client): a scratch one is the cwd.
+        let asked = meta
+            .as_mut()
+            .and_then(|m| m.as_object_mut()?.remove("workspace"));
+        let workspace = (asked.clone().map(WorkspaceRequest::checked).transpose())
+            .map_err(|e| invalid(&format!("_meta.workspace: {e}")))?;
+        let cwd = str_of(params, "cwd")?.to_owned();
         let new = NewSession {
-            cwd: Some(str_of(params, "cwd")?.to_owned()),
+            cwd: (workspace != Some(NewWorkspace::Scratch)).then_some(cwd),
+            workspace,
             additional_directories: strings("additionalDirectories"),
             mcp_servers: params["mcpServers"].as_array().cloned().unwrap_or_default(),
             // `_meta.agent` names the gateway's agent to start it in.
@@ -373,14 +395,15 @@ impl Conn {
         // An agent only another replica runs: the session is made there.
         if let Some(address) = self.gateway.runner_elsewhere(new.agent.as_deref()) {
             let body = json!({"cwd": new.cwd, "additionalDirectories": new.additional_directories,
-                              "mcpServers": new.mcp_servers, "agent": new.agent, "_meta": new.meta});
+                              "mcpServers": new.mcp_servers, "agent": new.agent, "_meta": new.meta,
+                              "workspace": asked});
             let view = self.remote.create(&address, body).await?;
             let id = view["sessionId"].as_str().unwrap_or_default();
             let id = SessionId::parse(id).map_err(rpc_error)?;
             let follow = follow::open(ctx, &id, Some(0)).await.map_err(rpc_error)?;
             let state = serde_json::from_value(view["state"].clone()).ok();
             let answer = with_state(json!({"sessionId": id.as_str()}), state.as_ref());
-            return Ok((answer, Some(follow)));
+            return Ok((with_workspace(answer, &view["workspace"]), Some(follow)));
         }
         let view = self
             .gateway
@@ -392,7 +415,8 @@ impl Conn {
         // From the log's start: what the agent sent right after `session/new` (its commands).
         let follow = follow::open(ctx, &id, Some(0)).await.map_err(rpc_error)?;
         let answer = with_state(json!({"sessionId": view.session_id}), view.state.as_deref());
-        Ok((answer, Some(follow)))
+        let made = serde_json::to_value(&view.workspace).unwrap_or_default();
+        Ok((with_workspace(answer, &made), Some(follow)))
     }
 
     /// `session/load`: the session's log as the agent would replay it (its updates, the users'

@@ -25,7 +25,7 @@ use crate::gateway::error::Error;
 use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::Status;
 use crate::pool::client::AgentClient;
-use crate::pool::{AgentPool, Agents};
+use crate::pool::{AgentHost, AgentPool, Agents};
 use crate::store::{Claimed, SessionRecord};
 
 /// How many sessions may be live, and how long placing one may take.
@@ -128,15 +128,36 @@ impl Placement {
         })
     }
 
+    /// The host of the session's agent, when it runs on another: where its member (or, not
+    /// live here, any member) bridges to.
+    pub(in crate::gateway) fn host_of(&self, record: &SessionRecord) -> Option<AgentHost> {
+        let agent = self.agents.get(&record.agent).filter(|a| a.is_remote())?;
+        agent.host(self.live.member(&record.session_id))
+    }
+
+    /// Whether the agent `name` runs on another host: its sessions' workspaces are the
+    /// host's to keep.
+    pub(in crate::gateway) fn is_remote(&self, name: &str) -> bool {
+        self.agents.get(name).is_some_and(AgentPool::is_remote)
+    }
+
+    /// Whether `session_id` is live here on a member of an agent on another host.
+    pub(in crate::gateway) fn live_elsewhere(&self, session_id: &str) -> bool {
+        let member = self.live.member(session_id);
+        member
+            .and_then(|m| self.agents.of_member(m))
+            .is_some_and(AgentPool::is_remote)
+    }
+
     /// 501 when the session's agent runs on another host: its files are there, not here.
     pub(in crate::gateway) fn files_here(&self, record: &SessionRecord) -> Result<(), Error> {
-        match self.agents.get(&record.agent) {
-            Some(agent) if agent.is_remote() => Err(Error::NotSupported(format!(
-                "agent {:?} runs on another host: this session's files are there, out of this gateway's reach",
-                record.agent
-            ))),
-            _ => Ok(()),
+        if !self.is_remote(&record.agent) {
+            return Ok(());
         }
+        Err(Error::NotSupported(format!(
+            "agent {:?} runs on another host, which is no acp-gateway: this session's files are there, out of this gateway's reach",
+            record.agent
+        )))
     }
 
     /// An agent's "authentication required", completed with what it offers: the client (an

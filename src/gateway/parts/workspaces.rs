@@ -192,6 +192,17 @@ impl Workspaces {
         }
     }
 
+    /// Records `hosted`, the workspace a remote agent's host made, as `session_id`'s: shown in
+    /// its view, its files served by the host.
+    pub(in crate::gateway) async fn record_hosted(
+        &self,
+        session_id: &str,
+        mut hosted: WorkspaceRecord,
+    ) -> Result<(), Error> {
+        hosted.session_id = session_id.to_owned();
+        Ok(self.store.put_workspace(&hosted).await?)
+    }
+
     /// The workspace of `session_id`, if the gateway made it one.
     pub(in crate::gateway) async fn of(
         &self,
@@ -283,9 +294,10 @@ impl Workspaces {
     }
 
     /// Removes the workspace of a deleted session: its folder, a worktree's branch and the
-    /// gateway's git state of it (unless `--keep-workspaces`), and its record. A failure is
+    /// gateway's git state of it (unless `--keep-workspaces`, or the workspace is not `here`
+    /// but on the host of a remote agent, which removes it), and its record. A failure is
     /// logged: the session is deleted all the same.
-    pub(in crate::gateway) async fn remove(&self, session_id: &str) {
+    pub(in crate::gateway) async fn remove(&self, session_id: &str, here: bool) {
         let workspace = match self.of(session_id).await {
             Ok(Some(w)) => w,
             Ok(None) => return,
@@ -294,7 +306,7 @@ impl Workspaces {
                 return;
             }
         };
-        if !self.keep {
+        if here && !self.keep {
             self.discard(&workspace).await;
         }
         if let Err(e) = self.store.remove_workspace(session_id).await {
@@ -387,6 +399,21 @@ impl Workspaces {
         };
         tracker.checkpoint(base, reason).await.map_err(git_error)
     }
+}
+
+/// The workspace a remote agent's host (another gateway) made for a session it started, as its
+/// answer's `_meta.workspace` shows it.
+pub(in crate::gateway) fn made_by_host(answer: &Value) -> Option<WorkspaceRecord> {
+    let shown = answer.get("_meta")?.get("workspace")?;
+    let text = |key: &str| shown.get(key).and_then(Value::as_str).map(str::to_owned);
+    Some(WorkspaceRecord {
+        session_id: String::new(),
+        kind: text("kind")?,
+        path: text("path")?,
+        repository: text("repository"),
+        base: text("base"),
+        branch: text("branch"),
+    })
 }
 
 /// 409: the session has no workspace of the gateway's.

@@ -1,0 +1,121 @@
+//! Workspaces of an agent reached over the network whose host is another gateway, through a
+//! front on each store (over WebSocket): the front asks the host for the workspace
+//! (`_meta.workspace`), shows it as the host made it, and sends every files, diff,
+//! checkpoints and revert request there with the host's key (the front's callers send none).
+//! Files written through the front and by the agent's turns are on the
+//! host's disk and nowhere else; a worktree of a repository on the host; delete at the front
+//! removes the host's worktree and folder.
+
+use std::path::Path;
+
+use crate::remote_agents::{HOST_KEY, front, host, url_of};
+use crate::support;
+
+use serde_json::{Value, json};
+use support::git::{git, repository};
+use support::*;
+
+both_backends!(
+    a_hosts_scratch_workspace_through_the_front,
+    a_hosts_worktree_through_the_front
+);
+
+/// A session made at the front with `workspace`: its view there.
+async fn made(gw: &Gateway, body: Value) -> Value {
+    let r = gw.post("/sessions", body).await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    r.json().await.unwrap()
+}
+
+/// The host's own view of session `id` (its key required).
+async fn on_host(host: &World, id: &str) -> reqwest::Response {
+    let url = host.gw().url(&format!("/sessions/{id}"));
+    let r = host.gw().http.get(url).bearer_auth(HOST_KEY).send().await;
+    r.unwrap()
+}
+
+async fn a_hosts_scratch_workspace_through_the_front(backend: Backend) {
+    let host = host().await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(backend, &url_of(&host, "ws"), dir.path()).await;
+    let gw = front.gw();
+    let view = made(gw, json!({"workspace": {"kind": "scratch"}})).await;
+    let id = view["sessionId"].as_str().unwrap();
+    let there: Value = on_host(&host, id).await.json().await.unwrap();
+    assert_eq!(
+        view["workspace"], there["workspace"],
+        "shown as the host made it"
+    );
+    let folder = Path::new(there["workspace"]["path"].as_str().unwrap()).to_owned();
+    assert!(
+        folder.starts_with(host.dir()),
+        "on the host's disk: {folder:?}"
+    );
+    assert_eq!(view["cwd"], there["cwd"]);
+
+    // Written through the front: on the host's disk, read back through the front.
+    let put = gw
+        .http
+        .put(gw.url(&format!("/sessions/{id}/files/notes/a.txt")))
+        .body("from the front\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    assert!(put.headers().contains_key("etag"));
+    let on_disk = std::fs::read_to_string(folder.join("notes/a.txt")).unwrap();
+    assert_eq!(on_disk, "from the front\n");
+    let listed = gw.json(&format!("/sessions/{id}/files/notes")).await;
+    assert_eq!(listed["entries"][0]["name"], "a.txt", "{listed}");
+
+    // The agent's turn writes on the host; the host checkpoints it, the front shows it.
+    gw.said(id, "/write b.txt").await;
+    let r = gw.get(&format!("/sessions/{id}/files/b.txt")).await;
+    assert_eq!(r.text().await.unwrap(), "echo wrote b.txt");
+    assert_eq!(gw.changed_paths(id).await, ["b.txt", "notes/a.txt"]);
+    let checkpoints = gw.json(&format!("/sessions/{id}/checkpoints")).await;
+    assert_eq!(checkpoints["checkpoints"].as_array().unwrap().len(), 1);
+    let r = gw
+        .post(&format!("/sessions/{id}/revert"), json!({"to": "base"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(!folder.join("b.txt").exists() && !folder.join("notes").exists());
+
+    // Escapes are refused by the host, as for its own clients; an unknown session here too.
+    let r = gw.get(&format!("/sessions/{id}/files/..%2fx")).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(gw.get("/sessions/nope/files").await.status(), 404);
+
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    assert_eq!(on_host(&host, id).await.status(), 404);
+    assert!(!folder.exists(), "the host removed its folder");
+    front.finish().await;
+    host.finish().await;
+}
+
+async fn a_hosts_worktree_through_the_front(backend: Backend) {
+    let host = host().await;
+    let repo = repository(host.dir());
+    let dir = tempfile::tempdir().unwrap();
+    let front = front(backend, &url_of(&host, "ws"), dir.path()).await;
+    let gw = front.gw();
+    let body = json!({"cwd": repo.to_str().unwrap(), "workspace": {"kind": "worktree"}});
+    let view = made(gw, body).await;
+    let id = view["sessionId"].as_str().unwrap();
+    assert_eq!(view["workspace"]["kind"], "worktree");
+    assert_eq!(view["workspace"]["branch"], json!(format!("acp/{id}")));
+    let readme = gw.get(&format!("/sessions/{id}/files/README.md")).await;
+    assert_eq!(readme.text().await.unwrap(), "hello\n");
+    gw.said(id, "/write notes.txt").await;
+    assert_eq!(gw.changed_paths(id).await, ["notes.txt"]);
+    assert!(
+        !repo.join("notes.txt").exists(),
+        "the repository is untouched"
+    );
+
+    assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
+    let listed = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(listed.matches("worktree ").count(), 1, "{listed}");
+    front.finish().await;
+    host.finish().await;
+}
