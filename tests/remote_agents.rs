@@ -47,7 +47,7 @@ pub(crate) async fn front(backend: Backend, url: &str, dir: &Path) -> World {
 }
 
 /// The front's options, sending `key` to the host.
-fn front_options(url: &str, dir: &Path, key: &str, heartbeat: u64) -> Options {
+pub(crate) fn front_options(url: &str, dir: &Path, key: &str, heartbeat: u64) -> Options {
     let file = dir.join("front.toml");
     // One URL, or several separated by spaces.
     let urls: Vec<String> = url.split(' ').map(|u| format!("\"{u}\"")).collect();

@@ -4,11 +4,12 @@
 //! checkpoints and revert request there with the host's key (the front's callers send none).
 //! Files written through the front and by the agent's turns are on the
 //! host's disk and nowhere else; a worktree of a repository on the host; delete at the front
-//! removes the host's worktree and folder.
+//! removes the host's worktree and folder. With two front replicas on one PostgreSQL database,
+//! the one not holding the session forwards to the one that does, which asks the host.
 
 use std::path::Path;
 
-use crate::remote_agents::{HOST_KEY, front, host, url_of};
+use crate::remote_agents::{HOST_KEY, front, front_options, host, url_of};
 use crate::support;
 
 use serde_json::{Value, json};
@@ -117,5 +118,39 @@ async fn a_hosts_worktree_through_the_front(backend: Backend) {
     let listed = git(&repo, &["worktree", "list", "--porcelain"]);
     assert_eq!(listed.matches("worktree ").count(), 1, "{listed}");
     front.finish().await;
+    host.finish().await;
+}
+
+#[tokio::test]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+async fn a_front_replica_forwards_to_the_one_that_asks_the_host() {
+    let host = host().await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = front_options(&url_of(&host, "ws"), dir.path(), HOST_KEY, 5);
+    let a = World::start(Backend::Postgres, opts.clone()).await;
+    let b = Gateway::spawn(&a.db.url, a.dir.path(), &opts).await;
+    for g in [a.gw(), &b] {
+        g.wait_until(|g| async move {
+            g.json("/agent").await["replicas"].as_array().unwrap().len() == 2
+        })
+        .await;
+    }
+    let view = made(a.gw(), json!({"workspace": {"kind": "scratch"}})).await;
+    let id = view["sessionId"].as_str().unwrap();
+    assert_eq!(a.gw().json("/agent").await["members"][0]["sessions"], 1);
+    // `b` forwards to `a`, marked as replicas mark; `a` sends it on to the host without it.
+    let put = b
+        .http
+        .put(b.url(&format!("/sessions/{id}/files/a.txt")))
+        .body("through b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let r = b.get(&format!("/sessions/{id}/files/a.txt")).await;
+    assert_eq!(r.text().await.unwrap(), "through b");
+    assert_eq!(b.changed_paths(id).await, ["a.txt"]);
+    b.stop().await;
+    a.finish().await;
     host.finish().await;
 }

@@ -15,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::forward::{Hop, read_body, relay};
+use super::forward::{FORWARDED, Hop, read_body, relay};
 use crate::gateway::{Caller, Gateway, SessionId};
 use crate::pool::AgentHost;
 
@@ -97,8 +97,10 @@ async fn send(
         parts.uri.path_and_query().map_or("/", |p| p.as_str())
     );
     let mut headers = parts.headers;
-    // The caller's credentials are this gateway's to check, never the host's to see.
+    // The caller's credentials are this gateway's to check, never the host's to see; so is
+    // the mark of a replica that forwarded the request here.
     headers.remove(header::AUTHORIZATION);
+    headers.remove(FORWARDED);
     // A token that is no header value could not reach the host over the bridge either.
     let bearer =
         (host.token.as_ref()).and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok());
