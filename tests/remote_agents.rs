@@ -3,11 +3,11 @@
 //! WebSocket and over HTTP/SSE, with the front on each backend. The session flows go through the
 //! hop whole: create with a mode and a model, a 200-chunk prompt logged once and in order, a
 //! permission answered at the front, cancel, fork (not offered: 501), the files routes (the
-//! host's answer), the list sync, delete. The host SIGKILLed mid-turn ends
-//! the front's turn as a member's death does, and once the host is back the session is resumed
-//! there; a host that falls silent (SIGSTOP) costs a turn two heartbeats, not forever. Over
-//! WebSocket a flood of updates ends its turn, a 20 MB message passes and one over the front's
-//! `--max-line-bytes` ends the connection, saying why.
+//! host's answer), the list sync, delete. The host SIGKILLed mid-turn ends the front's turn as
+//! a member's death does, and once the host is back the session is resumed there; a host that
+//! falls silent (SIGSTOP) costs a turn two heartbeats, not forever. Over WebSocket a flood of
+//! updates ends its turn, a 20 MB message passes and one over the front's `--max-line-bytes`
+//! ends the connection, saying why.
 
 use crate::support;
 
@@ -27,7 +27,7 @@ pub(crate) async fn host() -> World {
 
 /// The agent host's options (its replicas' leases run out after three seconds); a host
 /// restarted is started again where it listened ([`Options::listen`]), to be found there.
-fn host_options() -> Options {
+pub(crate) fn host_options() -> Options {
     Options::default()
         .env("ECHO_AGENT_CONTROLS", "modes,models")
         .args(&[
@@ -460,8 +460,8 @@ async fn with_two_hosts_one_down_the_other_serves() {
 /// A third-party server as the remote agent: `acpremote expose` (PyPI `acpremote`, pinned and
 /// installed by `.ci/run`; its path in `ACPREMOTE`) serving the echo agent over WebSocket at its
 /// own endpoint (`/acp/ws`, given as is), its bearer token required. The front's client goes
-/// through the same flows, and the session's files routes are 501 (the host is no gateway);
-/// then the session, held by a member whose connection is cut (its
+/// through the same flows; the session's files routes are 501 and a workspace is refused (the
+/// host is no gateway); then the session, held by a member whose connection is cut (its
 /// bridge SIGKILLed), is resumed through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs acpremote (PyPI), then: ACPREMOTE=PATH cargo test --test integration remote_agents::third_party -- --ignored"]
@@ -481,6 +481,20 @@ async fn a_third_party_server_is_a_remote_agent() {
         let detail = problem["detail"].as_str().unwrap();
         assert!(detail.contains("runs on another host"), "{detail}");
     }
+    // Nor does it make workspaces: a session asking for one is refused, and not left behind
+    // working where its cwd says.
+    let before = gw.json("/sessions").await["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    let body = json!({"cwd": "/tmp", "workspace": {"kind": "worktree"}});
+    let r = gw.post("/sessions", body).await;
+    assert_eq!(r.status(), 501);
+    let after = gw.json("/sessions").await["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, before);
 
     let bridge = gw.agent_pid().await;
     nix::sys::signal::kill(

@@ -2,18 +2,20 @@
 //! front on each store (over WebSocket): the front asks the host for the workspace
 //! (`_meta.workspace`), shows it as the host made it, and sends every files, diff,
 //! checkpoints and revert request there with the host's key (the front's callers send none).
-//! Files written through the front and by the agent's turns are on the
-//! host's disk and nowhere else; a worktree of a repository on the host; delete at the front
-//! removes the host's worktree and folder. With two front replicas on one PostgreSQL database,
-//! the one not holding the session forwards to the one that does, which asks the host.
+//! Files written through the front and by the agent's turns are on the host's disk; a path
+//! that the host would resolve to another session's files is 400 at the front; a worktree of a
+//! repository on the host; delete at the front removes the host's worktree, and never the
+//! folder of a host that keeps it. With two front replicas on one PostgreSQL database, the one
+//! not holding the session forwards to the one that does, which asks the host.
 
 use std::path::Path;
 
-use crate::remote_agents::{HOST_KEY, front, front_options, host, url_of};
+use crate::remote_agents::{HOST_KEY, front, front_options, host, host_options, url_of};
 use crate::support;
 
 use serde_json::{Value, json};
 use support::git::{git, repository};
+use support::raw::raw;
 use support::*;
 
 both_backends!(
@@ -36,7 +38,8 @@ async fn on_host(host: &World, id: &str) -> reqwest::Response {
 }
 
 async fn a_hosts_scratch_workspace_through_the_front(backend: Backend) {
-    let host = host().await;
+    // The host keeps a deleted session's folder: the front, deleting, must not remove it.
+    let host = World::start(Backend::Sqlite, host_options().arg("--keep-workspaces")).await;
     let dir = tempfile::tempdir().unwrap();
     let front = front(backend, &url_of(&host, "ws"), dir.path()).await;
     let gw = front.gw();
@@ -86,10 +89,31 @@ async fn a_hosts_scratch_workspace_through_the_front(backend: Backend) {
     let r = gw.get(&format!("/sessions/{id}/files/..%2fx")).await;
     assert_eq!(r.status(), 400);
     assert_eq!(gw.get("/sessions/nope/files").await.status(), 404);
+    // A path the host's URL parser would resolve to another session's files (which the host
+    // serves the front's token) never leaves the front.
+    let other = made(gw, json!({"workspace": {"kind": "scratch"}})).await;
+    let other = other["sessionId"].as_str().unwrap();
+    let put = gw
+        .http
+        .put(gw.url(&format!("/sessions/{other}/files/secret.txt")));
+    assert_eq!(put.body("secret").send().await.unwrap().status(), 201);
+    let address = gw.base.strip_prefix("http://").unwrap();
+    for sneaky in [
+        format!("/sessions/{id}/files/%2e%2e/%2e%2e/{other}/files/secret.txt"),
+        format!("/sessions/{id}/files/../../{other}/files/secret.txt"),
+        format!("/sessions/{id}/files/.%2E/.%2e/{other}/files/secret.txt"),
+    ] {
+        let (status, body) = raw(gw, "GET", &sneaky, &[("Host", address)], None).await;
+        assert_eq!(status, 400, "{sneaky}: {body}");
+        assert!(!body.ends_with("secret"), "{body}");
+    }
 
     assert_eq!(gw.delete(&format!("/sessions/{id}")).await.status(), 204);
     assert_eq!(on_host(&host, id).await.status(), 404);
-    assert!(!folder.exists(), "the host removed its folder");
+    assert!(
+        folder.exists(),
+        "the host keeps it; the front never removes the host's files"
+    );
     front.finish().await;
     host.finish().await;
 }

@@ -162,7 +162,7 @@ impl Create {
             meta: meta.as_ref(),
         };
         let started = self.start_session(caller, &agent, Start::New, setup).await;
-        let record = self.in_workspace(caller, started, made).await?;
+        let record = (self.in_workspace(caller, started, made, hosted.is_some())).await?;
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
             .controls
@@ -177,12 +177,14 @@ impl Create {
 
     /// A started session (`started`), recorded as working in the workspace the gateway `made`
     /// for it, or the agent's host did, if one; a session that did not start leaves no
-    /// workspace, and one whose workspace cannot be recorded is deleted.
+    /// workspace, and one whose workspace cannot be recorded, or whose host made none when it
+    /// was `asked` to (it is no gateway), is deleted.
     async fn in_workspace(
         &self,
         caller: &Caller,
         started: Result<(SessionRecord, Option<WorkspaceRecord>), Error>,
         made: Option<WorkspaceRecord>,
+        asked: bool,
     ) -> Result<SessionRecord, Error> {
         match (started, made) {
             (Ok((record, hosted)), made) => {
@@ -190,6 +192,9 @@ impl Create {
                 let recorded = match (made, hosted) {
                     (Some(made), _) => self.workspaces.record(id, made).await.map(drop),
                     (None, Some(hosted)) => self.workspaces.record_hosted(id, hosted).await,
+                    (None, None) if asked => Err(Error::NotSupported(
+                        "the agent's host made no workspace: it is no acp-gateway, and the session would work where cwd says; the session was discarded".into(),
+                    )),
                     (None, None) => return Ok(record),
                 };
                 if let Err(e) = recorded {
@@ -268,7 +273,7 @@ impl Create {
         };
         let how = Start::Fork(parent.as_str());
         let started = self.start_session(caller, &from.agent, how, setup).await;
-        let record = self.in_workspace(caller, started, made).await?;
+        let record = self.in_workspace(caller, started, made, false).await?;
         let forked = Forked {
             session_id: record.session_id.clone(),
             parent_session_id: parent.as_str().to_owned(),

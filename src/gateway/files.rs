@@ -138,6 +138,9 @@ impl Files {
     /// The host of the session's agent, when it runs on another host (where its files are):
     /// `None` for a session of an agent this gateway runs.
     pub async fn host(&self, caller: &Caller, id: &SessionId) -> Result<Option<AgentHost>, Error> {
+        if !self.placement.any_remote() {
+            return Ok(None);
+        }
         let record = self.records.get(caller, id).await?;
         Ok(self.placement.host_of(&record))
     }

@@ -2,10 +2,10 @@
 //! connection's caller. `session/new`, `prompt`, `cancel`, `set_mode`, `set_model`,
 //! `set_config_option`, `close`, `delete` and `list` are the REST routes' use cases;
 //! `session/new` takes `_meta.workspace` as `POST /sessions` takes `workspace` (and answers
-//! with the workspace made as `_meta.workspace`); `session/load` replays the session's durable log (whether or not the agent can load) and
-//! `session/resume` follows it from now. A prompt's turn belongs to the gateway: a connection
-//! that drops does not stop it. A session call for a session another replica serves is carried
-//! out there (`remote.rs`).
+//! with the workspace made as `_meta.workspace`); `session/load` replays the session's
+//! durable log (whether or not the agent can load) and `session/resume` follows it from now.
+//! A prompt's turn belongs to the gateway: a connection that drops does not stop it. A
+//! session call for a session another replica serves is carried out there (`remote.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -311,6 +311,10 @@ function wire() {
     }
   });
   window.addEventListener("hashchange", route);
+  // A file dropped beside the Files panel's drop zone is not opened in place of the console.
+  for (const type of ["dragover", "drop"]) {
+    window.addEventListener(type, (e) => e.dataTransfer?.types?.includes("Files") && e.preventDefault());
+  }
   window.addEventListener("acp-console-token", () => {
     if (!started) return;
     list?.follow();

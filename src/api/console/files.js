@@ -46,6 +46,9 @@ export class FilesPanel {
     this.tab = "tree";
     this.shown = null;
     this.refreshTimer = null;
+    // Each refresh's number: an older one that answers last draws nothing.
+    this.generation = 0;
+    this.current = () => !this.closed;
     this.closed = false;
     this.box = $("files-box");
     this.box.hidden = !workspace;
@@ -112,6 +115,8 @@ export class FilesPanel {
   /** Shows the open tab again, from the API, with the checkpoints to revert to. */
   async refresh() {
     if (this.closed) return;
+    const generation = ++this.generation;
+    this.current = () => !this.closed && this.generation === generation;
     $("files-error").textContent = "";
     const tree = this.tab === "tree";
     $("files-crumbs").hidden = $("files-list").hidden = !tree;
@@ -126,7 +131,7 @@ export class FilesPanel {
       }
       if (this.workspace.base) await this.checkpoints();
     } catch (e) {
-      if (!this.closed) $("files-error").textContent = e.message;
+      if (this.current()) $("files-error").textContent = e.message;
     }
   }
 
@@ -142,7 +147,7 @@ export class FilesPanel {
       this.shown = null;
       return this.list();
     }
-    if (this.closed) return;
+    if (!this.current()) return;
     this.crumbs();
     const items = folder.entries.map((entry) => {
       const li = el("li");
@@ -200,7 +205,7 @@ export class FilesPanel {
     // An empty file has no first byte to give: 416.
     if (!res.ok && res.status !== 416) throw new Error(`${path}: HTTP ${res.status}`);
     const bytes = res.ok ? new Uint8Array(await res.arrayBuffer()) : new Uint8Array();
-    if (this.closed || this.shown !== path) return;
+    if (!this.current() || this.shown !== path) return;
     $("files-path").textContent = path;
     // `Content-Range: bytes 0-N/SIZE`: the file is larger than what was read when SIZE is.
     const whole = Number(res.headers.get("content-range")?.split("/")[1] ?? bytes.length);
@@ -258,13 +263,13 @@ export class FilesPanel {
       const listed = await api.get(sessionPath(this.id, "/checkpoints"));
       const turn = listed.checkpoints.find((c) => c.reason === "turn");
       if (!turn) {
-        $("files-diff").replaceChildren(el("p", "muted", "No turn has changed a file yet."));
+        if (this.current()) $("files-diff").replaceChildren(el("p", "muted", "No turn has changed a file yet."));
         return;
       }
       query = `?checkpoint=${encodeURIComponent(turn.id)}`;
     }
     const d = await api.get(sessionPath(this.id, `/diff${query}`));
-    if (this.closed) return;
+    if (!this.current()) return;
     const nodes = d.files.map((f) => {
       const box = el("section", "change");
       box.dataset.path = f.path;
@@ -292,7 +297,7 @@ export class FilesPanel {
 
   async checkpoints() {
     const listed = await api.get(sessionPath(this.id, "/checkpoints"));
-    if (this.closed) return;
+    if (!this.current()) return;
     const select = $("files-revert-to");
     const keep = select.value;
     const options = listed.checkpoints.map((c) => {

@@ -69,6 +69,8 @@ export class SessionView {
     $("requests").replaceChildren();
     $("session-error").textContent = "";
     const s = await api.get(sessionPath(this.id));
+    // Another session was opened meanwhile: this one's view is not shown.
+    if (this.closed) return;
     this.session = s;
     this.state = s.state || {};
     this.activity = s.activity || null;

@@ -141,6 +141,11 @@ impl Placement {
         self.agents.get(name).is_some_and(AgentPool::is_remote)
     }
 
+    /// Whether any agent runs on another host.
+    pub(in crate::gateway) fn any_remote(&self) -> bool {
+        self.agents.all().iter().any(AgentPool::is_remote)
+    }
+
     /// Whether `session_id` is live here on a member of an agent on another host.
     pub(in crate::gateway) fn live_elsewhere(&self, session_id: &str) -> bool {
         let member = self.live.member(session_id);

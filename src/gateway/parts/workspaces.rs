@@ -203,6 +203,12 @@ impl Workspaces {
         Ok(self.store.put_workspace(&hosted).await?)
     }
 
+    /// Whether `workspace` is one this gateway made: in its `--workspace-dir`. Only those are
+    /// served, tracked or removed here (a remote agent's host chose where its own are).
+    fn here(&self, workspace: &WorkspaceRecord) -> bool {
+        Path::new(&workspace.path).starts_with(&self.dir)
+    }
+
     /// The workspace of `session_id`, if the gateway made it one.
     pub(in crate::gateway) async fn of(
         &self,
@@ -218,6 +224,9 @@ impl Workspaces {
         session_id: &str,
     ) -> Result<(Arc<WorkFiles>, String, bool), Error> {
         let workspace = self.of(session_id).await?.ok_or_else(no_workspace)?;
+        if !self.here(&workspace) {
+            return Err(not_here(&workspace));
+        }
         let path = PathBuf::from(&workspace.path);
         let opened = tokio::task::spawn_blocking(move || WorkFiles::open(&path))
             .await
@@ -318,6 +327,10 @@ impl Workspaces {
     /// its branch, the gateway's git state of it, and its folder.
     pub(in crate::gateway) async fn discard(&self, workspace: &WorkspaceRecord) {
         let path = Path::new(&workspace.path);
+        if !self.here(workspace) {
+            tracing::warn!(path = %path.display(), "a workspace outside --workspace-dir is not this gateway's to remove");
+            return;
+        }
         if let (Ok(git), Some(tracker)) = (&self.git, self.tracker(workspace).ok()) {
             if let (WORKTREE, Some(repository)) = (workspace.kind.as_str(), &workspace.repository)
                 && let Err(e) = git
@@ -346,6 +359,9 @@ impl Workspaces {
         &self,
         workspace: &WorkspaceRecord,
     ) -> Result<Tracker, Error> {
+        if !self.here(workspace) {
+            return Err(not_here(workspace));
+        }
         let git = self.git.as_ref().map_err(|why| {
             Error::NotSupported(format!(
                 "what changed in a workspace is git's to say: {why}"
@@ -414,6 +430,14 @@ pub(in crate::gateway) fn made_by_host(answer: &Value) -> Option<WorkspaceRecord
         base: text("base"),
         branch: text("branch"),
     })
+}
+
+/// 409: the session's workspace is outside this gateway's `--workspace-dir`.
+fn not_here(workspace: &WorkspaceRecord) -> Error {
+    Error::Conflict(format!(
+        "the session's workspace {} is not in this gateway's --workspace-dir: its files are not served or changed here",
+        workspace.path
+    ))
 }
 
 /// 409: the session has no workspace of the gateway's.
