@@ -12,7 +12,8 @@
 //! gateway, leaves the 20 untracked files out). The gateway's first diff is reported apart: it
 //! reads every file once into the index of its own (seeded from the worktree's). Download: a
 //! `DOWNLOAD_MB` file in the workspace, `GET /sessions/{id}/files/{path}` read to the end,
-//! against reading it from disk (`std::fs::read`), both from the page cache.
+//! against reading it from disk (`std::fs::read`), both from the page cache; then `CLIENTS`
+//! clients downloading an `EACH_MB` file at once, against as many threads reading it.
 
 mod support;
 
@@ -25,6 +26,9 @@ use support::{Backend, Database, Gateway, Options};
 const FILES: usize = 10_000;
 const REPEATS: usize = 7;
 const DOWNLOAD_MB: usize = 256;
+/// Clients downloading at once, each a file of `EACH_MB`.
+const CLIENTS: usize = 8;
+const EACH_MB: usize = 32;
 
 fn lines(seed: usize) -> String {
     (0..20)
@@ -120,8 +124,49 @@ async fn main() {
         disk_d.push(start.elapsed());
         assert_eq!(read.len(), size);
     }
+
+    // Many at once: `CLIENTS` downloads of one file, against as many threads reading it.
+    let each = EACH_MB << 20;
+    let shared = tree.join("shared.bin");
+    std::fs::write(&shared, vec![9u8; each]).unwrap();
+    let shared_url = gw.url(&format!("/sessions/{id}/files/shared.bin"));
+    let (mut many_http_d, mut many_disk_d) = (Vec::new(), Vec::new());
+    for _ in 0..REPEATS {
+        let start = Instant::now();
+        let downloads: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let request = http.get(&shared_url);
+                tokio::spawn(async move {
+                    let mut r = request.send().await.unwrap();
+                    let mut got = 0;
+                    while let Some(chunk) = r.chunk().await.unwrap() {
+                        got += chunk.len();
+                    }
+                    got
+                })
+            })
+            .collect();
+        for d in downloads {
+            assert_eq!(d.await.unwrap(), each);
+        }
+        many_http_d.push(start.elapsed());
+        let start = Instant::now();
+        let reads: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let path = shared.clone();
+                std::thread::spawn(move || std::fs::read(path).unwrap().len())
+            })
+            .collect();
+        for r in reads {
+            assert_eq!(r.join().unwrap(), each);
+        }
+        many_disk_d.push(start.elapsed());
+    }
     gw.stop().await;
 
+    let (many_http_m, many_disk_m) = (median(many_http_d), median(many_disk_d));
+    let many_rate =
+        |d: Duration| format!("{:.0} MB/s", (CLIENTS * EACH_MB) as f64 / d.as_secs_f64());
     let (json_m, patch_m, git_m) = (median(json_d), median(patch_d), median(git_d));
     let (http_m, disk_m) = (median(http_d), median(disk_d));
     let rate = |d: Duration| format!("{:.0} MB/s", DOWNLOAD_MB as f64 / d.as_secs_f64());
@@ -138,7 +183,10 @@ async fn main() {
          | `GET /diff`, the first (its index filled from the files once) | {first} | {first_r} |\n\n\
          | download of a {DOWNLOAD_MB} MB file | time | rate | against the disk |\n|---|---|---|---|\n\
          | `std::fs::read` (baseline, page cache) | {disk} | {disk_rate} | 1.00× |\n\
-         | `GET /sessions/{{id}}/files/big.bin` | {http} | {http_rate} | {http_r} |\n",
+         | `GET /sessions/{{id}}/files/big.bin` | {http} | {http_rate} | {http_r} |\n\n\
+         | {CLIENTS} clients at once, a {EACH_MB} MB file each | time | total rate | against the disk |\n|---|---|---|---|\n\
+         | {CLIENTS} threads' `std::fs::read` (baseline) | {many_disk} | {many_disk_rate} | 1.00× |\n\
+         | {CLIENTS} concurrent `GET /sessions/{{id}}/files/shared.bin` | {many_http} | {many_http_rate} | {many_r} |\n",
         commit = support::commit(),
         cores = support::cores(),
         git = ms(git_m),
@@ -153,6 +201,11 @@ async fn main() {
         http = ms(http_m),
         http_rate = rate(http_m),
         http_r = ratio(http_m, disk_m),
+        many_disk = ms(many_disk_m),
+        many_disk_rate = many_rate(many_disk_m),
+        many_http = ms(many_http_m),
+        many_http_rate = many_rate(many_http_m),
+        many_r = ratio(many_http_m, many_disk_m),
     );
     println!("{table}");
     std::fs::create_dir_all("bench/results").unwrap();
