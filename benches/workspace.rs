@@ -36,6 +36,16 @@ fn lines(seed: usize) -> String {
         .collect()
 }
 
+/// The bytes of `request`'s answer, read to the end as they come.
+async fn download(request: reqwest::RequestBuilder) -> usize {
+    let mut r = request.send().await.unwrap();
+    let mut got = 0;
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        got += chunk.len();
+    }
+    got
+}
+
 fn median(mut d: Vec<Duration>) -> Duration {
     d.sort();
     d[d.len() / 2]
@@ -112,11 +122,7 @@ async fn main() {
     let (mut http_d, mut disk_d) = (Vec::new(), Vec::new());
     for _ in 0..REPEATS {
         let start = Instant::now();
-        let mut r = http.get(&file_url).send().await.unwrap();
-        let mut got = 0;
-        while let Some(chunk) = r.chunk().await.unwrap() {
-            got += chunk.len();
-        }
+        let got = download(http.get(&file_url)).await;
         http_d.push(start.elapsed());
         assert_eq!(got, size);
         let start = Instant::now();
@@ -134,17 +140,7 @@ async fn main() {
     for _ in 0..REPEATS {
         let start = Instant::now();
         let downloads: Vec<_> = (0..CLIENTS)
-            .map(|_| {
-                let request = http.get(&shared_url);
-                tokio::spawn(async move {
-                    let mut r = request.send().await.unwrap();
-                    let mut got = 0;
-                    while let Some(chunk) = r.chunk().await.unwrap() {
-                        got += chunk.len();
-                    }
-                    got
-                })
-            })
+            .map(|_| tokio::spawn(download(http.get(&shared_url))))
             .collect();
         for d in downloads {
             assert_eq!(d.await.unwrap(), each);

@@ -30,6 +30,12 @@ async fn made(gw: &Gateway, body: Value) -> Value {
     r.json().await.unwrap()
 }
 
+/// `body` written to `path` in session `id`'s workspace through `gw`.
+async fn write_file(gw: &Gateway, id: &str, path: &str, body: &'static str) -> reqwest::Response {
+    let url = gw.url(&format!("/sessions/{id}/files/{path}"));
+    gw.http.put(url).body(body).send().await.unwrap()
+}
+
 /// The host's own view of session `id` (its key required).
 async fn on_host(host: &World, id: &str) -> reqwest::Response {
     let url = host.gw().url(&format!("/sessions/{id}"));
@@ -58,13 +64,7 @@ async fn a_hosts_scratch_workspace_through_the_front(backend: Backend) {
     assert_eq!(view["cwd"], there["cwd"]);
 
     // Written through the front: on the host's disk, read back through the front.
-    let put = gw
-        .http
-        .put(gw.url(&format!("/sessions/{id}/files/notes/a.txt")))
-        .body("from the front\n")
-        .send()
-        .await
-        .unwrap();
+    let put = write_file(gw, id, "notes/a.txt", "from the front\n").await;
     assert_eq!(put.status(), 201);
     assert!(put.headers().contains_key("etag"));
     let on_disk = std::fs::read_to_string(folder.join("notes/a.txt")).unwrap();
@@ -93,10 +93,10 @@ async fn a_hosts_scratch_workspace_through_the_front(backend: Backend) {
     // serves the front's token) never leaves the front.
     let other = made(gw, json!({"workspace": {"kind": "scratch"}})).await;
     let other = other["sessionId"].as_str().unwrap();
-    let put = gw
-        .http
-        .put(gw.url(&format!("/sessions/{other}/files/secret.txt")));
-    assert_eq!(put.body("secret").send().await.unwrap().status(), 201);
+    assert_eq!(
+        write_file(gw, other, "secret.txt", "secret").await.status(),
+        201
+    );
     let address = gw.base.strip_prefix("http://").unwrap();
     for sneaky in [
         format!("/sessions/{id}/files/%2e%2e/%2e%2e/{other}/files/secret.txt"),
@@ -162,15 +162,8 @@ async fn a_front_replica_forwards_to_the_one_that_asks_the_host() {
     let view = made(a.gw(), json!({"workspace": {"kind": "scratch"}})).await;
     let id = view["sessionId"].as_str().unwrap();
     assert_eq!(a.gw().json("/agent").await["members"][0]["sessions"], 1);
-    // `b` forwards to `a`, marked as replicas mark; `a` sends it on to the host without it.
-    let put = b
-        .http
-        .put(b.url(&format!("/sessions/{id}/files/a.txt")))
-        .body("through b")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 201);
+    // `b` forwards to `a`, which holds the session and sends it on to the host.
+    assert_eq!(write_file(&b, id, "a.txt", "through b").await.status(), 201);
     let r = b.get(&format!("/sessions/{id}/files/a.txt")).await;
     assert_eq!(r.text().await.unwrap(), "through b");
     assert_eq!(b.changed_paths(id).await, ["a.txt"]);

@@ -54,6 +54,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("console/oidc.js"),
     ),
     (
+        "dom.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/dom.js"),
+    ),
+    (
         "files.js",
         "text/javascript; charset=utf-8",
         include_str!("console/files.js"),

@@ -519,7 +519,6 @@ impl Create {
     }
 }
 
-/// ACP's `_meta` is an object.
 /// The `_meta` of `session/new`: the client's, with the `workspace` the agent's host (another
 /// gateway) is asked to make.
 fn asking_host(meta: Option<Value>, workspace: Option<&NewWorkspace>) -> Option<Value> {
@@ -535,6 +534,7 @@ fn asking_host(meta: Option<Value>, workspace: Option<&NewWorkspace>) -> Option<
     Some(meta)
 }
 
+/// ACP's `_meta` is an object.
 fn check_meta(meta: Option<&Value>) -> Result<(), Error> {
     match meta {
         Some(m) if !m.is_object() && !m.is_null() => {

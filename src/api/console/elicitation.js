@@ -1,12 +1,7 @@
 // An elicitation as a form: one labelled control per property of its requestedSchema (string,
 // number, integer, boolean, enum), Accept / Decline / Cancel; URL mode shows the link instead.
 
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+import { el } from "./dom.js";
 
 let seq = 0;
 

@@ -8,18 +8,10 @@
 // File contents and names only ever reach the page as text (textContent).
 
 import { api, sessionPath } from "./api.js";
-
-const $ = (id) => document.getElementById(id);
+import { $, el } from "./dom.js";
 
 /** What a file's view shows at most, in bytes. */
 const SHOWN_BYTES = 1 << 20;
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 /** A workspace path as the files route takes it: each name encoded, joined by `/`. */
 function encodePath(path) {

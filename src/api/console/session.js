@@ -10,8 +10,7 @@ import { api, sessionPath } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
 import { elicitationForm } from "./elicitation.js";
 import { FilesPanel } from "./files.js";
-
-const $ = (id) => document.getElementById(id);
+import { $, el } from "./dom.js";
 
 /** The names of the session stream's events (EventSource only delivers named ones asked for). */
 const EVENTS = [
@@ -22,13 +21,6 @@ const EVENTS = [
   "elicitation_resolved", "elicitation_completed", "session_deleted", "agent_exited",
   "state_changed", "forked", "workspace_changed", "gap", "message",
 ];
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 function textOf(blocks) {
   return (blocks || []).map((b) => (b?.type === "text" ? b.text : `[${b?.type}]`)).join("");

@@ -2,15 +2,7 @@
 // the lifecycle stream GET /events (created, updated, status, deleted).
 
 import { api } from "./api.js";
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+import { $, el } from "./dom.js";
 
 export class SessionList {
   constructor(hooks) {
