@@ -3,7 +3,8 @@
 //! each as Standard Webhooks says, and records how the attempt ended. A failed attempt is
 //! retried with exponential backoff and jitter until `--webhook-max-age` has passed since the
 //! first; then the delivery fails and its subscription is disabled (`webhook_disabled`). A
-//! replica killed mid-attempt loses nothing: its lease runs out and another takes it.
+//! replica killed mid-attempt loses nothing: its lease runs out and another takes it. A
+//! replica stopping gracefully first lets the attempts under way end and records them.
 //!
 //! Safety: the URL's host is resolved at every attempt and only the addresses `reach` allows
 //! are used (public ones, unless `--webhook-allow-private` or `--webhook-allow-link-local`),
@@ -27,6 +28,8 @@ use crate::store::{Attempt, DeliveryRecord, WebhookRecord};
 
 /// Deliveries claimed at once.
 const BATCH: i64 = 32;
+/// How long a stopping replica waits for the attempts under way.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 /// What is kept of an answer's body.
 const KEPT_BODY: usize = 1024;
 
@@ -61,9 +64,16 @@ impl Webhooks {
                 let attempts = claimed
                     .into_iter()
                     .map(|(d, w)| self.attempt(&config, d, w));
+                let batch = futures::future::join_all(attempts);
+                tokio::pin!(batch);
                 tokio::select! {
-                    () = self.stopping().cancelled() => return,
-                    _ = futures::future::join_all(attempts) => {}
+                    () = self.stopping().cancelled() => {
+                        // Attempts under way are recorded if they end soon, rather than left
+                        // to their lease (which would hold them from every replica for 40 s).
+                        let _ = tokio::time::timeout(STOP_GRACE, batch).await;
+                        return;
+                    }
+                    _ = &mut batch => {}
                 }
                 if !full {
                     break;
