@@ -31,6 +31,7 @@ mod list_sync;
 mod oidc;
 mod openapi;
 mod outage;
+mod people;
 mod rebinding;
 mod remote_agents;
 mod remote_workspaces;

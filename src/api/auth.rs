@@ -30,7 +30,7 @@ use super::error::ApiError;
 use super::oidc::{Oidc, TokenError};
 pub use super::revoked::Revoked;
 use crate::config::Config;
-use crate::gateway::{ADMIN_TENANT, Caller};
+use crate::gateway::{ADMIN_TENANT, Caller, User};
 
 /// How often the keys file is looked at for a change.
 const FILE_POLL: Duration = Duration::from_secs(1);
@@ -81,29 +81,38 @@ fn file_lines(text: &str) -> impl Iterator<Item = &str> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
-/// A `TENANT:KEY` (or `*:KEY`) line, checked: the key's digest and caller.
+/// A `TENANT:KEY` line (`*:KEY` for an admin key; `TENANT/USER:KEY` or `*/USER:KEY` for a
+/// key of one person), checked: the key's digest and caller.
 fn parse_line(line: &str) -> anyhow::Result<([u8; 32], Caller)> {
-    let (tenant, key) = line
-        .split_once(':')
-        .context("an API key must be given as TENANT:KEY (or *:KEY for an admin key)")?;
+    let (who, key) = line.split_once(':').context(
+        "an API key must be given as TENANT:KEY or TENANT/USER:KEY (or *:KEY for an admin key)",
+    )?;
+    let (tenant, user) = match who.split_once('/') {
+        Some((tenant, user)) => (tenant, Some(user)),
+        None => (who, None),
+    };
     anyhow::ensure!(
         key.len() >= 16,
         "API keys must be at least 16 characters long (tenant {tenant:?})"
     );
-    let caller = if tenant == "*" {
-        Caller {
-            tenant: ADMIN_TENANT.into(),
-            admin: true,
-        }
+    let mut caller = if tenant == "*" {
+        Caller::of_tenant(ADMIN_TENANT, true)
     } else {
         if let Some(why) = Caller::tenant_refused(tenant) {
             anyhow::bail!("an API key's tenant: {why}");
         }
-        Caller {
-            tenant: tenant.to_owned(),
-            admin: false,
-        }
+        Caller::of_tenant(tenant, false)
     };
+    if let Some(user) = user {
+        anyhow::ensure!(
+            Caller::valid_user(user),
+            "an API key's user {user:?} is not a user name: 1-128 printable ASCII characters, no `:`"
+        );
+        caller.user = Some(User {
+            id: user.to_owned(),
+            name: None,
+        });
+    }
     Ok((digest(key), caller))
 }
 

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::revoked::Revoked;
 use crate::config::OidcFlags;
-use crate::gateway::{ADMIN_TENANT, Caller};
+use crate::gateway::{ADMIN_TENANT, Caller, User};
 use crate::redact;
 
 /// The shortest time between two fetches of the provider's keys.
@@ -229,10 +229,24 @@ impl Oidc {
                     Some(Value::String(roles)) => roles.split(' ').any(|r| r == role),
                     _ => false,
                 });
+        // The person: `sub`, shown by `name` or `email`.
+        let text = |key: &str| claims.get(key).and_then(Value::as_str).map(str::to_owned);
+        let user = text("sub").map(|id| User {
+            id,
+            name: text("name").or_else(|| text("email")),
+        });
+        let unprintable = |t: &String| t.chars().any(char::is_control);
+        if user.as_ref().is_some_and(|u| {
+            unprintable(&u.id) || u.id.len() > 255 || u.name.as_ref().is_some_and(unprintable)
+        }) {
+            return Err(TokenError::Invalid(
+                "the token's sub, name or email holds control characters, or its sub is over 255 bytes".into(),
+            ));
+        }
         if admin {
             return Ok(Caller {
-                tenant: ADMIN_TENANT.into(),
-                admin: true,
+                user,
+                ..Caller::of_tenant(ADMIN_TENANT, true)
             });
         }
         let tenant = match claim(claims, &self.tenant_claim) {
@@ -259,8 +273,8 @@ impl Oidc {
             }
         };
         Ok(Caller {
-            tenant,
-            admin: false,
+            user,
+            ..Caller::of_tenant(&tenant, false)
         })
     }
 

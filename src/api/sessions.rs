@@ -15,6 +15,7 @@ use super::responses::{
     AgentFailed, InvalidSessionParams, NoReadyMember, SessionBusy, UnknownOrDeletedSession,
     UnknownSession,
 };
+use crate::config::WhoAnswers;
 use crate::gateway::input::SessionId;
 use crate::gateway::output::{SessionPage, SessionView, StatusView};
 use crate::gateway::{Caller, InitialSettings, NewSession, NewWorkspace, SessionFilter};
@@ -49,6 +50,9 @@ pub struct CreateSession {
     pub config: serde_json::Map<String, Value>,
     /// The agent to start it in (`GET /agents`); default: the gateway's default agent.
     pub agent: Option<String>,
+    /// Who may answer its permission requests and elicitations (default: the tenant's,
+    /// `anyone` unless the config file says).
+    pub who_answers: Option<WhoAnswers>,
     /// Passed to `session/new` unchanged (e.g. Claude Code's `_meta.claudeCode.options`).
     #[serde(rename = "_meta")]
     #[schema(value_type = Option<Object>)]
@@ -106,13 +110,17 @@ pub enum WorkspaceKind {
 
 /// `PATCH /sessions/{id}` body.
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schema(example = json!({"title": "Fix the flaky login test"}))]
 pub struct PatchSession {
     /// New title; `null` clears it, except on an agent that keeps titles itself
-    /// (`session/set_title` advertised), which cannot clear one: then 422.
+    /// (`session/set_title` advertised), which cannot clear one: then 422. Absent: unchanged.
+    #[serde(default, with = "::serde_with::rust::double_option")]
     #[schema(value_type = Option<String>)]
-    pub title: Option<String>,
+    pub title: Option<Option<String>>,
+    /// Who may answer its permission requests and elicitations; only the session's owner (or
+    /// an admin) may change it (else 403). Absent: unchanged.
+    pub who_answers: Option<WhoAnswers>,
 }
 
 /// `GET /sessions` query.
@@ -131,6 +139,8 @@ pub struct ListParams {
     pub refresh: Option<bool>,
     /// Only the sessions of this agent.
     pub agent: Option<String>,
+    /// Only the sessions this user created; `me`: the caller (whose key or token names a user).
+    pub owner: Option<String>,
 }
 
 /// List sessions, newest first.
@@ -163,6 +173,7 @@ pub async fn list_sessions(
         archived: p.archived,
         refresh: p.refresh == Some(true),
         agent: p.agent,
+        owner: p.owner,
     };
     let body = s
         .gateway
@@ -198,6 +209,7 @@ pub async fn create_session(
         mcp_servers: body.mcp_servers,
         meta: body.meta,
         agent: body.agent,
+        who_answers: body.who_answers,
         settings: InitialSettings {
             mode: body.mode,
             model: body.model,
@@ -244,7 +256,7 @@ pub async fn patch_session(
     Ok(Json(
         s.gateway
             .sessions()
-            .patch_session(&caller, &id, body.title)
+            .patch_session(&caller, &id, body.title, body.who_answers)
             .await?,
     ))
 }

@@ -69,7 +69,8 @@ pub struct Config {
     )]
     pub listen: SocketAddr,
 
-    /// A tenant's API key, `TENANT:KEY` (repeatable; at least 16 characters of key). With any
+    /// A tenant's API key, `TENANT:KEY`, or one person's, `TENANT/USER:KEY` (repeatable; at
+    /// least 16 characters of key). With any
     /// key configured, every route but /healthz, /readyz, /docs and /openapi.json needs
     /// `Authorization: Bearer KEY` (SSE routes also take `?access_token=KEY`).
     #[arg(
@@ -89,7 +90,8 @@ pub struct Config {
     )]
     pub admin_api_keys: Vec<String>,
 
-    /// A file of API keys, one `TENANT:KEY` per line (`*:KEY` for an admin key; `#` comments).
+    /// A file of API keys, one `TENANT:KEY` or `TENANT/USER:KEY` per line (`*:KEY` for an admin
+    /// key; `#` comments).
     #[arg(long, env = "ACP_GATEWAY_API_KEYS_FILE", global = true)]
     pub api_keys_file: Option<PathBuf>,
 

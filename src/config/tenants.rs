@@ -1,12 +1,12 @@
 //! The flags of per-tenant limits (`--tenant-max-sessions`, `--tenant-max-turns`,
 //! `--tenant-prompts-per-minute`), flattened into [`super::Config`], and a tenant's own limits
-//! from the `[tenants.NAME]` tables of the `--config` file.
+//! and default [`WhoAnswers`] from the `[tenants.NAME]` tables of the `--config` file.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
 use clap::Args;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What every tenant may use at once across the replicas, and a tenant's own where set.
 #[derive(Debug, Clone, Args)]
@@ -45,12 +45,43 @@ pub struct TenantFlags {
 }
 
 /// A tenant's limits (0: none); in a `[tenants.NAME]` table, each one left out is the flag's.
+/// Beside them, who answers in the tenant's sessions that do not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TenantLimits {
     pub max_sessions: Option<u64>,
     pub max_turns: Option<u64>,
     pub prompts_per_minute: Option<u64>,
+    pub who_answers: Option<WhoAnswers>,
+}
+
+/// Who may answer a session's permission requests and elicitations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WhoAnswers {
+    /// Anyone who sees the session.
+    #[default]
+    Anyone,
+    /// Only the user who created the session.
+    Owner,
+    /// Only the author of the turn that asked (the owner, outside a turn).
+    Author,
+}
+
+impl WhoAnswers {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhoAnswers::Anyone => "anyone",
+            WhoAnswers::Owner => "owner",
+            WhoAnswers::Author => "author",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [WhoAnswers::Anyone, WhoAnswers::Owner, WhoAnswers::Author]
+            .into_iter()
+            .find(|w| w.as_str() == s)
+    }
 }
 
 impl TenantFlags {
@@ -63,7 +94,7 @@ impl TenantFlags {
             .into_iter()
             .map(|(name, limits)| {
                 let limits = limits.try_into::<TenantLimits>().with_context(|| {
-                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute)")
+                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, who-answers)")
                 })?;
                 Ok((name, limits))
             })
@@ -79,7 +110,17 @@ impl TenantFlags {
             prompts_per_minute: own
                 .prompts_per_minute
                 .or(Some(self.tenant_prompts_per_minute)),
+            who_answers: own.who_answers,
         }
+    }
+
+    /// Who answers in `tenant`'s sessions that do not say: its table's `who-answers`, else
+    /// anyone.
+    pub fn who_answers(&self, tenant: &str) -> WhoAnswers {
+        self.own
+            .get(tenant)
+            .and_then(|t| t.who_answers)
+            .unwrap_or_default()
     }
 
     /// The tables as the effective configuration shows them.
@@ -98,7 +139,7 @@ mod tests {
         let file = dir.path().join("c.toml");
         std::fs::write(
             &file,
-            "tenant-max-turns = 4\n[tenants.acme]\nmax-turns = 1\nprompts-per-minute = 9\n",
+            "tenant-max-turns = 4\n[tenants.acme]\nmax-turns = 1\nprompts-per-minute = 9\nwho-answers = \"author\"\n",
         )
         .unwrap();
         let config = crate::config::Config::load_from([
@@ -117,6 +158,8 @@ mod tests {
             (acme.max_sessions, acme.max_turns, acme.prompts_per_minute),
             (Some(3), Some(1), Some(9))
         );
+        assert_eq!(flags.who_answers("acme"), super::WhoAnswers::Author);
+        assert_eq!(flags.who_answers("globex"), super::WhoAnswers::Anyone);
         let other = flags.limits("globex");
         assert_eq!(
             (

@@ -23,8 +23,9 @@ use super::parts::workspaces::{Source, made_by_host};
 use super::sessions::Sessions;
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
+use crate::config::WhoAnswers;
 use crate::pool::client::{AgentClient, SessionSetup};
-use crate::store::{Origin, SessionRecord, WorkspaceRecord};
+use crate::store::{Origin, People, SessionRecord, WorkspaceRecord};
 
 /// What `POST /sessions` creates.
 #[derive(Debug, Default)]
@@ -43,6 +44,8 @@ pub struct NewSession {
     pub settings: InitialSettings,
     /// The agent to start it in (the default one when `None`).
     pub agent: Option<String>,
+    /// Who may answer its requests (the tenant's default when `None`).
+    pub who_answers: Option<WhoAnswers>,
 }
 
 /// A workspace the gateway makes for a new session, which works in it.
@@ -161,7 +164,8 @@ impl Create {
             mcp_servers: &new.mcp_servers,
             meta: meta.as_ref(),
         };
-        let started = self.start_session(caller, &agent, Start::New, setup).await;
+        let people = owned_by(caller, new.who_answers);
+        let started = (self.start_session(caller, &agent, Start::New, setup, people)).await;
         let record = (self.in_workspace(caller, started, made, hosted.is_some())).await?;
         let id = SessionId::known(record.session_id.clone());
         if let Err(e) = self
@@ -272,7 +276,14 @@ impl Create {
             meta: fork.meta.as_ref(),
         };
         let how = Start::Fork(parent.as_str());
-        let started = self.start_session(caller, &from.agent, how, setup).await;
+        let people = owned_by(
+            caller,
+            from.people
+                .who_answers
+                .as_deref()
+                .and_then(WhoAnswers::parse),
+        );
+        let started = (self.start_session(caller, &from.agent, how, setup, people)).await;
         let record = self.in_workspace(caller, started, made, false).await?;
         let forked = Forked {
             session_id: record.session_id.clone(),
@@ -341,6 +352,7 @@ impl Create {
         agent_name: &str,
         how: Start<'_>,
         setup: SessionSetup<'_>,
+        people: People,
     ) -> Result<(SessionRecord, Option<WorkspaceRecord>), Error> {
         let start = async {
             let (started, creating) = self.start_at_agent(agent_name, how, setup).await?;
@@ -352,6 +364,7 @@ impl Create {
             let cwd = hosted.as_ref().map_or(setup.cwd, |w| w.path.as_str());
             let record = SessionRecord {
                 additional_directories: setup.additional_directories.to_vec(),
+                people,
                 ..SessionRecord::new(
                     started.session_id.clone(),
                     caller.tenant.clone(),
@@ -551,4 +564,14 @@ async fn undo(agent: &AgentClient, id: &str, e: &(dyn std::fmt::Display + Sync))
         deleted => deleted,
     };
     tracing::warn!(session = id, error = %e, undone = ?undone, "the new session could not be recorded; undone at the agent");
+}
+
+/// Who a new session is of: `caller`'s user, if it names one, and `who_answers`.
+fn owned_by(caller: &Caller, who_answers: Option<WhoAnswers>) -> People {
+    let user = caller.user.as_ref();
+    People {
+        owner: user.map(|u| u.id.clone()),
+        owner_name: user.and_then(|u| u.name.clone()),
+        who_answers: who_answers.map(|w| w.as_str().to_owned()),
+    }
 }

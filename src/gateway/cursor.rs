@@ -26,7 +26,8 @@ fn query_fingerprint(query: &ListQuery) -> String {
         query.tenant,
         query.cwd,
         query.archived.unwrap_or(false),
-        query.agent
+        query.agent,
+        query.owner
     ]);
     let digest = Sha256::digest(filters.to_string().as_bytes());
     URL_SAFE_NO_PAD.encode(&digest[..9])

@@ -13,6 +13,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa::openapi::{RefOr, Schema};
 
+use super::caller::Author;
 use super::output::{SessionView, Status};
 use super::problem::Problem;
 use super::state::SessionState;
@@ -244,6 +245,9 @@ pub struct TurnStarted {
     /// The ACP `ContentBlock[]` sent.
     #[schema(value_type = Vec<Object>)]
     pub prompt: Vec<Value>,
+    /// Who sent it (absent in turns logged by gateways that did not record authors).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<Author>,
 }
 
 /// `turn_ended`: the agent answered `session/prompt` (`stopReason`) or the turn failed
@@ -295,6 +299,9 @@ pub struct PermissionResolved {
     pub outcome: Value,
     /// `answered`, `cancelled`, `timeout` or `policy`.
     pub reason: String,
+    /// Who answered (`reason` `answered`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<Author>,
 }
 
 /// `elicitation_requested`: the agent asks the user for structured input (`elicitation/create`:
@@ -329,6 +336,9 @@ pub struct ElicitationResolved {
     pub content: Option<Value>,
     /// `answered`, `cancelled`, `timeout` or `policy`.
     pub reason: String,
+    /// Who answered (`reason` `answered`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<Author>,
 }
 
 /// `elicitation_completed`: the agent says the interaction a URL elicitation sent the user to

@@ -33,7 +33,7 @@ pub struct HistoryEvent {
 /// A page of `GET /sessions/{id}/history`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"events": [{"seq": 1, "event": EventKind::TurnStarted.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}]}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": EventKind::AgentMessageChunk.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": EventKind::AgentMessageChunk.name(), "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
+#[schema(example = json!({"events": [{"seq": 1, "event": EventKind::TurnStarted.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "prompt": [{"type": "text", "text": "hi"}], "author": {"tenant": "acme", "user": "ann"}}, "createdAt": "2026-11-22T12:47:51.068421Z"}, {"seq": 2, "event": EventKind::AgentMessageChunk.name(), "data": {"sessionId": "sess_f15d4b67bbe3406688b9a02219da3c15", "update": {"sessionUpdate": EventKind::AgentMessageChunk.name(), "content": {"type": "text", "text": "hi"}}}, "createdAt": "2026-11-22T12:47:51.073427Z"}], "nextAfter": 2}))]
 pub struct HistoryPage {
     #[schema(value_type = Vec<SessionEvent>)]
     pub events: Vec<HistoryEvent>,

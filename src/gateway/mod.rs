@@ -32,7 +32,7 @@ mod turns;
 mod webhooks;
 
 pub use crate::store::EventKind;
-pub use caller::{ADMIN_TENANT, Caller, DEFAULT_TENANT, RESERVED_TENANTS};
+pub use caller::{ADMIN_TENANT, Author, Caller, DEFAULT_TENANT, RESERVED_TENANTS, User};
 pub use changes::{Changes, Checkpoint, CheckpointsView, DiffView, FileChange};
 pub use controls::{Controls, InitialSettings};
 pub use create::{Create, Fork, NewSession, NewWorkspace};
@@ -159,10 +159,14 @@ impl Gateway {
         let cluster = Arc::new(cluster);
         let records = Arc::new(parts::records::Records::new(store.clone(), hub.clone()));
         let log = parts::log::Log::new(hub.clone(), records.clone(), store.clone());
+        let rules = parts::requests::Rules {
+            policy: config.permission_policy,
+            timeout: config.permission_timeout,
+            max_pending: config.max_pending_requests,
+            tenants: config.tenants.clone(),
+        };
         let requests = Arc::new(parts::requests::Requests::new(
-            config.permission_policy,
-            config.permission_timeout,
-            config.max_pending_requests,
+            rules,
             log.clone(),
             records.clone(),
             tasks.clone(),

@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::caller::{Author, owner_of};
 use crate::agent_rpc::caps::AgentInit;
 use crate::cluster::ReplicaView;
+use crate::config::WhoAnswers;
 use crate::pool::MemberView;
 use crate::store::{SessionRecord, WorkspaceRecord};
 
@@ -85,6 +87,13 @@ pub struct SessionView {
     /// `session/list` (created by another client of the agent).
     #[schema(example = "gateway")]
     pub origin: String,
+    /// The user who created it, when the key or token named one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub owner: Option<Author>,
+    /// Who may answer its permission requests and elicitations, when the session says (else
+    /// the tenant's default: `anyone` unless the config file's `[tenants.NAME]` says).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub who_answers: Option<WhoAnswers>,
     /// `live` or `saved`.
     pub status: Status,
     /// Set for live sessions.
@@ -145,6 +154,8 @@ impl SessionView {
             archived: r.archived,
             meta: r.meta.clone(),
             origin: r.origin.as_str().to_owned(),
+            owner: r.people.owner.is_some().then(|| owner_of(r)),
+            who_answers: r.people.who_answers.as_deref().and_then(WhoAnswers::parse),
             status,
             activity,
             state: None,
@@ -263,6 +274,11 @@ mod tests {
             synced_at: None,
             listed: None,
             agent: "default".into(),
+            people: crate::store::People {
+                owner: Some("ann \"a\"".into()),
+                owner_name: None,
+                who_answers: Some("author".into()),
+            },
         };
         let records = vec![
             record("a", Some("ünïcode \n title"), Some(json!({"k": [1, null]}))),

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::caller::Caller;
+use super::caller::{Caller, owner_of};
 use super::clock::now;
 use super::cursor::decode_cursor;
 use super::error::Error;
@@ -16,6 +16,7 @@ use super::parts::use_case;
 use super::sync::ListSync;
 use crate::agent_rpc::CallError;
 use crate::cluster::Holder;
+use crate::config::WhoAnswers;
 use crate::store::ListQuery;
 
 /// Which sessions `GET /sessions` lists.
@@ -33,6 +34,8 @@ pub struct SessionFilter {
     pub refresh: bool,
     /// Only the sessions of this agent.
     pub agent: Option<String>,
+    /// Only the sessions this user created (`me`: the caller).
+    pub owner: Option<String>,
 }
 
 use_case! {
@@ -63,8 +66,17 @@ impl Sessions {
         if filter.refresh {
             self.sync.sync(filter.agent.as_deref()).await?;
         }
+        let owner = match filter.owner.as_deref() {
+            Some("me") => Some(caller.user.as_ref().map(|u| u.id.clone()).ok_or_else(|| {
+                Error::Malformed(
+                    "owner=me: the key or token of this request names no user (TENANT/USER:KEY, or a token with a sub)".into(),
+                )
+            })?),
+            _ => filter.owner,
+        };
         let mut query = ListQuery {
             agent: filter.agent,
+            owner,
             tenant,
             cwd: filter.cwd,
             archived: filter.archived,
@@ -102,14 +114,35 @@ impl Sessions {
             .await
     }
 
-    /// `PATCH /sessions/{id}`: the title, through `session/set_title` when advertised.
+    /// `PATCH /sessions/{id}`: the title (`Some(None)` clears it), through `session/set_title`
+    /// when advertised; who answers, which only the owner or an admin may change.
     pub async fn patch_session(
         &self,
         caller: &Caller,
         id: &SessionId,
-        mut title: Option<String>,
+        title: Option<Option<String>>,
+        who_answers: Option<WhoAnswers>,
     ) -> Result<SessionView, Error> {
         let record = self.records.get(caller, id).await?;
+        if who_answers.is_some() && !caller.admin && !caller.is(&owner_of(&record)) {
+            return Err(Error::Forbidden(
+                "only the session's owner (or an admin) may change who answers".into(),
+            ));
+        }
+        let record = match who_answers {
+            Some(who) => {
+                let value = Some(who.as_str().to_owned());
+                self.views
+                    .update_cached(id.as_str(), &|r| r.people.who_answers = value.clone())
+                    .await?
+                    .ok_or_else(|| Error::NotFound(format!("no session {}", id.as_str())))?
+            }
+            None => record,
+        };
+        let Some(mut title) = title else {
+            self.views.updated(&record).await;
+            return Ok(self.views.view(&record));
+        };
         // An agent this replica does not run: 503, not a change the agent never sees.
         self.placement.agent_named(&record.agent)?;
         let set_title = self.placement.caps(&record.agent).set_title;

@@ -102,10 +102,12 @@ impl Turns {
         let started = TurnStarted {
             session_id: sid.clone(),
             prompt: prompt.clone(),
+            author: Some(caller.author()),
         };
         self.log
             .enqueue_touching(id.as_str(), GatewayEvent::TurnStarted(started))
             .await;
+        self.requests.turn_began(&sid, caller.author());
         let sent = agent.prompt(&sid, &prompt).instrument(span.clone()).await;
         claim.mark_sent();
         // A client hanging up never leaves the turn without its `turn_ended` event: waited for,
@@ -159,6 +161,7 @@ impl Turns {
             // A client may see `turn_ended` and prompt again before the session is freed
             // here: marked as ending, it waits for that instead of being refused.
             claim.mark_ending();
+            this.requests.turn_over(&sid);
             let ended = GatewayEvent::TurnEnded(ended);
             this.log.enqueue_now(&sid, ended).await;
             drop(traced);

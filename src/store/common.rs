@@ -18,19 +18,19 @@ pub(crate) const GET_SESSION: &str = concat!(
     " FROM sessions WHERE session_id = $1"
 );
 
-/// The session columns as `$1`…`$14`, in [`session_columns!`] order; `session_id` ($1) is the
+/// The session columns as `$1`…`$17`, in [`session_columns!`] order; `session_id` ($1) is the
 /// key and is not changed.
 pub(crate) const UPDATE_SESSION: &str = "UPDATE sessions SET tenant = $2, cwd = $3, \
      additional_directories = $4, title = $5, updated_at = $6, created_at = $7, meta = $8, \
-     archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13, agent = $14 \
-     WHERE session_id = $1";
+     archived = $9, origin = $10, deleted_at = $11, synced_at = $12, listed = $13, agent = $14, \
+     owner = $15, owner_name = $16, who_answers = $17 WHERE session_id = $1";
 
-/// A new session's row (the columns as `$1`…`$14`, in [`session_columns!`] order), unless its
+/// A new session's row (the columns as `$1`…`$17`, in [`session_columns!`] order), unless its
 /// id names a row already, tombstoned or not.
 pub(crate) const INSERT_SESSION: &str = concat!(
     "INSERT INTO sessions (",
     session_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
      ON CONFLICT (session_id) DO NOTHING"
 );
 
@@ -41,8 +41,8 @@ pub(crate) const ADOPT_SESSIONS: &str = "UPDATE sessions SET agent = $1 WHERE ag
 /// the row is tombstoned or of another tenant, agent or origin (whose session it stays: one a
 /// replica created between a sync's read, which found no row, and its write stays the
 /// creator's), but `updated_at` only by a later one (a prompt's touch, committed by the event
-/// writer, may land between a sync's read of the row and its write); then answers the ids
-/// written. `$max` is the backend's two-argument maximum.
+/// writer, may land between a sync's read of the row and its write), and never who the
+/// session is of (`owner`, `owner_name`, `who_answers`); then answers the ids written. `$max` is the backend's two-argument maximum.
 macro_rules! replace_unless_tombstoned {
     ($max:literal) => {
         concat!(

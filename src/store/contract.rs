@@ -45,7 +45,7 @@ pub trait SessionRecords: Send + Sync + 'static {
     /// Writes sessions, each inserted or, if its id exists, is not tombstoned and has the same
     /// tenant, agent and origin, replacing its row; another row of the id is left as it is. Returns the
     /// ids written, in no particular order. The ids must differ. A list sync writes the changes
-    /// of a page in one statement (PostgreSQL: any number of rows; SQLite: one per 2,520, its
+    /// of a page in one statement (PostgreSQL: any number of rows; SQLite: one per 1,927, its
     /// limit on bound parameters).
     async fn put_sessions(&self, records: &[SessionRecord]) -> StoreResult<Vec<String>>;
 

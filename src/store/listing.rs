@@ -41,6 +41,9 @@ pub(crate) fn push_page_query<'a, DB, K>(
         if let Some(tenant) = &query.tenant {
             qb.push(" AND s.tenant = ").push_bind(tenant.clone());
         }
+        if let Some(owner) = &query.owner {
+            qb.push(" AND s.owner = ").push_bind(owner.clone());
+        }
         if let Some(cwd) = &query.cwd {
             qb.push(" AND s.cwd = ").push_bind(cwd.clone());
         }

@@ -18,7 +18,7 @@
 macro_rules! session_columns {
     () => {
         "session_id, tenant, cwd, additional_directories, title, updated_at, created_at, meta, \
-         archived, origin, deleted_at, synced_at, listed, agent"
+         archived, origin, deleted_at, synced_at, listed, agent, owner, owner_name, who_answers"
     };
 }
 
@@ -60,7 +60,7 @@ pub use postgres::events::PG_LOG_WRITER_NAME;
 pub use quotas::{SESSION_SLOT_MAX, SlotKind, TenantQuotas, TenantSlot};
 pub use records::{
     Attempt, DeliveryRecord, ListCursor, ListQuery, ListedSession, NewLifecycleEvent, Origin,
-    STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,
+    People, STABLE_CURSOR_FOR, SessionList, SessionMutation, SessionRecord, StoredLifecycleEvent,
     SyncedVisitor, ToSync, WebhookRecord,
 };
 pub use replicas::{Claimed, Heartbeat, HeldSessions, Replica, ReplicaRegistry, Replicas};

@@ -57,6 +57,21 @@ pub struct SessionRecord {
     /// until [`SessionRecords::adopt_sessions`](super::SessionRecords::adopt_sessions) gives them
     /// the default one).
     pub agent: String,
+    /// Who the session is of within its tenant.
+    pub people: People,
+}
+
+/// Who a session is of within its tenant: the user who created it, and who may answer its
+/// requests. Written when it is created (the owner) and by an update (who answers); a list sync
+/// leaves them as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct People {
+    /// The user who created it (a key's `USER`, a token's `sub`), when one did.
+    pub owner: Option<String>,
+    /// How to show the owner (a token's `name` or `email`).
+    pub owner_name: Option<String>,
+    /// `anyone`, `owner` or `author`; `None`: the tenant's default.
+    pub who_answers: Option<String>,
 }
 
 /// A session on a page of the agent's list: its id and the digest of its `SessionInfo`.
@@ -89,6 +104,8 @@ pub struct ListQuery {
     pub cwd: Option<String>,
     /// Only the sessions of this agent.
     pub agent: Option<String>,
+    /// Only the sessions this user created.
+    pub owner: Option<String>,
     /// `None` = only non-archived, `Some(true)` = only archived, `Some(false)` = only non-archived.
     pub archived: Option<bool>,
     /// The position after which the page starts; `None` for the first page.

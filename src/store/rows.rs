@@ -10,7 +10,7 @@ use sqlx::{Decode, Postgres, Sqlite, Type};
 use super::error::{StoreError, StoreResult};
 use super::event::{Payload, StoredEvent};
 use super::records::{
-    DeliveryRecord, Origin, SessionRecord, StoredLifecycleEvent, ToSync, WebhookRecord,
+    DeliveryRecord, Origin, People, SessionRecord, StoredLifecycleEvent, ToSync, WebhookRecord,
 };
 
 impl SessionRecord {
@@ -39,6 +39,7 @@ impl SessionRecord {
             synced_at: None,
             listed: None,
             agent,
+            people: People::default(),
         }
     }
 }
@@ -110,6 +111,11 @@ pub(crate) fn session_from(row: &impl Columns) -> StoreResult<SessionRecord> {
         synced_at: row.opt_time("synced_at").map_err(at)?,
         listed: row.get("listed")?,
         agent: row.get("agent")?,
+        people: People {
+            owner: row.get("owner")?,
+            owner_name: row.opt_text("owner_name").map_err(at)?,
+            who_answers: row.get("who_answers")?,
+        },
         session_id,
     })
 }

@@ -15,6 +15,7 @@ mod idempotency;
 mod listing;
 mod log_writer;
 mod payloads;
+mod people;
 mod quotas;
 mod reopen;
 mod replicas;
@@ -224,6 +225,7 @@ macro_rules! store_contract {
             sessions::check_session_agents,
             sessions::check_update_session,
             sessions::check_concurrent_updates,
+            people::check_session_people,
             bulk::check_sessions_in_bulk,
             listing::check_list_sessions,
             listing::check_stable_pagination,

@@ -50,6 +50,11 @@ pub async fn check_session_round_trip(store: Arc<dyn Store>) {
         synced_at: Some(ts(T0 + 999_999)),
         listed: Some(i64::MIN + 7),
         agent: "codex".into(),
+        people: acp_gateway::store::People {
+            owner: Some("zoë@example.com".into()),
+            owner_name: Some("Zoë \"Z\" 🦀".into()),
+            who_answers: Some("owner".into()),
+        },
     };
     assert!(
         store.put_session(&full).await.unwrap(),

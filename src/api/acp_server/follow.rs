@@ -77,13 +77,22 @@ pub(super) fn notifications(event: &Event, session_id: &str, live: bool) -> Vec<
         {
             vec![update(data["update"].clone())]
         }
+        // Each block of a prompt, as a user message naming its author in `_meta.author`.
         Some(EventKind::TurnStarted) => {
             let tag = EventKind::UserMessageChunk.name();
+            let author = data.get("author").filter(|a| a.is_object());
             data["prompt"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|block| update(json!({"sessionUpdate": tag, "content": block})))
+                .map(|block| {
+                    let (method, mut params) =
+                        update(json!({"sessionUpdate": tag, "content": block}));
+                    if let Some(author) = author {
+                        params["_meta"] = json!({"author": author});
+                    }
+                    (method, params)
+                })
                 .collect()
         }
         Some(EventKind::StateChanged) if live => {

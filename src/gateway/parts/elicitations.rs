@@ -19,6 +19,7 @@ use utoipa::ToSchema;
 
 use super::form;
 use super::pending::{Asked, asked_from_fields};
+use crate::gateway::caller::Author;
 use crate::gateway::error::Error;
 use crate::gateway::event::{ElicitationRequested, ElicitationResolved, GatewayEvent};
 
@@ -80,7 +81,7 @@ impl Asked for ElicitationView {
         })
     }
     /// The response's `action` and `content`, as sent to the agent.
-    fn resolved(&self, reason: &str) -> GatewayEvent {
+    fn resolved(&self, reason: &str, by: Option<Author>) -> GatewayEvent {
         let response = |key| self.response.as_ref().and_then(|r| r.get(key)).cloned();
         GatewayEvent::ElicitationResolved(ElicitationResolved {
             session_id: self.session_id.clone(),
@@ -88,6 +89,7 @@ impl Asked for ElicitationView {
             action: response("action").unwrap_or_default(),
             content: response("content"),
             reason: reason.to_owned(),
+            answered_by: by,
         })
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::gateway::caller::Author;
 use crate::gateway::error::Error;
 use crate::gateway::event::GatewayEvent;
 use crate::pool::client::Incoming;
@@ -42,8 +43,9 @@ pub(in crate::gateway) trait Asked: Clone + Send + Sync + 'static {
     fn cancelled() -> Self::Answer;
     /// The event logged when one arrives.
     fn requested(&self) -> GatewayEvent;
-    /// The event logged when it is resolved, once the view is marked.
-    fn resolved(&self, reason: &str) -> GatewayEvent;
+    /// The event logged when it is resolved, once the view is marked, `by` whom when a client
+    /// answered.
+    fn resolved(&self, reason: &str, by: Option<Author>) -> GatewayEvent;
 }
 
 /// The fields every kind of request has.
@@ -74,6 +76,8 @@ struct PendingEntry<V: Asked> {
     /// The agent's request, to be answered once.
     request: Incoming,
     extra: V::Extra,
+    /// The author of the turn that asked, if it came in one.
+    asker: Option<Author>,
 }
 
 /// The resolved requests of one session a table keeps (so that a late answer is told 409 and a
@@ -106,6 +110,7 @@ impl<V: Asked> Table<V> {
         member: usize,
         request: Incoming,
         extra: V::Extra,
+        asker: Option<Author>,
     ) {
         let id = view.request_id().to_owned();
         let session_id = view.session_id().to_owned();
@@ -114,6 +119,7 @@ impl<V: Asked> Table<V> {
             member,
             request,
             extra,
+            asker,
         };
         let mut map = self.lock();
         map.insert(id, entry);
@@ -172,12 +178,14 @@ impl<V: Asked> Table<V> {
     }
 
     /// Resolves request `request_id` (of `session_id` when given) with the answer `decide`
-    /// makes of it. 404 when unknown (or of another session), 409 when already resolved, and
-    /// `decide`'s error as it is (the request then stays pending).
+    /// makes of it, if `may` allows it given the author of the turn that asked. 404 when
+    /// unknown (or of another session), 409 when already resolved, and `may`'s or `decide`'s
+    /// error as it is (the request then stays pending).
     pub(in crate::gateway) fn resolve(
         &self,
         session_id: Option<&str>,
         request_id: &str,
+        may: impl FnOnce(Option<&Author>) -> Result<(), Error>,
         decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
     ) -> Result<(V, Incoming, V::Answer), Error> {
         let noun = V::NOUN;
@@ -189,6 +197,7 @@ impl<V: Asked> Table<V> {
         if entry.view.is_resolved() {
             return Err(Error::Conflict(format!("this {noun} is already resolved")));
         }
+        may(entry.asker.as_ref())?;
         let answer = decide(&entry.view, &entry.extra)?;
         entry.view.mark(&answer);
         Ok((entry.view.clone(), entry.request.clone(), answer))

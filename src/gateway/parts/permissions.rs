@@ -12,6 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::pending::{Asked, asked_from_fields};
+use crate::gateway::caller::Author;
 use crate::gateway::error::Error;
 use crate::gateway::event::{GatewayEvent, PermissionRequested, PermissionResolved};
 
@@ -64,12 +65,13 @@ impl Asked for PermissionView {
             deadline: self.deadline,
         })
     }
-    fn resolved(&self, reason: &str) -> GatewayEvent {
+    fn resolved(&self, reason: &str, by: Option<Author>) -> GatewayEvent {
         GatewayEvent::PermissionResolved(PermissionResolved {
             session_id: self.session_id.clone(),
             request_id: self.request_id.clone(),
             outcome: self.outcome.clone().unwrap_or_default(),
             reason: reason.to_owned(),
+            answered_by: by,
         })
     }
 }

@@ -23,8 +23,8 @@ use super::pending::{Asked, Table};
 use super::permissions::{self, ALLOW, PermissionView, REJECT};
 use super::records::Records;
 use crate::agent_rpc::RpcError;
-use crate::config::PermissionPolicy;
-use crate::gateway::caller::Caller;
+use crate::config::{PermissionPolicy, TenantFlags, WhoAnswers};
+use crate::gateway::caller::{Author, Caller, owner_of};
 use crate::gateway::error::Error;
 use crate::gateway::event::{ElicitationCompleted, GatewayEvent};
 use crate::gateway::input::SessionId;
@@ -47,18 +47,31 @@ impl RequestKind for ElicitationView {
     }
 }
 
+/// How requests are answered: by whom, how soon, how many at once.
+pub(in crate::gateway) struct Rules {
+    /// Who answers: a client, or the policy at once.
+    pub(in crate::gateway) policy: PermissionPolicy,
+    /// How long a request waits for a client (`None`: forever).
+    pub(in crate::gateway) timeout: Option<Duration>,
+    /// Requests of one session waiting at once, both kinds together (0: no limit).
+    pub(in crate::gateway) max_pending: usize,
+    /// Which client: each tenant's default `who-answers` (a session may say otherwise).
+    pub(in crate::gateway) tenants: TenantFlags,
+}
+
 /// The requests that wait for a client, of both kinds, and how they are resolved without one.
 pub struct Requests {
     /// Permission requests, pending and resolved.
     permissions: Table<PermissionView>,
     /// Elicitations, pending and resolved, each with its requested schema (none in URL mode).
     elicitations: Table<ElicitationView>,
-    /// Who answers: a client, or the policy at once.
     policy: PermissionPolicy,
-    /// How long a request waits for a client (`None`: forever).
     timeout: Option<Duration>,
-    /// Requests of one session waiting at once, both kinds together (0: no limit).
     max_pending: usize,
+    tenants: TenantFlags,
+    /// The author of each session's running turn: who may answer what it asks, under
+    /// `who-answers = author`.
+    turn_authors: Mutex<HashMap<String, Author>>,
     /// The sessions whose agent was refused a request since one was last accepted: warned of
     /// once, not at every refusal of a flood.
     refusing: Mutex<HashSet<String>>,
@@ -75,9 +88,7 @@ pub struct Requests {
 
 impl Requests {
     pub(in crate::gateway) fn new(
-        policy: PermissionPolicy,
-        timeout: Option<Duration>,
-        max_pending: usize,
+        rules: Rules,
         log: Log,
         records: Arc<Records>,
         tasks: TaskTracker,
@@ -87,9 +98,11 @@ impl Requests {
             records,
             permissions: Table::default(),
             elicitations: Table::default(),
-            policy,
-            timeout,
-            max_pending,
+            policy: rules.policy,
+            timeout: rules.timeout,
+            max_pending: rules.max_pending,
+            tenants: rules.tenants,
+            turn_authors: Mutex::default(),
             refusing: Mutex::default(),
             log,
             waits: Mutex::default(),
@@ -155,7 +168,10 @@ impl Requests {
             let mut waits = self.waits.lock().expect("request spans lock");
             waits.insert(view.request_id().to_owned(), span);
         }
-        V::table(self).insert(view, member, request, extra);
+        let author = (self.turn_authors.lock().expect("turn authors lock"))
+            .get(&session_id)
+            .cloned();
+        V::table(self).insert(view, member, request, extra, author);
         self.log.append(&session_id, requested).await;
     }
 
@@ -169,13 +185,38 @@ impl Requests {
         reason: &str,
         decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
     ) -> Result<V, Error> {
-        let (view, request, answer) = V::table(self).resolve(session_id, request_id, decide)?;
-        self.log_resolved(&view, reason).await;
+        let auto = Answerer::Gateway(reason);
+        self.resolve_by(session_id, request_id, auto, decide).await
+    }
+
+    /// [`Requests::resolve`], by `answerer`: a client who may answer, or the gateway.
+    async fn resolve_by<V: RequestKind>(
+        &self,
+        session_id: Option<&str>,
+        request_id: &str,
+        answerer: Answerer<'_>,
+        decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
+    ) -> Result<V, Error> {
+        let may = |asker: Option<&Author>| match &answerer {
+            Answerer::Client {
+                caller,
+                rule,
+                owner,
+            } => may_answer(caller, *rule, owner, asker),
+            Answerer::Gateway(_) => Ok(()),
+        };
+        let (view, request, answer) =
+            V::table(self).resolve(session_id, request_id, may, decide)?;
+        let (reason, by) = match &answerer {
+            Answerer::Client { caller, .. } => ("answered", Some(caller.author())),
+            Answerer::Gateway(reason) => (*reason, None),
+        };
+        self.log_resolved(&view, reason, by).await;
         let _ = request.answer(&answer).await;
         Ok(view)
     }
 
-    async fn log_resolved<V: RequestKind>(&self, view: &V, reason: &str) {
+    async fn log_resolved<V: RequestKind>(&self, view: &V, reason: &str, by: Option<Author>) {
         let waited = self
             .waits
             .lock()
@@ -185,13 +226,13 @@ impl Requests {
             span.record("reason", reason);
         }
         self.log
-            .enqueue(view.session_id(), view.resolved(reason))
+            .enqueue(view.session_id(), view.resolved(reason, by))
             .await;
     }
 
     async fn cancel_all<V: RequestKind>(&self, session_id: &str) {
         for (view, request) in V::table(self).cancel_all(session_id) {
-            self.log_resolved(&view, "cancelled").await;
+            self.log_resolved(&view, "cancelled", None).await;
             let _ = request.answer(&V::cancelled()).await;
         }
     }
@@ -206,10 +247,10 @@ impl Requests {
     /// A member exited: its requests are gone, the pending ones logged as cancelled.
     pub(in crate::gateway) async fn drop_member(&self, member: usize) {
         for view in self.permissions.drop_member(member) {
-            self.log_resolved(&view, "cancelled").await;
+            self.log_resolved(&view, "cancelled", None).await;
         }
         for view in self.elicitations.drop_member(member) {
-            self.log_resolved(&view, "cancelled").await;
+            self.log_resolved(&view, "cancelled", None).await;
         }
     }
 
@@ -333,11 +374,69 @@ impl Requests {
         request_id: &str,
         decide: impl FnOnce(&V, &V::Extra) -> Result<V::Answer, Error>,
     ) -> Result<V, Error> {
-        self.records.get(caller, id).await?;
-        self.resolve(Some(id.as_str()), request_id, "answered", decide)
+        let record = self.records.get(caller, id).await?;
+        let rule = (record.people.who_answers.as_deref())
+            .and_then(WhoAnswers::parse)
+            .unwrap_or_else(|| self.tenants.who_answers(&record.tenant));
+        let owner = owner_of(&record);
+        let answerer = Answerer::Client {
+            caller,
+            rule,
+            owner: &owner,
+        };
+        self.resolve_by(Some(id.as_str()), request_id, answerer, decide)
             .await
     }
+
+    /// The session's turn by `author` has started: what it asks, `author` may answer.
+    pub(in crate::gateway) fn turn_began(&self, session_id: &str, author: Author) {
+        let mut authors = self.turn_authors.lock().expect("turn authors lock");
+        authors.insert(session_id.to_owned(), author);
+    }
+
+    /// The session's turn has ended.
+    pub(in crate::gateway) fn turn_over(&self, session_id: &str) {
+        let mut authors = self.turn_authors.lock().expect("turn authors lock");
+        authors.remove(session_id);
+    }
 }
+
+/// Who resolves a request: a client answering (under the session's rule), or the gateway
+/// (its policy, its timeout), for `reason`.
+enum Answerer<'a> {
+    Client {
+        caller: &'a Caller,
+        rule: WhoAnswers,
+        owner: &'a Author,
+    },
+    Gateway(&'a str),
+}
+
+/// Whether `caller` may answer a request of a session of `owner` under `rule`, `asker` being
+/// the author of the turn that asked (the owner when it came outside a turn); 403 if not.
+fn may_answer(
+    caller: &Caller,
+    rule: WhoAnswers,
+    owner: &Author,
+    asker: Option<&Author>,
+) -> Result<(), Error> {
+    let (who, whom) = match rule {
+        WhoAnswers::Anyone => return Ok(()),
+        WhoAnswers::Owner => ("the session's owner", owner),
+        WhoAnswers::Author => ("the author of the turn that asked", asker.unwrap_or(owner)),
+    };
+    if caller.is(whom) {
+        return Ok(());
+    }
+    let name = whom.name.as_deref().or(whom.user.as_deref());
+    let shown = name.map_or_else(|| format!("tenant {}", whom.tenant), |n| n.to_owned());
+    Err(Error::Forbidden(format!(
+        "only {who} ({shown}) may answer in this session (whoAnswers: {})",
+        rule.as_str()
+    )))
+}
+
+impl Requests {}
 
 impl Requests {
     /// A permission request from the agent: pending until answered, or resolved now by the

@@ -24,13 +24,14 @@ pub(super) const LOCK_SESSION: &str = concat!(
 );
 
 /// Session rows from one array per column, in [`session_columns!`] order: any number of rows
-/// in one statement of fourteen parameters.
+/// in one statement of seventeen parameters.
 const PUT_SESSIONS: &str = concat!(
     "INSERT INTO sessions (",
     session_columns!(),
     ") SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], \
      $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::boolean[], $10::text[], \
-     $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::text[])",
+     $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::text[], $15::text[], \
+     $16::text[], $17::text[])",
     replace_unless_tombstoned!("GREATEST")
 );
 
@@ -60,7 +61,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
     tail: " ORDER BY session_id, id",
 };
 
-/// Binds the fourteen session columns ($1…$14) in [`session_columns!`] order.
+/// Binds the seventeen session columns ($1…$17) in [`session_columns!`] order.
 pub(super) fn bind_session<'q>(
     query: Query<'q, Postgres, PgArguments>,
     record: &'q SessionRecord,
@@ -80,6 +81,9 @@ pub(super) fn bind_session<'q>(
         .bind(record.synced_at.map(|at| at.trunc_subsecs(6)))
         .bind(record.listed)
         .bind(&record.agent)
+        .bind(&record.people.owner)
+        .bind(record.people.owner_name.as_deref().map(text_in))
+        .bind(&record.people.who_answers)
 }
 
 impl PgStore {
@@ -110,6 +114,11 @@ impl PgStore {
             .bind(column(records, |r| r.synced_at.map(time)))
             .bind(column(records, |r| r.listed))
             .bind(column(records, |r| r.agent.as_str()))
+            .bind(column(records, |r| r.people.owner.as_deref()))
+            .bind(column(records, |r| {
+                r.people.owner_name.as_deref().map(text_in)
+            }))
+            .bind(column(records, |r| r.people.who_answers.as_deref()))
             .fetch_all(&self.pool)
             .await?)
     }

@@ -20,14 +20,14 @@ pub(super) const LOCK_SESSION: &str = GET_SESSION;
 
 /// SQLite's limit on bound parameters per statement.
 const MAX_BINDS: usize = 32_766;
-/// Session rows per statement of [`SqliteStore::put_sessions`]: thirteen parameters each.
-const ROWS_PER_PUT: usize = MAX_BINDS / 14;
+/// Session rows per statement of [`SqliteStore::put_sessions`]: seventeen parameters each.
+const ROWS_PER_PUT: usize = MAX_BINDS / 17;
 
 /// `INSERT … VALUES` of `rows` session rows. The parameters are anonymous (`?`): SQLite finds
 /// a numbered one by its number in a list, so that binding thousands of them would take time
 /// growing with the square of their count.
 fn put_sessions_statement(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let mut sql = String::with_capacity(200 + rows * (row.len() + 2));
     sql.push_str(concat!(
         "INSERT INTO sessions (",
@@ -75,7 +75,7 @@ pub(super) const FIRST_MOVES: FirstMoves = FirstMoves {
     tail: " GROUP BY session_id",
 };
 
-/// Binds the fourteen session columns in [`session_columns!`] order, in their column
+/// Binds the seventeen session columns in [`session_columns!`] order, in their column
 /// representation.
 pub(super) fn bind_session<'q>(
     query: Query<'q, Sqlite, SqliteArguments<'q>>,
@@ -98,6 +98,9 @@ pub(super) fn bind_session<'q>(
         .bind(record.synced_at.map(micros))
         .bind(record.listed)
         .bind(&record.agent)
+        .bind(&record.people.owner)
+        .bind(&record.people.owner_name)
+        .bind(&record.people.who_answers)
 }
 
 impl SqliteStore {

@@ -1,0 +1,262 @@
+//! Several people on one session: keys that name their user (`TENANT/USER:KEY`), each
+//! session's owner (`GET /sessions?owner=me`), the author of every prompt in `turn_started`
+//! and in what `/acp` clients are told, who answered each request, and `whoAnswers` (the
+//! session's, or the tenant's default from the config file) refusing everyone else with 403
+//! while the request stays pending for the right person. On both stores.
+
+use crate::support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::acp::AcpClient;
+use support::*;
+
+both_backends!(
+    authors_and_owners_are_recorded_and_shown,
+    who_answers_refuses_everyone_else,
+);
+
+const ANN: &str = "ann-key-0123456789ab";
+const CY: &str = "cy-key-0123456789abc";
+/// Tenant acme's key naming no user.
+const ACME: &str = "acme-key-0123456789a";
+const DEE: &str = "dee-key-0123456789ab";
+const GLOBEX: &str = "globex-key-012345678";
+
+/// Ann and Cy of acme, acme's own key, Dee of globex and globex's own key; globex's sessions
+/// are answered by their owner unless they say otherwise (its table in the config file).
+fn people(dir: &std::path::Path) -> Options {
+    let file = dir.join("tenants.toml");
+    std::fs::write(&file, "[tenants.globex]\nwho-answers = \"owner\"\n").unwrap();
+    Options::default().args(&[
+        "--api-key",
+        &format!("acme/ann:{ANN}"),
+        "--api-key",
+        &format!("acme/cy:{CY}"),
+        "--api-key",
+        &format!("acme:{ACME}"),
+        "--api-key",
+        &format!("globex/dee:{DEE}"),
+        "--api-key",
+        &format!("globex:{GLOBEX}"),
+        "--config",
+        file.to_str().unwrap(),
+    ])
+}
+
+async fn create(gw: &Gateway, key: &str, body: Value) -> Value {
+    let path = "/sessions";
+    (gw.with_key(Some(key)))
+        .send_expecting(Method::POST, path, Some(body), 201)
+        .await
+}
+
+/// The session ids `key` lists with `query`.
+async fn listed(gw: &Gateway, key: &str, query: &str) -> Vec<String> {
+    let path = format!("/sessions?{query}");
+    let page = (gw.with_key(Some(key)))
+        .send_expecting(Method::GET, &path, None, 200)
+        .await;
+    let ids = page["sessions"].as_array().unwrap().iter();
+    ids.map(|s| s["sessionId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Starts a turn of `text` by `key` without waiting for it (202).
+async fn start_turn(gw: &Gateway, key: &str, id: &str, text: &str) {
+    let r = gw
+        .http
+        .post(gw.url(&format!("/sessions/{id}/prompt")))
+        .bearer_auth(key)
+        .header("prefer", "respond-async")
+        .json(&json!({"text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+}
+
+/// The id of the session's first pending request of `kind` (`permissions`, `elicitations`),
+/// waited for (up to [`PATIENCE`]).
+async fn pending(gw: &Gateway, key: &str, id: &str, kind: &str) -> String {
+    let path = format!("/sessions/{id}/{kind}");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let list = gw.with_key(Some(key)).get(&path).await.1;
+        if let Some(request) = list[0]["requestId"].as_str() {
+            return request.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing pending: {list}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// `key`'s answer to the session's permission request: its status.
+async fn allow(gw: &Gateway, key: &str, id: &str, request: &str) -> (u16, Value) {
+    let path = format!("/sessions/{id}/permissions/{request}");
+    (gw.with_key(Some(key)))
+        .post(&path, json!({"optionId": "allow"}))
+        .await
+}
+
+/// The session's logged events of `kind`, read by `key`.
+async fn logged(gw: &Gateway, key: &str, id: &str, kind: &str) -> Vec<Value> {
+    let path = format!("/sessions/{id}/history");
+    let history = (gw.with_key(Some(key)))
+        .send_expecting(Method::GET, &path, None, 200)
+        .await;
+    let events = history["events"].as_array().unwrap().iter();
+    events
+        .filter(|e| e["event"] == kind)
+        .map(|e| e["data"].clone())
+        .collect()
+}
+
+/// Waits until the session's turn has ended.
+async fn idle(gw: &Gateway, key: &str, id: &str) {
+    let path = format!("/sessions/{id}/status");
+    gw.wait_until(|g| {
+        let path = path.clone();
+        async move { g.with_key(Some(key)).get(&path).await.1["activity"] == "idle" }
+    })
+    .await;
+}
+
+async fn authors_and_owners_are_recorded_and_shown(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(backend, people(dir.path())).await;
+    let gw = w.gw();
+    let anns = create(gw, ANN, json!({"cwd": "/tmp"})).await;
+    assert_eq!(anns["owner"], json!({"tenant": "acme", "user": "ann"}));
+    let anns = anns["sessionId"].as_str().unwrap().to_owned();
+    let cys = create(gw, CY, json!({"cwd": "/tmp"})).await;
+    let cys = cys["sessionId"].as_str().unwrap().to_owned();
+    let acmes = create(gw, ACME, json!({"cwd": "/tmp"})).await;
+    assert!(acmes.get("owner").is_none(), "{acmes}");
+
+    // One's own sessions, another's, and no "me" for a key naming no user.
+    assert_eq!(listed(gw, ANN, "owner=me").await, vec![anns.clone()]);
+    assert_eq!(listed(gw, CY, "owner=me").await, vec![cys.clone()]);
+    assert_eq!(listed(gw, CY, "owner=ann").await, vec![anns.clone()]);
+    assert_eq!(listed(gw, ACME, "").await.len(), 3);
+    let (status, problem) = gw.with_key(Some(ACME)).get("/sessions?owner=me").await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(listed(gw, GLOBEX, "owner=ann").await.is_empty());
+    let page = (gw.with_key(Some(ACME)))
+        .send_expecting(Method::GET, "/sessions", None, 200)
+        .await;
+    let shown = page["sessions"].as_array().unwrap().iter();
+    let owners: Vec<&Value> = shown.map(|s| &s["owner"]["user"]).collect();
+    assert!(owners.contains(&&json!("ann")) && owners.contains(&&json!("cy")));
+
+    // An ACP client of Ann's follows her session; Cy prompts it over REST.
+    let mut acp = AcpClient::start(&gw.base, Some(ANN), false).await;
+    let resumed = json!({"sessionId": anns, "cwd": "/tmp"});
+    acp.call("session/resume", resumed).await.unwrap();
+    let (status, _) = (gw.with_key(Some(CY)))
+        .post(&format!("/sessions/{anns}/prompt"), json!({"text": "hi"}))
+        .await;
+    assert_eq!(status, 200);
+    let notes = acp.notes_until("agent_message_chunk").await;
+    let user = &notes[0].1;
+    assert_eq!(user["update"]["sessionUpdate"], "user_message_chunk");
+    assert_eq!(user["_meta"]["author"]["user"], "cy", "{notes:?}");
+    acp.close().await;
+
+    // Ann asks; Cy allows. Ann asks for input; Cy declines.
+    start_turn(gw, ANN, &anns, "/permission please").await;
+    let request = pending(gw, ANN, &anns, "permissions").await;
+    assert_eq!(allow(gw, CY, &anns, &request).await.0, 200);
+    idle(gw, ANN, &anns).await;
+    start_turn(gw, ANN, &anns, "/elicit").await;
+    let request = pending(gw, ANN, &anns, "elicitations").await;
+    let path = format!("/sessions/{anns}/elicitations/{request}");
+    let (status, _) = (gw.with_key(Some(CY)))
+        .post(&path, json!({"action": "decline"}))
+        .await;
+    assert_eq!(status, 200);
+    idle(gw, ANN, &anns).await;
+
+    let started = logged(gw, ANN, &anns, "turn_started").await;
+    let authors: Vec<&Value> = started.iter().map(|t| &t["author"]["user"]).collect();
+    assert_eq!(authors, [&json!("cy"), &json!("ann"), &json!("ann")]);
+    assert_eq!(started[0]["author"]["tenant"], "acme");
+    let allowed = logged(gw, ANN, &anns, "permission_resolved").await;
+    assert_eq!(allowed[0]["reason"], "answered");
+    assert_eq!(
+        allowed[0]["answeredBy"],
+        json!({"tenant": "acme", "user": "cy"})
+    );
+    let declined = logged(gw, ANN, &anns, "elicitation_resolved").await;
+    assert_eq!(declined[0]["answeredBy"]["user"], "cy");
+    // A prompt by a key naming no user is the tenant's.
+    (gw.with_key(Some(ACME)))
+        .send_expecting(
+            Method::POST,
+            &format!("/sessions/{cys}/prompt"),
+            Some(json!({"text": "x"})),
+            200,
+        )
+        .await;
+    let started = logged(gw, CY, &cys, "turn_started").await;
+    assert_eq!(started[0]["author"], json!({"tenant": "acme"}));
+    w.finish().await;
+}
+
+async fn who_answers_refuses_everyone_else(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(backend, people(dir.path())).await;
+    let gw = w.gw();
+    let made = create(gw, ANN, json!({"cwd": "/tmp", "whoAnswers": "author"})).await;
+    assert_eq!(made["whoAnswers"], "author");
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+
+    // `author`: Cy's turn asks; Ann (the owner) is refused and the request stays pending.
+    start_turn(gw, CY, &id, "/permission please").await;
+    let request = pending(gw, CY, &id, "permissions").await;
+    let (status, problem) = allow(gw, ANN, &id, &request).await;
+    assert_eq!(status, 403, "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("author"),
+        "{problem}"
+    );
+    assert_eq!(pending(gw, ANN, &id, "permissions").await, request);
+    assert_eq!(allow(gw, CY, &id, &request).await.0, 200);
+    idle(gw, CY, &id).await;
+
+    // Only the owner changes who answers.
+    let path = format!("/sessions/{id}");
+    let body = Some(json!({"whoAnswers": "owner"}));
+    let patch = |key| gw.with_key(Some(key));
+    let refused = patch(CY).send(Method::PATCH, &path, body.clone()).await;
+    assert_eq!(refused.0, 403, "{}", refused.1);
+    let changed = (patch(ANN))
+        .send_expecting(Method::PATCH, &path, body, 200)
+        .await;
+    assert_eq!(changed["whoAnswers"], "owner");
+    assert_eq!(changed["owner"]["user"], "ann", "the title and owner stay");
+
+    // `owner`: Cy's turn asks, Cy is refused, Ann answers.
+    start_turn(gw, CY, &id, "/permission again").await;
+    let request = pending(gw, CY, &id, "permissions").await;
+    assert_eq!(allow(gw, CY, &id, &request).await.0, 403);
+    assert_eq!(allow(gw, ANN, &id, &request).await.0, 200);
+    idle(gw, CY, &id).await;
+    let resolved = logged(gw, ANN, &id, "permission_resolved").await;
+    let by: Vec<&Value> = resolved.iter().map(|r| &r["answeredBy"]["user"]).collect();
+    assert_eq!(by, [&json!("cy"), &json!("ann")]);
+
+    // Globex's default (its table): the owner, Dee; globex's own key is refused.
+    let made = create(gw, DEE, json!({"cwd": "/tmp"})).await;
+    assert!(made.get("whoAnswers").is_none(), "{made}");
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+    start_turn(gw, GLOBEX, &id, "/permission please").await;
+    let request = pending(gw, GLOBEX, &id, "permissions").await;
+    assert_eq!(allow(gw, GLOBEX, &id, &request).await.0, 403);
+    assert_eq!(allow(gw, DEE, &id, &request).await.0, 200);
+    idle(gw, DEE, &id).await;
+    w.finish().await;
+}
