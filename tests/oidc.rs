@@ -19,14 +19,14 @@ const AUDIENCE: &str = "urn:acp-gateway";
 const BOB: &str = "bob-key-0123456789ab";
 
 /// The provider's process, ended when dropped.
-struct Provider {
+pub(crate) struct Provider {
     issuer: String,
     http: reqwest::Client,
     _child: tokio::process::Child,
 }
 
 impl Provider {
-    async fn start() -> Provider {
+    pub(crate) async fn start() -> Provider {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser");
         let mut child = tokio::process::Command::new("node")
             .arg("oidc-provider.mjs")
@@ -74,7 +74,7 @@ impl Provider {
     }
 
     /// A token no real provider issues (see the script).
-    async fn forge(&self, how: Value) -> String {
+    pub(crate) async fn forge(&self, how: Value) -> String {
         let r = self.test("forge", how).await;
         r["token"].as_str().unwrap().to_owned()
     }
@@ -91,7 +91,7 @@ impl Provider {
     }
 
     /// The gateway's options for this provider (no clock skew: expiry is exact).
-    fn options(&self) -> Options {
+    pub(crate) fn options(&self) -> Options {
         Options::default().args(&[
             "--oidc-issuer",
             &self.issuer,

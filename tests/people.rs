@@ -2,7 +2,9 @@
 //! session's owner (`GET /sessions?owner=me`), the author of every prompt in `turn_started`
 //! and in what `/acp` clients are told, who answered each request, and `whoAnswers` (the
 //! session's, or the tenant's default from the config file) refusing everyone else with 403
-//! while the request stays pending for the right person. On both stores.
+//! while the request stays pending for the right person. On both stores; and the same with two
+//! users of one tenant signed in with an OpenID Connect provider (ignored by plain `cargo test`,
+//! as `oidc.rs`'s tests are).
 
 use crate::support;
 
@@ -258,5 +260,45 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     assert_eq!(allow(gw, GLOBEX, &id, &request).await.0, 403);
     assert_eq!(allow(gw, DEE, &id, &request).await.0, 200);
     idle(gw, DEE, &id).await;
+    w.finish().await;
+}
+
+/// Two people of tenant acme with tokens of the provider (`oidc.rs`'s), each naming its `sub`
+/// and shown by its `name` or `email`: the owner and authors are theirs, and under
+/// `whoAnswers: owner` only the owner's token answers. A `sub` with a control character is no
+/// one's: 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs `npm ci` in tests/browser, then: cargo test --test integration people:: -- --ignored"]
+async fn two_token_users_of_one_tenant() {
+    let idp = crate::oidc::Provider::start().await;
+    let w = World::start(Backend::Sqlite, idp.options()).await;
+    let gw = w.gw();
+    let ann = idp
+        .forge(json!({"claims": {"sub": "u-ann", "name": "Ann Archer"}}))
+        .await;
+    let cy = idp
+        .forge(json!({"claims": {"sub": "u-cy", "email": "cy@acme.test"}}))
+        .await;
+    let made = create(gw, &ann, json!({"cwd": "/tmp", "whoAnswers": "owner"})).await;
+    let shown = json!({"tenant": "acme", "user": "u-ann", "name": "Ann Archer"});
+    assert_eq!(made["owner"], shown);
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(listed(gw, &ann, "owner=me").await, vec![id.clone()]);
+    assert!(listed(gw, &cy, "owner=me").await.is_empty());
+
+    start_turn(gw, &cy, &id, "/permission please").await;
+    let request = pending(gw, &cy, &id, "permissions").await;
+    assert_eq!(allow(gw, &cy, &id, &request).await.0, 403);
+    assert_eq!(allow(gw, &ann, &id, &request).await.0, 200);
+    idle(gw, &ann, &id).await;
+    let started = logged(gw, &cy, &id, "turn_started").await;
+    let cys = json!({"tenant": "acme", "user": "u-cy", "name": "cy@acme.test"});
+    assert_eq!(started[0]["author"], cys);
+    let resolved = logged(gw, &cy, &id, "permission_resolved").await;
+    assert_eq!(resolved[0]["answeredBy"], shown);
+
+    let nobody = idp.forge(json!({"claims": {"sub": "u-\u{7}"}})).await;
+    let (status, problem) = gw.with_key(Some(&nobody)).get("/sessions").await;
+    assert_eq!(status, 401, "{problem}");
     w.finish().await;
 }
