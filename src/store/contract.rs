@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::error::StoreResult;
 use super::event::{LogWriter, NewEvent, SeqRange, StoredEvent};
 use super::idempotency::IdempotencyKeys;
+use super::queue::PromptQueue;
 use super::quotas::TenantQuotas;
 use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
@@ -31,6 +32,7 @@ pub trait Store:
     + IdempotencyKeys
     + TenantQuotas
     + SessionWorkspaces
+    + PromptQueue
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one

@@ -16,6 +16,7 @@ mod listing;
 mod log_writer;
 mod payloads;
 mod people;
+mod queue;
 mod quotas;
 mod reopen;
 mod replicas;
@@ -255,6 +256,7 @@ macro_rules! store_contract {
             idempotency::check_concurrent_idempotency_keys,
             quotas::check_tenant_prompts,
             workspaces::check_workspaces,
+            queue::check_prompt_queue,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,
