@@ -278,6 +278,7 @@ pub async fn run(
             webhooks: webhook_config(&config.webhooks),
             mcp_servers,
             idempotency_ttl: Duration::from_secs(config.keep.idempotency_ttl),
+            max_queued_prompts: config.max_queued_prompts as usize,
             tenants: config.tenants.clone(),
         },
     );

@@ -32,6 +32,7 @@ mod oidc;
 mod openapi;
 mod outage;
 mod people;
+mod queue;
 mod rebinding;
 mod remote_agents;
 mod remote_workspaces;

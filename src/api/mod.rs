@@ -143,6 +143,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turns::cancel))
         .routes(routes!(turns::list_permissions))
         .routes(routes!(turns::answer_permission))
+        .routes(routes!(turns::queue))
+        .routes(routes!(turns::withdraw))
         .routes(routes!(elicitations::list_elicitations))
         .routes(routes!(elicitations::answer_elicitation))
         .routes(routes!(files::list_files, files::upload_files))

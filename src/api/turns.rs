@@ -13,7 +13,7 @@ use super::extract::header_lists;
 use super::extract::{AppState, Json, Path, SessionPath};
 use super::responses::{AlreadyResolved, NoReadyMember, UnknownSession};
 use crate::gateway::input::SessionId;
-use crate::gateway::{Caller, PermissionView, Prompt, TurnResult};
+use crate::gateway::{Caller, PermissionView, Prompt, QueuedView, TurnResult};
 
 /// `POST /sessions/{id}/prompt` body: ACP content blocks, or plain text.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -42,13 +42,17 @@ pub struct PermissionAnswer {
 ///
 /// Send a prompt (`session/prompt`) and wait for the turn to end. A saved session is resumed
 /// first. With `Prefer: respond-async` the answer is 202 as soon as the turn has started; follow
-/// it on `GET /sessions/{id}/events`.
+/// it on `GET /sessions/{id}/events`. With `Prefer: queue` the prompt joins the session's queue
+/// and runs when the turns before it have ended (202 with the queued prompt, whose `Location`
+/// is in the queue); with `Prefer: interrupt` it goes first and the running turn is cancelled.
+/// Without either, a prompt while a turn runs is 409.
 #[utoipa::path(post, operation_id = "promptSession", path = "/sessions/{id}/prompt", tag = "turns", params(SessionPath,
-        ("Prefer" = Option<String>, Header, description = "`respond-async` to get 202 without waiting for the turn")),
+        ("Prefer" = Option<String>, Header, description = "`respond-async` to get 202 without waiting for the turn; `queue` to queue the prompt behind the running turn; `interrupt` to cancel the running turn and run this prompt next")),
     request_body = PromptBody,
     responses(
         (status = 200, description = "The turn ended", body = TurnResult),
-        (status = 202, description = "The turn started (Prefer: respond-async)"),
+        (status = 202, description = "The prompt was queued (Prefer: queue or interrupt), or the turn started (Prefer: respond-async, no body)", body = QueuedView),
+        (status = 429, description = "The session's queue is full (--max-queued-prompts)", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON or id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A turn is already running on this session", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid prompt", body = Problem, content_type = "application/problem+json"),
@@ -65,6 +69,25 @@ pub async fn prompt(
 ) -> Result<Response, ApiError> {
     let respond_async = header_lists(&headers, "prefer", "respond-async");
     let prompt = Prompt::new(body.prompt, body.text)?;
+    let interrupt = header_lists(&headers, "prefer", "interrupt");
+    if interrupt || header_lists(&headers, "prefer", "queue") {
+        let queue = s.gateway.queue();
+        let queued = queue.enqueue(&caller, &id, prompt, interrupt).await?;
+        let location = format!("/sessions/{}/queue/{}", id.as_str(), queued.queue_id);
+        let applied = if interrupt { "interrupt" } else { "queue" };
+        return Ok((
+            StatusCode::ACCEPTED,
+            [
+                (header::LOCATION, location),
+                (
+                    header::HeaderName::from_static("preference-applied"),
+                    applied.into(),
+                ),
+            ],
+            Json(queued),
+        )
+            .into_response());
+    }
     match s
         .gateway
         .turns()
@@ -146,4 +169,43 @@ pub async fn answer_permission(
             )
             .await?,
     ))
+}
+
+/// List the session's queued prompts.
+///
+/// The session's queued prompts: the one whose turn runs (`started`), then those waiting, in
+/// the order they will run.
+#[utoipa::path(get, operation_id = "listQueue", path = "/sessions/{id}/queue", tag = "turns", params(SessionPath),
+    responses(
+        (status = 200, description = "The queue", body = Vec<QueuedView>),
+        UnknownSession,
+    ))]
+pub async fn queue(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(id): Path<SessionId>,
+) -> Result<Json<Vec<QueuedView>>, ApiError> {
+    Ok(Json(s.gateway.queue().list(&caller, &id).await?))
+}
+
+/// Withdraw a queued prompt.
+///
+/// Withdraw a queued prompt whose turn has not started (its author, the session's owner or an
+/// admin).
+#[utoipa::path(delete, operation_id = "withdrawQueuedPrompt", path = "/sessions/{id}/queue/{queueId}", tag = "turns",
+    params(("id" = String, Path, description = "Session id"), ("queueId" = String, Path, description = "Queued prompt id")),
+    responses(
+        (status = 204, description = "Withdrawn"),
+        (status = 403, description = "Neither its author, the session's owner nor an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queued prompt (or session)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Its turn has started", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn withdraw(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path((id, queue_id)): Path<(SessionId, String)>,
+) -> Result<StatusCode, ApiError> {
+    let queue = s.gateway.queue();
+    queue.withdraw(&caller, &id, &queue_id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -223,6 +223,16 @@ pub struct Config {
     )]
     pub max_pending_requests: usize,
 
+    /// Prompts that may wait in one session's queue (`Prefer: queue`); past it 429.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_MAX_QUEUED_PROMPTS",
+        default_value_t = 16,
+        value_parser = clap::value_parser!(u64).range(1..=10_000),
+        global = true
+    )]
+    pub max_queued_prompts: u64,
+
     /// `session/update`s one session's agent may send from the start of a turn to the start of
     /// the next; beyond it they are dropped, counted as garbage and warned of once (0: no limit).
     #[arg(

@@ -52,6 +52,9 @@ pub enum Error {
         window_secs: Option<u64>,
         retry_after_secs: u64,
     },
+    /// The session's queue holds `--max-queued-prompts` waiting prompts already.
+    #[error("{0}")]
+    QueueFull(String),
     /// Another replica holds the session (or cannot be reached).
     #[error("{0}")]
     HeldElsewhere(String),

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use utoipa::openapi::{RefOr, Schema};
 
 use super::caller::Author;
-use super::output::{SessionView, Status};
+use super::output::{QueuedView, SessionView, Status};
 use super::problem::Problem;
 use super::state::SessionState;
 use crate::store::{EventKind, NewLifecycleEvent, Payload, SessionRecord};
@@ -95,6 +95,8 @@ events! {
         StateChanged(StateChanged),
         Forked(Forked),
         WorkspaceChanged(WorkspaceChanged),
+        PromptQueued(PromptQueued),
+        PromptWithdrawn(PromptWithdrawn),
         Gap(Gap),
         State(StateSnapshot),
     }
@@ -248,6 +250,31 @@ pub struct TurnStarted {
     /// Who sent it (absent in turns logged by gateways that did not record authors).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub author: Option<Author>,
+    /// The queued prompt it runs (`Prefer: queue` or `interrupt`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
+}
+
+/// `prompt_queued`: a prompt joined the session's queue (`Prefer: queue` or `interrupt`).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptQueued {
+    pub session_id: String,
+    #[serde(flatten)]
+    pub queued: QueuedView,
+}
+
+/// `prompt_withdrawn`: a queued prompt left the queue before its turn: withdrawn by someone
+/// (`by`), or by the gateway because its turn could not start (`reason` says why).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptWithdrawn {
+    pub session_id: String,
+    pub queue_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<Author>,
+    /// `withdrawn`, or why its turn could not start.
+    pub reason: String,
 }
 
 /// `turn_ended`: the agent answered `session/prompt` (`stopReason`) or the turn failed

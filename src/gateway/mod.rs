@@ -24,6 +24,7 @@ pub mod input;
 pub mod output;
 mod parts;
 pub mod problem;
+mod queue;
 mod sessions;
 mod state;
 mod sync;
@@ -42,12 +43,14 @@ pub use files::{FileEntryView, FileView, Files, FolderView, Found, OpenFile};
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
+pub use output::QueuedView;
 pub use output::{AgentView, TurnResult, WorkspaceView};
 pub use parts::counters::Counters;
 pub use parts::elicitations::{ElicitationReply, ElicitationView};
 pub use parts::permissions::PermissionView;
 pub use parts::requests::Requests;
 pub use problem::Problem;
+pub use queue::Queue;
 pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
@@ -115,6 +118,8 @@ pub struct GatewayConfig {
     pub idempotency_ttl: Duration,
     /// Per-tenant limits (`--tenant-*`, `[tenants.NAME]`).
     pub tenants: crate::config::TenantFlags,
+    /// Prompts waiting in one session's queue at most.
+    pub max_queued_prompts: usize,
 }
 
 /// The gateway service: its use cases, each with the parts it needs. Cheap to clone (one
@@ -128,6 +133,7 @@ struct Service {
     create: Create,
     controls: Controls,
     turns: Turns,
+    queue: Queue,
     history: History,
     files: Files,
     changes: Changes,
@@ -265,12 +271,23 @@ impl Gateway {
             config.mcp_servers,
         );
         let changes = Changes::new(&parts);
+        let kicks = Arc::new(parts::kicks::Kicks::default());
         let turns = Turns::new(
             &parts,
             changes.clone(),
             config.cancel_grace,
             config.control_timeout,
+            store.clone(),
+            kicks.clone(),
         );
+        let queue = Queue::new(
+            &parts,
+            turns.clone(),
+            store.clone(),
+            kicks,
+            config.max_queued_prompts,
+        );
+        tasks.spawn(queue.clone().run_forever());
         let history = History::new(&parts);
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
@@ -290,6 +307,7 @@ impl Gateway {
             create,
             controls,
             turns,
+            queue,
             history,
             files,
             changes,
@@ -394,6 +412,10 @@ impl Gateway {
     /// Prompts and cancels.
     pub fn turns(&self) -> &Turns {
         &self.0.turns
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.0.queue
     }
 
     /// Permission requests and elicitations, and their answers.

@@ -11,7 +11,7 @@ use crate::agent_rpc::caps::AgentInit;
 use crate::cluster::ReplicaView;
 use crate::config::WhoAnswers;
 use crate::pool::MemberView;
-use crate::store::{SessionRecord, WorkspaceRecord};
+use crate::store::{QueuedPrompt, SessionRecord, WorkspaceRecord};
 
 /// How a turn ended.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -237,6 +237,43 @@ impl PageJson {
         }
         out.push(b'}');
         out
+    }
+}
+
+/// A queued prompt, as clients see it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"queueId": "q_4f0c1e4d6a4f0f8e7d2c3b1a09685791", "position": 2, "author": {"tenant": "acme", "user": "ann"}, "prompt": [{"type": "text", "text": "and the tests too"}], "interrupt": false, "createdAt": "2026-11-22T12:47:51.072210Z", "started": false}))]
+pub struct QueuedView {
+    pub queue_id: String,
+    /// Its place among the waiting prompts (1: next); 0 once its turn has started.
+    pub position: i64,
+    pub author: Author,
+    /// The ACP `ContentBlock[]` it sends.
+    #[schema(value_type = Vec<Object>)]
+    pub prompt: Vec<Value>,
+    /// Queued with `Prefer: interrupt`: ahead of the others.
+    pub interrupt: bool,
+    pub created_at: DateTime<Utc>,
+    /// Whether its turn has started.
+    pub started: bool,
+}
+
+impl QueuedView {
+    pub(in crate::gateway) fn of(q: &QueuedPrompt, position: i64) -> Self {
+        QueuedView {
+            queue_id: q.queue_id.clone(),
+            position,
+            author: serde_json::from_str(&q.author).unwrap_or(Author {
+                tenant: String::new(),
+                user: None,
+                name: None,
+            }),
+            prompt: serde_json::from_str(&q.prompt).unwrap_or_default(),
+            interrupt: q.interrupt,
+            created_at: DateTime::from_timestamp_micros(q.created_at).unwrap_or_default(),
+            started: q.started_by.is_some(),
+        }
     }
 }
 

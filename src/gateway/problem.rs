@@ -62,6 +62,7 @@ impl Error {
                 (503, "pool-exhausted", "No agent capacity")
             }
             Error::TenantLimit { .. } => (429, "too-many-requests", "Too many requests"),
+            Error::QueueFull(_) => (429, "queue-full", "The session's queue is full"),
             Error::HeldElsewhere(_) => (
                 503,
                 "replica-unavailable",

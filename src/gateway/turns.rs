@@ -17,9 +17,12 @@ use super::error::Error;
 use super::event::{GatewayEvent, TurnEnded, TurnStarted};
 use super::input::{Prompt, SessionId};
 use super::output::TurnResult;
+use super::parts::kicks::Kicks;
 use super::parts::live::Busy;
 use super::parts::use_case;
 use crate::agent_rpc::caps::PromptCapabilities;
+use crate::store::PromptQueue;
+use std::sync::Arc;
 
 use_case! {
     /// The use case of prompts and cancels, with the parts it needs (`tasks`: the turns
@@ -32,6 +35,10 @@ use_case! {
         cancel_grace: Duration,
         /// Bound on the agent's answer to a cancel.
         control_timeout: Duration,
+        /// The prompt queues: a queued turn's row goes when it ends.
+        queue: Arc<dyn PromptQueue>,
+        /// Where an ended turn's session is kicked, to run its next queued prompt.
+        kicks: Arc<Kicks>,
     }
 }
 
@@ -45,7 +52,19 @@ impl Turns {
         prompt: Prompt,
         wait: bool,
     ) -> Result<Option<TurnResult>, Error> {
-        let prompt = prompt.into_blocks();
+        (self.prompt_blocks(caller, id, prompt.into_blocks(), wait, None)).await
+    }
+
+    /// [`Turns::prompt`] of content blocks, the queued prompt `queued` when it is one: then its
+    /// `turn_started` is stored before the prompt goes out, and its row removed when it ends.
+    pub(in crate::gateway) async fn prompt_blocks(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+        prompt: Vec<Value>,
+        wait: bool,
+        queued: Option<String>,
+    ) -> Result<Option<TurnResult>, Error> {
         // A live session's owner and archived flag are in memory: no store read (the hot case).
         let sees = |t: &str| caller.sees(t);
         let record = match self.placement.live().live_member(id.as_str(), sees) {
@@ -103,10 +122,15 @@ impl Turns {
             session_id: sid.clone(),
             prompt: prompt.clone(),
             author: Some(caller.author()),
+            queue_id: queued.clone(),
         };
         self.log
             .enqueue_touching(id.as_str(), GatewayEvent::TurnStarted(started))
             .await;
+        if queued.is_some() {
+            // Stored before the agent has it: a queued prompt is never run twice.
+            self.log.flush().await;
+        }
         self.requests.turn_began(&sid, caller.author());
         let sent = agent.prompt(&sid, &prompt).instrument(span.clone()).await;
         claim.mark_sent();
@@ -173,6 +197,12 @@ impl Turns {
                 this.placement.quotas().release(slot).await;
             }
             this.placement.release_after_turn(&sid).await;
+            if let Some(queue_id) = &queued {
+                if let Err(e) = this.queue.remove_prompt(&sid, queue_id, false).await {
+                    tracing::warn!(session = sid, error = %e, "a queued prompt's turn ended but it stays queued until the sweep finds its turn_started");
+                }
+            }
+            this.kicks.kick(&sid);
             // During a store outage the answer waits until the turn is in the log: a client
             // told the turn ended must find it there, and not before the store is back.
             if this.log.hub().log_failing() {

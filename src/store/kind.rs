@@ -54,6 +54,8 @@ kinds! {
         StateChanged = "state_changed",
         Forked = "forked",
         WorkspaceChanged = "workspace_changed",
+        PromptQueued = "prompt_queued",
+        PromptWithdrawn = "prompt_withdrawn",
         SessionCreated = "session_created",
         SessionUpdated = "session_updated",
         SessionStatus = "session_status",

@@ -33,6 +33,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "create",
             "controls",
             "turns",
+            "queue",
             "history",
             "sync",
             "system",

@@ -8,6 +8,7 @@ pub(in crate::gateway) mod counters;
 pub(in crate::gateway) mod elicitations;
 pub(in crate::gateway) mod form;
 pub(in crate::gateway) mod info_update;
+pub(in crate::gateway) mod kicks;
 pub(in crate::gateway) mod live;
 pub(in crate::gateway) mod log;
 pub(in crate::gateway) mod pending;

@@ -1,0 +1,256 @@
+//! A session's prompt queue (`Prefer: queue`) and interrupt (`Prefer: interrupt`) against the
+//! echo agent, whose `/permission` turn waits until it is answered: positions, order, withdraw,
+//! 429 when full, 409 without the header, `prompt_queued` and `prompt_withdrawn` in the log and
+//! each queued turn naming its `queueId`; an interrupt cancelling the running turn and going
+//! first; a queued prompt surviving a restart of the gateway and running once (both stores);
+//! and one queued through another replica running where the session is served.
+
+use crate::support;
+
+use serde_json::{Value, json};
+use support::cluster::{beating, three_replicas};
+use support::*;
+
+both_backends!(
+    queued_prompts_run_in_order_and_can_be_withdrawn,
+    an_interrupt_cancels_the_running_turn_and_goes_first,
+    a_queued_prompt_survives_a_restart_and_runs_once,
+    a_queued_turn_cut_short_by_a_crash_is_not_run_again,
+);
+
+/// `POST /prompt` of `text` with `Prefer: prefer`: the status, headers and body.
+async fn send(gw: &Gateway, id: &str, text: &str, prefer: &str) -> reqwest::Response {
+    let mut req = gw
+        .http
+        .post(gw.url(&format!("/sessions/{id}/prompt")))
+        .json(&json!({"text": text}));
+    if !prefer.is_empty() {
+        req = req.header("prefer", prefer);
+    }
+    req.send().await.unwrap()
+}
+
+/// Queues `text`: its queue id and position.
+async fn queue(gw: &Gateway, id: &str, text: &str, prefer: &str) -> (String, i64) {
+    let r = send(gw, id, text, prefer).await;
+    assert_eq!(r.status(), 202);
+    let applied = r.headers()["preference-applied"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(applied, prefer);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let queued: Value = r.json().await.unwrap();
+    let queue_id = queued["queueId"].as_str().unwrap().to_owned();
+    assert_eq!(location, format!("/sessions/{id}/queue/{queue_id}"));
+    assert_eq!(queued["prompt"][0]["text"], text);
+    (queue_id, queued["position"].as_i64().unwrap())
+}
+
+/// The session's logged events of `kind`.
+async fn logged(gw: &Gateway, id: &str, kind: &str) -> Vec<Value> {
+    let history = gw.json(&format!("/sessions/{id}/history?limit=1000")).await;
+    let events = history["events"].as_array().unwrap().iter();
+    events
+        .filter(|e| e["event"] == kind)
+        .map(|e| e["data"].clone())
+        .collect()
+}
+
+/// The prompts of the session's turns so far, in order, and the queue ids they name.
+async fn turns(gw: &Gateway, id: &str) -> Vec<(String, Option<String>)> {
+    let started = logged(gw, id, "turn_started").await;
+    started
+        .iter()
+        .map(|t| {
+            let text = t["prompt"][0]["text"].as_str().unwrap().to_owned();
+            (text, t["queueId"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+/// Waits until `n` turns of the session have ended and its queue is empty.
+async fn drained(gw: &Gateway, id: &str, n: usize) {
+    gw.wait_until(|g| async move {
+        let ended = logged(g, id, "turn_ended").await.len();
+        let queue = g.json(&format!("/sessions/{id}/queue")).await;
+        ended >= n && queue.as_array().unwrap().is_empty()
+    })
+    .await;
+}
+
+/// Answers the session's pending permission request.
+async fn allow(gw: &Gateway, id: &str) {
+    let request = gw.pending_permission(id).await;
+    let path = format!("/sessions/{id}/permissions/{request}");
+    let r = gw.post(&path, json!({"optionId": "allow"})).await;
+    assert_eq!(r.status(), 200);
+}
+
+async fn queued_prompts_run_in_order_and_can_be_withdrawn(backend: Backend) {
+    let opts = Options::default().args(&["--max-queued-prompts", "3"]);
+    let (w, id) = World::with_session(backend, opts).await;
+    let gw = w.gw();
+    let _turn = gw.prompt_in_background(&id, "/permission first");
+    gw.pending_permission(&id).await;
+
+    let (one, at) = queue(gw, &id, "one", "queue").await;
+    assert_eq!(at, 1);
+    let (two, at) = queue(gw, &id, "two", "queue").await;
+    assert_eq!(at, 2);
+    let (three, at) = queue(gw, &id, "three", "queue").await;
+    assert_eq!(at, 3);
+    let full = send(gw, &id, "four", "queue").await;
+    assert_eq!(full.status(), 429);
+    let problem: Value = full.json().await.unwrap();
+    assert!(
+        problem["type"].as_str().unwrap().ends_with("queue-full"),
+        "{problem}"
+    );
+    assert_eq!(send(gw, &id, "no header", "").await.status(), 409);
+
+    let listed = gw.json(&format!("/sessions/{id}/queue")).await;
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["queueId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [&one, &two, &three]);
+    let path = format!("/sessions/{id}/queue/{two}");
+    assert_eq!(gw.delete(&path).await.status(), 204);
+    assert_eq!(gw.delete(&path).await.status(), 404);
+    let listed = gw.json(&format!("/sessions/{id}/queue")).await;
+    let positions: Vec<(&str, i64)> = (listed.as_array().unwrap().iter())
+        .map(|q| {
+            (
+                q["queueId"].as_str().unwrap(),
+                q["position"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(positions, [(one.as_str(), 1), (three.as_str(), 2)]);
+    let (four, at) = queue(gw, &id, "four", "queue").await;
+    assert_eq!(at, 3, "a place is free again");
+
+    allow(gw, &id).await;
+    drained(gw, &id, 4).await;
+    let ran = turns(gw, &id).await;
+    let want = [
+        ("/permission first".to_owned(), None),
+        ("one".to_owned(), Some(one.clone())),
+        ("three".to_owned(), Some(three.clone())),
+        ("four".to_owned(), Some(four.clone())),
+    ];
+    assert_eq!(ran, want);
+    assert_eq!(logged(gw, &id, "prompt_queued").await.len(), 4);
+    let withdrawn = logged(gw, &id, "prompt_withdrawn").await;
+    assert_eq!(withdrawn.len(), 1);
+    assert_eq!(
+        (
+            withdrawn[0]["queueId"].as_str(),
+            withdrawn[0]["reason"].as_str()
+        ),
+        (Some(two.as_str()), Some("withdrawn"))
+    );
+    // A started prompt cannot be withdrawn; a finished one is gone.
+    let gone = gw.delete(&format!("/sessions/{id}/queue/{one}")).await;
+    assert_eq!(gone.status(), 404);
+    w.finish().await;
+}
+
+async fn an_interrupt_cancels_the_running_turn_and_goes_first(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let _turn = gw.prompt_in_background(&id, "/permission first");
+    gw.pending_permission(&id).await;
+    let (later, _) = queue(gw, &id, "later", "queue").await;
+    let (now, at) = queue(gw, &id, "now", "interrupt").await;
+    assert_eq!(at, 1, "ahead of the queue");
+    drained(gw, &id, 3).await;
+    let ran = turns(gw, &id).await;
+    let want = [
+        ("/permission first".to_owned(), None),
+        ("now".to_owned(), Some(now)),
+        ("later".to_owned(), Some(later)),
+    ];
+    assert_eq!(ran, want);
+    let ended = logged(gw, &id, "turn_ended").await;
+    assert_eq!(ended[0]["stopReason"], "cancelled", "{ended:?}");
+    w.finish().await;
+}
+
+async fn a_queued_prompt_survives_a_restart_and_runs_once(backend: Backend) {
+    let (mut w, id) = World::with_session(backend, Options::default()).await;
+    let _turn = w.gw().prompt_in_background(&id, "/permission first");
+    w.gw().pending_permission(&id).await;
+    let (queued, _) = queue(w.gw(), &id, "after the restart", "queue").await;
+    w.restart().await;
+    let gw = w.gw();
+    drained(gw, &id, 2).await;
+    let ran = turns(gw, &id).await;
+    let runs = ran
+        .iter()
+        .filter(|(_, q)| q.as_deref() == Some(&queued))
+        .count();
+    assert_eq!(runs, 1, "{ran:?}");
+    assert_eq!(ran.last().unwrap().0, "after the restart");
+    // The sweep goes on: still once.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let again = turns(gw, &id).await;
+    assert_eq!(again.len(), ran.len(), "{again:?}");
+    w.finish().await;
+}
+
+/// The gateway is killed (SIGKILL) during a queued prompt's turn: restarted, it finds the turn
+/// in the log and takes the prompt off the queue rather than sending it again.
+async fn a_queued_turn_cut_short_by_a_crash_is_not_run_again(backend: Backend) {
+    // Heartbeats every second: the killed replica's lease (on PostgreSQL) runs out after three.
+    let (mut w, id) = World::with_session(backend, beating()).await;
+    let (queued, at) = queue(w.gw(), &id, "/permission queued", "queue").await;
+    assert_eq!(at, 1);
+    w.gw().pending_permission(&id).await;
+    w.gw.as_mut().unwrap().kill().await;
+    w.restart().await;
+    let gw = w.gw();
+    let path = format!("/sessions/{id}/queue");
+    let path = path.as_str();
+    // 503 while the killed replica's lease runs.
+    gw.wait_until(|g| async move {
+        let r = g.get(path).await;
+        r.status() == 200
+            && r.json::<Value>()
+                .await
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .is_empty()
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let ran = turns(gw, &id).await;
+    assert_eq!(ran, [("/permission queued".to_owned(), Some(queued))]);
+    w.finish().await;
+}
+
+/// Queued through one replica while another serves the session: it runs there, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+async fn a_prompt_queued_through_another_replica_runs_where_the_session_is() {
+    let (w, b, c) = three_replicas(beating()).await;
+    let id = b.create("/tmp").await;
+    let _turn = b.prompt_in_background(&id, "/permission first");
+    b.pending_permission(&id).await;
+    let (queued, at) = queue(&c, &id, "through c", "queue").await;
+    assert_eq!(at, 1);
+    let listed = w.gw().json(&format!("/sessions/{id}/queue")).await;
+    assert_eq!(listed[0]["queueId"], queued.as_str());
+    allow(&c, &id).await;
+    drained(w.gw(), &id, 2).await;
+    let ran = turns(&c, &id).await;
+    assert_eq!(ran[1], ("through c".to_owned(), Some(queued)));
+    assert_eq!(ran.len(), 2);
+    b.stop().await;
+    c.stop().await;
+    w.finish().await;
+}
