@@ -16,6 +16,7 @@ use support::*;
 both_backends!(
     authors_and_owners_are_recorded_and_shown,
     who_answers_refuses_everyone_else,
+    watchers_appear_and_leave,
 );
 
 const ANN: &str = "ann-key-0123456789ab";
@@ -263,6 +264,70 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     w.finish().await;
 }
 
+/// The users watching the session (`GET /sessions/{id}/watchers`, read with acme's key), each
+/// with their number of streams.
+async fn watching(gw: &Gateway, id: &str) -> Vec<(String, u64)> {
+    let path = format!("/sessions/{id}/watchers");
+    let list = (gw.with_key(Some(ACME)))
+        .send_expecting(Method::GET, &path, None, 200)
+        .await;
+    let people = list.as_array().unwrap().iter();
+    people
+        .map(|p| {
+            let user = p["user"].as_str().unwrap().to_owned();
+            (user, p["streams"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// Waits until the session's watchers are `want`.
+async fn watched_by(gw: &Gateway, id: &str, want: &[(&str, u64)]) {
+    let want: Vec<(String, u64)> = want.iter().map(|(u, n)| (u.to_string(), *n)).collect();
+    let want = &want;
+    gw.wait_until(|g| async move { &watching(g, id).await == want })
+        .await;
+}
+
+/// Ann's two streams and Cy's one are listed as two watchers; each leaving is seen, and each
+/// first arrival and last departure is a `watchers_changed` on the lifecycle stream.
+async fn watchers_appear_and_leave(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(backend, people(dir.path())).await;
+    let gw = w.gw();
+    let id = create(gw, ANN, json!({"cwd": "/tmp"})).await;
+    let id = id["sessionId"].as_str().unwrap().to_owned();
+    let url = |path: String, key: &str| gw.url(&format!("{path}?access_token={key}"));
+    let mut lifecycle = Sse::open(&gw.http, &url("/events".into(), ACME), None).await;
+    let events = format!("/sessions/{id}/events");
+    let stream = async |key| Sse::open(&gw.http, &url(events.clone(), key), None).await;
+    assert!(watching(gw, &id).await.is_empty());
+
+    let ann = stream(ANN).await;
+    let cy = stream(CY).await;
+    let ann_again = stream(ANN).await;
+    watched_by(gw, &id, &[("ann", 2), ("cy", 1)]).await;
+    drop(cy);
+    watched_by(gw, &id, &[("ann", 2)]).await;
+    drop(ann);
+    watched_by(gw, &id, &[("ann", 1)]).await;
+    drop(ann_again);
+    watched_by(gw, &id, &[]).await;
+
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let changed = lifecycle.until("watchers_changed").await.pop().unwrap();
+        assert_eq!(changed.data["sessionId"], id.as_str());
+        let users = changed.data["watchers"].as_array().unwrap().iter();
+        seen.push(
+            users
+                .map(|p| p["user"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(seen, [vec!["ann"], vec!["ann", "cy"], vec!["ann"], vec![]]);
+    w.finish().await;
+}
+
 /// Two people of tenant acme with tokens of the provider (`oidc.rs`'s), each naming its `sub`
 /// and shown by its `name` or `email`: the owner and authors are theirs, and under
 /// `whoAnswers: owner` only the owner's token answers. A `sub` with a control character is no
@@ -300,5 +365,36 @@ async fn two_token_users_of_one_tenant() {
     let nobody = idp.forge(json!({"claims": {"sub": "u-\u{7}"}})).await;
     let (status, problem) = gw.with_key(Some(&nobody)).get("/sessions").await;
     assert_eq!(status, 401, "{problem}");
+    w.finish().await;
+}
+
+/// A stream open on one replica is a watcher on every replica; when that replica is killed,
+/// its streams stop counting once its lease has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+async fn watchers_are_seen_across_replicas() {
+    let (w, mut b, c) = support::cluster::three_replicas(support::cluster::beating()).await;
+    let id = b.create("/tmp").await;
+    let _stream = b.events(&id, None).await;
+    let path = format!("/sessions/{id}/watchers");
+    let path = path.as_str();
+    let count = async |g: &Gateway| {
+        let r = g.get(path).await;
+        if r.status() != 200 {
+            return None;
+        }
+        Some(r.json::<Value>().await.unwrap().as_array().unwrap().len())
+    };
+    c.wait_until(|g| async move { count(g).await == Some(1) })
+        .await;
+    let seen = c.json(path).await;
+    assert_eq!(
+        seen[0],
+        json!({"tenant": "default", "streams": 1, "since": seen[0]["since"]})
+    );
+    b.kill().await;
+    c.wait_until(|g| async move { count(g).await == Some(0) })
+        .await;
+    c.stop().await;
     w.finish().await;
 }

@@ -11,6 +11,7 @@ use super::extract::{AppState, Json, Path, Query, SessionPath};
 use super::responses::{MalformedParams, UnknownOrDeletedSession};
 use super::sse::{lifecycle_frames, session_frames, sse_response};
 use crate::gateway::input::SessionId;
+use crate::gateway::output::WatcherView;
 use crate::gateway::{Caller, HistoryPage, LifecycleEvent, SessionEvent};
 
 /// Where a stream starts.
@@ -124,10 +125,29 @@ pub async fn session_history(
     ))
 }
 
+/// Who is watching the session.
+///
+/// The people with a stream of the session open (`GET /sessions/{id}/events`, `/acp` clients
+/// following it), on any replica, each with how many; `watchers_changed` on `GET /events` says
+/// when someone starts or stops watching.
+#[utoipa::path(get, operation_id = "listWatchers", path = "/sessions/{id}/watchers", tag = "events",
+    params(SessionPath),
+    responses(
+        (status = 200, description = "The watchers, first to arrive first", body = Vec<WatcherView>),
+        UnknownOrDeletedSession,
+    ))]
+pub async fn watchers(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(id): Path<SessionId>,
+) -> Result<Json<Vec<WatcherView>>, ApiError> {
+    Ok(Json(s.gateway.history().watchers(&caller, &id).await?))
+}
+
 /// Stream the lifecycle of every session (SSE).
 ///
 /// Session lifecycle across sessions as SSE, for session browsers: `session_created`,
-/// `session_updated`, `session_status`, `session_deleted`. Resumable like the session stream.
+/// `session_updated`, `session_status`, `session_deleted`, `watchers_changed`. Resumable like the session stream.
 #[utoipa::path(get, operation_id = "streamLifecycleEvents", path = "/events", tag = "events",
     params(StreamParams, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(

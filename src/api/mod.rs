@@ -153,6 +153,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(changes::revert))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
+        .routes(routes!(events::watchers))
         .routes(routes!(events::lifecycle_events))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use utoipa::openapi::{RefOr, Schema};
 
 use super::caller::Author;
-use super::output::{QueuedView, SessionView, Status};
+use super::output::{QueuedView, SessionView, Status, WatcherView};
 use super::problem::Problem;
 use super::state::SessionState;
 use crate::store::{EventKind, NewLifecycleEvent, Payload, SessionRecord};
@@ -110,6 +110,7 @@ events! {
         SessionStatus(LifecycleStatus),
         SessionDeleted(SessionDeleted),
         WebhookDisabled(WebhookDisabled),
+        WatchersChanged(WatchersChanged),
     }
 }
 
@@ -158,6 +159,7 @@ impl GatewayLifecycleEvent {
             Self::SessionStatus(e) => &e.session_id,
             Self::SessionDeleted(e) => &e.session_id,
             Self::WebhookDisabled(e) => &e.session_id,
+            Self::WatchersChanged(e) => &e.session_id,
         };
         NewLifecycleEvent {
             session_id: session_id.clone(),
@@ -253,6 +255,15 @@ pub struct TurnStarted {
     /// The queued prompt it runs (`Prefer: queue` or `interrupt`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_id: Option<String>,
+}
+
+/// `watchers_changed` (lifecycle): someone opened their first stream of the session, or ended
+/// their last; everyone watching it now.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchersChanged {
+    pub session_id: String,
+    pub watchers: Vec<WatcherView>,
 }
 
 /// `prompt_queued`: a prompt joined the session's queue (`Prefer: queue` or `interrupt`).

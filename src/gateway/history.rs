@@ -13,6 +13,7 @@ use super::error::Error;
 use super::event::{GatewayEvent, StateSnapshot};
 use super::event_schema::SessionEvent;
 use super::input::SessionId;
+use super::output::WatcherView;
 use super::parts::use_case;
 use crate::events::Run;
 use crate::store::{EventKind, Payload, StoredEvent, StoredLifecycleEvent};
@@ -45,7 +46,7 @@ pub struct HistoryPage {
 use_case! {
     /// The use case of the streams and the history clients read, with the parts it needs.
     pub struct History {
-        parts: [records, log, states],
+        parts: [records, log, states, watchers],
     }
 }
 
@@ -62,7 +63,7 @@ impl History {
         snapshot: bool,
     ) -> Result<impl Stream<Item = Vec<Arc<Run>>> + Send + use<>, Error> {
         use futures::StreamExt;
-        self.records.get(caller, id).await?;
+        let record = self.records.get(caller, id).await?;
         let mut first = None;
         if snapshot && after.is_none() {
             let at = self.states.state_of(id.as_str()).await?;
@@ -82,7 +83,24 @@ impl History {
             after = Some(at.seq);
         }
         let rest = self.log.hub().session_stream(id.as_str(), after).await?;
+        // Counted among the session's watchers while the stream is open.
+        let watching = self.watchers.watch(&record, caller.author()).await;
+        let rest = rest.map(move |batch| {
+            let _watching = &watching;
+            batch
+        });
         Ok(futures::stream::iter(first).chain(rest))
+    }
+
+    /// `GET /sessions/{id}/watchers`: the people with a stream of the session open, on any
+    /// replica.
+    pub async fn watchers(
+        &self,
+        caller: &Caller,
+        id: &SessionId,
+    ) -> Result<Vec<WatcherView>, Error> {
+        self.records.get(caller, id).await?;
+        Ok(self.watchers.list(id.as_str()).await?)
     }
 
     /// `GET /events`: lifecycle events from `after` (`None`: live tail), in batches as the hub

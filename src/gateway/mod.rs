@@ -235,7 +235,7 @@ impl Gateway {
             log.clone(),
             states.clone(),
             requests.clone(),
-            cluster,
+            cluster.clone(),
             limits,
             quotas,
             stop.clone(),
@@ -247,6 +247,12 @@ impl Gateway {
             config.webhooks.clone(),
             stop.clone(),
         ));
+        let watchers = Arc::new(parts::watchers::Watchers::new(
+            store.clone(),
+            log.clone(),
+            cluster.clone(),
+            tasks.clone(),
+        ));
         let parts = parts::Parts::new(
             placement.clone(),
             records,
@@ -256,6 +262,7 @@ impl Gateway {
             requests.clone(),
             counters,
             workspaces,
+            watchers,
             tasks.clone(),
             stop.clone(),
         );

@@ -277,6 +277,20 @@ impl QueuedView {
     }
 }
 
+/// Someone watching a session: their streams open on it (`GET /sessions/{id}/events`, `/acp`
+/// clients following it), on any replica.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"tenant": "acme", "user": "ann", "streams": 2, "since": "2026-11-22T12:47:51.072210Z"}))]
+pub struct WatcherView {
+    #[serde(flatten)]
+    pub who: Author,
+    /// How many streams they have open.
+    pub streams: usize,
+    /// When the first of them opened.
+    pub since: DateTime<Utc>,
+}
+
 /// `GET /sessions/{id}/status`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

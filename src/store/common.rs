@@ -403,6 +403,7 @@ macro_rules! impl_store {
         impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time });
         impl_workspaces!($backend { reads: $reads, writes: $writes });
         impl_queue!($backend { reads: $reads, writes: $writes });
+        impl_watchers!($backend { reads: $reads, writes: $writes });
         impl_quotas!($backend {
             reads: $reads,
             writes: $writes,

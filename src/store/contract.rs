@@ -19,6 +19,7 @@ use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
     SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
+use super::watchers::SessionWatchers;
 use super::workspaces::SessionWorkspaces;
 
 /// The gateway's database: every concern's use cases in one object, which each backend is (and
@@ -33,6 +34,7 @@ pub trait Store:
     + TenantQuotas
     + SessionWorkspaces
     + PromptQueue
+    + SessionWatchers
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one

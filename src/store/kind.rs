@@ -60,6 +60,7 @@ kinds! {
         SessionUpdated = "session_updated",
         SessionStatus = "session_status",
         WebhookDisabled = "webhook_disabled",
+        WatchersChanged = "watchers_changed",
     }
     /// What only a session's stream sends, never logged: the state at a position (first in a
     /// stream asked with a snapshot) and the events retention removed before a reader got them.

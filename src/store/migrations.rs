@@ -24,7 +24,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0005_listed", "0006_event_payload_json", "0007_synced_listed", "0008_session_states",
     "0009_session_agent", "0010_webhooks", "0012_replica_agents", "0013_idempotency_keys",
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
-    "0018_session_people", "0019_prompt_queue",
+    "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
 );
 
 /// `migrations/sqlite`.
@@ -33,7 +33,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0005_listed", "0007_synced_listed", "0008_session_states", "0009_session_agent",
     "0010_webhooks", "0011_event_rowid", "0012_replica_agents", "0013_idempotency_keys",
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
-    "0018_session_people", "0019_prompt_queue",
+    "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
 );
 
 /// A migrator applying `files` (one of the lists above).

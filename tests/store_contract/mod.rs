@@ -22,6 +22,7 @@ mod reopen;
 mod replicas;
 mod sessions;
 mod vanished;
+mod watchers;
 mod webhooks;
 mod workspaces;
 
@@ -257,6 +258,7 @@ macro_rules! store_contract {
             quotas::check_tenant_prompts,
             workspaces::check_workspaces,
             queue::check_prompt_queue,
+            watchers::check_watchers,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,

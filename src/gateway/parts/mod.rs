@@ -20,6 +20,7 @@ pub(in crate::gateway) mod replicas;
 pub(in crate::gateway) mod requests;
 pub(in crate::gateway) mod snapshots;
 pub(in crate::gateway) mod views;
+pub(in crate::gateway) mod watchers;
 pub(in crate::gateway) mod workspaces;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use records::Records;
 use requests::Requests;
 use snapshots::States;
 use views::Views;
+use watchers::Watchers;
 use workspaces::Workspaces;
 
 /// `Parts`, written once: the struct, `Parts::new` taking every part in this order, and a
@@ -70,6 +72,7 @@ parts! {
     requests: Arc<Requests>,
     counters: Arc<Counters>,
     workspaces: Arc<Workspaces>,
+    watchers: Arc<Watchers>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
@@ -86,6 +89,7 @@ macro_rules! part {
     (requests) => { ::std::sync::Arc<$crate::gateway::parts::requests::Requests> };
     (counters) => { ::std::sync::Arc<$crate::gateway::parts::counters::Counters> };
     (workspaces) => { ::std::sync::Arc<$crate::gateway::parts::workspaces::Workspaces> };
+    (watchers) => { ::std::sync::Arc<$crate::gateway::parts::watchers::Watchers> };
     (tasks) => { ::tokio_util::task::TaskTracker };
     (stop) => { ::tokio_util::sync::CancellationToken };
 }

@@ -1,0 +1,143 @@
+//! Who is watching each session: every event stream opened on it (`GET /sessions/{id}/events`,
+//! an `/acp` client following it) is a row of the store while it is open, so that any replica
+//! answers `GET /sessions/{id}/watchers` for all of them. When a person's first stream of a
+//! session opens or their last one ends, `watchers_changed` goes to the lifecycle log
+//! (`GET /events`), out of the session's own log. Rows of a replica that is gone are skipped
+//! and removed by the next reader.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use super::log::Log;
+use crate::cluster::Cluster;
+use crate::gateway::caller::Author;
+use crate::gateway::clock::now;
+use crate::gateway::event::{GatewayLifecycleEvent, WatchersChanged};
+use crate::gateway::output::WatcherView;
+use crate::store::{SessionRecord, SessionWatchers, WatcherRecord};
+
+/// The watchers of every session, in the store.
+pub(in crate::gateway) struct Watchers {
+    store: Arc<dyn SessionWatchers>,
+    log: Log,
+    cluster: Arc<Cluster>,
+    /// The removals of ended streams.
+    tasks: TaskTracker,
+}
+
+/// An open stream's row, removed when this is dropped (the stream ended).
+pub(in crate::gateway) struct Watching {
+    watchers: Arc<Watchers>,
+    record: SessionRecord,
+    watcher_id: String,
+    author: Author,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let (watchers, record) = (self.watchers.clone(), self.record.clone());
+        let (id, author) = (std::mem::take(&mut self.watcher_id), self.author.clone());
+        self.watchers.tasks.spawn(async move {
+            if let Err(e) = watchers.store.remove_watcher(&id).await {
+                tracing::warn!(session = record.session_id, error = %e, "an ended stream is still counted among the session's watchers");
+            }
+            watchers.changed_for(&record, &author, false).await;
+        });
+    }
+}
+
+impl Watchers {
+    pub(in crate::gateway) fn new(
+        store: Arc<dyn SessionWatchers>,
+        log: Log,
+        cluster: Arc<Cluster>,
+        tasks: TaskTracker,
+    ) -> Self {
+        Watchers {
+            store,
+            log,
+            cluster,
+            tasks,
+        }
+    }
+
+    /// `author` opened a stream of the session of `record`: counted until the guard drops.
+    pub(in crate::gateway) async fn watch(
+        self: &Arc<Self>,
+        record: &SessionRecord,
+        author: Author,
+    ) -> Watching {
+        let row = WatcherRecord {
+            watcher_id: format!("w_{}", uuid::Uuid::new_v4().simple()),
+            session_id: record.session_id.clone(),
+            replica: crate::cluster::replica_id().to_owned(),
+            author: serde_json::to_string(&author).expect("an author serialises"),
+            since: now().timestamp_micros(),
+        };
+        match self.store.add_watcher(&row).await {
+            Ok(()) => self.changed_for(record, &author, true).await,
+            Err(e) => {
+                tracing::warn!(session = record.session_id, error = %e, "a stream is not counted among the session's watchers")
+            }
+        }
+        Watching {
+            watchers: self.clone(),
+            record: record.clone(),
+            watcher_id: row.watcher_id,
+            author,
+        }
+    }
+
+    /// The people watching the session, each with their streams, first watcher first.
+    pub(in crate::gateway) async fn list(
+        &self,
+        session_id: &str,
+    ) -> crate::store::StoreResult<Vec<WatcherView>> {
+        let rows = self.store.watchers_of(session_id).await?;
+        let mut gone = BTreeMap::new();
+        let mut people: Vec<WatcherView> = Vec::new();
+        for row in rows {
+            if !gone.contains_key(&row.replica) {
+                let is_gone = self.cluster.gone(&row.replica).await.unwrap_or(false);
+                if is_gone {
+                    let _ = self.store.forget_watchers_of(&row.replica).await;
+                }
+                gone.insert(row.replica.clone(), is_gone);
+            }
+            if gone[&row.replica] {
+                continue;
+            }
+            let Ok(author) = serde_json::from_str::<Author>(&row.author) else {
+                continue;
+            };
+            match people.iter_mut().find(|p| p.who == author) {
+                Some(person) => person.streams += 1,
+                None => people.push(WatcherView {
+                    who: author,
+                    streams: 1,
+                    since: chrono::DateTime::from_timestamp_micros(row.since).unwrap_or_default(),
+                }),
+            }
+        }
+        Ok(people)
+    }
+
+    /// After `author`'s stream opened (`opened`) or ended: when it was their first or last,
+    /// `watchers_changed` with everyone watching now.
+    async fn changed_for(&self, record: &SessionRecord, author: &Author, opened: bool) {
+        let Ok(people) = self.list(&record.session_id).await else {
+            return;
+        };
+        let streams = (people.iter().find(|p| &p.who == author)).map_or(0, |p| p.streams);
+        if streams != usize::from(opened) {
+            return;
+        }
+        let changed = GatewayLifecycleEvent::WatchersChanged(WatchersChanged {
+            session_id: record.session_id.clone(),
+            watchers: people,
+        });
+        self.log.lifecycle(record, changed).await;
+    }
+}
