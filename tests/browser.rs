@@ -10,6 +10,7 @@
 use crate::support;
 
 mod files;
+mod people;
 
 use serde_json::Value;
 use support::*;

@@ -16,6 +16,7 @@ both_backends!(
     an_interrupt_cancels_the_running_turn_and_goes_first,
     a_queued_prompt_survives_a_restart_and_runs_once,
     a_queued_turn_cut_short_by_a_crash_is_not_run_again,
+    a_retried_queue_request_queues_once,
 );
 
 /// `POST /prompt` of `text` with `Prefer: prefer`: the status, headers and body.
@@ -230,6 +231,34 @@ async fn a_queued_turn_cut_short_by_a_crash_is_not_run_again(backend: Backend) {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let ran = turns(gw, &id).await;
     assert_eq!(ran, [("/permission queued".to_owned(), Some(queued))]);
+    w.finish().await;
+}
+
+/// The same `Idempotency-Key` twice: one queued prompt, the same answer.
+async fn a_retried_queue_request_queues_once(backend: Backend) {
+    let (w, id) = World::with_session(backend, Options::default()).await;
+    let gw = w.gw();
+    let _turn = gw.prompt_in_background(&id, "/permission first");
+    gw.pending_permission(&id).await;
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let r = gw
+            .http
+            .post(gw.url(&format!("/sessions/{id}/prompt")))
+            .header("prefer", "queue")
+            .header("idempotency-key", "queue-once-1")
+            .json(&json!({"text": "once"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        answers.push(r.json::<Value>().await.unwrap()["queueId"].clone());
+    }
+    assert_eq!(answers[0], answers[1]);
+    let queue = gw.json(&format!("/sessions/{id}/queue")).await;
+    assert_eq!(queue.as_array().unwrap().len(), 1, "{queue}");
+    allow(gw, &id).await;
+    drained(gw, &id, 2).await;
     w.finish().await;
 }
 

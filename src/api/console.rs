@@ -64,6 +64,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("console/files.js"),
     ),
     (
+        "people.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/people.js"),
+    ),
+    (
         "sessions.js",
         "text/javascript; charset=utf-8",
         include_str!("console/sessions.js"),

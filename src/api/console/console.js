@@ -99,6 +99,7 @@ async function start() {
   $("filter-agent").replaceChildren(...opts(true));
   list = new SessionList({
     updated: (s) => view && view.id === s.sessionId && view.update(s),
+    watchers: (id, watchers) => view?.id === id && view.people?.showWatchers(watchers),
     deleted: (id) => {
       if (view?.id === id) location.hash = "#/";
     },
@@ -174,12 +175,19 @@ function moveSuggestion(delta) {
   $("prompt").setAttribute("aria-activedescendant", items[next].id);
 }
 
-async function send() {
+/** Sends the prompt: at once when the session is free, else into its queue (`interrupt`: first,
+ * cancelling the running turn). */
+async function send(interrupt = false) {
   const text = $("prompt").value;
   if (!view || !text.trim()) return;
+  const running = view.activity && view.activity !== "idle";
+  const prefer = interrupt ? "interrupt" : running ? "queue" : "respond-async";
   $("send").disabled = true;
   try {
-    await api.post(sessionPath(view.id, "/prompt"), { text }, { prefer: "respond-async" });
+    await api.post(sessionPath(view.id, "/prompt"), { text }, { prefer });
+    // A turn runs from here (or this prompt waits for one): the next prompt is queued.
+    if (!running) view.setActivity("running");
+    $("send").disabled = false;
     $("prompt").value = "";
     suggestions();
     $("session-error").textContent = "";
@@ -260,6 +268,7 @@ function wire() {
       if (!$("send").disabled) send();
     }
   });
+  $("interrupt").addEventListener("click", () => send(true));
   $("cancel").addEventListener("click", async () => {
     if (!view) return;
     try {

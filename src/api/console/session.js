@@ -11,6 +11,7 @@ import { renderMarkdown } from "./markdown.js";
 import { elicitationForm } from "./elicitation.js";
 import { FilesPanel } from "./files.js";
 import { $, el } from "./dom.js";
+import { People, who } from "./people.js";
 
 /** The names of the session stream's events (EventSource only delivers named ones asked for). */
 const EVENTS = [
@@ -19,7 +20,8 @@ const EVENTS = [
   "config_option_update", "session_info_update", "usage_update", "turn_started", "turn_ended",
   "permission_requested", "permission_resolved", "elicitation_requested",
   "elicitation_resolved", "elicitation_completed", "session_deleted", "agent_exited",
-  "state_changed", "forked", "workspace_changed", "gap", "message",
+  "state_changed", "forked", "workspace_changed", "prompt_queued", "prompt_withdrawn", "gap",
+  "message",
 ];
 
 function textOf(blocks) {
@@ -68,7 +70,10 @@ export class SessionView {
     this.activity = s.activity || null;
     this.renderHead();
     this.files = new FilesPanel(this.id, s.workspace, { ask: this.hooks.ask });
+    this.people = new People(this.id);
+    this.people.showWatchers();
     await this.catchUp();
+    this.people.refreshQueue();
     this.connect();
   }
 
@@ -76,6 +81,7 @@ export class SessionView {
     this.closed = true;
     this.source?.close();
     this.files?.close();
+    this.people?.close();
   }
 
   /** Applies the log's events after the last applied one, page by page. */
@@ -174,9 +180,10 @@ export class SessionView {
     switch (name) {
       case "turn_started":
         this.current = null;
-        this.message("user", textOf(data.prompt), seq);
+        this.message("user", textOf(data.prompt), seq, who(data.author, "You"));
         this.current = null;
         this.setActivity("running");
+        if (data.queueId) this.people?.refreshQueue();
         break;
       case "user_message_chunk":
         this.chunk("user", u.content, seq);
@@ -268,6 +275,14 @@ export class SessionView {
         this.note(`files changed: ${(data.paths || []).join(", ")}`);
         this.files?.changed();
         break;
+      case "prompt_queued":
+        this.note(`${who(data.author, "someone")} queued a prompt${data.interrupt ? " to run next" : ""}`);
+        this.people?.refreshQueue();
+        break;
+      case "prompt_withdrawn":
+        this.note(data.by ? `${who(data.by)} withdrew a queued prompt` : `a queued prompt was dropped: ${data.reason}`);
+        this.people?.refreshQueue();
+        break;
       case "forked":
         this.note(`forked from ${data.parentSessionId} at event ${data.parentSeq}`);
         break;
@@ -276,7 +291,7 @@ export class SessionView {
     }
   }
 
-  message(kind, text, seq) {
+  message(kind, text, seq, author = "You") {
     const node = el(kind === "thought" ? "details" : "div", kind === "thought" ? "thought" : `msg ${kind}`);
     node.dataset.seq = String(seq);
     let body;
@@ -284,7 +299,7 @@ export class SessionView {
       node.append(el("summary", null, "Thought"));
       body = el("div");
     } else {
-      node.append(el("span", "who", kind === "user" ? "You" : "Agent"));
+      node.append(el("span", "who", kind === "user" ? author : "Agent"));
       body = el("div", "body");
     }
     node.append(body);
@@ -414,7 +429,8 @@ export class SessionView {
     this.requests.get(data.requestId)?.remove();
     this.requests.delete(data.requestId);
     this.current = null;
-    this.note(`${data.requestId}: ${how} (${data.reason})`);
+    const by = data.answeredBy ? ` by ${who(data.answeredBy)}` : "";
+    this.note(`${data.requestId}: ${how} (${data.reason}${by})`);
   }
 
   // ---- head: title, status, activity, usage, pickers --------------------------------------
@@ -432,7 +448,9 @@ export class SessionView {
     a.className = `badge ${this.activity || ""}`;
     const running = this.activity && this.activity !== "idle";
     $("cancel").hidden = !running;
-    $("send").disabled = !!running;
+    $("interrupt").hidden = !running;
+    // While a turn runs, a prompt waits in the queue for its turn.
+    $("send").textContent = running ? "Queue" : "Send";
   }
 
   renderHead() {

@@ -127,6 +127,10 @@ export class SessionList {
       }
       this.hooks.updated(patch);
     });
+    source.addEventListener("watchers_changed", (ev) => {
+      const d = JSON.parse(ev.data);
+      this.hooks.watchers?.(d.sessionId, d.watchers);
+    });
     source.addEventListener("session_deleted", (ev) => {
       const d = JSON.parse(ev.data);
       this.remove(d.sessionId);
