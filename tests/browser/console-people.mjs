@@ -12,6 +12,8 @@ const id = process.env.SESSION;
 const stdin = createInterface({ input: process.stdin });
 const lines = stdin[Symbol.asyncIterator]();
 const report = { consoleErrors: [], pageErrors: [] };
+// The page's first requests, before the key is given, are 401: not errors of the run.
+let signedIn = false;
 const next = async (want) => {
   const { value } = await lines.next();
   if (value !== want) throw new Error(`expected ${want}, got ${value}`);
@@ -20,7 +22,7 @@ const next = async (want) => {
 const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  page.on("console", (m) => m.type() === "error" && report.consoleErrors.push(m.text()));
+  page.on("console", (m) => m.type() === "error" && signedIn && report.consoleErrors.push(m.text()));
   page.on("pageerror", (e) => report.pageErrors.push(String(e)));
   const text = (sel) => page.$eval(sel, (e) => e.textContent);
   const waitText = (sel, part) =>
@@ -35,6 +37,7 @@ try {
   await page.fill("#api-key", process.env.ANN_KEY);
   await page.press("#api-key", "Enter");
   await page.waitForSelector("#session-view:not([hidden])", { timeout: T });
+  signedIn = true;
   await waitText("#watchers", "ann");
   await page.waitForFunction(() => document.getElementById("connection").textContent === "online", null, { timeout: T });
   report.watchersAlone = await text("#watchers");
@@ -70,5 +73,6 @@ try {
   report.error = String(e?.stack || e);
 } finally {
   await browser.close();
+  stdin.close();
   console.log(JSON.stringify(report));
 }

@@ -185,9 +185,8 @@ async function send(interrupt = false) {
   $("send").disabled = true;
   try {
     await api.post(sessionPath(view.id, "/prompt"), { text }, { prefer });
-    // A turn runs from here (or this prompt waits for one): the next prompt is queued.
-    if (!running) view.setActivity("running");
-    $("send").disabled = false;
+    // A prompt sent at once keeps Send disabled until its turn's activity comes in.
+    if (prefer !== "respond-async") $("send").disabled = false;
     $("prompt").value = "";
     suggestions();
     $("session-error").textContent = "";

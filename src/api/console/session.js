@@ -451,6 +451,7 @@ export class SessionView {
     $("interrupt").hidden = !running;
     // While a turn runs, a prompt waits in the queue for its turn.
     $("send").textContent = running ? "Queue" : "Send";
+    $("send").disabled = false;
   }
 
   renderHead() {
