@@ -25,8 +25,8 @@ use crate::store::{EventKind, PromptQueue, QueuedPrompt};
 
 /// How often every queue is looked at.
 const SWEEP: Duration = Duration::from_secs(1);
-/// Log events read back to find a gone replica's queued turn.
-const RECENT: i64 = 1000;
+/// Log events read at a time, looking back for a queued prompt's turn.
+const PAGE: i64 = 1000;
 
 use_case! {
     /// The use case of queued prompts, with the parts it needs.
@@ -173,12 +173,19 @@ impl Queue {
             }
         };
         let cluster = self.placement.cluster();
+        let me = crate::cluster::replica_id();
         for (id, started_by) in sessions {
             self.kicks.mark(&id, true);
             match started_by {
                 None => self.run_next(&id).await,
+                // Its turn ended here but the row stayed (the store failed then).
+                Some(replica) if replica == me => {
+                    if self.placement.live().turn_done(&id).is_none() {
+                        self.recover(&id, false).await;
+                    }
+                }
                 Some(replica) if matches!(cluster.gone(&replica).await, Ok(true)) => {
-                    self.recover(&id).await;
+                    self.recover(&id, true).await;
                     self.run_next(&id).await;
                 }
                 Some(_) => {}
@@ -186,31 +193,55 @@ impl Queue {
         }
     }
 
-    /// The session's prompt a gone replica started: removed when its turn started (it is in
-    /// the log), else put back in its place.
-    async fn recover(&self, id: &str) {
+    /// The session's started prompt: removed when its turn started (it is in the log), else
+    /// put back in its place when `put_back` (its replica is gone).
+    async fn recover(&self, id: &str, put_back: bool) {
         let queued = self.store.queued_prompts(id).await.unwrap_or_default();
         let Some(started) = queued.iter().find(|q| q.started_by.is_some()) else {
             return;
         };
-        let events = self.log.events();
-        let last = events.last_event_seq(id).await.unwrap_or(0);
-        let recent = events.read_events(id, (last - RECENT).max(0), RECENT).await;
-        let ran = recent.unwrap_or_default().iter().any(|e| {
-            e.kind == EventKind::TurnStarted.name()
-                && e.payload.to_value()["queueId"] == started.queue_id.as_str()
-        });
-        let done = if ran {
-            self.store
-                .remove_prompt(id, &started.queue_id, false)
+        let Ok(ran) = self.logged(id, started).await else {
+            return;
+        };
+        let queue_id = &started.queue_id;
+        let done = match (ran, put_back) {
+            (true, _) => self
+                .store
+                .remove_prompt(id, queue_id, false)
                 .await
-                .map(drop)
-        } else {
-            self.store.unstart_prompt(&started.queue_id).await
+                .map(drop),
+            (false, true) => self.store.unstart_prompt(queue_id).await,
+            (false, false) => return,
         };
         if let Err(e) = done {
             tracing::warn!(session = id, error = %e, "a queued prompt of a gone replica was not recovered");
         }
+    }
+
+    /// Whether the log holds the `turn_started` of queued prompt `q`: read back from its end a
+    /// page at a time, down to the events older than `q`.
+    async fn logged(&self, id: &str, q: &QueuedPrompt) -> crate::store::StoreResult<bool> {
+        let events = self.log.events();
+        let mut upto = events.last_event_seq(id).await?;
+        while upto > 0 {
+            let from = (upto - PAGE).max(0);
+            let page = events.read_events(id, from, PAGE).await?;
+            let of_q = |e: &&crate::store::StoredEvent| {
+                e.kind == EventKind::TurnStarted.name()
+                    && e.payload.to_value()["queueId"] == q.queue_id.as_str()
+            };
+            if page.iter().any(|e| of_q(&e)) {
+                return Ok(true);
+            }
+            let older = page
+                .first()
+                .map(|e| e.created_at.timestamp_micros() < q.created_at);
+            if older != Some(false) {
+                return Ok(false);
+            }
+            upto = from;
+        }
+        Ok(false)
     }
 
     /// Starts the session's next queued prompt, if it has one, none is started and the session

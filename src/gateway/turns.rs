@@ -197,10 +197,10 @@ impl Turns {
                 this.placement.quotas().release(slot).await;
             }
             this.placement.release_after_turn(&sid).await;
-            if let Some(queue_id) = &queued {
-                if let Err(e) = this.queue.remove_prompt(&sid, queue_id, false).await {
-                    tracing::warn!(session = sid, error = %e, "a queued prompt's turn ended but it stays queued until the sweep finds its turn_started");
-                }
+            if let Some(queue_id) = &queued
+                && let Err(e) = this.queue.remove_prompt(&sid, queue_id, false).await
+            {
+                tracing::warn!(session = sid, error = %e, "a queued prompt's turn ended but it stays queued until the sweep finds its turn_started");
             }
             this.kicks.kick(&sid);
             // During a store outage the answer waits until the turn is in the log: a client

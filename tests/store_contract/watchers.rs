@@ -29,7 +29,7 @@ pub async fn check_watchers(store: Arc<dyn Store>) {
     );
     store.remove_watcher("w-b").await.unwrap();
     store.remove_watcher("w-unknown").await.unwrap();
-    assert_eq!(store.watchers_of("s1").await.unwrap(), [a.clone()]);
+    assert_eq!(store.watchers_of("s1").await.unwrap(), [a]);
     store.forget_watchers_of("r1").await.unwrap();
     assert!(store.watchers_of("s1").await.unwrap().is_empty());
     assert!(store.watchers_of("s2").await.unwrap().is_empty());
