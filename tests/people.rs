@@ -65,20 +65,6 @@ async fn listed(gw: &Gateway, key: &str, query: &str) -> Vec<String> {
         .collect()
 }
 
-/// Starts a turn of `text` by `key` without waiting for it (202).
-async fn start_turn(gw: &Gateway, key: &str, id: &str, text: &str) {
-    let r = gw
-        .http
-        .post(gw.url(&format!("/sessions/{id}/prompt")))
-        .bearer_auth(key)
-        .header("prefer", "respond-async")
-        .json(&json!({"text": text}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-}
-
 /// The id of the session's first pending request of `kind` (`permissions`, `elicitations`),
 /// waited for (up to [`PATIENCE`]).
 async fn pending(gw: &Gateway, key: &str, id: &str, kind: &str) -> String {
@@ -170,11 +156,13 @@ async fn authors_and_owners_are_recorded_and_shown(backend: Backend) {
     acp.close().await;
 
     // Ann asks; Cy allows. Ann asks for input; Cy declines.
-    start_turn(gw, ANN, &anns, "/permission please").await;
+    gw.with_key(Some(ANN))
+        .prompt_async(&anns, "/permission please")
+        .await;
     let request = pending(gw, ANN, &anns, "permissions").await;
     assert_eq!(allow(gw, CY, &anns, &request).await.0, 200);
     idle(gw, ANN, &anns).await;
-    start_turn(gw, ANN, &anns, "/elicit").await;
+    gw.with_key(Some(ANN)).prompt_async(&anns, "/elicit").await;
     let request = pending(gw, ANN, &anns, "elicitations").await;
     let path = format!("/sessions/{anns}/elicitations/{request}");
     let (status, _) = (gw.with_key(Some(CY)))
@@ -218,7 +206,9 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     let id = made["sessionId"].as_str().unwrap().to_owned();
 
     // `author`: Cy's turn asks; Ann (the owner) is refused and the request stays pending.
-    start_turn(gw, CY, &id, "/permission please").await;
+    gw.with_key(Some(CY))
+        .prompt_async(&id, "/permission please")
+        .await;
     let request = pending(gw, CY, &id, "permissions").await;
     let (status, problem) = allow(gw, ANN, &id, &request).await;
     assert_eq!(status, 403, "{problem}");
@@ -243,7 +233,9 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     assert_eq!(changed["owner"]["user"], "ann", "the title and owner stay");
 
     // `owner`: Cy's turn asks, Cy is refused, Ann answers.
-    start_turn(gw, CY, &id, "/permission again").await;
+    gw.with_key(Some(CY))
+        .prompt_async(&id, "/permission again")
+        .await;
     let request = pending(gw, CY, &id, "permissions").await;
     assert_eq!(allow(gw, CY, &id, &request).await.0, 403);
     assert_eq!(allow(gw, ANN, &id, &request).await.0, 200);
@@ -256,7 +248,9 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     let made = create(gw, DEE, json!({"cwd": "/tmp"})).await;
     assert!(made.get("whoAnswers").is_none(), "{made}");
     let id = made["sessionId"].as_str().unwrap().to_owned();
-    start_turn(gw, GLOBEX, &id, "/permission please").await;
+    gw.with_key(Some(GLOBEX))
+        .prompt_async(&id, "/permission please")
+        .await;
     let request = pending(gw, GLOBEX, &id, "permissions").await;
     assert_eq!(allow(gw, GLOBEX, &id, &request).await.0, 403);
     assert_eq!(allow(gw, DEE, &id, &request).await.0, 200);
@@ -351,7 +345,9 @@ async fn two_token_users_of_one_tenant() {
     assert_eq!(listed(gw, &ann, "owner=me").await, vec![id.clone()]);
     assert!(listed(gw, &cy, "owner=me").await.is_empty());
 
-    start_turn(gw, &cy, &id, "/permission please").await;
+    gw.with_key(Some(&cy))
+        .prompt_async(&id, "/permission please")
+        .await;
     let request = pending(gw, &cy, &id, "permissions").await;
     assert_eq!(allow(gw, &cy, &id, &request).await.0, 403);
     assert_eq!(allow(gw, &ann, &id, &request).await.0, 200);

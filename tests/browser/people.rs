@@ -45,16 +45,8 @@ async fn console_shows_authors_the_queue_and_who_is_watching() {
                 stdin.write_all(b"CY_WATCHING\n").await.unwrap();
             }
             "SEEN" => {
-                let r = gw
-                    .http
-                    .post(gw.url(&format!("/sessions/{id}/prompt")))
-                    .bearer_auth(CY)
-                    .header("prefer", "respond-async")
-                    .json(&json!({"text": "/permission by cy"}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 202);
+                let cy = gw.with_key(Some(CY));
+                cy.prompt_async(&id, "/permission by cy").await;
                 stdin.write_all(b"CY_PROMPTED\n").await.unwrap();
             }
             _ if line.starts_with('{') => report = Some(line),

@@ -299,15 +299,7 @@ impl Gateway {
 
     /// Starts a turn without waiting (`Prefer: respond-async`).
     pub async fn prompt_async(&self, id: &str, text: &str) {
-        let r = self
-            .http
-            .post(self.prompt_url(id))
-            .header("prefer", "respond-async")
-            .json(&json!({"text": text}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202);
+        self.with_key(None).prompt_async(id, text).await;
     }
 
     /// Sends a prompt from a task of its own, so that the test can act while the turn runs;
@@ -542,5 +534,19 @@ impl Keyed<'_> {
     }
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(Method::POST, path, Some(body)).await
+    }
+    /// Starts a turn without waiting (`Prefer: respond-async`).
+    pub async fn prompt_async(&self, id: &str, text: &str) {
+        let mut req = self.gw.http.post(self.gw.prompt_url(id));
+        if let Some(key) = self.key {
+            req = req.bearer_auth(key);
+        }
+        let r = req
+            .header("prefer", "respond-async")
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
     }
 }
