@@ -17,6 +17,7 @@ both_backends!(
     a_queued_prompt_survives_a_restart_and_runs_once,
     a_queued_turn_cut_short_by_a_crash_is_not_run_again,
     a_retried_queue_request_queues_once,
+    many_clients_queueing_at_once_each_get_a_place,
 );
 
 /// `POST /prompt` of `text` with `Prefer: prefer`: the status, headers and body.
@@ -259,6 +260,35 @@ async fn a_retried_queue_request_queues_once(backend: Backend) {
     assert_eq!(queue.as_array().unwrap().len(), 1, "{queue}");
     allow(gw, &id).await;
     drained(gw, &id, 2).await;
+    w.finish().await;
+}
+
+/// Twelve clients queue at once (the bound is 12): each gets a place of its own, positions 1 to
+/// 12; one more is refused; then every prompt runs once, in the order of those places.
+async fn many_clients_queueing_at_once_each_get_a_place(backend: Backend) {
+    const CLIENTS: usize = 12;
+    let opts = Options::default().args(&["--max-queued-prompts", "12"]);
+    let (w, id) = World::with_session(backend, opts).await;
+    let gw = w.gw();
+    let _turn = gw.prompt_in_background(&id, "/permission first");
+    gw.pending_permission(&id).await;
+    let sends = (0..CLIENTS).map(|i| {
+        let (gw, id) = (gw, id.as_str());
+        async move { (i, queue(gw, id, &format!("client {i}"), "queue").await) }
+    });
+    let mut placed = futures::future::join_all(sends).await;
+    placed.sort_by_key(|(_, (_, position))| *position);
+    let positions: Vec<i64> = placed.iter().map(|(_, (_, p))| *p).collect();
+    assert_eq!(positions, (1..=CLIENTS as i64).collect::<Vec<_>>());
+    assert_eq!(send(gw, &id, "one too many", "queue").await.status(), 429);
+    allow(gw, &id).await;
+    drained(gw, &id, CLIENTS + 1).await;
+    let ran = turns(gw, &id).await;
+    let want: Vec<(String, Option<String>)> = placed
+        .iter()
+        .map(|(i, (queue_id, _))| (format!("client {i}"), Some(queue_id.clone())))
+        .collect();
+    assert_eq!(ran[1..], want[..]);
     w.finish().await;
 }
 

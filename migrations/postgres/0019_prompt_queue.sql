@@ -12,4 +12,5 @@ CREATE TABLE prompt_queue (
     created_at BIGINT NOT NULL,
     started_by TEXT COLLATE "C"
 );
-CREATE INDEX prompt_queue_session ON prompt_queue (session_id, rank);
+-- One rank per place: prompts queued at once that computed the same rank are tried again.
+CREATE UNIQUE INDEX prompt_queue_rank ON prompt_queue (session_id, rank);

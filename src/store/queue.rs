@@ -1,7 +1,8 @@
 //! Each session's queue of prompts waiting for their turn (`Prefer: queue`, `Prefer: interrupt`):
 //! a row per prompt until its turn has ended or it is withdrawn, ordered by `rank` (an interrupt
 //! ranks before every prompt of its session). A prompt is *started* by one replica at a time
-//! (`started_by`), and a session has at most one started. Times are unix microseconds on both
+//! (`started_by`), and a session has at most one started. Ranks are unique per session, so that
+//! prompts queued at once on several connections each get a place of their own. Times are unix microseconds on both
 //! backends, so that the SQL is the same; [`impl_queue!`] implements [`PromptQueue`] for each.
 
 use async_trait::async_trait;
@@ -110,16 +111,27 @@ macro_rules! impl_queue {
                 p: &$crate::store::queue::QueuedPrompt,
                 max: i64,
             ) -> $crate::store::error::StoreResult<Option<i64>> {
-                let added = sqlx::query($crate::store::queue::ENQUEUE)
-                    .bind(&p.queue_id)
-                    .bind(&p.session_id)
-                    .bind(&p.prompt)
-                    .bind(&p.author)
-                    .bind(p.interrupt)
-                    .bind(p.created_at)
-                    .bind(max)
-                    .execute(&self.$writes)
-                    .await?;
+                // Prompts queued at once may compute the same rank: all but one then meet
+                // the unique index and are tried again, on the queue as it is now.
+                let mut tries = 0;
+                let added = loop {
+                    let added = sqlx::query($crate::store::queue::ENQUEUE)
+                        .bind(&p.queue_id)
+                        .bind(&p.session_id)
+                        .bind(&p.prompt)
+                        .bind(&p.author)
+                        .bind(p.interrupt)
+                        .bind(p.created_at)
+                        .bind(max)
+                        .execute(&self.$writes)
+                        .await;
+                    match added {
+                        Err(sqlx::Error::Database(e)) if e.is_unique_violation() && tries < 64 => {
+                            tries += 1;
+                        }
+                        other => break other?,
+                    }
+                };
                 if added.rows_affected() == 0 {
                     return Ok(None);
                 }
