@@ -53,7 +53,8 @@ async function main(): Promise<string> {
     body: { text: "hello" },
   });
   check(prompted.response.status === 200, "promptSession answers 200", prompted.error ?? prompted.response.status);
-  const turn: Turn | undefined = prompted.data;
+  // A 200 is the turn's result; the 202 of a queued prompt (Prefer: queue) is the queued prompt.
+  const turn: Turn | undefined = prompted.data && "stopReason" in prompted.data ? prompted.data : undefined;
   check(turn?.stopReason === "end_turn", "promptSession: stopReason is end_turn", turn);
 
   // promptSession with an Idempotency-Key, sent twice: one turn, the same answer replayed
