@@ -219,6 +219,8 @@ known_kinds!(
     StateChanged => "state_changed",
     Forked => "forked",
     WorkspaceChanged => "workspace_changed",
+    PromptQueued => "prompt_queued",
+    PromptWithdrawn => "prompt_withdrawn",
     Gap => "gap",
     State => "state",
     UserMessageChunk => "user_message_chunk",
@@ -287,6 +289,11 @@ fn lifecycle_events(base: &str, id: &str, webhook: &str) -> usize {
             LifecycleEvent::WebhookDisabled(e) => {
                 disabled |= e.data.webhook_id == webhook;
                 ("webhook_disabled", e.data.session_id.as_str())
+            }
+            LifecycleEvent::WatchersChanged(e) => {
+                let streams: i32 = e.data.watchers.iter().map(|w| w.streams).sum();
+                assert!(streams >= 0, "{decoded}");
+                ("watchers_changed", e.data.session_id.as_str())
             }
         };
         assert_eq!(name, event, "wrong variant for {decoded}");
