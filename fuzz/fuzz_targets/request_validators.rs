@@ -85,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
         tenant: Some("t".into()),
         cwd: None,
         agent: None,
+        owner: None,
         archived: None,
         after: None,
         limit: 50,
