@@ -91,19 +91,6 @@ async fn allow(gw: &Gateway, key: &str, id: &str, request: &str) -> (u16, Value)
         .await
 }
 
-/// The session's logged events of `kind`, read by `key`.
-async fn logged(gw: &Gateway, key: &str, id: &str, kind: &str) -> Vec<Value> {
-    let path = format!("/sessions/{id}/history");
-    let history = (gw.with_key(Some(key)))
-        .send_expecting(Method::GET, &path, None, 200)
-        .await;
-    let events = history["events"].as_array().unwrap().iter();
-    events
-        .filter(|e| e["event"] == kind)
-        .map(|e| e["data"].clone())
-        .collect()
-}
-
 /// Waits until the session's turn has ended.
 async fn idle(gw: &Gateway, key: &str, id: &str) {
     let path = format!("/sessions/{id}/status");
@@ -171,17 +158,23 @@ async fn authors_and_owners_are_recorded_and_shown(backend: Backend) {
     assert_eq!(status, 200);
     idle(gw, ANN, &anns).await;
 
-    let started = logged(gw, ANN, &anns, "turn_started").await;
+    let started = gw.with_key(Some(ANN)).logged(&anns, "turn_started").await;
     let authors: Vec<&Value> = started.iter().map(|t| &t["author"]["user"]).collect();
     assert_eq!(authors, [&json!("cy"), &json!("ann"), &json!("ann")]);
     assert_eq!(started[0]["author"]["tenant"], "acme");
-    let allowed = logged(gw, ANN, &anns, "permission_resolved").await;
+    let allowed = gw
+        .with_key(Some(ANN))
+        .logged(&anns, "permission_resolved")
+        .await;
     assert_eq!(allowed[0]["reason"], "answered");
     assert_eq!(
         allowed[0]["answeredBy"],
         json!({"tenant": "acme", "user": "cy"})
     );
-    let declined = logged(gw, ANN, &anns, "elicitation_resolved").await;
+    let declined = gw
+        .with_key(Some(ANN))
+        .logged(&anns, "elicitation_resolved")
+        .await;
     assert_eq!(declined[0]["answeredBy"]["user"], "cy");
     // A prompt by a key naming no user is the tenant's.
     (gw.with_key(Some(ACME)))
@@ -192,7 +185,7 @@ async fn authors_and_owners_are_recorded_and_shown(backend: Backend) {
             200,
         )
         .await;
-    let started = logged(gw, CY, &cys, "turn_started").await;
+    let started = gw.with_key(Some(CY)).logged(&cys, "turn_started").await;
     assert_eq!(started[0]["author"], json!({"tenant": "acme"}));
     w.finish().await;
 }
@@ -240,7 +233,10 @@ async fn who_answers_refuses_everyone_else(backend: Backend) {
     assert_eq!(allow(gw, CY, &id, &request).await.0, 403);
     assert_eq!(allow(gw, ANN, &id, &request).await.0, 200);
     idle(gw, CY, &id).await;
-    let resolved = logged(gw, ANN, &id, "permission_resolved").await;
+    let resolved = gw
+        .with_key(Some(ANN))
+        .logged(&id, "permission_resolved")
+        .await;
     let by: Vec<&Value> = resolved.iter().map(|r| &r["answeredBy"]["user"]).collect();
     assert_eq!(by, [&json!("cy"), &json!("ann")]);
 
@@ -352,10 +348,13 @@ async fn two_token_users_of_one_tenant() {
     assert_eq!(allow(gw, &cy, &id, &request).await.0, 403);
     assert_eq!(allow(gw, &ann, &id, &request).await.0, 200);
     idle(gw, &ann, &id).await;
-    let started = logged(gw, &cy, &id, "turn_started").await;
+    let started = gw.with_key(Some(&cy)).logged(&id, "turn_started").await;
     let cys = json!({"tenant": "acme", "user": "u-cy", "name": "cy@acme.test"});
     assert_eq!(started[0]["author"], cys);
-    let resolved = logged(gw, &cy, &id, "permission_resolved").await;
+    let resolved = gw
+        .with_key(Some(&cy))
+        .logged(&id, "permission_resolved")
+        .await;
     assert_eq!(resolved[0]["answeredBy"], shown);
 
     let nobody = idp.forge(json!({"claims": {"sub": "u-\u{7}"}})).await;

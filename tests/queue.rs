@@ -49,19 +49,9 @@ async fn queue(gw: &Gateway, id: &str, text: &str, prefer: &str) -> (String, i64
     (queue_id, queued["position"].as_i64().unwrap())
 }
 
-/// The session's logged events of `kind`.
-async fn logged(gw: &Gateway, id: &str, kind: &str) -> Vec<Value> {
-    let history = gw.json(&format!("/sessions/{id}/history?limit=1000")).await;
-    let events = history["events"].as_array().unwrap().iter();
-    events
-        .filter(|e| e["event"] == kind)
-        .map(|e| e["data"].clone())
-        .collect()
-}
-
 /// The prompts of the session's turns so far, in order, and the queue ids they name.
 async fn turns(gw: &Gateway, id: &str) -> Vec<(String, Option<String>)> {
-    let started = logged(gw, id, "turn_started").await;
+    let started = gw.with_key(None).logged(id, "turn_started").await;
     started
         .iter()
         .map(|t| {
@@ -74,7 +64,7 @@ async fn turns(gw: &Gateway, id: &str) -> Vec<(String, Option<String>)> {
 /// Waits until `n` turns of the session have ended and its queue is empty.
 async fn drained(gw: &Gateway, id: &str, n: usize) {
     gw.wait_until(|g| async move {
-        let ended = logged(g, id, "turn_ended").await.len();
+        let ended = g.with_key(None).logged(id, "turn_ended").await.len();
         let queue = g.json(&format!("/sessions/{id}/queue")).await;
         ended >= n && queue.as_array().unwrap().is_empty()
     })
@@ -145,8 +135,11 @@ async fn queued_prompts_run_in_order_and_can_be_withdrawn(backend: Backend) {
         ("four".to_owned(), Some(four.clone())),
     ];
     assert_eq!(ran, want);
-    assert_eq!(logged(gw, &id, "prompt_queued").await.len(), 4);
-    let withdrawn = logged(gw, &id, "prompt_withdrawn").await;
+    assert_eq!(
+        gw.with_key(None).logged(&id, "prompt_queued").await.len(),
+        4
+    );
+    let withdrawn = gw.with_key(None).logged(&id, "prompt_withdrawn").await;
     assert_eq!(withdrawn.len(), 1);
     assert_eq!(
         (
@@ -177,7 +170,7 @@ async fn an_interrupt_cancels_the_running_turn_and_goes_first(backend: Backend) 
         ("later".to_owned(), Some(later)),
     ];
     assert_eq!(ran, want);
-    let ended = logged(gw, &id, "turn_ended").await;
+    let ended = gw.with_key(None).logged(&id, "turn_ended").await;
     assert_eq!(ended[0]["stopReason"], "cancelled", "{ended:?}");
     w.finish().await;
 }

@@ -535,6 +535,16 @@ impl Keyed<'_> {
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(Method::POST, path, Some(body)).await
     }
+    /// The `data` of the session's logged events of `kind` (its first 1000 events), in order.
+    pub async fn logged(&self, id: &str, kind: &str) -> Vec<Value> {
+        let path = format!("/sessions/{id}/history?limit=1000");
+        let history = self.send_expecting(Method::GET, &path, None, 200).await;
+        let events = history["events"].as_array().unwrap().iter();
+        events
+            .filter(|e| e["event"] == kind)
+            .map(|e| e["data"].clone())
+            .collect()
+    }
     /// Starts a turn without waiting (`Prefer: respond-async`).
     pub async fn prompt_async(&self, id: &str, text: &str) {
         let mut req = self.gw.http.post(self.gw.prompt_url(id));
