@@ -98,6 +98,7 @@
 //! | `ECHO_AGENT_INIT_DELAY_MS` | Sleep this long before answering `initialize`. |
 //! | `ECHO_AGENT_RESUME_DELAY_MS` | Sleep this long before answering `session/resume`. |
 //! | `ECHO_AGENT_NEW_DELAY_MS` | Sleep this long in `session/new`, before the session is made. |
+//! | `ECHO_AGENT_COST` | `AMOUNT CURRENCY` (`0.01 USD`): what a prompt's word costs. Each prompt's result then carries `usage` (a token per word in, a token per word echoed out), and a turn that ends well first sends a `usage_update` with the session's cost in this process so far (cumulative, as ACP says; a new process counts afresh). |
 //! | `ECHO_AGENT_CONTROLS` | Comma-separated from `modes,models,options` (default none): the session controls offered, their setters, `usage` in prompt results and the `/state` directive (see `echo_agent/controls.rs`). |
 //! | `ECHO_AGENT_CRASH` | `start`: write "echo-agent: crashing at start" to stderr and exit with code 3 before answering `initialize`. `prompt`: like `/crash` on every prompt. |
 //! | `ECHO_AGENT_CHUNKS` | Default for `/chunks N`. |
@@ -376,6 +377,8 @@ struct Config {
     child_pid_file: Option<PathBuf>,
     /// `ECHO_AGENT_IGNORE_TERM=1`.
     ignore_term: bool,
+    /// `ECHO_AGENT_COST`: the cost of a word, and its currency.
+    cost: Option<(f64, String)>,
     /// Directive defaults from the environment.
     defaults: Directives,
 }
@@ -443,6 +446,10 @@ impl Config {
             spawn_child: env_flag("ECHO_AGENT_SPAWN_CHILD"),
             child_pid_file: env("ECHO_AGENT_CHILD_PID_FILE").map(PathBuf::from),
             ignore_term: env_flag("ECHO_AGENT_IGNORE_TERM"),
+            cost: env("ECHO_AGENT_COST").and_then(|v| {
+                let (amount, currency) = v.trim().split_once(' ')?;
+                Some((amount.parse().ok()?, currency.trim().to_string()))
+            }),
             defaults: Directives {
                 chunks: env_num("ECHO_AGENT_CHUNKS"),
                 delay_ms: env_num("ECHO_AGENT_DELAY_MS").unwrap_or(0),
@@ -524,6 +531,8 @@ struct EchoAgent {
     /// Chunks streamed by running turns, written to the session file when the turn ends (one
     /// write per turn, so that long turns stay linear).
     unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
+    /// With `ECHO_AGENT_COST`: each session's cost in this process so far.
+    spent: Mutex<HashMap<String, f64>>,
 }
 
 #[tokio::main]
@@ -532,6 +541,7 @@ async fn main() {
         cfg: Config::from_env(),
         open: Mutex::new(HashMap::new()),
         files: Mutex::new(()),
+        spent: Mutex::new(HashMap::new()),
         next_turn: AtomicU64::new(1),
         next_session: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),

@@ -26,14 +26,14 @@ impl EchoAgent {
                 _ => None,
             })
             .sum();
-        let usage = self
-            .cfg
-            .controls
-            .any()
+        let usage = (self.cfg.controls.any() || self.cfg.cost.is_some())
             .then(|| Usage::new(2 * words, words, words));
         let (agent, task_cx) = (Arc::clone(self), cx.clone());
         cx.spawn(async move {
             let result = agent.run_turn(&task_cx, req, &mut turn).await;
+            if result.is_ok() {
+                agent.report_cost(&task_cx, &id, words)?;
+            }
             agent.end_turn(&id.0, turn.id);
             let answer = result.map(|stop| prompt_response(stop).usage(usage));
             if let Err(err) = responder.respond_with_result(answer) {
@@ -41,6 +41,24 @@ impl EchoAgent {
             }
             Ok(())
         })
+    }
+
+    /// With `ECHO_AGENT_COST`: the session's cumulative cost after a turn of `words`, as a
+    /// `usage_update`.
+    fn report_cost(&self, cx: &Cx, id: &SessionId, words: u64) -> Result<(), Error> {
+        let Some((per_word, currency)) = &self.cfg.cost else {
+            return Ok(());
+        };
+        let total = {
+            let mut spent = lock(&self.spent);
+            let total = spent.entry(id.0.to_string()).or_insert(0.0);
+            *total += per_word * words as f64;
+            *total
+        };
+        let update = json!({"sessionUpdate": "usage_update", "used": 2 * words, "size": 200000,
+                            "cost": {"amount": total, "currency": currency}});
+        let params = json!({ "sessionId": id, "update": update });
+        cx.send_notification(UntypedMessage::new("session/update", params)?)
     }
 
     pub(super) fn cancel(&self, notif: CancelNotification) {

@@ -27,6 +27,7 @@ mod sessions;
 mod sse;
 mod system;
 mod turns;
+mod usage;
 mod webhooks;
 
 use std::borrow::Cow;
@@ -114,6 +115,7 @@ impl utoipa::Modify for BearerAuth {
         (name = "turns", description = "Prompts, cancellation, permission requests and elicitations"),
         (name = "events", description = "Server-Sent Event streams and history"),
         (name = "files", description = "The files of a session's workspace"),
+        (name = "usage", description = "What turns spent: tokens and cost, per session and summed"),
         (name = "webhooks", description = "Subscriptions that POST events to a URL, and their deliveries"),
         (name = "system", description = "Agent, health, metrics and this document")
     )
@@ -151,6 +153,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(changes::diff))
         .routes(routes!(changes::checkpoints))
         .routes(routes!(changes::revert))
+        .routes(routes!(usage::session_usage))
+        .routes(routes!(usage::usage))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
         .routes(routes!(events::watchers))

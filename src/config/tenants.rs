@@ -1,6 +1,7 @@
 //! The flags of per-tenant limits (`--tenant-max-sessions`, `--tenant-max-turns`,
-//! `--tenant-prompts-per-minute`), flattened into [`super::Config`], and a tenant's own limits
-//! and default [`WhoAnswers`] from the `[tenants.NAME]` tables of the `--config` file.
+//! `--tenant-prompts-per-minute`) and daily budgets (`--tenant-max-tokens-per-day`,
+//! `--tenant-max-cost-per-day`), flattened into [`super::Config`], and a tenant's own limits,
+//! budgets and default [`WhoAnswers`] from the `[tenants.NAME]` tables of the `--config` file.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +40,28 @@ pub struct TenantFlags {
     )]
     pub tenant_prompts_per_minute: u64,
 
+    /// Tokens (the agents' reported totals) a tenant may spend per UTC day, across replicas (0:
+    /// no budget); past it, prompts are 429 until the day ends (a running turn finishes).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_TENANT_MAX_TOKENS_PER_DAY",
+        default_value_t = 0,
+        global = true
+    )]
+    pub tenant_max_tokens_per_day: u64,
+
+    /// The cost (as the agents report it) a tenant may spend per UTC day in a currency, as
+    /// `CURRENCY=AMOUNT` (`USD=5`; comma-separated or repeated for several currencies), across
+    /// replicas; past it, prompts are 429 until the day ends (a running turn finishes).
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_TENANT_MAX_COST_PER_DAY",
+        value_delimiter = ',',
+        value_parser = parse_cost_budget,
+        global = true
+    )]
+    pub tenant_max_cost_per_day: Vec<(String, f64)>,
+
     /// The `[tenants.NAME]` tables of the --config file: a tenant's own limits.
     #[arg(skip)]
     pub own: BTreeMap<String, TenantLimits>,
@@ -46,13 +69,31 @@ pub struct TenantFlags {
 
 /// A tenant's limits (0: none); in a `[tenants.NAME]` table, each one left out is the flag's.
 /// Beside them, who answers in the tenant's sessions that do not say.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TenantLimits {
     pub max_sessions: Option<u64>,
     pub max_turns: Option<u64>,
     pub prompts_per_minute: Option<u64>,
+    pub max_tokens_per_day: Option<u64>,
+    /// Per currency: `max-cost-per-day = { USD = 5.0 }`.
+    pub max_cost_per_day: Option<BTreeMap<String, f64>>,
     pub who_answers: Option<WhoAnswers>,
+}
+
+/// `CURRENCY=AMOUNT`, a positive amount.
+fn parse_cost_budget(s: &str) -> Result<(String, f64), String> {
+    let (currency, amount) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not CURRENCY=AMOUNT (USD=5)"))?;
+    let amount: f64 = amount
+        .trim()
+        .parse()
+        .map_err(|_| format!("{amount:?} is not an amount"))?;
+    if !(amount.is_finite() && amount > 0.0) || currency.trim().is_empty() {
+        return Err(format!("{s:?}: a currency and an amount above 0"));
+    }
+    Ok((currency.trim().to_owned(), amount))
 }
 
 /// Who may answer a session's permission requests and elicitations.
@@ -94,7 +135,7 @@ impl TenantFlags {
             .into_iter()
             .map(|(name, limits)| {
                 let limits = limits.try_into::<TenantLimits>().with_context(|| {
-                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, who-answers)")
+                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, max-tokens-per-day, max-cost-per-day, who-answers)")
                 })?;
                 Ok((name, limits))
             })
@@ -103,13 +144,18 @@ impl TenantFlags {
 
     /// `tenant`'s limits: its own where its table sets them, else the flags'.
     pub fn limits(&self, tenant: &str) -> TenantLimits {
-        let own = self.own.get(tenant).copied().unwrap_or_default();
+        let own = self.own.get(tenant).cloned().unwrap_or_default();
+        let flag_costs = || self.tenant_max_cost_per_day.iter().cloned().collect();
         TenantLimits {
             max_sessions: own.max_sessions.or(Some(self.tenant_max_sessions)),
             max_turns: own.max_turns.or(Some(self.tenant_max_turns)),
             prompts_per_minute: own
                 .prompts_per_minute
                 .or(Some(self.tenant_prompts_per_minute)),
+            max_tokens_per_day: own
+                .max_tokens_per_day
+                .or(Some(self.tenant_max_tokens_per_day)),
+            max_cost_per_day: own.max_cost_per_day.or_else(|| Some(flag_costs())),
             who_answers: own.who_answers,
         }
     }
@@ -139,7 +185,7 @@ mod tests {
         let file = dir.path().join("c.toml");
         std::fs::write(
             &file,
-            "tenant-max-turns = 4\n[tenants.acme]\nmax-turns = 1\nprompts-per-minute = 9\nwho-answers = \"author\"\n",
+            "tenant-max-turns = 4\n[tenants.acme]\nmax-turns = 1\nprompts-per-minute = 9\nwho-answers = \"author\"\nmax-cost-per-day = { EUR = 2.5 }\n",
         )
         .unwrap();
         let config = crate::config::Config::load_from([
@@ -148,6 +194,10 @@ mod tests {
             "x",
             "--tenant-max-sessions",
             "3",
+            "--tenant-max-tokens-per-day",
+            "1000",
+            "--tenant-max-cost-per-day",
+            "USD=5,EUR=4",
             "--config",
             file.to_str().unwrap(),
         ])
@@ -157,6 +207,16 @@ mod tests {
         assert_eq!(
             (acme.max_sessions, acme.max_turns, acme.prompts_per_minute),
             (Some(3), Some(1), Some(9))
+        );
+        assert_eq!(acme.max_tokens_per_day, Some(1000));
+        let eur = |l: &super::TenantLimits| l.max_cost_per_day.clone().unwrap_or_default();
+        assert_eq!(
+            eur(&acme).into_iter().collect::<Vec<_>>(),
+            [("EUR".to_owned(), 2.5)]
+        );
+        assert_eq!(
+            eur(&flags.limits("globex")).into_iter().collect::<Vec<_>>(),
+            [("EUR".to_owned(), 4.0), ("USD".to_owned(), 5.0)]
         );
         assert_eq!(flags.who_answers("acme"), super::WhoAnswers::Author);
         assert_eq!(flags.who_answers("globex"), super::WhoAnswers::Anyone);

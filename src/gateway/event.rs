@@ -111,6 +111,7 @@ events! {
         SessionDeleted(SessionDeleted),
         WebhookDisabled(WebhookDisabled),
         WatchersChanged(WatchersChanged),
+        UsageBudget(UsageBudget),
     }
 }
 
@@ -160,6 +161,7 @@ impl GatewayLifecycleEvent {
             Self::SessionDeleted(e) => &e.session_id,
             Self::WebhookDisabled(e) => &e.session_id,
             Self::WatchersChanged(e) => &e.session_id,
+            Self::UsageBudget(e) => &e.session_id,
         };
         NewLifecycleEvent {
             session_id: session_id.clone(),
@@ -436,6 +438,27 @@ pub struct WebhookDisabled {
     pub session_id: String,
     pub webhook_id: String,
     pub reason: String,
+}
+
+/// `usage_budget`: a tenant's spend of the day (UTC) passed 80 % or 100 % of one of its daily
+/// budgets, with the turn of `sessionId`; sent once per tenant, day, budget and threshold.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageBudget {
+    pub session_id: String,
+    pub tenant: String,
+    /// `tokens-per-day` or `cost-per-day`.
+    pub budget: String,
+    /// The currency of a cost budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    pub limit: f64,
+    /// What the tenant has spent today.
+    pub spent: f64,
+    /// 80 or 100.
+    pub percent: u8,
+    /// `YYYY-MM-DD`.
+    pub day: String,
 }
 
 /// `session_created`, `session_updated`: the session as `GET /sessions/{id}` shows it.

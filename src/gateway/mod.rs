@@ -30,6 +30,7 @@ mod state;
 mod sync;
 mod system;
 mod turns;
+mod usage;
 mod webhooks;
 
 pub use crate::store::EventKind;
@@ -56,6 +57,10 @@ pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
 pub use turns::Turns;
+pub use usage::{
+    CostView, SessionUsageView, SpendView, TotalsView, TurnUsageView, Usage, UsageAsk, UsageReport,
+    UsageRow, UsageRowKey,
+};
 pub use webhooks::reach;
 pub use webhooks::{
     DeliveryPage, DeliveryView, NewWebhook, WebhookConfig, WebhookPatch, WebhookView, Webhooks,
@@ -134,6 +139,7 @@ struct Service {
     controls: Controls,
     turns: Turns,
     queue: Queue,
+    usage: Usage,
     history: History,
     files: Files,
     changes: Changes,
@@ -147,6 +153,8 @@ struct Service {
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
     stop: CancellationToken,
+    /// Stops the usage meter's worker, once the turns have ended.
+    stop_meter: CancellationToken,
     /// What shutdown gives turns and sessions to cancel and close.
     shutdown_timeout: Duration,
 }
@@ -200,11 +208,22 @@ impl Gateway {
             counters.clone(),
             workspaces.clone(),
         ));
+        // The meter records until the turns have ended, after `stop`.
+        let stop_meter = CancellationToken::new();
+        let meter = parts::meter::Meter::start(
+            store.clone(),
+            states.clone(),
+            log.clone(),
+            config.tenants.clone(),
+            &tasks,
+            stop_meter.clone(),
+        );
         let callbacks = Arc::new(parts::callbacks::Callbacks::new(
             live.clone(),
             log.clone(),
             views.clone(),
             states.clone(),
+            meter.clone(),
             requests.clone(),
             cluster.clone(),
             counters.clone(),
@@ -263,6 +282,7 @@ impl Gateway {
             counters,
             workspaces,
             watchers,
+            meter,
             tasks.clone(),
             stop.clone(),
         );
@@ -295,6 +315,7 @@ impl Gateway {
             config.max_queued_prompts,
         );
         tasks.spawn(queue.clone().run_forever());
+        let usage = Usage::new(&parts, store.clone());
         let history = History::new(&parts);
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
@@ -315,6 +336,7 @@ impl Gateway {
             controls,
             turns,
             queue,
+            usage,
             history,
             files,
             changes,
@@ -325,6 +347,7 @@ impl Gateway {
             placement,
             tasks,
             stop,
+            stop_meter,
             shutdown_timeout: config.shutdown_timeout,
         }))
     }
@@ -340,6 +363,7 @@ impl Gateway {
             tracing::warn!("turns or sessions did not end within the shutdown timeout");
         }
         self.0.placement.agents().shutdown().await;
+        self.0.stop_meter.cancel();
         self.0.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.0.tasks.wait()).await;
     }
@@ -423,6 +447,10 @@ impl Gateway {
 
     pub fn queue(&self) -> &Queue {
         &self.0.queue
+    }
+
+    pub fn usage(&self) -> &Usage {
+        &self.0.usage
     }
 
     /// Permission requests and elicitations, and their answers.

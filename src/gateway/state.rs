@@ -155,6 +155,26 @@ impl SessionState {
         self.set_options(Value::Array(options));
     }
 
+    /// The session's current model: its config option of category `model`, else `models`'
+    /// `currentModelId`.
+    pub fn model(&self) -> Option<String> {
+        let option = self
+            .config_options
+            .as_ref()
+            .and_then(Value::as_array)
+            .and_then(|options| {
+                options
+                    .iter()
+                    .find(|o| o.get("category").and_then(Value::as_str) == Some("model"))
+                    .and_then(|o| o.get("currentValue"))
+            });
+        let current = self.models.as_ref().and_then(|m| m.get("currentModelId"));
+        option
+            .or(current)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
     fn usage_part(&mut self, name: &str, value: Value) {
         let usage = self.usage.get_or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(usage) = usage {

@@ -19,6 +19,7 @@ use super::input::{Prompt, SessionId};
 use super::output::TurnResult;
 use super::parts::kicks::Kicks;
 use super::parts::live::Busy;
+use super::parts::meter::EndedTurn;
 use super::parts::use_case;
 use crate::agent_rpc::caps::PromptCapabilities;
 use crate::store::PromptQueue;
@@ -28,7 +29,7 @@ use_case! {
     /// The use case of prompts and cancels, with the parts it needs (`tasks`: the turns
     /// themselves).
     pub struct Turns {
-        parts: [placement, records, views, log, states, requests, counters, tasks, workspaces],
+        parts: [placement, records, views, log, states, requests, counters, tasks, workspaces, meter],
         /// A checkpoint of the workspace after each turn that changed its files.
         changes: Changes,
         /// How long a cancelled turn may take to end before its member is restarted.
@@ -96,6 +97,18 @@ impl Turns {
             .ok_or_else(|| self.placement.no_member_at(member))?;
         check_content(&prompt, agent.caps().prompt)?;
         self.workspaces.check_links(id.as_str(), &prompt).await?;
+        // Whose the turn's spend is: the session's tenant, the caller as its user.
+        let spender = EndedTurn {
+            session_id: id.as_str().to_owned(),
+            tenant: (self.placement.live().tenant(id.as_str()))
+                .unwrap_or_else(|| caller.tenant.clone()),
+            user: caller.user.as_ref().map(|u| u.id.clone()),
+            agent: (self.placement.agents().of_member(member))
+                .map(|a| a.name().to_owned())
+                .unwrap_or_default(),
+            usage: None,
+        };
+        self.meter.admit(&spender.tenant).await?;
         let slot = self
             .placement
             .quotas()
@@ -176,6 +189,10 @@ impl Turns {
                 span.record("usage_total_tokens", tokens as i64);
             }
             let usage = ended.usage.is_some();
+            let spent = EndedTurn {
+                usage: ended.usage.clone(),
+                ..spender
+            };
             // What the turn changed in the session's workspace is checkpointed before its
             // end is told, so a client seeing `turn_ended` finds the checkpoint.
             let cwd = this.placement.live().cwd(&sid);
@@ -190,6 +207,8 @@ impl Turns {
             this.log.enqueue_now(&sid, ended).await;
             drop(traced);
             this.states.refresh_after_turn(&sid, usage);
+            // Recorded before the session is free: its next prompt is checked against it.
+            this.meter.turn_ended(spent).await;
             // The turn has ended: the session is free (a next turn's events queue after this
             // one's end) before the answer waits for the store, if it must.
             drop(claim);

@@ -19,6 +19,7 @@ use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
     SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
+use super::usage::UsageLedger;
 use super::watchers::SessionWatchers;
 use super::workspaces::SessionWorkspaces;
 
@@ -35,6 +36,7 @@ pub trait Store:
     + SessionWorkspaces
     + PromptQueue
     + SessionWatchers
+    + UsageLedger
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one

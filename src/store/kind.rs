@@ -61,6 +61,7 @@ kinds! {
         SessionStatus = "session_status",
         WebhookDisabled = "webhook_disabled",
         WatchersChanged = "watchers_changed",
+        UsageBudget = "usage_budget",
     }
     /// What only a session's stream sends, never logged: the state at a position (first in a
     /// stream asked with a snapshot) and the events retention removed before a reader got them.

@@ -34,6 +34,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "controls",
             "turns",
             "queue",
+            "usage",
             "history",
             "sync",
             "system",

@@ -14,6 +14,7 @@ use super::counters::Counters;
 use super::info_update::apply_info_update;
 use super::live::{LiveTable, Updates};
 use super::log::Log;
+use super::meter::Meter;
 use super::records::Records;
 use super::requests::Requests;
 use super::snapshots::States;
@@ -37,6 +38,7 @@ pub(in crate::gateway) struct Callbacks {
     log: Log,
     views: Arc<Views>,
     states: Arc<States>,
+    meter: Arc<Meter>,
     requests: Arc<Requests>,
     cluster: Arc<Cluster>,
     counters: Arc<Counters>,
@@ -141,13 +143,17 @@ impl Callbacks {
             }
             None => {}
         }
-        // Only an info update is read whole; the others are passed on as they came.
-        let info = (known == Some(EventKind::SessionInfoUpdate)).then(|| {
+        // Only an info or usage update is read whole; the others are passed on as they came.
+        let update = || {
             serde_json::from_str::<Value>(params.get())
                 .ok()
                 .and_then(|mut v| v.get_mut("update").map(Value::take))
                 .unwrap_or(Value::Null)
-        });
+        };
+        if known == Some(EventKind::UsageUpdate) {
+            self.meter.note_update(&session_id, &update());
+        }
+        let info = (known == Some(EventKind::SessionInfoUpdate)).then(update);
         self.log
             .enqueue_agents(&session_id, &kind, Payload::from_raw(params))
             .await;

@@ -234,6 +234,11 @@ impl LiveTable {
     }
 
     /// Where the session works, if this replica knows it.
+    /// The tenant of a session held here.
+    pub(in crate::gateway) fn tenant(&self, session_id: &str) -> Option<String> {
+        self.lock().get(session_id).and_then(|e| e.tenant.clone())
+    }
+
     pub(in crate::gateway) fn cwd(&self, session_id: &str) -> Option<Arc<str>> {
         self.lock().get(session_id).and_then(|e| e.cwd.clone())
     }

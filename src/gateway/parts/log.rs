@@ -70,6 +70,15 @@ impl Log {
         self.hub.lifecycle(event.stored(&r.tenant)).await;
     }
 
+    /// Appends a lifecycle event about a session of `tenant`.
+    pub(in crate::gateway) async fn lifecycle_of(
+        &self,
+        tenant: &str,
+        event: GatewayLifecycleEvent,
+    ) {
+        self.hub.lifecycle(event.stored(tenant)).await;
+    }
+
     /// Appends to a session's log and waits for the commit.
     pub(in crate::gateway) async fn append(&self, session_id: &str, e: GatewayEvent) {
         // Errors are logged by the writer.

@@ -11,6 +11,7 @@ pub(in crate::gateway) mod info_update;
 pub(in crate::gateway) mod kicks;
 pub(in crate::gateway) mod live;
 pub(in crate::gateway) mod log;
+pub(in crate::gateway) mod meter;
 pub(in crate::gateway) mod pending;
 pub(in crate::gateway) mod permissions;
 pub(in crate::gateway) mod placement;
@@ -30,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use counters::Counters;
 use log::Log;
+use meter::Meter;
 use placement::Placement;
 use records::Records;
 use requests::Requests;
@@ -73,6 +75,7 @@ parts! {
     counters: Arc<Counters>,
     workspaces: Arc<Workspaces>,
     watchers: Arc<Watchers>,
+    meter: Arc<Meter>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
@@ -90,6 +93,7 @@ macro_rules! part {
     (counters) => { ::std::sync::Arc<$crate::gateway::parts::counters::Counters> };
     (workspaces) => { ::std::sync::Arc<$crate::gateway::parts::workspaces::Workspaces> };
     (watchers) => { ::std::sync::Arc<$crate::gateway::parts::watchers::Watchers> };
+    (meter) => { ::std::sync::Arc<$crate::gateway::parts::meter::Meter> };
     (tasks) => { ::tokio_util::task::TaskTracker };
     (stop) => { ::tokio_util::sync::CancellationToken };
 }

@@ -174,7 +174,7 @@ impl Quotas {
 }
 
 /// A refusal, counted in `/metrics` by tenant and limit.
-fn refused(
+pub(super) fn refused(
     tenant: &str,
     limit: &'static str,
     quota: u64,
