@@ -46,6 +46,7 @@ mod system;
 mod tenant_limits;
 mod traces;
 mod turns;
+mod usage;
 mod webhook_receiver;
 mod webhook_targets;
 mod webhooks;

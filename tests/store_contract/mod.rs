@@ -21,6 +21,7 @@ mod quotas;
 mod reopen;
 mod replicas;
 mod sessions;
+mod usage;
 mod vanished;
 mod watchers;
 mod webhooks;
@@ -259,6 +260,7 @@ macro_rules! store_contract {
             workspaces::check_workspaces,
             queue::check_prompt_queue,
             watchers::check_watchers,
+            usage::check_usage_ledger,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,
