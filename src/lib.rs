@@ -41,7 +41,7 @@ use crate::cluster::Cluster;
 use crate::config::{AgentSpec, Config};
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
-use crate::pool::PoolConfig;
+use crate::pool::{AgentSetup, PoolConfig};
 use crate::settings::Settings;
 
 /// The full HTTP application around a gateway, as `config` sets it: the guard, routes,
@@ -163,6 +163,22 @@ pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
     }
 }
 
+/// The pools of a local agent (`shared`: its settings) for the tenants with an environment of
+/// their own: each the agent's settings, the tenant's variables over its own.
+fn tenant_pools(shared: &PoolConfig, config: &Config) -> Vec<(String, PoolConfig)> {
+    (config.tenants.own_envs())
+        .map(|(tenant, env)| {
+            let mut own = shared.clone();
+            let command = &mut own.command;
+            command
+                .env
+                .retain(|(k, _)| env.vars().iter().all(|(t, _)| t != k));
+            command.env.extend(env.vars().iter().cloned());
+            (tenant.to_owned(), own)
+        })
+        .collect()
+}
+
 /// Serves until `shutdown` resolves, then stops every agent process and returns.
 pub async fn run(
     settings: Settings,
@@ -195,10 +211,23 @@ pub async fn run(
     if telemetry::traces::exporting() {
         hub.traced().turn_on(telemetry::traces::sampled);
     }
-    // One pool per agent, the default first (as `agents` are).
+    // One pool per agent, the default first (as `agents` are), and one of each local agent
+    // per tenant with its own environment.
     let pools = agents
         .iter()
-        .map(|a| (a.name.clone(), pool_config(a, &config), a.max_sessions))
+        .map(|a| {
+            let shared = pool_config(a, &config);
+            let tenants = match shared.remote.is_empty() {
+                true => tenant_pools(&shared, &config),
+                false => Vec::new(),
+            };
+            AgentSetup {
+                name: a.name.clone(),
+                config: shared,
+                max_sessions: a.max_sessions,
+                tenants,
+            }
+        })
         .collect();
     let address = match &config.advertise_url {
         Some(url) => url.clone(),

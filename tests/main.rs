@@ -43,6 +43,7 @@ mod store_contract;
 mod stream_bytes;
 mod streams;
 mod system;
+mod tenant_env;
 mod tenant_limits;
 mod traces;
 mod turns;

@@ -315,7 +315,10 @@ fn resolve(value: &mut Value, env: &impl Fn(&str) -> Option<String>) -> anyhow::
     Ok(())
 }
 
-fn substitute(text: &str, env: &impl Fn(&str) -> Option<String>) -> anyhow::Result<String> {
+pub(super) fn substitute(
+    text: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("${") {

@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use super::tenant_env::TenantEnv;
+
 /// What every tenant may use at once across the replicas, and a tenant's own where set.
 #[derive(Debug, Clone, Args)]
 pub struct TenantFlags {
@@ -79,6 +81,9 @@ pub struct TenantLimits {
     /// Per currency: `max-cost-per-day = { USD = 5.0 }`.
     pub max_cost_per_day: Option<BTreeMap<String, f64>>,
     pub who_answers: Option<WhoAnswers>,
+    /// `[tenants.NAME.env]`: the environment of the tenant's own agent processes.
+    #[serde(skip)]
+    pub env: Option<TenantEnv>,
 }
 
 /// `CURRENCY=AMOUNT`, a positive amount.
@@ -133,10 +138,19 @@ impl TenantFlags {
         };
         tables
             .into_iter()
-            .map(|(name, limits)| {
-                let limits = limits.try_into::<TenantLimits>().with_context(|| {
-                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, max-tokens-per-day, max-cost-per-day, who-answers)")
+            .map(|(name, mut limits)| {
+                let env = match &mut limits {
+                    toml::Value::Table(t) => t.remove("env"),
+                    _ => None,
+                };
+                let mut limits = limits.try_into::<TenantLimits>().with_context(|| {
+                    format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, max-tokens-per-day, max-cost-per-day, who-answers, env)")
                 })?;
+                if let Some(env) = env {
+                    let env = TenantEnv::resolve(env, &|var| std::env::var(var).ok())
+                        .with_context(|| format!("[tenants.{name}]"))?;
+                    limits.env = Some(env);
+                }
                 Ok((name, limits))
             })
             .collect()
@@ -157,6 +171,7 @@ impl TenantFlags {
                 .or(Some(self.tenant_max_tokens_per_day)),
             max_cost_per_day: own.max_cost_per_day.or_else(|| Some(flag_costs())),
             who_answers: own.who_answers,
+            env: own.env,
         }
     }
 
@@ -169,7 +184,12 @@ impl TenantFlags {
             .unwrap_or_default()
     }
 
-    /// The tables as the effective configuration shows them.
+    /// The tenants that bring their own agent environment, with it.
+    pub fn own_envs(&self) -> impl Iterator<Item = (&str, &TenantEnv)> {
+        (self.own.iter()).filter_map(|(name, t)| Some((name.as_str(), t.env.as_ref()?)))
+    }
+
+    /// The tables as the effective configuration shows them (an environment by its names).
     pub fn shown(&self) -> impl Iterator<Item = (String, String)> + '_ {
         self.own
             .iter()

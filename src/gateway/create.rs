@@ -355,7 +355,8 @@ impl Create {
         people: People,
     ) -> Result<(SessionRecord, Option<WorkspaceRecord>), Error> {
         let start = async {
-            let (started, creating) = self.start_at_agent(agent_name, how, setup).await?;
+            let (started, creating) =
+                (self.start_at_agent(&caller.tenant, agent_name, how, setup)).await?;
             let at = now();
             // A workspace the agent's host made is where the session works.
             let hosted = (self.placement.is_remote(agent_name))
@@ -387,9 +388,11 @@ impl Create {
     /// `session/new` (or `session/fork`) on a member of the agent: again on another process
     /// when its member died before answering (`retry_elsewhere`). A fork goes to the member
     /// holding its parent live, if one does. The guard held from the call until the row is
-    /// stored comes with the answer.
+    /// stored comes with the answer. A new session of `tenant` goes to its own pool of the
+    /// agent, if it has one.
     async fn start_at_agent(
         &self,
+        tenant: &str,
         agent_name: &str,
         how: Start<'_>,
         setup: SessionSetup<'_>,
@@ -405,7 +408,7 @@ impl Create {
                     let client = self.placement.client(m);
                     (m, client.ok_or_else(|| self.placement.no_member_at(m))?)
                 }
-                None => self.placement.place(agent_name).await?,
+                None => self.placement.place(agent_name, tenant).await?,
             };
             let creating = self.records.creating().await;
             let answered = match how {

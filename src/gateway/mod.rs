@@ -75,7 +75,7 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::Cluster;
 use crate::config::PermissionPolicy;
 use crate::events::EventHub;
-use crate::pool::{Agents, PoolConfig};
+use crate::pool::{AgentSetup, Agents};
 use crate::store::Store;
 
 /// Gateway settings.
@@ -160,13 +160,13 @@ struct Service {
 }
 
 impl Gateway {
-    /// Starts every agent's pool (`agents`: name, pool, most live sessions; the default
-    /// agent first); members become ready in the background.
+    /// Starts every agent's pools (the default agent first); members become ready in the
+    /// background.
     pub fn start(
         store: Arc<dyn Store>,
         hub: Arc<EventHub>,
         cluster: Cluster,
-        agents: Vec<(String, PoolConfig, usize)>,
+        agents: Vec<AgentSetup>,
         config: GatewayConfig,
     ) -> Self {
         let (tasks, stop) = (TaskTracker::new(), CancellationToken::new());
@@ -228,10 +228,7 @@ impl Gateway {
             cluster.clone(),
             counters.clone(),
             // Members are numbered across the agents, in order, each pool at least one.
-            agents
-                .iter()
-                .flat_map(|(name, pool, _)| std::iter::repeat_n(name.clone(), pool.size.max(1)))
-                .collect(),
+            Agents::member_agents(&agents).into(),
             records.clone(),
             config.max_updates_per_turn,
         ));

@@ -57,7 +57,7 @@ impl NamedAgentView {
             agent_info: init.as_ref().map_or(Value::Null, |i| i.agent_info.clone()),
             capabilities: init.as_ref().map(|i| i.capabilities).unwrap_or_default(),
             auth_methods: init.map_or(Value::Array(Vec::new()), |i| i.auth_methods),
-            members: agent.pool().members(),
+            members: agent.members(),
             replicas,
         }
     }
@@ -239,9 +239,12 @@ impl System {
         let replicas = self.placement.cluster().view();
         let streams = self.log.hub().streams().read();
         let pools = self.placement.agents().all();
+        let members: Vec<MemberView> = pools.iter().flat_map(|a| a.members()).collect();
         Stats {
-            members: pools.iter().flat_map(|a| a.pool().members()).collect(),
-            members_ready: pools.iter().map(|a| a.pool().ready_count()).sum(),
+            members_ready: (members.iter())
+                .filter(|m| m.state == crate::pool::MemberState::Ready)
+                .count(),
+            members,
             agents_ready: pools
                 .iter()
                 .map(|a| (a.name().to_owned(), a.pool().ready_count()))

@@ -1,17 +1,30 @@
 //! Every configured agent, each with a pool of its own: a crash loop in one agent's pool never
-//! touches another's. Members are numbered across the agents (the first agent's `0..n`, the
-//! next agent's from `n`), so that a member index alone says which agent and process a live
-//! session is on.
+//! touches another's. A tenant that brings its own agent environment (a provider's key) has a
+//! pool of its own of each local agent, started with it, which runs only that tenant's
+//! sessions. Members are numbered across the agents (the first agent's `0..n`, then its
+//! tenants' pools', then the next agent's), so that a member index alone says which agent and
+//! process a live session is on.
 
 use std::sync::Arc;
 
 use super::members::{AgentCallbacks, Pool, PoolConfig};
 use crate::agent_rpc::Connection;
 
-/// One agent: its name, its pool and its limits.
+/// What an agent is started as: its name, its pool's settings, its most live sessions (0: no
+/// limit), and the settings of the pools of tenants with their own environment (tenant, pool).
+pub struct AgentSetup {
+    pub name: String,
+    pub config: PoolConfig,
+    pub max_sessions: usize,
+    pub tenants: Vec<(String, PoolConfig)>,
+}
+
+/// One agent: its name, its pools and its limits.
 pub struct AgentPool {
     name: String,
     pool: Arc<Pool>,
+    /// The pools of the tenants with an environment of their own, by tenant.
+    tenants: Vec<(String, Arc<Pool>)>,
     /// Most live sessions the agent holds at once (0: no limit).
     max_sessions: usize,
     /// The URLs it is reached at over the network ([`PoolConfig::remote`]; empty for a local
@@ -41,6 +54,38 @@ impl AgentPool {
     /// Its pool of processes: where its sessions are placed, and what its members say.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The pool `tenant`'s sessions run on: its own, if it has one, else the agent's.
+    pub fn pool_for(&self, tenant: &str) -> &Pool {
+        (self.tenants.iter())
+            .find(|(t, _)| t == tenant)
+            .map_or(&self.pool, |(_, p)| p)
+    }
+
+    /// The pool with member `member`, of the agent's or a tenant's.
+    pub fn pool_of(&self, member: usize) -> Option<&Pool> {
+        std::iter::once(&self.pool)
+            .chain(self.tenants.iter().map(|(_, p)| p))
+            .find(|p| p.has(member))
+            .map(|p| &**p)
+    }
+
+    /// Whether member `member` is one of its pools'.
+    pub fn has(&self, member: usize) -> bool {
+        self.pool_of(member).is_some()
+    }
+
+    /// Every member of its pools, a tenant's naming the tenant.
+    pub fn members(&self) -> Vec<super::MemberView> {
+        let mut members = self.pool.members();
+        for (tenant, pool) in &self.tenants {
+            members.extend(pool.members().into_iter().map(|mut m| {
+                m.tenant = Some(tenant.clone());
+                m
+            }));
+        }
+        members
     }
 
     /// Most live sessions the agent holds at once (0: no limit).
@@ -73,30 +118,48 @@ pub struct Agents {
 
 impl Agents {
     /// Starts every agent's pool (the default agent first, as `configs` are given).
-    pub fn start(
-        configs: Vec<(String, PoolConfig, usize)>,
-        handler: Arc<dyn AgentCallbacks>,
-    ) -> Arc<Agents> {
-        let mut first = 0;
-        let agents = configs
+    pub fn start(setups: Vec<AgentSetup>, handler: Arc<dyn AgentCallbacks>) -> Arc<Agents> {
+        let mut next = 0;
+        let mut start = |config: PoolConfig| {
+            let (first, size) = (next, config.size.max(1));
+            next += size;
+            (first, Pool::start(config, first, handler.clone()))
+        };
+        let agents = setups
             .into_iter()
-            .map(|(name, config, max_sessions)| {
-                let size = config.size.max(1);
-                let (remote, remote_token) = (config.remote.clone(), config.remote_token.clone());
-                let pool = Pool::start(config, first, handler.clone());
-                let agent = AgentPool {
-                    name,
+            .map(|setup| {
+                let (remote, remote_token) = (
+                    setup.config.remote.clone(),
+                    setup.config.remote_token.clone(),
+                );
+                let (first, pool) = start(setup.config);
+                let tenants = (setup.tenants.into_iter())
+                    .map(|(tenant, config)| (tenant, start(config).1))
+                    .collect();
+                AgentPool {
+                    name: setup.name,
                     pool,
-                    max_sessions,
+                    tenants,
+                    max_sessions: setup.max_sessions,
                     remote,
                     remote_token,
                     first,
-                };
-                first += size;
-                agent
+                }
             })
             .collect();
         Arc::new(Agents { agents })
+    }
+
+    /// The agent of each member, by member index (a tenant's pool's members are its agent's).
+    pub fn member_agents(setups: &[AgentSetup]) -> Vec<String> {
+        let sizes = |s: &AgentSetup| {
+            std::iter::once(s.config.size.max(1))
+                .chain(s.tenants.iter().map(|(_, c)| c.size.max(1)))
+                .sum::<usize>()
+        };
+        (setups.iter())
+            .flat_map(|s| std::iter::repeat_n(s.name.clone(), sizes(s)))
+            .collect()
     }
 
     /// The agent used when a request names none.
@@ -121,30 +184,37 @@ impl Agents {
 
     /// The agent whose pool has member `index`.
     pub fn of_member(&self, index: usize) -> Option<&AgentPool> {
-        self.agents.iter().find(|a| a.pool.has(index))
+        self.agents.iter().find(|a| a.has(index))
+    }
+
+    /// The pool with member `index`.
+    fn pool_of(&self, index: usize) -> Option<&Pool> {
+        self.of_member(index)?.pool_of(index)
     }
 
     /// The connection of member `index`, if it is ready.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
-        self.of_member(index)?.pool.conn(index)
+        self.pool_of(index)?.conn(index)
     }
 
     /// Kills member `index`; its supervisor restarts it.
     pub fn restart_member(&self, index: usize, why: &str) {
-        if let Some(a) = self.of_member(index) {
-            a.pool.restart_member(index, why);
+        if let Some(pool) = self.pool_of(index) {
+            pool.restart_member(index, why);
         }
     }
 
     /// Counts a live session on member `index` (+1 or -1).
     pub fn adjust_sessions(&self, index: usize, attach: bool) {
-        if let Some(a) = self.of_member(index) {
-            a.pool.adjust_sessions(index, attach);
+        if let Some(pool) = self.pool_of(index) {
+            pool.adjust_sessions(index, attach);
         }
     }
 
     /// Stops every agent's members and waits for them.
     pub async fn shutdown(&self) {
-        futures::future::join_all(self.agents.iter().map(|a| a.pool.shutdown())).await;
+        let pools = (self.agents.iter())
+            .flat_map(|a| std::iter::once(&a.pool).chain(a.tenants.iter().map(|(_, p)| p)));
+        futures::future::join_all(pools.map(|p| p.shutdown())).await;
     }
 }

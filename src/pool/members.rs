@@ -290,6 +290,7 @@ impl Member {
             restarts: s.restarts,
             last_exit: s.last_exit.clone(),
             last_error: s.last_error.clone(),
+            tenant: None,
         }
     }
 }
@@ -305,6 +306,9 @@ pub struct MemberView {
     pub restarts: u32,
     pub last_exit: Option<ExitInfo>,
     pub last_error: Option<String>,
+    /// The tenant whose own pool it is in (with that tenant's agent environment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// The pool of agent processes.

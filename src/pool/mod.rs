@@ -11,7 +11,7 @@ pub mod client;
 mod members;
 mod supervisor;
 
-pub use agents::{AgentHost, AgentPool, Agents};
+pub use agents::{AgentHost, AgentPool, AgentSetup, Agents};
 pub use members::{AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig};
 
 pub(crate) use supervisor::authenticate;

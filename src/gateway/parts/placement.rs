@@ -25,7 +25,7 @@ use crate::gateway::error::Error;
 use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::Status;
 use crate::pool::client::AgentClient;
-use crate::pool::{AgentHost, AgentPool, Agents};
+use crate::pool::{AgentHost, AgentPool, Agents, Pool};
 use crate::store::{Claimed, SessionRecord};
 
 /// How many sessions may be live, and how long placing one may take.
@@ -108,9 +108,9 @@ impl Placement {
 
     /// The typed client of member `member` (of whichever agent), if it is running.
     pub(in crate::gateway) fn client(&self, member: usize) -> Option<AgentClient> {
-        let agent = self.agents.of_member(member)?;
-        let conn = agent.pool().conn(member)?;
-        Some(self.client_of(conn, agent.pool().caps()))
+        let pool = self.agents.of_member(member)?.pool_of(member)?;
+        let conn = pool.conn(member)?;
+        Some(self.client_of(conn, pool.caps()))
     }
 
     /// The typed client of an agent connection: the agent's capabilities, the control timeout.
@@ -231,12 +231,14 @@ impl Placement {
         self.live.running_turn(session_id, bound).await
     }
 
-    /// Where a session that becomes live goes: the least-loaded ready member below the
-    /// per-member cap, if the global cap allows another live session. While members start or
-    /// restart, waits up to `--acquire-timeout` for one of them.
+    /// Where a session of `tenant` that becomes live goes: the least-loaded ready member of the
+    /// agent's pool for the tenant (its own, if it has one) below the per-member cap, if the
+    /// global cap allows another live session. While members start or restart, waits up to
+    /// `--acquire-timeout` for one of them.
     pub(in crate::gateway) async fn place(
         &self,
         agent: &str,
+        tenant: &str,
     ) -> Result<(usize, AgentClient), Error> {
         let cfg = &self.limits;
         if cfg.max_sessions > 0 && self.live.live_count() >= cfg.max_sessions {
@@ -247,7 +249,7 @@ impl Placement {
         }
         let of_agent = self.agent_named(agent)?;
         if of_agent.max_sessions() > 0 {
-            let live = self.live.live_count_where(|m| of_agent.pool().has(m));
+            let live = self.live.live_count_where(|m| of_agent.has(m));
             if live >= of_agent.max_sessions() {
                 return Err(Error::NoCapacity(format!(
                     "the agent {agent:?} already holds its maximum of {} live sessions; close some or try again later",
@@ -259,16 +261,21 @@ impl Placement {
             0 => usize::MAX,
             n => n,
         };
-        let (member, conn) = self.acquire(agent, cap).await?;
-        Ok((member, self.client_of(conn, of_agent.pool().caps())))
+        let pool = of_agent.pool_for(tenant);
+        let (member, conn) = self.acquire(agent, pool, cap).await?;
+        Ok((member, self.client_of(conn, pool.caps())))
     }
 
     /// A ready member below `cap` (see [`crate::pool::Pool::acquire`]); 503 when none: a
     /// capacity cap (`NoCapacity`), or no member ready in time (`NoMember`, with the time to
     /// the next restart attempt).
-    async fn acquire(&self, agent: &str, cap: usize) -> Result<(usize, Arc<Connection>), Error> {
+    async fn acquire(
+        &self,
+        agent: &str,
+        pool: &Pool,
+        cap: usize,
+    ) -> Result<(usize, Arc<Connection>), Error> {
         let wait = self.limits.acquire_timeout;
-        let pool = self.agent_named(agent)?.pool();
         // A wait of its own in the request's trace (short when a member is ready).
         let span = tracing::info_span!("acquire member", agent, member = tracing::field::Empty);
         let acquired = pool.acquire(cap, wait).instrument(span.clone()).await;
@@ -348,7 +355,8 @@ impl Placement {
     /// Any ready member's client of `agent` (for calls about sessions no member holds),
     /// waiting like [`Placement::place`] for a starting one.
     pub(in crate::gateway) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
-        let (_, conn) = self.acquire(agent, usize::MAX).await?;
+        let pool = self.agent_named(agent)?.pool();
+        let (_, conn) = self.acquire(agent, pool, usize::MAX).await?;
         Ok(self.client_of(conn, self.caps(agent)))
     }
 
@@ -423,7 +431,7 @@ impl Placement {
         let id = record.session_id.as_str();
         let mut retries = 0;
         let (member, (method, result)) = loop {
-            let (member, agent) = self.place(&record.agent).await?;
+            let (member, agent) = self.place(&record.agent, &record.tenant).await?;
             let answered = match self.resume_or_load(&agent, record).await? {
                 Err(e) if self.retry_elsewhere(&record.agent, &e, &mut retries) => {
                     tracing::warn!(
