@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::agent::{AgentSpec, DEFAULT_AGENT, valid_agent_name};
 use super::flags::Config;
+use super::vars::substitute;
 use crate::agent_rpc::AgentCommand;
 
 /// `NAME=CMD ARGS` → `(NAME, CMD ARGS)` when the value starts with a valid name immediately
@@ -313,37 +314,6 @@ fn resolve(value: &mut Value, env: &impl Fn(&str) -> Option<String>) -> anyhow::
         _ => {}
     }
     Ok(())
-}
-
-pub(super) fn substitute(
-    text: &str,
-    env: &impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 2..];
-        let name = after
-            .find('}')
-            .map(|end| &after[..end])
-            .filter(|n| is_variable_name(n))
-            // A typo must not send `${OPENAI_API_KEY` as the key.
-            .context("`${` must be followed by an environment variable's name and `}`")?;
-        let value =
-            env(name).with_context(|| format!("the environment variable {name} is not set"))?;
-        out.push_str(&value);
-        rest = &after[name.len() + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-fn is_variable_name(name: &str) -> bool {
-    name.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Deserialize;
 
-use super::agents::substitute;
+use super::vars::substitute;
 
 /// The variables, resolved. Shown with its names only.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -77,6 +77,7 @@ pub struct TurnUsageView {
 /// `GET /sessions/{id}/usage`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"sessionId": "sess_1f2e3d4c", "totals": {"turns": 1, "inputTokens": 1200, "outputTokens": 300, "thoughtTokens": null, "cacheReadTokens": 800, "cacheWriteTokens": null, "totalTokens": 2300, "cost": {"amount": 0.042, "currency": "USD"}, "costs": [{"amount": 0.042, "currency": "USD"}]}, "turns": [{"endedAt": "2026-11-29T12:00:00Z", "tenant": "acme", "user": "ann", "agent": "claude", "model": "sonnet", "inputTokens": 1200, "outputTokens": 300, "thoughtTokens": null, "cacheReadTokens": 800, "cacheWriteTokens": null, "totalTokens": 2300, "cost": {"amount": 0.042, "currency": "USD"}}]}))]
 pub struct SessionUsageView {
     pub session_id: String,
     pub totals: TotalsView,
@@ -118,6 +119,7 @@ pub struct UsageRow {
 /// `GET /usage`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"from": "2026-11-01T00:00:00Z", "to": null, "groupBy": ["tenant", "day"], "rows": [{"tenant": "acme", "day": "2026-11-29", "turns": 12, "inputTokens": 52000, "outputTokens": 9100, "thoughtTokens": null, "cacheReadTokens": 31000, "cacheWriteTokens": 2000, "totalTokens": 94100, "cost": {"amount": 1.87, "currency": "USD"}, "costs": [{"amount": 1.87, "currency": "USD"}]}]}))]
 pub struct UsageReport {
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,

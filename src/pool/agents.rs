@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::members::{AgentCallbacks, Pool, PoolConfig};
+use super::members::{AgentCallbacks, MemberView, Pool, PoolConfig};
 use crate::agent_rpc::Connection;
 
 /// What an agent is started as: its name, its pool's settings, its most live sessions (0: no
@@ -77,7 +77,7 @@ impl AgentPool {
     }
 
     /// Every member of its pools, a tenant's naming the tenant.
-    pub fn members(&self) -> Vec<super::MemberView> {
+    pub fn members(&self) -> Vec<MemberView> {
         let mut members = self.pool.members();
         for (tenant, pool) in &self.tenants {
             members.extend(pool.members().into_iter().map(|mut m| {

@@ -295,6 +295,10 @@ fn lifecycle_events(base: &str, id: &str, webhook: &str) -> usize {
                 assert!(streams >= 0, "{decoded}");
                 ("watchers_changed", e.data.session_id.as_str())
             }
+            LifecycleEvent::UsageBudget(e) => {
+                assert!(e.data.percent == 80 || e.data.percent == 100, "{decoded}");
+                ("usage_budget", e.data.session_id.as_str())
+            }
         };
         assert_eq!(name, event, "wrong variant for {decoded}");
         if session == id {
