@@ -59,32 +59,8 @@ async fn created(gw: &Gateway, key: &str) -> String {
 
 /// What the session's agent process has of the two variables, asked from inside it.
 async fn seen(gw: &Gateway, key: &str, id: &str) -> String {
-    let keyed = gw.with_key(Some(key));
     let text = "/env PROVIDER_KEY /env ACCOUNT";
-    let path = format!("/sessions/{id}/prompt");
-    keyed
-        .send_expecting(Method::POST, &path, Some(json!({"text": text})), 200)
-        .await;
-    let history = keyed
-        .send_expecting(
-            Method::GET,
-            &format!("/sessions/{id}/history?limit=1000"),
-            None,
-            200,
-        )
-        .await;
-    let events = history["events"].as_array().unwrap();
-    let start = events
-        .iter()
-        .rposition(|e| e["event"] == "turn_started")
-        .unwrap();
-    events[start..]
-        .iter()
-        .filter(|e| e["event"] == "agent_message_chunk")
-        .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
-        .collect::<String>()
-        .trim_end_matches("(empty)")
-        .to_owned()
+    gw.with_key(Some(key)).said(id, text).await
 }
 
 async fn a_tenants_own_environment_reaches_only_its_agents(backend: Backend) {

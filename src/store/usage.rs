@@ -203,15 +203,25 @@ pub const LAST_COST: &str = "SELECT cost_cumulative, cost_currency FROM usage_le
      WHERE session_id = $1 AND cost_cumulative IS NOT NULL ORDER BY id DESC LIMIT 1";
 pub const SESSION: &str = "SELECT * FROM usage_ledger WHERE session_id = $1 \
      AND ($2 IS NULL OR tenant = $2) ORDER BY id";
-pub const TENANT_DAY: &str = "SELECT COUNT(*) AS turns, \
-     CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
-     CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
-     CAST(SUM(thought_tokens) AS BIGINT) AS thought_tokens, \
-     CAST(SUM(cache_read_tokens) AS BIGINT) AS cache_read_tokens, \
-     CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
-     CAST(SUM(total_tokens) AS BIGINT) AS total_tokens, \
-     SUM(cost_amount) AS cost_amount, cost_currency \
-     FROM usage_ledger WHERE tenant = $1 AND day = $2 GROUP BY cost_currency";
+/// The sums of a group of turns, per currency (`GROUP BY … cost_currency`): the columns
+/// [`groups_from`] reads.
+macro_rules! usage_sums {
+    () => {
+        "COUNT(*) AS turns, \
+         CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
+         CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
+         CAST(SUM(thought_tokens) AS BIGINT) AS thought_tokens, \
+         CAST(SUM(cache_read_tokens) AS BIGINT) AS cache_read_tokens, \
+         CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
+         CAST(SUM(total_tokens) AS BIGINT) AS total_tokens, \
+         SUM(cost_amount) AS cost_amount, cost_currency"
+    };
+}
+pub const TENANT_DAY: &str = concat!(
+    "SELECT ",
+    usage_sums!(),
+    " FROM usage_ledger WHERE tenant = $1 AND day = $2 GROUP BY cost_currency"
+);
 pub const CLAIM_ALERT: &str = "INSERT INTO usage_alerts (tenant, day, budget, percent) \
      VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 
@@ -226,17 +236,14 @@ pub fn groups_sql(keys: &[UsageKey]) -> String {
     let by: Vec<&str> = keys.iter().map(|k| k.column()).collect();
     let by = by.join(", ");
     format!(
-        "SELECT {}, COUNT(*) AS turns, \
-         CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
-         CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
-         CAST(SUM(thought_tokens) AS BIGINT) AS thought_tokens, \
-         CAST(SUM(cache_read_tokens) AS BIGINT) AS cache_read_tokens, \
-         CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
-         CAST(SUM(total_tokens) AS BIGINT) AS total_tokens, \
-         SUM(cost_amount) AS cost_amount, cost_currency \
-         FROM usage_ledger WHERE ($1 IS NULL OR tenant = $1) AND ended_at >= $2 AND ended_at < $3 \
-         GROUP BY {by}, cost_currency ORDER BY {by}, cost_currency",
-        columns.join(", ")
+        concat!(
+            "SELECT {}, ",
+            usage_sums!(),
+            " FROM usage_ledger WHERE ($1 IS NULL OR tenant = $1) AND ended_at >= $2 \
+             AND ended_at < $3 GROUP BY {by}, cost_currency ORDER BY {by}, cost_currency"
+        ),
+        columns.join(", "),
+        by = by
     )
 }
 

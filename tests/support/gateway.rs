@@ -357,38 +357,14 @@ impl Gateway {
 
     /// The session's whole log, every page of `/history`: the events as JSON.
     pub async fn history(&self, id: &str) -> Vec<Value> {
-        let mut events = Vec::new();
-        let mut after = 0;
-        loop {
-            let page = self
-                .json(&format!("/sessions/{id}/history?after={after}&limit=1000"))
-                .await;
-            events.extend(page["events"].as_array().unwrap().iter().cloned());
-            match page["nextAfter"].as_i64() {
-                Some(next) => after = next,
-                None => return events,
-            }
-        }
+        self.with_key(None).history(id).await
     }
 
     /// How many events `/history` returns on its first page.
     /// What the agent says in a turn prompted with `text` (directives only): its chunks,
     /// joined, without the reply to the empty rest (`(empty)`).
     pub async fn said(&self, id: &str, text: &str) -> String {
-        let (status, body) = self.prompt(id, text).await;
-        assert_eq!(status, 200, "{body}");
-        let history = self.history(id).await;
-        let start = history
-            .iter()
-            .rposition(|e| e["event"] == "turn_started")
-            .unwrap();
-        history[start..]
-            .iter()
-            .filter(|e| e["event"] == "agent_message_chunk")
-            .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
-            .collect::<String>()
-            .trim_end_matches("(empty)")
-            .to_owned()
+        self.with_key(None).said(id, text).await
     }
 
     pub async fn history_len(&self, id: &str) -> usize {
@@ -500,6 +476,38 @@ pub struct Keyed<'g> {
 }
 
 impl Keyed<'_> {
+    /// [`Gateway::history`] with this caller's key.
+    pub async fn history(&self, id: &str) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let path = format!("/sessions/{id}/history?after={after}&limit=1000");
+            let page = self.send_expecting(Method::GET, &path, None, 200).await;
+            events.extend(page["events"].as_array().unwrap().iter().cloned());
+            match page["nextAfter"].as_i64() {
+                Some(next) => after = next,
+                None => return events,
+            }
+        }
+    }
+
+    /// [`Gateway::said`] with this caller's key.
+    pub async fn said(&self, id: &str, text: &str) -> String {
+        let path = format!("/sessions/{id}/prompt");
+        (self.send_expecting(Method::POST, &path, Some(json!({"text": text})), 200)).await;
+        let history = self.history(id).await;
+        let start = history
+            .iter()
+            .rposition(|e| e["event"] == "turn_started")
+            .unwrap();
+        history[start..]
+            .iter()
+            .filter(|e| e["event"] == "agent_message_chunk")
+            .filter_map(|e| e["data"]["update"]["content"]["text"].as_str())
+            .collect::<String>()
+            .trim_end_matches("(empty)")
+            .to_owned()
+    }
     pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req = self.gw.http.request(method, self.gw.url(path));
         if let Some(key) = self.key {
