@@ -4,7 +4,8 @@
 //! and CSV; a tenant reading only its own; the ledger kept when the session is deleted and
 //! across a restart (both stores); `/metrics`' counters; and daily budgets — tokens and cost —
 //! refusing a tenant's new turns with 429 while another tenant goes on, on one gateway and
-//! across two replicas, each budget's 80 % and 100 % sent once to a webhook.
+//! across two replicas, each budget's 80 % and 100 % sent once to a webhook; and a turn that
+//! ended while the database was down, recorded once it is back.
 
 use crate::support;
 
@@ -360,4 +361,45 @@ async fn budgets_hold_across_replicas() {
     budgets_hold(&[w.gw(), &b]).await;
     drop(b);
     w.finish().await;
+}
+
+/// A turn that ends while the database is down: its spend is recorded once the database is
+/// back, exactly as the agent reported it (a cluster of the test's own, stopped and started).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(initdb), ignore = "needs PostgreSQL's initdb: /usr/lib/postgresql")]
+async fn a_turns_spend_survives_a_database_restart() {
+    let cluster = PgCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default().env("ECHO_AGENT_COST", "0.01 USD");
+    let gw = Gateway::spawn(&cluster.url(), dir.path(), &opts).await;
+    let id = gw.create("/tmp").await;
+    let turn = gw.prompt_in_background(&id, "/delay 1500 a b c");
+    gw.wait_until(|g| {
+        let id = id.clone();
+        async move { g.json(&format!("/sessions/{id}/status")).await["activity"] == "running" }
+    })
+    .await;
+    cluster.pg_ctl("stop");
+    // The turn ends while the database is down.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    cluster.pg_ctl("start");
+    let answer = tokio::time::timeout(PATIENCE * 2, turn)
+        .await
+        .expect("the prompt is answered once the database is back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let result: Value = answer.json().await.unwrap();
+    let reported = &result["result"]["usage"]["totalTokens"];
+    assert!(reported.as_i64().is_some(), "{result}");
+    let usage = gw.json(&format!("/sessions/{id}/usage")).await;
+    assert_eq!(usage["totals"]["turns"], 1, "{usage}");
+    assert_eq!(&usage["totals"]["totalTokens"], reported, "{usage}");
+    let words = 5.0; // "/delay 1500 a b c"
+    assert!(
+        near(amount(&usage["totals"]["cost"]), 0.01 * words),
+        "{usage}"
+    );
+    gw.stop().await;
+    drop(cluster);
 }
