@@ -12,6 +12,7 @@ mod keep;
 mod oidc;
 mod tenant_env;
 mod tenants;
+mod vars;
 mod webhook_flags;
 mod workspace_flags;
 
