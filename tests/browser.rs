@@ -3,7 +3,8 @@
 //! a bearer key, prompts it, and reads its stream with `EventSource` and `?access_token=`; the
 //! gateway's own console at `/` is driven through a session's life, a reload and a restart, and
 //! shows the Mode and Model pickers only for what the session's agent offers; its Files panel
-//! is driven in `files`.
+//! is driven in `files`, several people on a session in `people`, and what turns spent (a
+//! session's Usage panel, the Usage page and its CSV) in `usage`.
 //! Ignored by plain `cargo test` because it needs the browser and `npm ci` in `tests/browser`;
 //! `.ci/run` installs both and runs them with `--ignored`.
 
@@ -11,6 +12,7 @@ use crate::support;
 
 mod files;
 mod people;
+mod usage;
 
 use serde_json::Value;
 use support::*;

@@ -73,6 +73,16 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("console/sessions.js"),
     ),
+    (
+        "usage.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/usage.js"),
+    ),
+    (
+        "usage-page.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/usage-page.js"),
+    ),
 ];
 
 fn embedded(content_type: &'static str, body: &'static str) -> Response {

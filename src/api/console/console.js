@@ -1,16 +1,19 @@
 // The console's entry point: sign-in when the API asks for a key (or with the OpenID provider
-// the gateway names: oidc.js), the session list, the create form, and the open session (the
-// URL's #/s/<id>, so a reload comes back to it).
+// the gateway names: oidc.js), the session list, the create form, the open session (the URL's
+// #/s/<id>, so a reload comes back to it) and the Usage page (#/usage: usage-page.js), the
+// header's navigation between them.
 
 import { api, sessionPath } from "./api.js";
 import * as oidc from "./oidc.js";
 import { SessionList } from "./sessions.js";
 import { SessionView } from "./session.js";
+import { UsagePage } from "./usage-page.js";
 
 const $ = (id) => document.getElementById(id);
 
 let view = null;
 let list = null;
+let usagePage = null;
 let started = false;
 
 function connection(state) {
@@ -25,6 +28,7 @@ function showSignIn(message) {
   list?.source?.close();
   started = false;
   $("app").hidden = true;
+  $("nav").hidden = true;
   $("sign-in").hidden = false;
   $("sign-in-error").textContent = message || "";
   $("oidc-sign-in").hidden = !signInWith;
@@ -78,6 +82,7 @@ async function start() {
   started = true;
   $("sign-in").hidden = true;
   $("app").hidden = false;
+  $("nav").hidden = false;
   $("sign-out").hidden = !api.key();
   connection("online");
   const opts = (withAny) => {
@@ -100,6 +105,7 @@ async function start() {
   list = new SessionList({
     updated: (s) => view && view.id === s.sessionId && view.update(s),
     watchers: (id, watchers) => view?.id === id && view.people?.showWatchers(watchers),
+    budget: (alert) => usagePage.alert(alert),
     deleted: (id) => {
       if (view?.id === id) location.hash = "#/";
     },
@@ -111,6 +117,26 @@ async function start() {
 
 async function route() {
   if (!started) return;
+  const usage = location.hash.match(/^#\/usage(?:\?(.*))?$/);
+  $("session").hidden = !!usage;
+  $("usage-page").hidden = !usage;
+  document.body.classList.toggle("on-usage", !!usage);
+  for (const [link, current] of [["nav-sessions", !usage], ["nav-usage", !!usage]]) {
+    if (current) $(link).setAttribute("aria-current", "page");
+    else $(link).removeAttribute("aria-current");
+  }
+  if (usage) {
+    view?.close();
+    view = null;
+    list.select(null);
+    document.body.classList.remove("has-session");
+    try {
+      await usagePage.show(new URLSearchParams(usage[1] || ""));
+    } catch (e) {
+      $("usage-error").textContent = e.message;
+    }
+    return;
+  }
   const m = location.hash.match(/^#\/s\/(.+)$/);
   const id = m ? decodeURIComponent(m[1]) : null;
   if (view && view.id === id) return;
@@ -197,6 +223,7 @@ async function send(interrupt = false) {
 }
 
 function wire() {
+  usagePage = new UsagePage();
   $("sign-in").addEventListener("submit", (e) => {
     e.preventDefault();
     api.setKey($("api-key").value.trim());

@@ -12,6 +12,7 @@ import { elicitationForm } from "./elicitation.js";
 import { FilesPanel } from "./files.js";
 import { $, el } from "./dom.js";
 import { People, who } from "./people.js";
+import { UsagePanel } from "./usage.js";
 
 /** The names of the session stream's events (EventSource only delivers named ones asked for). */
 const EVENTS = [
@@ -72,8 +73,10 @@ export class SessionView {
     this.files = new FilesPanel(this.id, s.workspace, { ask: this.hooks.ask });
     this.people = new People(this.id);
     this.people.showWatchers();
+    this.usage = new UsagePanel(this.id);
     await this.catchUp();
     this.people.refreshQueue();
+    this.usage.start();
     this.connect();
   }
 
@@ -82,6 +85,7 @@ export class SessionView {
     this.source?.close();
     this.files?.close();
     this.people?.close();
+    this.usage?.close();
   }
 
   /** Applies the log's events after the last applied one, page by page. */
@@ -222,6 +226,7 @@ export class SessionView {
       case "usage_update":
         this.state.usage = { ...(this.state.usage || {}), latest: u };
         this.renderUsage();
+        this.usage?.noted(u);
         break;
       case "state_changed":
         if (data.modes) this.state.modes = { ...(this.state.modes || {}), ...data.modes };
@@ -234,6 +239,7 @@ export class SessionView {
         this.setActivity("idle");
         if (data.usage) this.state.usage = { ...(this.state.usage || {}), lastPrompt: data.usage };
         this.renderUsage();
+        this.usage?.turnEnded(data);
         if (data.error) this.note(`turn failed: ${data.error.detail || data.error.title}`, "error");
         else if (data.stopReason && data.stopReason !== "end_turn") this.note(`turn ended: ${data.stopReason}`);
         break;

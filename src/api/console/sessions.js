@@ -1,5 +1,6 @@
 // The session list: pages of GET /sessions (filters: cwd, agent, archived), kept up to date by
-// the lifecycle stream GET /events (created, updated, status, deleted).
+// the lifecycle stream GET /events (created, updated, status, deleted), which also brings the
+// watchers of sessions and the tenant's budget alerts (`usage_budget`) to the console's hooks.
 
 import { api } from "./api.js";
 import { $, el } from "./dom.js";
@@ -131,6 +132,7 @@ export class SessionList {
       const d = JSON.parse(ev.data);
       this.hooks.watchers?.(d.sessionId, d.watchers);
     });
+    source.addEventListener("usage_budget", (ev) => this.hooks.budget?.(JSON.parse(ev.data)));
     source.addEventListener("session_deleted", (ev) => {
       const d = JSON.parse(ev.data);
       this.remove(d.sessionId);
