@@ -135,6 +135,7 @@
 //! | `/garbage` | Before anything else of the turn, write four raw lines straight to stdout: `this is not json`, `{"foo":1}`, `{"jsonrpc":"2.0","id":987654321,"result":{}}` and an `echo/padding` notification `{"jsonrpc":"2.0","method":"echo/padding","params":{"pad":"xxx…"}}` padded to exactly `ECHO_AGENT_LONG_LINE_BYTES` bytes; then continue normally. |
 //! | `/overflow` | After `/garbage`, write one raw line straight to stdout: a `session/update` `plan` {entries: [], `_meta`: {"echo": 1e999}}, whose number JSON's grammar allows and no f64 holds; then continue normally. |
 //! | `/surrogate` | Stream one chunk `ab` + a lone U+D83D (`"ab\ud83d"` on the wire), then title the session `cut ` + a lone U+D83D with a `session_info_update` {title} (kept and listed like any title, so the turn's end gives it no other); then continue normally. |
+//! | `/provider` | Stream one chunk `"provider ID BASEURL NAME=VALUE…"` with what the last `providers/set` set (its headers in name order), or `"provider none"`; then continue normally. |
 //! | `/env NAME` | Stream one chunk `"NAME=<value>"` with the agent process's environment variable NAME, or `"NAME unset"`; then continue normally. May be repeated. |
 //! | `/pwd` | Stream one chunk with the agent process's current working directory; then continue normally. |
 //! | `/write NAME` | Write the file NAME (relative) of the session's `cwd`, its folders made, with the text `echo wrote NAME`, and stream one chunk `"wrote NAME"` (or `"write NAME: error <e>"`); then continue normally. May be repeated. |
@@ -181,9 +182,9 @@ use agent_client_protocol::v1::schema::{
     DeleteSessionResponse, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
-    SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
+    PromptCapabilities, PromptRequest, PromptResponse, ProvidersCapabilities,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
     SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionId,
     SessionInfo, SessionInfoUpdate, SessionListCapabilities, SessionNotification,
     SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities, SessionStatusRequest,
@@ -213,7 +214,7 @@ const ECHO_ELICITATION_ID: &str = "echo-login";
 type Cx = ConnectionTo<Client>;
 
 /// Capability names accepted in `ECHO_AGENT_CAPS`.
-const ALL_CAPS: [&str; 12] = [
+const ALL_CAPS: [&str; 13] = [
     "load",
     "list",
     "delete",
@@ -226,6 +227,7 @@ const ALL_CAPS: [&str; 12] = [
     "image",
     "audio",
     "embeddedContext",
+    "providers",
 ];
 /// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
 const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
@@ -265,6 +267,8 @@ struct Directives {
     surrogate: bool,
     /// `/env NAME`: report these environment variables, in order.
     env: Vec<String>,
+    /// `/provider`: report the LLM provider `providers/set` set.
+    provider: bool,
     /// `/spoof SESSION`: send an update, ask a permission and elicit naming this session
     /// (another's).
     spoof: Vec<String>,
@@ -307,6 +311,7 @@ impl Directives {
                 ("/pwd", _) => d.pwd = true,
                 ("/meta", _) => d.meta = true,
                 ("/state", _) => d.state = true,
+                ("/provider", _) => d.provider = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/write", _) if !arg.is_empty() => d.write.push(arg.to_string()),
@@ -533,6 +538,8 @@ struct EchoAgent {
     unsaved: Mutex<HashMap<String, Vec<serde_json::Value>>>,
     /// With `ECHO_AGENT_COST`: each session's cost in this process so far.
     spent: Mutex<HashMap<String, f64>>,
+    /// With the `providers` capability: the params of the last `providers/set`.
+    provider: Mutex<Option<serde_json::Value>>,
 }
 
 #[tokio::main]
@@ -542,6 +549,7 @@ async fn main() {
         open: Mutex::new(HashMap::new()),
         files: Mutex::new(()),
         spent: Mutex::new(HashMap::new()),
+        provider: Mutex::new(None),
         next_turn: AtomicU64::new(1),
         next_session: AtomicU64::new(1),
         authenticated: AtomicBool::new(false),

@@ -21,7 +21,7 @@ pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
 pub use flags::{Command, Config, LogFormat, PermissionPolicy};
 pub use keep::KeepFlags;
 pub use oidc::OidcFlags;
-pub use tenant_env::TenantEnv;
+pub use tenant_env::{TenantEnv, TenantProvider};
 pub use tenants::{TenantFlags, TenantLimits, WhoAnswers};
 pub use webhook_flags::WebhookFlags;
 pub use workspace_flags::WorkspaceFlags;

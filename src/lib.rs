@@ -41,7 +41,7 @@ use crate::cluster::Cluster;
 use crate::config::{AgentSpec, Config};
 use crate::events::{EventHub, Retention};
 use crate::gateway::{Gateway, GatewayConfig};
-use crate::pool::{AgentSetup, PoolConfig};
+use crate::pool::{AgentSetup, PoolConfig, ProviderParams};
 use crate::settings::Settings;
 
 /// The full HTTP application around a gateway, as `config` sets it: the guard, routes,
@@ -160,20 +160,24 @@ pub fn pool_config(agent: &AgentSpec, config: &Config) -> PoolConfig {
         auth_meta: agent.auth_meta.clone(),
         remote: agent.remote.clone(),
         remote_token: agent.remote_token.clone(),
+        provider: None,
     }
 }
 
-/// The pools of a local agent (`shared`: its settings) for the tenants with an environment of
-/// their own: each the agent's settings, the tenant's variables over its own.
+/// The pools of a local agent (`shared`: its settings) for the tenants with an environment or
+/// an LLM provider of their own: each the agent's settings, with the tenant's variables over
+/// its own and its provider.
 fn tenant_pools(shared: &PoolConfig, config: &Config) -> Vec<(String, PoolConfig)> {
-    (config.tenants.own_envs())
-        .map(|(tenant, env)| {
+    (config.tenants.own_agents())
+        .map(|(tenant, env, provider)| {
             let mut own = shared.clone();
+            let vars = env.map_or(&[][..], |e| e.vars());
             let command = &mut own.command;
             command
                 .env
-                .retain(|(k, _)| env.vars().iter().all(|(t, _)| t != k));
-            command.env.extend(env.vars().iter().cloned());
+                .retain(|(k, _)| vars.iter().all(|(t, _)| t != k));
+            command.env.extend(vars.iter().cloned());
+            own.provider = provider.map(|p| ProviderParams(p.params()));
             (tenant.to_owned(), own)
         })
         .collect()

@@ -119,3 +119,65 @@ async fn a_tenants_own_environment_reaches_only_its_agents(backend: Backend) {
     assert_eq!(seen(gw, BOB, &bobs[1]).await, none);
     w.finish().await;
 }
+
+const LLM_KEY: &str = "sk-acme-llm-0123456789abc";
+
+/// Acme's own LLM provider (`[tenants.acme.provider]`, its key from the gateway's environment),
+/// for an agent started with `caps` (as `ECHO_AGENT_CAPS`).
+fn provider(dir: &std::path::Path, caps: &str) -> Options {
+    let file = dir.join("provider.toml");
+    std::fs::write(
+        &file,
+        "[tenants.acme.provider]\nid = \"acme-llm\"\napi-type = \"anthropic\"\n\
+         base-url = \"https://llm.acme.example/v1\"\n\
+         headers = { authorization = \"Bearer ${ACME_LLM_KEY}\" }\n",
+    )
+    .unwrap();
+    support::secrets::secret(LLM_KEY);
+    Options::default()
+        .env("ACME_LLM_KEY", LLM_KEY)
+        .env("ECHO_AGENT_CAPS", caps)
+        .args(&[
+            "--api-key",
+            &format!("acme/ann:{ANN}"),
+            "--api-key",
+            &format!("globex:{BOB}"),
+            "--acquire-timeout",
+            "1",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+}
+
+/// An agent that advertises ACP's LLM providers is told acme's with `providers/set` on acme's
+/// own processes only; one that does not is never given acme's sessions (503 naming why),
+/// while another tenant's go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_own_provider_is_set_on_its_agents_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = provider(dir.path(), "load,list,delete,resume,close,providers");
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let (ann, bob) = (created(gw, ANN).await, created(gw, BOB).await);
+    let own = gw.with_key(Some(ANN)).said(&ann, "/provider").await;
+    assert_eq!(
+        own,
+        format!("provider acme-llm https://llm.acme.example/v1 authorization=Bearer {LLM_KEY}")
+    );
+    let theirs = gw.with_key(Some(BOB)).said(&bob, "/provider").await;
+    assert_eq!(theirs, "provider none");
+    w.finish().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::start(Backend::Sqlite, provider(dir.path(), "load,list")).await;
+    let gw = w.gw();
+    let (status, problem) = (gw.with_key(Some(ANN)))
+        .send(Method::POST, "/sessions", Some(json!({"cwd": "/tmp"})))
+        .await;
+    assert_eq!(status, 503, "{problem}");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("does not advertise"), "{problem}");
+    assert!(!problem.to_string().contains(LLM_KEY));
+    created(gw, BOB).await;
+    w.finish().await;
+}

@@ -137,6 +137,10 @@ impl EchoAgent {
                 Err(e) => Err(typed(e)),
             },
             "session/fork" => self.fork(params),
+            "providers/set" if self.cfg.caps.contains("providers") => {
+                *lock(&self.provider) = Some(params.clone());
+                Ok(json!({}))
+            }
             "session/set_mode" | "session/set_model" | "session/set_config_option" => {
                 self.log_call(&msg.method, Some(&SessionId::new(id.clone())));
                 let answer = self.set_control(&id, &msg.method, params);

@@ -37,6 +37,7 @@ impl EchoAgent {
             .load_session(on("load"))
             .prompt_capabilities(prompt)
             .session_capabilities(session)
+            .providers(on("providers").then(ProvidersCapabilities::new))
     }
 
     /// A new session's id: random, or the next of this process (`ECHO_AGENT_IDS`).

@@ -188,6 +188,23 @@ impl EchoAgent {
             self.chunk(cx, id, outcome)?;
         }
 
+        if d.provider {
+            let text = match &*lock(&self.provider) {
+                Some(p) => {
+                    let headers = p["headers"].as_object().cloned().unwrap_or_default();
+                    let mut shown: Vec<String> = (headers.iter())
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect();
+                    shown.sort();
+                    let (id, url) = (&p["providerId"], &p["baseUrl"]);
+                    let (id, url) = (id.as_str().unwrap_or(""), url.as_str().unwrap_or(""));
+                    format!("provider {id} {url} {}", shown.join(" "))
+                }
+                None => "provider none".to_string(),
+            };
+            self.chunk(cx, id, text)?;
+        }
+
         for name in &d.env {
             let text = match std::env::var_os(name) {
                 Some(value) => format!("{name}={}", value.to_string_lossy()),

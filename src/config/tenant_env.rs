@@ -1,8 +1,11 @@
 //! A tenant's own agent environment: the `[tenants.NAME.env]` table of the `--config` file,
 //! whose values are text (with `${VAR}` replaced by the gateway's environment variable VAR) or
-//! `{ file = "PATH" }` (the file's text, without its final newline), read once at start. Its
-//! values are secrets (a provider's key, an account's token): they reach the tenant's agent
-//! processes and nothing else — never a log line, the effective configuration or an answer.
+//! `{ file = "PATH" }` (the file's text, without its final newline), read once at start; and
+//! its own LLM provider, `[tenants.NAME.provider]` (`id`, `api-type`, `base-url` and `headers`,
+//! whose values are given as the environment's), set on its agent processes with ACP's
+//! `providers/set`. Their values are secrets (a provider's key, an account's token): they reach
+//! the tenant's agent processes and nothing else — never a log line, the effective
+//! configuration or an answer.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +61,72 @@ impl TenantEnv {
     /// The variables, for the tenant's agent processes.
     pub fn vars(&self) -> &[(String, String)] {
         &self.0
+    }
+}
+
+/// A tenant's LLM provider, as `providers/set` takes it. Shown without its headers' values.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TenantProvider {
+    pub id: String,
+    /// `anthropic`, `openai`, `azure`, `vertex`, `bedrock`, or another the agent knows.
+    pub api_type: String,
+    pub base_url: String,
+    pub headers: TenantEnv,
+}
+
+/// The table as given, its headers apart.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct GivenProvider {
+    id: String,
+    api_type: String,
+    base_url: String,
+    #[serde(default)]
+    headers: Option<toml::Value>,
+}
+
+impl TenantProvider {
+    pub(super) fn resolve(
+        table: toml::Value,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<TenantProvider> {
+        let given: GivenProvider = table
+            .try_into()
+            .context("provider: id, api-type, base-url and headers")?;
+        let headers = match given.headers {
+            Some(h) => TenantEnv::resolve(h, env).context("provider.headers")?,
+            None => TenantEnv::default(),
+        };
+        Ok(TenantProvider {
+            id: given.id,
+            api_type: given.api_type,
+            base_url: substitute(&given.base_url, env).context("provider.base-url")?,
+            headers,
+        })
+    }
+
+    /// The params of `providers/set`.
+    pub fn params(&self) -> serde_json::Value {
+        let headers: serde_json::Map<String, serde_json::Value> = (self.headers.vars().iter())
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        serde_json::json!({
+            "providerId": self.id,
+            "apiType": self.api_type,
+            "baseUrl": self.base_url,
+            "headers": headers,
+        })
+    }
+}
+
+impl std::fmt::Debug for TenantProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantProvider")
+            .field("id", &self.id)
+            .field("api_type", &self.api_type)
+            .field("base_url", &crate::redact::url(&self.base_url))
+            .field("headers", &self.headers)
+            .finish()
     }
 }
 

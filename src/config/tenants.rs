@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::tenant_env::TenantEnv;
+use super::tenant_env::{TenantEnv, TenantProvider};
 
 /// What every tenant may use at once across the replicas, and a tenant's own where set.
 #[derive(Debug, Clone, Args)]
@@ -84,6 +84,9 @@ pub struct TenantLimits {
     /// `[tenants.NAME.env]`: the environment of the tenant's own agent processes.
     #[serde(skip)]
     pub env: Option<TenantEnv>,
+    /// `[tenants.NAME.provider]`: the LLM provider set on the tenant's own agent processes.
+    #[serde(skip)]
+    pub provider: Option<TenantProvider>,
 }
 
 /// `CURRENCY=AMOUNT`, a positive amount.
@@ -139,17 +142,20 @@ impl TenantFlags {
         tables
             .into_iter()
             .map(|(name, mut limits)| {
-                let env = match &mut limits {
-                    toml::Value::Table(t) => t.remove("env"),
-                    _ => None,
+                let (env, provider) = match &mut limits {
+                    toml::Value::Table(t) => (t.remove("env"), t.remove("provider")),
+                    _ => (None, None),
                 };
                 let mut limits = limits.try_into::<TenantLimits>().with_context(|| {
                     format!("[tenants.{name}] (max-sessions, max-turns, prompts-per-minute, max-tokens-per-day, max-cost-per-day, who-answers, env)")
                 })?;
+                let vars = |var: &str| std::env::var(var).ok();
+                let at = || format!("[tenants.{name}]");
                 if let Some(env) = env {
-                    let env = TenantEnv::resolve(env, &|var| std::env::var(var).ok())
-                        .with_context(|| format!("[tenants.{name}]"))?;
-                    limits.env = Some(env);
+                    limits.env = Some(TenantEnv::resolve(env, &vars).with_context(at)?);
+                }
+                if let Some(provider) = provider {
+                    limits.provider = Some(TenantProvider::resolve(provider, &vars).with_context(at)?);
                 }
                 Ok((name, limits))
             })
@@ -172,6 +178,7 @@ impl TenantFlags {
             max_cost_per_day: own.max_cost_per_day.or_else(|| Some(flag_costs())),
             who_answers: own.who_answers,
             env: own.env,
+            provider: own.provider,
         }
     }
 
@@ -184,9 +191,13 @@ impl TenantFlags {
             .unwrap_or_default()
     }
 
-    /// The tenants that bring their own agent environment, with it.
-    pub fn own_envs(&self) -> impl Iterator<Item = (&str, &TenantEnv)> {
-        (self.own.iter()).filter_map(|(name, t)| Some((name.as_str(), t.env.as_ref()?)))
+    /// The tenants that bring their own agent environment or LLM provider, with them.
+    pub fn own_agents(
+        &self,
+    ) -> impl Iterator<Item = (&str, Option<&TenantEnv>, Option<&TenantProvider>)> {
+        (self.own.iter())
+            .filter(|(_, t)| t.env.is_some() || t.provider.is_some())
+            .map(|(name, t)| (name.as_str(), t.env.as_ref(), t.provider.as_ref()))
     }
 
     /// The tables as the effective configuration shows them (an environment by its names).

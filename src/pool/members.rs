@@ -66,6 +66,19 @@ pub struct PoolConfig {
     pub remote: Vec<String>,
     /// The bearer token the remote agent's host takes (its members have it already).
     pub remote_token: Option<String>,
+    /// The params of a `providers/set` every member is sent after `initialize` (a tenant's
+    /// own LLM provider; the agent must advertise `providers`).
+    pub provider: Option<ProviderParams>,
+}
+
+/// `providers/set` params, whose headers hold a key: shown as the provider's id only.
+#[derive(Clone)]
+pub struct ProviderParams(pub Value);
+
+impl std::fmt::Debug for ProviderParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProviderParams({})", self.0["providerId"])
+    }
 }
 
 impl PoolConfig {

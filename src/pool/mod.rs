@@ -12,6 +12,8 @@ mod members;
 mod supervisor;
 
 pub use agents::{AgentHost, AgentPool, AgentSetup, Agents};
-pub use members::{AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig};
+pub use members::{
+    AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig, ProviderParams,
+};
 
 pub(crate) use supervisor::authenticate;

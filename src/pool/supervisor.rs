@@ -151,28 +151,29 @@ impl Pool {
         match outcome {
             Some(Ok(result)) => {
                 let init = AgentInit::from_result(&result);
-                if let Some(method) = &config.auth_method {
-                    let meta = config.auth_meta.as_ref();
-                    let auth = authenticate(&conn, &init, method, meta, config.init_timeout);
-                    let outcome = tokio::select! {
-                        r = auth => Some(r),
-                        _ = &mut *dispatch => None,
-                        _ = self.shutting_down() => return process.terminate(Duration::from_secs(2)).await,
-                    };
-                    match outcome {
-                        Some(Ok(())) => {}
-                        Some(Err(why)) => {
-                            tracing::error!(member = member.index(), why, "authenticate failed");
-                            self.set(member, |s| s.record_error(why));
-                            self.keep_init(init);
-                            return process.terminate(Duration::from_secs(2)).await;
-                        }
-                        None => {
-                            self.set(member, |s| {
-                                s.record_error("the agent closed stdout during authenticate".into())
-                            });
-                            return process.terminate(Duration::from_secs(2)).await;
-                        }
+                let prepared = prepare(&conn, &init, config);
+                let outcome = tokio::select! {
+                    r = prepared => Some(r),
+                    _ = &mut *dispatch => None,
+                    _ = self.shutting_down() => return process.terminate(Duration::from_secs(2)).await,
+                };
+                match outcome {
+                    Some(Ok(())) => {}
+                    Some(Err(why)) => {
+                        tracing::error!(
+                            member = member.index(),
+                            why,
+                            "the agent was not made ready"
+                        );
+                        self.set(member, |s| s.record_error(why));
+                        self.keep_init(init);
+                        return process.terminate(Duration::from_secs(2)).await;
+                    }
+                    None => {
+                        self.set(member, |s| {
+                            s.record_error("the agent closed stdout before it was ready".into())
+                        });
+                        return process.terminate(Duration::from_secs(2)).await;
                     }
                 }
                 self.keep_init(init);
@@ -236,6 +237,32 @@ enum End {
     Gone,
     /// The gateway restarts it, or shuts down.
     Stop,
+}
+
+/// What a member is sent after `initialize`: `authenticate`, when the agent has an auth
+/// method; `providers/set`, when its pool has a provider of its own (refused when the agent
+/// does not advertise `providers`: its sessions must not run on the gateway's provider).
+async fn prepare(conn: &Connection, init: &AgentInit, config: &PoolConfig) -> Result<(), String> {
+    if let Some(method) = &config.auth_method {
+        let meta = config.auth_meta.as_ref();
+        authenticate(conn, init, method, meta, config.init_timeout).await?;
+    }
+    if let Some(provider) = &config.provider {
+        if init
+            .raw_capabilities
+            .get("providers")
+            .is_none_or(Value::is_null)
+        {
+            return Err(format!(
+                "the agent does not advertise ACP's LLM providers, so the provider {} cannot be set: give the tenant an env instead",
+                provider.0["providerId"]
+            ));
+        }
+        conn.call("providers/set", &provider.0, Some(config.init_timeout))
+            .await
+            .map_err(|e| format!("providers/set failed: {e}"))?;
+    }
+    Ok(())
 }
 
 /// `authenticate {methodId, _meta}` (`_meta` only when given), after checking that the agent
