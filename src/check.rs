@@ -1,16 +1,24 @@
 //! `acp-gateway check-agent`: starts each configured agent once (or the one `--only` names),
-//! initializes it (and authenticates it when it has an auth method, with its `_meta`), and
-//! describes it as a table under a `[NAME]` heading; or says in one line why the gateway could
-//! not use it. The first thing to run when wiring a new agent.
+//! initializes it (and authenticates it when it has an auth method, with its `_meta`), tries a
+//! session (`session/new` in the temporary directory, deleted or closed again where the agent
+//! can), and describes it as a table under a `[NAME]` heading; or says in one line why the
+//! gateway could not use it — an agent that answers `session/new` with `auth_required` cannot
+//! be used until it is signed in. The first thing to run when wiring a new agent.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
 
+use std::sync::Arc;
+
 use crate::agent_rpc::caps::{AgentInit, initialize_params};
-use crate::agent_rpc::{AgentProcess, CallError, ExitInfo, Inbound, RpcError};
+use crate::agent_rpc::{AgentProcess, CallError, Connection, ExitInfo, Inbound, RpcError};
 use crate::config::{AgentSpec, Config};
+use crate::pool::client::{AgentClient, SessionSetup};
+
+/// ACP's "authentication required" error.
+const AUTH_REQUIRED: i64 = -32000;
 
 /// What `check-agent` found.
 pub struct Checked {
@@ -134,7 +142,7 @@ enum Failure {
 
 async fn describe(
     agent: &AgentSpec,
-    conn: &crate::agent_rpc::Connection,
+    conn: &Arc<Connection>,
     timeout: Duration,
 ) -> Result<String, Failure> {
     let result = conn
@@ -147,7 +155,47 @@ async fn describe(
             .await
             .map_err(|why| Failure::Other(anyhow::anyhow!(why)))?;
     }
-    Ok(table(&init, agent.auth_method.as_deref()))
+    let session = try_session(
+        &AgentClient::new(conn.clone(), init.capabilities, timeout),
+        &init,
+    )
+    .await?;
+    Ok(table(&init, agent.auth_method.as_deref(), &session))
+}
+
+/// `session/new` in the temporary directory: how it went (and what became of the session), or
+/// why the agent cannot be used.
+async fn try_session(client: &AgentClient, init: &AgentInit) -> Result<String, Failure> {
+    let cwd = std::env::temp_dir().display().to_string();
+    let setup = SessionSetup {
+        cwd: &cwd,
+        additional_directories: &[],
+        mcp_servers: &[],
+        meta: None,
+    };
+    let id = match client.new_session(setup).await {
+        Ok((id, _)) => id,
+        Err(CallError::Rpc(e)) if i64::from(e.code) == AUTH_REQUIRED => {
+            let offered = auth_method_ids(init);
+            return Err(Failure::Other(anyhow::anyhow!(
+                "session/new answered auth_required ({}): the agent needs a sign-in; it offers auth methods {offered:?}: give it its key in its environment (env), or configure its auth-method and auth-meta",
+                e.message
+            )));
+        }
+        Err(e) => return Err(Failure::Call("session/new", e)),
+    };
+    // Leave nothing behind where the agent can help it.
+    let caps = client.caps();
+    let after = if caps.delete {
+        client.delete_session(&id).await.map(|()| "deleted again")
+    } else if caps.close {
+        client.close_session(&id).await.map(|()| "closed again")
+    } else {
+        Ok("left to the agent")
+    };
+    after
+        .map(|done| format!("ok (a session in {cwd}, {done})"))
+        .map_err(|e| Failure::Call("cleaning up the session made", e))
 }
 
 fn auth_method_ids(init: &AgentInit) -> Vec<String> {
@@ -159,7 +207,7 @@ fn auth_method_ids(init: &AgentInit) -> Vec<String> {
         .collect()
 }
 
-fn table(init: &AgentInit, authenticated: Option<&str>) -> String {
+fn table(init: &AgentInit, authenticated: Option<&str>, session: &str) -> String {
     let auth = auth_method_ids(init);
     let info = &init.agent_info;
     let text = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("-");
@@ -181,6 +229,7 @@ fn table(init: &AgentInit, authenticated: Option<&str>) -> String {
     if let Some(m) = authenticated {
         rows.push(("authenticated with", m.to_owned()));
     }
+    rows.push(("session/new", session.to_owned()));
     let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
     rows.extend([
         ("session/load", yes(c.load)),

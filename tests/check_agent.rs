@@ -51,6 +51,42 @@ fn describes_a_working_agent() {
     assert_eq!(row("session/set_title"), "yes");
     assert_eq!(row("session/resume"), "no");
     assert_eq!(row("session/delete"), "no");
+    // A session was tried; the agent can neither delete nor close it.
+    let tried = row("session/new");
+    assert!(
+        tried.starts_with("ok (a session in ") && tried.ends_with("left to the agent)"),
+        "{tried}"
+    );
+}
+
+/// An agent that answers `session/new` with `auth_required` is unusable until signed in, and
+/// the reason names the methods it offers; with its method configured, it is usable (and its
+/// trial session deleted again).
+#[test]
+fn an_agent_that_needs_a_sign_in_is_unusable_until_signed_in() {
+    let agent = support::echo_agent();
+    let needs = [("ECHO_AGENT_AUTH", "agent-login")];
+    let refused = reason(&check_agent(&["--agent", agent.to_str().unwrap()], &needs));
+    assert!(
+        refused.contains("session/new answered auth_required")
+            && refused.contains("\"agent-login\"")
+            && refused.contains("auth-method"),
+        "{refused}"
+    );
+    let signed_in = check_agent(
+        &[
+            "--agent",
+            agent.to_str().unwrap(),
+            "--agent-auth-method",
+            "agent-login",
+        ],
+        &needs,
+    );
+    assert!(signed_in.status.success(), "{signed_in:?}");
+    let table = String::from_utf8(signed_in.stdout).unwrap();
+    assert_eq!(row(&table, "authenticated with"), "agent-login");
+    let tried = row(&table, "session/new");
+    assert!(tried.ends_with("deleted again)"), "{tried}");
 }
 
 #[test]
