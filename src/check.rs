@@ -175,7 +175,7 @@ async fn try_session(client: &AgentClient, init: &AgentInit) -> Result<String, F
     };
     let id = match client.new_session(setup).await {
         Ok((id, _)) => id,
-        Err(CallError::Rpc(e)) if i64::from(e.code) == AUTH_REQUIRED => {
+        Err(CallError::Rpc(e)) if e.code == AUTH_REQUIRED => {
             let offered = auth_method_ids(init);
             return Err(Failure::Other(anyhow::anyhow!(
                 "session/new answered auth_required ({}): the agent needs a sign-in; it offers auth methods {offered:?}: give it its key in its environment (env), or configure its auth-method and auth-meta",
