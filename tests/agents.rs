@@ -241,8 +241,8 @@ async fn an_agent_never_touches_another_agents_session(backend: Backend) {
     w.finish().await;
 }
 
-/// An agent that needs a login nobody configured: 502 `agent-auth-required`, naming what it
-/// offers; the other agent serves.
+/// An agent that needs a sign-in nobody configured: 503 `agent-auth-required` (never a 5xx of
+/// the gateway's or the agent's failing), naming what it offers; the other agent serves.
 async fn an_agent_not_logged_in_names_its_auth_methods(backend: Backend) {
     let b_dir = tempfile::tempdir().unwrap();
     let opts = two_agents(
@@ -254,7 +254,7 @@ async fn an_agent_not_logged_in_names_its_auth_methods(backend: Backend) {
     let r = gw
         .post("/sessions", json!({"cwd": "/tmp", "agent": "b"}))
         .await;
-    assert_eq!(r.status(), 502);
+    assert_eq!(r.status(), 503);
     let problem: Value = r.json().await.unwrap();
     assert!(
         problem["type"]
@@ -268,6 +268,7 @@ async fn an_agent_not_logged_in_names_its_auth_methods(backend: Backend) {
         detail.contains("\"b\"") && detail.contains("api-key"),
         "{detail}"
     );
+    assert_eq!(problem["authMethods"], json!(["api-key"]), "{problem}");
     assert_eq!(
         gw.json("/agents/b").await["authMethods"][0]["id"],
         "api-key"

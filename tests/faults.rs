@@ -260,8 +260,8 @@ async fn idle_sessions_are_closed() {
     w.finish().await;
 }
 
-/// authMethods are shown; without --agent-auth-method the agent's -32000 is a 502
-/// agent-auth-required; with it every member authenticates at start; a method the agent does
+/// authMethods are shown; without --agent-auth-method the agent's -32000 is a 503
+/// agent-auth-required naming them; with it every member authenticates at start; a method the agent does
 /// not offer keeps the pool unready, saying why.
 #[tokio::test]
 async fn agent_login() {
@@ -274,12 +274,13 @@ async fn agent_login() {
     let agent = gw.json("/agent").await;
     assert_eq!(agent["initialize"]["authMethods"][0]["id"], "echo-login");
     let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
-    assert_eq!(r.status(), 502);
+    assert_eq!(r.status(), 503);
     let p: Value = r.json().await.unwrap();
     assert!(
         p["type"].as_str().unwrap().ends_with("agent-auth-required"),
         "{p}"
     );
+    assert_eq!(p["authMethods"], json!(["echo-login"]), "{p}");
     w.finish().await;
 
     let opts = Options::default()

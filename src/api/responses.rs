@@ -49,8 +49,8 @@ problems! {
     AgentFailed(502, "The agent failed");
     /// 502: the agent refused a session control.
     AgentRefused(502, "The agent refused it (its error `data` in the detail)");
-    /// 503: no pool member can take the session now.
-    NoReadyMember(503, "No ready pool member");
+    /// 503: no pool member can take the session now, or the agent is not signed in.
+    NoReadyMember(503, "No ready pool member, or the agent is not signed in (`agent-auth-required`, with its `authMethods`)");
     /// 409: a permission request or elicitation that was answered already.
     AlreadyResolved(409, "Already resolved");
     /// 400: a query parameter that is not valid.

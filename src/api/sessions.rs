@@ -193,7 +193,7 @@ pub async fn list_sessions(
         (status = 501, description = "A mode, model or config option was asked for and the agent offers none", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The agent failed or requires authentication", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent failed", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The agent did not answer in time", body = Problem, content_type = "application/problem+json"),
         InvalidSessionParams, NoReadyMember,
     ))]

@@ -58,8 +58,13 @@ pub enum Error {
     /// Another replica holds the session (or cannot be reached).
     #[error("{0}")]
     HeldElsewhere(String),
-    #[error("{0}")]
-    AgentAuthRequired(String),
+    /// The agent answered `auth_required`: it is not signed in; `methods` are the ids of the
+    /// auth methods it offers, when known.
+    #[error("{message}")]
+    AgentAuthRequired {
+        message: String,
+        methods: Vec<String>,
+    },
     /// The agent answered with an error.
     #[error("agent error {code}: {message}")]
     Agent { code: i64, message: String },
@@ -115,7 +120,10 @@ impl Error {
         match e.code {
             -32002 => Error::NotFound(format!("the agent does not know it: {}", e.message)),
             -32602 => Error::Invalid(format!("the agent rejected the parameters: {}", e.message)),
-            -32000 => Error::AgentAuthRequired(e.message),
+            -32000 => Error::AgentAuthRequired {
+                message: e.message,
+                methods: Vec::new(),
+            },
             -32601 => {
                 Error::NotSupported(format!("the agent does not implement it: {}", e.message))
             }

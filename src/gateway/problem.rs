@@ -24,6 +24,9 @@ pub struct Problem {
     /// The ACP error code, when the agent answered with an error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_code: Option<i64>,
+    /// For `agent-auth-required`: the ids of the auth methods the agent offers.
+    #[serde(rename = "authMethods", skip_serializing_if = "Option::is_none")]
+    pub auth_methods: Option<Vec<String>>,
 }
 
 /// A kind of problem: its status, the problem type's last segment and its title.
@@ -38,6 +41,7 @@ impl Problem {
             status,
             detail,
             agent_code,
+            auth_methods: None,
         }
     }
 }
@@ -68,11 +72,9 @@ impl Error {
                 "replica-unavailable",
                 "The gateway replica holding the session is unavailable",
             ),
-            Error::AgentAuthRequired(_) => (
-                502,
-                "agent-auth-required",
-                "The agent requires authentication",
-            ),
+            Error::AgentAuthRequired { .. } => {
+                (503, "agent-auth-required", "The agent is not signed in")
+            }
             Error::Agent { .. } => (502, "agent-error", "The agent failed"),
             Error::AgentMisbehaved(_) => {
                 (502, "agent-protocol-error", "The agent broke the protocol")
@@ -102,6 +104,10 @@ impl Error {
             Error::Agent { code, .. } => Some(*code),
             _ => None,
         };
-        Problem::new(self.kind(), detail, agent_code)
+        let mut problem = Problem::new(self.kind(), detail, agent_code);
+        if let Error::AgentAuthRequired { methods, .. } = self {
+            problem.auth_methods = Some(methods.clone());
+        }
+        problem
     }
 }

@@ -102,7 +102,7 @@ fn rpc_error(e: Error) -> RpcError {
         Error::Malformed(_) | Error::Invalid(_) => RpcError::invalid_params(),
         Error::NotFound(_) => RpcError::new(-32002, ""),
         Error::NotSupported(_) => RpcError::method_not_found(),
-        Error::AgentAuthRequired(_) => RpcError::auth_required(),
+        Error::AgentAuthRequired { .. } => RpcError::auth_required(),
         Error::Agent { code, .. } => RpcError::new(*code as i32, ""),
         _ => RpcError::internal_error(),
     };

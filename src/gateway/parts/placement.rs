@@ -168,7 +168,7 @@ impl Placement {
     /// An agent's "authentication required", completed with what it offers: the client (an
     /// operator, really) learns which `auth-method` to configure.
     pub(in crate::gateway) fn auth_hint(&self, agent: &str, e: Error) -> Error {
-        let Error::AgentAuthRequired(message) = e else {
+        let Error::AgentAuthRequired { message, .. } = e else {
             return e;
         };
         let offered: Vec<String> = self
@@ -184,9 +184,12 @@ impl Placement {
                     .map(str::to_owned)
             })
             .collect();
-        Error::AgentAuthRequired(format!(
-            "{message}: the agent {agent:?} needs a login; it offers authMethods {offered:?} (configure its auth-method and auth-meta)"
-        ))
+        Error::AgentAuthRequired {
+            message: format!(
+                "{message}: the agent {agent:?} needs a sign-in; it offers authMethods {offered:?} (give it its key in its env, or configure its auth-method and auth-meta)"
+            ),
+            methods: offered,
+        }
     }
 
     /// The agent a request names (the default one when it names none): 422 for a name not
