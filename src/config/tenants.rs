@@ -162,9 +162,11 @@ impl TenantFlags {
             .collect()
     }
 
-    /// `tenant`'s limits: its own where its table sets them, else the flags'.
+    /// `tenant`'s limits and budgets: its own where its table sets them, else the flags' (its
+    /// `env` and `provider` are not limits, and stay out: this runs for every prompt).
     pub fn limits(&self, tenant: &str) -> TenantLimits {
-        let own = self.own.get(tenant).cloned().unwrap_or_default();
+        let none = TenantLimits::default();
+        let own = self.own.get(tenant).unwrap_or(&none);
         let flag_costs = || self.tenant_max_cost_per_day.iter().cloned().collect();
         TenantLimits {
             max_sessions: own.max_sessions.or(Some(self.tenant_max_sessions)),
@@ -175,10 +177,10 @@ impl TenantFlags {
             max_tokens_per_day: own
                 .max_tokens_per_day
                 .or(Some(self.tenant_max_tokens_per_day)),
-            max_cost_per_day: own.max_cost_per_day.or_else(|| Some(flag_costs())),
+            max_cost_per_day: (own.max_cost_per_day.clone()).or_else(|| Some(flag_costs())),
             who_answers: own.who_answers,
-            env: own.env,
-            provider: own.provider,
+            env: None,
+            provider: None,
         }
     }
 

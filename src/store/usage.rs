@@ -258,7 +258,8 @@ fn tokens_from(row: &impl Columns) -> StoreResult<Tokens> {
     })
 }
 
-fn cost_from(row: &impl Columns, amount: &str) -> StoreResult<Option<Cost>> {
+/// The cost of column `amount`, in `cost_currency`, when both are known.
+pub(crate) fn cost_from(row: &impl Columns, amount: &str) -> StoreResult<Option<Cost>> {
     let amount: Option<f64> = row.get(amount)?;
     let currency: Option<String> = row.get("cost_currency")?;
     Ok(amount
@@ -346,15 +347,12 @@ macro_rules! impl_usage {
                 &self,
                 session_id: &str,
             ) -> $crate::store::error::StoreResult<Option<$crate::store::usage::Cost>> {
-                use sqlx::Row as _;
                 let row = sqlx::query($crate::store::usage::LAST_COST)
                     .bind(session_id)
                     .fetch_optional(&self.$writes)
                     .await?;
-                let Some(row) = row else { return Ok(None) };
-                let amount: f64 = row.try_get("cost_cumulative")?;
-                let currency: Option<String> = row.try_get("cost_currency")?;
-                Ok(currency.map(|currency| $crate::store::usage::Cost { amount, currency }))
+                let cost = row.map(|r| $crate::store::usage::cost_from(&r, "cost_cumulative"));
+                Ok(cost.transpose()?.flatten())
             }
 
             async fn session_usage(

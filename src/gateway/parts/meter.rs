@@ -175,7 +175,7 @@ impl Meter {
 
     async fn record(&self, job: Job) {
         let Job { mut turn, recorded } = job;
-        self.log.flush().await;
+        // The model as committed (no flush: the turn's answer does not wait for a commit).
         if let Ok(at) = self.states.state_of(&turn.session_id).await {
             turn.model = at.state.model();
         }
