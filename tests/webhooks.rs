@@ -135,10 +135,18 @@ async fn deliveries_are_signed_ordered_and_retried(backend: Backend) {
     let want_order: Vec<&str> = want.iter().map(|(m, _)| m.as_str()).collect();
     assert_eq!(order, want_order);
 
-    // The gateway's account of it.
-    let page = gw
-        .json(&format!("/webhooks/{hook_id}/deliveries?limit=200"))
-        .await;
+    // The gateway's account of it, once it has recorded the last answers the receiver gave.
+    let path = format!("/webhooks/{hook_id}/deliveries?limit=200");
+    gw.wait_until(|g| {
+        let path = path.clone();
+        async move {
+            let page = g.json(&path).await;
+            let rows = page["deliveries"].as_array().cloned().unwrap_or_default();
+            rows.iter().all(|d| d["status"] != "pending")
+        }
+    })
+    .await;
+    let page = gw.json(&path).await;
     let rows = page["deliveries"].as_array().unwrap();
     assert_eq!(rows.len(), want.len());
     for d in rows {
