@@ -42,6 +42,7 @@ run() {
     ECHO_AGENT_CAPS=load,list,delete,resume,close,fork target/debug/acp-gateway \
     --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
     --database-url "$db_url" --control-timeout 5 --workspace-dir "$work/workspaces" \
+    --registry "$work/registry.json" --agents-dir "$work/agents" \
     >"$out" 2>"$log" &
   pid=$!
   await_listening "$pid" "$out" "$log"
@@ -53,6 +54,11 @@ run() {
   pid=
 }
 
+# A registry of the run's own, whose one agent runs on no platform: an install it asks for is
+# refused (422), and nothing is fetched from the official registry.
+printf '%s' '{"version":"1.0.0","agents":[{"id":"claude-acp","name":"Nowhere","version":"1.0.0",
+  "distribution":{"binary":{"plan9-x86_64":{"archive":"http://127.0.0.1:9/a.tgz","cmd":"./a"}}}}]}' \
+  > "$work/registry.json"
 run "sqlite:$work/gateway.db" SQLite
 if [ -n "${DATABASE_URL:-}" ]; then
   pg_db="acpgw_schemathesis_$$"

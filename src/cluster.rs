@@ -75,8 +75,9 @@ pub struct Cluster {
     /// may be held elsewhere; else the record of the sessions held here (SQLite).
     replicas: Replicas,
     address: String,
-    /// The agents this replica runs, its default first.
-    agents: Vec<String>,
+    /// The agents this replica runs, its default first (those installed from the registry
+    /// added and removed as they come and go: [`Cluster::set_agents`]).
+    agents: Mutex<Vec<String>>,
     started_at: DateTime<Utc>,
     interval: Duration,
     view: Mutex<Vec<ReplicaView>>,
@@ -107,6 +108,16 @@ pub struct Beat {
 }
 
 impl Cluster {
+    /// The agents this replica runs now, its default first.
+    pub fn agents(&self) -> Vec<String> {
+        self.agents.lock().expect("agents lock").clone()
+    }
+
+    /// Says which agents this replica runs from now on (its next heartbeat tells the others).
+    pub fn set_agents(&self, agents: Vec<String>) {
+        *self.agents.lock().expect("agents lock") = agents;
+    }
+
     /// This replica's membership, reached at `address`, running `agents` (the default first),
     /// sharing `secret` with the other replicas.
     pub fn new(
@@ -119,7 +130,7 @@ impl Cluster {
             secret: secret.into(),
             replicas,
             address,
-            agents,
+            agents: Mutex::new(agents),
             // As a database stores it, to the microsecond.
             started_at: Utc::now().trunc_subsecs(6),
             interval,
@@ -193,7 +204,7 @@ impl Cluster {
             address: self.address.clone(),
             started_at: self.started_at,
             sessions_live,
-            agents: self.agents.clone(),
+            agents: self.agents(),
         };
         let registry = match &self.replicas {
             Replicas::Shared(registry) => registry,
@@ -300,13 +311,14 @@ impl Cluster {
     /// their way since); when it does not, the one holding the fewest. `None`: here (where a
     /// create for an agent no live replica runs fails).
     pub fn place_elsewhere(&self, agent: Option<&str>, live_here: i64) -> Option<String> {
-        let default = self.agents.first().map(String::as_str);
+        let here = self.agents();
+        let default = here.first().map(String::as_str);
         let wanted = agent.or(default)?;
         let can_start = |r: &ReplicaView| match agent {
             Some(_) => r.agents.iter().any(|a| a == wanted),
             None => r.agents.first().is_some_and(|a| a == wanted),
         };
-        let runs_here = self.agents.iter().any(|a| a == wanted);
+        let runs_here = here.iter().any(|a| a == wanted);
         let mut view = self.view.lock().expect("view lock");
         let least = view
             .iter_mut()
@@ -323,7 +335,7 @@ impl Cluster {
     /// when this replica runs the agent (or no live one does), else the address of the live
     /// replica running it that holds the fewest sessions.
     pub fn runner_elsewhere(&self, agent: &str) -> Option<String> {
-        if self.agents.iter().any(|a| a == agent) {
+        if self.agents().iter().any(|a| a == agent) {
             return None;
         }
         let view = self.view.lock().expect("view lock");
@@ -345,11 +357,12 @@ impl Cluster {
     /// Whether a live replica runs an agent this one does not (what [`Cluster::agents_elsewhere`]
     /// lists, without listing it).
     pub fn runs_agents_elsewhere(&self) -> bool {
+        let here = self.agents();
         let view = self.view.lock().expect("view lock");
         view.iter()
             .filter(|r| r.live)
             .flat_map(|r| &r.agents)
-            .any(|a| !self.agents.contains(a))
+            .any(|a| !here.contains(a))
     }
 
     /// The address of the live replica other than this one whose id is `id`, as of the view.
@@ -394,12 +407,13 @@ impl Cluster {
 
     /// The agents that live replicas run and this one does not, by name.
     pub fn agents_elsewhere(&self) -> Vec<String> {
+        let here = self.agents();
         let view = self.view.lock().expect("view lock");
         let mut names: Vec<String> = view
             .iter()
             .filter(|r| r.live)
             .flat_map(|r| &r.agents)
-            .filter(|a| !self.agents.contains(a))
+            .filter(|a| !here.contains(a))
             .cloned()
             .collect();
         names.sort();

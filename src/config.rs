@@ -8,6 +8,7 @@ mod agent;
 mod agents;
 mod file;
 mod flags;
+mod install_flags;
 mod keep;
 mod oidc;
 mod tenant_env;
@@ -18,7 +19,8 @@ mod workspace_flags;
 
 pub use access::{AccessFlags, McpServers};
 pub use agent::{AgentSpec, DEFAULT_AGENT, FileAgent, valid_agent_name};
-pub use flags::{Command, Config, LogFormat, PermissionPolicy};
+pub use flags::{AgentsCommand, Command, Config, LogFormat, PermissionPolicy};
+pub use install_flags::InstallFlags;
 pub use keep::KeepFlags;
 pub use oidc::OidcFlags;
 pub use tenant_env::{TenantEnv, TenantProvider};

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod events;
 pub mod gateway;
+pub mod install;
 pub mod pool;
 pub mod redact;
 pub mod settings;
@@ -313,6 +314,7 @@ pub async fn run(
             idempotency_ttl: Duration::from_secs(config.keep.idempotency_ttl),
             max_queued_prompts: config.max_queued_prompts as usize,
             tenants: config.tenants.clone(),
+            installs: install_config(&config)?,
         },
     );
     // On shutdown: stop accepting and end the SSE streams; cancel running turns and close live
@@ -360,6 +362,72 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     store::connect(&config.database_url, cluster::replica_id())
         .await
         .context("opening the database")?;
+    Ok(())
+}
+
+/// Where agents are installed from and to, and how an installed one is started: as a
+/// configured agent is, with the tenants' pools.
+fn install_config(config: &Config) -> anyhow::Result<gateway::InstallConfig> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("building the registry's HTTP client")?;
+    let root = std::path::absolute(&config.installs.agents_dir).context("--agents-dir")?;
+    let installer = install::installer::Installer::new(root, client.clone());
+    let shared = config.clone();
+    let template: gateway::AgentTemplate = Arc::new(move |name, command| {
+        let spec = shared.installed_agent(name, command);
+        let pools = pool_config(&spec, &shared);
+        AgentSetup {
+            name: spec.name,
+            tenants: tenant_pools(&pools, &shared),
+            config: pools,
+            max_sessions: spec.max_sessions,
+        }
+    });
+    Ok(gateway::InstallConfig {
+        registry: config.installs.registry.clone(),
+        installer,
+        client,
+        template,
+    })
+}
+
+/// `acp-gateway agents …`: installs a registry's agent and records it in the database (the
+/// gateways using it start it), or lists those recorded.
+pub async fn agents_command(config: &Config, action: &config::AgentsCommand) -> anyhow::Result<()> {
+    let store::Database { store, .. } = store::connect(&config.database_url, cluster::replica_id())
+        .await
+        .context("opening the database")?;
+    match action {
+        config::AgentsCommand::Add { agent, name } => {
+            let (id, version) = match agent.split_once('@') {
+                Some((id, version)) => (id, Some(version)),
+                None => (agent.as_str(), None),
+            };
+            let installs = install_config(config)?;
+            let record = gateway::install_offline(
+                store,
+                &installs,
+                (id, version, name.as_deref()),
+                &|line: &str| eprintln!("{line}"),
+            )
+            .await?;
+            println!(
+                "installed {} ({} {} {})",
+                record.name, record.registry_id, record.kind, record.version
+            );
+        }
+        config::AgentsCommand::List => {
+            for r in store
+                .installs()
+                .await
+                .context("reading the installed agents")?
+            {
+                println!("{}\t{}\t{}\t{}", r.name, r.registry_id, r.kind, r.version);
+            }
+        }
+    }
     Ok(())
 }
 

@@ -92,6 +92,9 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
             println!("migrations applied");
             return Ok(());
         }
+        Some(Command::Agents { ref action }) => {
+            return acp_gateway::agents_command(&config, action).await;
+        }
         Some(Command::CheckAgent { ref only }) => {
             let checked = acp_gateway::check::check_agents(&config, only.as_deref()).await?;
             print!("{}", checked.report);

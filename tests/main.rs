@@ -27,6 +27,7 @@ mod hostile_input;
 mod idempotency;
 mod identity;
 mod image;
+mod installs;
 mod list_sync;
 mod oidc;
 mod openapi;

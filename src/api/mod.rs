@@ -16,6 +16,7 @@ pub mod forward;
 pub mod guard;
 pub mod hosted;
 pub mod idempotency;
+mod installs;
 pub mod limits;
 mod metrics;
 mod oidc;
@@ -169,8 +170,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(webhooks::retry_delivery))
         .routes(routes!(system::agent))
-        .routes(routes!(system::agents))
-        .routes(routes!(system::named_agent))
+        .routes(routes!(system::agents, installs::install_agent))
+        .routes(routes!(system::named_agent, installs::remove_agent))
+        .routes(routes!(installs::upgrade_agent))
+        .routes(routes!(installs::registry))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

@@ -200,6 +200,22 @@ impl Config {
     }
 
     /// An agent's spec from the global flags alone.
+    /// An agent installed from the registry, run as a configured one is (`--agent-env` and
+    /// `--agent-cwd`, the pool size, the auth method), its install's environment over
+    /// `--agent-env`.
+    pub fn installed_agent(&self, name: &str, command: AgentCommand) -> AgentSpec {
+        let own = command.env.clone();
+        let mut spec = self.spec(name, command);
+        spec.command
+            .env
+            .retain(|(k, _)| own.iter().all(|(o, _)| o != k));
+        spec.command.env.extend(own);
+        if let Err(e) = self.otel_env(&mut spec, &|name: &str| std::env::var(name).ok()) {
+            tracing::warn!(agent = %name, error = %e, "the installed agent's telemetry variables");
+        }
+        spec
+    }
+
     fn spec(&self, name: &str, mut command: AgentCommand) -> AgentSpec {
         command.env = self.agent_env.clone();
         command.cwd = self.agent_cwd.clone();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::access::AccessFlags;
 use super::agent;
+use super::install_flags::InstallFlags;
 use super::keep::KeepFlags;
 use super::oidc::OidcFlags;
 use super::tenants::TenantFlags;
@@ -339,6 +340,9 @@ pub struct Config {
     #[command(flatten)]
     pub workspaces: WorkspaceFlags,
 
+    #[command(flatten)]
+    pub installs: InstallFlags,
+
     /// An OTLP collector to export traces to (HTTP/protobuf, `URL/v1/traces`), as
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` does; the other `OTEL_*` variables apply.
     #[arg(long, env = "ACP_GATEWAY_OTLP_ENDPOINT", global = true)]
@@ -371,6 +375,12 @@ pub enum Command {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Change the agents installed from the registry in the gateway's database, which every
+    /// replica runs: `acp-gateway agents add ID[@VERSION]`.
+    Agents {
+        #[command(subcommand)]
+        action: AgentsCommand,
+    },
     /// Bridge stdin/stdout to a gateway's ACP endpoint, for editors that launch agents as
     /// commands: `acp-gateway connect https://gw.example/acp --api-key KEY` (here `--api-key`
     /// is the key itself, sent as `Authorization: Bearer`). Reconnects and resumes the open
@@ -395,6 +405,22 @@ pub enum Command {
         #[arg(long, env = "ACP_GATEWAY_CONNECT_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+}
+
+/// `acp-gateway agents …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AgentsCommand {
+    /// Install the registry's agent ID (at VERSION, else the registry's) under `--agents-dir`
+    /// and record it; the gateways using the database start it within seconds.
+    Add {
+        /// `ID` or `ID@VERSION`.
+        agent: String,
+        /// The name sessions use for it (default: its id).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the installed agents.
+    List,
 }
 
 /// Who answers `session/request_permission`.

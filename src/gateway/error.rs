@@ -65,6 +65,9 @@ pub enum Error {
         message: String,
         methods: Vec<String>,
     },
+    /// The agent registry (`--registry`) cannot be read.
+    #[error("{0}")]
+    Registry(String),
     /// The agent answered with an error.
     #[error("agent error {code}: {message}")]
     Agent { code: i64, message: String },

@@ -21,6 +21,7 @@ mod files;
 mod history;
 mod idempotency;
 pub mod input;
+mod installs;
 pub mod output;
 mod parts;
 pub mod problem;
@@ -44,10 +45,12 @@ pub use files::{FileEntryView, FileView, Files, FolderView, Found, OpenFile};
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
+pub use installs::{Installs, RegistryAgentView, RegistryView, install_offline};
 pub use output::QueuedView;
 pub use output::{AgentView, TurnResult, WorkspaceView};
 pub use parts::counters::Counters;
 pub use parts::elicitations::{ElicitationReply, ElicitationView};
+pub use parts::installs::{AgentTemplate, InstallConfig, InstallPhase, InstallView};
 pub use parts::permissions::PermissionView;
 pub use parts::requests::Requests;
 pub use problem::Problem;
@@ -75,7 +78,7 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::Cluster;
 use crate::config::PermissionPolicy;
 use crate::events::EventHub;
-use crate::pool::{AgentSetup, Agents};
+use crate::pool::{AgentSetup, Agents, MemberAgents};
 use crate::store::Store;
 
 /// Gateway settings.
@@ -125,6 +128,8 @@ pub struct GatewayConfig {
     pub tenants: crate::config::TenantFlags,
     /// Prompts waiting in one session's queue at most.
     pub max_queued_prompts: usize,
+    /// Where agents are installed from and to, and how an installed one is started.
+    pub installs: parts::installs::InstallConfig,
 }
 
 /// The gateway service: its use cases, each with the parts it needs. Cheap to clone (one
@@ -144,6 +149,7 @@ struct Service {
     files: Files,
     changes: Changes,
     system: System,
+    installs: Installs,
     requests: Arc<Requests>,
     webhooks: Arc<Webhooks>,
     idempotency: Idempotency,
@@ -218,6 +224,8 @@ impl Gateway {
             &tasks,
             stop_meter.clone(),
         );
+        // Each member's agent, noted as the agents start (and as others are installed).
+        let member_agents = Arc::new(MemberAgents::default());
         let callbacks = Arc::new(parts::callbacks::Callbacks::new(
             live.clone(),
             log.clone(),
@@ -227,12 +235,11 @@ impl Gateway {
             requests.clone(),
             cluster.clone(),
             counters.clone(),
-            // Members are numbered across the agents, in order, each pool at least one.
-            Agents::member_agents(&agents).into(),
+            member_agents.clone(),
             records.clone(),
             config.max_updates_per_turn,
         ));
-        let agents = Agents::start(agents, callbacks);
+        let agents = Agents::start(agents, callbacks, member_agents);
         let limits = parts::placement::LiveLimits {
             max_sessions: config.max_sessions,
             max_sessions_per_member: config.max_sessions_per_member,
@@ -269,6 +276,12 @@ impl Gateway {
             cluster.clone(),
             tasks.clone(),
         ));
+        let installs = Arc::new(parts::installs::AgentInstalls::new(
+            store.clone(),
+            placement.clone(),
+            config.installs.clone(),
+        ));
+        tasks.spawn(installs.clone().apply_forever(stop.clone()));
         let parts = parts::Parts::new(
             placement.clone(),
             records,
@@ -280,6 +293,7 @@ impl Gateway {
             workspaces,
             watchers,
             meter,
+            installs,
             tasks.clone(),
             stop.clone(),
         );
@@ -316,6 +330,7 @@ impl Gateway {
         let history = History::new(&parts);
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
+        let installs = Installs::new(&parts);
         let idempotency = Idempotency::new(&parts, store, config.idempotency_ttl);
         tasks.spawn(idempotency.clone().prune_forever());
         let every = config.sync_interval;
@@ -338,6 +353,7 @@ impl Gateway {
             files,
             changes,
             system,
+            installs,
             requests,
             webhooks,
             idempotency,
@@ -472,6 +488,11 @@ impl Gateway {
     /// Readiness, the agents, the numbers of `/metrics`.
     pub fn system(&self) -> &System {
         &self.0.system
+    }
+
+    /// The agents installed from a registry.
+    pub fn installs(&self) -> &Installs {
+        &self.0.installs
     }
 
     /// The webhook subscriptions.

@@ -75,6 +75,11 @@ impl Error {
             Error::AgentAuthRequired { .. } => {
                 (503, "agent-auth-required", "The agent is not signed in")
             }
+            Error::Registry(_) => (
+                502,
+                "registry-unavailable",
+                "The agent registry cannot be read",
+            ),
             Error::Agent { .. } => (502, "agent-error", "The agent failed"),
             Error::AgentMisbehaved(_) => {
                 (502, "agent-protocol-error", "The agent broke the protocol")

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::error::Error;
 use super::output::AgentView;
+use super::parts::installs::{InstallPhase, InstallView};
 use super::parts::use_case;
 use crate::agent_rpc::caps::Capabilities;
 use crate::pool::{AgentPool, MemberView};
@@ -43,6 +44,10 @@ pub struct NamedAgentView {
     /// The ids of the live replicas that run it (as of this replica's last heartbeat; see
     /// `GET /agent`'s `replicas`), oldest first.
     pub replicas: Vec<String>,
+    /// For an agent installed from the registry: what this replica installed, or is
+    /// installing (`phase`, `progress`), or why its install failed here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installed: Option<InstallView>,
 }
 
 impl NamedAgentView {
@@ -59,7 +64,26 @@ impl NamedAgentView {
             auth_methods: init.map_or(Value::Array(Vec::new()), |i| i.auth_methods),
             members: agent.members(),
             replicas,
+            installed: None,
         }
+    }
+
+    /// An agent this replica is installing, or failed to install, that runs nowhere.
+    fn installing(name: String, install: InstallView) -> Self {
+        let reason = match install.phase {
+            InstallPhase::Failed => format!(
+                "its install failed: {}",
+                install.error.as_deref().unwrap_or("no reason given")
+            ),
+            _ => format!(
+                "being installed: {}",
+                install.progress.last().map_or("starting", String::as_str)
+            ),
+        };
+        let mut view = NamedAgentView::elsewhere(name, Vec::new());
+        view.unready_reason = Some(reason);
+        view.installed = Some(install);
+        view
     }
 
     /// An agent that only the other live `replicas` run.
@@ -77,6 +101,7 @@ impl NamedAgentView {
             auth_methods: Value::Array(Vec::new()),
             members: Vec::new(),
             replicas,
+            installed: None,
         }
     }
 }
@@ -112,7 +137,7 @@ use_case! {
     /// The use case of readiness, the agents and the numbers of `/metrics`, with the parts it
     /// needs.
     pub struct System {
-        parts: [placement, log, requests, counters],
+        parts: [placement, log, requests, counters, installs],
         /// What readiness asks whether the database answers.
         database: Arc<dyn Ping>,
     }
@@ -126,13 +151,13 @@ impl System {
         if let Some(why) = self.unready_reason().await {
             return Err(Error::NoCapacity(why));
         }
-        let (ready, not): (Vec<&AgentPool>, Vec<&AgentPool>) = self
+        let (ready, not): (Vec<Arc<AgentPool>>, Vec<Arc<AgentPool>>) = self
             .placement
             .agents()
             .all()
-            .iter()
+            .into_iter()
             .partition(|a| a.pool().ready_count() > 0);
-        let names = |agents: Vec<&AgentPool>| -> Vec<String> {
+        let names = |agents: Vec<Arc<AgentPool>>| -> Vec<String> {
             agents.iter().map(|a| a.name().to_owned()).collect()
         };
         let mut answer = format!("ready: {}", names(ready).join(", "));
@@ -189,28 +214,48 @@ impl System {
     /// live replicas run, by name.
     pub fn agents(&self) -> Vec<NamedAgentView> {
         let cluster = self.placement.cluster();
-        let here = self.placement.agents().all().iter().enumerate();
-        let here = here.map(|(i, a)| NamedAgentView::of(a, i == 0, cluster.runners(a.name())));
+        let here = self.placement.agents().all().into_iter().enumerate();
+        let installs = self.installs.views();
+        let here = here.map(|(i, a)| {
+            let mut view = NamedAgentView::of(&a, i == 0, cluster.runners(a.name()));
+            view.installed = installs.get(a.name()).cloned();
+            view
+        });
+        let here: Vec<NamedAgentView> = here.collect();
+        let running = self.placement.agents().names();
         let elsewhere = cluster.agents_elsewhere().into_iter().map(|name| {
             let replicas = cluster.runners(&name);
-            NamedAgentView::elsewhere(name, replicas)
+            let mut view = NamedAgentView::elsewhere(name, replicas);
+            view.installed = installs.get(&view.name).cloned();
+            view
         });
-        here.chain(elsewhere).collect()
+        let elsewhere: Vec<NamedAgentView> = elsewhere.collect();
+        // Being installed here (or failed), running nowhere yet.
+        let pending = (installs.into_iter())
+            .filter(|(n, _)| !running.contains(n))
+            .filter(|(n, _)| cluster.runners(n).is_empty())
+            .map(|(name, install)| NamedAgentView::installing(name, install));
+        here.into_iter().chain(elsewhere).chain(pending).collect()
     }
 
     /// `GET /agents/{name}`.
     pub fn named_agent(&self, name: &str) -> Result<NamedAgentView, Error> {
         let cluster = self.placement.cluster();
         let default = self.placement.agents().default_agent().name() == name;
+        let installed = self.installs.view(name);
         if let Some(a) = self.placement.agents().get(name) {
-            return Ok(NamedAgentView::of(a, default, cluster.runners(name)));
+            let mut view = NamedAgentView::of(&a, default, cluster.runners(name));
+            view.installed = installed;
+            return Ok(view);
         }
         let elsewhere = cluster.agents_elsewhere();
         if elsewhere.iter().any(|a| a == name) {
-            return Ok(NamedAgentView::elsewhere(
-                name.to_owned(),
-                cluster.runners(name),
-            ));
+            let mut view = NamedAgentView::elsewhere(name.to_owned(), cluster.runners(name));
+            view.installed = installed;
+            return Ok(view);
+        }
+        if let Some(install) = installed {
+            return Ok(NamedAgentView::installing(name.to_owned(), install));
         }
         let here = self.placement.agents().names();
         Err(Error::NotFound(if elsewhere.is_empty() {
@@ -224,7 +269,8 @@ impl System {
 
     /// `GET /agent`: the default agent.
     pub fn agent(&self) -> AgentView {
-        let pool = self.placement.agents().default_agent().pool();
+        let agent = self.placement.agents().default_agent();
+        let pool = agent.pool();
         AgentView {
             initialize: pool.init(),
             members: pool.members(),

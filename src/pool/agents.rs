@@ -5,7 +5,7 @@
 //! tenants' pools', then the next agent's), so that a member index alone says which agent and
 //! process a live session is on.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::members::{AgentCallbacks, MemberView, Pool, PoolConfig};
 use crate::agent_rpc::Connection;
@@ -99,6 +99,17 @@ impl AgentPool {
         !self.remote.is_empty()
     }
 
+    /// Stops the members of its pools and waits for them.
+    pub async fn shutdown(&self) {
+        let pools = std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p));
+        futures::future::join_all(pools.map(|p| p.shutdown())).await;
+    }
+
+    /// Live sessions on its members (its tenants' pools' included).
+    pub fn live_sessions(&self) -> usize {
+        self.members().iter().map(|m| m.sessions).sum()
+    }
+
     /// The host that member `member` (a global index; `None`: any member) bridges to, for a
     /// remote agent: its URLs are the replicas of one host, taken in turn by the members.
     pub fn host(&self, member: Option<usize>) -> Option<AgentHost> {
@@ -111,110 +122,160 @@ impl AgentPool {
     }
 }
 
-/// The agents, the default one first.
+/// Each member's agent, by member index: shared with whoever handles what the members send,
+/// which is built before the agents start.
+#[derive(Default)]
+pub struct MemberAgents(RwLock<Vec<String>>);
+
+impl MemberAgents {
+    /// The agent of member `member`.
+    pub fn get(&self, member: usize) -> Option<String> {
+        self.0
+            .read()
+            .expect("member agents lock")
+            .get(member)
+            .cloned()
+    }
+}
+
+/// The agents, the default one first: those configured, started with the gateway, then those
+/// installed while it runs ([`Agents::add`], [`Agents::remove`]).
 pub struct Agents {
-    agents: Vec<AgentPool>,
+    agents: RwLock<Vec<Arc<AgentPool>>>,
+    handler: Arc<dyn AgentCallbacks>,
+    /// Each member's agent; its length is the next member's index.
+    names: Arc<MemberAgents>,
 }
 
 impl Agents {
-    /// Starts every agent's pool (the default agent first, as `configs` are given).
-    pub fn start(setups: Vec<AgentSetup>, handler: Arc<dyn AgentCallbacks>) -> Arc<Agents> {
-        let mut next = 0;
-        let mut start = |config: PoolConfig| {
-            let (first, size) = (next, config.size.max(1));
-            next += size;
-            (first, Pool::start(config, first, handler.clone()))
+    /// Starts every agent's pool (the default agent first, as `setups` are given), noting each
+    /// member's agent in `names`.
+    pub fn start(
+        setups: Vec<AgentSetup>,
+        handler: Arc<dyn AgentCallbacks>,
+        names: Arc<MemberAgents>,
+    ) -> Arc<Agents> {
+        let agents = Agents {
+            agents: RwLock::default(),
+            handler,
+            names,
         };
-        let agents = setups
-            .into_iter()
-            .map(|setup| {
-                let (remote, remote_token) = (
-                    setup.config.remote.clone(),
-                    setup.config.remote_token.clone(),
-                );
-                let (first, pool) = start(setup.config);
-                let tenants = (setup.tenants.into_iter())
-                    .map(|(tenant, config)| (tenant, start(config).1))
-                    .collect();
-                AgentPool {
-                    name: setup.name,
-                    pool,
-                    tenants,
-                    max_sessions: setup.max_sessions,
-                    remote,
-                    remote_token,
-                    first,
-                }
-            })
-            .collect();
-        Arc::new(Agents { agents })
+        for setup in setups {
+            agents.start_one(setup);
+        }
+        Arc::new(agents)
     }
 
-    /// The agent of each member, by member index (a tenant's pool's members are its agent's).
-    pub fn member_agents(setups: &[AgentSetup]) -> Vec<String> {
-        let sizes = |s: &AgentSetup| {
-            std::iter::once(s.config.size.max(1))
-                .chain(s.tenants.iter().map(|(_, c)| c.size.max(1)))
-                .sum::<usize>()
+    /// Starts `setup`'s pools, numbering their members after every member so far.
+    fn start_one(&self, setup: AgentSetup) -> Arc<AgentPool> {
+        let mut names = self.names.0.write().expect("member agents lock");
+        let mut start = |config: PoolConfig| {
+            let (first, size) = (names.len(), config.size.max(1));
+            names.extend(std::iter::repeat_n(setup.name.clone(), size));
+            (first, Pool::start(config, first, self.handler.clone()))
         };
-        (setups.iter())
-            .flat_map(|s| std::iter::repeat_n(s.name.clone(), sizes(s)))
-            .collect()
+        let (remote, remote_token) = (
+            setup.config.remote.clone(),
+            setup.config.remote_token.clone(),
+        );
+        let (first, pool) = start(setup.config);
+        let tenants = (setup.tenants.into_iter())
+            .map(|(tenant, config)| (tenant, start(config).1))
+            .collect();
+        let agent = Arc::new(AgentPool {
+            name: setup.name,
+            pool,
+            tenants,
+            max_sessions: setup.max_sessions,
+            remote,
+            remote_token,
+            first,
+        });
+        self.list_mut().push(agent.clone());
+        agent
+    }
+
+    /// Starts an agent installed while the gateway runs, after the others; `false` when one of
+    /// that name runs already (nothing started).
+    pub fn add(&self, setup: AgentSetup) -> bool {
+        if self.get(&setup.name).is_some() {
+            return false;
+        }
+        self.start_one(setup);
+        true
+    }
+
+    /// Takes the agent `name` out, so that nothing new is placed on it; the caller stops its
+    /// pools ([`AgentPool::shutdown`]). Its members' numbers are never given again.
+    pub fn remove(&self, name: &str) -> Option<Arc<AgentPool>> {
+        let mut list = self.list_mut();
+        let at = list.iter().position(|a| a.name == name)?;
+        Some(list.remove(at))
+    }
+
+    fn list(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<AgentPool>>> {
+        self.agents.read().expect("agents lock")
+    }
+
+    fn list_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<AgentPool>>> {
+        self.agents.write().expect("agents lock")
     }
 
     /// The agent used when a request names none.
-    pub fn default_agent(&self) -> &AgentPool {
-        &self.agents[0]
+    pub fn default_agent(&self) -> Arc<AgentPool> {
+        self.list()[0].clone()
     }
 
     /// The agent named `name`.
-    pub fn get(&self, name: &str) -> Option<&AgentPool> {
-        self.agents.iter().find(|a| a.name == name)
+    pub fn get(&self, name: &str) -> Option<Arc<AgentPool>> {
+        self.list().iter().find(|a| a.name == name).cloned()
     }
 
     /// Every agent, the default first.
-    pub fn all(&self) -> &[AgentPool] {
-        &self.agents
+    pub fn all(&self) -> Vec<Arc<AgentPool>> {
+        self.list().clone()
     }
 
     /// The names of the agents, the default first.
-    pub fn names(&self) -> Vec<&str> {
-        self.agents.iter().map(|a| a.name.as_str()).collect()
+    pub fn names(&self) -> Vec<String> {
+        self.list().iter().map(|a| a.name.clone()).collect()
     }
 
     /// The agent whose pool has member `index`.
-    pub fn of_member(&self, index: usize) -> Option<&AgentPool> {
-        self.agents.iter().find(|a| a.has(index))
-    }
-
-    /// The pool with member `index`.
-    fn pool_of(&self, index: usize) -> Option<&Pool> {
-        self.of_member(index)?.pool_of(index)
+    pub fn of_member(&self, index: usize) -> Option<Arc<AgentPool>> {
+        self.list().iter().find(|a| a.has(index)).cloned()
     }
 
     /// The connection of member `index`, if it is ready.
     pub fn conn(&self, index: usize) -> Option<Arc<Connection>> {
-        self.pool_of(index)?.conn(index)
+        self.of_member(index)?.pool_of(index)?.conn(index)
     }
 
     /// Kills member `index`; its supervisor restarts it.
     pub fn restart_member(&self, index: usize, why: &str) {
-        if let Some(pool) = self.pool_of(index) {
+        if let Some(pool) = self
+            .of_member(index)
+            .as_deref()
+            .and_then(|a| a.pool_of(index))
+        {
             pool.restart_member(index, why);
         }
     }
 
     /// Counts a live session on member `index` (+1 or -1).
     pub fn adjust_sessions(&self, index: usize, attach: bool) {
-        if let Some(pool) = self.pool_of(index) {
+        if let Some(pool) = self
+            .of_member(index)
+            .as_deref()
+            .and_then(|a| a.pool_of(index))
+        {
             pool.adjust_sessions(index, attach);
         }
     }
 
     /// Stops every agent's members and waits for them.
     pub async fn shutdown(&self) {
-        let pools = (self.agents.iter())
-            .flat_map(|a| std::iter::once(&a.pool).chain(a.tenants.iter().map(|(_, p)| p)));
-        futures::future::join_all(pools.map(|p| p.shutdown())).await;
+        let agents = self.all();
+        futures::future::join_all(agents.iter().map(|a| a.shutdown())).await;
     }
 }

@@ -11,7 +11,7 @@ pub mod client;
 mod members;
 mod supervisor;
 
-pub use agents::{AgentHost, AgentPool, AgentSetup, Agents};
+pub use agents::{AgentHost, AgentPool, AgentSetup, Agents, MemberAgents};
 pub use members::{
     AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig, ProviderParams,
 };

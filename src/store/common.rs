@@ -405,6 +405,7 @@ macro_rules! impl_store {
         impl_queue!($backend { reads: $reads, writes: $writes });
         impl_watchers!($backend { reads: $reads, writes: $writes });
         impl_usage!($backend { reads: $reads, writes: $writes });
+        impl_installs!($backend { reads: $reads, writes: $writes });
         impl_quotas!($backend {
             reads: $reads,
             writes: $writes,

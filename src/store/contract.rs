@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::error::StoreResult;
 use super::event::{LogWriter, NewEvent, SeqRange, StoredEvent};
 use super::idempotency::IdempotencyKeys;
+use super::installs::InstalledAgents;
 use super::queue::PromptQueue;
 use super::quotas::TenantQuotas;
 use super::records::{
@@ -37,6 +38,7 @@ pub trait Store:
     + PromptQueue
     + SessionWatchers
     + UsageLedger
+    + InstalledAgents
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one

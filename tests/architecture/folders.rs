@@ -35,6 +35,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "turns",
             "queue",
             "usage",
+            "installs",
             "history",
             "sync",
             "system",

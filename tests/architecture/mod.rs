@@ -52,6 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "redact",
             "workspace",
+            "install",
         ],
     ),
     ("pool", &["agent_rpc"]),
@@ -59,8 +60,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cluster", &["store"]),
     ("agent_rpc", &["surrogates", "telemetry", "redact"]),
     ("store", &[]),
-    // The flags: an agent's command line is the transport's `AgentCommand`.
-    ("config", &["agent_rpc", "redact"]),
+    // The flags: an agent's command line is the transport's `AgentCommand`; the registry's
+    // default address is the installer's.
+    ("config", &["agent_rpc", "redact", "install"]),
     // `check-agent` starts each agent once; `bridge` (`acp-gateway connect`) is only a client of
     // some `/acp`.
     ("check", &["agent_rpc", "pool", "config"]),
@@ -71,6 +73,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("redact", &[]),
     // A session's workspace: its files, confined to its folder.
     ("workspace", &[]),
+    // Installing agents from the ACP registry: a leaf that masks the URLs it names.
+    ("install", &["redact"]),
     // The configuration read once at start: the API keys (an `api` type), the flags and the
     // database URL.
     ("settings", &["api", "config", "store", "redact"]),

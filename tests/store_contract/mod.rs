@@ -12,6 +12,7 @@ mod bulk;
 mod deliveries;
 mod events;
 mod idempotency;
+mod installs;
 mod listing;
 mod log_writer;
 mod payloads;
@@ -261,6 +262,7 @@ macro_rules! store_contract {
             queue::check_prompt_queue,
             watchers::check_watchers,
             usage::check_usage_ledger,
+            installs::check_installs,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,

@@ -21,6 +21,7 @@ pub mod postgres;
 pub mod problem;
 pub mod process;
 pub mod raw;
+pub mod registry;
 pub mod secrets;
 pub mod sse;
 pub mod webhooks;

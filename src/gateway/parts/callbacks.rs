@@ -23,8 +23,8 @@ use crate::agent_rpc::{ExitInfo, NotificationHead, RpcError};
 use crate::cluster::Cluster;
 use crate::gateway::clock::now;
 use crate::gateway::event::{AgentExited, GatewayEvent};
-use crate::pool::AgentCallbacks;
 use crate::pool::client::Incoming;
+use crate::pool::{AgentCallbacks, MemberAgents};
 use crate::store::{EventKind, Payload};
 
 /// Why a request naming a session another member holds is refused.
@@ -43,7 +43,7 @@ pub(in crate::gateway) struct Callbacks {
     cluster: Arc<Cluster>,
     counters: Arc<Counters>,
     /// Each member's agent, by member index.
-    member_agents: Arc<[String]>,
+    member_agents: Arc<MemberAgents>,
     /// The sessions' records, for whose a session is.
     records: Arc<Records>,
     /// `session/update`s one session's agent may send per turn (0: no limit).
@@ -61,10 +61,10 @@ impl Callbacks {
             Some(holder) if holder == member => return true,
             Some(holder) => format!("member {holder}"),
             None => {
-                let agent = self.member_agents.get(member).map(String::as_str);
+                let agent = self.member_agents.get(member);
                 // Unknown yet (a session being created) or this agent's: its own.
                 match self.records.rows().get_session(session_id).await {
-                    Ok(Some(r)) if Some(r.agent.as_str()) != agent => format!("agent {}", r.agent),
+                    Ok(Some(r)) if Some(&r.agent) != agent.as_ref() => format!("agent {}", r.agent),
                     // Being loaded here (its replay): this replica holds it, no need to ask.
                     _ if self.live.replaying(session_id).is_some() => return true,
                     _ => match self.cluster.owner_elsewhere(session_id).await {

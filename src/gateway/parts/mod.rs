@@ -8,6 +8,7 @@ pub(in crate::gateway) mod counters;
 pub(in crate::gateway) mod elicitations;
 pub(in crate::gateway) mod form;
 pub(in crate::gateway) mod info_update;
+pub(in crate::gateway) mod installs;
 pub(in crate::gateway) mod kicks;
 pub(in crate::gateway) mod live;
 pub(in crate::gateway) mod log;
@@ -30,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use counters::Counters;
+use installs::AgentInstalls;
 use log::Log;
 use meter::Meter;
 use placement::Placement;
@@ -76,6 +78,7 @@ parts! {
     workspaces: Arc<Workspaces>,
     watchers: Arc<Watchers>,
     meter: Arc<Meter>,
+    installs: Arc<AgentInstalls>,
     /// Turns, permission and elicitation timers, the idle reaper, the heartbeat and the syncs.
     tasks: TaskTracker,
     /// Stops the permission and elicitation timers, the idle reaper and the list sync.
@@ -94,6 +97,7 @@ macro_rules! part {
     (workspaces) => { ::std::sync::Arc<$crate::gateway::parts::workspaces::Workspaces> };
     (watchers) => { ::std::sync::Arc<$crate::gateway::parts::watchers::Watchers> };
     (meter) => { ::std::sync::Arc<$crate::gateway::parts::meter::Meter> };
+    (installs) => { ::std::sync::Arc<$crate::gateway::parts::installs::AgentInstalls> };
     (tasks) => { ::tokio_util::task::TaskTracker };
     (stop) => { ::tokio_util::sync::CancellationToken };
 }

@@ -108,7 +108,8 @@ impl Placement {
 
     /// The typed client of member `member` (of whichever agent), if it is running.
     pub(in crate::gateway) fn client(&self, member: usize) -> Option<AgentClient> {
-        let pool = self.agents.of_member(member)?.pool_of(member)?;
+        let agent = self.agents.of_member(member)?;
+        let pool = agent.pool_of(member)?;
         let conn = pool.conn(member)?;
         Some(self.client_of(conn, pool.caps()))
     }
@@ -121,7 +122,7 @@ impl Placement {
     /// The agent `name` this gateway runs, for a session recorded with it: 503 when this
     /// replica does not run it (a request about such a session reaches this replica only when
     /// no live replica runs the agent: `api::forward` sends it to one that does).
-    pub(in crate::gateway) fn agent_named(&self, name: &str) -> Result<&AgentPool, Error> {
+    pub(in crate::gateway) fn agent_named(&self, name: &str) -> Result<Arc<AgentPool>, Error> {
         self.agents.get(name).ok_or_else(|| Error::NoMember {
             reason: format!("this gateway replica does not run the agent {name:?}"),
             retry_after: Duration::from_secs(5),
@@ -138,12 +139,12 @@ impl Placement {
     /// Whether the agent `name` runs on another host: its sessions' workspaces are the
     /// host's to keep.
     pub(in crate::gateway) fn is_remote(&self, name: &str) -> bool {
-        self.agents.get(name).is_some_and(AgentPool::is_remote)
+        self.agents.get(name).is_some_and(|a| a.is_remote())
     }
 
     /// Whether any agent runs on another host.
     pub(in crate::gateway) fn any_remote(&self) -> bool {
-        self.agents.all().iter().any(AgentPool::is_remote)
+        self.agents.all().iter().any(|a| a.is_remote())
     }
 
     /// Whether `session_id` is live here on a member of an agent on another host.
@@ -151,7 +152,7 @@ impl Placement {
         let member = self.live.member(session_id);
         member
             .and_then(|m| self.agents.of_member(m))
-            .is_some_and(AgentPool::is_remote)
+            .is_some_and(|a| a.is_remote())
     }
 
     /// 501 when the session's agent runs on another host: its files are there, not here.
@@ -197,7 +198,7 @@ impl Placement {
     pub(in crate::gateway) fn requested_agent(
         &self,
         name: Option<&str>,
-    ) -> Result<&AgentPool, Error> {
+    ) -> Result<Arc<AgentPool>, Error> {
         match name {
             None => Ok(self.agents.default_agent()),
             Some(name) => self.agents.get(name).ok_or_else(|| {
@@ -358,8 +359,8 @@ impl Placement {
     /// Any ready member's client of `agent` (for calls about sessions no member holds),
     /// waiting like [`Placement::place`] for a starting one.
     pub(in crate::gateway) async fn any_client(&self, agent: &str) -> Result<AgentClient, Error> {
-        let pool = self.agent_named(agent)?.pool();
-        let (_, conn) = self.acquire(agent, pool, usize::MAX).await?;
+        let named = self.agent_named(agent)?;
+        let (_, conn) = self.acquire(agent, named.pool(), usize::MAX).await?;
         Ok(self.client_of(conn, self.caps(agent)))
     }
 

@@ -95,7 +95,7 @@ impl ListSync {
             if only.is_some_and(|o| o != agent) {
                 continue;
             }
-            match self.sync_agent(agent).await {
+            match self.sync_agent(&agent).await {
                 Ok(report) => {
                     synced += 1;
                     total.listed += report.listed;

@@ -1,0 +1,265 @@
+//! Agents from an ACP registry (`Installs`): the registry listed with what is installed here
+//! (`GET /registry`), an agent installed (`POST /agents`), moved to another version
+//! (`POST /agents/{name}/upgrade`) and removed (`DELETE /agents/{name}`). Changing the agents
+//! takes an admin; an install runs in the background, its progress shown by
+//! `GET /agents/{name}`.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::caller::Caller;
+use super::error::Error;
+use super::parts::installs::{InstallConfig, InstallView, Wanted, record_of};
+use super::parts::use_case;
+use crate::install::error::InstallError;
+use crate::install::registry::{DistKind, RegistryEntry, load, platform};
+use crate::store::InstallRecord;
+
+use_case! {
+    /// The use case of the agents installed from a registry.
+    pub struct Installs {
+        parts: [installs, placement, tasks],
+    }
+}
+
+/// The registry, as this gateway reads it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"source": "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json", "platform": "linux-x86_64", "agents": [{"id": "claude-acp", "name": "Claude Agent", "version": "0.85.1", "description": "ACP wrapper for Anthropic's Claude", "repository": "https://github.com/agentclientprotocol/claude-agent-acp", "authors": ["Anthropic"], "license": "proprietary", "kinds": ["npx"], "installed": []}]}))]
+pub struct RegistryView {
+    /// Where it was read (`--registry`; credentials masked).
+    pub source: String,
+    /// This machine's platform, as the registry names binary archives'.
+    pub platform: &'static str,
+    pub agents: Vec<RegistryAgentView>,
+}
+
+/// One agent of the registry.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryAgentView {
+    /// What `POST /agents {"registry"}` names it by.
+    pub id: String,
+    pub name: String,
+    /// The version the registry offers.
+    pub version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub website: Option<String>,
+    pub authors: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    /// The distributions it offers that run here, the one an install takes first.
+    pub kinds: Vec<DistKind>,
+    /// The names it is installed as on this gateway.
+    pub installed: Vec<String>,
+}
+
+impl Installs {
+    fn admin(caller: &Caller, what: &str) -> Result<(), Error> {
+        match caller.admin {
+            true => Ok(()),
+            false => Err(Error::Forbidden(format!(
+                "{what} changes the agents every tenant uses: it needs an admin key"
+            ))),
+        }
+    }
+
+    /// `GET /registry`.
+    pub async fn registry(&self) -> Result<RegistryView, Error> {
+        let index = self
+            .installs
+            .registry(false)
+            .await
+            .map_err(registry_error)?;
+        let rows = self.installs.rows().await?;
+        let agents = (index.agents.iter())
+            .map(|e| RegistryAgentView {
+                id: e.id.clone(),
+                name: e.name.clone(),
+                version: e.version.clone(),
+                description: e.description.clone(),
+                repository: e.repository.clone(),
+                website: e.website.clone(),
+                authors: e.authors.clone(),
+                license: e.license.clone(),
+                icon: e.icon.clone(),
+                kinds: e.kinds(),
+                installed: (rows.iter())
+                    .filter(|r| r.registry_id == e.id)
+                    .map(|r| r.name.clone())
+                    .collect(),
+            })
+            .collect();
+        Ok(RegistryView {
+            source: self.installs.source(),
+            platform: platform(),
+            agents,
+        })
+    }
+
+    /// `POST /agents`: installs the registry's agent `id` (at `version`, else the registry's)
+    /// as `name` (else its id), in the background. Answers with the install as it begins.
+    pub async fn install(
+        &self,
+        caller: &Caller,
+        id: &str,
+        version: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(String, InstallView), Error> {
+        Self::admin(caller, "installing an agent")?;
+        let entry = self.entry(id).await?;
+        let name = name.unwrap_or(&entry.id).to_owned();
+        if !crate::config::valid_agent_name(&name) {
+            return Err(Error::Invalid(format!(
+                "{name:?} cannot name an agent: 1 to 63 lowercase letters, digits, `-` and `_`, \
+                 starting with a letter or digit; give `name`"
+            )));
+        }
+        let taken = self.placement.agents().get(&name).is_some()
+            || self.installs.rows().await?.iter().any(|r| r.name == name);
+        if taken {
+            return Err(Error::Conflict(format!(
+                "an agent named {name:?} exists; remove it first, or give another `name`"
+            )));
+        }
+        let choice = entry.choose(version).map_err(choice_error)?;
+        let wanted = Wanted {
+            name: name.clone(),
+            registry_id: entry.id.clone(),
+            choice,
+        };
+        if !self.installs.begin(&wanted, None) {
+            return Err(Error::Conflict(format!(
+                "the agent {name:?} is being installed already"
+            )));
+        }
+        let installs = self.installs.clone();
+        self.tasks
+            .spawn(async move { installs.install_new(wanted).await });
+        let view = self.installs.view(&name).expect("just begun");
+        Ok((name, view))
+    }
+
+    /// `POST /agents/{name}/upgrade`: moves an installed agent to `version` (else the
+    /// registry's), in the background; the version running goes on until the new one is in.
+    pub async fn upgrade(
+        &self,
+        caller: &Caller,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<InstallView, Error> {
+        Self::admin(caller, "upgrading an agent")?;
+        let row = self.installed_row(name).await?;
+        let entry = self.entry(&row.registry_id).await?;
+        let choice = entry.choose(version).map_err(choice_error)?;
+        if choice.version == row.version {
+            return Err(Error::Conflict(format!(
+                "the agent {name:?} is at version {} already",
+                row.version
+            )));
+        }
+        let wanted = Wanted {
+            name: name.to_owned(),
+            registry_id: row.registry_id,
+            choice,
+        };
+        if !self.installs.begin(&wanted, None) {
+            return Err(Error::Conflict(format!(
+                "the agent {name:?} is being installed already"
+            )));
+        }
+        let installs = self.installs.clone();
+        self.tasks
+            .spawn(async move { installs.upgrade(wanted).await });
+        Ok(self.installs.view(name).expect("just begun"))
+    }
+
+    /// `DELETE /agents/{name}`: removes an installed agent from every replica. 409 while a
+    /// session of it is live here.
+    pub async fn remove(&self, caller: &Caller, name: &str) -> Result<(), Error> {
+        Self::admin(caller, "removing an agent")?;
+        self.installed_row(name).await?;
+        let live = (self.placement.agents().get(name)).map_or(0, |a| a.live_sessions());
+        if live > 0 {
+            return Err(Error::Conflict(format!(
+                "the agent {name:?} has {live} live session(s); close or delete them first"
+            )));
+        }
+        self.installs.remove(name).await?;
+        Ok(())
+    }
+
+    /// The row of the installed agent `name`: 409 for an agent configured at start, 404 for
+    /// none.
+    async fn installed_row(&self, name: &str) -> Result<InstallRecord, Error> {
+        if self.installs.is_configured(name) {
+            return Err(Error::Conflict(format!(
+                "the agent {name:?} is configured with the gateway's flags or file, not \
+                 installed from the registry: change its configuration instead"
+            )));
+        }
+        let rows = self.installs.rows().await?;
+        (rows.into_iter().find(|r| r.name == name))
+            .ok_or_else(|| Error::NotFound(format!("no agent {name:?} is installed")))
+    }
+
+    async fn entry(&self, id: &str) -> Result<RegistryEntry, Error> {
+        let index = self.installs.registry(true).await.map_err(registry_error)?;
+        (index.agents.iter().find(|e| e.id == id).cloned())
+            .ok_or_else(|| Error::NotFound(InstallError::NotFound(id.to_owned()).to_string()))
+    }
+}
+
+/// `acp-gateway agents add`: installs the registry's agent `id` (at `version`, else the
+/// registry's) as `name` (else its id) under the installer's root and records it, without a
+/// running gateway; the gateways on the database start it within seconds.
+pub async fn install_offline(
+    store: std::sync::Arc<dyn crate::store::Store>,
+    config: &InstallConfig,
+    (id, version, name): (&str, Option<&str>, Option<&str>),
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> anyhow::Result<InstallRecord> {
+    let index = load(&config.registry, &config.client).await?;
+    let entry = (index.agents.iter().find(|e| e.id == id))
+        .ok_or_else(|| InstallError::NotFound(id.to_owned()))?;
+    let name = name.unwrap_or(&entry.id);
+    anyhow::ensure!(
+        crate::config::valid_agent_name(name),
+        "{name:?} cannot name an agent: give --name"
+    );
+    anyhow::ensure!(
+        store.installs().await?.iter().all(|r| r.name != name),
+        "an agent named {name:?} is installed already"
+    );
+    let wanted = Wanted {
+        name: name.to_owned(),
+        registry_id: entry.id.clone(),
+        choice: entry.choose(version)?,
+    };
+    let installed = config
+        .installer
+        .install(name, &wanted.choice, None, progress)
+        .await?;
+    let record = record_of(&wanted, installed.sha256).map_err(anyhow::Error::msg)?;
+    if !store.add_install(&record).await? {
+        let _ = config.installer.remove(name);
+        anyhow::bail!("another gateway installed an agent named {name:?} meanwhile");
+    }
+    Ok(record)
+}
+
+/// A registry that cannot be read: 502, the gateway is fine and its upstream is not.
+fn registry_error(e: InstallError) -> Error {
+    Error::Registry(e.to_string())
+}
+
+/// A version or distribution the registry cannot give: 422.
+fn choice_error(e: InstallError) -> Error {
+    Error::Invalid(e.to_string())
+}

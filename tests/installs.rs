@@ -1,0 +1,289 @@
+//! Agents installed from an ACP registry served on loopback in the official format: the echo
+//! agent packed with a launcher as a binary archive is listed, installed by an admin (a
+//! tenant's key gets 403), runs sessions, comes back after a restart, is refused removal while
+//! a session of it is live, and is removed with its files; archives that are missing, corrupt,
+//! that write outside their folder, or that changed after their first install are refused
+//! with their cause and nothing left behind; and, on PostgreSQL, an agent installed through
+//! one replica runs on the other and leaves it when removed.
+
+use crate::support;
+
+use std::path::Path;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::registry::Registry;
+use support::*;
+
+const ADMIN: &str = "admin-key-0123456789";
+const ANN: &str = "ann-key-0123456789ab";
+
+both_backends!(a_registry_agent_is_installed_run_kept_and_removed);
+
+/// The registry: `echo-acp` (the echo agent), and three archives that must be refused.
+async fn registry(dir: &Path) -> Registry {
+    let registry = Registry::serve(&dir.join("registry")).await;
+    registry.pack_echo("echo.tar.gz", "first");
+    registry.pack(
+        "escape.tar.gz",
+        &[
+            ("../escaped", b"outside\n", 0o644),
+            ("bin/agent", b"#!/bin/sh\n", 0o755),
+        ],
+        &[],
+    );
+    registry.pack("link.tar.gz", &[], &[("bin", "/tmp")]);
+    std::fs::write(
+        registry.dir.join("corrupt.tar.gz"),
+        b"\x1f\x8b not gzip at all",
+    )
+    .unwrap();
+    registry.publish(&[
+        ("echo-acp", "echo.tar.gz"),
+        ("escape-acp", "escape.tar.gz"),
+        ("link-acp", "link.tar.gz"),
+        ("corrupt-acp", "corrupt.tar.gz"),
+        ("missing-acp", "missing.tar.gz"),
+    ]);
+    registry
+}
+
+fn options(registry: &Registry, agents_dir: &Path) -> Options {
+    Options::default().args(&[
+        "--admin-api-key",
+        ADMIN,
+        "--api-key",
+        &format!("acme:{ANN}"),
+        "--registry",
+        &registry.url(),
+        "--agents-dir",
+        agents_dir.to_str().unwrap(),
+    ])
+}
+
+/// `GET /agents/{name}` once its install is no longer under way.
+async fn installed(gw: &Gateway, name: &str) -> Value {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, view) = gw
+            .with_key(Some(ADMIN))
+            .get(&format!("/agents/{name}"))
+            .await;
+        match view["installed"]["phase"].as_str() {
+            Some("failed") => return view,
+            Some("installed") if view["ready"] == true => return view,
+            _ => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} not installed: {view}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// What is left under the agents' folder (staging folders included).
+fn left(agents_dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(agents_dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry(dir.path()).await;
+    let agents_dir = dir.path().join("agents");
+    let mut w = World::start(backend, options(&registry, &agents_dir)).await;
+    let (admin, ann) = (w.gw().with_key(Some(ADMIN)), w.gw().with_key(Some(ANN)));
+
+    // Listed in the official shape, with what runs on this machine; nothing installed yet.
+    let listed = ann
+        .send_expecting(Method::GET, "/registry", None, 200)
+        .await;
+    let echo = &listed["agents"].as_array().unwrap()[0];
+    assert_eq!(listed["agents"].as_array().unwrap().len(), 5, "{listed}");
+    assert_eq!(echo["id"], "echo-acp");
+    assert_eq!(echo["kinds"], json!(["binary"]));
+    assert_eq!(echo["installed"], json!([]));
+
+    // Only an admin installs.
+    let body = json!({"registry": "echo-acp", "name": "echo2"});
+    let (status, problem) = ann.post("/agents", body.clone()).await;
+    assert_eq!(status, 403, "{problem}");
+    let (status, problem) = admin.post("/agents", json!({"registry": "nope"})).await;
+    assert_eq!(status, 404, "{problem}");
+    let begun = admin
+        .send_expecting(Method::POST, "/agents", Some(body.clone()), 202)
+        .await;
+    assert_eq!(begun["phase"], "installing", "{begun}");
+    let view = installed(w.gw(), "echo2").await;
+    assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    assert_eq!(view["installed"]["sha256"], registry.sha256("echo.tar.gz"));
+    assert_eq!(view["installed"]["kind"], "binary");
+    let (status, _) = admin.post("/agents", body.clone()).await;
+    assert_eq!(status, 409, "a name is installed once");
+
+    // It runs sessions, as the packed echo agent with the registry's environment.
+    let made = ann
+        .send_expecting(
+            Method::POST,
+            "/sessions",
+            Some(json!({"cwd": "/tmp", "agent": "echo2"})),
+            201,
+        )
+        .await;
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        ann.said(&id, "/env ECHO_AGENT_PACKED").await,
+        "ECHO_AGENT_PACKED=yes"
+    );
+    let listed = ann
+        .send_expecting(Method::GET, "/registry", None, 200)
+        .await;
+    assert_eq!(listed["agents"][0]["installed"], json!(["echo2"]));
+
+    // Every refused archive says why and leaves nothing behind.
+    for (agent, why) in [
+        ("escape-acp", "refused"),
+        ("link-acp", "refused"),
+        ("corrupt-acp", "archive"),
+        ("missing-acp", "404"),
+    ] {
+        admin
+            .send_expecting(
+                Method::POST,
+                "/agents",
+                Some(json!({"registry": agent})),
+                202,
+            )
+            .await;
+        let view = installed(w.gw(), agent).await;
+        assert_eq!(view["installed"]["phase"], "failed", "{view}");
+        let error = view["installed"]["error"].as_str().unwrap();
+        assert!(error.contains(why), "{agent}: {error}");
+        assert_eq!(left(&agents_dir), ["echo2"], "{agent} left something");
+    }
+    assert!(!dir.path().join("escaped").exists() && !agents_dir.join("escaped").exists());
+
+    // Kept across a restart: the same files, started again.
+    w.restart().await;
+    let view = installed(w.gw(), "echo2").await;
+    assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    let ann = w.gw().with_key(Some(ANN));
+    assert_eq!(ann.said(&id, "again").await, "again");
+
+    // Not removed while a session of it is live; then removed with its files.
+    let admin = w.gw().with_key(Some(ADMIN));
+    let (status, problem) = admin.send(Method::DELETE, "/agents/echo2", None).await;
+    assert_eq!(status, 409, "{problem}");
+    ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
+        .await;
+    let (status, problem) = ann.send(Method::DELETE, "/agents/echo2", None).await;
+    assert_eq!(status, 403, "{problem}");
+    admin
+        .send_expecting(Method::DELETE, "/agents/echo2", None, 204)
+        .await;
+    admin
+        .send_expecting(Method::GET, "/agents/echo2", None, 404)
+        .await;
+    assert!(left(&agents_dir).is_empty(), "{:?}", left(&agents_dir));
+    let (status, _) = admin.send(Method::DELETE, "/agents/echo2", None).await;
+    assert_eq!(status, 404);
+    let (status, _) = admin.send(Method::DELETE, "/agents/default", None).await;
+    assert_eq!(status, 409, "a configured agent is not removed");
+
+    // An archive that changed after its first install is refused where it is installed again
+    // (here: its files gone, as on a new replica), and the agent does not run.
+    admin
+        .send_expecting(
+            Method::POST,
+            "/agents",
+            Some(json!({"registry": "echo-acp"})),
+            202,
+        )
+        .await;
+    assert_eq!(
+        installed(w.gw(), "echo-acp").await["installed"]["phase"],
+        "installed"
+    );
+    let first = registry.sha256("echo.tar.gz");
+    registry.pack_echo("echo.tar.gz", "changed");
+    w.gw.take().unwrap().stop().await;
+    std::fs::remove_dir_all(&agents_dir).unwrap();
+    w.restart().await;
+    let view = installed(w.gw(), "echo-acp").await;
+    assert_eq!(view["installed"]["phase"], "failed", "{view}");
+    let error = view["installed"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&first) && error.contains("changed"),
+        "{error}"
+    );
+    assert_eq!(view["ready"], false);
+    assert!(left(&agents_dir).is_empty(), "{:?}", left(&agents_dir));
+    w.finish().await;
+}
+
+/// Installed through one replica, the agent runs on the other too (its own download, checked
+/// against the first's sha256, into its own folder); removed through one, it leaves both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
+async fn an_agent_installed_through_one_replica_runs_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry(dir.path()).await;
+    let (a_dir, b_dir) = (dir.path().join("agents-a"), dir.path().join("agents-b"));
+    let w = World::start(Backend::Postgres, options(&registry, &a_dir)).await;
+    let b = Gateway::spawn(
+        &w.db.url,
+        &w.dir.path().join("b"),
+        &options(&registry, &b_dir),
+    )
+    .await;
+    w.gw()
+        .with_key(Some(ADMIN))
+        .send_expecting(
+            Method::POST,
+            "/agents",
+            Some(json!({"registry": "echo-acp"})),
+            202,
+        )
+        .await;
+    let on_b = installed(&b, "echo-acp").await;
+    assert_eq!(on_b["installed"]["phase"], "installed", "{on_b}");
+    assert_eq!(on_b["installed"]["sha256"], registry.sha256("echo.tar.gz"));
+    assert!(!on_b["members"].as_array().unwrap().is_empty(), "{on_b}");
+    assert_eq!(left(&b_dir), ["echo-acp"]);
+
+    // A session made through B runs.
+    let ann = b.with_key(Some(ANN));
+    let made = ann
+        .send_expecting(
+            Method::POST,
+            "/sessions",
+            Some(json!({"cwd": "/tmp", "agent": "echo-acp"})),
+            201,
+        )
+        .await;
+    let id = made["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(ann.said(&id, "hello").await, "hello");
+    ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
+        .await;
+
+    // Removed through A (once B has closed the session): gone from B, and its files.
+    let admin = w.gw().with_key(Some(ADMIN));
+    admin
+        .send_expecting(Method::DELETE, "/agents/echo-acp", None, 204)
+        .await;
+    b.wait_until(|g| async move {
+        let (status, _) = g.with_key(Some(ADMIN)).get("/agents/echo-acp").await;
+        status == 404
+    })
+    .await;
+    assert!(left(&b_dir).is_empty(), "{:?}", left(&b_dir));
+    drop(b);
+    w.finish().await;
+}
