@@ -3,8 +3,11 @@
 //! tenant's key gets 403), runs sessions, comes back after a restart, is refused removal while
 //! a session of it is live, and is removed with its files; archives that are missing, corrupt,
 //! that write outside their folder, or that changed after their first install are refused
-//! with their cause and nothing left behind; and, on PostgreSQL, an agent installed through
-//! one replica runs on the other and leaves it when removed.
+//! with their cause and nothing left behind; on PostgreSQL, an agent installed through one
+//! replica runs on the other and leaves it when removed; and two real agents from the npm
+//! registry, pinned: the Claude adapter runs sessions, the Codex adapter answers
+//! `auth_required` with its methods until an admin signs it in with a key from the gateway's
+//! environment, which holds across a restart.
 
 use crate::support;
 
@@ -63,7 +66,12 @@ fn options(registry: &Registry, agents_dir: &Path) -> Options {
 
 /// `GET /agents/{name}` once its install is no longer under way.
 async fn installed(gw: &Gateway, name: &str) -> Value {
-    let deadline = std::time::Instant::now() + PATIENCE;
+    installed_within(gw, name, PATIENCE).await
+}
+
+/// [`installed`], waiting up to `patience`.
+async fn installed_within(gw: &Gateway, name: &str, patience: std::time::Duration) -> Value {
+    let deadline = std::time::Instant::now() + patience;
     loop {
         let (_, view) = gw
             .with_key(Some(ADMIN))
@@ -285,5 +293,125 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     .await;
     assert!(left(&b_dir).is_empty(), "{:?}", left(&b_dir));
     drop(b);
+    w.finish().await;
+}
+
+/// The Claude and Codex ACP adapters, pinned, from the npm registry.
+const CLAUDE: &str = "@agentclientprotocol/claude-agent-acp@0.101.0";
+const CODEX: &str = "@zed-industries/codex-acp@0.16.0";
+const CODEX_KEY: &str = "sk-test-not-a-real-key-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_agents_run_or_say_how_to_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::serve(&dir.path().join("registry")).await;
+    let npx = |id: &str, package: &str| {
+        json!({"id": id, "name": id, "version": package.rsplit('@').next().unwrap(),
+               "authors": ["acp-gateway tests"], "distribution": {"npx": {"package": package}}})
+    };
+    let index =
+        json!({"version": "1.0.0", "agents": [npx("claude-acp", CLAUDE), npx("codex-acp", CODEX)]});
+    std::fs::write(registry.dir.join("registry.json"), index.to_string()).unwrap();
+    support::secrets::secret(CODEX_KEY);
+    // The agents keep their sign-in under HOME: one of the test's own. The Claude adapter
+    // refuses to run as root outside a sandbox it is told about.
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let opts = options(&registry, &dir.path().join("agents"))
+        .args(&["--agent-env", "IS_SANDBOX=1"])
+        .env("HOME", home.to_str().unwrap())
+        .env("CODEX_API_KEY", CODEX_KEY);
+    let mut w = World::start(Backend::Sqlite, opts).await;
+    let admin = w.gw().with_key(Some(ADMIN));
+    for id in ["claude-acp", "codex-acp"] {
+        admin
+            .send_expecting(Method::POST, "/agents", Some(json!({"registry": id})), 202)
+            .await;
+    }
+    let npm = std::time::Duration::from_secs(600);
+    for id in ["claude-acp", "codex-acp"] {
+        let view = installed_within(w.gw(), id, npm).await;
+        assert_eq!(view["installed"]["phase"], "installed", "{view}");
+        assert_eq!(view["installed"]["kind"], "npx");
+    }
+
+    // The Claude adapter runs sessions (without a key, until a prompt needs one).
+    let ann = w.gw().with_key(Some(ANN));
+    let made = ann
+        .send_expecting(
+            Method::POST,
+            "/sessions",
+            Some(json!({"cwd": "/tmp", "agent": "claude-acp"})),
+            201,
+        )
+        .await;
+    let id = made["sessionId"].as_str().unwrap();
+    ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
+        .await;
+
+    // The Codex adapter wants a sign-in, and says which.
+    let codex = json!({"cwd": "/tmp", "agent": "codex-acp"});
+    let (status, problem) = ann.post("/sessions", codex.clone()).await;
+    assert_eq!(status, 503, "{problem}");
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("agent-auth-required"),
+        "{problem}"
+    );
+    let methods = problem["authMethods"].as_array().unwrap();
+    assert!(methods.contains(&json!("codex-api-key")), "{problem}");
+    let (_, view) = admin.get("/agents/codex-acp").await;
+    let offered: Vec<&str> = (view["authMethods"].as_array().unwrap().iter())
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert!(offered.contains(&"codex-api-key"), "{view}");
+
+    // Only an admin signs it in, with a method it offers; one whose variable the environment
+    // lacks is refused, naming the variable; the key the gateway's environment holds works.
+    let sign_in = |method: &str| json!({"methodId": method});
+    let (status, _) = ann
+        .post("/agents/codex-acp/authenticate", sign_in("codex-api-key"))
+        .await;
+    assert_eq!(status, 403);
+    let (status, problem) = admin
+        .post("/agents/codex-acp/authenticate", sign_in("nope"))
+        .await;
+    assert_eq!(status, 422, "{problem}");
+    let (status, problem) = admin
+        .post("/agents/codex-acp/authenticate", sign_in("openai-api-key"))
+        .await;
+    assert_eq!(status, 503, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("OPENAI_API_KEY"),
+        "{problem}"
+    );
+    let signed = admin
+        .send_expecting(
+            Method::POST,
+            "/agents/codex-acp/authenticate",
+            Some(sign_in("codex-api-key")),
+            200,
+        )
+        .await;
+    assert_eq!(signed["type"], "env_var", "{signed}");
+    assert_eq!(signed["vars"], json!(["CODEX_API_KEY"]));
+    ann.send_expecting(Method::POST, "/sessions", Some(codex.clone()), 201)
+        .await;
+
+    // Still signed in after a restart, with what the agent kept of it gone: its members
+    // authenticate as they start.
+    w.gw.take().unwrap().stop().await;
+    std::fs::remove_dir_all(home.join(".codex")).unwrap();
+    w.restart().await;
+    let view = installed_within(w.gw(), "codex-acp", npm).await;
+    assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    let ann = w.gw().with_key(Some(ANN));
+    ann.send_expecting(Method::POST, "/sessions", Some(codex), 201)
+        .await;
     w.finish().await;
 }

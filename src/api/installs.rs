@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem};
 use super::extract::{AppState, Json, Path};
-use crate::gateway::{Caller, InstallView, RegistryView};
+use crate::gateway::{Caller, InstallView, RegistryView, SignInView};
 
 /// `POST /agents`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -114,6 +114,48 @@ pub async fn upgrade_agent(
         .upgrade(&caller, &name, body.version.as_deref())
         .await?;
     Ok((StatusCode::ACCEPTED, Json(view)))
+}
+
+/// `POST /agents/{name}/authenticate`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schema(example = json!({"methodId": "openai-api-key"}))]
+pub struct AuthenticateAgent {
+    /// One of the agent's `authMethods` (`GET /agents/{name}`).
+    pub method_id: String,
+}
+
+/// Sign an agent in (admin only).
+///
+/// Runs ACP `authenticate` with the method on every member of the agent (its tenants' pools
+/// too), and on every member that starts later; an agent installed from the registry is
+/// signed in on every replica. A method that reads a key from the environment (`env_var`)
+/// finds it in the agent's: the gateway's environment, the agent's `env`, or a tenant's
+/// `[tenants.NAME.env]` for that tenant's pool. A `terminal` method is run over the WebSocket
+/// `GET /agents/{name}/login` instead (409 here).
+#[utoipa::path(post, operation_id = "authenticateAgent", path = "/agents/{name}/authenticate", tag = "system",
+    params(("name" = String, Path, description = "The agent's name")),
+    request_body = AuthenticateAgent,
+    responses(
+        (status = 200, description = "Signed in", body = SignInView),
+        (status = 403, description = "Not an admin key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "This replica runs no agent of that name", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A terminal method: use the login WebSocket", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The agent offers no such method", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The agent refused the sign-in (`agent-auth-required`, with its `authMethods`), or has not started yet", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn authenticate_agent(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Json(body): Json<AuthenticateAgent>,
+) -> Result<Json<SignInView>, ApiError> {
+    let installs = s.gateway.installs();
+    Ok(Json(
+        installs
+            .authenticate(&caller, &name, &body.method_id)
+            .await?,
+    ))
 }
 
 /// Remove an installed agent (admin only).

@@ -173,6 +173,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::agents, installs::install_agent))
         .routes(routes!(system::named_agent, installs::remove_agent))
         .routes(routes!(installs::upgrade_agent))
+        .routes(routes!(installs::authenticate_agent))
         .routes(routes!(installs::registry))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))

@@ -60,6 +60,21 @@ pub struct RegistryAgentView {
     pub installed: Vec<String>,
 }
 
+/// An agent signed in.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"agent": "codex-acp", "methodId": "openai-api-key", "type": "env_var", "vars": ["OPENAI_API_KEY"]}))]
+pub struct SignInView {
+    pub agent: String,
+    /// The auth method every member authenticates with from now on.
+    pub method_id: String,
+    /// The method's type: `agent` (the agent signs itself in) or `env_var`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The environment variables an `env_var` method reads.
+    pub vars: Vec<String>,
+}
+
 impl Installs {
     fn admin(caller: &Caller, what: &str) -> Result<(), Error> {
         match caller.admin {
@@ -133,6 +148,7 @@ impl Installs {
             name: name.clone(),
             registry_id: entry.id.clone(),
             choice,
+            auth_method: None,
         };
         if !self.installs.begin(&wanted, None) {
             return Err(Error::Conflict(format!(
@@ -168,6 +184,7 @@ impl Installs {
             name: name.to_owned(),
             registry_id: row.registry_id,
             choice,
+            auth_method: row.auth_method,
         };
         if !self.installs.begin(&wanted, None) {
             return Err(Error::Conflict(format!(
@@ -193,6 +210,70 @@ impl Installs {
         }
         self.installs.remove(name).await?;
         Ok(())
+    }
+
+    /// `POST /agents/{name}/authenticate`: signs every pool of the agent in with the auth
+    /// method `method_id` it offers (`authenticate` on every member now, and on every member
+    /// that starts later; an installed agent's on every replica). A method that reads a key
+    /// from the environment finds it in the agent's: the gateway's, the agent's `env`, or a
+    /// tenant's for that tenant's pool. A terminal method is run over `GET
+    /// /agents/{name}/login` instead.
+    pub async fn authenticate(
+        &self,
+        caller: &Caller,
+        name: &str,
+        method_id: &str,
+    ) -> Result<SignInView, Error> {
+        Self::admin(caller, "signing an agent in")?;
+        let agent = (self.placement.agents().get(name)).ok_or_else(|| {
+            Error::NotFound(format!("this gateway replica runs no agent {name:?}"))
+        })?;
+        let init = (agent.pool().init()).ok_or_else(|| Error::NoMember {
+            reason: format!("no member of the agent {name:?} has started yet"),
+            retry_after: std::time::Duration::from_secs(2),
+        })?;
+        let methods = init.auth_methods.as_array().cloned().unwrap_or_default();
+        let ids: Vec<String> = (methods.iter())
+            .filter_map(|m| m["id"].as_str().map(str::to_owned))
+            .collect();
+        let method = (methods.iter().find(|m| m["id"] == method_id)).ok_or_else(|| {
+            Error::Invalid(format!(
+                "the agent {name:?} offers no auth method {method_id:?}; it offers {ids:?}"
+            ))
+        })?;
+        let kind = method["type"].as_str().unwrap_or("agent").to_owned();
+        if kind == "terminal" {
+            return Err(Error::Conflict(format!(
+                "{method_id:?} is a terminal login: run it over the WebSocket GET /agents/{name}/login?methodId={method_id}"
+            )));
+        }
+        let vars: Vec<String> = (method["vars"].as_array().into_iter().flatten())
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .chain(method["varName"].as_str().map(str::to_owned))
+            .collect();
+        let timeout = std::time::Duration::from_secs(60);
+        if let Err(why) = agent.sign_in(method_id, timeout).await {
+            let hint = match vars.is_empty() {
+                true => String::new(),
+                false => format!(
+                    " (the method reads {} from the agent's environment: set it in the gateway's environment, the agent's env, or a tenant's [tenants.NAME.env])",
+                    vars.join(", ")
+                ),
+            };
+            return Err(Error::AgentAuthRequired {
+                message: format!("signing the agent {name:?} in failed: {why}{hint}"),
+                methods: ids,
+            });
+        }
+        if !self.installs.is_configured(name) {
+            self.installs.record_sign_in(name, method_id).await?;
+        }
+        Ok(SignInView {
+            agent: name.to_owned(),
+            method_id: method_id.to_owned(),
+            kind,
+            vars,
+        })
     }
 
     /// The row of the installed agent `name`: 409 for an agent configured at start, 404 for
@@ -241,6 +322,7 @@ pub async fn install_offline(
         name: name.to_owned(),
         registry_id: entry.id.clone(),
         choice: entry.choose(version)?,
+        auth_method: None,
     };
     let installed = config
         .installer

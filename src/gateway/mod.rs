@@ -45,7 +45,7 @@ pub use files::{FileEntryView, FileView, Files, FolderView, Found, OpenFile};
 pub use history::{History, HistoryEvent, HistoryPage};
 pub use idempotency::{Idempotency, Keyed, StoredResponse};
 pub use input::{Prompt, SessionId};
-pub use installs::{Installs, RegistryAgentView, RegistryView, install_offline};
+pub use installs::{Installs, RegistryAgentView, RegistryView, SignInView, install_offline};
 pub use output::QueuedView;
 pub use output::{AgentView, TurnResult, WorkspaceView};
 pub use parts::counters::Counters;

@@ -105,6 +105,17 @@ impl AgentPool {
         futures::future::join_all(pools.map(|p| p.shutdown())).await;
     }
 
+    /// Signs every pool of the agent in with `method` ([`Pool::sign_in`]), its tenants' with
+    /// their own environment; `Err` names the first that failed.
+    pub async fn sign_in(&self, method: &str, timeout: std::time::Duration) -> Result<(), String> {
+        self.pool.sign_in(method, timeout).await?;
+        for (tenant, pool) in &self.tenants {
+            (pool.sign_in(method, timeout).await)
+                .map_err(|e| format!("tenant {tenant}'s pool: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Live sessions on its members (its tenants' pools' included).
     pub fn live_sessions(&self) -> usize {
         self.members().iter().map(|m| m.sessions).sum()

@@ -334,6 +334,9 @@ pub struct Pool {
     changed: tokio::sync::Notify,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    /// The auth method it was signed in with through the API ([`Pool::sign_in`]), which
+    /// every member that starts from now on authenticates with.
+    signed_in: std::sync::Mutex<Option<String>>,
 }
 
 impl Pool {
@@ -350,6 +353,7 @@ impl Pool {
             changed: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            signed_in: std::sync::Mutex::default(),
         });
         for m in &pool.members {
             let (pool2, member, handler, config) = (
@@ -362,6 +366,26 @@ impl Pool {
                 .spawn(async move { pool2.supervise(member, config, handler).await });
         }
         pool
+    }
+
+    /// The auth method the pool was signed in with through the API.
+    pub fn signed_in(&self) -> Option<String> {
+        self.signed_in.lock().expect("signed-in lock").clone()
+    }
+
+    /// Signs the pool in with `method`: `authenticate` on every ready member now (each must
+    /// succeed), and on every member that starts from now on. The pool stays as it was when
+    /// one fails; `Err` says which and why.
+    pub async fn sign_in(&self, method: &str, timeout: std::time::Duration) -> Result<(), String> {
+        let init = self
+            .init()
+            .ok_or("no member of the agent has started yet")?;
+        let conns: Vec<_> = self.members.iter().filter_map(|m| m.ready_conn()).collect();
+        for conn in conns {
+            super::supervisor::authenticate(&conn, &init, method, None, timeout).await?;
+        }
+        *self.signed_in.lock().expect("signed-in lock") = Some(method.to_owned());
+        Ok(())
     }
 
     /// How many members the pool has.

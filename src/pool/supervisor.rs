@@ -151,7 +151,7 @@ impl Pool {
         match outcome {
             Some(Ok(result)) => {
                 let init = AgentInit::from_result(&result);
-                let prepared = prepare(&conn, &init, config);
+                let prepared = prepare(&conn, &init, config, self.signed_in());
                 let outcome = tokio::select! {
                     r = prepared => Some(r),
                     _ = &mut *dispatch => None,
@@ -240,10 +240,17 @@ enum End {
 }
 
 /// What a member is sent after `initialize`: `authenticate`, when the agent has an auth
-/// method; `providers/set`, when its pool has a provider of its own (refused when the agent
+/// method (the one it was signed in with through the API, else its configured one); `providers/set`, when its pool has a provider of its own (refused when the agent
 /// does not advertise `providers`: its sessions must not run on the gateway's provider).
-async fn prepare(conn: &Connection, init: &AgentInit, config: &PoolConfig) -> Result<(), String> {
-    if let Some(method) = &config.auth_method {
+async fn prepare(
+    conn: &Connection,
+    init: &AgentInit,
+    config: &PoolConfig,
+    signed_in: Option<String>,
+) -> Result<(), String> {
+    if let Some(method) = signed_in {
+        authenticate(conn, init, &method, None, config.init_timeout).await?;
+    } else if let Some(method) = &config.auth_method {
         let meta = config.auth_meta.as_ref();
         authenticate(conn, init, method, meta, config.init_timeout).await?;
     }

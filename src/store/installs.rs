@@ -26,6 +26,8 @@ pub struct InstallRecord {
     pub installed_at: i64,
     /// The replica that installed it.
     pub installed_by: String,
+    /// The auth method an admin signed it in with, which every member authenticates with.
+    pub auth_method: Option<String>,
 }
 
 /// The installed agents.
@@ -40,17 +42,21 @@ pub trait InstalledAgents: Send + Sync + 'static {
     /// Every installed agent, by name.
     async fn installs(&self) -> StoreResult<Vec<InstallRecord>>;
 
+    /// Sets the auth method of `name`'s row; `false` when there is none.
+    async fn set_install_auth(&self, name: &str, method: Option<&str>) -> StoreResult<bool>;
+
     /// Removes the row of `name`; `false` when there was none.
     async fn remove_install(&self, name: &str) -> StoreResult<bool>;
 }
 
 pub const ADD: &str = "INSERT INTO installed_agents \
-     (name, registry_id, kind, version, choice, sha256, installed_at, installed_by) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING";
+     (name, registry_id, kind, version, choice, sha256, installed_at, installed_by, auth_method) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING";
 pub const REPLACE: &str = "UPDATE installed_agents SET registry_id = $2, kind = $3, version = $4, \
-     choice = $5, sha256 = $6, installed_at = $7, installed_by = $8 WHERE name = $1";
+     choice = $5, sha256 = $6, installed_at = $7, installed_by = $8, auth_method = $9 WHERE name = $1";
 pub const ALL: &str = "SELECT name, registry_id, kind, version, choice, sha256, installed_at, \
-     installed_by FROM installed_agents ORDER BY name";
+     installed_by, auth_method FROM installed_agents ORDER BY name";
+pub const SET_AUTH: &str = "UPDATE installed_agents SET auth_method = $2 WHERE name = $1";
 pub const REMOVE: &str = "DELETE FROM installed_agents WHERE name = $1";
 
 /// `impl_installs!(Backend { reads, writes })` implements [`InstalledAgents`] for `Backend`,
@@ -100,9 +106,23 @@ macro_rules! impl_installs {
                             sha256: r.try_get("sha256")?,
                             installed_at: r.try_get("installed_at")?,
                             installed_by: r.try_get("installed_by")?,
+                            auth_method: r.try_get("auth_method")?,
                         })
                     })
                     .collect()
+            }
+
+            async fn set_install_auth(
+                &self,
+                name: &str,
+                method: Option<&str>,
+            ) -> $crate::store::error::StoreResult<bool> {
+                let done = sqlx::query($crate::store::installs::SET_AUTH)
+                    .bind(name)
+                    .bind(method)
+                    .execute(&self.$writes)
+                    .await?;
+                Ok(done.rows_affected() == 1)
             }
 
             async fn remove_install(&self, name: &str) -> $crate::store::error::StoreResult<bool> {
@@ -135,4 +155,5 @@ where
         .bind(&r.sha256)
         .bind(r.installed_at)
         .bind(&r.installed_by)
+        .bind(&r.auth_method)
 }

@@ -14,6 +14,7 @@ fn install(name: &str, version: &str, by: &str) -> InstallRecord {
         sha256: Some("ab".repeat(32)),
         installed_at: 1_700_000_000_000_000,
         installed_by: by.to_owned(),
+        auth_method: None,
     }
 }
 
@@ -48,6 +49,26 @@ pub async fn check_installs(store: Arc<dyn Store>) {
             .unwrap()
     );
     assert_eq!(store.installs().await.unwrap(), vec![upgraded, zed.clone()]);
+
+    // Signed in, then signed out.
+    assert!(
+        store
+            .set_install_auth("zed", Some("api-key"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.installs().await.unwrap()[1].auth_method.as_deref(),
+        Some("api-key")
+    );
+    assert!(
+        !store
+            .set_install_auth("nobody", Some("api-key"))
+            .await
+            .unwrap()
+    );
+    assert!(store.set_install_auth("zed", None).await.unwrap());
+    assert_eq!(store.installs().await.unwrap()[1].auth_method, None);
 
     assert!(store.remove_install("echo").await.unwrap());
     assert!(!store.remove_install("echo").await.unwrap());

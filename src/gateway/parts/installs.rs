@@ -93,6 +93,8 @@ pub struct InstallView {
 struct Tracked {
     view: InstallView,
     failed_at: Option<Instant>,
+    /// The auth method its members authenticate with here.
+    auth_method: Option<String>,
 }
 
 /// The installed agents of this replica.
@@ -115,6 +117,8 @@ pub(in crate::gateway) struct Wanted {
     pub name: String,
     pub registry_id: String,
     pub choice: Choice,
+    /// The auth method its members authenticate with (an upgrade keeps the agent's).
+    pub auth_method: Option<String>,
 }
 
 impl AgentInstalls {
@@ -205,6 +209,7 @@ impl AgentInstalls {
             Tracked {
                 view,
                 failed_at: None,
+                auth_method: wanted.auth_method.clone(),
             },
         );
         true
@@ -254,7 +259,7 @@ impl AgentInstalls {
 
     /// Starts the installed agent's pools (after the others), replacing a running one of its
     /// name, and tells the other replicas this one runs it.
-    async fn start(&self, name: &str, installed: Installed) {
+    async fn start(&self, name: &str, installed: Installed, auth_method: Option<&str>) {
         let command = AgentCommand {
             program: installed.program.to_string_lossy().into_owned(),
             args: installed.args,
@@ -265,7 +270,16 @@ impl AgentInstalls {
         if let Some(old) = agents.remove(name) {
             old.shutdown().await;
         }
-        agents.add((self.template)(name, command));
+        let mut setup = (self.template)(name, command);
+        if let Some(method) = auth_method {
+            let configs =
+                std::iter::once(&mut setup.config).chain(setup.tenants.iter_mut().map(|(_, c)| c));
+            for config in configs {
+                config.auth_method = Some(method.to_owned());
+                config.auth_meta = None;
+            }
+        }
+        agents.add(setup);
         self.placement.cluster().set_agents(agents.names());
     }
 
@@ -293,7 +307,8 @@ impl AgentInstalls {
             }
             Err(e) => return Err(format!("recording the install failed: {e}")),
         }
-        self.start(&wanted.name, installed).await;
+        self.start(&wanted.name, installed, wanted.auth_method.as_deref())
+            .await;
         self.note(&wanted.name, "running");
         Ok(sha256)
     }
@@ -312,7 +327,8 @@ impl AgentInstalls {
                 }
                 Err(e) => return Err(format!("recording the upgrade failed: {e}")),
             }
-            self.start(&wanted.name, installed).await;
+            self.start(&wanted.name, installed, wanted.auth_method.as_deref())
+                .await;
             self.note(&wanted.name, "running");
             Ok(sha256)
         }
@@ -336,6 +352,7 @@ pub(in crate::gateway) fn record_of(
             sha256,
             installed_at: chrono::Utc::now().timestamp_micros(),
             installed_by: crate::cluster::replica_id().to_owned(),
+            auth_method: wanted.auth_method.clone(),
         })
     }
 }
@@ -378,6 +395,50 @@ impl AgentInstalls {
         }
     }
 
+    /// Signs the agent of `row`, running here, in with the row's auth method when an admin
+    /// signed it in through another replica since it started here.
+    async fn sign_in_as(&self, row: &InstallRecord) {
+        let (Some(method), Some(agent)) =
+            (&row.auth_method, self.placement.agents().get(&row.name))
+        else {
+            return;
+        };
+        let applied = {
+            let tracked = self.tracked.lock().expect("installs lock");
+            tracked.get(&row.name).and_then(|t| t.auth_method.clone())
+        };
+        if applied.as_ref() == Some(method) {
+            return;
+        }
+        let timeout = Duration::from_secs(60);
+        if let Err(e) = agent.sign_in(method, timeout).await {
+            tracing::warn!(agent = %row.name, error = %e, "signing the installed agent in failed");
+        }
+        self.signed_in(&row.name, method);
+    }
+
+    /// Notes that the agent `name` runs signed in with `method` here.
+    pub(in crate::gateway) fn signed_in(&self, name: &str, method: &str) {
+        let mut tracked = self.tracked.lock().expect("installs lock");
+        if let Some(t) = tracked.get_mut(name) {
+            t.auth_method = Some(method.to_owned());
+        }
+    }
+
+    /// Records that an admin signed the installed agent `name` in with `method`, for every
+    /// replica; `false` when it is not installed.
+    pub(in crate::gateway) async fn record_sign_in(
+        &self,
+        name: &str,
+        method: &str,
+    ) -> crate::store::StoreResult<bool> {
+        let recorded = self.rows.set_install_auth(name, Some(method)).await?;
+        if recorded {
+            self.signed_in(name, method);
+        }
+        Ok(recorded)
+    }
+
     /// Compares the rows with what runs here, once.
     pub(in crate::gateway) async fn apply_once(&self) -> crate::store::StoreResult<()> {
         let rows = self.rows.installs().await?;
@@ -395,7 +456,11 @@ impl AgentInstalls {
                     .and_then(|t| t.failed_at)
                     .is_some_and(|at| at.elapsed() < RETRY_FAILED)
             };
-            if current || resting {
+            if resting {
+                continue;
+            }
+            if current {
+                self.sign_in_as(row).await;
                 continue;
             }
             let choice: Choice = match serde_json::from_str(&row.choice) {
@@ -409,13 +474,15 @@ impl AgentInstalls {
                 name: row.name.clone(),
                 registry_id: row.registry_id.clone(),
                 choice,
+                auth_method: row.auth_method.clone(),
             };
             if !self.begin(&wanted, row.sha256.clone()) {
                 continue;
             }
             let outcome = match self.files(&wanted, row.sha256.as_deref()).await {
                 Ok(installed) => {
-                    self.start(&row.name, installed).await;
+                    self.start(&row.name, installed, row.auth_method.as_deref())
+                        .await;
                     self.note(&row.name, "running");
                     Ok(row.sha256.clone())
                 }
