@@ -347,9 +347,16 @@ impl Cluster {
 
     /// The ids of the live replicas (this one included) that run `agent`, oldest first.
     pub fn runners(&self, agent: &str) -> Vec<String> {
+        let here = self.agents();
         let view = self.view.lock().expect("view lock");
+        let runs = |r: &&ReplicaView| match r.this {
+            // This replica's agents as they are now, not as of its last heartbeat.
+            true => here.iter().any(|a| a == agent),
+            false => r.agents.iter().any(|a| a == agent),
+        };
         view.iter()
-            .filter(|r| r.live && r.agents.iter().any(|a| a == agent))
+            .filter(|r| r.live)
+            .filter(runs)
             .map(|r| r.id.clone())
             .collect()
     }
@@ -360,7 +367,7 @@ impl Cluster {
         let here = self.agents();
         let view = self.view.lock().expect("view lock");
         view.iter()
-            .filter(|r| r.live)
+            .filter(|r| r.live && !r.this)
             .flat_map(|r| &r.agents)
             .any(|a| !here.contains(a))
     }
@@ -411,7 +418,7 @@ impl Cluster {
         let view = self.view.lock().expect("view lock");
         let mut names: Vec<String> = view
             .iter()
-            .filter(|r| r.live)
+            .filter(|r| r.live && !r.this)
             .flat_map(|r| &r.agents)
             .filter(|a| !here.contains(a))
             .cloned()

@@ -9,11 +9,12 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 pub struct InstallFlags {
     /// The ACP agent registry `GET /registry` lists and `POST /agents` installs from: a URL of
-    /// its `registry.json`, or a file (a copy or a mirror, for machines without internet).
+    /// its `registry.json` (the official one's by default), or a file (a copy or a mirror, for
+    /// machines without internet).
     #[arg(
         long,
         env = "ACP_GATEWAY_REGISTRY",
-        default_value = crate::install::registry::DEFAULT_REGISTRY,
+        default_value = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json",
         global = true
     )]
     pub registry: String,

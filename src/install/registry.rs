@@ -15,10 +15,6 @@ use utoipa::ToSchema;
 use crate::install::error::InstallError;
 use crate::install::fetch::local_path;
 
-/// The official registry, every agent in one file.
-pub const DEFAULT_REGISTRY: &str =
-    "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json";
-
 /// The largest registry document read (the official one is well under 1 MiB).
 const MAX_REGISTRY_BYTES: u64 = 32 << 20;
 

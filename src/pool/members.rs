@@ -373,19 +373,9 @@ impl Pool {
         self.signed_in.lock().expect("signed-in lock").clone()
     }
 
-    /// Signs the pool in with `method`: `authenticate` on every ready member now (each must
-    /// succeed), and on every member that starts from now on. The pool stays as it was when
-    /// one fails; `Err` says which and why.
-    pub async fn sign_in(&self, method: &str, timeout: std::time::Duration) -> Result<(), String> {
-        let init = self
-            .init()
-            .ok_or("no member of the agent has started yet")?;
-        let conns: Vec<_> = self.members.iter().filter_map(|m| m.ready_conn()).collect();
-        for conn in conns {
-            super::supervisor::authenticate(&conn, &init, method, None, timeout).await?;
-        }
+    /// Notes the auth method the pool is signed in with from now on.
+    pub(super) fn set_signed_in(&self, method: &str) {
         *self.signed_in.lock().expect("signed-in lock") = Some(method.to_owned());
-        Ok(())
     }
 
     /// How many members the pool has.

@@ -16,6 +16,25 @@ use crate::agent_rpc::caps::{AgentInit, initialize_params};
 use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
 
 impl Pool {
+    /// Signs the pool in with `method`: `authenticate` on every ready member now (each must
+    /// succeed), and on every member that starts from now on. The pool stays as it was when
+    /// one fails; `Err` says which and why.
+    pub async fn sign_in(&self, method: &str, timeout: std::time::Duration) -> Result<(), String> {
+        let init = self
+            .init()
+            .ok_or("no member of the agent has started yet")?;
+        let conns: Vec<_> = self
+            .every_member()
+            .iter()
+            .filter_map(|m| m.ready_conn())
+            .collect();
+        for conn in conns {
+            authenticate(&conn, &init, method, None, timeout).await?;
+        }
+        self.set_signed_in(method);
+        Ok(())
+    }
+
     pub(super) async fn supervise(
         &self,
         member: Arc<Member>,

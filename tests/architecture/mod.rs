@@ -60,9 +60,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cluster", &["store"]),
     ("agent_rpc", &["surrogates", "telemetry", "redact"]),
     ("store", &[]),
-    // The flags: an agent's command line is the transport's `AgentCommand`; the registry's
-    // default address is the installer's.
-    ("config", &["agent_rpc", "redact", "install"]),
+    // The flags: an agent's command line is the transport's `AgentCommand`.
+    ("config", &["agent_rpc", "redact"]),
     // `check-agent` starts each agent once; `bridge` (`acp-gateway connect`) is only a client of
     // some `/acp`.
     ("check", &["agent_rpc", "pool", "config"]),
