@@ -105,6 +105,7 @@
 //! | `ECHO_AGENT_DELAY_MS` | Default for `/delay MS`. |
 //! | `ECHO_AGENT_PERMISSION` | `1`: like `/permission` on every prompt. |
 //! | `ECHO_AGENT_AUTH` | An auth method id: `initialize` advertises the agent-style method {id: this, name "Echo login", description "Accepts any client that asks"}, and sessions need `authenticate` with it first (see above). |
+//! | `ECHO_AGENT_TERMINAL_AUTH` | A terminal login's method id: `initialize` advertises {type "terminal", id: this, args ["--login"]} to a client whose `clientCapabilities.auth.terminal` is true, and `session/new` is -32000 "Authentication required" until the login has written `$ECHO_AGENT_DIR/credentials`. Run with `--login`, the agent is that login instead (`echo_agent/login.rs`). |
 //! | `ECHO_AGENT_AUTH_KEY` | With `ECHO_AGENT_AUTH`: a key that `authenticate` must carry in its `_meta`, as Gemini's agent takes it (`{"api-key": "KEY"}`) or Codex's (`{"api-key": {"apiKey": "KEY"}}`); another key, or none, is -32000 "Authentication failed" (its message says whether a key was found, and the shapes accepted when none was; never the key). |
 //! | `ECHO_AGENT_LONG_LINE_BYTES` | Length in bytes, newline excluded, of the long line of `/garbage` (default 100000; below the size of the empty envelope the pad is just empty). |
 //! | `ECHO_AGENT_SPAWN_CHILD` | `1`: at start, spawn a child `sleep 3600` (same process group, stdin/stdout/stderr null, never waited for) and write "echo-agent: spawned child <pid>" to stderr. |
@@ -156,6 +157,8 @@
 
 #[path = "echo_agent/controls.rs"]
 mod controls;
+#[path = "echo_agent/login.rs"]
+mod login;
 #[path = "echo_agent/protocol.rs"]
 mod protocol;
 #[path = "echo_agent/sessions.rs"]
@@ -177,12 +180,12 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     self, AgentCapabilities, ArchiveSessionRequest, ArchiveSessionResponse, AuthMethod,
-    AuthMethodAgent, AuthenticateRequest, AuthenticateResponse, CancelNotification,
-    CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk, DeleteSessionRequest,
-    DeleteSessionResponse, Implementation, InitializeRequest, InitializeResponse,
-    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, ProvidersCapabilities,
+    AuthMethodAgent, AuthMethodTerminal, AuthenticateRequest, AuthenticateResponse,
+    CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk,
+    DeleteSessionRequest, DeleteSessionResponse, Implementation, InitializeRequest,
+    InitializeResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse, ProvidersCapabilities,
     RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
     ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
     SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionId,
@@ -374,6 +377,10 @@ struct Config {
     auth_method: Option<String>,
     /// `ECHO_AGENT_AUTH_KEY`: the key `authenticate` must carry in its `_meta`.
     auth_key: Option<String>,
+    /// `ECHO_AGENT_TERMINAL_AUTH`: a terminal login's method id; sessions then need the
+    /// credentials file it writes (`login.rs`).
+    terminal_auth: Option<String>,
+    credentials: PathBuf,
     /// `ECHO_AGENT_LONG_LINE_BYTES`: length of the long line of `/garbage`.
     long_line_bytes: usize,
     /// `ECHO_AGENT_SPAWN_CHILD=1`.
@@ -447,6 +454,8 @@ impl Config {
             crash_at_start: crash.trim() == "start",
             auth_method: env("ECHO_AGENT_AUTH").map(|v| v.trim().to_string()),
             auth_key: env("ECHO_AGENT_AUTH_KEY"),
+            terminal_auth: env("ECHO_AGENT_TERMINAL_AUTH").map(|v| v.trim().to_string()),
+            credentials: dir.join("credentials"),
             long_line_bytes: env_num("ECHO_AGENT_LONG_LINE_BYTES").unwrap_or(100_000),
             spawn_child: env_flag("ECHO_AGENT_SPAWN_CHILD"),
             child_pid_file: env("ECHO_AGENT_CHILD_PID_FILE").map(PathBuf::from),
@@ -544,6 +553,9 @@ struct EchoAgent {
 
 #[tokio::main]
 async fn main() {
+    if std::env::args().any(|a| a == "--login") {
+        std::process::exit(login::run(&Config::from_env().credentials));
+    }
     let agent = Arc::new(EchoAgent {
         cfg: Config::from_env(),
         open: Mutex::new(HashMap::new()),

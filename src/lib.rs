@@ -373,7 +373,12 @@ fn install_config(config: &Config) -> anyhow::Result<gateway::InstallConfig> {
         .build()
         .context("building the registry's HTTP client")?;
     let root = std::path::absolute(&config.installs.agents_dir).context("--agents-dir")?;
-    let installer = install::installer::Installer::new(root, client.clone());
+    // An archive on this host's disk only from a registry on this host's disk.
+    let local = !["http://", "https://"]
+        .iter()
+        .any(|s| config.installs.registry.starts_with(s));
+    let installer =
+        install::installer::Installer::new(root, client.clone()).allow_local_archives(local);
     let shared = config.clone();
     let template: gateway::AgentTemplate = Arc::new(move |name, command| {
         let spec = shared.installed_agent(name, command);

@@ -30,7 +30,8 @@ async fn registry(dir: &Path) -> Registry {
     registry.pack(
         "escape.tar.gz",
         &[
-            ("../escaped", b"outside\n", 0o644),
+            ("../../escaped", b"outside\n", 0o644),
+            ("../../../escaped", b"outside\n", 0o644),
             ("bin/agent", b"#!/bin/sh\n", 0o755),
         ],
         &[],
@@ -178,10 +179,36 @@ async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
     }
     assert!(!dir.path().join("escaped").exists() && !agents_dir.join("escaped").exists());
 
-    // Kept across a restart: the same files, started again.
+    // Upgraded to the registry's next version: the new files run, the old ones are gone.
+    registry.pack_echo("echo-2.tar.gz", "second");
+    registry.publish_at("2.0.0", &[("echo-acp", "echo-2.tar.gz")]);
+    let (status, _) = ann.post("/agents/echo2/upgrade", json!({})).await;
+    assert_eq!(status, 403);
+    let begun = admin
+        .send_expecting(Method::POST, "/agents/echo2/upgrade", Some(json!({})), 202)
+        .await;
+    assert_eq!(begun["version"], "2.0.0", "{begun}");
+    w.gw()
+        .wait_until(|g| async move {
+            let (_, v) = g.with_key(Some(ADMIN)).get("/agents/echo2").await;
+            v["installed"]["version"] == "2.0.0"
+                && v["installed"]["phase"] == "installed"
+                && v["ready"] == true
+        })
+        .await;
+    let (status, _) = admin.post("/agents/echo2/upgrade", json!({})).await;
+    assert_eq!(status, 409, "at that version already");
+    assert_eq!(ann.said(&id, "upgraded").await, "upgraded");
+    assert_eq!(left(&agents_dir.join("echo2")), ["2.0.0"]);
+
+    // Kept across a restart: the same files, started again without a download (the archive
+    // is gone from the registry).
+    std::fs::remove_file(registry.dir.join("echo-2.tar.gz")).unwrap();
     w.restart().await;
     let view = installed(w.gw(), "echo2").await;
     assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    assert_eq!(view["installed"]["version"], "2.0.0", "{view}");
+    registry.publish(&[("echo-acp", "echo.tar.gz")]);
     let ann = w.gw().with_key(Some(ANN));
     assert_eq!(ann.said(&id, "again").await, "again");
 

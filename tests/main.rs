@@ -8,6 +8,7 @@ mod support;
 
 mod access;
 mod acp;
+mod agent_login;
 mod agents;
 mod architecture;
 mod availability;

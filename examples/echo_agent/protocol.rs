@@ -26,9 +26,17 @@ impl EchoAgent {
                 .description("Accepts any client that asks".to_string());
             AuthMethod::Agent(method)
         });
+        // Only to a client that can run a terminal login.
+        let terminal = (self.cfg.terminal_auth.iter())
+            .filter(|_| req.client_capabilities.auth.terminal)
+            .map(|id| {
+                let method = AuthMethodTerminal::new(id.clone(), "Log in in a terminal")
+                    .args(vec!["--login".to_string()]);
+                AuthMethod::Terminal(method)
+            });
         Ok(InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(self.capabilities())
-            .auth_methods(auth_methods.collect())
+            .auth_methods(auth_methods.chain(terminal).collect())
             .agent_info(info))
     }
 

@@ -240,9 +240,13 @@ impl EchoAgent {
     }
 
     /// -32000 "Authentication required" while `ECHO_AGENT_AUTH` is set and
-    /// `authenticate` has not succeeded yet.
+    /// `authenticate` has not succeeded yet, or `ECHO_AGENT_TERMINAL_AUTH` is set and its
+    /// login has not written the credentials.
     pub(super) fn require_auth(&self) -> Result<(), Error> {
         if self.cfg.auth_method.is_some() && !self.authenticated.load(Ordering::SeqCst) {
+            return Err(Error::auth_required());
+        }
+        if self.cfg.terminal_auth.is_some() && !self.cfg.credentials.exists() {
             return Err(Error::auth_required());
         }
         Ok(())

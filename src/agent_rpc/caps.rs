@@ -85,6 +85,8 @@ pub fn initialize_params() -> Value {
             "fs": {"readTextFile": false, "writeTextFile": false},
             "terminal": false,
             "elicitation": {"form": {}, "url": {}},
+            // A terminal login runs over `GET /agents/{name}/login`.
+            "auth": {"terminal": true},
         },
         "clientInfo": {"name": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
     })

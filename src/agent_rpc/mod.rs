@@ -18,6 +18,7 @@ mod errors;
 mod inbound;
 mod process;
 mod stdin;
+pub mod terminal;
 
 pub use connection::{Connection, PendingCall};
 pub use errors::{CallError, RpcError, answer_value};

@@ -18,6 +18,7 @@ pub mod hosted;
 pub mod idempotency;
 mod installs;
 pub mod limits;
+mod login;
 mod metrics;
 mod oidc;
 pub mod proof;
@@ -174,6 +175,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::named_agent, installs::remove_agent))
         .routes(routes!(installs::upgrade_agent))
         .routes(routes!(installs::authenticate_agent))
+        .routes(routes!(login::login_agent))
         .routes(routes!(installs::registry))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))

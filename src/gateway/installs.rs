@@ -4,6 +4,8 @@
 //! takes an admin; an install runs in the background, its progress shown by
 //! `GET /agents/{name}`.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -11,6 +13,7 @@ use super::caller::Caller;
 use super::error::Error;
 use super::parts::installs::{InstallConfig, InstallView, Wanted, record_of};
 use super::parts::use_case;
+use crate::agent_rpc::terminal::LoginTerminal;
 use crate::install::error::InstallError;
 use crate::install::registry::{DistKind, RegistryEntry, load, platform};
 use crate::store::InstallRecord;
@@ -136,7 +139,9 @@ impl Installs {
                  starting with a letter or digit; give `name`"
             )));
         }
+        let cluster = self.placement.cluster();
         let taken = self.placement.agents().get(&name).is_some()
+            || cluster.agents_elsewhere().contains(&name)
             || self.installs.rows().await?.iter().any(|r| r.name == name);
         if taken {
             return Err(Error::Conflict(format!(
@@ -274,6 +279,54 @@ impl Installs {
             kind,
             vars,
         })
+    }
+
+    /// `GET /agents/{name}/login`: starts the agent's terminal login `method_id` (its own
+    /// program, with the method's arguments and environment) in a pseudo-terminal for the
+    /// caller to drive; [`Installs::logged_in`] once it exits 0.
+    pub fn terminal_login(
+        &self,
+        caller: &Caller,
+        name: &str,
+        method_id: &str,
+    ) -> Result<LoginTerminal, Error> {
+        Self::admin(caller, "signing an agent in")?;
+        let agent = (self.placement.agents().get(name)).ok_or_else(|| {
+            Error::NotFound(format!("this gateway replica runs no agent {name:?}"))
+        })?;
+        let init = (agent.pool().init()).ok_or_else(|| Error::NoMember {
+            reason: format!("no member of the agent {name:?} has started yet"),
+            retry_after: std::time::Duration::from_secs(2),
+        })?;
+        let methods = init.auth_methods.as_array().cloned().unwrap_or_default();
+        let method = (methods.iter())
+            .find(|m| m["id"] == method_id && m["type"] == "terminal")
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "the agent {name:?} offers no terminal login {method_id:?}"
+                ))
+            })?;
+        let command = agent.command().ok_or_else(|| {
+            Error::NotSupported(format!(
+                "the agent {name:?} runs on another host: sign it in there"
+            ))
+        })?;
+        let args: Vec<String> = (method["args"].as_array().into_iter().flatten())
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect();
+        let env: BTreeMap<String, String> = (method["env"].as_object().into_iter().flatten())
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect();
+        LoginTerminal::spawn(command, &args, &env)
+            .map_err(|e| Error::NotSupported(format!("the terminal login could not start: {e}")))
+    }
+
+    /// A terminal login of the agent `name` ended signed in: its members start again, each
+    /// signed in by what the login left.
+    pub fn logged_in(&self, name: &str) {
+        if let Some(agent) = self.placement.agents().get(name) {
+            agent.restart_all("signed in through a terminal login");
+        }
     }
 
     /// The row of the installed agent `name`: 409 for an agent configured at start, 404 for

@@ -280,8 +280,9 @@ impl Gateway {
             store.clone(),
             placement.clone(),
             config.installs.clone(),
+            stop.clone(),
         ));
-        tasks.spawn(installs.clone().apply_forever(stop.clone()));
+        tasks.spawn(installs.clone().apply_forever());
         let parts = parts::Parts::new(
             placement.clone(),
             records,

@@ -4,15 +4,26 @@
 //! `..`, no path through a symlink (each folder on the way is looked at on disk, so a link the
 //! archive made earlier cannot be written through), a symlink only when its target stays inside
 //! the folder, a hard link only to a file the archive already put inside it, no devices or
-//! fifos; the unpacked bytes (counted as written, not as the headers claim) and the entries are
-//! bounded. Executable bits are kept; set-id and sticky bits are not.
+//! fifos. Once all is unpacked, every symlink is followed link by link on disk (`links`), and
+//! one that leads out, alone or through others, dangling or not, fails the unpack. The unpacked
+//! bytes (counted as written, not as the headers claim) and the entries are bounded, and so is
+//! all that a tar stream decompresses to, its headers and extension records included
+//! (`bounded`); an entry that is not a file carries at most 64 KiB. Executable bits are kept;
+//! write permission for the group and others, and set-id and sticky bits, are not.
 
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
+use crate::install::bounded::{BudgetedReader, MAX_NON_FILE_DATA, ReadBudget};
 use crate::install::error::InstallError;
+use crate::install::links::check_links;
+
+/// The permission bits an unpacked file or folder may keep: no write for the group and
+/// others, no set-id or sticky bit.
+const KEPT_MODE: u32 = 0o755;
 
 /// How much an archive may unpack to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,11 +75,18 @@ pub fn unpack(
     let file = fs::File::open(archive)
         .map_err(|e| InstallError::io(format!("opening {}", archive.display()), e))?;
     let mut read = io::BufReader::new(file);
-    match format {
-        ArchiveFormat::Zip => unpacker.zip(read)?,
-        ArchiveFormat::Tar => unpacker.tar(read)?,
-        ArchiveFormat::TarGz => unpacker.tar(flate2::read::MultiGzDecoder::new(read))?,
-        ArchiveFormat::TarBz2 => unpacker.tar(bzip2::read::MultiBzDecoder::new(read))?,
+    let budget = Rc::new(ReadBudget::new(limits.max_bytes, limits.max_entries));
+    let tarred = match format {
+        ArchiveFormat::Zip => unpacker.zip(read),
+        ArchiveFormat::Tar => unpacker.tar(BudgetedReader::new(read, budget.clone()), &budget),
+        ArchiveFormat::TarGz => {
+            let gz = flate2::read::MultiGzDecoder::new(read);
+            unpacker.tar(BudgetedReader::new(gz, budget.clone()), &budget)
+        }
+        ArchiveFormat::TarBz2 => {
+            let bz = bzip2::read::MultiBzDecoder::new(read);
+            unpacker.tar(BudgetedReader::new(bz, budget.clone()), &budget)
+        }
         ArchiveFormat::Raw => {
             let rel = unpacker.relative(Path::new(&name))?;
             if rel.components().count() != 1 {
@@ -77,10 +95,11 @@ pub fn unpack(
                 )));
             }
             unpacker.entries += 1;
-            unpacker.file(&rel, 0o755, &mut read)?;
+            unpacker.file(&rel, 0o755, &mut read)
         }
-    }
-    unpacker.links_stay_inside()
+    };
+    tarred.map_err(|e| budget.explain(e))?;
+    check_links(dest)
 }
 
 /// The last path segment of a URL (its query and fragment aside), or the file name of a path.
@@ -145,15 +164,32 @@ impl Unpacker {
         Ok(())
     }
 
-    /// Every entry of a tar stream.
-    fn tar(&mut self, reader: impl Read) -> Result<(), InstallError> {
+    /// Every entry of a tar stream, read through `budget`, which is told when an entry's
+    /// data is read and when headers are.
+    fn tar(&mut self, reader: impl Read, budget: &ReadBudget) -> Result<(), InstallError> {
         use tar::EntryType as T;
         let mut archive = tar::Archive::new(reader);
-        for entry in archive.entries().map_err(unreadable)? {
+        let mut entries = archive.entries().map_err(unreadable)?;
+        loop {
+            budget.between_entries();
+            let Some(entry) = entries.next() else {
+                return Ok(());
+            };
             let mut entry = entry.map_err(unreadable)?;
+            budget.in_entry();
             self.count()?;
             let name = entry.path().map_err(unreadable)?.into_owned();
             let kind = entry.header().entry_type();
+            let is_file = matches!(kind, T::Regular | T::Continuous | T::GNUSparse);
+            if !is_file && entry.size() > MAX_NON_FILE_DATA {
+                return Err(InstallError::TooLarge(format!(
+                    "the entry `{}` is not a file and carries {} bytes of data (at most {} \
+                     are allowed)",
+                    name.display(),
+                    entry.size(),
+                    MAX_NON_FILE_DATA
+                )));
+            }
             if kind == T::XGlobalHeader {
                 continue;
             }
@@ -190,7 +226,6 @@ impl Unpacker {
                 }
             }
         }
-        Ok(())
     }
 
     /// Every entry of a zip file.
@@ -314,7 +349,7 @@ impl Unpacker {
     fn dir(&mut self, rel: &Path, mode: u32) -> Result<(), InstallError> {
         self.ensure_dir(rel)?;
         let path = self.dest.join(rel);
-        let mode = (mode & 0o777) | 0o700;
+        let mode = (mode | 0o700) & KEPT_MODE;
         fs::set_permissions(&path, fs::Permissions::from_mode(mode))
             .map_err(|e| InstallError::io(format!("setting the mode of {}", path.display()), e))
     }
@@ -346,7 +381,7 @@ impl Unpacker {
             }
             out.write_all(&buf[..n]).map_err(written)?;
         }
-        out.set_permissions(fs::Permissions::from_mode(mode & 0o777))
+        out.set_permissions(fs::Permissions::from_mode(mode & KEPT_MODE))
             .map_err(written)
     }
 
@@ -408,35 +443,5 @@ impl Unpacker {
         let path = self.place(rel)?;
         fs::hard_link(&at, &path)
             .map_err(|e| InstallError::io(format!("linking {}", path.display()), e))
-    }
-
-    /// The last check, on disk: every symlink unpacked that resolves at all resolves inside
-    /// (links made of links, each inside alone, can still lead out together).
-    fn links_stay_inside(&self) -> Result<(), InstallError> {
-        let root = fs::canonicalize(&self.dest)
-            .map_err(|e| InstallError::io(format!("reading {}", self.dest.display()), e))?;
-        let mut folders = vec![self.dest.clone()];
-        while let Some(folder) = folders.pop() {
-            let listed = fs::read_dir(&folder)
-                .map_err(|e| InstallError::io(format!("reading {}", folder.display()), e))?;
-            for item in listed {
-                let item = item.map_err(|e| InstallError::io("reading the unpacked folder", e))?;
-                let kind = item
-                    .file_type()
-                    .map_err(|e| InstallError::io("reading the unpacked folder", e))?;
-                if kind.is_dir() {
-                    folders.push(item.path());
-                } else if kind.is_symlink()
-                    && let Ok(resolved) = fs::canonicalize(item.path())
-                    && !resolved.starts_with(&root)
-                {
-                    return Err(InstallError::Unsafe(format!(
-                        "the symlink `{}` leads outside the archive's folder",
-                        self.shown(&item.path())
-                    )));
-                }
-            }
-        }
-        Ok(())
     }
 }

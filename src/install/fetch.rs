@@ -1,6 +1,10 @@
 //! Downloading an agent's archive to a file, hashing it on the way: over HTTP(S) streamed and
-//! bounded, or copied from a `file://` URL or an absolute path (an install without a network).
-//! A download that fails leaves no partial file.
+//! bounded, each wait for the next bytes bounded by [`STALL`] and the whole by a deadline; or
+//! copied from a `file://` URL or an absolute path (an install without a network), which only
+//! a caller that trusts the source's author with the machine's files allows: an archive's URL
+//! comes from the registry, and a remote registry must not make the gateway copy (and then
+//! unpack and run) files of the machine it runs on. A download that fails leaves no partial
+//! file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,7 +17,39 @@ use crate::install::error::InstallError;
 
 /// How long a download may wait for the server's answer or for its next bytes: a stalled
 /// connection fails instead of holding the install forever.
-const STALL: Duration = Duration::from_secs(60);
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// How long a whole download may take by default: a server that trickles bytes, each within
+/// [`STALL`] of the last, fails too.
+pub const DOWNLOAD_DEADLINE: Duration = Duration::from_secs(30 * 60);
+
+/// How a download is bounded, and whether it may copy a local file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownloadOptions {
+    /// The most bytes downloaded.
+    pub max_bytes: u64,
+    /// How long the whole download may take.
+    pub deadline: Duration,
+    /// Whether a `file://` URL or an absolute path is copied (else it is refused).
+    pub allow_local: bool,
+}
+
+impl DownloadOptions {
+    /// At most `max_bytes`, within [`DOWNLOAD_DEADLINE`], over HTTP(S) only.
+    pub fn new(max_bytes: u64) -> Self {
+        Self {
+            max_bytes,
+            deadline: DOWNLOAD_DEADLINE,
+            allow_local: false,
+        }
+    }
+}
+
+/// Whether `source` names a file of this machine (a `file:` URL or a path) rather than an
+/// HTTP(S) URL.
+pub fn is_local(source: &str) -> bool {
+    !(source.starts_with("http://") || source.starts_with("https://"))
+}
 
 /// A `file://` URL's path, or `source` itself taken as a path; None for a `file:` URL that names
 /// no local path.
@@ -25,16 +61,37 @@ pub fn local_path(source: &str) -> Option<PathBuf> {
     }
 }
 
-/// Downloads `url` into the file `dest` (created or replaced), at most `max_bytes`, and answers
-/// its sha256 in lowercase hex. An `http(s)://` URL is fetched with `client`; a `file://` URL or
-/// an absolute path is copied. On any failure `dest` is removed.
+/// Downloads the `http(s)://` URL `url` into the file `dest` (created or replaced), at most
+/// `max_bytes` within [`DOWNLOAD_DEADLINE`], and answers its sha256 in lowercase hex; a local
+/// source is refused ([`download_with`] may allow it). On any failure `dest` is removed.
 pub async fn download(
     client: &reqwest::Client,
     url: &str,
     dest: &Path,
     max_bytes: u64,
 ) -> Result<String, InstallError> {
+    download_with(client, url, dest, &DownloadOptions::new(max_bytes)).await
+}
+
+/// Downloads `url` into the file `dest` (created or replaced) as `options` bound it, and
+/// answers its sha256 in lowercase hex. An `http(s)://` URL is fetched with `client`; a
+/// `file://` URL or an absolute path is copied when `options` allow it, else refused as
+/// [`InstallError::Unsafe`]. On any failure `dest` is removed.
+pub async fn download_with(
+    client: &reqwest::Client,
+    url: &str,
+    dest: &Path,
+    options: &DownloadOptions,
+) -> Result<String, InstallError> {
     let shown = crate::redact::url(url);
+    if is_local(url) && !options.allow_local {
+        return Err(InstallError::Unsafe(format!(
+            "the archive `{shown}` is a file of this machine, which only an agent registry \
+             read from this machine's files may name; a registry fetched over the network \
+             must name http(s):// archives"
+        )));
+    }
+    let max_bytes = options.max_bytes;
     let mut file = tokio::fs::File::create(dest)
         .await
         .map_err(|e| InstallError::io(format!("creating {}", dest.display()), e))?;
@@ -45,14 +102,23 @@ pub async fn download(
         max_bytes,
         shown: &shown,
     };
-    let copied = if url.starts_with("http://") || url.starts_with("https://") {
-        from_http(client, url, &shown, &mut sink).await
-    } else if url.starts_with("file:") || Path::new(url).is_absolute() {
-        from_file(url, &shown, &mut sink).await
-    } else {
-        Err(InstallError::Download(format!(
-            "`{shown}` is neither an http(s):// nor a file:// URL nor an absolute path"
-        )))
+    let copying = async {
+        if !is_local(url) {
+            from_http(client, url, &shown, &mut sink).await
+        } else if url.starts_with("file:") || Path::new(url).is_absolute() {
+            from_file(url, &shown, &mut sink).await
+        } else {
+            Err(InstallError::Download(format!(
+                "`{shown}` is neither an http(s):// nor a file:// URL nor an absolute path"
+            )))
+        }
+    };
+    let copied = match tokio::time::timeout(options.deadline, copying).await {
+        Ok(copied) => copied,
+        Err(_) => Err(InstallError::Download(format!(
+            "{shown} did not finish downloading within {:?}",
+            options.deadline
+        ))),
     };
     let hash = sink.hash;
     let done = match copied {

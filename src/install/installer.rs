@@ -1,20 +1,27 @@
 //! Installing a chosen distribution into `<root>/<name>/<version>`, all or nothing: everything
-//! happens in a fresh staging folder under the root, which becomes the version's folder by one
-//! rename when complete and is removed on any failure (or when the install is dropped). A
-//! marker file in the version's folder records what was installed, so that an install of the
-//! same choice (a restart) reuses it without downloading.
+//! happens in a fresh staging folder under the root (`staging`), which becomes the version's
+//! folder by one rename when complete and is removed on any failure (or when the install is
+//! dropped). A failed install removes only its staging folder: an older folder of the same
+//! version, moved aside for the new one, is put back, and the name's other versions are left
+//! to the caller ([`Installer::remove`], [`Installer::remove_version`]). A marker file in the
+//! version's folder records what was installed, so that an install of the same choice (a
+//! restart) reuses it without downloading; it is written as a new file, never through a link
+//! of that name the install left. The registry's `cmd` and package spec are checked before
+//! anything is done, and the program after (`program`). An archive from a local file is
+//! installed only when the installer allows it ([`Installer::allow_local_archives`]).
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::install::archive::{UnpackLimits, unpack};
 use crate::install::error::InstallError;
-use crate::install::fetch::download;
+use crate::install::fetch::{DownloadOptions, download_with};
 use crate::install::packages::{install_npm, install_python};
+use crate::install::program::{check_choice, executable_inside, program_in};
 use crate::install::registry::{Choice, DistKind};
+use crate::install::staging::{Staging, off_runtime, read_no_follow, sweep, write_new};
 
 /// The file in a version's folder that says what was installed there.
 const MARKER: &str = ".acp-gateway-installed.json";
@@ -29,6 +36,7 @@ pub struct Installer {
     client: reqwest::Client,
     limits: UnpackLimits,
     max_download: u64,
+    allow_local: bool,
 }
 
 /// An installed agent: how to start it.
@@ -56,30 +64,36 @@ struct InstallMarker {
     program: PathBuf,
 }
 
-/// A staging folder, removed when dropped unless kept.
-struct Staging {
-    path: Option<PathBuf>,
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            let _ = std::fs::remove_dir_all(path);
-        }
-    }
-}
-
 impl Installer {
     /// An installer under `root` (made absolute), downloading with `client`, with the default
-    /// bounds: archives of at most 1 GiB that unpack to at most [`UnpackLimits::default`].
+    /// bounds: archives of at most 1 GiB that unpack to at most [`UnpackLimits::default`],
+    /// over HTTP(S) only. The staging folders that installs killed midway left under `root`
+    /// are removed ([`Installer::sweep`]).
     pub fn new(root: PathBuf, client: reqwest::Client) -> Self {
         let root = std::path::absolute(&root).unwrap_or(root);
-        Self {
+        let installer = Self {
             root,
             client,
             limits: UnpackLimits::default(),
             max_download: MAX_DOWNLOAD,
-        }
+            allow_local: false,
+        };
+        installer.sweep();
+        installer
+    }
+
+    /// The same installer, copying archives named as a `file://` URL or an absolute path when
+    /// `allow` (for a registry read from this machine's files, whose author is trusted with
+    /// them); refusing them otherwise, as it does by default.
+    pub fn allow_local_archives(mut self, allow: bool) -> Self {
+        self.allow_local = allow;
+        self
+    }
+
+    /// Removes the staging folders under the root that no running install holds (in this
+    /// process or another one); answers how many.
+    pub fn sweep(&self) -> usize {
+        off_runtime(|| sweep(&self.root))
     }
 
     /// The same installer with other bounds.
@@ -107,6 +121,7 @@ impl Installer {
     ) -> Result<Installed, InstallError> {
         folder_name(name, "an agent's name")?;
         folder_name(&choice.version, "a version")?;
+        check_choice(choice)?;
         let expect = expect_sha256.map(|s| s.trim().to_ascii_lowercase());
         let agent_dir = self.root.join(name);
         let final_dir = agent_dir.join(&choice.version);
@@ -114,30 +129,51 @@ impl Installer {
             progress(&format!("already installed in {}", final_dir.display()));
             return Ok(installed);
         }
-        let io = |doing: &str, path: &Path, e| {
-            InstallError::io(format!("{doing} {}", path.display()), e)
-        };
         tokio::fs::create_dir_all(&agent_dir)
             .await
             .map_err(|e| io("creating", &agent_dir, e))?;
-        let staging_path = self
-            .root
-            .join(format!(".staging-{name}-{}", uuid::Uuid::new_v4().simple()));
-        tokio::fs::create_dir(&staging_path)
-            .await
-            .map_err(|e| io("creating", &staging_path, e))?;
-        let staging = Staging {
-            path: Some(staging_path.clone()),
-        };
-        let tree = staging_path.join("tree");
+        let staging = Staging::create(&self.root, name).await?;
+        let made = self
+            .install_in(
+                staging.path(),
+                &final_dir,
+                choice,
+                expect.as_deref(),
+                progress,
+            )
+            .await;
+        // Whatever is left in the staging folder (an older install moved aside, or all of a
+        // failed one) goes with it.
+        staging.finish().await;
+        let (program, sha256) = made?;
+        progress("installed");
+        Ok(Installed {
+            program: final_dir.join(program),
+            args: choice.args.clone(),
+            env: choice.env.clone(),
+            dir: final_dir,
+            sha256,
+        })
+    }
+
+    /// Installs `choice` in the staging folder `staging` and moves it to `final_dir`; answers
+    /// the program (relative to the folder) and the archive's sha256 (binary distributions).
+    async fn install_in(
+        &self,
+        staging: &Path,
+        final_dir: &Path,
+        choice: &Choice,
+        expect: Option<&str>,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(PathBuf, Option<String>), InstallError> {
+        let tree = staging.join("tree");
         tokio::fs::create_dir(&tree)
             .await
             .map_err(|e| io("creating", &tree, e))?;
-
         let (program, sha256) = match choice.kind {
             DistKind::Binary => {
                 let (program, sha) = self
-                    .binary(&staging_path, &tree, choice, expect.as_deref(), progress)
+                    .binary(staging, &tree, choice, expect, progress)
                     .await?;
                 (program, Some(sha))
             }
@@ -149,12 +185,10 @@ impl Installer {
             DistKind::Uvx => {
                 progress(&format!("pip install {}", choice.source));
                 let program =
-                    install_python(&tree, &final_dir, &choice.source, choice.cmd.as_deref())
-                        .await?;
+                    install_python(&tree, final_dir, &choice.source, choice.cmd.as_deref()).await?;
                 (program, None)
             }
         };
-
         let marker = InstallMarker {
             choice: choice.clone(),
             sha256: sha256.clone(),
@@ -162,30 +196,11 @@ impl Installer {
         };
         let marker_path = tree.join(MARKER);
         let json = serde_json::to_vec_pretty(&marker).expect("a marker serialises");
-        tokio::fs::write(&marker_path, json)
+        write_new(&marker_path, &json)
             .await
             .map_err(|e| io("writing", &marker_path, e))?;
-        // An older install of this version (another choice, or one that no longer checks
-        // out) is moved into the staging folder, which is removed with it.
-        if tokio::fs::symlink_metadata(&final_dir).await.is_ok() {
-            let old = staging_path.join("replaced");
-            tokio::fs::rename(&final_dir, &old)
-                .await
-                .map_err(|e| io("moving aside", &final_dir, e))?;
-        }
-        tokio::fs::rename(&tree, &final_dir)
-            .await
-            .map_err(|e| io("moving into place", &final_dir, e))?;
-        // What is left in the staging folder (an older install moved aside) goes with it.
-        drop(staging);
-        progress("installed");
-        Ok(Installed {
-            program: final_dir.join(program),
-            args: choice.args.clone(),
-            env: choice.env.clone(),
-            dir: final_dir,
-            sha256,
-        })
+        put_in_place(&tree, final_dir, &staging.join("replaced")).await?;
+        Ok((program, sha256))
     }
 
     /// Downloads, checks and unpacks a binary distribution into `tree`; answers the program
@@ -203,7 +218,11 @@ impl Installer {
             "downloading {}",
             crate::redact::url(&choice.source)
         ));
-        let sha = download(&self.client, &choice.source, &archive, self.max_download).await?;
+        let options = DownloadOptions {
+            allow_local: self.allow_local,
+            ..DownloadOptions::new(self.max_download)
+        };
+        let sha = download_with(&self.client, &choice.source, &archive, &options).await?;
         let size = tokio::fs::metadata(&archive)
             .await
             .map(|m| m.len())
@@ -230,19 +249,22 @@ impl Installer {
         let cmd = choice.cmd.as_deref().ok_or_else(|| {
             InstallError::Missing("the binary distribution names no program (`cmd`)".to_owned())
         })?;
-        let program = program_in(tree, cmd)?;
+        let missing = format!(
+            "the archive has no program `{cmd}`; the registry entry and the archive disagree"
+        );
+        let program = program_in(tree, cmd, &missing)?;
         Ok((program, sha))
     }
 
     /// The install at `final_dir`, when its marker says it is `choice` (and, when given, of
-    /// the archive `expect`) and its program is still there.
+    /// the archive `expect`) and its program is still there, an executable file inside.
     async fn reuse(
         &self,
         final_dir: &Path,
         choice: &Choice,
         expect: Option<&str>,
     ) -> Option<Installed> {
-        let text = tokio::fs::read(final_dir.join(MARKER)).await.ok()?;
+        let text = read_no_follow(&final_dir.join(MARKER)).await.ok()?;
         let marker: InstallMarker = serde_json::from_slice(&text).ok()?;
         if marker.choice != *choice {
             return None;
@@ -252,11 +274,9 @@ impl Installer {
         {
             return None;
         }
-        let program = final_dir.join(&marker.program);
-        let meta = tokio::fs::metadata(&program).await.ok()?;
-        if !meta.is_file() {
-            return None;
-        }
+        let (dir, rel) = (final_dir.to_path_buf(), marker.program.clone());
+        let checked = tokio::task::spawn_blocking(move || executable_inside(&dir, &rel));
+        let program = final_dir.join(checked.await.ok()?.ok()?);
         Some(Installed {
             program,
             args: choice.args.clone(),
@@ -266,19 +286,73 @@ impl Installer {
         })
     }
 
-    /// Removes everything installed for `name` (nothing there is fine).
+    /// Removes everything installed for `name` (nothing there is fine). The files are removed
+    /// without holding up the runtime's other tasks (see [`off_runtime`]).
     pub fn remove(&self, name: &str) -> std::io::Result<()> {
-        if folder_name(name, "an agent's name").is_err() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("`{name}` is not an agent's name"),
-            ));
-        }
-        match std::fs::remove_dir_all(self.root.join(name)) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            done => done,
-        }
+        plain_name(name, "an agent's name")?;
+        let dir = self.root.join(name);
+        off_runtime(|| not_found_is_fine(std::fs::remove_dir_all(dir)))
     }
+
+    /// Removes the version `version` of `name` (nothing there is fine), and the name's folder
+    /// when no other version is left in it.
+    pub fn remove_version(&self, name: &str, version: &str) -> std::io::Result<()> {
+        plain_name(name, "an agent's name")?;
+        plain_name(version, "a version")?;
+        let dir = self.root.join(name);
+        off_runtime(|| {
+            not_found_is_fine(std::fs::remove_dir_all(dir.join(version)))?;
+            match std::fs::remove_dir(&dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => Ok(()),
+                done => not_found_is_fine(done),
+            }
+        })
+    }
+}
+
+/// An I/O failure while `doing` something to `path`.
+fn io(doing: &str, path: &Path, e: std::io::Error) -> InstallError {
+    InstallError::io(format!("{doing} {}", path.display()), e)
+}
+
+/// `done`, a missing file or folder taken as done.
+fn not_found_is_fine(done: std::io::Result<()>) -> std::io::Result<()> {
+    match done {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        done => done,
+    }
+}
+
+/// [`folder_name`] as an I/O error.
+fn plain_name(value: &str, what: &str) -> std::io::Result<()> {
+    folder_name(value, what).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("`{value}` is not {what}"),
+        )
+    })
+}
+
+/// Moves the complete `tree` to `final_dir`. An older folder there is first moved to `aside`
+/// (inside the staging folder, removed with it); when the tree cannot take its place, the
+/// older folder is put back, so that a failure removes nothing it did not make.
+pub(super) async fn put_in_place(
+    tree: &Path,
+    final_dir: &Path,
+    aside: &Path,
+) -> Result<(), InstallError> {
+    let moved_aside = match tokio::fs::rename(final_dir, aside).await {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io("moving aside", final_dir, e)),
+    };
+    if let Err(e) = tokio::fs::rename(tree, final_dir).await {
+        if moved_aside {
+            let _ = tokio::fs::rename(aside, final_dir).await;
+        }
+        return Err(io("moving into place", final_dir, e));
+    }
+    Ok(())
 }
 
 /// `value` as one folder's name: not empty, no `/`, not starting with `.`.
@@ -294,47 +368,4 @@ fn folder_name(value: &str, what: &str) -> Result<(), InstallError> {
             "`{value}` cannot be {what}: it must be a plain folder name"
         )))
     }
-}
-
-/// The program `cmd` (`./bin/agent`, `agent`) inside the unpacked `tree`: a relative path to
-/// an executable file that, symlinks followed, is inside `tree`. Answered relative to `tree`.
-fn program_in(tree: &Path, cmd: &str) -> Result<PathBuf, InstallError> {
-    let mut rel = PathBuf::new();
-    for component in Path::new(cmd).components() {
-        match component {
-            Component::Normal(part) => rel.push(part),
-            Component::CurDir => {}
-            _ => {
-                return Err(InstallError::Unsafe(format!(
-                    "the program `{cmd}` is not a path inside the agent's folder"
-                )));
-            }
-        }
-    }
-    let missing = || {
-        InstallError::Missing(format!(
-            "the archive has no program `{cmd}`; the registry entry and the archive disagree"
-        ))
-    };
-    if rel.as_os_str().is_empty() {
-        return Err(missing());
-    }
-    let path = tree.join(&rel);
-    let resolved = std::fs::canonicalize(&path).map_err(|_| missing())?;
-    let inside = std::fs::canonicalize(tree).is_ok_and(|tree| resolved.starts_with(tree));
-    if !inside {
-        return Err(InstallError::Unsafe(format!(
-            "the program `{cmd}` leads outside the agent's folder"
-        )));
-    }
-    let meta = std::fs::metadata(&resolved).map_err(|_| missing())?;
-    if !meta.is_file() {
-        return Err(missing());
-    }
-    if meta.permissions().mode() & 0o111 == 0 {
-        return Err(InstallError::Unsafe(format!(
-            "the program `{cmd}` is not executable (the archive does not mark it so)"
-        )));
-    }
-    Ok(rel)
 }

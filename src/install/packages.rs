@@ -1,21 +1,21 @@
 //! Installing an agent's npm or Python package, pinned, into a folder it then runs from: npm
 //! packages with `npm install --prefix`, Python packages into a virtual environment made by
 //! `uv` (or, without it, `python3 -m venv` and pip). An agent installed so starts from its
-//! folder, never fetched again at each start as `npx`/`uvx` would.
+//! folder, never fetched again at each start as `npx`/`uvx` would. The packages' install
+//! scripts run (agents that ship a native binary need them), with the gateway's environment
+//! less its own secrets, in a process group killed once the tool is done (`command`). The
+//! program found is checked as a binary's is: links followed, a regular executable file
+//! inside the install's folder (`program`).
 
 use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
 
+use crate::install::command::{run, which};
 use crate::install::error::InstallError;
+use crate::install::program::program_in;
 use crate::install::registry::{split_npm, split_pip};
-
-/// How long one install command may run.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// How much of a failed command's error output a message keeps (its end, where the cause is).
-const STDERR_TAIL: usize = 2000;
 
 /// Installs the npm package `spec` (`name@version`) into `dir` and answers its program, relative
 /// to `dir`: `node_modules/.bin/<cmd>`, where `cmd` is the given command or the package's own.
@@ -32,9 +32,20 @@ pub async fn install_npm(
                 .to_owned(),
         )
     })?;
+    install_npm_with(&npm, dir, spec, cmd).await
+}
+
+/// [`install_npm`] with the program `npm`.
+pub async fn install_npm_with(
+    npm: &Path,
+    dir: &Path,
+    spec: &str,
+    cmd: Option<&str>,
+) -> Result<PathBuf, InstallError> {
+    check_spec(spec)?;
     let prefix = dir.as_os_str();
     run(
-        &npm,
+        npm,
         &[
             OsStr::new("install"),
             OsStr::new("--prefix"),
@@ -65,12 +76,8 @@ pub async fn install_npm(
     let program = Path::new("node_modules")
         .join(".bin")
         .join(command_name(&cmd)?);
-    if !dir.join(&program).exists() {
-        return Err(InstallError::Missing(format!(
-            "the package `{spec}` installed no command `{cmd}`"
-        )));
-    }
-    Ok(program)
+    let missing = format!("the package `{spec}` installed no command `{cmd}`");
+    program_in(dir, &program.to_string_lossy(), &missing)
 }
 
 /// The command a package's `package.json` offers (its `bin`): a string is the package's
@@ -147,21 +154,22 @@ pub async fn install_python(
     let name = name.split('[').next().unwrap_or(name).trim();
     let cmd = cmd.unwrap_or(name);
     let program = Path::new("venv").join("bin").join(command_name(cmd)?);
-    if !dir.join(&program).exists() {
-        return Err(InstallError::Missing(format!(
-            "the package `{spec}` installed no command `{cmd}`"
-        )));
-    }
     let (from, to) = (venv, final_dir.join("venv"));
     tokio::task::spawn_blocking(move || relocate_scripts(&from, &to))
         .await
         .map_err(|e| InstallError::Io(e.to_string()))??;
-    Ok(program)
+    let missing = format!("the package `{spec}` installed no command `{cmd}`");
+    program_in(dir, &program.to_string_lossy(), &missing)
 }
 
 /// A package spec that a command line cannot take for an option.
 fn check_spec(spec: &str) -> Result<(), InstallError> {
-    if spec.is_empty() || spec.starts_with('-') || spec.chars().any(char::is_whitespace) {
+    if spec.starts_with('-') {
+        return Err(InstallError::Unsafe(format!(
+            "the package `{spec}` starts with `-`, which npm, uv or pip would take for an option"
+        )));
+    }
+    if spec.is_empty() || spec.chars().any(char::is_whitespace) {
         return Err(InstallError::Registry(format!(
             "`{spec}` is not a package name and version"
         )));
@@ -169,10 +177,13 @@ fn check_spec(spec: &str) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// A command's name, which must be a plain file name.
+/// A command's name, which must be a plain file name that is not an option.
 fn command_name(cmd: &str) -> Result<&str, InstallError> {
-    let plain =
-        Path::new(cmd).components().count() == 1 && !cmd.contains('/') && cmd != "." && cmd != "..";
+    let plain = Path::new(cmd).components().count() == 1
+        && !cmd.contains('/')
+        && !cmd.starts_with('-')
+        && cmd != "."
+        && cmd != "..";
     if plain {
         Ok(cmd)
     } else {
@@ -183,7 +194,7 @@ fn command_name(cmd: &str) -> Result<&str, InstallError> {
 }
 
 /// Rewrites the environment's scripts (small text files starting `#!`) that name the
-/// environment at `from` to name it at `to`.
+/// environment at `from` to name it at `to`, in place, never through a symlink.
 fn relocate_scripts(from: &Path, to: &Path) -> Result<(), InstallError> {
     let (Some(from_s), Some(to_s)) = (from.to_str(), to.to_str()) else {
         return Ok(());
@@ -203,65 +214,15 @@ fn relocate_scripts(from: &Path, to: &Path) -> Result<(), InstallError> {
             continue;
         };
         if text.starts_with("#!") && text.contains(from_s) {
-            std::fs::write(&path, text.replace(from_s, to_s))
-                .map_err(|e| InstallError::io(format!("writing {}", path.display()), e))?;
+            let written = |e| InstallError::io(format!("writing {}", path.display()), e);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&path)
+                .and_then(|mut file| file.write_all(text.replace(from_s, to_s).as_bytes()))
+                .map_err(written)?;
         }
     }
     Ok(())
-}
-
-/// A program on the PATH.
-fn which(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|folder| folder.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
-
-/// Runs `program args` in `cwd` with no input, its output kept; a failure names the command
-/// and the end of its error output.
-async fn run(program: &Path, args: &[&OsStr], cwd: &Path) -> Result<(), InstallError> {
-    let line = std::iter::once(program.as_os_str())
-        .chain(args.iter().copied())
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let output = command.spawn().map_err(|e| {
-        InstallError::Tool(format!("`{}` could not be started: {e}", program.display()))
-    })?;
-    let output = tokio::time::timeout(COMMAND_TIMEOUT, output.wait_with_output())
-        .await
-        .map_err(|_| {
-            InstallError::Command(format!(
-                "`{line}` did not finish within {} minutes",
-                COMMAND_TIMEOUT.as_secs() / 60
-            ))
-        })?
-        .map_err(|e| InstallError::Command(format!("`{line}` failed: {e}")))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stderr = stderr.trim();
-    let tail = match stderr.char_indices().rev().nth(STDERR_TAIL) {
-        Some((at, _)) => &stderr[at..],
-        None => stderr,
-    };
-    Err(InstallError::Command(format!(
-        "`{line}` failed ({}): {}",
-        output.status,
-        crate::redact::text(tail)
-    )))
 }

@@ -1,5 +1,6 @@
 //! The registry's parsing and choices, and installs from archives made here in a temporary
-//! folder: good ones unpack and run, hostile or broken ones are refused and leave nothing.
+//! folder: good ones unpack and run, hostile or broken ones are refused and leave nothing. The
+//! helpers that build archives and installers here serve the other test files too.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,11 +13,17 @@ use crate::install::installer::Installer;
 use crate::install::packages::npm_bin;
 use crate::install::registry::{Choice, DistKind, RegistryIndex, platform};
 
-const SCRIPT: &[u8] = b"#!/bin/sh\necho agent-ran \"$@\"\n";
+pub(super) const SCRIPT: &[u8] = b"#!/bin/sh\necho agent-ran \"$@\"\n";
 
 /// A tar header of any name and type, written byte by byte (the tar crate's setters refuse
 /// the hostile names these tests need).
-fn header(name: &str, kind: tar::EntryType, size: u64, mode: u32, link: &str) -> tar::Header {
+pub(super) fn header(
+    name: &str,
+    kind: tar::EntryType,
+    size: u64,
+    mode: u32,
+    link: &str,
+) -> tar::Header {
     let mut header = tar::Header::new_gnu();
     header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
     header.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
@@ -28,10 +35,10 @@ fn header(name: &str, kind: tar::EntryType, size: u64, mode: u32, link: &str) ->
 }
 
 /// One entry of a test tar: name, type, mode, data (or link target).
-type Entry<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
+pub(super) type Entry<'a> = (&'a str, tar::EntryType, u32, &'a [u8]);
 
 /// A `.tar.gz` of `entries` at `path`.
-fn tar_gz(path: &Path, entries: &[Entry]) {
+pub(super) fn tar_gz(path: &Path, entries: &[Entry]) {
     let file = std::fs::File::create(path).unwrap();
     let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
     let mut builder = tar::Builder::new(gz);
@@ -52,7 +59,7 @@ fn tar_gz(path: &Path, entries: &[Entry]) {
 }
 
 /// The good archive: a folder and an executable script in it.
-fn good_entries() -> Vec<Entry<'static>> {
+pub(super) fn good_entries() -> Vec<Entry<'static>> {
     vec![
         ("bin/", tar::EntryType::Directory, 0o755, b""),
         ("bin/agent", tar::EntryType::Regular, 0o755, SCRIPT),
@@ -60,7 +67,7 @@ fn good_entries() -> Vec<Entry<'static>> {
     ]
 }
 
-fn binary(source: &Path, cmd: &str) -> Choice {
+pub(super) fn binary(source: &Path, cmd: &str) -> Choice {
     Choice {
         kind: DistKind::Binary,
         version: "1.0.0".to_owned(),
@@ -71,14 +78,15 @@ fn binary(source: &Path, cmd: &str) -> Choice {
     }
 }
 
-fn installer(root: &Path) -> Installer {
-    Installer::new(root.to_path_buf(), reqwest::Client::new())
+/// An installer under `root` that takes the tests' archives from their local files.
+pub(super) fn installer(root: &Path) -> Installer {
+    Installer::new(root.to_path_buf(), reqwest::Client::new()).allow_local_archives(true)
 }
 
-fn quiet(_: &str) {}
+pub(super) fn quiet(_: &str) {}
 
 /// What is under `root`, sorted.
-fn listing(root: &Path) -> Vec<String> {
+pub(super) fn listing(root: &Path) -> Vec<String> {
     let mut names: Vec<_> = std::fs::read_dir(root)
         .map(|d| {
             d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -91,7 +99,7 @@ fn listing(root: &Path) -> Vec<String> {
 
 /// Installs `choice` under a fresh root, expects a failure, and checks nothing is left but
 /// the (empty) agent folder.
-async fn refused(archive_dir: &Path, choice: &Choice) -> InstallError {
+pub(super) async fn refused(archive_dir: &Path, choice: &Choice) -> InstallError {
     let root = archive_dir.join("root");
     let error = installer(&root)
         .install("agent", choice, None, &quiet)
@@ -102,7 +110,7 @@ async fn refused(archive_dir: &Path, choice: &Choice) -> InstallError {
     error
 }
 
-fn runs(program: &Path) {
+pub(super) fn runs(program: &Path) {
     let out = std::process::Command::new(program)
         .arg("x")
         .output()

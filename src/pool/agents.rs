@@ -8,7 +8,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::members::{AgentCallbacks, MemberView, Pool, PoolConfig};
-use crate::agent_rpc::Connection;
+use crate::agent_rpc::{AgentCommand, Connection};
 
 /// What an agent is started as: its name, its pool's settings, its most live sessions (0: no
 /// limit), and the settings of the pools of tenants with their own environment (tenant, pool).
@@ -34,6 +34,8 @@ pub struct AgentPool {
     remote_token: Option<String>,
     /// The global index of its first member.
     first: usize,
+    /// The command its members run (a remote agent's members bridge to its host).
+    command: AgentCommand,
 }
 
 /// The host of an agent reached over the network, as a session's member reaches it.
@@ -116,6 +118,29 @@ impl AgentPool {
         Ok(())
     }
 
+    /// The command its members run: what a terminal login runs too, with the method's
+    /// arguments. `None` for an agent reached over the network.
+    pub fn command(&self) -> Option<&AgentCommand> {
+        (!self.is_remote()).then_some(&self.command)
+    }
+
+    /// Restarts every member of its pools (after a sign-in outside ACP, such as a terminal
+    /// login, so that each starts signed in).
+    pub fn restart_all(&self, why: &str) {
+        for pool in std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p)) {
+            for member in pool.members() {
+                pool.restart_member(member.index + pool.first_index(), why);
+            }
+        }
+    }
+
+    /// Stops its pools while the gateway goes on ([`Pool::retire`]): the sessions live on
+    /// them are let go.
+    pub async fn retire(&self) {
+        let pools = std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p));
+        futures::future::join_all(pools.map(|p| p.retire())).await;
+    }
+
     /// Live sessions on its members (its tenants' pools' included).
     pub fn live_sessions(&self) -> usize {
         self.members().iter().map(|m| m.sessions).sum()
@@ -177,8 +202,15 @@ impl Agents {
         Arc::new(agents)
     }
 
+    /// Starts `setup`'s pools, numbering their members after every member so far, and adds
+    /// the agent after the others.
+    fn start_one(&self, setup: AgentSetup) {
+        let agent = self.build(setup);
+        self.list_mut().push(agent);
+    }
+
     /// Starts `setup`'s pools, numbering their members after every member so far.
-    fn start_one(&self, setup: AgentSetup) -> Arc<AgentPool> {
+    fn build(&self, setup: AgentSetup) -> Arc<AgentPool> {
         let mut names = self.names.0.write().expect("member agents lock");
         let mut start = |config: PoolConfig| {
             let (first, size) = (names.len(), config.size.max(1));
@@ -189,11 +221,12 @@ impl Agents {
             setup.config.remote.clone(),
             setup.config.remote_token.clone(),
         );
+        let command = setup.config.command.clone();
         let (first, pool) = start(setup.config);
         let tenants = (setup.tenants.into_iter())
             .map(|(tenant, config)| (tenant, start(config).1))
             .collect();
-        let agent = Arc::new(AgentPool {
+        Arc::new(AgentPool {
             name: setup.name,
             pool,
             tenants,
@@ -201,19 +234,23 @@ impl Agents {
             remote,
             remote_token,
             first,
-        });
-        self.list_mut().push(agent.clone());
-        agent
+            command,
+        })
     }
 
-    /// Starts an agent installed while the gateway runs, after the others; `false` when one of
-    /// that name runs already (nothing started).
-    pub fn add(&self, setup: AgentSetup) -> bool {
-        if self.get(&setup.name).is_some() {
-            return false;
+    /// Starts an agent installed while the gateway runs: in place of the running one of that
+    /// name, which is returned for the caller to stop ([`AgentPool::shutdown`]), else after
+    /// the others. Nothing is ever without an agent of that name in between.
+    pub fn put(&self, setup: AgentSetup) -> Option<Arc<AgentPool>> {
+        let agent = self.build(setup);
+        let mut list = self.list_mut();
+        match list.iter().position(|a| a.name == agent.name) {
+            Some(at) => Some(std::mem::replace(&mut list[at], agent)),
+            None => {
+                list.push(agent);
+                None
+            }
         }
-        self.start_one(setup);
-        true
     }
 
     /// Takes the agent `name` out, so that nothing new is placed on it; the caller stops its

@@ -337,6 +337,8 @@ pub struct Pool {
     /// The auth method it was signed in with through the API ([`Pool::sign_in`]), which
     /// every member that starts from now on authenticates with.
     signed_in: std::sync::Mutex<Option<String>>,
+    /// Set by [`Pool::retire`].
+    retiring: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -354,6 +356,7 @@ impl Pool {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             signed_in: std::sync::Mutex::default(),
+            retiring: std::sync::atomic::AtomicBool::new(false),
         });
         for m in &pool.members {
             let (pool2, member, handler, config) = (
@@ -376,6 +379,11 @@ impl Pool {
     /// Notes the auth method the pool is signed in with from now on.
     pub(super) fn set_signed_in(&self, method: &str) {
         *self.signed_in.lock().expect("signed-in lock") = Some(method.to_owned());
+    }
+
+    /// The global index of its first member.
+    pub fn first_index(&self) -> usize {
+        self.first
     }
 
     /// How many members the pool has.
@@ -457,6 +465,20 @@ impl Pool {
         self.shutdown.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+    }
+
+    /// Stops every member while the gateway goes on (the agent removed, or replaced by
+    /// another version): unlike [`Pool::shutdown`], each member's end is reported as an exit,
+    /// so that the sessions live on it are let go and placed again when next used.
+    pub async fn retire(&self) {
+        self.retiring
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shutdown().await;
+    }
+
+    /// Whether the pool is being retired ([`Pool::retire`]).
+    pub(super) fn is_retiring(&self) -> bool {
+        self.retiring.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether the pool is shutting down.

@@ -72,6 +72,10 @@ impl Pool {
                     // restarted process.
                     self.set(&member, |s| s.exited(exit.clone()));
                     if self.is_shutting_down() {
+                        if self.is_retiring() {
+                            member.forget_sessions();
+                            handler.on_member_exit(index, &exit).await;
+                        }
                         conn.fail_all(&exit_reason(&exit));
                         break;
                     }

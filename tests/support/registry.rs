@@ -60,13 +60,18 @@ impl Registry {
     }
 
     /// Writes `registry.json` with `agents` (each `(id, archive file)`: a binary archive for
-    /// this platform, run as `./bin/agent`).
+    /// this platform, run as `./bin/agent`), each at version 1.0.0.
     pub fn publish(&self, agents: &[(&str, &str)]) {
+        self.publish_at("1.0.0", agents);
+    }
+
+    /// [`Registry::publish`], each agent at `version`.
+    pub fn publish_at(&self, version: &str, agents: &[(&str, &str)]) {
         let platform = acp_gateway::install::registry::platform();
         let agents: Vec<Value> = (agents.iter())
             .map(|(id, file)| {
                 json!({
-                    "id": id, "name": format!("The {id}"), "version": "1.0.0",
+                    "id": id, "name": format!("The {id}"), "version": version,
                     "description": "an agent for tests", "authors": ["acp-gateway tests"],
                     "license": "Apache-2.0", "repository": "https://example.com/echo",
                     "distribution": {"binary": {platform: {

@@ -18,8 +18,9 @@ use crate::agent_rpc::AgentCommand;
 use crate::install::error::InstallError;
 use crate::install::installer::{Installed, Installer};
 use crate::install::registry::{Choice, RegistryIndex, load};
-use crate::pool::AgentSetup;
+use crate::pool::{AgentPool, AgentSetup};
 use crate::store::{InstallRecord, InstalledAgents};
+use tokio_util::sync::CancellationToken;
 
 /// How an installed agent is started: its pools' settings (size, timeouts, the tenants'
 /// pools) and its command's limits around the program, arguments and environment its install
@@ -89,9 +90,13 @@ pub struct InstallView {
     pub error: Option<String>,
 }
 
-/// One agent's install on this replica, and when it last failed.
+/// One agent's install on this replica.
 struct Tracked {
+    /// Its latest install here (an upgrade that failed shows here, its version beside the one
+    /// running).
     view: InstallView,
+    /// The version running here, if one does.
+    running: Option<String>,
     failed_at: Option<Instant>,
     /// The auth method its members authenticate with here.
     auth_method: Option<String>,
@@ -110,6 +115,12 @@ pub(in crate::gateway) struct AgentInstalls {
     configured: Vec<String>,
     registry: tokio::sync::Mutex<Option<(Instant, Arc<RegistryIndex>)>>,
     tracked: Mutex<BTreeMap<String, Tracked>>,
+    /// Held while the agents running here are made to agree with the rows (a row written or
+    /// removed, a pool started or taken out), so that an install, an upgrade, a removal and
+    /// the replica's own pass over the rows never interleave.
+    changes: tokio::sync::Mutex<()>,
+    /// The gateway's stop: nothing starts once it is cancelled.
+    stop: CancellationToken,
 }
 
 /// What a new install, or an upgrade, is of.
@@ -121,11 +132,40 @@ pub(in crate::gateway) struct Wanted {
     pub auth_method: Option<String>,
 }
 
+/// The row of `wanted`, installed by this replica now.
+pub(in crate::gateway) fn record_of(
+    wanted: &Wanted,
+    sha256: Option<String>,
+) -> Result<InstallRecord, String> {
+    Ok(InstallRecord {
+        name: wanted.name.clone(),
+        registry_id: wanted.registry_id.clone(),
+        kind: wanted.choice.kind.as_str().to_owned(),
+        version: wanted.choice.version.clone(),
+        choice: serde_json::to_string(&wanted.choice).map_err(|e| e.to_string())?,
+        sha256,
+        installed_at: chrono::Utc::now().timestamp_micros(),
+        installed_by: crate::cluster::replica_id().to_owned(),
+        auth_method: wanted.auth_method.clone(),
+    })
+}
+
+/// How a row is written once its files are in.
+enum Commit {
+    /// A new agent: its row inserted (another replica may have won the name).
+    New,
+    /// Another version of an installed agent: its row replaced.
+    Upgrade,
+    /// A row another replica wrote: it must still say what was installed.
+    Apply,
+}
+
 impl AgentInstalls {
     pub(in crate::gateway) fn new(
         rows: Arc<dyn InstalledAgents>,
         placement: Arc<Placement>,
         config: InstallConfig,
+        stop: CancellationToken,
     ) -> Self {
         let configured = placement.agents().names();
         AgentInstalls {
@@ -138,6 +178,8 @@ impl AgentInstalls {
             configured,
             registry: tokio::sync::Mutex::default(),
             tracked: Mutex::default(),
+            changes: tokio::sync::Mutex::default(),
+            stop,
         }
     }
 
@@ -191,9 +233,11 @@ impl AgentInstalls {
     /// way already.
     pub(in crate::gateway) fn begin(&self, wanted: &Wanted, sha256: Option<String>) -> bool {
         let mut tracked = self.tracked.lock().expect("installs lock");
-        if (tracked.get(&wanted.name)).is_some_and(|t| t.view.phase == InstallPhase::Installing) {
+        let now = tracked.get(&wanted.name);
+        if now.is_some_and(|t| t.view.phase == InstallPhase::Installing) {
             return false;
         }
+        let running = now.and_then(|t| t.running.clone());
         let view = InstallView {
             registry_id: wanted.registry_id.clone(),
             kind: wanted.choice.kind.as_str().to_owned(),
@@ -204,14 +248,14 @@ impl AgentInstalls {
             progress: Vec::new(),
             error: None,
         };
-        tracked.insert(
-            wanted.name.clone(),
-            Tracked {
-                view,
-                failed_at: None,
-                auth_method: wanted.auth_method.clone(),
-            },
-        );
+        let auth_method = wanted.auth_method.clone();
+        let entry = Tracked {
+            view,
+            running,
+            failed_at: None,
+            auth_method,
+        };
+        tracked.insert(wanted.name.clone(), entry);
         true
     }
 
@@ -227,171 +271,189 @@ impl AgentInstalls {
 
     fn finish(&self, name: &str, outcome: Result<Option<String>, String>) {
         let mut tracked = self.tracked.lock().expect("installs lock");
-        if let Some(t) = tracked.get_mut(name) {
-            match outcome {
-                Ok(sha256) => {
-                    t.view.phase = InstallPhase::Installed;
-                    t.view.sha256 = sha256.or(t.view.sha256.take());
-                    t.view.error = None;
-                    t.failed_at = None;
-                }
-                Err(why) => {
-                    tracing::warn!(agent = %name, error = %why, "installing the agent failed");
-                    // Its folder, when no version is left in it.
-                    let _ = std::fs::remove_dir(self.installer.root().join(name));
-                    t.view.phase = InstallPhase::Failed;
-                    t.view.error = Some(why);
-                    t.failed_at = Some(Instant::now());
-                }
+        let Some(t) = tracked.get_mut(name) else {
+            return;
+        };
+        match outcome {
+            Ok(sha256) => {
+                t.view.phase = InstallPhase::Installed;
+                t.view.sha256 = sha256.or(t.view.sha256.take());
+                t.view.error = None;
+                t.failed_at = None;
+            }
+            Err(why) => {
+                tracing::warn!(agent = %name, error = %why, "installing the agent failed");
+                t.view.phase = InstallPhase::Failed;
+                t.view.error = Some(why);
+                t.failed_at = Some(Instant::now());
             }
         }
     }
 
-    /// Installs `wanted`'s files here (checked against `sha256` when given), noting progress.
-    async fn files(&self, wanted: &Wanted, sha256: Option<&str>) -> Result<Installed, String> {
-        let name = wanted.name.clone();
-        let progress = move |line: &str| self.note(&name, line);
-        (self.installer)
-            .install(&wanted.name, &wanted.choice, sha256, &progress)
-            .await
-            .map_err(|e| e.to_string())
+    /// The version of `name` running here.
+    fn running(&self, name: &str) -> Option<String> {
+        let tracked = self.tracked.lock().expect("installs lock");
+        tracked.get(name).and_then(|t| t.running.clone())
     }
 
-    /// Starts the installed agent's pools (after the others), replacing a running one of its
-    /// name, and tells the other replicas this one runs it.
-    async fn start(&self, name: &str, installed: Installed, auth_method: Option<&str>) {
+    /// Installs `wanted` here (its files checked against `sha256` when given), then, holding
+    /// [`changes`](Self::changes), writes its row as `commit` says and starts it; records the
+    /// outcome. On a failure the version running (if any) goes on and the files this install
+    /// made are removed.
+    async fn install(&self, wanted: Wanted, sha256: Option<String>, commit: Commit) {
+        let outcome = self.install_inner(&wanted, sha256.as_deref(), commit).await;
+        if outcome.is_err() && self.running(&wanted.name).as_ref() != Some(&wanted.choice.version) {
+            let removed = (self.installer).remove_version(&wanted.name, &wanted.choice.version);
+            if let Err(e) = removed {
+                tracing::warn!(agent = %wanted.name, error = %e, "removing a failed install's files");
+            }
+        }
+        self.finish(&wanted.name, outcome);
+    }
+
+    async fn install_inner(
+        &self,
+        wanted: &Wanted,
+        sha256: Option<&str>,
+        commit: Commit,
+    ) -> Result<Option<String>, String> {
+        let name = wanted.name.clone();
+        let progress = move |line: &str| self.note(&name, line);
+        let installed = (self.installer)
+            .install(&wanted.name, &wanted.choice, sha256, &progress)
+            .await
+            .map_err(|e| e.to_string())?;
+        let sha256 = installed.sha256.clone();
+        let record = record_of(wanted, sha256.clone())?;
+        let changes = self.changes.lock().await;
+        if self.stop.is_cancelled() {
+            return Err("the gateway is stopping".to_owned());
+        }
+        let stored = |e: crate::store::StoreError| format!("recording the install failed: {e}");
+        let taken = match commit {
+            Commit::New => !self.rows.add_install(&record).await.map_err(stored)?,
+            Commit::Upgrade => !self.rows.replace_install(&record).await.map_err(stored)?,
+            Commit::Apply => {
+                let rows = self.rows.installs().await.map_err(stored)?;
+                !rows
+                    .iter()
+                    .any(|r| r.name == record.name && r.choice == record.choice)
+            }
+        };
+        if taken {
+            return Err(match commit {
+                Commit::New => format!(
+                    "another replica installed an agent named {:?} meanwhile",
+                    wanted.name
+                ),
+                _ => format!(
+                    "the agent {:?} was removed or changed meanwhile",
+                    wanted.name
+                ),
+            });
+        }
+        let before = self.running(&wanted.name);
+        let old = self.start(wanted, installed);
+        drop(changes);
+        if let Some(old) = old {
+            old.retire().await;
+        }
+        if let Some(before) = before.filter(|v| v != &wanted.choice.version) {
+            let _ = self.installer.remove_version(&wanted.name, &before);
+        }
+        self.note(&wanted.name, "running");
+        Ok(sha256)
+    }
+
+    /// Starts the installed agent's pools, in place of a running one of its name (returned,
+    /// for the caller to stop), and tells the other replicas this one runs it.
+    fn start(&self, wanted: &Wanted, installed: Installed) -> Option<Arc<AgentPool>> {
         let command = AgentCommand {
             program: installed.program.to_string_lossy().into_owned(),
             args: installed.args,
             env: installed.env.into_iter().collect(),
             ..AgentCommand::default()
         };
-        let agents = self.placement.agents();
-        if let Some(old) = agents.remove(name) {
-            old.shutdown().await;
-        }
-        let mut setup = (self.template)(name, command);
-        if let Some(method) = auth_method {
+        let mut setup = (self.template)(&wanted.name, command);
+        if let Some(method) = &wanted.auth_method {
             let configs =
                 std::iter::once(&mut setup.config).chain(setup.tenants.iter_mut().map(|(_, c)| c));
             for config in configs {
-                config.auth_method = Some(method.to_owned());
+                config.auth_method = Some(method.clone());
                 config.auth_meta = None;
             }
         }
-        agents.add(setup);
+        let agents = self.placement.agents();
+        let old = agents.put(setup);
         self.placement.cluster().set_agents(agents.names());
+        let mut tracked = self.tracked.lock().expect("installs lock");
+        if let Some(t) = tracked.get_mut(&wanted.name) {
+            t.running = Some(wanted.choice.version.clone());
+            t.auth_method = wanted.auth_method.clone();
+        }
+        old
     }
 
-    /// Installs a new agent here and records it: `Ok` once it runs; on any failure nothing of
-    /// it is left (its files removed, no row).
+    /// Installs a new agent here and records it (see [`install`](Self::install)).
     pub(in crate::gateway) async fn install_new(&self, wanted: Wanted) {
-        let outcome = self.install_new_inner(&wanted).await;
-        if outcome.is_err() {
-            let _ = self.installer.remove(&wanted.name);
-        }
-        self.finish(&wanted.name, outcome);
+        self.install(wanted, None, Commit::New).await;
     }
 
-    async fn install_new_inner(&self, wanted: &Wanted) -> Result<Option<String>, String> {
-        let installed = self.files(wanted, None).await?;
-        let sha256 = installed.sha256.clone();
-        let record = record_of(wanted, sha256.clone())?;
-        match self.rows.add_install(&record).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(format!(
-                    "another replica installed an agent named {:?} meanwhile",
-                    wanted.name
-                ));
-            }
-            Err(e) => return Err(format!("recording the install failed: {e}")),
-        }
-        self.start(&wanted.name, installed, wanted.auth_method.as_deref())
-            .await;
-        self.note(&wanted.name, "running");
-        Ok(sha256)
-    }
-
-    /// Upgrades (or downgrades) an installed agent here and records the new version; on a
-    /// failure the version running goes on.
+    /// Moves an installed agent here to another version and records it; on a failure the
+    /// version running goes on.
     pub(in crate::gateway) async fn upgrade(&self, wanted: Wanted) {
-        let outcome = async {
-            let installed = self.files(&wanted, None).await?;
-            let sha256 = installed.sha256.clone();
-            let record = record_of(&wanted, sha256.clone())?;
-            match self.rows.replace_install(&record).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(format!("the agent {:?} was removed meanwhile", wanted.name));
-                }
-                Err(e) => return Err(format!("recording the upgrade failed: {e}")),
-            }
-            self.start(&wanted.name, installed, wanted.auth_method.as_deref())
-                .await;
-            self.note(&wanted.name, "running");
-            Ok(sha256)
-        }
-        .await;
-        self.finish(&wanted.name, outcome);
+        self.install(wanted, None, Commit::Upgrade).await;
     }
-}
 
-/// The row of `wanted`, installed by this replica now.
-pub(in crate::gateway) fn record_of(
-    wanted: &Wanted,
-    sha256: Option<String>,
-) -> Result<InstallRecord, String> {
-    {
-        Ok(InstallRecord {
-            name: wanted.name.clone(),
-            registry_id: wanted.registry_id.clone(),
-            kind: wanted.choice.kind.as_str().to_owned(),
-            version: wanted.choice.version.clone(),
-            choice: serde_json::to_string(&wanted.choice).map_err(|e| e.to_string())?,
-            sha256,
-            installed_at: chrono::Utc::now().timestamp_micros(),
-            installed_by: crate::cluster::replica_id().to_owned(),
-            auth_method: wanted.auth_method.clone(),
-        })
-    }
-}
-
-impl AgentInstalls {
-    /// Removes an installed agent here: its row (so that every replica removes it), its pools
-    /// and its files. `false` when it had no row.
+    /// Removes an installed agent: its row (so that every replica removes it), then its pools
+    /// and files here. `false` when it had no row.
     pub(in crate::gateway) async fn remove(&self, name: &str) -> crate::store::StoreResult<bool> {
+        let changes = self.changes.lock().await;
         let had = self.rows.remove_install(name).await?;
-        self.stop(name).await;
+        let old = self.take_out(name);
+        drop(changes);
+        self.stop_files(name, old).await;
         Ok(had)
     }
 
-    /// Stops the agent `name` here and removes its files.
-    async fn stop(&self, name: &str) {
+    /// Takes the agent `name` out of those running here (returned, for the caller to stop).
+    fn take_out(&self, name: &str) -> Option<Arc<AgentPool>> {
         let agents = self.placement.agents();
-        if let Some(old) = agents.remove(name) {
-            self.placement.cluster().set_agents(agents.names());
-            old.shutdown().await;
-        }
+        let old = agents.remove(name);
+        self.placement.cluster().set_agents(agents.names());
         self.tracked.lock().expect("installs lock").remove(name);
+        old
+    }
+
+    /// Stops `old` (the agent `name` taken out) and removes its files.
+    async fn stop_files(&self, name: &str, old: Option<Arc<AgentPool>>) {
+        if let Some(old) = old {
+            old.retire().await;
+        }
         if let Err(e) = self.installer.remove(name) {
             tracing::warn!(agent = %name, error = %e, "removing the agent's files failed");
         }
     }
 
-    /// Makes the rows true here until `stop`: see the module's documentation.
-    pub(in crate::gateway) async fn apply_forever(
-        self: Arc<Self>,
-        stop: tokio_util::sync::CancellationToken,
-    ) {
-        loop {
-            if let Err(e) = self.apply_once().await {
-                tracing::warn!(error = %e, "reading the installed agents failed; trying again");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(APPLY_EVERY) => {}
-                _ = stop.cancelled() => return,
-            }
+    /// Records that an admin signed the installed agent `name` in with `method`, for every
+    /// replica; `false` when it is not installed.
+    pub(in crate::gateway) async fn record_sign_in(
+        &self,
+        name: &str,
+        method: &str,
+    ) -> crate::store::StoreResult<bool> {
+        let recorded = self.rows.set_install_auth(name, Some(method)).await?;
+        if recorded {
+            self.signed_in(name, method);
+        }
+        Ok(recorded)
+    }
+
+    /// Notes that the agent `name` runs signed in with `method` here.
+    fn signed_in(&self, name: &str, method: &str) {
+        let mut tracked = self.tracked.lock().expect("installs lock");
+        if let Some(t) = tracked.get_mut(name) {
+            t.auth_method = Some(method.to_owned());
         }
     }
 
@@ -410,57 +472,53 @@ impl AgentInstalls {
         if applied.as_ref() == Some(method) {
             return;
         }
-        let timeout = Duration::from_secs(60);
-        if let Err(e) = agent.sign_in(method, timeout).await {
+        if let Err(e) = agent.sign_in(method, Duration::from_secs(60)).await {
             tracing::warn!(agent = %row.name, error = %e, "signing the installed agent in failed");
         }
         self.signed_in(&row.name, method);
     }
 
-    /// Notes that the agent `name` runs signed in with `method` here.
-    pub(in crate::gateway) fn signed_in(&self, name: &str, method: &str) {
-        let mut tracked = self.tracked.lock().expect("installs lock");
-        if let Some(t) = tracked.get_mut(name) {
-            t.auth_method = Some(method.to_owned());
+    /// Makes the rows true here until the gateway stops: see the module's documentation.
+    pub(in crate::gateway) async fn apply_forever(self: Arc<Self>) {
+        let stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                applied = self.apply_once() => if let Err(e) = applied {
+                    tracing::warn!(error = %e, "reading the installed agents failed; trying again");
+                },
+                _ = stop.cancelled() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(APPLY_EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
         }
     }
 
-    /// Records that an admin signed the installed agent `name` in with `method`, for every
-    /// replica; `false` when it is not installed.
-    pub(in crate::gateway) async fn record_sign_in(
-        &self,
-        name: &str,
-        method: &str,
-    ) -> crate::store::StoreResult<bool> {
-        let recorded = self.rows.set_install_auth(name, Some(method)).await?;
-        if recorded {
-            self.signed_in(name, method);
-        }
-        Ok(recorded)
-    }
-
-    /// Compares the rows with what runs here, once.
+    /// Compares the rows with what runs here, once: first takes out what no row holds any
+    /// more, then installs, upgrades or signs in what the rows say.
     pub(in crate::gateway) async fn apply_once(&self) -> crate::store::StoreResult<()> {
-        let rows = self.rows.installs().await?;
-        for row in &rows {
+        self.take_out_removed().await?;
+        for row in self.rows.installs().await? {
             if self.is_configured(&row.name) {
                 continue;
             }
-            let here = self.view(&row.name);
-            let current = here
-                .as_ref()
-                .is_some_and(|v| v.version == row.version && v.phase != InstallPhase::Failed);
-            let resting = {
+            let (running, resting) = {
                 let tracked = self.tracked.lock().expect("installs lock");
-                (tracked.get(&row.name))
-                    .and_then(|t| t.failed_at)
-                    .is_some_and(|at| at.elapsed() < RETRY_FAILED)
+                let t = tracked.get(&row.name);
+                (
+                    t.and_then(|t| t.running.clone()),
+                    t.is_some_and(|t| {
+                        t.view.phase == InstallPhase::Installing
+                            || t.failed_at.is_some_and(|at| at.elapsed() < RETRY_FAILED)
+                    }),
+                )
             };
-            if resting {
+            if running.as_ref() == Some(&row.version) {
+                self.sign_in_as(&row).await;
                 continue;
             }
-            if current {
-                self.sign_in_as(row).await;
+            if resting {
                 continue;
             }
             let choice: Choice = match serde_json::from_str(&row.choice) {
@@ -476,29 +534,26 @@ impl AgentInstalls {
                 choice,
                 auth_method: row.auth_method.clone(),
             };
-            if !self.begin(&wanted, row.sha256.clone()) {
-                continue;
+            if self.begin(&wanted, row.sha256.clone()) {
+                self.install(wanted, row.sha256.clone(), Commit::Apply)
+                    .await;
             }
-            let outcome = match self.files(&wanted, row.sha256.as_deref()).await {
-                Ok(installed) => {
-                    self.start(&row.name, installed, row.auth_method.as_deref())
-                        .await;
-                    self.note(&row.name, "running");
-                    Ok(row.sha256.clone())
-                }
-                Err(why) => Err(why),
-            };
-            self.finish(&row.name, outcome);
         }
-        // Running here, with no row: removed through another replica.
-        let gone: Vec<String> = (self.views().into_iter())
-            .filter(|(n, v)| {
-                v.phase == InstallPhase::Installed && rows.iter().all(|r| &r.name != n)
-            })
-            .map(|(n, _)| n)
+        Ok(())
+    }
+
+    /// Stops here every installed agent no row holds any more (removed through another
+    /// replica, or started here by an install whose row was removed meanwhile).
+    async fn take_out_removed(&self) -> crate::store::StoreResult<()> {
+        let changes = self.changes.lock().await;
+        let rows = self.rows.installs().await?;
+        let gone: Vec<String> = (self.placement.agents().names().into_iter())
+            .filter(|n| !self.is_configured(n) && rows.iter().all(|r| &r.name != n))
             .collect();
-        for name in gone {
-            self.stop(&name).await;
+        let old: Vec<_> = gone.iter().map(|n| (n.clone(), self.take_out(n))).collect();
+        drop(changes);
+        for (name, old) in old {
+            self.stop_files(&name, old).await;
         }
         Ok(())
     }
