@@ -82,19 +82,23 @@ def start_gateway(binary, registry, work):
     raise SystemExit("the gateway ended before it listened; see " + log.name)
 
 
-def install_all(base, ids):
-    """Installs `ids`; answers each one's install view, once none is under way."""
-    for agent in ids:
-        request(base, "POST", "/agents", {"registry": agent})
+def install_all(base, ids, at_once=4):
+    """Installs `ids`, `at_once` at a time; answers each one's view once none is under way."""
     deadline = time.time() + INSTALL_LIMIT
-    views = {}
+    waiting, views = list(ids), {}
     while time.time() < deadline:
-        for agent in ids:
+        for agent in list(views):
             _, view = request(base, "GET", "/agents/" + agent)
             if isinstance(view, dict):
                 views[agent] = view
-        phases = [(v.get("installed") or {}).get("phase") for v in views.values()]
-        if len(views) == len(ids) and "installing" not in phases:
+        busy = [a for a, v in views.items()
+                if (v.get("installed") or {}).get("phase") == "installing"]
+        while waiting and len(busy) < at_once:
+            agent = waiting.pop(0)
+            request(base, "POST", "/agents", {"registry": agent})
+            views[agent] = {"installed": {"phase": "installing"}}
+            busy.append(agent)
+        if not waiting and not busy:
             break
         time.sleep(2)
     return views

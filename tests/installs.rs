@@ -442,3 +442,72 @@ async fn npm_agents_run_or_say_how_to_sign_in() {
         .await;
     w.finish().await;
 }
+
+/// `acp-gateway agents add ID` installs without a running gateway; the gateway started on the
+/// same database runs the agent from the files it left, and `agents list` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_installs_an_agent_a_gateway_then_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry(dir.path()).await;
+    let agents_dir = dir.path().join("agents");
+    let db = format!("sqlite:{}", dir.path().join("gateway.db").display());
+    let cli = |args: &[&str]| {
+        let registry_url = registry.url();
+        let agents = agents_dir.to_str().unwrap().to_owned();
+        let db = db.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_acp-gateway"))
+                .args([
+                    "--registry",
+                    &registry_url,
+                    "--agents-dir",
+                    &agents,
+                    "--database-url",
+                    &db,
+                ])
+                .args(&args)
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let out = cli(&["agents", "add", "echo-acp@1.0.0", "--name", "packed"]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("installed packed"),
+        "{out:?}"
+    );
+    let out = cli(&["agents", "add", "escape-acp"]).await;
+    assert!(
+        !out.status.success(),
+        "an escaping archive is refused: {out:?}"
+    );
+    assert_eq!(left(&agents_dir), ["packed"]);
+    let out = cli(&["agents", "list"]).await;
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        listed.starts_with("packed\techo-acp\tbinary\t1.0.0"),
+        "{listed}"
+    );
+
+    // Its archive gone: the gateway runs it from the files the command left.
+    std::fs::remove_file(registry.dir.join("echo.tar.gz")).unwrap();
+    let gw = Gateway::spawn(&db, dir.path(), &options(&registry, &agents_dir)).await;
+    let view = installed(&gw, "packed").await;
+    assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    let ann = gw.with_key(Some(ANN));
+    let made = ann
+        .send_expecting(
+            Method::POST,
+            "/sessions",
+            Some(json!({"cwd": "/tmp", "agent": "packed"})),
+            201,
+        )
+        .await;
+    let id = made["sessionId"].as_str().unwrap();
+    assert_eq!(
+        ann.said(id, "from the command line").await,
+        "from the command line"
+    );
+}

@@ -380,7 +380,11 @@ pub async fn install_offline(
     let installed = config
         .installer
         .install(name, &wanted.choice, None, progress)
-        .await?;
+        .await
+        .inspect_err(|_| {
+            // Its folder, when the failed install made it and left it empty.
+            let _ = std::fs::remove_dir(config.installer.root().join(name));
+        })?;
     let record = record_of(&wanted, installed.sha256).map_err(anyhow::Error::msg)?;
     if !store.add_install(&record).await? {
         let _ = config.installer.remove(name);
