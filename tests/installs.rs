@@ -91,6 +91,15 @@ async fn installed_within(gw: &Gateway, name: &str, patience: std::time::Duratio
     }
 }
 
+/// A new session of `agent`, made with `keyed`'s key: its id.
+async fn session_on(keyed: &support::gateway::Keyed<'_>, agent: &str) -> String {
+    let body = json!({"cwd": "/tmp", "agent": agent});
+    let made = keyed
+        .send_expecting(Method::POST, "/sessions", Some(body), 201)
+        .await;
+    made["sessionId"].as_str().unwrap().to_owned()
+}
+
 /// What is left under the agents' folder (staging folders included).
 fn left(agents_dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(agents_dir)
@@ -138,15 +147,7 @@ async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
     assert_eq!(status, 409, "a name is installed once");
 
     // It runs sessions, as the packed echo agent with the registry's environment.
-    let made = ann
-        .send_expecting(
-            Method::POST,
-            "/sessions",
-            Some(json!({"cwd": "/tmp", "agent": "echo2"})),
-            201,
-        )
-        .await;
-    let id = made["sessionId"].as_str().unwrap().to_owned();
+    let id = session_on(&ann, "echo2").await;
     assert_eq!(
         ann.said(&id, "/env ECHO_AGENT_PACKED").await,
         "ECHO_AGENT_PACKED=yes"
@@ -295,15 +296,7 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
 
     // A session made through B runs.
     let ann = b.with_key(Some(ANN));
-    let made = ann
-        .send_expecting(
-            Method::POST,
-            "/sessions",
-            Some(json!({"cwd": "/tmp", "agent": "echo-acp"})),
-            201,
-        )
-        .await;
-    let id = made["sessionId"].as_str().unwrap().to_owned();
+    let id = session_on(&ann, "echo-acp").await;
     assert_eq!(ann.said(&id, "hello").await, "hello");
     ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
         .await;
@@ -364,15 +357,7 @@ async fn npm_agents_run_or_say_how_to_sign_in() {
 
     // The Claude adapter runs sessions (without a key, until a prompt needs one).
     let ann = w.gw().with_key(Some(ANN));
-    let made = ann
-        .send_expecting(
-            Method::POST,
-            "/sessions",
-            Some(json!({"cwd": "/tmp", "agent": "claude-acp"})),
-            201,
-        )
-        .await;
-    let id = made["sessionId"].as_str().unwrap();
+    let id = session_on(&ann, "claude-acp").await;
     ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
         .await;
 
@@ -497,17 +482,9 @@ async fn the_command_line_installs_an_agent_a_gateway_then_runs() {
     let view = installed(&gw, "packed").await;
     assert_eq!(view["installed"]["phase"], "installed", "{view}");
     let ann = gw.with_key(Some(ANN));
-    let made = ann
-        .send_expecting(
-            Method::POST,
-            "/sessions",
-            Some(json!({"cwd": "/tmp", "agent": "packed"})),
-            201,
-        )
-        .await;
-    let id = made["sessionId"].as_str().unwrap();
+    let id = session_on(&ann, "packed").await;
     assert_eq!(
-        ann.said(id, "from the command line").await,
+        ann.said(&id, "from the command line").await,
         "from the command line"
     );
 }

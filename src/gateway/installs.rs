@@ -16,6 +16,7 @@ use super::parts::use_case;
 use crate::agent_rpc::terminal::LoginTerminal;
 use crate::install::error::InstallError;
 use crate::install::registry::{DistKind, RegistryEntry, load, platform};
+use crate::pool::AgentPool;
 use crate::store::InstallRecord;
 
 use_case! {
@@ -229,15 +230,7 @@ impl Installs {
         name: &str,
         method_id: &str,
     ) -> Result<SignInView, Error> {
-        Self::admin(caller, "signing an agent in")?;
-        let agent = (self.placement.agents().get(name)).ok_or_else(|| {
-            Error::NotFound(format!("this gateway replica runs no agent {name:?}"))
-        })?;
-        let init = (agent.pool().init()).ok_or_else(|| Error::NoMember {
-            reason: format!("no member of the agent {name:?} has started yet"),
-            retry_after: std::time::Duration::from_secs(2),
-        })?;
-        let methods = init.auth_methods.as_array().cloned().unwrap_or_default();
+        let (agent, methods) = self.signing_in(caller, name)?;
         let ids: Vec<String> = (methods.iter())
             .filter_map(|m| m["id"].as_str().map(str::to_owned))
             .collect();
@@ -281,15 +274,12 @@ impl Installs {
         })
     }
 
-    /// `GET /agents/{name}/login`: starts the agent's terminal login `method_id` (its own
-    /// program, with the method's arguments and environment) in a pseudo-terminal for the
-    /// caller to drive; [`Installs::logged_in`] once it exits 0.
-    pub fn terminal_login(
+    /// The agent `name` an admin signs in, and the auth methods it offers.
+    fn signing_in(
         &self,
         caller: &Caller,
         name: &str,
-        method_id: &str,
-    ) -> Result<LoginTerminal, Error> {
+    ) -> Result<(std::sync::Arc<AgentPool>, Vec<serde_json::Value>), Error> {
         Self::admin(caller, "signing an agent in")?;
         let agent = (self.placement.agents().get(name)).ok_or_else(|| {
             Error::NotFound(format!("this gateway replica runs no agent {name:?}"))
@@ -299,6 +289,19 @@ impl Installs {
             retry_after: std::time::Duration::from_secs(2),
         })?;
         let methods = init.auth_methods.as_array().cloned().unwrap_or_default();
+        Ok((agent, methods))
+    }
+
+    /// `GET /agents/{name}/login`: starts the agent's terminal login `method_id` (its own
+    /// program, with the method's arguments and environment) in a pseudo-terminal for the
+    /// caller to drive; [`Installs::logged_in`] once it exits 0.
+    pub fn terminal_login(
+        &self,
+        caller: &Caller,
+        name: &str,
+        method_id: &str,
+    ) -> Result<LoginTerminal, Error> {
+        let (agent, methods) = self.signing_in(caller, name)?;
         let method = (methods.iter())
             .find(|m| m["id"] == method_id && m["type"] == "terminal")
             .ok_or_else(|| {
