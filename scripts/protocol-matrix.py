@@ -65,8 +65,9 @@ def start_gateway(binary, registry, work):
     os.chmod(stub, 0o755)
     args = [
         binary, "--listen", "127.0.0.1:0",
-        # The gateway wants an agent of its own; the matrix's are installed.
-        "--agent", stub, "--init-timeout", "1",
+        # The gateway wants an agent of its own (one that never answers); the matrix's are
+        # installed.
+        "--agent", stub,
         "--database-url", "sqlite:" + os.path.join(work, "gateway.db"),
         "--registry", registry, "--agents-dir", os.path.join(work, "agents"),
         "--admin-api-key", ADMIN, "--control-timeout", "60", "--pool-size", "1",
@@ -110,14 +111,14 @@ def probe(base, agent, view):
            "version": (view.get("installed") or {}).get("version", "?")}
     installed = view.get("installed") or {}
     if installed.get("phase") != "installed":
-        row["init"] = "install failed: " + (installed.get("error") or "?")[:60]
+        row["init"] = "install failed: " + tail(installed.get("error") or "?")
         return row
     deadline = time.time() + 60
     while not view.get("agentInfo") and time.time() < deadline:
         time.sleep(1)
         _, view = request(base, "GET", "/agents/" + agent)
     if not view.get("agentInfo"):
-        row["init"] = "no initialize: " + str(view.get("unreadyReason", ""))[:60]
+        row["init"] = "no initialize: " + tail(str(view.get("unreadyReason", "")))
         return row
     row["init"] = "ok"
     caps = view.get("capabilities") or {}
@@ -140,8 +141,14 @@ def probe(base, agent, view):
         row["new"] = "auth_required"
     else:
         detail = made.get("detail", made) if isinstance(made, dict) else made
-        row["new"] = "%s: %s" % (status, str(detail)[:60])
+        row["new"] = "%s: %s" % (status, tail(str(detail)))
     return row
+
+
+def tail(text, width=90):
+    """The end of a long reason (where a tool's own message is), on one line."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else "…" + text[-width:]
 
 
 COLUMNS = ["agent", "kind", "version", "init", "auth", "new", "list", "status", "close",

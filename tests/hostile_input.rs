@@ -82,7 +82,12 @@ async fn send(
 }
 
 async fn no_input_gets_a_500(backend: Backend) {
+    // A registry of the test's own, empty: nothing is fetched from the official one.
+    let registry = tempfile::tempdir().unwrap();
+    let index = registry.path().join("registry.json");
+    std::fs::write(&index, r#"{"version": "1.0.0", "agents": []}"#).unwrap();
     let opts = Options::default()
+        .args(&["--registry", index.to_str().unwrap()])
         .env(
             "ECHO_AGENT_CAPS",
             "load,list,delete,resume,close,status,title,archive,fork",
