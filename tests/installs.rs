@@ -301,17 +301,18 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
         .await;
 
-    // Removed through A (once B has closed the session): gone from B, and its files.
+    // Removed through A (once B has closed the session): gone from B, then its files (once
+    // its processes have stopped).
     let admin = w.gw().with_key(Some(ADMIN));
     admin
         .send_expecting(Method::DELETE, "/agents/echo-acp", None, 204)
         .await;
+    let b_dir = &b_dir;
     b.wait_until(|g| async move {
         let (status, _) = g.with_key(Some(ADMIN)).get("/agents/echo-acp").await;
-        status == 404
+        status == 404 && left(b_dir).is_empty()
     })
     .await;
-    assert!(left(&b_dir).is_empty(), "{:?}", left(&b_dir));
     drop(b);
     w.finish().await;
 }
