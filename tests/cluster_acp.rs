@@ -253,10 +253,13 @@ async fn prompt_through_outage(
         assert!(std::time::Instant::now() < deadline, "{text:?} answered");
         match acp.prompt(session, text).await {
             Ok(answer) => return answer,
+            // The connection ended: as the client learns it, or as it tries to send on it.
             Err(e)
-                if e.data
-                    .as_ref()
-                    .is_some_and(|d| d["reason"] == "connection_terminated") =>
+                if e.data.as_ref().is_some_and(|d| {
+                    d["reason"] == "connection_terminated"
+                        || d.as_str()
+                            .is_some_and(|s| s.starts_with("failed to send outgoing request"))
+                }) =>
             {
                 eprintln!("{text:?}: the connection ended; connecting again");
                 let fresh = AcpClient::connect(no_sticky_transport(balancer)).await;
