@@ -91,6 +91,13 @@ async fn installed_within(gw: &Gateway, name: &str, patience: std::time::Duratio
     }
 }
 
+/// Asks for an install (`body`) with `keyed`'s key: 202, and the install as it begins.
+async fn begin_install(keyed: &support::gateway::Keyed<'_>, body: Value) -> Value {
+    keyed
+        .send_expecting(Method::POST, "/agents", Some(body), 202)
+        .await
+}
+
 /// A new session of `agent`, made with `keyed`'s key: its id.
 async fn session_on(keyed: &support::gateway::Keyed<'_>, agent: &str) -> String {
     let body = json!({"cwd": "/tmp", "agent": agent});
@@ -135,9 +142,7 @@ async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
     assert_eq!(status, 403, "{problem}");
     let (status, problem) = admin.post("/agents", json!({"registry": "nope"})).await;
     assert_eq!(status, 404, "{problem}");
-    let begun = admin
-        .send_expecting(Method::POST, "/agents", Some(body.clone()), 202)
-        .await;
+    let begun = begin_install(&admin, body.clone()).await;
     assert_eq!(begun["phase"], "installing", "{begun}");
     let view = installed(w.gw(), "echo2").await;
     assert_eq!(view["installed"]["phase"], "installed", "{view}");
@@ -164,14 +169,7 @@ async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
         ("corrupt-acp", "archive"),
         ("missing-acp", "404"),
     ] {
-        admin
-            .send_expecting(
-                Method::POST,
-                "/agents",
-                Some(json!({"registry": agent})),
-                202,
-            )
-            .await;
+        begin_install(&admin, json!({"registry": agent})).await;
         let view = installed(w.gw(), agent).await;
         assert_eq!(view["installed"]["phase"], "failed", "{view}");
         let error = view["installed"]["error"].as_str().unwrap();
@@ -235,14 +233,7 @@ async fn a_registry_agent_is_installed_run_kept_and_removed(backend: Backend) {
 
     // An archive that changed after its first install is refused where it is installed again
     // (here: its files gone, as on a new replica), and the agent does not run.
-    admin
-        .send_expecting(
-            Method::POST,
-            "/agents",
-            Some(json!({"registry": "echo-acp"})),
-            202,
-        )
-        .await;
+    begin_install(&admin, json!({"registry": "echo-acp"})).await;
     assert_eq!(
         installed(w.gw(), "echo-acp").await["installed"]["phase"],
         "installed"
@@ -279,15 +270,8 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
         &options(&registry, &b_dir),
     )
     .await;
-    w.gw()
-        .with_key(Some(ADMIN))
-        .send_expecting(
-            Method::POST,
-            "/agents",
-            Some(json!({"registry": "echo-acp"})),
-            202,
-        )
-        .await;
+    let admin = w.gw().with_key(Some(ADMIN));
+    begin_install(&admin, json!({"registry": "echo-acp"})).await;
     let on_b = installed(&b, "echo-acp").await;
     assert_eq!(on_b["installed"]["phase"], "installed", "{on_b}");
     assert_eq!(on_b["installed"]["sha256"], registry.sha256("echo.tar.gz"));
@@ -303,7 +287,6 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
 
     // Removed through A (once B has closed the session): gone from B, then its files (once
     // its processes have stopped).
-    let admin = w.gw().with_key(Some(ADMIN));
     admin
         .send_expecting(Method::DELETE, "/agents/echo-acp", None, 204)
         .await;
@@ -345,9 +328,7 @@ async fn npm_agents_run_or_say_how_to_sign_in() {
     let mut w = World::start(Backend::Sqlite, opts).await;
     let admin = w.gw().with_key(Some(ADMIN));
     for id in ["claude-acp", "codex-acp"] {
-        admin
-            .send_expecting(Method::POST, "/agents", Some(json!({"registry": id})), 202)
-            .await;
+        begin_install(&admin, json!({"registry": id})).await;
     }
     let npm = std::time::Duration::from_secs(600);
     for id in ["claude-acp", "codex-acp"] {

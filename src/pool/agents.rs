@@ -197,16 +197,9 @@ impl Agents {
             names,
         };
         for setup in setups {
-            agents.start_one(setup);
+            agents.put(setup);
         }
         Arc::new(agents)
-    }
-
-    /// Starts `setup`'s pools, numbering their members after every member so far, and adds
-    /// the agent after the others.
-    fn start_one(&self, setup: AgentSetup) {
-        let agent = self.build(setup);
-        self.list_mut().push(agent);
     }
 
     /// Starts `setup`'s pools, numbering their members after every member so far.

@@ -498,8 +498,7 @@ impl AgentInstalls {
     /// Compares the rows with what runs here, once: first takes out what no row holds any
     /// more, then installs, upgrades or signs in what the rows say.
     pub(in crate::gateway) async fn apply_once(&self) -> crate::store::StoreResult<()> {
-        self.take_out_removed().await?;
-        for row in self.rows.installs().await? {
+        for row in self.take_out_removed().await? {
             if self.is_configured(&row.name) {
                 continue;
             }
@@ -543,8 +542,9 @@ impl AgentInstalls {
     }
 
     /// Stops here every installed agent no row holds any more (removed through another
-    /// replica, or started here by an install whose row was removed meanwhile).
-    async fn take_out_removed(&self) -> crate::store::StoreResult<()> {
+    /// replica, or started here by an install whose row was removed meanwhile); answers the
+    /// rows it read.
+    async fn take_out_removed(&self) -> crate::store::StoreResult<Vec<InstallRecord>> {
         let changes = self.changes.lock().await;
         let rows = self.rows.installs().await?;
         let gone: Vec<String> = (self.placement.agents().names().into_iter())
@@ -555,6 +555,6 @@ impl AgentInstalls {
         for (name, old) in old {
             self.stop_files(&name, old).await;
         }
-        Ok(())
+        Ok(rows)
     }
 }
