@@ -179,21 +179,21 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self, AgentCapabilities, ArchiveSessionRequest, ArchiveSessionResponse, AuthMethod,
-    AuthMethodAgent, AuthMethodTerminal, AuthenticateRequest, AuthenticateResponse,
+    self, AgentAuthCapabilities, AgentCapabilities, ArchiveSessionRequest, ArchiveSessionResponse,
+    AuthMethod, AuthMethodAgent, AuthMethodTerminal, AuthenticateRequest, AuthenticateResponse,
     CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, ContentChunk,
     DeleteSessionRequest, DeleteSessionResponse, Implementation, InitializeRequest,
     InitializeResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
-    PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse, ProvidersCapabilities,
-    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
-    ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter, SessionCapabilities,
-    SessionCloseCapabilities, SessionDeleteCapabilities, SessionForkCapabilities, SessionId,
-    SessionInfo, SessionInfoUpdate, SessionListCapabilities, SessionNotification,
-    SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities, SessionStatusRequest,
-    SessionStatusResponse, SessionTitleCapabilities, SessionUpdate, SetSessionTitleRequest,
-    SetSessionTitleResponse, StopReason, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
-    ToolKind, UnarchiveSessionRequest, UnarchiveSessionResponse, Usage,
+    LoadSessionResponse, LogoutCapabilities, LogoutRequest, LogoutResponse, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
+    PromptResponse, ProvidersCapabilities, RequestPermissionOutcome, RequestPermissionRequest,
+    ResumeSessionRequest, ResumeSessionResponse, SessionArchiveCapabilities, SessionArchiveFilter,
+    SessionCapabilities, SessionCloseCapabilities, SessionDeleteCapabilities,
+    SessionForkCapabilities, SessionId, SessionInfo, SessionInfoUpdate, SessionListCapabilities,
+    SessionNotification, SessionResumeCapabilities, SessionStatus, SessionStatusCapabilities,
+    SessionStatusRequest, SessionStatusResponse, SessionTitleCapabilities, SessionUpdate,
+    SetSessionTitleRequest, SetSessionTitleResponse, StopReason, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, UnarchiveSessionRequest, UnarchiveSessionResponse, Usage,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
@@ -217,7 +217,7 @@ const ECHO_ELICITATION_ID: &str = "echo-login";
 type Cx = ConnectionTo<Client>;
 
 /// Capability names accepted in `ECHO_AGENT_CAPS`.
-const ALL_CAPS: [&str; 13] = [
+const ALL_CAPS: [&str; 14] = [
     "load",
     "list",
     "delete",
@@ -231,6 +231,7 @@ const ALL_CAPS: [&str; 13] = [
     "audio",
     "embeddedContext",
     "providers",
+    "logout",
 ];
 /// Capabilities enabled when `ECHO_AGENT_CAPS` is unset.
 const DEFAULT_CAPS: &str = "load,list,delete,resume,close";
@@ -246,6 +247,9 @@ struct Directives {
     delay_ms: u64,
     /// `/permission`: ask the client for permission first.
     permission: bool,
+    /// `/permission-for MS`: ask for permission, and withdraw the request (`$/cancel_request`)
+    /// when it is not answered within MS milliseconds.
+    permission_for: Option<u64>,
     /// `/permissions N`: ask N permissions at once and report each answer.
     permissions: Option<usize>,
     /// `/elicit`: ask the client for a form, report the answer and end the turn.
@@ -328,12 +332,16 @@ impl Directives {
                 ("/chunks", Some(n)) => d.chunks = usize::try_from(n).ok(),
                 ("/bytes", Some(n)) => d.bytes = usize::try_from(n).ok(),
                 ("/permissions", Some(n)) => d.permissions = usize::try_from(n).ok(),
+                ("/permission-for", Some(ms)) => d.permission_for = Some(ms),
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
             rest = if matches!(word, "/env" | "/spoof" | "/write" | "/read")
                 || (number.is_some()
-                    && matches!(word, "/chunks" | "/bytes" | "/delay" | "/permissions"))
+                    && matches!(
+                        word,
+                        "/chunks" | "/bytes" | "/delay" | "/permissions" | "/permission-for"
+                    ))
             {
                 after_arg
             } else {
@@ -600,7 +608,7 @@ async fn main() {
         .on_receive_request(
             // First: the methods with controls, as JSON; every other request goes on.
             async move |msg: UntypedMessage, responder: Responder<Value>, cx| match s
-                .controlled(&cx, &msg)
+                .controlled(&cx, &msg, responder.cancellation())
                 .await
             {
                 Some(answer) => responder.respond_with_result(answer).map(|()| Handled::Yes),
@@ -624,8 +632,17 @@ async fn main() {
             on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: NewSessionRequest, responder, _cx| {
-                responder.respond_with_result(s.new_session(req).await)
+            async move |_: LogoutRequest, responder, _cx| responder.respond_with_result(s.logout()),
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest, responder, cx| {
+                // In a task of its own, so that a slow one (`ECHO_AGENT_NEW_DELAY_MS`) leaves
+                // the dispatch loop free for `$/cancel_request`.
+                let (agent, cancel) = (Arc::clone(s), responder.cancellation());
+                cx.spawn(async move {
+                    responder.respond_with_result(agent.new_session(req, cancel).await)
+                })
             },
             on_receive_request!(),
         )

@@ -39,7 +39,7 @@ run() {
   echo "schemathesis against a gateway on $name"
   rm -rf "$work/agent"
   ECHO_AGENT_DIR="$work/agent" ECHO_AGENT_CONTROLS=modes,models,options \
-    ECHO_AGENT_CAPS=load,list,delete,resume,close,fork target/debug/acp-gateway \
+    ECHO_AGENT_CAPS=load,list,delete,resume,close,fork,logout target/debug/acp-gateway \
     --agent target/debug/examples/echo_agent --listen 127.0.0.1:0 \
     --database-url "$db_url" --control-timeout 5 --workspace-dir "$work/workspaces" \
     --registry "$work/registry.json" --agents-dir "$work/agents" \

@@ -1,9 +1,11 @@
-//! An agent's terminal login over a WebSocket (`GET /agents/{name}/login`), with the echo
+//! Signing an agent in and out. Its terminal login over a WebSocket (`GET /agents/{name}/login`), with the echo
 //! agent's own login program (`echo_agent --login`: a device code, then a token typed in): the
 //! agent advertises the method to the gateway, answers `auth_required` naming it until signed
 //! in; the login runs in a real pseudo-terminal (the program refuses anything else), a wrong
 //! token exits 1 and changes nothing, the right one exits 0 and the agent's members start
 //! again signed in; only an admin may open it, and a client that goes away ends the login.
+//! ACP `logout` (`POST /agents/{name}/logout`) signs every member out, and members that start
+//! again stay out.
 
 use crate::support;
 
@@ -20,14 +22,23 @@ const ANN: &str = "ann-key-0123456789ab";
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
-/// Opens the login of `method` with `key`: the socket, or the HTTP status it was refused with.
+/// Opens the login of `method` with `key` as a bearer header: the socket, or the HTTP status it
+/// was refused with.
 async fn open(gw: &Gateway, key: &str, method: &str) -> Result<Socket, u16> {
+    connect(gw, Some(key), &format!("methodId={method}")).await
+}
+
+/// Opens the login with `query`, and `key` as a bearer header if given (a browser's WebSocket
+/// cannot send one: it gives its key as `access_token`).
+async fn connect(gw: &Gateway, key: Option<&str>, query: &str) -> Result<Socket, u16> {
     let url = gw
-        .url(&format!("/agents/default/login?methodId={method}"))
+        .url(&format!("/agents/default/login?{query}"))
         .replacen("http://", "ws://", 1);
     let mut request = url.into_client_request().unwrap();
-    let bearer = format!("Bearer {key}").parse().unwrap();
-    request.headers_mut().insert("authorization", bearer);
+    if let Some(key) = key {
+        let bearer = format!("Bearer {key}").parse().unwrap();
+        request.headers_mut().insert("authorization", bearer);
+    }
     let tcp = tokio::net::TcpStream::connect(gw.address()).await.unwrap();
     match tokio_tungstenite::client_async(request, tcp).await {
         Ok((socket, _)) => Ok(socket),
@@ -64,6 +75,11 @@ async fn exit_code(socket: &mut Socket) -> Value {
             other => panic!("no exit frame: {other:?}"),
         }
     }
+}
+
+async fn first_member(gw: &Gateway) -> Value {
+    let (_, agent) = gw.with_key(Some(ADMIN)).get("/agent").await;
+    agent["members"][0].clone()
 }
 
 async fn new_session(gw: &Gateway) -> (u16, Value) {
@@ -104,8 +120,18 @@ async fn a_terminal_login_signs_the_agent_in_over_a_websocket() {
         "a terminal login is not an ACP call: {problem}"
     );
 
+    // This agent does not advertise ACP logout: it is not called.
+    let (status, problem) = admin.post("/agents/default/logout", json!({})).await;
+    assert_eq!(status, 501, "{problem}");
+
     // Only an admin, only over a WebSocket, only a terminal method the agent offers.
     assert_eq!(open(gw, ANN, "echo-login").await.err(), Some(403));
+    let as_a_browser = |key: &str| format!("methodId=echo-login&access_token={key}");
+    assert_eq!(connect(gw, None, &as_a_browser(ANN)).await.err(), Some(403));
+    assert_eq!(
+        connect(gw, None, "methodId=echo-login").await.err(),
+        Some(401)
+    );
     assert_eq!(open(gw, ADMIN, "nope").await.err(), Some(422));
     let (status, problem) = admin.get("/agents/default/login?methodId=echo-login").await;
     assert_eq!(status, 400, "{problem}");
@@ -142,8 +168,9 @@ async fn a_terminal_login_signs_the_agent_in_over_a_websocket() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // The right token, typed as keys: signed in, and the agent's members start again so.
-    let mut socket = open(gw, ADMIN, "echo-login").await.unwrap();
+    // The right token, typed as keys, in a login opened as a browser does: signed in, and the
+    // agent's members start again so.
+    let mut socket = connect(gw, None, &as_a_browser(ADMIN)).await.unwrap();
     let mut shown = String::new();
     screen_until(&mut socket, &mut shown, "paste the token here").await;
     socket
@@ -154,5 +181,54 @@ async fn a_terminal_login_signs_the_agent_in_over_a_websocket() {
     assert_eq!(exit_code(&mut socket).await, 0);
     gw.wait_until(|g| async move { new_session(g).await.0 == 201 })
         .await;
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_logs_an_agent_out_and_it_stays_out() {
+    let opts = Options::default()
+        .env("ECHO_AGENT_AUTH", "echo-auth")
+        .env("ECHO_AGENT_CAPS", "load,list,delete,resume,close,logout")
+        .args(&[
+            "--admin-api-key",
+            ADMIN,
+            "--api-key",
+            &format!("acme:{ANN}"),
+        ]);
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let admin = gw.with_key(Some(ADMIN));
+    assert_eq!(new_session(gw).await.0, 503);
+    let body = json!({"methodId": "echo-auth"});
+    let (status, signed) = admin.post("/agents/default/authenticate", body).await;
+    assert_eq!(status, 200, "{signed}");
+    assert_eq!(new_session(gw).await.0, 201);
+
+    let tenant = gw.with_key(Some(ANN));
+    let (status, problem) = tenant.post("/agents/default/logout", json!({})).await;
+    assert_eq!(status, 403, "{problem}");
+    let (status, body) = admin.post("/agents/default/logout", json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, problem) = new_session(gw).await;
+    assert_eq!(status, 503, "logged out: {problem}");
+    assert_eq!(problem["authMethods"], json!(["echo-auth"]), "{problem}");
+
+    // A member that starts again does not sign itself back in with the method of before.
+    let pid = first_member(gw).await["pid"].clone();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid.as_i64().unwrap() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    gw.wait_until(|g| {
+        let pid = pid.clone();
+        async move {
+            let now = first_member(g).await;
+            now["state"] == "ready" && now["pid"] != pid
+        }
+    })
+    .await;
+    let (status, problem) = new_session(gw).await;
+    assert_eq!(status, 503, "a new member stays logged out: {problem}");
     w.finish().await;
 }

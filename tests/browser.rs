@@ -4,12 +4,14 @@
 //! gateway's own console at `/` is driven through a session's life, a reload and a restart, and
 //! shows the Mode and Model pickers only for what the session's agent offers; its Files panel
 //! is driven in `files`, several people on a session in `people`, and what turns spent (a
-//! session's Usage panel, the Usage page and its CSV) in `usage`.
+//! session's Usage panel, the Usage page and its CSV) in `usage`, and the Agents page (a
+//! terminal login, an install from the registry) in `agents`.
 //! Ignored by plain `cargo test` because it needs the browser and `npm ci` in `tests/browser`;
 //! `.ci/run` installs both and runs them with `--ignored`.
 
 use crate::support;
 
+mod agents;
 mod files;
 mod people;
 mod usage;

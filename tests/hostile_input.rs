@@ -90,7 +90,7 @@ async fn no_input_gets_a_500(backend: Backend) {
         .args(&["--registry", index.to_str().unwrap()])
         .env(
             "ECHO_AGENT_CAPS",
-            "load,list,delete,resume,close,status,title,archive,fork",
+            "load,list,delete,resume,close,status,title,archive,fork,logout",
         )
         .env("ECHO_AGENT_CONTROLS", "modes,models,options");
     let w = World::start(backend, opts).await;

@@ -17,7 +17,7 @@ async fn agent_health_metrics_docs_and_spec() {
     assert_eq!(agent["initialize"]["protocolVersion"], 1);
     assert_eq!(
         agent["initialize"]["capabilities"],
-        json!({"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": false})
+        json!({"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": false, "logout": false})
     );
     assert_eq!(agent["members"][0]["state"], "ready");
     assert!(agent["members"][0]["pid"].as_u64().is_some());

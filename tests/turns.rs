@@ -368,3 +368,48 @@ async fn live_tail_and_after_cursor(backend: Backend) {
     assert_eq!(gw.get("/sessions/sess_nope/events").await.status(), 404);
     w.finish().await;
 }
+
+/// An agent that stops waiting for an answer withdraws its request (`$/cancel_request`): the
+/// request is resolved as `withdrawn` before the turn goes on, and a client's late answer is
+/// refused rather than sent to an agent that no longer asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_agent_withdraws_is_resolved_and_a_late_answer_refused() {
+    let (w, id) = World::with_session(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let mut sse = gw.events(&id, None).await;
+    gw.prompt_async(&id, "/permission-for 300 hi").await;
+    let asked = sse.until("permission_requested").await;
+    let request_id = find_event(&asked, "permission_requested").data["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = sse.until("turn_ended").await;
+    let resolved = find_event(&events, "permission_resolved");
+    assert_eq!(resolved.data["reason"], "withdrawn", "{:?}", resolved.data);
+    assert_eq!(resolved.data["requestId"], json!(request_id));
+    let said: String = (events.iter())
+        .filter(|e| e.event == "agent_message_chunk")
+        .filter_map(|e| e.data["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("permission: withdrawn"), "{said}");
+    let path = format!("/sessions/{id}/permissions/{request_id}");
+    let late = gw.post(&path, json!({"optionId": "allow"})).await;
+    assert_eq!(late.status(), 409);
+    w.finish().await;
+}
+
+/// A call the gateway stops waiting for (`--control-timeout`) is cancelled at the agent with
+/// `$/cancel_request`, so the agent does not go on making a session nobody will use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_gateway_gives_up_on_is_cancelled_at_the_agent() {
+    let opts = Options::default()
+        .env("ECHO_AGENT_NEW_DELAY_MS", "60000")
+        .args(&["--control-timeout", "1"]);
+    let w = World::start(Backend::Sqlite, opts).await;
+    let gw = w.gw();
+    let r = gw.post("/sessions", json!({"cwd": "/tmp"})).await;
+    assert_eq!(r.status(), 504);
+    gw.wait_until(|_| async { w.calls("$/cancel_request") == 1 })
+        .await;
+    w.finish().await;
+}

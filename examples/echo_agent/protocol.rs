@@ -69,12 +69,27 @@ impl EchoAgent {
         Ok(AuthenticateResponse::new())
     }
 
+    /// `logout`: signed out until the next `authenticate`.
+    pub(super) fn logout(&self) -> Result<LogoutResponse, Error> {
+        self.enter("logout", None, Some("logout"))?;
+        self.authenticated.store(false, Ordering::SeqCst);
+        Ok(LogoutResponse::new())
+    }
+
     pub(super) async fn new_session(
         &self,
         req: NewSessionRequest,
+        cancel: RequestCancellation,
     ) -> Result<NewSessionResponse, Error> {
         self.enter("session/new", None, None)?;
-        tokio::time::sleep(Duration::from_millis(self.cfg.new_delay_ms)).await;
+        // A client that stops waiting (`$/cancel_request`) gets no session made for nobody.
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(self.cfg.new_delay_ms)) => {}
+            () = cancel.cancelled() => {
+                self.log_call("$/cancel_request", None);
+                return Err(Error::request_cancelled());
+            }
+        }
         self.require_auth()?;
         if !req.cwd.is_absolute() {
             return Err(invalid("cwd must be an absolute path"));
@@ -126,6 +141,7 @@ impl EchoAgent {
         &self,
         cx: &Cx,
         msg: &UntypedMessage,
+        cancel: RequestCancellation,
     ) -> Option<Result<Value, Error>> {
         let c = self.cfg.controls;
         let params = &msg.params;
@@ -133,7 +149,7 @@ impl EchoAgent {
         let typed = |e: serde_json::Error| invalid(&e.to_string());
         let answer = match msg.method.as_str() {
             "session/new" if c.any() => match serde_json::from_value(params.clone()) {
-                Ok(req) => self.new_session(req).await.map(|r| to_json(&r)),
+                Ok(req) => self.new_session(req, cancel).await.map(|r| to_json(&r)),
                 Err(e) => Err(typed(e)),
             },
             "session/load" if c.any() => match serde_json::from_value(params.clone()) {

@@ -38,6 +38,7 @@ impl EchoAgent {
             .prompt_capabilities(prompt)
             .session_capabilities(session)
             .providers(on("providers").then(ProvidersCapabilities::new))
+            .auth(AgentAuthCapabilities::new().logout(on("logout").then(LogoutCapabilities::new)))
     }
 
     /// A new session's id: random, or the next of this process (`ECHO_AGENT_IDS`).

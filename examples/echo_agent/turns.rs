@@ -280,7 +280,7 @@ impl EchoAgent {
             }
         }
 
-        if d.permission {
+        if d.permission || d.permission_for.is_some() {
             let fields = ToolCallUpdateFields::new()
                 .title("echo wants to write a file".to_string())
                 .kind(ToolKind::Edit)
@@ -291,11 +291,16 @@ impl EchoAgent {
             ];
             let tool_call = ToolCallUpdate::new("call_1", fields);
             let request = RequestPermissionRequest::new(id.clone(), tool_call, options);
-            // On cancel the pending request is dropped, which makes the SDK
-            // send `$/cancel_request` for it.
+            // On cancel, or past `/permission-for`, the pending request is dropped, which makes
+            // the SDK send `$/cancel_request` for it.
+            let wait = Duration::from_millis(d.permission_for.unwrap_or(0));
             let answer = tokio::select! {
                 answer = cx.send_request(request).block_task() => answer?,
                 () = turn.cancelled() => return Ok(StopReason::Cancelled),
+                () = tokio::time::sleep(wait), if d.permission_for.is_some() => {
+                    self.chunk(cx, id, "permission: withdrawn")?;
+                    return Ok(StopReason::EndTurn);
+                }
             };
             let RequestPermissionOutcome::Selected(selected) = answer.outcome else {
                 return Ok(StopReason::Cancelled);

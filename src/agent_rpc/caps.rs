@@ -2,12 +2,14 @@
 //! (`agentCapabilities.loadSession`, `agentCapabilities.sessionCapabilities.*`) or the v2
 //! baseline (`capabilities.session` present ⇒ load, list, resume and close are all supported).
 
+use agent_client_protocol_schema::ProtocolVersion;
+use agent_client_protocol_schema::v1::{
+    AuthCapabilities, ClientCapabilities, ElicitationCapabilities, ElicitationFormCapabilities,
+    ElicitationUrlCapabilities, FileSystemCapabilities, Implementation, InitializeRequest,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
-
-/// The protocol version the gateway speaks.
-pub const PROTOCOL_VERSION: u64 = 1;
 
 /// Normalised session capabilities: the gateway never calls a method whose flag is false.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
@@ -22,6 +24,8 @@ pub struct Capabilities {
     pub set_title: bool,
     pub archive: bool,
     pub fork: bool,
+    /// ACP `logout` (`auth.logout`).
+    pub logout: bool,
     /// What a prompt may hold besides text and resource links.
     #[serde(skip)]
     pub prompt: PromptCapabilities,
@@ -77,19 +81,23 @@ pub struct AgentInit {
 }
 
 /// The `initialize` params: no fs and no terminal capability, so the agent uses its own;
-/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`).
-pub fn initialize_params() -> Value {
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "clientCapabilities": {
-            "fs": {"readTextFile": false, "writeTextFile": false},
-            "terminal": false,
-            "elicitation": {"form": {}, "url": {}},
-            // A terminal login runs over `GET /agents/{name}/login`.
-            "auth": {"terminal": true},
-        },
-        "clientInfo": {"name": "acp-gateway", "version": env!("CARGO_PKG_VERSION")},
-    })
+/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`); and
+/// terminal logins, which run over `GET /agents/{name}/login`.
+pub fn initialize_params() -> InitializeRequest {
+    let elicitation = ElicitationCapabilities::new()
+        .form(ElicitationFormCapabilities::new())
+        .url(ElicitationUrlCapabilities::new());
+    let client = ClientCapabilities::new()
+        .fs(FileSystemCapabilities::new())
+        .terminal(false)
+        .elicitation(elicitation)
+        .auth(AuthCapabilities::new().terminal(true));
+    InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(client)
+        .client_info(Implementation::new(
+            "acp-gateway",
+            env!("CARGO_PKG_VERSION"),
+        ))
 }
 
 fn present(v: Option<&Value>) -> bool {
@@ -113,6 +121,7 @@ impl AgentInit {
                 set_title: present(session.get("title")),
                 archive: present(session.get("archive")),
                 fork: present(session.get("fork")),
+                logout: present(result.pointer("/capabilities/auth/logout")),
                 prompt: PromptCapabilities::read(session.get("prompt")),
             }
         } else {
@@ -135,6 +144,7 @@ impl AgentInit {
                 set_title: has("title"),
                 archive: has("archive"),
                 fork: has("fork"),
+                logout: present(agent.pointer("/auth/logout")),
                 prompt: PromptCapabilities::read(agent.get("promptCapabilities")),
             }
         };
@@ -164,11 +174,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_the_gateway_says_it_can_do() {
+        let params = serde_json::to_value(initialize_params()).unwrap();
+        assert_eq!(params["protocolVersion"], 1);
+        let caps = &params["clientCapabilities"];
+        assert_eq!(
+            caps["fs"],
+            json!({"readTextFile": false, "writeTextFile": false})
+        );
+        assert_eq!(caps["terminal"], false);
+        assert_eq!(caps["elicitation"], json!({"form": {}, "url": {}}));
+        assert_eq!(caps["auth"], json!({"terminal": true}));
+        assert_eq!(params["clientInfo"]["name"], "acp-gateway");
+    }
+
+    #[test]
     fn v1_markers() {
         let init = AgentInit::from_result(&json!({
             "protocolVersion": 1,
             "agentInfo": {"name": "a"},
-            "agentCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "close": null}}
+            "agentCapabilities": {"loadSession": true, "sessionCapabilities": {"list": {}, "delete": {}, "close": null}, "auth": {"logout": {}}}
         }));
         assert_eq!(
             init.capabilities,
@@ -176,6 +201,7 @@ mod tests {
                 load: true,
                 list: true,
                 delete: true,
+                logout: true,
                 ..Default::default()
             }
         );

@@ -3,12 +3,16 @@
 //! agent's stdin, serialized from borrowed parts ([`Outbound`]). Each request is a span of its
 //! own (`acp` `METHOD`, to its answer) whose W3C trace context goes to the agent in the
 //! request's `params._meta` (`traceparent`, `tracestate`, `baggage`) when traces are exported.
+//! A call the gateway stops waiting for (its timeout) is cancelled with `$/cancel_request`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_client_protocol_schema::v1::{
+    CancelRequestNotification, PROTOCOL_LEVEL_METHOD_NAMES, RequestId,
+};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -17,6 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::errors::{CallError, RpcError, answer_value};
 use super::stdin;
+
+/// `$/cancel_request`.
+const CANCEL_REQUEST: &str = PROTOCOL_LEVEL_METHOD_NAMES.cancel_request;
 
 type Reply = Result<Box<RawValue>, CallError>;
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
@@ -32,6 +39,8 @@ pub struct PendingCall {
     member: Arc<str>,
     /// The call's span, ended with it.
     span: tracing::Span,
+    /// Where `$/cancel_request` goes when the gateway stops waiting.
+    out: Arc<stdin::AgentStdin>,
 }
 
 impl PendingCall {
@@ -50,12 +59,17 @@ impl PendingCall {
             started,
             member,
             span,
+            out,
         } = self;
         let waited = match timeout {
             Some(t) => match tokio::time::timeout(t, rx).await {
                 Ok(r) => r,
                 Err(_) => {
                     pending.lock().expect("pending lock").remove(&id);
+                    // ACP's cancellation: the agent may stop the work nobody waits for.
+                    let cancel = CancelRequestNotification::new(RequestId::Number(id as i64));
+                    let line = Outbound::notification(CANCEL_REQUEST, &cancel).line();
+                    let _ = out.send(line).await;
                     Ok(Err(CallError::Timeout(method.clone())))
                 }
             },
@@ -178,6 +192,7 @@ impl Connection {
             pending: self.pending.clone(),
             started: std::time::Instant::now(),
             span,
+            out: self.out.clone(),
         })
     }
 

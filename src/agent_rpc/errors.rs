@@ -35,6 +35,15 @@ impl RpcError {
         }
     }
 
+    /// ACP's -32800: the answer to a request its sender cancelled (`$/cancel_request`).
+    pub fn cancelled() -> Self {
+        RpcError {
+            code: -32800,
+            message: "request cancelled".into(),
+            data: None,
+        }
+    }
+
     /// JSON-RPC's -32602: a request the gateway serves, with params it cannot take.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         RpcError {

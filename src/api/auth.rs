@@ -293,10 +293,15 @@ pub(crate) fn is_public(path: &str) -> bool {
         || super::console::is_console(path)
 }
 
-/// SSE routes, which browsers' EventSource opens without custom headers.
+/// SSE and WebSocket routes, which browsers' EventSource and WebSocket open without custom
+/// headers: the event streams, `/acp`, and an agent's terminal login.
 fn is_stream(method: &Method, path: &str) -> bool {
+    let login = path.starts_with("/agents/") && path.ends_with("/login");
     method == Method::GET
-        && (path == "/events" || path.ends_with("/events") || path == super::acp_server::PATH)
+        && (path == "/events"
+            || path.ends_with("/events")
+            || path == super::acp_server::PATH
+            || login)
 }
 
 fn query_token(query: &str) -> Option<String> {

@@ -79,6 +79,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("console/usage.js"),
     ),
     (
+        "agents-page.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/agents-page.js"),
+    ),
+    (
         "usage-page.js",
         "text/javascript; charset=utf-8",
         include_str!("console/usage-page.js"),

@@ -158,6 +158,30 @@ pub async fn authenticate_agent(
     ))
 }
 
+/// Log an agent out (admin only).
+///
+/// Runs ACP `logout` on every member of the agent (its tenants' pools too); members that
+/// start later do not authenticate. An agent installed from the registry is logged out on
+/// every replica. 501 for an agent that does not advertise `auth.logout`.
+#[utoipa::path(post, operation_id = "logoutAgent", path = "/agents/{name}/logout", tag = "system",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 204, description = "Logged out"),
+        (status = 403, description = "Not an admin key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "This replica runs no agent of that name", body = Problem, content_type = "application/problem+json"),
+        (status = 501, description = "The agent does not support logout", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The agent refused the logout", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No member of the agent has started yet", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn logout_agent(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.gateway.installs().logout(&caller, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// Remove an installed agent (admin only).
 ///
 /// Stops its processes and removes its files on every replica. 409 while it has live

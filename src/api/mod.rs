@@ -95,7 +95,7 @@ impl utoipa::Modify for BearerAuth {
             SecurityScheme::Http(
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("An API key (--api-key TENANT:KEY or --admin-api-key KEY) or, with --oidc-issuer, a JWT access token of that OpenID Connect provider. SSE routes also accept ?access_token=KEY."))
+                    .description(Some("An API key (--api-key TENANT:KEY or --admin-api-key KEY) or, with --oidc-issuer, a JWT access token of that OpenID Connect provider. SSE and WebSocket routes (the event streams, /acp, an agent's terminal login) also accept ?access_token=KEY."))
                     .build(),
             ),
         );
@@ -175,6 +175,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(system::named_agent, installs::remove_agent))
         .routes(routes!(installs::upgrade_agent))
         .routes(routes!(installs::authenticate_agent))
+        .routes(routes!(installs::logout_agent))
         .routes(routes!(login::login_agent))
         .routes(routes!(installs::registry))
         .routes(routes!(system::healthz))

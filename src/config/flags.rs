@@ -73,7 +73,7 @@ pub struct Config {
     /// A tenant's API key, `TENANT:KEY`, or one person's, `TENANT/USER:KEY` (repeatable; at
     /// least 16 characters of key). With any
     /// key configured, every route but /healthz, /readyz, /docs and /openapi.json needs
-    /// `Authorization: Bearer KEY` (SSE routes also take `?access_token=KEY`).
+    /// `Authorization: Bearer KEY` (SSE and WebSocket routes also take `?access_token=KEY`).
     #[arg(
         long = "api-key",
         env = "ACP_GATEWAY_API_KEYS",

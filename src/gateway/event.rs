@@ -337,7 +337,8 @@ pub struct PermissionResolved {
     /// The ACP outcome: `{outcome: "selected", optionId}` or `{outcome: "cancelled"}`.
     #[schema(value_type = Object)]
     pub outcome: Value,
-    /// `answered`, `cancelled`, `timeout` or `policy`.
+    /// `answered`, `cancelled`, `timeout`, `policy`, or `withdrawn` (the agent cancelled its
+    /// request with `$/cancel_request`).
     pub reason: String,
     /// Who answered (`reason` `answered`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -374,7 +375,8 @@ pub struct ElicitationResolved {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub content: Option<Value>,
-    /// `answered`, `cancelled`, `timeout` or `policy`.
+    /// `answered`, `cancelled`, `timeout`, `policy`, or `withdrawn` (the agent cancelled its
+    /// request with `$/cancel_request`).
     pub reason: String,
     /// Who answered (`reason` `answered`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -264,7 +264,7 @@ impl Installs {
             });
         }
         if !self.installs.is_configured(name) {
-            self.installs.record_sign_in(name, method_id).await?;
+            self.installs.record_sign_in(name, Some(method_id)).await?;
         }
         Ok(SignInView {
             agent: name.to_owned(),
@@ -272,6 +272,23 @@ impl Installs {
             kind,
             vars,
         })
+    }
+
+    /// `POST /agents/{name}/logout`: ACP `logout` on every member of the agent (its tenants'
+    /// pools included); members that start from now on do not authenticate. An installed
+    /// agent's recorded sign-in is forgotten, so every replica logs it out too.
+    pub async fn logout(&self, caller: &Caller, name: &str) -> Result<(), Error> {
+        let (agent, _) = self.signing_in(caller, name)?;
+        if !agent.pool().init().is_some_and(|i| i.capabilities.logout) {
+            return Err(Error::NotSupported(format!(
+                "the agent {name:?} does not advertise ACP logout (agentCapabilities.auth.logout)"
+            )));
+        }
+        agent.sign_out(std::time::Duration::from_secs(60)).await?;
+        if !self.installs.is_configured(name) {
+            self.installs.record_sign_in(name, None).await?;
+        }
+        Ok(())
     }
 
     /// The agent `name` an admin signs in, and the auth methods it offers.

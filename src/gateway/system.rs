@@ -21,7 +21,7 @@ use crate::store::Ping;
 /// run it, and its sessions' requests go there).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(example = json!({"name": "claude", "default": true, "ready": true, "agentInfo": {"name": "claude-agent-acp", "version": "0.100.0"}, "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": true}, "authMethods": [], "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": ["5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7"]}))]
+#[schema(example = json!({"name": "claude", "default": true, "ready": true, "agentInfo": {"name": "claude-agent-acp", "version": "0.100.0"}, "capabilities": {"load": true, "list": true, "resume": true, "close": true, "delete": true, "status": false, "setTitle": false, "archive": false, "fork": true, "logout": false}, "authMethods": [], "members": [{"index": 0, "pid": 9830, "state": "ready", "sessions": 1, "restarts": 0, "lastExit": null, "lastError": null}], "replicas": ["5b0c1f0e-7d2a-4c55-9a43-0c9f2b61d1a7"]}))]
 pub struct NamedAgentView {
     /// What sessions name it by (`POST /sessions {agent}`).
     pub name: String,

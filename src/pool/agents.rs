@@ -118,6 +118,17 @@ impl AgentPool {
         Ok(())
     }
 
+    /// Signs every pool of the agent out ([`Pool::sign_out`]); `Err` is the first failure.
+    pub async fn sign_out(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::agent_rpc::CallError> {
+        for pool in std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p)) {
+            pool.sign_out(timeout).await?;
+        }
+        Ok(())
+    }
+
     /// The command its members run: what a terminal login runs too, with the method's
     /// arguments. `None` for an agent reached over the network.
     pub fn command(&self) -> Option<&AgentCommand> {

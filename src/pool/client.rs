@@ -331,6 +331,11 @@ impl Incoming {
         Incoming { conn, id }
     }
 
+    /// The request's JSON-RPC id, as the agent wrote it.
+    pub fn id(&self) -> &Value {
+        &self.id
+    }
+
     /// Answers the request with `response` (a `RequestPermissionResponse`, a
     /// `CreateElicitationResponse`).
     pub async fn answer<R: Serialize>(&self, response: &R) -> Result<(), CallError> {

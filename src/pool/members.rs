@@ -334,11 +334,20 @@ pub struct Pool {
     changed: tokio::sync::Notify,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    /// The auth method it was signed in with through the API ([`Pool::sign_in`]), which
-    /// every member that starts from now on authenticates with.
-    signed_in: std::sync::Mutex<Option<String>>,
+    /// How it was signed in or out through the API ([`Pool::sign_in`], [`Pool::sign_out`]),
+    /// which every member that starts from now on follows; `None`: as configured.
+    signed_in: std::sync::Mutex<Option<SignIn>>,
     /// Set by [`Pool::retire`].
     retiring: std::sync::atomic::AtomicBool,
+}
+
+/// How a pool's members sign in, as an admin last said through the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignIn {
+    /// `authenticate` with this method.
+    With(String),
+    /// Not at all: the agent was logged out (ACP `logout`).
+    Out,
 }
 
 impl Pool {
@@ -371,14 +380,14 @@ impl Pool {
         pool
     }
 
-    /// The auth method the pool was signed in with through the API.
-    pub fn signed_in(&self) -> Option<String> {
+    /// How the pool was signed in or out through the API, if it was.
+    pub fn signed_in(&self) -> Option<SignIn> {
         self.signed_in.lock().expect("signed-in lock").clone()
     }
 
-    /// Notes the auth method the pool is signed in with from now on.
-    pub(super) fn set_signed_in(&self, method: &str) {
-        *self.signed_in.lock().expect("signed-in lock") = Some(method.to_owned());
+    /// Notes how the pool's members sign in from now on.
+    pub(super) fn set_signed_in(&self, how: SignIn) {
+        *self.signed_in.lock().expect("signed-in lock") = Some(how);
     }
 
     /// The global index of its first member.

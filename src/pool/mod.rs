@@ -13,7 +13,7 @@ mod supervisor;
 
 pub use agents::{AgentHost, AgentPool, AgentSetup, Agents, MemberAgents};
 pub use members::{
-    AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig, ProviderParams,
+    AgentCallbacks, Member, MemberState, MemberView, Pool, PoolConfig, ProviderParams, SignIn,
 };
 
 pub(crate) use supervisor::authenticate;

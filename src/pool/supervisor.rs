@@ -5,15 +5,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
+use agent_client_protocol_schema::v1::{
+    AGENT_METHOD_NAMES, AuthenticateRequest, CLIENT_METHOD_NAMES, LogoutRequest,
+};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Incoming;
-use super::members::{AgentCallbacks, Member, Pool, PoolConfig};
+use super::members::{AgentCallbacks, Member, Pool, PoolConfig, SignIn};
 use super::members::{CRASH_LOOP_AFTER, HEALTHY_AFTER};
 use crate::agent_rpc::caps::{AgentInit, initialize_params};
-use crate::agent_rpc::{AgentProcess, AgentStdout, Connection, ExitInfo, Inbound, RpcError};
+use crate::agent_rpc::{
+    AgentProcess, AgentStdout, CallError, Connection, ExitInfo, Inbound, RpcError,
+};
 
 impl Pool {
     /// Signs the pool in with `method`: `authenticate` on every ready member now (each must
@@ -31,7 +35,27 @@ impl Pool {
         for conn in conns {
             authenticate(&conn, &init, method, None, timeout).await?;
         }
-        self.set_signed_in(method);
+        self.set_signed_in(SignIn::With(method.to_owned()));
+        Ok(())
+    }
+
+    /// Signs the pool out: ACP `logout` on every ready member now (each must succeed), and no
+    /// `authenticate` on any member that starts from now on, whatever it was configured with.
+    pub async fn sign_out(&self, timeout: std::time::Duration) -> Result<(), CallError> {
+        let conns: Vec<_> = self
+            .every_member()
+            .iter()
+            .filter_map(|m| m.ready_conn())
+            .collect();
+        for conn in conns {
+            (conn.call(
+                AGENT_METHOD_NAMES.logout,
+                &LogoutRequest::new(),
+                Some(timeout),
+            ))
+            .await?;
+        }
+        self.set_signed_in(SignIn::Out);
         Ok(())
     }
 
@@ -269,13 +293,17 @@ async fn prepare(
     conn: &Connection,
     init: &AgentInit,
     config: &PoolConfig,
-    signed_in: Option<String>,
+    signed_in: Option<SignIn>,
 ) -> Result<(), String> {
-    if let Some(method) = signed_in {
-        authenticate(conn, init, &method, None, config.init_timeout).await?;
-    } else if let Some(method) = &config.auth_method {
-        let meta = config.auth_meta.as_ref();
-        authenticate(conn, init, method, meta, config.init_timeout).await?;
+    match (signed_in, &config.auth_method) {
+        (Some(SignIn::With(method)), _) => {
+            authenticate(conn, init, &method, None, config.init_timeout).await?
+        }
+        (Some(SignIn::Out), _) | (None, None) => {}
+        (None, Some(method)) => {
+            let meta = config.auth_meta.as_ref();
+            authenticate(conn, init, method, meta, config.init_timeout).await?;
+        }
     }
     if let Some(provider) = &config.provider {
         if init
@@ -318,11 +346,9 @@ pub(crate) async fn authenticate(
             "the agent does not offer auth method {method:?}; it offers {offered:?}"
         ));
     }
-    let params = match meta {
-        Some(meta) => serde_json::json!({"methodId": method, "_meta": meta}),
-        None => serde_json::json!({"methodId": method}),
-    };
-    conn.call("authenticate", &params, Some(timeout))
+    let meta = meta.and_then(Value::as_object).cloned();
+    let params = AuthenticateRequest::new(method.to_owned()).meta(meta);
+    conn.call(AGENT_METHOD_NAMES.authenticate, &params, Some(timeout))
         .await
         .map(|_| ())
         .map_err(|e| format!("authenticate with {method:?} failed: {e}"))

@@ -1,19 +1,21 @@
 // The console's entry point: sign-in when the API asks for a key (or with the OpenID provider
 // the gateway names: oidc.js), the session list, the create form, the open session (the URL's
-// #/s/<id>, so a reload comes back to it) and the Usage page (#/usage: usage-page.js), the
-// header's navigation between them.
+// #/s/<id>, so a reload comes back to it), the Usage page (#/usage: usage-page.js) and the
+// Agents page (#/agents: agents-page.js), the header's navigation between them.
 
 import { api, sessionPath } from "./api.js";
 import * as oidc from "./oidc.js";
 import { SessionList } from "./sessions.js";
 import { SessionView } from "./session.js";
 import { UsagePage } from "./usage-page.js";
+import { AgentsPage } from "./agents-page.js";
 
 const $ = (id) => document.getElementById(id);
 
 let view = null;
 let list = null;
 let usagePage = null;
+let agentsPage = null;
 let started = false;
 
 function connection(state) {
@@ -118,18 +120,29 @@ async function start() {
 async function route() {
   if (!started) return;
   const usage = location.hash.match(/^#\/usage(?:\?(.*))?$/);
-  $("session").hidden = !!usage;
+  const agents = location.hash === "#/agents";
+  $("session").hidden = !!usage || agents;
   $("usage-page").hidden = !usage;
+  $("agents-page").hidden = !agents;
   document.body.classList.toggle("on-usage", !!usage);
-  for (const [link, current] of [["nav-sessions", !usage], ["nav-usage", !!usage]]) {
+  document.body.classList.toggle("on-agents", agents);
+  const links = [["nav-sessions", !usage && !agents], ["nav-usage", !!usage], ["nav-agents", agents]];
+  for (const [link, current] of links) {
     if (current) $(link).setAttribute("aria-current", "page");
     else $(link).removeAttribute("aria-current");
   }
-  if (usage) {
+  if (!agents) agentsPage.hide();
+  if (usage || agents) {
     view?.close();
     view = null;
     list.select(null);
     document.body.classList.remove("has-session");
+  }
+  if (agents) {
+    await agentsPage.show();
+    return;
+  }
+  if (usage) {
     try {
       await usagePage.show(new URLSearchParams(usage[1] || ""));
     } catch (e) {
@@ -224,6 +237,7 @@ async function send(interrupt = false) {
 
 function wire() {
   usagePage = new UsagePage();
+  agentsPage = new AgentsPage({ ask });
   $("sign-in").addEventListener("submit", (e) => {
     e.preventDefault();
     api.setKey($("api-key").value.trim());

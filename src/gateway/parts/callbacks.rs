@@ -1,11 +1,12 @@
 //! What the agent sends the gateway, as the pool hands it over: `session/update` into the log
 //! (and `session_info_update` into the cache), permission requests and elicitations into their
-//! pending tables, member exits into `agent_exited` events. A session's agent may send at most
+//! pending tables (and out of them when the agent withdraws one with `$/cancel_request`), member
+//! exits into `agent_exited` events. A session's agent may send at most
 //! `--max-updates-per-turn` updates per turn: the rest are dropped and counted as garbage.
 
 use std::sync::Arc;
 
-use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
+use agent_client_protocol_schema::v1::{CLIENT_METHOD_NAMES, PROTOCOL_LEVEL_METHOD_NAMES};
 use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -191,6 +192,8 @@ impl AgentCallbacks for Callbacks {
     ) {
         if method == CLIENT_METHOD_NAMES.session_update {
             self.on_session_update(member, params, head).await;
+        } else if method == PROTOCOL_LEVEL_METHOD_NAMES.cancel_request {
+            self.requests.withdrawn(member, params.get()).await;
         } else if method == CLIENT_METHOD_NAMES.elicitation_complete {
             self.requests
                 .elicitation_completed(member, params.get())

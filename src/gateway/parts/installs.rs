@@ -440,42 +440,45 @@ impl AgentInstalls {
     pub(in crate::gateway) async fn record_sign_in(
         &self,
         name: &str,
-        method: &str,
+        method: Option<&str>,
     ) -> crate::store::StoreResult<bool> {
-        let recorded = self.rows.set_install_auth(name, Some(method)).await?;
+        let recorded = self.rows.set_install_auth(name, method).await?;
         if recorded {
             self.signed_in(name, method);
         }
         Ok(recorded)
     }
 
-    /// Notes that the agent `name` runs signed in with `method` here.
-    fn signed_in(&self, name: &str, method: &str) {
+    /// Notes that the agent `name` runs signed in with `method` here (`None`: logged out).
+    fn signed_in(&self, name: &str, method: Option<&str>) {
         let mut tracked = self.tracked.lock().expect("installs lock");
         if let Some(t) = tracked.get_mut(name) {
-            t.auth_method = Some(method.to_owned());
+            t.auth_method = method.map(str::to_owned);
         }
     }
 
-    /// Signs the agent of `row`, running here, in with the row's auth method when an admin
-    /// signed it in through another replica since it started here.
+    /// Signs the agent of `row`, running here, in with the row's auth method, or out, when an
+    /// admin signed it in or out through another replica since it started here.
     async fn sign_in_as(&self, row: &InstallRecord) {
-        let (Some(method), Some(agent)) =
-            (&row.auth_method, self.placement.agents().get(&row.name))
-        else {
+        let Some(agent) = self.placement.agents().get(&row.name) else {
             return;
         };
         let applied = {
             let tracked = self.tracked.lock().expect("installs lock");
             tracked.get(&row.name).and_then(|t| t.auth_method.clone())
         };
-        if applied.as_ref() == Some(method) {
+        if applied == row.auth_method {
             return;
         }
-        if let Err(e) = agent.sign_in(method, Duration::from_secs(60)).await {
-            tracing::warn!(agent = %row.name, error = %e, "signing the installed agent in failed");
+        let timeout = Duration::from_secs(60);
+        let done = match &row.auth_method {
+            Some(method) => agent.sign_in(method, timeout).await,
+            None => (agent.sign_out(timeout).await).map_err(|e| e.to_string()),
+        };
+        if let Err(e) = done {
+            tracing::warn!(agent = %row.name, error = %e, "signing the installed agent in or out failed");
         }
-        self.signed_in(&row.name, method);
+        self.signed_in(&row.name, row.auth_method.as_deref());
     }
 
     /// Makes the rows true here until the gateway stops: see the module's documentation.

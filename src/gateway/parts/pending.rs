@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::gateway::caller::Author;
 use crate::gateway::error::Error;
@@ -213,6 +214,17 @@ impl<V: Asked> Table<V> {
                 (e.view.clone(), e.request.clone())
             })
             .collect()
+    }
+
+    /// Resolves as cancelled the pending request `member` sent with JSON-RPC id `id`, if one
+    /// is; returns it, to be answered.
+    pub(in crate::gateway) fn withdraw(&self, member: usize, id: &Value) -> Option<(V, Incoming)> {
+        let mut map = self.lock();
+        let entry = map
+            .values_mut()
+            .find(|e| e.member == member && e.request.id() == id && !e.view.is_resolved())?;
+        entry.view.mark(&V::cancelled());
+        Some((entry.view.clone(), entry.request.clone()))
     }
 
     /// Forgets the requests of an exited member; returns the ones that were pending, marked

@@ -11,7 +11,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_client_protocol_schema::v1::CompleteElicitationNotification;
+use agent_client_protocol_schema::v1::{
+    CancelRequestNotification, CompleteElicitationNotification,
+};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -244,6 +246,27 @@ impl Requests {
         self.cancel_all::<ElicitationView>(session_id).await;
     }
 
+    /// The agent withdrew a request it sent (`$/cancel_request`): the request is resolved as
+    /// `withdrawn`, and answered with ACP's "cancelled" error as the protocol asks.
+    pub(in crate::gateway) async fn withdrawn(&self, member: usize, params: &str) {
+        let Ok(cancel) = serde_json::from_str::<CancelRequestNotification>(params) else {
+            crate::agent_rpc::count_garbage();
+            return;
+        };
+        let id = serde_json::to_value(&cancel.request_id).unwrap_or(Value::Null);
+        let _ = self.withdraw::<PermissionView>(member, &id).await
+            || self.withdraw::<ElicitationView>(member, &id).await;
+    }
+
+    async fn withdraw<V: RequestKind>(&self, member: usize, id: &Value) -> bool {
+        let Some((view, request)) = V::table(self).withdraw(member, id) else {
+            return false;
+        };
+        self.log_resolved(&view, "withdrawn", None).await;
+        let _ = request.refuse(RpcError::cancelled()).await;
+        true
+    }
+
     /// A member exited: its requests are gone, the pending ones logged as cancelled.
     pub(in crate::gateway) async fn drop_member(&self, member: usize) {
         for view in self.permissions.drop_member(member) {
@@ -435,8 +458,6 @@ fn may_answer(
         rule.as_str()
     )))
 }
-
-impl Requests {}
 
 impl Requests {
     /// A permission request from the agent: pending until answered, or resolved now by the
