@@ -107,6 +107,12 @@ async fn session_on(keyed: &support::gateway::Keyed<'_>, agent: &str) -> String 
     made["sessionId"].as_str().unwrap().to_owned()
 }
 
+/// Whether a tenant's new session of `echo-acp` on `gw` is answered `status`.
+async fn creates(gw: &Gateway, status: u16) -> bool {
+    let body = json!({"cwd": "/tmp", "agent": "echo-acp"});
+    gw.with_key(Some(ANN)).post("/sessions", body).await.0 == status
+}
+
 /// What is left under the agents' folder (staging folders included).
 fn left(agents_dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(agents_dir)
@@ -263,13 +269,14 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry(dir.path()).await;
     let (a_dir, b_dir) = (dir.path().join("agents-a"), dir.path().join("agents-b"));
-    let w = World::start(Backend::Postgres, options(&registry, &a_dir)).await;
-    let b = Gateway::spawn(
-        &w.db.url,
-        &w.dir.path().join("b"),
-        &options(&registry, &b_dir),
-    )
-    .await;
+    // Agents that need a sign-in, and can log out.
+    let signing = |dir: &Path| {
+        options(&registry, dir)
+            .env("ECHO_AGENT_AUTH", "echo-auth")
+            .env("ECHO_AGENT_CAPS", "load,list,delete,resume,close,logout")
+    };
+    let w = World::start(Backend::Postgres, signing(&a_dir)).await;
+    let b = Gateway::spawn(&w.db.url, &w.dir.path().join("b"), &signing(&b_dir)).await;
     let admin = w.gw().with_key(Some(ADMIN));
     begin_install(&admin, json!({"registry": "echo-acp"})).await;
     let on_b = installed(&b, "echo-acp").await;
@@ -278,12 +285,36 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     assert!(!on_b["members"].as_array().unwrap().is_empty(), "{on_b}");
     assert_eq!(left(&b_dir), ["echo-acp"]);
 
-    // A session made through B runs.
+    // Signed in through A, it runs on B too: a session made through B runs.
     let ann = b.with_key(Some(ANN));
+    let on_b = json!({"cwd": "/tmp", "agent": "echo-acp"});
+    let (status, problem) = ann.post("/sessions", on_b).await;
+    assert_eq!(status, 503, "not signed in: {problem}");
+    let sign_in = json!({"methodId": "echo-auth"});
+    admin
+        .send_expecting(
+            Method::POST,
+            "/agents/echo-acp/authenticate",
+            Some(sign_in),
+            200,
+        )
+        .await;
+    b.wait_until(|g| creates(g, 201)).await;
     let id = session_on(&ann, "echo-acp").await;
     assert_eq!(ann.said(&id, "hello").await, "hello");
     ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
         .await;
+
+    // Logged out through A: out on B too.
+    admin
+        .send_expecting(
+            Method::POST,
+            "/agents/echo-acp/logout",
+            Some(json!({})),
+            204,
+        )
+        .await;
+    b.wait_until(|g| creates(g, 503)).await;
 
     // Removed through A (once B has closed the session): gone from B, then its files (once
     // its processes have stopped).
