@@ -302,6 +302,22 @@ impl Cluster {
         Ok(owned.into_iter().collect())
     }
 
+    /// Those of `session_ids` a live replica holds, this one included, by the registry as it is
+    /// now (not as of the last heartbeat); `None` alone on its database.
+    pub async fn held_among(
+        &self,
+        session_ids: &[&str],
+    ) -> StoreResult<Option<std::collections::HashSet<String>>> {
+        let Replicas::Shared(registry) = &self.replicas else {
+            return Ok(None);
+        };
+        if session_ids.is_empty() {
+            return Ok(Some(Default::default()));
+        }
+        let owned = registry.owned_among(session_ids, self.lease()).await?;
+        Ok(Some(owned.into_iter().collect()))
+    }
+
     /// Where a new session of `agent` (`None`: this replica's default) should go, among the
     /// other live replicas that can start it: those that run the agent named, or, when none is
     /// named, those whose default agent is this one's (the request, forwarded as it is, gets

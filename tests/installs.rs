@@ -113,6 +113,17 @@ async fn creates(gw: &Gateway, status: u16) -> bool {
     gw.with_key(Some(ANN)).post("/sessions", body).await.0 == status
 }
 
+/// Deletes every session `keyed` sees.
+async fn delete_all(keyed: &support::gateway::Keyed<'_>) {
+    let listed = keyed
+        .send_expecting(Method::GET, "/sessions", None, 200)
+        .await;
+    for made in listed["sessions"].as_array().unwrap() {
+        let path = format!("/sessions/{}", made["sessionId"].as_str().unwrap());
+        keyed.send_expecting(Method::DELETE, &path, None, 204).await;
+    }
+}
+
 /// What is left under the agents' folder (staging folders included).
 fn left(agents_dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(agents_dir)
@@ -302,8 +313,15 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     b.wait_until(|g| creates(g, 201)).await;
     let id = session_on(&ann, "echo-acp").await;
     assert_eq!(ann.said(&id, "hello").await, "hello");
-    ann.send_expecting(Method::DELETE, &format!("/sessions/{id}"), None, 204)
+    // Not removed through A while B holds a session of it.
+    let problem = admin
+        .send_expecting(Method::DELETE, "/agents/echo-acp", None, 409)
         .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("live session"),
+        "{problem}"
+    );
+    delete_all(&ann).await;
 
     // Logged out through A: out on B too.
     admin
@@ -315,6 +333,8 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
         )
         .await;
     b.wait_until(|g| creates(g, 503)).await;
+    // The sessions made while the logout reached B.
+    delete_all(&ann).await;
 
     // Removed through A (once B has closed the session): gone from B, then its files (once
     // its processes have stopped).

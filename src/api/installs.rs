@@ -185,7 +185,7 @@ pub async fn logout_agent(
 /// Remove an installed agent (admin only).
 ///
 /// Stops its processes and removes its files on every replica. 409 while it has live
-/// sessions on this replica, and for an agent configured with the gateway's flags or file.
+/// sessions on any replica, and for an agent configured with the gateway's flags or file.
 #[utoipa::path(delete, operation_id = "removeAgent", path = "/agents/{name}", tag = "system",
     params(("name" = String, Path, description = "The installed agent's name")),
     responses(

@@ -17,7 +17,7 @@ use crate::agent_rpc::terminal::LoginTerminal;
 use crate::install::error::InstallError;
 use crate::install::registry::{DistKind, RegistryEntry, load, platform};
 use crate::pool::AgentPool;
-use crate::store::InstallRecord;
+use crate::store::{InstallRecord, ListQuery};
 
 use_case! {
     /// The use case of the agents installed from a registry.
@@ -204,11 +204,16 @@ impl Installs {
     }
 
     /// `DELETE /agents/{name}`: removes an installed agent from every replica. 409 while a
-    /// session of it is live here.
+    /// session of it is live on any live replica (by the registry of session owners as it is
+    /// now).
     pub async fn remove(&self, caller: &Caller, name: &str) -> Result<(), Error> {
         Self::admin(caller, "removing an agent")?;
         self.installed_row(name).await?;
-        let live = (self.placement.agents().get(name)).map_or(0, |a| a.live_sessions());
+        let here = (self.placement.agents().get(name)).map_or(0, |a| a.live_sessions());
+        let live = self
+            .held_anywhere(name)
+            .await?
+            .map_or(here, |held| held.max(here));
         if live > 0 {
             return Err(Error::Conflict(format!(
                 "the agent {name:?} has {live} live session(s); close or delete them first"
@@ -216,6 +221,33 @@ impl Installs {
         }
         self.installs.remove(name).await?;
         Ok(())
+    }
+
+    /// How many sessions of the agent `name` the live replicas hold, this one included;
+    /// `None` alone on its database.
+    async fn held_anywhere(&self, name: &str) -> Result<Option<usize>, Error> {
+        let mut query = ListQuery {
+            agent: Some(name.to_owned()),
+            limit: 500,
+            ..ListQuery::default()
+        };
+        let mut ids = Vec::new();
+        loop {
+            let page = self
+                .placement
+                .records()
+                .rows()
+                .list_sessions(&query)
+                .await?;
+            ids.extend(page.sessions.into_iter().map(|s| s.session_id));
+            match page.next {
+                Some(next) => query.after = Some(next),
+                None => break,
+            }
+        }
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let held = self.placement.cluster().held_among(&ids).await?;
+        Ok(held.map(|h| h.len()))
     }
 
     /// `POST /agents/{name}/authenticate`: signs every pool of the agent in with the auth
