@@ -146,8 +146,12 @@ def probe(base, agent, view):
 
 
 def tail(text, width=90):
-    """The end of a long reason (where a tool's own message is), on one line."""
+    """A long reason on one line: the tool's cause when the gateway found one (what precedes
+    "(its output ends:"), else the end, where a tool's own message is."""
     text = " ".join(text.split())
+    if " (its output ends:" in text:
+        cause = text.split(" (its output ends:")[0].split("): ", 1)[-1]
+        return cause if len(cause) <= width else cause[:width] + "…"
     return text if len(text) <= width else "…" + text[-width:]
 
 

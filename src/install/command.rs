@@ -166,8 +166,28 @@ pub async fn run_with(
         Some((at, _)) => &stderr[at..],
         None => stderr,
     };
+    let said = match cause(tail) {
+        Some(cause) => format!("{cause} (its output ends: {tail})"),
+        None => tail.to_owned(),
+    };
     Err(InstallError::Command(format!(
         "`{line}` failed ({status}): {}",
-        crate::redact::text(tail)
+        crate::redact::text(&said)
     )))
+}
+
+/// The first lines of a tool's output that say what went wrong (npm's `npm error …`, pip's and
+/// uv's `ERROR: …`/`error: …`), without npm's pointer to its log: the cause, which the end of
+/// the output may not show.
+fn cause(output: &str) -> Option<String> {
+    let said: Vec<&str> = (output.lines().map(str::trim))
+        .filter(|l| {
+            let lower = l.to_ascii_lowercase();
+            lower.starts_with("npm error") || lower.starts_with("error")
+        })
+        .filter(|l| !l.contains("A complete log of this run"))
+        .filter(|l| l.len() > "npm error 404".len())
+        .take(2)
+        .collect();
+    (!said.is_empty()).then(|| said.join("; "))
 }

@@ -109,6 +109,26 @@ async fn a_background_process_holding_the_output_neither_holds_the_install_nor_o
 }
 
 #[tokio::test]
+async fn a_failed_tool_is_named_by_its_cause_not_its_last_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = "echo 'npm error code E404' >&2; \
+        echo 'npm error 404 Not Found - GET https://registry.npmjs.org/nope' >&2; \
+        echo 'npm error 404' >&2; \
+        echo 'npm error A complete log of this run can be found in: /root/.npm/_logs/x.log' >&2; \
+        exit 1";
+    let error = sh(tmp.path(), script, &env_with(&[]), Duration::from_secs(60))
+        .await
+        .unwrap_err()
+        .to_string();
+    let cause =
+        "npm error code E404; npm error 404 Not Found - GET https://registry.npmjs.org/nope";
+    assert!(
+        error.contains(&format!("(exit status: 1): {cause} (its output ends:")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
 async fn a_tool_past_its_time_is_killed_with_its_whole_group() {
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
