@@ -521,3 +521,56 @@ async fn the_command_line_installs_an_agent_a_gateway_then_runs() {
         "from the command line"
     );
 }
+
+/// A gateway killed (SIGKILL) while it downloads an agent leaves nothing half-installed: the
+/// install was not recorded, its staging folder is swept when the gateway starts again, and
+/// the agent then installs whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_killed_mid_install_leaves_nothing_half_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::serve(&dir.path().join("registry")).await;
+    registry.pack_echo("echo.tar.gz", "first");
+    registry.publish(&[("echo-acp", "echo.tar.gz")]);
+    registry.stall("echo.tar.gz", true);
+    let agents_dir = dir.path().join("agents");
+    let mut w = World::start(Backend::Sqlite, options(&registry, &agents_dir)).await;
+    begin_install(
+        &w.gw().with_key(Some(ADMIN)),
+        json!({"registry": "echo-acp"}),
+    )
+    .await;
+    let staging = |d: &Path| left(d).iter().any(|n| n.starts_with(".staging-"));
+    let agents = &agents_dir;
+    w.gw().wait_until(|_| async move { staging(agents) }).await;
+    let (_, view) = w.gw().with_key(Some(ADMIN)).get("/agents/echo-acp").await;
+    assert_eq!(view["installed"]["phase"], "installing", "{view}");
+
+    w.kill_gateway().await;
+    assert!(
+        staging(&agents_dir),
+        "killed mid-download: {:?}",
+        left(&agents_dir)
+    );
+    registry.stall("echo.tar.gz", false);
+    w.restart().await;
+    assert!(
+        left(&agents_dir).is_empty(),
+        "swept at start: {:?}",
+        left(&agents_dir)
+    );
+    let admin = w.gw().with_key(Some(ADMIN));
+    let (status, view) = admin.get("/agents/echo-acp").await;
+    assert_eq!(
+        status, 404,
+        "an install that did not finish is not there: {view}"
+    );
+
+    begin_install(&admin, json!({"registry": "echo-acp"})).await;
+    let view = installed(w.gw(), "echo-acp").await;
+    assert_eq!(view["installed"]["phase"], "installed", "{view}");
+    assert_eq!(left(&agents_dir), ["echo-acp"]);
+    let ann = w.gw().with_key(Some(ANN));
+    let id = session_on(&ann, "echo-acp").await;
+    assert_eq!(ann.said(&id, "whole").await, "whole");
+    w.finish().await;
+}

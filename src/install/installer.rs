@@ -129,9 +129,9 @@ impl Installer {
             progress(&format!("already installed in {}", final_dir.display()));
             return Ok(installed);
         }
-        tokio::fs::create_dir_all(&agent_dir)
+        tokio::fs::create_dir_all(&self.root)
             .await
-            .map_err(|e| io("creating", &agent_dir, e))?;
+            .map_err(|e| io("creating", &self.root, e))?;
         let staging = Staging::create(&self.root, name).await?;
         let made = self
             .install_in(
@@ -341,6 +341,11 @@ pub(super) async fn put_in_place(
     final_dir: &Path,
     aside: &Path,
 ) -> Result<(), InstallError> {
+    // The agent's folder is made only now, so that an install cut short (a crash) leaves
+    // nothing but its staging folder, which the next start sweeps.
+    if let Some(agent_dir) = final_dir.parent() {
+        (tokio::fs::create_dir_all(agent_dir).await).map_err(|e| io("creating", agent_dir, e))?;
+    }
     let moved_aside = match tokio::fs::rename(final_dir, aside).await {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,

@@ -210,8 +210,7 @@ async fn what_a_tar_stream_decompresses_to_is_bounded_beyond_its_files() {
         .await
         .unwrap_err();
     assert!(matches!(error, InstallError::TooLarge(_)), "{error}");
-    assert_eq!(listing(&root), vec!["agent".to_owned()]);
-    assert!(listing(&root.join("agent")).is_empty());
+    assert!(listing(&root).is_empty(), "{:?}", listing(&root));
 }
 
 #[tokio::test]

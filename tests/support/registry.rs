@@ -2,9 +2,12 @@
 //! `binary` archive per platform): a folder served over HTTP by a server of the test's own,
 //! whose files the test writes, replaces and removes; and the archives it serves, built with
 //! the `tar` and `flate2` crates (the echo agent packed with a launcher, and archives that try
-//! to write outside their folder).
+//! to write outside their folder). A file's download can be made to stall part way.
 
+use std::collections::HashSet;
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -14,6 +17,8 @@ use super::echo_agent;
 pub struct Registry {
     pub dir: PathBuf,
     pub base: String,
+    /// Files whose download stalls after its first bytes (see [`Registry::stall`]).
+    stalled: Arc<Mutex<HashSet<String>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -28,16 +33,26 @@ impl Registry {
     pub async fn serve(dir: &Path) -> Registry {
         std::fs::create_dir_all(dir).unwrap();
         let root = dir.to_owned();
+        let stalled: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let stalls = stalled.clone();
         let app = axum::Router::new().route(
             "/{file}",
             axum::routing::get(
                 move |axum::extract::Path(file): axum::extract::Path<String>| {
                     let path = root.join(&file);
+                    let stall = stalls.lock().unwrap().contains(&file);
                     async move {
-                        match std::fs::read(path) {
-                            Ok(bytes) => Ok(bytes),
-                            Err(_) => Err(axum::http::StatusCode::NOT_FOUND),
+                        let Ok(bytes) = std::fs::read(path) else {
+                            return Err(axum::http::StatusCode::NOT_FOUND);
+                        };
+                        if !stall {
+                            return Ok(axum::body::Body::from(bytes));
                         }
+                        // Its first bytes, then nothing more, for as long as the client waits.
+                        let first = bytes::Bytes::from(bytes[..bytes.len().min(64)].to_vec());
+                        let head = futures::stream::once(async move { Ok::<_, Infallible>(first) });
+                        let body = futures::StreamExt::chain(head, futures::stream::pending());
+                        Ok(axum::body::Body::from_stream(body))
                     }
                 },
             ),
@@ -50,8 +65,18 @@ impl Registry {
         Registry {
             dir: dir.to_owned(),
             base,
+            stalled,
             server,
         }
+    }
+
+    /// Makes the download of `file` stall after its first bytes (`true`), or whole again.
+    pub fn stall(&self, file: &str, stalls: bool) {
+        let mut stalled = self.stalled.lock().unwrap();
+        match stalls {
+            true => stalled.insert(file.to_owned()),
+            false => stalled.remove(file),
+        };
     }
 
     /// The URL of `registry.json`.

@@ -195,6 +195,13 @@ impl World {
         self.restart().await;
     }
 
+    /// SIGKILLs the gateway: no shutdown of its own. [`World::restart`] starts it again.
+    pub async fn kill_gateway(&mut self) {
+        if let Some(mut gw) = self.gw.take() {
+            gw.kill().await;
+        }
+    }
+
     /// Lines of the agent's call log that start with `method`.
     pub fn calls(&self, method: &str) -> usize {
         let log = std::fs::read_to_string(self.dir.path().join("calls.log")).unwrap_or_default();
