@@ -272,6 +272,9 @@ struct Directives {
     overflow: bool,
     /// `/surrogate`: send a lone surrogate in a chunk and in the title.
     surrogate: bool,
+    /// `/suggest TEXT`: suggest these prompts (`prompt_suggestions_update`), in order; `/suggest -`
+    /// withdraws the suggestions (an empty list).
+    suggest: Vec<String>,
     /// `/env NAME`: report these environment variables, in order.
     env: Vec<String>,
     /// `/provider`: report the LLM provider `providers/set` set.
@@ -320,6 +323,7 @@ impl Directives {
                 ("/state", _) => d.state = true,
                 ("/provider", _) => d.provider = true,
                 ("/env", _) if !arg.is_empty() => d.env.push(arg.to_string()),
+                ("/suggest", _) if !arg.is_empty() => d.suggest.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/write", _) if !arg.is_empty() => d.write.push(arg.to_string()),
                 ("/read", _) if !arg.is_empty() => d.read.push(arg.to_string()),
@@ -336,7 +340,7 @@ impl Directives {
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
-            rest = if matches!(word, "/env" | "/spoof" | "/write" | "/read")
+            rest = if matches!(word, "/env" | "/suggest" | "/spoof" | "/write" | "/read")
                 || (number.is_some()
                     && matches!(
                         word,

@@ -212,6 +212,14 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     );
     assert_eq!(report["permissionReply"], "permission: allowplease");
     assert_eq!(report["pendingAfter"], 0);
+    // The agent's prompt suggestions: offered under the prompt, one click puts one in it, and
+    // a reload (in the middle of a turn that suggests nothing) shows them again.
+    assert_eq!(report["suggested"], serde_json::json!(["again", "more"]));
+    assert_eq!(report["suggestionFilled"], "again");
+    assert_eq!(
+        report["suggestedAfterReload"],
+        serde_json::json!(["again", "more"])
+    );
     assert_eq!(
         report["reloadReply"], report["expectedReload"],
         "nothing doubled or lost"
@@ -221,7 +229,7 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
         serde_json::json!([
             "hello big world",
             "<img src=x onerror=window.__xss=1> <script>window.__xss=2</script> done",
-            "/permission please",
+            "/suggest again /suggest more /permission please",
             "/chunks 30 /delay 80 go"
         ])
     );

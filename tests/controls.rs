@@ -1,6 +1,7 @@
 //! Session state and controls against the real echo agent (`ECHO_AGENT_CONTROLS`), on SQLite
 //! and on PostgreSQL: modes, models and config options set through the routes and at create,
-//! the state folded from the log (kept across a restart), `?snapshot=true`, and forks.
+//! the state folded from the log (kept across a restart), `?snapshot=true`, forks, and the
+//! agent's prompt suggestions.
 
 use crate::support;
 
@@ -413,5 +414,34 @@ async fn the_state_outlives_retention(backend: Backend) {
         s["usage"]["lastPrompt"]["totalTokens"], 2,
         "the last turn's usage"
     );
+    w.finish().await;
+}
+
+/// Prompt suggestions (ACP, unstable; the gateway advertises `session.promptSuggestions`): the
+/// agent's `prompt_suggestions_update` is streamed as an event, and its list is the session's
+/// `promptSuggestions` until the next one, across turns that suggest nothing and a restart; an
+/// empty list withdraws them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_suggestions_stream_and_stay_in_the_state() {
+    let mut w = World::start(Backend::Sqlite, Options::default()).await;
+    let id = w.gw().create("/tmp").await;
+    let mut sse = w.gw().events(&id, None).await;
+    let (status, body) = w.gw().prompt(&id, "/suggest again /suggest more hi").await;
+    assert_eq!(status, 200, "{body}");
+    let events = sse.until("turn_ended").await;
+    let update = find_event(&events, "prompt_suggestions_update");
+    assert_eq!(
+        update.data["update"]["suggestions"][1]["prompt"][0]["text"],
+        "more"
+    );
+    let text = |t: &str| json!({"prompt": [{"type": "text", "text": t}]});
+    let suggested = state(w.gw(), &id).await["promptSuggestions"].clone();
+    assert_eq!(suggested, json!([text("again"), text("more")]));
+
+    assert_eq!(w.gw().prompt(&id, "plain").await.0, 200);
+    w.restart().await;
+    assert_eq!(state(w.gw(), &id).await["promptSuggestions"], suggested);
+    assert_eq!(w.gw().prompt(&id, "/suggest - bye").await.0, 200);
+    assert_eq!(state(w.gw(), &id).await["promptSuggestions"], json!([]));
     w.finish().await;
 }

@@ -178,6 +178,18 @@ impl EchoAgent {
             }
         }
 
+        if !d.suggest.is_empty() {
+            // Not a type of the schema crate the SDK builds on yet: written as the wire has it.
+            let suggestions: Vec<Value> = (d.suggest.iter())
+                .filter(|text| *text != "-")
+                .map(|text| json!({"prompt": [{"type": "text", "text": text}]}))
+                .collect();
+            let update =
+                json!({"sessionUpdate": "prompt_suggestions_update", "suggestions": suggestions});
+            let params = json!({ "sessionId": id, "update": update });
+            cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+        }
+
         if d.fs {
             let params = json!({ "sessionId": id, "path": "/etc/hostname" });
             let request = UntypedMessage::new("fs/read_text_file", params)?;

@@ -81,9 +81,19 @@ pub struct AgentInit {
 }
 
 /// The `initialize` params: no fs and no terminal capability, so the agent uses its own;
-/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`); and
-/// terminal logins, which run over `GET /agents/{name}/login`.
-pub fn initialize_params() -> InitializeRequest {
+/// elicitation in form and URL mode (clients answer through `/sessions/{id}/elicitations`);
+/// terminal logins, which run over `GET /agents/{name}/login`; and prompt suggestions
+/// (`session.promptSuggestions`, ACP unstable, streamed and kept in the session's state), which
+/// the schema crate the official SDK builds on does not type yet, so it is added to the typed
+/// request's JSON.
+pub fn initialize_params() -> Value {
+    let mut params =
+        serde_json::to_value(typed_initialize_params()).expect("an initialize request serializes");
+    params["clientCapabilities"]["session"] = json!({"promptSuggestions": {}});
+    params
+}
+
+fn typed_initialize_params() -> InitializeRequest {
     let elicitation = ElicitationCapabilities::new()
         .form(ElicitationFormCapabilities::new())
         .url(ElicitationUrlCapabilities::new());
@@ -175,7 +185,7 @@ mod tests {
 
     #[test]
     fn what_the_gateway_says_it_can_do() {
-        let params = serde_json::to_value(initialize_params()).unwrap();
+        let params = initialize_params();
         assert_eq!(params["protocolVersion"], 1);
         let caps = &params["clientCapabilities"];
         assert_eq!(
@@ -185,6 +195,7 @@ mod tests {
         assert_eq!(caps["terminal"], false);
         assert_eq!(caps["elicitation"], json!({"form": {}, "url": {}}));
         assert_eq!(caps["auth"], json!({"terminal": true}));
+        assert_eq!(caps["session"], json!({"promptSuggestions": {}}));
         assert_eq!(params["clientInfo"]["name"], "acp-gateway");
     }
 

@@ -224,7 +224,8 @@ pub struct WorkspaceChanged {
 pub struct StateSnapshot {
     pub session_id: String,
     pub seq: i64,
-    pub state: SessionState,
+    // Boxed: the largest of the events by far, and the rarest.
+    pub state: Box<SessionState>,
 }
 
 /// Any ACP `sessionUpdate` tag: the agent's `session/update` params as sent, including

@@ -70,7 +70,7 @@ impl History {
             let state = GatewayEvent::State(StateSnapshot {
                 session_id: id.as_str().to_owned(),
                 seq: at.seq,
-                state: at.state,
+                state: Box::new(at.state),
             });
             let event = StoredEvent {
                 session_id: id.as_str().to_owned(),

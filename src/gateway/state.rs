@@ -1,5 +1,5 @@
 //! A session's state: what a coding-agent UI shows beside the transcript (modes, models, config
-//! options, commands, usage, plan, the agent's `_meta`). It is a fold of the session's log, so
+//! options, commands, usage, plan, prompt suggestions, the agent's `_meta`). It is a fold of the session's log, so
 //! every replica computes the same one and a restart loses nothing: the agent's updates are in
 //! the log as they came, and what the gateway learns otherwise (a `session/new` result, a
 //! setter's answer) is logged as a `state_changed` event. The fold up to a log position is
@@ -44,6 +44,11 @@ pub struct SessionState {
     /// The entries of the latest `plan`.
     #[schema(value_type = Option<Vec<Object>>)]
     pub plan: Option<Value>,
+    /// The prompts the agent predicts the user will send next, from the latest
+    /// `prompt_suggestions_update` (ACP, unstable): each a `prompt`, content blocks a client
+    /// may send as a prompt unchanged. An empty list: the agent withdrew its suggestions.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub prompt_suggestions: Option<Value>,
     /// The agent's latest `_meta` from `session_info_update`.
     #[serde(rename = "_meta")]
     #[schema(value_type = Option<Object>)]
@@ -84,6 +89,9 @@ impl SessionState {
                 self.available_commands = field("availableCommands");
             }
             EventKind::Plan => self.plan = field("entries"),
+            EventKind::PromptSuggestionsUpdate => {
+                self.prompt_suggestions = field("suggestions").filter(Value::is_array);
+            }
             EventKind::UsageUpdate => {
                 let mut latest = update.clone();
                 if let Some(o) = latest.as_object_mut() {

@@ -69,8 +69,9 @@ kinds! {
         State = "state",
         Gap = "gap",
     }
-    /// The ACP v1 `sessionUpdate` tags an agent sends without a client capability the gateway
-    /// would have to advertise.
+    /// The ACP v1 `sessionUpdate` tags the gateway knows: those an agent sends to any client,
+    /// and the prompt suggestions it sends to a client that advertises
+    /// `session.promptSuggestions` (as the gateway does).
     UPDATES {
         UserMessageChunk = "user_message_chunk",
         AgentMessageChunk = "agent_message_chunk",
@@ -83,6 +84,7 @@ kinds! {
         ConfigOptionUpdate = "config_option_update",
         SessionInfoUpdate = "session_info_update",
         UsageUpdate = "usage_update",
+        PromptSuggestionsUpdate = "prompt_suggestions_update",
     }
 }
 
@@ -96,6 +98,7 @@ impl EventKind {
         EventKind::UsageUpdate,
         EventKind::Plan,
         EventKind::SessionInfoUpdate,
+        EventKind::PromptSuggestionsUpdate,
         EventKind::TurnEnded,
     ];
 

@@ -102,8 +102,8 @@ try {
   }));
   step("xss");
 
-  // 5. A permission request, answered with a button.
-  k = await prompt("/permission please");
+  // 5. A permission request, answered with a button; the agent also suggests two prompts.
+  k = await prompt("/suggest again /suggest more /permission please");
   const allow = await page.waitForSelector('.request.permission button[data-option-id="allow"]', { timeout: T });
   await allow.focus();
   await page.keyboard.press("Enter");
@@ -111,6 +111,11 @@ try {
   await idle();
   report.permissionReply = await lastAgent();
   report.pendingAfter = await page.$$eval("#requests .request", (ns) => ns.length);
+  const suggested = () => page.$$eval("#prompt-suggestions:not([hidden]) button", (bs) => bs.map((b) => b.textContent));
+  report.suggested = await suggested();
+  await page.click("#prompt-suggestions button");
+  report.suggestionFilled = await page.inputValue("#prompt");
+  await page.fill("#prompt", "");
   step("permission");
   await page.screenshot({ path: `${shots}/console-1280x800.png` });
 
@@ -122,6 +127,7 @@ try {
   await waitAgent("c30", k);
   await idle();
   report.reloadReply = await lastAgent();
+  report.suggestedAfterReload = await suggested();
   report.expectedReload = chunks(30);
   report.userAfterReload = await userTexts();
   report.agentCountAfterReload = (await agentTexts()).length;

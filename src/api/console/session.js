@@ -18,6 +18,7 @@ import { UsagePanel } from "./usage.js";
 const EVENTS = [
   "user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
   "tool_call_update", "plan", "available_commands_update", "current_mode_update",
+  "prompt_suggestions_update",
   "config_option_update", "session_info_update", "usage_update", "turn_started", "turn_ended",
   "permission_requested", "permission_resolved", "elicitation_requested",
   "elicitation_resolved", "elicitation_completed", "session_deleted", "agent_exited",
@@ -70,6 +71,7 @@ export class SessionView {
     this.state = s.state || {};
     this.activity = s.activity || null;
     this.renderHead();
+    this.renderSuggested();
     this.files = new FilesPanel(this.id, s.workspace, { ask: this.hooks.ask });
     this.people = new People(this.id);
     this.people.showWatchers();
@@ -208,6 +210,10 @@ export class SessionView {
         break;
       case "available_commands_update":
         this.state.availableCommands = u.availableCommands;
+        break;
+      case "prompt_suggestions_update":
+        this.state.promptSuggestions = u.suggestions;
+        this.renderSuggested();
         break;
       case "current_mode_update":
         this.state.modes = { ...(this.state.modes || {}), currentModeId: u.currentModeId };
@@ -543,5 +549,24 @@ export class SessionView {
 
   commands() {
     return this.state.availableCommands || [];
+  }
+
+  /** The agent's prompt suggestions, as buttons that put their text in the prompt field. */
+  renderSuggested() {
+    const box = $("prompt-suggestions");
+    const text = (s) => (s.prompt || []).filter((b) => b.type === "text").map((b) => b.text).join(" ").trim();
+    const shown = (this.state.promptSuggestions || []).map(text).filter(Boolean);
+    box.replaceChildren(
+      ...shown.map((t) => {
+        const b = el("button", "secondary chip", t);
+        b.type = "button";
+        b.addEventListener("click", () => {
+          $("prompt").value = t;
+          $("prompt").focus();
+        });
+        return b;
+      }),
+    );
+    box.hidden = !shown.length;
   }
 }
