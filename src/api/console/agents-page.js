@@ -13,6 +13,8 @@ import { $, el } from "./dom.js";
 
 /** How often the page looks again while an install is under way. */
 const POLL_MS = 1000;
+/** How long after an install was asked for the page waits for its agent to be ready. */
+const AWAIT_MS = 120_000;
 
 /** Terminal output as plain text: CSI and OSC sequences and other escapes dropped, `\r\n`
  * kept as one line break, a lone `\r` dropped. */
@@ -32,6 +34,7 @@ export class AgentsPage {
     this.generation = 0;
     this.timer = null;
     this.installing = false;
+    this.awaited = null;
     this.socket = null;
     $("terminal-form").addEventListener("submit", (e) => {
       e.preventDefault();
@@ -65,9 +68,15 @@ export class AgentsPage {
     if (generation !== this.generation) return;
     $("agents-list").replaceChildren(...agents.map((a) => this.agentItem(a)));
     clearTimeout(this.timer);
+    // Looked at again while an install runs, and for a while after one was asked for until
+    // its agent is listed and ready (its members start after the install).
     const installing = agents.some((a) => a.installed?.phase === "installing");
-    if (installing) this.timer = setTimeout(() => this.loadAgents(), POLL_MS);
-    else if (this.installing) this.loadRegistry();
+    const awaited = this.awaited && agents.find((a) => a.name === this.awaited.name);
+    const settled = awaited && (awaited.ready || awaited.installed?.phase === "failed");
+    const waiting = this.awaited && !settled && Date.now() < this.awaited.until;
+    if (installing || waiting) this.timer = setTimeout(() => this.loadAgents(), POLL_MS);
+    else if (this.installing || this.awaited) this.loadRegistry();
+    if (!installing && !waiting) this.awaited = null;
     this.installing = installing;
   }
 
@@ -179,6 +188,7 @@ export class AgentsPage {
           try {
             await api.post("/agents", { registry: r.id });
             said.textContent = "Installing…";
+            this.awaited = { name: r.id, until: Date.now() + AWAIT_MS };
             await this.loadAgents();
             await this.loadRegistry();
           } catch (e) {
