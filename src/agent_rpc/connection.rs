@@ -25,6 +25,9 @@ use super::stdin;
 /// `$/cancel_request`.
 const CANCEL_REQUEST: &str = PROTOCOL_LEVEL_METHOD_NAMES.cancel_request;
 
+/// How long a timed-out call waits for room in the agent's stdin to send its cancel.
+const CANCEL_SEND_WAIT: Duration = Duration::from_millis(250);
+
 type Reply = Result<Box<RawValue>, CallError>;
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
@@ -66,10 +69,11 @@ impl PendingCall {
                 Ok(r) => r,
                 Err(_) => {
                     pending.lock().expect("pending lock").remove(&id);
-                    // ACP's cancellation: the agent may stop the work nobody waits for.
+                    // ACP's cancellation: the agent may stop the work nobody waits for. Best
+                    // effort: an agent whose stdin is full does not hold up the timeout.
                     let cancel = CancelRequestNotification::new(RequestId::Number(id as i64));
                     let line = Outbound::notification(CANCEL_REQUEST, &cancel).line();
-                    let _ = out.send(line).await;
+                    let _ = tokio::time::timeout(CANCEL_SEND_WAIT, out.send(line)).await;
                     Ok(Err(CallError::Timeout(method.clone())))
                 }
             },
