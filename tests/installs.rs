@@ -280,14 +280,17 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry(dir.path()).await;
     let (a_dir, b_dir) = (dir.path().join("agents-a"), dir.path().join("agents-b"));
-    // Agents that need a sign-in, and can log out.
+    // Agents that need a sign-in, and can log out; the gateways sign every agent in with the
+    // method it needs, installed ones included, unless an admin says otherwise.
     let signing = |dir: &Path| {
         options(&registry, dir)
+            .args(&["--agent-auth-method", "echo-auth"])
             .env("ECHO_AGENT_AUTH", "echo-auth")
             .env("ECHO_AGENT_CAPS", "load,list,delete,resume,close,logout")
     };
     let w = World::start(Backend::Postgres, signing(&a_dir)).await;
-    let b = Gateway::spawn(&w.db.url, &w.dir.path().join("b"), &signing(&b_dir)).await;
+    let b_home = w.dir.path().join("b");
+    let mut b = Gateway::spawn(&w.db.url, &b_home, &signing(&b_dir)).await;
     let admin = w.gw().with_key(Some(ADMIN));
     begin_install(&admin, json!({"registry": "echo-acp"})).await;
     let on_b = installed(&b, "echo-acp").await;
@@ -296,21 +299,8 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     assert!(!on_b["members"].as_array().unwrap().is_empty(), "{on_b}");
     assert_eq!(left(&b_dir), ["echo-acp"]);
 
-    // Signed in through A, it runs on B too: a session made through B runs.
+    // A session made through B runs.
     let ann = b.with_key(Some(ANN));
-    let on_b = json!({"cwd": "/tmp", "agent": "echo-acp"});
-    let (status, problem) = ann.post("/sessions", on_b).await;
-    assert_eq!(status, 503, "not signed in: {problem}");
-    let sign_in = json!({"methodId": "echo-auth"});
-    admin
-        .send_expecting(
-            Method::POST,
-            "/agents/echo-acp/authenticate",
-            Some(sign_in),
-            200,
-        )
-        .await;
-    b.wait_until(|g| creates(g, 201)).await;
     let id = session_on(&ann, "echo-acp").await;
     assert_eq!(ann.said(&id, "hello").await, "hello");
     // Not removed through A while B holds a session of it.
@@ -323,7 +313,8 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
     );
     delete_all(&ann).await;
 
-    // Logged out through A: out on B too.
+    // Logged out through A: out on B too, and still out once B restarts (its new members do
+    // not sign in with the gateway's method).
     admin
         .send_expecting(
             Method::POST,
@@ -333,7 +324,23 @@ async fn an_agent_installed_through_one_replica_runs_on_another() {
         )
         .await;
     b.wait_until(|g| creates(g, 503)).await;
-    // The sessions made while the logout reached B.
+    b.stop().await;
+    b = Gateway::spawn(&w.db.url, &b_home, &signing(&b_dir)).await;
+    installed(&b, "echo-acp").await;
+    assert!(creates(&b, 503).await, "logged out across a restart");
+
+    // Signed in through A: in on B too.
+    let sign_in = json!({"methodId": "echo-auth"});
+    admin
+        .send_expecting(
+            Method::POST,
+            "/agents/echo-acp/authenticate",
+            Some(sign_in),
+            200,
+        )
+        .await;
+    b.wait_until(|g| creates(g, 201)).await;
+    let ann = b.with_key(Some(ANN));
     delete_all(&ann).await;
 
     // Removed through A (once B has closed the session): gone from B, then its files (once

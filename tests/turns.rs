@@ -411,5 +411,10 @@ async fn a_call_the_gateway_gives_up_on_is_cancelled_at_the_agent() {
     assert_eq!(r.status(), 504);
     gw.wait_until(|_| async { w.calls("$/cancel_request") == 1 })
         .await;
+    // The agent answers the cancelled call (-32800): an answer the gateway expects, not garbage.
+    gw.wait_until(|_| async { w.log().contains("the late answer to a call given up on") })
+        .await;
+    assert!(!w.log().contains("unknown request id"), "{}", w.log());
+    assert_eq!(gw.metric("acp_gateway_agent_garbage_total").await, 0.0);
     w.finish().await;
 }

@@ -29,7 +29,9 @@ const CANCEL_REQUEST: &str = PROTOCOL_LEVEL_METHOD_NAMES.cancel_request;
 const CANCEL_SEND_WAIT: Duration = Duration::from_millis(250);
 
 type Reply = Result<Box<RawValue>, CallError>;
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+/// The calls waiting for their answers, by id; `None`: a call the gateway gave up on (its
+/// timeout), whose late answer is dropped quietly rather than taken for garbage.
+type Pending = Arc<Mutex<HashMap<u64, Option<oneshot::Sender<Reply>>>>>;
 
 /// A request sent to the agent whose answer has not been awaited yet.
 #[derive(Debug)]
@@ -68,7 +70,9 @@ impl PendingCall {
             Some(t) => match tokio::time::timeout(t, rx).await {
                 Ok(r) => r,
                 Err(_) => {
-                    pending.lock().expect("pending lock").remove(&id);
+                    if let Some(waiter) = pending.lock().expect("pending lock").get_mut(&id) {
+                        *waiter = None;
+                    }
                     // ACP's cancellation: the agent may stop the work nobody waits for. Best
                     // effort: an agent whose stdin is full does not hold up the timeout.
                     let cancel = CancelRequestNotification::new(RequestId::Number(id as i64));
@@ -166,7 +170,10 @@ impl Connection {
     ) -> Result<PendingCall, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("pending lock").insert(id, tx);
+        self.pending
+            .lock()
+            .expect("pending lock")
+            .insert(id, Some(tx));
         let span = tracing::info_span!(
             "acp",
             "otel.name" = method,
@@ -226,12 +233,17 @@ impl Connection {
             .map_err(|stdin::Closed| CallError::NotSent("the agent's stdin is closed".into()))
     }
 
-    /// Delivers a response to its waiter. Returns false for an id nobody waits for.
+    /// Delivers a response to its waiter (or drops the late answer to a call given up on).
+    /// Returns false for an id the gateway never sent.
     pub fn resolve(&self, id: u64, result: Result<Box<RawValue>, RpcError>) -> bool {
         let waiter = self.pending.lock().expect("pending lock").remove(&id);
         match waiter {
-            Some(tx) => {
+            Some(Some(tx)) => {
                 let _ = tx.send(result.map_err(CallError::Rpc));
+                true
+            }
+            Some(None) => {
+                tracing::debug!(id, member = %self.member, "the late answer to a call given up on; dropped");
                 true
             }
             None => false,
@@ -241,7 +253,7 @@ impl Connection {
     /// Fails every pending call: the agent is gone.
     pub fn fail_all(&self, reason: &str) {
         let waiters: Vec<_> = self.pending.lock().expect("pending lock").drain().collect();
-        for (_, tx) in waiters {
+        for tx in waiters.into_iter().filter_map(|(_, tx)| tx) {
             let _ = tx.send(Err(CallError::Closed(reason.to_owned())));
         }
     }

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::caller::Caller;
 use super::error::Error;
-use super::parts::installs::{InstallConfig, InstallView, Wanted, record_of};
+use super::parts::installs::{InstallConfig, InstallView, Wanted, record_of, sign_in_of};
 use super::parts::use_case;
 use crate::agent_rpc::terminal::LoginTerminal;
 use crate::install::error::InstallError;
@@ -154,7 +154,7 @@ impl Installs {
             name: name.clone(),
             registry_id: entry.id.clone(),
             choice,
-            auth_method: None,
+            sign_in: None,
         };
         if !self.installs.begin(&wanted, None) {
             return Err(Error::Conflict(format!(
@@ -188,9 +188,9 @@ impl Installs {
         }
         let wanted = Wanted {
             name: name.to_owned(),
+            sign_in: sign_in_of(&row),
             registry_id: row.registry_id,
             choice,
-            auth_method: row.auth_method,
         };
         if !self.installs.begin(&wanted, None) {
             return Err(Error::Conflict(format!(
@@ -226,23 +226,23 @@ impl Installs {
     /// How many sessions of the agent `name` the live replicas hold, this one included;
     /// `None` alone on its database.
     async fn held_anywhere(&self, name: &str) -> Result<Option<usize>, Error> {
-        let mut query = ListQuery {
-            agent: Some(name.to_owned()),
-            limit: 500,
-            ..ListQuery::default()
-        };
+        let rows = self.placement.records().rows();
         let mut ids = Vec::new();
-        loop {
-            let page = self
-                .placement
-                .records()
-                .rows()
-                .list_sessions(&query)
-                .await?;
-            ids.extend(page.sessions.into_iter().map(|s| s.session_id));
-            match page.next {
-                Some(next) => query.after = Some(next),
-                None => break,
+        // Archived ones too: an agent that cannot close a session keeps it live archived.
+        for archived in [None, Some(true)] {
+            let mut query = ListQuery {
+                agent: Some(name.to_owned()),
+                archived,
+                limit: 500,
+                ..ListQuery::default()
+            };
+            loop {
+                let page = rows.list_sessions(&query).await?;
+                ids.extend(page.sessions.into_iter().map(|s| s.session_id));
+                match page.next {
+                    Some(next) => query.after = Some(next),
+                    None => break,
+                }
             }
         }
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
@@ -427,7 +427,7 @@ pub async fn install_offline(
         name: name.to_owned(),
         registry_id: entry.id.clone(),
         choice: entry.choose(version)?,
-        auth_method: None,
+        sign_in: None,
     };
     let installed = config
         .installer

@@ -118,15 +118,17 @@ impl AgentPool {
         Ok(())
     }
 
-    /// Signs every pool of the agent out ([`Pool::sign_out`]); `Err` is the first failure.
+    /// Signs every pool of the agent out ([`Pool::sign_out`]), each one even when another
+    /// failed; `Err` is the first failure.
     pub async fn sign_out(
         &self,
         timeout: std::time::Duration,
     ) -> Result<(), crate::agent_rpc::CallError> {
+        let mut first = Ok(());
         for pool in std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p)) {
-            pool.sign_out(timeout).await?;
+            first = first.and(pool.sign_out(timeout).await);
         }
-        Ok(())
+        first
     }
 
     /// The command its members run: what a terminal login runs too, with the method's

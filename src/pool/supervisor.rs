@@ -39,24 +39,23 @@ impl Pool {
         Ok(())
     }
 
-    /// Signs the pool out: ACP `logout` on every ready member now (each must succeed), and no
-    /// `authenticate` on any member that starts from now on, whatever it was configured with.
+    /// Signs the pool out: from now on no member that starts authenticates, whatever it was
+    /// configured with (noted first, so that a member starting meanwhile does not sign itself
+    /// back in); then ACP `logout` on every ready member. `Err` is the first refusal; the
+    /// others are still asked.
     pub async fn sign_out(&self, timeout: std::time::Duration) -> Result<(), CallError> {
+        self.set_signed_in(SignIn::Out);
         let conns: Vec<_> = self
             .every_member()
             .iter()
             .filter_map(|m| m.ready_conn())
             .collect();
+        let (logout, mut first) = (LogoutRequest::new(), Ok(()));
         for conn in conns {
-            (conn.call(
-                AGENT_METHOD_NAMES.logout,
-                &LogoutRequest::new(),
-                Some(timeout),
-            ))
-            .await?;
+            let done = conn.call(AGENT_METHOD_NAMES.logout, &logout, Some(timeout));
+            first = first.and(done.await.map(|_| ()));
         }
-        self.set_signed_in(SignIn::Out);
-        Ok(())
+        first
     }
 
     pub(super) async fn supervise(

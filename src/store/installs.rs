@@ -1,6 +1,7 @@
 //! The agents installed from an ACP registry: a row per agent, by the name its sessions use,
 //! with what was chosen of its registry entry (JSON text another replica installs the same
-//! from) and the sha256 of its archive as first downloaded. Every replica runs the agents of
+//! from), the sha256 of its archive as first downloaded, and how an admin last signed it in
+//! or out. Every replica runs the agents of
 //! these rows. The SQL both backends run alike, and [`impl_installs!`] that implements
 //! [`InstalledAgents`] for each.
 
@@ -28,6 +29,8 @@ pub struct InstallRecord {
     pub installed_by: String,
     /// The auth method an admin signed it in with, which every member authenticates with.
     pub auth_method: Option<String>,
+    /// An admin logged it out: no member authenticates (`auth_method` is then `None`).
+    pub logged_out: bool,
 }
 
 /// The installed agents.
@@ -42,7 +45,8 @@ pub trait InstalledAgents: Send + Sync + 'static {
     /// Every installed agent, by name.
     async fn installs(&self) -> StoreResult<Vec<InstallRecord>>;
 
-    /// Sets the auth method of `name`'s row; `false` when there is none.
+    /// Records that `name` was signed in with `method`, or logged out (`None`); `false` when
+    /// there is no row of `name`.
     async fn set_install_auth(&self, name: &str, method: Option<&str>) -> StoreResult<bool>;
 
     /// Removes the row of `name`; `false` when there was none.
@@ -50,13 +54,15 @@ pub trait InstalledAgents: Send + Sync + 'static {
 }
 
 pub const ADD: &str = "INSERT INTO installed_agents \
-     (name, registry_id, kind, version, choice, sha256, installed_at, installed_by, auth_method) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING";
+     (name, registry_id, kind, version, choice, sha256, installed_at, installed_by, auth_method, \
+     logged_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING";
 pub const REPLACE: &str = "UPDATE installed_agents SET registry_id = $2, kind = $3, version = $4, \
-     choice = $5, sha256 = $6, installed_at = $7, installed_by = $8, auth_method = $9 WHERE name = $1";
+     choice = $5, sha256 = $6, installed_at = $7, installed_by = $8, auth_method = $9, \
+     logged_out = $10 WHERE name = $1";
 pub const ALL: &str = "SELECT name, registry_id, kind, version, choice, sha256, installed_at, \
-     installed_by, auth_method FROM installed_agents ORDER BY name";
-pub const SET_AUTH: &str = "UPDATE installed_agents SET auth_method = $2 WHERE name = $1";
+     installed_by, auth_method, logged_out FROM installed_agents ORDER BY name";
+pub const SET_AUTH: &str =
+    "UPDATE installed_agents SET auth_method = $2, logged_out = $3 WHERE name = $1";
 pub const REMOVE: &str = "DELETE FROM installed_agents WHERE name = $1";
 
 /// `impl_installs!(Backend { reads, writes })` implements [`InstalledAgents`] for `Backend`,
@@ -107,6 +113,7 @@ macro_rules! impl_installs {
                             installed_at: r.try_get("installed_at")?,
                             installed_by: r.try_get("installed_by")?,
                             auth_method: r.try_get("auth_method")?,
+                            logged_out: r.try_get("logged_out")?,
                         })
                     })
                     .collect()
@@ -120,6 +127,7 @@ macro_rules! impl_installs {
                 let done = sqlx::query($crate::store::installs::SET_AUTH)
                     .bind(name)
                     .bind(method)
+                    .bind(method.is_none())
                     .execute(&self.$writes)
                     .await?;
                 Ok(done.rows_affected() == 1)
@@ -145,6 +153,7 @@ where
     String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     query
         .bind(&r.name)
@@ -156,4 +165,5 @@ where
         .bind(r.installed_at)
         .bind(&r.installed_by)
         .bind(&r.auth_method)
+        .bind(r.logged_out)
 }

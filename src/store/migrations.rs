@@ -25,7 +25,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0009_session_agent", "0010_webhooks", "0012_replica_agents", "0013_idempotency_keys",
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
     "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
-    "0021_usage_ledger", "0022_installed_agents",
+    "0021_usage_ledger", "0022_installed_agents", "0023_installed_agents_logged_out",
 );
 
 /// `migrations/sqlite`.
@@ -35,7 +35,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0010_webhooks", "0011_event_rowid", "0012_replica_agents", "0013_idempotency_keys",
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
     "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
-    "0021_usage_ledger", "0022_installed_agents",
+    "0021_usage_ledger", "0022_installed_agents", "0023_installed_agents_logged_out",
 );
 
 /// A migrator applying `files` (one of the lists above).

@@ -15,6 +15,7 @@ fn install(name: &str, version: &str, by: &str) -> InstallRecord {
         installed_at: 1_700_000_000_000_000,
         installed_by: by.to_owned(),
         auth_method: None,
+        logged_out: false,
     }
 }
 
@@ -67,12 +68,30 @@ pub async fn check_installs(store: Arc<dyn Store>) {
             .await
             .unwrap()
     );
+    assert!(!store.installs().await.unwrap()[1].logged_out);
     assert!(store.set_install_auth("zed", None).await.unwrap());
-    assert_eq!(store.installs().await.unwrap()[1].auth_method, None);
+    let zed_now = &store.installs().await.unwrap()[1];
+    assert_eq!(
+        (zed_now.auth_method.as_deref(), zed_now.logged_out),
+        (None, true)
+    );
+    // Signed in again: no longer logged out.
+    assert!(
+        store
+            .set_install_auth("zed", Some("api-key"))
+            .await
+            .unwrap()
+    );
+    assert!(!store.installs().await.unwrap()[1].logged_out);
+    assert!(store.set_install_auth("zed", None).await.unwrap());
 
     assert!(store.remove_install("echo").await.unwrap());
     assert!(!store.remove_install("echo").await.unwrap());
-    assert_eq!(store.installs().await.unwrap(), vec![zed]);
+    let logged_out = InstallRecord {
+        logged_out: true,
+        ..zed
+    };
+    assert_eq!(store.installs().await.unwrap(), vec![logged_out]);
 
     // Replicas installing one name at once: exactly one records it.
     let claims = (0..8).map(|i| {

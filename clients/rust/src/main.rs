@@ -234,6 +234,7 @@ known_kinds!(
     ConfigOptionUpdate => "config_option_update",
     SessionInfoUpdate => "session_info_update",
     UsageUpdate => "usage_update",
+    PromptSuggestionsUpdate => "prompt_suggestions_update",
 );
 
 /// Reads `GET /events` from the start until the session is deleted and the webhook disabled,

@@ -35,6 +35,7 @@ export class AgentsPage {
     this.timer = null;
     this.installing = false;
     this.awaited = null;
+    this.visible = false;
     this.socket = null;
     $("terminal-form").addEventListener("submit", (e) => {
       e.preventDefault();
@@ -46,12 +47,15 @@ export class AgentsPage {
   }
 
   async show() {
+    this.visible = true;
     $("agents-error").textContent = "";
     await Promise.all([this.loadAgents(), this.loadRegistry()]);
   }
 
   /** Leaving the page: no more polling; a running login goes on in its panel until closed. */
   hide() {
+    this.visible = false;
+    this.generation++;
     clearTimeout(this.timer);
     this.timer = null;
   }
@@ -62,10 +66,14 @@ export class AgentsPage {
     try {
       agents = await api.get("/agents");
     } catch (e) {
+      if (generation !== this.generation) return;
       $("agents-error").textContent = e.message;
+      // A failed look while an install runs is tried again.
+      if (this.installing || this.awaited) this.timer = setTimeout(() => this.loadAgents(), POLL_MS);
       return;
     }
-    if (generation !== this.generation) return;
+    if (generation !== this.generation || !this.visible) return;
+    $("agents-error").textContent = "";
     $("agents-list").replaceChildren(...agents.map((a) => this.agentItem(a)));
     clearTimeout(this.timer);
     // Looked at again while an install runs, and for a while after one was asked for until

@@ -18,7 +18,7 @@ use crate::agent_rpc::AgentCommand;
 use crate::install::error::InstallError;
 use crate::install::installer::{Installed, Installer};
 use crate::install::registry::{Choice, RegistryIndex, load};
-use crate::pool::{AgentPool, AgentSetup};
+use crate::pool::{AgentPool, AgentSetup, SignIn};
 use crate::store::{InstallRecord, InstalledAgents};
 use tokio_util::sync::CancellationToken;
 
@@ -98,8 +98,8 @@ struct Tracked {
     /// The version running here, if one does.
     running: Option<String>,
     failed_at: Option<Instant>,
-    /// The auth method its members authenticate with here.
-    auth_method: Option<String>,
+    /// How its members sign in here, as an admin last said (`None`: as installed).
+    sign_in: Option<SignIn>,
 }
 
 /// The installed agents of this replica.
@@ -128,8 +128,18 @@ pub(in crate::gateway) struct Wanted {
     pub name: String,
     pub registry_id: String,
     pub choice: Choice,
-    /// The auth method its members authenticate with (an upgrade keeps the agent's).
-    pub auth_method: Option<String>,
+    /// How its members sign in, as an admin last said (`None`: as installed; an upgrade keeps
+    /// the agent's).
+    pub sign_in: Option<SignIn>,
+}
+
+/// How the members of the agent of `row` sign in, as an admin last said.
+pub(in crate::gateway) fn sign_in_of(row: &InstallRecord) -> Option<SignIn> {
+    match (&row.auth_method, row.logged_out) {
+        (Some(method), _) => Some(SignIn::With(method.clone())),
+        (None, true) => Some(SignIn::Out),
+        (None, false) => None,
+    }
 }
 
 /// The row of `wanted`, installed by this replica now.
@@ -146,7 +156,11 @@ pub(in crate::gateway) fn record_of(
         sha256,
         installed_at: chrono::Utc::now().timestamp_micros(),
         installed_by: crate::cluster::replica_id().to_owned(),
-        auth_method: wanted.auth_method.clone(),
+        auth_method: match &wanted.sign_in {
+            Some(SignIn::With(method)) => Some(method.clone()),
+            _ => None,
+        },
+        logged_out: wanted.sign_in == Some(SignIn::Out),
     })
 }
 
@@ -248,12 +262,11 @@ impl AgentInstalls {
             progress: Vec::new(),
             error: None,
         };
-        let auth_method = wanted.auth_method.clone();
         let entry = Tracked {
             view,
             running,
             failed_at: None,
-            auth_method,
+            sign_in: wanted.sign_in.clone(),
         };
         tracked.insert(wanted.name.clone(), entry);
         true
@@ -375,11 +388,15 @@ impl AgentInstalls {
             ..AgentCommand::default()
         };
         let mut setup = (self.template)(&wanted.name, command);
-        if let Some(method) = &wanted.auth_method {
+        if let Some(sign_in) = &wanted.sign_in {
+            let method = match sign_in {
+                SignIn::With(method) => Some(method.clone()),
+                SignIn::Out => None,
+            };
             let configs =
                 std::iter::once(&mut setup.config).chain(setup.tenants.iter_mut().map(|(_, c)| c));
             for config in configs {
-                config.auth_method = Some(method.clone());
+                config.auth_method = method.clone();
                 config.auth_meta = None;
             }
         }
@@ -389,7 +406,7 @@ impl AgentInstalls {
         let mut tracked = self.tracked.lock().expect("installs lock");
         if let Some(t) = tracked.get_mut(&wanted.name) {
             t.running = Some(wanted.choice.version.clone());
-            t.auth_method = wanted.auth_method.clone();
+            t.sign_in = wanted.sign_in.clone();
         }
         old
     }
@@ -444,16 +461,17 @@ impl AgentInstalls {
     ) -> crate::store::StoreResult<bool> {
         let recorded = self.rows.set_install_auth(name, method).await?;
         if recorded {
-            self.signed_in(name, method);
+            let how = method.map_or(SignIn::Out, |m| SignIn::With(m.to_owned()));
+            self.signed_in(name, Some(how));
         }
         Ok(recorded)
     }
 
-    /// Notes that the agent `name` runs signed in with `method` here (`None`: logged out).
-    fn signed_in(&self, name: &str, method: Option<&str>) {
+    /// Notes how the agent `name` runs signed in here.
+    fn signed_in(&self, name: &str, how: Option<SignIn>) {
         let mut tracked = self.tracked.lock().expect("installs lock");
         if let Some(t) = tracked.get_mut(name) {
-            t.auth_method = method.map(str::to_owned);
+            t.sign_in = how;
         }
     }
 
@@ -463,22 +481,24 @@ impl AgentInstalls {
         let Some(agent) = self.placement.agents().get(&row.name) else {
             return;
         };
+        let wanted = sign_in_of(row);
         let applied = {
             let tracked = self.tracked.lock().expect("installs lock");
-            tracked.get(&row.name).and_then(|t| t.auth_method.clone())
+            tracked.get(&row.name).and_then(|t| t.sign_in.clone())
         };
-        if applied == row.auth_method {
+        if applied == wanted {
             return;
         }
         let timeout = Duration::from_secs(60);
-        let done = match &row.auth_method {
-            Some(method) => agent.sign_in(method, timeout).await,
-            None => (agent.sign_out(timeout).await).map_err(|e| e.to_string()),
+        let done = match &wanted {
+            Some(SignIn::With(method)) => agent.sign_in(method, timeout).await,
+            Some(SignIn::Out) => (agent.sign_out(timeout).await).map_err(|e| e.to_string()),
+            None => Ok(()),
         };
         if let Err(e) = done {
             tracing::warn!(agent = %row.name, error = %e, "signing the installed agent in or out failed");
         }
-        self.signed_in(&row.name, row.auth_method.as_deref());
+        self.signed_in(&row.name, wanted);
     }
 
     /// Makes the rows true here until the gateway stops: see the module's documentation.
@@ -534,7 +554,7 @@ impl AgentInstalls {
                 name: row.name.clone(),
                 registry_id: row.registry_id.clone(),
                 choice,
-                auth_method: row.auth_method.clone(),
+                sign_in: sign_in_of(&row),
             };
             if self.begin(&wanted, row.sha256.clone()) {
                 self.install(wanted, row.sha256.clone(), Commit::Apply)
