@@ -77,6 +77,16 @@ async fn exit_code(socket: &mut Socket) -> Value {
     }
 }
 
+/// `opts` with the admin's key and Ann's, a tenant's.
+fn keyed(opts: Options) -> Options {
+    opts.args(&[
+        "--admin-api-key",
+        ADMIN,
+        "--api-key",
+        &format!("acme:{ANN}"),
+    ])
+}
+
 async fn first_member(gw: &Gateway) -> Value {
     let (_, agent) = gw.with_key(Some(ADMIN)).get("/agent").await;
     agent["members"][0].clone()
@@ -90,14 +100,7 @@ async fn new_session(gw: &Gateway) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminal_login_signs_the_agent_in_over_a_websocket() {
-    let opts = Options::default()
-        .env("ECHO_AGENT_TERMINAL_AUTH", "echo-login")
-        .args(&[
-            "--admin-api-key",
-            ADMIN,
-            "--api-key",
-            &format!("acme:{ANN}"),
-        ]);
+    let opts = keyed(Options::default().env("ECHO_AGENT_TERMINAL_AUTH", "echo-login"));
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let admin = gw.with_key(Some(ADMIN));
@@ -186,15 +189,11 @@ async fn a_terminal_login_signs_the_agent_in_over_a_websocket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_logs_an_agent_out_and_it_stays_out() {
-    let opts = Options::default()
-        .env("ECHO_AGENT_AUTH", "echo-auth")
-        .env("ECHO_AGENT_CAPS", "load,list,delete,resume,close,logout")
-        .args(&[
-            "--admin-api-key",
-            ADMIN,
-            "--api-key",
-            &format!("acme:{ANN}"),
-        ]);
+    let opts = keyed(
+        Options::default()
+            .env("ECHO_AGENT_AUTH", "echo-auth")
+            .env("ECHO_AGENT_CAPS", "load,list,delete,resume,close,logout"),
+    );
     let w = World::start(Backend::Sqlite, opts).await;
     let gw = w.gw();
     let admin = gw.with_key(Some(ADMIN));

@@ -14,11 +14,12 @@ use crate::support;
 mod agents;
 mod files;
 mod people;
+mod script;
 mod usage;
 
 use serde_json::Value;
 use support::*;
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::AsyncWriteExt as _;
 
 const KEY: &str = "alice-browser-key-0123456789";
 
@@ -141,7 +142,7 @@ async fn the_console_creates_prompts_answers_and_resumes_after_a_reload_and_a_re
     let base = w.gw().url("");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screenshots");
 
-    let (mut node, mut stdin, mut lines) = console_script(
+    let (mut node, mut stdin, mut lines) = script::console_script(
         "console.mjs",
         &[("GATEWAY_URL", &base), ("SHOTS_DIR", shots)],
     );
@@ -302,7 +303,7 @@ async fn the_console_signs_in_follows_the_list_and_manages_a_session() {
     let w = World::start(Backend::Sqlite, opts).await;
     let base = w.gw().url("");
     let http = reqwest::Client::new();
-    let (mut node, mut stdin, mut lines) = console_script(
+    let (mut node, mut stdin, mut lines) = script::console_script(
         "console-manage.mjs",
         &[("GATEWAY_URL", &base), ("API_KEY", KEY)],
     );
@@ -573,28 +574,4 @@ async fn the_console_shows_mode_and_model_only_when_the_agent_offers_them() {
         assert_eq!(report["shown"][agent], serde_json::json!(shown), "{agent}");
     }
     w.finish().await;
-}
-
-/// A console script of tests/browser run by node (killed if the test ends first), which talks
-/// with the test in lines: its stdin, and its stdout's lines.
-fn console_script(
-    script: &str,
-    env: &[(&str, &str)],
-) -> (
-    tokio::process::Child,
-    tokio::process::ChildStdin,
-    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-) {
-    let mut node = tokio::process::Command::new("node")
-        .arg(script)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser"))
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (is Node.js installed?)");
-    let stdin = node.stdin.take().unwrap();
-    let lines = BufReader::new(node.stdout.take().unwrap()).lines();
-    (node, stdin, lines)
 }

@@ -101,10 +101,14 @@ impl AgentPool {
         !self.remote.is_empty()
     }
 
+    /// Its pool and its tenants' pools.
+    fn pools(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p))
+    }
+
     /// Stops the members of its pools and waits for them.
     pub async fn shutdown(&self) {
-        let pools = std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p));
-        futures::future::join_all(pools.map(|p| p.shutdown())).await;
+        futures::future::join_all(self.pools().map(|p| p.shutdown())).await;
     }
 
     /// Signs every pool of the agent in with `method` ([`Pool::sign_in`]), its tenants' with
@@ -125,7 +129,7 @@ impl AgentPool {
         timeout: std::time::Duration,
     ) -> Result<(), crate::agent_rpc::CallError> {
         let mut first = Ok(());
-        for pool in std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p)) {
+        for pool in self.pools() {
             first = first.and(pool.sign_out(timeout).await);
         }
         first
@@ -140,7 +144,7 @@ impl AgentPool {
     /// Restarts every member of its pools (after a sign-in outside ACP, such as a terminal
     /// login, so that each starts signed in).
     pub fn restart_all(&self, why: &str) {
-        for pool in std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p)) {
+        for pool in self.pools() {
             for member in pool.members() {
                 pool.restart_member(member.index + pool.first_index(), why);
             }
@@ -150,8 +154,7 @@ impl AgentPool {
     /// Stops its pools while the gateway goes on ([`Pool::retire`]): the sessions live on
     /// them are let go.
     pub async fn retire(&self) {
-        let pools = std::iter::once(&self.pool).chain(self.tenants.iter().map(|(_, p)| p));
-        futures::future::join_all(pools.map(|p| p.retire())).await;
+        futures::future::join_all(self.pools().map(|p| p.retire())).await;
     }
 
     /// Live sessions on its members (its tenants' pools' included).

@@ -27,12 +27,7 @@ impl Pool {
         let init = self
             .init()
             .ok_or("no member of the agent has started yet")?;
-        let conns: Vec<_> = self
-            .every_member()
-            .iter()
-            .filter_map(|m| m.ready_conn())
-            .collect();
-        for conn in conns {
+        for conn in self.ready_conns() {
             authenticate(&conn, &init, method, None, timeout).await?;
         }
         self.set_signed_in(SignIn::With(method.to_owned()));
@@ -45,17 +40,18 @@ impl Pool {
     /// others are still asked.
     pub async fn sign_out(&self, timeout: std::time::Duration) -> Result<(), CallError> {
         self.set_signed_in(SignIn::Out);
-        let conns: Vec<_> = self
-            .every_member()
-            .iter()
-            .filter_map(|m| m.ready_conn())
-            .collect();
         let (logout, mut first) = (LogoutRequest::new(), Ok(()));
-        for conn in conns {
+        for conn in self.ready_conns() {
             let done = conn.call(AGENT_METHOD_NAMES.logout, &logout, Some(timeout));
             first = first.and(done.await.map(|_| ()));
         }
         first
+    }
+
+    /// The connections of its ready members.
+    fn ready_conns(&self) -> Vec<Arc<Connection>> {
+        let members = self.every_member().iter();
+        members.filter_map(|m| m.ready_conn()).collect()
     }
 
     pub(super) async fn supervise(

@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::registry::Registry;
 use support::*;
 
@@ -40,7 +40,7 @@ async fn console_signs_an_agent_in_in_a_terminal_and_installs_from_the_registry(
 
     let base = gw.url("");
     let env = [("GATEWAY_URL", base.as_str()), ("API_KEY", ADMIN)];
-    let (mut node, _stdin, mut lines) = super::console_script("console-agents.mjs", &env);
+    let (mut node, _stdin, mut lines) = super::script::console_script("console-agents.mjs", &env);
     let mut report = None;
     while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
         .await
@@ -51,12 +51,7 @@ async fn console_signs_an_agent_in_in_a_terminal_and_installs_from_the_registry(
             report = Some(line);
         }
     }
-    let status = node.wait().await.unwrap();
-    let report: Value = serde_json::from_str(&report.expect("a report")).unwrap();
-    assert!(status.success(), "node failed: {report}");
-    assert!(report.get("error").is_none(), "the run failed: {report:#}");
-    assert_eq!(report["consoleErrors"], json!([]), "{report:#}");
-    assert_eq!(report["pageErrors"], json!([]), "{report:#}");
+    let report = super::script::clean_report(&mut node, report).await;
 
     // The terminal login, in the page.
     assert_eq!(report["loginButton"], "Log in in a terminal", "{report:#}");

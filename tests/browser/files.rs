@@ -18,7 +18,7 @@ async fn console_files_panel_browses_uploads_shows_changes_and_reverts() {
     let gw = w.gw();
     let repo = repository(w.dir());
     let base = gw.url("");
-    let (mut node, mut stdin, mut lines) = super::console_script(
+    let (mut node, mut stdin, mut lines) = super::script::console_script(
         "console-files.mjs",
         &[("GATEWAY_URL", &base), ("REPO", repo.to_str().unwrap())],
     );
@@ -40,12 +40,7 @@ async fn console_files_panel_browses_uploads_shows_changes_and_reverts() {
             report = Some(line);
         }
     }
-    let status = node.wait().await.unwrap();
-    let report: Value = serde_json::from_str(&report.expect("a report")).unwrap();
-    assert!(status.success(), "node failed: {report}");
-    assert!(report.get("error").is_none(), "the run failed: {report:#}");
-    assert_eq!(report["consoleErrors"], json!([]), "{report:#}");
-    assert_eq!(report["pageErrors"], json!([]), "{report:#}");
+    let report = super::script::clean_report(&mut node, report).await;
     let id = session.expect("the page uploaded a file");
 
     let view: Value = gw.json(&format!("/sessions/{id}")).await;

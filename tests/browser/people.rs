@@ -30,7 +30,8 @@ async fn console_shows_authors_the_queue_and_who_is_watching() {
         ("SESSION", &id),
         ("ANN_KEY", ANN),
     ];
-    let (mut node, mut stdin, mut lines) = super::console_script("console-people.mjs", &env);
+    let (mut node, mut stdin, mut lines) =
+        super::script::console_script("console-people.mjs", &env);
     let mut report = None;
     let mut cy_stream = None;
     while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
@@ -53,12 +54,7 @@ async fn console_shows_authors_the_queue_and_who_is_watching() {
             _ => {}
         }
     }
-    let status = node.wait().await.unwrap();
-    let report: Value = serde_json::from_str(&report.expect("a report")).unwrap();
-    assert!(status.success(), "node failed: {report}");
-    assert!(report.get("error").is_none(), "the run failed: {report:#}");
-    assert_eq!(report["consoleErrors"], json!([]), "{report:#}");
-    assert_eq!(report["pageErrors"], json!([]), "{report:#}");
+    let report = super::script::clean_report(&mut node, report).await;
     assert_eq!(report["watchersAlone"], "Watching: ann", "{report:#}");
     assert_eq!(report["watchersBoth"], "Watching: ann, cy", "{report:#}");
     assert_eq!(report["sendReads"], "Queue");

@@ -9,7 +9,7 @@
 
 use crate::support;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 use tokio::io::AsyncWriteExt as _;
 
@@ -41,7 +41,7 @@ async fn console_shows_a_sessions_usage_and_the_usage_page_with_its_csv() {
         ("SESSION", &id),
         ("API_KEY", ANN),
     ];
-    let (mut node, mut stdin, mut lines) = super::console_script("console-usage.mjs", &env);
+    let (mut node, mut stdin, mut lines) = super::script::console_script("console-usage.mjs", &env);
     let mut report = None;
     while let Some(line) = tokio::time::timeout(PATIENCE * 4, lines.next_line())
         .await
@@ -59,12 +59,7 @@ async fn console_shows_a_sessions_usage_and_the_usage_page_with_its_csv() {
             report = Some(line);
         }
     }
-    let status = node.wait().await.unwrap();
-    let report: Value = serde_json::from_str(&report.expect("a report")).unwrap();
-    assert!(status.success(), "node failed: {report}");
-    assert!(report.get("error").is_none(), "the run failed: {report:#}");
-    assert_eq!(report["consoleErrors"], json!([]), "{report:#}");
-    assert_eq!(report["pageErrors"], json!([]), "{report:#}");
+    let report = super::script::clean_report(&mut node, report).await;
 
     // The session's panel.
     assert_eq!(report["summaryAfterOne"], "1 turn · 10 tokens · 0.05 USD");
