@@ -142,10 +142,11 @@
 //! | `/write NAME` | Write the file NAME (relative) of the session's `cwd`, its folders made, with the text `echo wrote NAME`, and stream one chunk `"wrote NAME"` (or `"write NAME: error <e>"`); then continue normally. May be repeated. |
 //! | `/read NAME` | Stream one chunk `"read NAME: <its text>"` with the file NAME of the session's `cwd` (or `"read NAME: error <e>"`); then continue normally. May be repeated. |
 //! | `/link NAME TARGET` | Make NAME in the session's `cwd` a symlink to TARGET (as given: relative or absolute) and stream one chunk `"linked NAME"` (or `"link NAME: error <e>"`); then continue normally. May be repeated. |
+//! | `/tool NAME` | Send a `tool_call` `tool_I` (title "Edit NAME", kind `edit`, `in_progress`) whose content is a diff of NAME in the session's `cwd` (no old text, new text `echo wrote NAME`), then its `tool_call_update` `completed` with the text output `wrote NAME` (no file is written); then continue normally. May be repeated. |
 //! | `/meta` | Stream one chunk `meta: <the session/prompt request's _meta as JSON>` (`null` without one); then continue normally. |
 //! | `/state` | First send an `available_commands_update`, a `plan`, a `usage_update` and, with the `options` control, a `config_option_update` turning `verbose` on (see `echo_agent/controls.rs`), and the extension notification `_echo/status` {sessionId, stated: true}; then continue normally. |
 //!
-//! A turn does its parts in this order: `/garbage`, `/overflow`, `/state`, `/surrogate`, `/unknown`, `/fs`,
+//! A turn does its parts in this order: `/garbage`, `/overflow`, `/state`, `/surrogate`, `/unknown`, each `/tool`, `/fs`,
 //! `/meta`, each `/env` in prompt order, `/pwd`, each `/link`, `/write` and `/read` in turn, `/permission`, `/permissions`, `/elicit` or `/elicit-url` (which end
 //! the turn), `/crash`, `/deaf`, `/hang`, then the reply.
 //!
@@ -286,6 +287,8 @@ struct Directives {
     pwd: bool,
     /// `/write NAME`: write a file in the session's cwd.
     write: Vec<String>,
+    /// `/tool NAME`: report an edit of a file as a tool call with its diff.
+    tool: Vec<String>,
     /// `/read NAME`: report a file of the session's cwd.
     read: Vec<String>,
     /// `/link NAME TARGET`: make a symlink in the session's cwd.
@@ -326,6 +329,7 @@ impl Directives {
                 ("/suggest", _) if !arg.is_empty() => d.suggest.push(arg.to_string()),
                 ("/spoof", _) if !arg.is_empty() => d.spoof.push(arg.to_string()),
                 ("/write", _) if !arg.is_empty() => d.write.push(arg.to_string()),
+                ("/tool", _) if !arg.is_empty() => d.tool.push(arg.to_string()),
                 ("/read", _) if !arg.is_empty() => d.read.push(arg.to_string()),
                 ("/link", _) if !arg.is_empty() && !split_word(after_arg).0.is_empty() => {
                     let (target, after_target) = split_word(after_arg);
@@ -340,13 +344,14 @@ impl Directives {
                 ("/delay", Some(ms)) => d.delay_ms = ms,
                 _ => return (d, rest),
             }
-            rest = if matches!(word, "/env" | "/suggest" | "/spoof" | "/write" | "/read")
-                || (number.is_some()
-                    && matches!(
-                        word,
-                        "/chunks" | "/bytes" | "/delay" | "/permissions" | "/permission-for"
-                    ))
-            {
+            rest = if matches!(
+                word,
+                "/env" | "/suggest" | "/spoof" | "/write" | "/tool" | "/read"
+            ) || (number.is_some()
+                && matches!(
+                    word,
+                    "/chunks" | "/bytes" | "/delay" | "/permissions" | "/permission-for"
+                )) {
                 after_arg
             } else {
                 after

@@ -48,6 +48,7 @@ mod system;
 mod tenant_env;
 mod tenant_limits;
 mod traces;
+mod transcripts;
 mod turns;
 mod usage;
 mod webhook_receiver;

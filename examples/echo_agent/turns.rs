@@ -190,6 +190,24 @@ impl EchoAgent {
             cx.send_notification(UntypedMessage::new("session/update", params)?)?;
         }
 
+        for (i, name) in (1..).zip(&d.tool) {
+            let cwd = self
+                .read(&id.0)
+                .map(|r| r.cwd)
+                .ok_or_else(|| not_found(id))?;
+            let path = cwd.join(name).display().to_string();
+            let call = format!("tool_{i}");
+            let diff = json!({"type": "diff", "path": path, "oldText": null, "newText": format!("echo wrote {name}")});
+            let output = json!({"type": "content", "content": {"type": "text", "text": format!("wrote {name}")}});
+            for update in [
+                json!({"sessionUpdate": "tool_call", "toolCallId": call, "title": format!("Edit {name}"), "kind": "edit", "status": "in_progress", "content": [diff]}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed", "content": [output]}),
+            ] {
+                let params = json!({ "sessionId": id, "update": update });
+                cx.send_notification(UntypedMessage::new("session/update", params)?)?;
+            }
+        }
+
         if d.fs {
             let params = json!({ "sessionId": id, "path": "/etc/hostname" });
             let request = UntypedMessage::new("fs/read_text_file", params)?;

@@ -28,6 +28,7 @@ pub mod serve;
 mod sessions;
 mod sse;
 mod system;
+mod transcripts;
 mod turns;
 mod usage;
 mod webhooks;
@@ -159,6 +160,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(usage::usage))
         .routes(routes!(events::session_events))
         .routes(routes!(events::session_history))
+        .routes(routes!(transcripts::export_session))
+        .routes(routes!(transcripts::import_session))
         .routes(routes!(events::watchers))
         .routes(routes!(events::lifecycle_events))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))

@@ -22,14 +22,17 @@ mod history;
 mod idempotency;
 pub mod input;
 mod installs;
+mod markdown;
 pub mod output;
 mod parts;
+pub mod portable;
 pub mod problem;
 mod queue;
 mod sessions;
 mod state;
 mod sync;
 mod system;
+mod transcripts;
 mod turns;
 mod usage;
 mod webhooks;
@@ -59,6 +62,7 @@ pub use sessions::{SessionFilter, Sessions};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
+pub use transcripts::{ExportFormat, Transcripts};
 pub use turns::Turns;
 pub use usage::{
     CostView, SessionUsageView, SpendView, TotalsView, TurnUsageView, Usage, UsageAsk, UsageReport,
@@ -146,6 +150,7 @@ struct Service {
     queue: Queue,
     usage: Usage,
     history: History,
+    transcripts: Transcripts,
     files: Files,
     changes: Changes,
     system: System,
@@ -329,6 +334,7 @@ impl Gateway {
         tasks.spawn(queue.clone().run_forever());
         let usage = Usage::new(&parts, store.clone());
         let history = History::new(&parts);
+        let transcripts = Transcripts::new(&parts, store.clone());
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
         let installs = Installs::new(&parts);
@@ -351,6 +357,7 @@ impl Gateway {
             queue,
             usage,
             history,
+            transcripts,
             files,
             changes,
             system,
@@ -475,6 +482,11 @@ impl Gateway {
     /// The event streams and the history.
     pub fn history(&self) -> &History {
         &self.0.history
+    }
+
+    /// Exports and imports.
+    pub fn transcripts(&self) -> &Transcripts {
+        &self.0.transcripts
     }
 
     pub fn files(&self) -> &Files {

@@ -13,8 +13,10 @@ use super::output::{Activity, SessionView, Status, StatusView};
 use super::parts::info_update::apply_info_update;
 use super::parts::live::Busy;
 use super::parts::use_case;
+use super::portable::read_only;
 use super::sync::ListSync;
 use crate::agent_rpc::CallError;
+use crate::agent_rpc::caps::Capabilities;
 use crate::cluster::Holder;
 use crate::config::WhoAnswers;
 use crate::store::ListQuery;
@@ -188,7 +190,9 @@ impl Sessions {
             Some(r) if !r.agent.is_empty() => r.agent.clone(),
             _ => self.placement.agents().default_agent().name().to_owned(),
         };
-        if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) {
+        // An imported transcript's agent never heard of it: it is only the gateway's to delete.
+        let transcript = existing.as_ref().is_some_and(|r| read_only(r).is_some());
+        if existing.as_ref().is_some_and(|r| r.deleted_at.is_none()) && !transcript {
             self.placement.agent_named(&agent_name)?;
         }
         // A session another live replica holds is deleted there, which closes it first (a
@@ -198,7 +202,10 @@ impl Sessions {
                 "another gateway replica holds this session now; retry shortly".into(),
             ));
         }
-        let caps = self.placement.caps(&agent_name);
+        let caps = match transcript {
+            true => Capabilities::default(),
+            false => self.placement.caps(&agent_name),
+        };
         self.requests.cancel_session(id.as_str()).await;
         let live = self
             .placement

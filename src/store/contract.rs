@@ -39,6 +39,7 @@ pub trait Store:
     + SessionWatchers
     + UsageLedger
     + InstalledAgents
+    + SessionImports
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one
@@ -309,4 +310,21 @@ pub enum Appended {
     Lifecycle { seq: i64 },
     /// Notifications may have been missed.
     Lost,
+}
+
+/// Sessions written whole (`POST /sessions/import`; the SQL and the impls in `imports.rs`).
+#[async_trait]
+pub trait SessionImports: Send + Sync + 'static {
+    /// Writes `record`, `events` (their `seq` and `created_at` kept, their `session_id` taken
+    /// from `record`; `seq` increasing) and the state snapshot made at `state.0`, all in one
+    /// transaction. A row of the id is replaced only with `adopt`, and only when it is a
+    /// session found in the agent's list (`upstream`), not deleted, whose log is empty;
+    /// otherwise nothing is written and the answer is `false`.
+    async fn import_session(
+        &self,
+        record: &SessionRecord,
+        events: &[StoredEvent],
+        state: Option<(i64, &Value)>,
+        adopt: bool,
+    ) -> StoreResult<bool>;
 }

@@ -2,13 +2,13 @@
 //!
 //! One trait per concern at the level of the gateway's use cases (`contract.rs`: the session
 //! rows, the event logs, state snapshots, webhooks and their outbox; `idempotency.rs`: the
-//! idempotency keys; `quotas.rs`: per-tenant quotas; `workspaces.rs`: the sessions' workspaces; `queue.rs`: their prompt queues; `watchers.rs`: their open streams; `usage.rs`: what turns spent; `installs.rs`: the agents installed from a registry), all combined in [`Store`], the one object a
+//! idempotency keys; `quotas.rs`: per-tenant quotas; `workspaces.rs`: the sessions' workspaces; `queue.rs`: their prompt queues; `watchers.rs`: their open streams; `usage.rs`: what turns spent; `installs.rs`: the agents installed from a registry; `imports.rs`: sessions written whole), all combined in [`Store`], the one object a
 //! backend is; they speak in the records of `records.rs` and the events of `event.rs` (the kinds
 //! the gateway knows by name in `kind.rs`), failing with the [`StoreError`] of `error.rs`. A
 //! PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) pass the same contract suite
 //! (`tests/store_contract/`), opened by `database.rs`; beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
 //! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
-//! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs`, `quotas.rs`, `workspaces.rs`, `queue.rs`, `watchers.rs`, `usage.rs` and `installs.rs`), the mapping
+//! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs`, `quotas.rs`, `workspaces.rs`, `queue.rs`, `watchers.rs`, `usage.rs`, `installs.rs` and `imports.rs`), the mapping
 //! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
 //! file only declares the parts and re-exports their names. This module depends on nothing else
 //! in the crate: the replica id it tags notifications with is given to [`connect`].
@@ -44,6 +44,8 @@ mod usage;
 #[macro_use]
 mod installs;
 #[macro_use]
+mod imports;
+#[macro_use]
 mod event_log;
 mod event;
 mod kind;
@@ -56,7 +58,7 @@ mod rows;
 mod sqlite;
 
 pub use contract::{
-    Appended, EventLog, Ping, SessionRecords, StateSnapshots, Store, WebhookOutbox,
+    Appended, EventLog, Ping, SessionImports, SessionRecords, StateSnapshots, Store, WebhookOutbox,
 };
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};

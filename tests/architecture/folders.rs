@@ -24,6 +24,8 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "state",
             "event",
             "event_schema",
+            "portable",
+            "markdown",
         ],
         // The parts: the owners of the service's state.
         &["parts"],
@@ -37,6 +39,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "usage",
             "installs",
             "history",
+            "transcripts",
             "sync",
             "system",
             "webhooks",

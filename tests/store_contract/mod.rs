@@ -12,6 +12,7 @@ mod bulk;
 mod deliveries;
 mod events;
 mod idempotency;
+mod imports;
 mod installs;
 mod listing;
 mod log_writer;
@@ -263,6 +264,7 @@ macro_rules! store_contract {
             watchers::check_watchers,
             usage::check_usage_ledger,
             installs::check_installs,
+            imports::check_session_imports,
         );
         store_tests!($($open)+, whole:
             quotas::check_tenant_slots,

@@ -14,6 +14,7 @@ use crate::gateway::cursor::encode_cursor;
 use crate::gateway::error::Error;
 use crate::gateway::input::SessionId;
 use crate::gateway::output::PageJson;
+use crate::gateway::portable::read_only;
 use crate::store::{ListQuery, SessionMutation, SessionRecord, SessionRecords, StoreResult};
 
 /// Pages kept per generation; beyond it the page cache starts over.
@@ -81,14 +82,17 @@ impl Records {
 
     /// [`Records::get`] for a request that makes the session live (a prompt, a resume): a
     /// session the list sync tombstoned is found too, as it would be live (`true`: it comes
-    /// back once its agent serves it).
+    /// back once its agent serves it); an imported transcript is refused (409).
     pub(in crate::gateway) async fn get_to_use(
         &self,
         caller: &Caller,
         id: &SessionId,
     ) -> Result<(SessionRecord, bool), Error> {
         match self.store.get_session(id.as_str()).await? {
-            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => Ok((r, false)),
+            Some(r) if r.deleted_at.is_none() && caller.sees(&r.tenant) => match read_only(&r) {
+                Some(why) => Err(Error::Conflict(why)),
+                None => Ok((r, false)),
+            },
             Some(r) if caller.sees(&r.tenant) && self.store.vanished(id.as_str()).await? => {
                 let r = SessionRecord {
                     deleted_at: None,

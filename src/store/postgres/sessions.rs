@@ -155,3 +155,43 @@ impl PgStore {
         Ok(tombstone_live().await?.rows_affected() == 1)
     }
 }
+
+impl PgStore {
+    /// The events of an imported session (see
+    /// [`SessionImports`](crate::store::imports::SessionImports)), in `tx`, with the escapes of
+    /// U+0000 every append makes.
+    pub(super) async fn insert_imported(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        session_id: &str,
+        events: &[crate::store::event::StoredEvent],
+    ) -> StoreResult<()> {
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        let kinds: Vec<_> = events.iter().map(|e| text_in(&e.kind)).collect();
+        let kinds: Vec<&str> = kinds.iter().map(AsRef::as_ref).collect();
+        let payloads: Vec<_> = events
+            .iter()
+            .map(|e| super::store::nul_safe_text(e.payload.as_str()))
+            .collect();
+        let payloads: Vec<&str> = payloads.iter().map(AsRef::as_ref).collect();
+        let times: Vec<DateTime<Utc>> = events
+            .iter()
+            .map(|e| e.created_at.trunc_subsecs(6))
+            .collect();
+        sqlx::query(INSERT_IMPORTED)
+            .bind(session_id)
+            .bind(&seqs)
+            .bind(&kinds)
+            .bind(&payloads)
+            .bind(&times)
+            .execute(tx)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Imported events, one array per column after the session id.
+const INSERT_IMPORTED: &str = "INSERT INTO session_events \
+     (session_id, seq, kind, payload, created_at) \
+     SELECT $1, e.seq, e.kind, e.payload::json, e.at \
+     FROM unnest($2::bigint[], $3::text[], $4::text[], $5::timestamptz[]) AS e(seq, kind, payload, at)";

@@ -145,3 +145,27 @@ impl SqliteStore {
         Ok(tombstoned_live)
     }
 }
+
+impl SqliteStore {
+    /// The events of an imported session (see
+    /// [`SessionImports`](crate::store::imports::SessionImports)), in `tx`, as they are.
+    pub(super) async fn insert_imported(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        session_id: &str,
+        events: &[crate::store::event::StoredEvent],
+    ) -> StoreResult<()> {
+        let mut insert = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO session_events (session_id, seq, kind, payload, created_at) ",
+        );
+        insert.push_values(events, |mut row, e| {
+            row.push_bind(session_id)
+                .push_bind(e.seq)
+                .push_bind(&e.kind)
+                .push_bind(e.payload.as_str())
+                .push_bind(micros(e.created_at));
+        });
+        insert.build().execute(tx).await?;
+        Ok(())
+    }
+}
