@@ -184,9 +184,46 @@ fn tenant_pools(shared: &PoolConfig, config: &Config) -> Vec<(String, PoolConfig
         .collect()
 }
 
-/// Serves until `shutdown` resolves, then stops every agent process and returns.
+/// A database opened to serve: its store and replica registry, and on SQLite the lock that
+/// keeps a second gateway off the file, held as long as this is.
+pub struct ServedDatabase {
+    pub database: store::Database,
+    _lock: Option<store::ReplicaLock>,
+}
+
+/// Opens `database` (`url` as given) and applies its migrations, first taking the SQLite lock
+/// when `serve`. A failure says once which URL, what is wrong and what to do.
+pub async fn open_database(
+    database: &store::DatabaseUrl,
+    url: &str,
+    serve: bool,
+) -> anyhow::Result<ServedDatabase> {
+    let shown = redact::url(url);
+    let lock = match serve {
+        true => {
+            store::lock_single_replica(database).with_context(|| format!("database {shown}"))?
+        }
+        false => None,
+    };
+    let opened = store::open(database, cluster::replica_id()).await;
+    let database = opened.map_err(|e| anyhow::anyhow!(database.unusable(&shown, &e)))?;
+    Ok(ServedDatabase {
+        database,
+        _lock: lock,
+    })
+}
+
+/// [`open_database`] of a URL not yet read (the operator commands').
+pub async fn open_url(url: &str) -> anyhow::Result<store::Database> {
+    let database = store::DatabaseUrl::parse(url)
+        .map_err(|e| anyhow::anyhow!("database {}: {e}", redact::url(url)))?;
+    Ok(open_database(&database, url, false).await?.database)
+}
+
+/// Serves `opened` until `shutdown` resolves, then stops every agent process and returns.
 pub async fn run(
     settings: Settings,
+    opened: ServedDatabase,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -197,16 +234,16 @@ pub async fn run(
         keys,
         cors,
         workspace_roots,
-        database,
+        database: _,
     } = settings;
     // Before anything records a metric.
     telemetry::handle();
     let mcp_servers = config.access.mcp_servers(keys.is_some());
-    // Until `run` returns (or the process ends): one gateway per SQLite file.
-    let _replica = store::lock_single_replica(&database)?;
-    let store::Database { store, replicas } = store::open(&database, cluster::replica_id())
-        .await
-        .context("opening the database")?;
+    // Held until `run` returns (or the process ends): one gateway per SQLite file.
+    let ServedDatabase {
+        database: store::Database { store, replicas },
+        _lock,
+    } = opened;
     let stop = CancellationToken::new();
     let retention = Retention {
         max_events: (config.keep.retention_events > 0).then_some(config.keep.retention_events),
@@ -359,9 +396,7 @@ pub async fn run(
 
 /// Applies the migrations of the configured database.
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    store::connect(&config.database_url, cluster::replica_id())
-        .await
-        .context("opening the database")?;
+    open_url(&config.database_url).await?;
     Ok(())
 }
 
@@ -401,9 +436,7 @@ fn install_config(config: &Config) -> anyhow::Result<gateway::InstallConfig> {
 /// `acp-gateway agents …`: installs a registry's agent and records it in the database (the
 /// gateways using it start it), or lists those recorded.
 pub async fn agents_command(config: &Config, action: &config::AgentsCommand) -> anyhow::Result<()> {
-    let store::Database { store, .. } = store::connect(&config.database_url, cluster::replica_id())
-        .await
-        .context("opening the database")?;
+    let store::Database { store, .. } = open_url(&config.database_url).await?;
     match action {
         config::AgentsCommand::Add { agent, name } => {
             let (id, version) = match agent.split_once('@') {

@@ -66,11 +66,15 @@ async fn main() -> std::process::ExitCode {
             .init(),
     }
     acp_gateway::telemetry::traces::remember_dispatch();
+    let log_format = config.log_format;
     let code = match serve_or_migrate(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{}", shown(&e));
-            eprintln!("acp-gateway: {}", shown(&e));
+            // Said once: in the log's own format when it is JSON, else as a line for people.
+            match log_format {
+                LogFormat::Json => tracing::error!("{}", shown(&e)),
+                LogFormat::Pretty => eprintln!("acp-gateway: {}", shown(&e)),
+            }
             std::process::ExitCode::FAILURE
         }
     };
@@ -134,10 +138,12 @@ async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
         .collect();
     tracing::info!(config = %serde_json::Value::Object(effective), "effective configuration");
     let settings = acp_gateway::settings::Settings::load(config)?;
+    let url = &settings.config.database_url;
+    let opened = acp_gateway::open_database(&settings.database, url, true).await?;
     let listener = tokio::net::TcpListener::bind(settings.config.listen).await?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);
-    acp_gateway::run(settings, listener, shutdown_signal()).await
+    acp_gateway::run(settings, opened, listener, shutdown_signal()).await
 }
 
 async fn shutdown_signal() {

@@ -19,6 +19,7 @@ mod cluster;
 mod cluster_acp;
 mod connect;
 mod controls;
+mod database_urls;
 mod elicitations;
 mod faults;
 mod files;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::contract::Store;
-use super::error::StoreResult;
+use super::diagnosis;
+use super::error::{StoreError, StoreResult};
 use super::postgres::PgStore;
 use super::replicas::Replicas;
 use super::sqlite::SqliteStore;
@@ -24,15 +25,40 @@ pub enum DatabaseUrl {
 }
 
 impl DatabaseUrl {
+    /// `url` read, or why the gateway cannot use it: a scheme it does not speak, or an SQLite
+    /// file in a folder that does not exist (see `diagnosis.rs`).
     pub fn parse(url: &str) -> StoreResult<DatabaseUrl> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(DatabaseUrl::Postgres(url.to_owned()));
         }
+        if let Some(why) = diagnosis::refused_url(url) {
+            return Err(StoreError::Refused(why));
+        }
         let (options, in_memory) = sqlite::parse_url(url)?;
+        if let Some(why) = (!in_memory)
+            .then(|| diagnosis::missing_folder(options.get_filename()))
+            .flatten()
+        {
+            return Err(StoreError::Refused(why));
+        }
         Ok(DatabaseUrl::Sqlite {
             options: Box::new(options),
             in_memory,
         })
+    }
+}
+
+impl DatabaseUrl {
+    /// Why opening it failed with `e`, on one line: `database URL: what is wrong. What to do`
+    /// (`shown`: the URL as given, its password masked).
+    pub fn unusable(&self, shown: &str, e: &StoreError) -> String {
+        let what = match self {
+            DatabaseUrl::Postgres(url) => diagnosis::postgres(url, e),
+            DatabaseUrl::Sqlite { options, .. } => {
+                diagnosis::sqlite(&options.get_filename().display(), e)
+            }
+        };
+        format!("database {shown}: {what}")
     }
 }
 

@@ -13,6 +13,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A database URL the gateway cannot use, and why (see `diagnosis.rs`).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl StoreError {

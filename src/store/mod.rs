@@ -6,7 +6,7 @@
 //! backend is; they speak in the records of `records.rs` and the events of `event.rs` (the kinds
 //! the gateway knows by name in `kind.rs`), failing with the [`StoreError`] of `error.rs`. A
 //! PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) pass the same contract suite
-//! (`tests/store_contract/`), opened by `database.rs`; beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
+//! (`tests/store_contract/`), opened by `database.rs` (what is wrong with one that cannot be, said by `diagnosis.rs`); beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
 //! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
 //! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs`, `quotas.rs`, `workspaces.rs`, `queue.rs`, `watchers.rs`, `usage.rs`, `installs.rs` and `imports.rs`), the mapping
 //! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
@@ -26,6 +26,7 @@ macro_rules! session_columns {
 mod common;
 mod contract;
 mod database;
+mod diagnosis;
 mod error;
 #[macro_use]
 mod webhook_outbox;

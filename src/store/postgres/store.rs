@@ -8,7 +8,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::Row;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use std::str::FromStr;
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 
 use super::super::rows::{Columns, Native};
 use crate::store::error::StoreResult;
@@ -33,6 +36,14 @@ impl PgStore {
     /// `replica` tags the notifications of this store's appends (see
     /// [`EventLog::appended_elsewhere`](crate::store::contract::EventLog::appended_elsewhere)).
     pub async fn connect(url: &str, replica: &str) -> StoreResult<Self> {
+        // One connection first: the pool would retry a refused one until its timeout, and then
+        // say only that it timed out.
+        let options = PgConnectOptions::from_str(url)?;
+        let first = tokio::time::timeout(ACQUIRE_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))
+            .map_err(sqlx::Error::Io)??;
+        let _ = first.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
