@@ -400,6 +400,56 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `migrate --from --to`: copies a whole store into a new one, saying on stderr how far it is
+/// (at most once a second, and at each table's end), then what it copied and its digest.
+pub async fn copy_command(from: &str, to: &str) -> anyhow::Result<()> {
+    let read = |url: &str| {
+        store::DatabaseUrl::parse(url)
+            .map_err(|e| anyhow::anyhow!("database {}: {e}", redact::url(url)))
+    };
+    let (source, target) = (read(from)?, read(to)?);
+    anyhow::ensure!(from != to, "--from and --to name the same database");
+    let (shown_from, shown_to) = (redact::url(from), redact::url(to));
+    let mut said = std::time::Instant::now();
+    let mut progress = |table: &str, copied: u64, total: u64| {
+        if copied == total || said.elapsed() >= Duration::from_secs(1) {
+            eprintln!("{table}: {copied} of {total} rows");
+            said = std::time::Instant::now();
+        }
+    };
+    let report = store::copy_store(&source, &target, &shown_from, &mut progress)
+        .await
+        .map_err(|e| match e {
+            store::StoreError::Refused(why) => anyhow::anyhow!(why),
+            e => anyhow::anyhow!("copying {shown_from} to {shown_to}: {e}"),
+        })?;
+    for (table, rows) in &report.tables {
+        println!("{table}: {rows} rows");
+    }
+    let again = if report.resumed {
+        " (finishing an earlier run)"
+    } else {
+        ""
+    };
+    println!(
+        "copied {shown_from} to {shown_to}{again}; both hold the same rows, digest {}",
+        report.digest
+    );
+    Ok(())
+}
+
+/// `backup --to FILE`: the SQLite store of `--database-url`, copied while it is served.
+pub async fn backup_command(config: &Config, to: &std::path::Path) -> anyhow::Result<()> {
+    let shown = redact::url(&config.database_url);
+    let database = store::DatabaseUrl::parse(&config.database_url)
+        .map_err(|e| anyhow::anyhow!("database {shown}: {e}"))?;
+    let size = store::backup_sqlite(&database, to)
+        .await
+        .map_err(|e| anyhow::anyhow!("backup of {shown}: {e}"))?;
+    println!("backed up {shown} to {} ({size} bytes)", to.display());
+    Ok(())
+}
+
 /// Where agents are installed from and to, and how an installed one is started: as a
 /// configured agent is, with the tenants' pools.
 fn install_config(config: &Config) -> anyhow::Result<gateway::InstallConfig> {

@@ -33,7 +33,8 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     // One filter for both layers: the spans and events it lets through are exported (when
     // traces are on) and logged alike.
     let otel = traces.as_ref().map(|t| {
@@ -91,10 +92,19 @@ fn shown(e: &anyhow::Error) -> String {
 
 async fn serve_or_migrate(config: Config) -> anyhow::Result<()> {
     match config.command {
-        Some(Command::Migrate) => {
+        Some(Command::Migrate {
+            from: Some(ref from),
+            to: Some(ref to),
+        }) => {
+            return acp_gateway::copy_command(from, to).await;
+        }
+        Some(Command::Migrate { .. }) => {
             acp_gateway::migrate(&config).await?;
             println!("migrations applied");
             return Ok(());
+        }
+        Some(Command::Backup { ref to }) => {
+            return acp_gateway::backup_command(&config, to).await;
         }
         Some(Command::Agents { ref action }) => {
             return acp_gateway::agents_command(&config, action).await;

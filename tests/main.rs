@@ -31,6 +31,7 @@ mod identity;
 mod image;
 mod installs;
 mod list_sync;
+mod moves;
 mod oidc;
 mod openapi;
 mod outage;

@@ -365,8 +365,27 @@ pub struct Config {
 pub enum Command {
     /// Serve HTTP (the default).
     Serve,
-    /// Apply the database migrations and exit.
-    Migrate,
+    /// Apply the database migrations and exit; with `--from` and `--to`, copy a whole store into
+    /// a new one instead (SQLite to PostgreSQL and back): every session, event (with its id),
+    /// state, webhook and its outbox, idempotency key, usage record and installed agent. Stop
+    /// the gateways of the source first. A copy that stopped half-way is finished by running
+    /// it again; a target with data of its own is refused.
+    Migrate {
+        /// The store to copy (a database URL as `--database-url` takes).
+        #[arg(long, requires = "to")]
+        from: Option<String>,
+        /// The new store to copy it into.
+        #[arg(long, requires = "from")]
+        to: Option<String>,
+    },
+    /// Write a consistent copy of the SQLite store of `--database-url` to a new file, while the
+    /// gateway serves it; restore it with `migrate --from sqlite:FILE --to URL`. (For
+    /// PostgreSQL, use `pg_dump`: see docs/operations.md.)
+    Backup {
+        /// The file to write (it must not exist).
+        #[arg(long)]
+        to: std::path::PathBuf,
+    },
     /// Start each configured agent once, initialize it (and authenticate it when it has an auth
     /// method), print its info and capabilities, and exit; non-zero naming each agent that cannot
     /// be used, with the reason.

@@ -24,7 +24,9 @@ macro_rules! session_columns {
 
 #[macro_use]
 mod common;
+mod backup;
 mod contract;
+mod copy;
 mod database;
 mod diagnosis;
 mod error;
@@ -58,9 +60,12 @@ mod replicas;
 mod rows;
 mod sqlite;
 
+pub use backup::backup_sqlite;
 pub use contract::{
     Appended, EventLog, Ping, SessionImports, SessionRecords, StateSnapshots, Store, WebhookOutbox,
 };
+pub use copy::tables::{COPIED, LEFT};
+pub use copy::{CopyProgress, CopyReport, copy_store};
 pub use database::{Database, DatabaseUrl, connect, lock_single_replica, open};
 pub use error::{StoreError, StoreResult};
 pub use event::{Batch, BatchesStored, LogWriter, NewEvent, Payload, SeqRange, StoredEvent};

@@ -21,7 +21,7 @@ mod lifecycle;
 mod quotas;
 mod replicas;
 mod sessions;
-mod store;
+pub(super) mod store;
 
 pub use store::PgStore;
 

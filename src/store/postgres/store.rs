@@ -101,7 +101,7 @@ pub(super) const TEXT_MARK: char = '\u{10FFFF}';
 
 /// `text` as a `text` column takes it (see [`TEXT_MARK`]); borrowed when it holds neither
 /// U+0000 nor the mark.
-pub(super) fn text_in(text: &str) -> Cow<'_, str> {
+pub(in crate::store) fn text_in(text: &str) -> Cow<'_, str> {
     if !text.contains(['\0', TEXT_MARK]) {
         return Cow::Borrowed(text);
     }
@@ -118,7 +118,7 @@ pub(super) fn text_in(text: &str) -> Cow<'_, str> {
 
 /// What [`text_in`] wrote, read back. A mark followed by anything else (a value stored before
 /// there was an escape) is kept as it is.
-pub(super) fn text_out(text: String) -> String {
+pub(in crate::store) fn text_out(text: String) -> String {
     if !text.contains(TEXT_MARK) {
         return text;
     }
@@ -142,7 +142,7 @@ pub(super) fn text_out(text: String) -> String {
 
 /// The key of the wrapper that carries, as its JSON text, a value holding U+0000, which `jsonb`
 /// refuses. Reserved: a stored value that is exactly such an object is read as its text.
-pub(super) const NUL_SAFE: &str = "acp-gateway:json-with-nul";
+pub(in crate::store) const NUL_SAFE: &str = "acp-gateway:json-with-nul";
 
 /// `text` (a value's JSON) wrapped under [`NUL_SAFE`] when it holds U+0000; `None` otherwise. A
 /// false positive (a literal `\u0000` in a string) is wrapped too, which is harmless: reading
@@ -183,7 +183,7 @@ pub(super) enum NulSafeStrings<'a> {
 }
 
 /// The JSON text of `value` for a `::jsonb` cast, wrapped as [`wrap_nul`] says.
-pub(super) fn nul_safe_text(text: &str) -> Cow<'_, str> {
+pub(in crate::store) fn nul_safe_text(text: &str) -> Cow<'_, str> {
     match wrap_nul(text) {
         Some(wrapped) => Cow::Owned(wrapped.to_string()),
         None => Cow::Borrowed(text),
