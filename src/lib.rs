@@ -103,6 +103,7 @@ pub fn app(
                 .as_ref()
                 .and_then(|k| k.oidc())
                 .filter(|_| config.oidc.oidc_console_client_id.is_some()),
+            shares_limit: Arc::default(),
         })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(

@@ -15,6 +15,7 @@ mod agents;
 mod files;
 mod people;
 mod script;
+mod shared;
 mod usage;
 
 use serde_json::Value;

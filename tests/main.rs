@@ -42,6 +42,7 @@ mod remote_agents;
 mod remote_workspaces;
 mod security;
 mod sessions;
+mod shares;
 mod soak;
 mod store_contract;
 mod stream_bytes;

@@ -88,9 +88,17 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("console/usage-page.js"),
     ),
+    (
+        "shared.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/shared.js"),
+    ),
 ];
 
-fn embedded(content_type: &'static str, body: &'static str) -> Response {
+/// The page of a share link (`/shared/{token}`).
+pub(super) const SHARED_PAGE: &str = include_str!("console/shared.html");
+
+pub(super) fn embedded(content_type: &'static str, body: &'static str) -> Response {
     embedded_allowing(content_type, body, None)
 }
 

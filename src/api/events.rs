@@ -45,7 +45,7 @@ pub struct SessionStreamParams {
 }
 
 /// The cursor from `Last-Event-ID` or `?after`; `None` = live tail.
-fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiError> {
+pub(super) fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiError> {
     let header = headers.get("last-event-id").map(|v| {
         v.to_str()
             .ok()
@@ -62,7 +62,7 @@ fn cursor(headers: &HeaderMap, after: Option<i64>) -> Result<Option<i64>, ApiErr
     }
 }
 
-fn with_stream_headers(mut res: Response) -> Response {
+pub(super) fn with_stream_headers(mut res: Response) -> Response {
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));

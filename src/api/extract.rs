@@ -22,6 +22,8 @@ pub struct AppState {
     pub openapi: Bytes,
     /// The OpenID provider the console signs in with (`--oidc-console-client-id`), if any.
     pub sign_in: Option<std::sync::Arc<super::oidc::Oidc>>,
+    /// What `/shared/…` lets each client address ask.
+    pub shares_limit: std::sync::Arc<super::share_limit::ShareLimit>,
 }
 
 /// The `{id}` every `/sessions/{id}…` route takes, as the spec documents it (the handlers read

@@ -26,6 +26,8 @@ mod responses;
 mod revoked;
 pub mod serve;
 mod sessions;
+mod share_limit;
+mod shares;
 mod sse;
 mod system;
 mod transcripts;
@@ -162,6 +164,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::session_history))
         .routes(routes!(transcripts::export_session))
         .routes(routes!(transcripts::import_session))
+        .routes(routes!(shares::create_share, shares::list_shares))
+        .routes(routes!(shares::revoke_share))
+        .routes(routes!(shares::open_share))
+        .routes(routes!(shares::shared_history))
+        .routes(routes!(shares::shared_events))
         .routes(routes!(events::watchers))
         .routes(routes!(events::lifecycle_events))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))

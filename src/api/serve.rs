@@ -10,11 +10,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
 
 /// Serves `app` on `listener` until `shutdown` resolves; then stops accepting, asks every open
 /// connection to close after its current response (streams end on their own shutdown signal)
@@ -31,7 +33,7 @@ pub async fn serve(
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     // Out of file descriptors and the like: wait rather than spin.
@@ -44,12 +46,20 @@ pub async fn serve(
         };
         // Frames are written whole: nothing gains from Nagle's delay, and an SSE frame must
         // not wait for the client's (delayed) acknowledgement of the previous one.
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
         // Built here rather than in the task: measured, it keeps the RSS lower over many
         // connections coming and going.
         // With upgrades: `/acp` takes WebSockets.
+        // Each request knows its peer (what `/shared/…` limits by), without a copy of the router.
+        let app = app
+            .clone()
+            .map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            });
         let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()))
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
             .with_upgrades();
         let closing = closing.clone();
         connections.spawn(async move {

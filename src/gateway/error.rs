@@ -16,6 +16,9 @@ pub enum Error {
     Invalid(String),
     #[error("{0}")]
     NotFound(String),
+    /// It was there and is no more (a share link expired or revoked).
+    #[error("{0}")]
+    Gone(String),
     /// The session is busy, or in a state that does not allow this.
     #[error("{0}")]
     Conflict(String),

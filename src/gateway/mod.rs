@@ -29,6 +29,7 @@ pub mod portable;
 pub mod problem;
 mod queue;
 mod sessions;
+mod shares;
 mod state;
 mod sync;
 mod system;
@@ -59,6 +60,7 @@ pub use parts::requests::Requests;
 pub use problem::Problem;
 pub use queue::Queue;
 pub use sessions::{SessionFilter, Sessions};
+pub use shares::{MadeShare, NewShare, ShareView, SharedSession, Shares};
 pub use state::{SessionState, StateAt};
 pub use sync::{ListSync, SyncReport};
 pub use system::{NamedAgentView, Stats, System};
@@ -151,6 +153,7 @@ struct Service {
     usage: Usage,
     history: History,
     transcripts: Transcripts,
+    shares: Shares,
     files: Files,
     changes: Changes,
     system: System,
@@ -335,6 +338,7 @@ impl Gateway {
         let usage = Usage::new(&parts, store.clone());
         let history = History::new(&parts);
         let transcripts = Transcripts::new(&parts, store.clone());
+        let shares = Shares::new(&parts, store.clone(), history.clone());
         let files = Files::new(&parts);
         let system = System::new(&parts, store.clone());
         let installs = Installs::new(&parts);
@@ -358,6 +362,7 @@ impl Gateway {
             usage,
             history,
             transcripts,
+            shares,
             files,
             changes,
             system,
@@ -487,6 +492,11 @@ impl Gateway {
     /// Exports and imports.
     pub fn transcripts(&self) -> &Transcripts {
         &self.0.transcripts
+    }
+
+    /// Share links.
+    pub fn shares(&self) -> &Shares {
+        &self.0.shares
     }
 
     pub fn files(&self) -> &Files {

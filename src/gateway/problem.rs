@@ -53,6 +53,7 @@ impl Error {
             Error::Malformed(_) => (400, "bad-request", "Bad request"),
             Error::Invalid(_) => (422, "validation-failed", "Validation failed"),
             Error::NotFound(_) => (404, "not-found", "Not found"),
+            Error::Gone(_) => (410, "gone", "Gone"),
             Error::Conflict(_) => (409, "conflict", "Conflict"),
             Error::Forbidden(_) => (403, "forbidden", "Forbidden"),
             Error::PreconditionFailed(_) => (412, "precondition-failed", "Precondition failed"),

@@ -406,6 +406,7 @@ macro_rules! impl_store {
         impl_watchers!($backend { reads: $reads, writes: $writes });
         impl_usage!($backend { reads: $reads, writes: $writes });
         impl_installs!($backend { reads: $reads, writes: $writes });
+        impl_shares!($backend { reads: $reads, writes: $writes });
         impl_imports!($backend {
             writes: $writes,
             begin_write: $begin($($begin_arg)?),

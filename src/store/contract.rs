@@ -20,6 +20,7 @@ use super::records::{
     Attempt, DeliveryRecord, ListQuery, ListedSession, NewLifecycleEvent, SessionList,
     SessionMutation, SessionRecord, StoredLifecycleEvent, SyncedVisitor, ToSync, WebhookRecord,
 };
+use super::shares::SessionShares;
 use super::usage::UsageLedger;
 use super::watchers::SessionWatchers;
 use super::workspaces::SessionWorkspaces;
@@ -40,6 +41,7 @@ pub trait Store:
     + UsageLedger
     + InstalledAgents
     + SessionImports
+    + SessionShares
     + Ping
 {
     /// The secret the replicas sharing the database prove forwarded requests with: the one

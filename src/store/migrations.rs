@@ -26,7 +26,7 @@ pub const POSTGRES: &[(&str, &str)] = embedded!("postgres":
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
     "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
     "0021_usage_ledger", "0022_installed_agents", "0023_installed_agents_logged_out",
-    "0024_store_copies",
+    "0024_store_copies", "0025_session_shares",
 );
 
 /// `migrations/sqlite`.
@@ -37,7 +37,7 @@ pub const SQLITE: &[(&str, &str)] = embedded!("sqlite":
     "0014_tenant_quotas", "0015_vanished", "0016_forwarded_keys", "0017_session_workspaces",
     "0018_session_people", "0019_prompt_queue", "0020_session_watchers",
     "0021_usage_ledger", "0022_installed_agents", "0023_installed_agents_logged_out",
-    "0024_store_copies",
+    "0024_store_copies", "0025_session_shares",
 );
 
 /// A migrator applying `files` (one of the lists above).

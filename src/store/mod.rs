@@ -2,13 +2,13 @@
 //!
 //! One trait per concern at the level of the gateway's use cases (`contract.rs`: the session
 //! rows, the event logs, state snapshots, webhooks and their outbox; `idempotency.rs`: the
-//! idempotency keys; `quotas.rs`: per-tenant quotas; `workspaces.rs`: the sessions' workspaces; `queue.rs`: their prompt queues; `watchers.rs`: their open streams; `usage.rs`: what turns spent; `installs.rs`: the agents installed from a registry; `imports.rs`: sessions written whole), all combined in [`Store`], the one object a
+//! idempotency keys; `quotas.rs`: per-tenant quotas; `workspaces.rs`: the sessions' workspaces; `queue.rs`: their prompt queues; `watchers.rs`: their open streams; `usage.rs`: what turns spent; `installs.rs`: the agents installed from a registry; `imports.rs`: sessions written whole; `shares.rs`: read-only links), all combined in [`Store`], the one object a
 //! backend is; they speak in the records of `records.rs` and the events of `event.rs` (the kinds
 //! the gateway knows by name in `kind.rs`), failing with the [`StoreError`] of `error.rs`. A
 //! PostgreSQL and an SQLite implementation (`postgres/`, `sqlite/`) pass the same contract suite
 //! (`tests/store_contract/`), opened by `database.rs` (what is wrong with one that cannot be, said by `diagnosis.rs`); beside it, how each records the gateway replicas using it (`replicas.rs`). What the two run
 //! alike is written once: the shared SQL and the trait impls of both (`common.rs`, with one macro
-//! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs`, `quotas.rs`, `workspaces.rs`, `queue.rs`, `watchers.rs`, `usage.rs`, `installs.rs` and `imports.rs`), the mapping
+//! per concern in `event_log.rs`, `webhook_outbox.rs`, `idempotency.rs`, `quotas.rs`, `workspaces.rs`, `queue.rs`, `watchers.rs`, `usage.rs`, `installs.rs`, `imports.rs` and `shares.rs`), the mapping
 //! of rows to records (`rows.rs`) and the session list's statement and pages (`listing.rs`). This
 //! file only declares the parts and re-exports their names. This module depends on nothing else
 //! in the crate: the replica id it tags notifications with is given to [`connect`].
@@ -49,6 +49,8 @@ mod installs;
 #[macro_use]
 mod imports;
 #[macro_use]
+mod shares;
+#[macro_use]
 mod event_log;
 mod event;
 mod kind;
@@ -82,6 +84,7 @@ pub use records::{
     SyncedVisitor, ToSync, WebhookRecord,
 };
 pub use replicas::{Claimed, Heartbeat, HeldSessions, Replica, ReplicaRegistry, Replicas};
+pub use shares::{SessionShares, ShareRecord};
 pub use sqlite::SqliteStore;
 pub use sqlite::replica::ReplicaLock;
 pub use usage::{

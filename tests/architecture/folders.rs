@@ -40,6 +40,7 @@ pub const LAYERS: &[(&str, &[&[&str]])] = &[(
             "installs",
             "history",
             "transcripts",
+            "shares",
             "sync",
             "system",
             "webhooks",

@@ -21,6 +21,7 @@ pub const COPIED: &[&str] = &[
     "usage_alerts",
     "tenant_prompts",
     "installed_agents",
+    "session_shares",
 ];
 
 /// The tables not copied: the migrations each store applies itself, what running replicas hold
