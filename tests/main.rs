@@ -53,6 +53,7 @@ mod tenant_limits;
 mod traces;
 mod transcripts;
 mod turns;
+mod upgrades;
 mod usage;
 mod webhook_receiver;
 mod webhook_targets;

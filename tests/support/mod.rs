@@ -23,6 +23,7 @@ pub mod process;
 pub mod raw;
 pub mod registry;
 pub mod secrets;
+pub mod seen;
 pub mod sse;
 pub mod webhooks;
 pub mod world;
