@@ -254,6 +254,10 @@ async fn a_session_exports_whole_and_imports_as_a_transcript(backend: Backend) {
             .contains("read-only transcript"),
         "{refused}"
     );
+    let (status, refused) = globex
+        .post(&format!("/sessions/{copy}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 409, "{refused}");
     let again = all_events(gw, Some(GLOBEX), &copy).await;
     assert_eq!(again.len(), copied.len(), "a refused prompt logs nothing");
     let (status, _) = globex

@@ -20,6 +20,7 @@ use super::input::{SessionId, confine, validate_abs_path};
 use super::output::SessionView;
 use super::parts::use_case;
 use super::parts::workspaces::{Source, made_by_host};
+use super::portable::read_only;
 use super::sessions::Sessions;
 use crate::agent_rpc::CallError;
 use crate::config::McpServers;
@@ -235,6 +236,9 @@ impl Create {
         fork: Fork,
     ) -> Result<SessionView, Error> {
         let from = self.records.get(caller, parent).await?;
+        if let Some(why) = read_only(&from) {
+            return Err(Error::Conflict(why));
+        }
         let remote = self.placement.agent_named(&from.agent)?.is_remote();
         if !self.placement.caps(&from.agent).fork {
             let method = AGENT_METHOD_NAMES.session_fork;

@@ -6,7 +6,6 @@
 use std::io::ErrorKind;
 use std::str::FromStr;
 
-use sqlx::migrate::MigrateError;
 use sqlx::postgres::PgConnectOptions;
 
 use super::error::StoreError;
@@ -78,10 +77,6 @@ pub(super) fn sqlite(path: &impl std::fmt::Display, e: &StoreError) -> String {
 /// What both backends say alike: the migrations, and anything else once.
 fn common(e: &StoreError) -> String {
     match e {
-        StoreError::Migrate(MigrateError::VersionMissing(version)) => format!(
-            "it was migrated by a newer acp-gateway (its migration {version} is unknown to this \
-             one). Run that release or a later one, or restore it from a backup"
-        ),
         StoreError::Migrate(m) => format!("cannot apply the gateway's migrations: {m}"),
         StoreError::Db(sqlx::Error::PoolTimedOut) => {
             "no connection within the pool's timeout. Check that the server is up and reachable"

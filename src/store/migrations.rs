@@ -57,6 +57,10 @@ pub fn migrator(files: &'static [(&'static str, &'static str)]) -> Migrator {
         .collect::<Vec<_>>();
     Migrator {
         migrations: Cow::Owned(migrations),
+        // A database a later release has migrated further keeps serving this one: migrations
+        // only add (see docs/operations.md), so a replica can restart on the old release in
+        // the middle of a rolling upgrade.
+        ignore_missing: true,
         ..Migrator::DEFAULT
     }
 }

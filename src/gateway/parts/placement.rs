@@ -24,6 +24,7 @@ use crate::cluster::Cluster;
 use crate::gateway::error::Error;
 use crate::gateway::event::GatewayLifecycleEvent;
 use crate::gateway::output::Status;
+use crate::gateway::portable::read_only;
 use crate::pool::client::AgentClient;
 use crate::pool::{AgentHost, AgentPool, Agents, Pool};
 use crate::store::{Claimed, SessionRecord};
@@ -400,6 +401,9 @@ impl Placement {
             return Err(Error::Conflict(format!(
                 "session {id} is archived: unarchive it (POST /sessions/{id}/unarchive) first"
             )));
+        }
+        if let Some(why) = read_only(record) {
+            return Err(Error::Conflict(why));
         }
         if let Some(m) = held {
             return Ok(m);
