@@ -80,7 +80,11 @@ async fn direct(url: &str, ids: &[String], what: &str) -> Measured {
             events += page.len() as u64;
         }
     }
-    Measured { what: what.into(), events, secs: started.elapsed().as_secs_f64() }
+    Measured {
+        what: what.into(),
+        events,
+        secs: started.elapsed().as_secs_f64(),
+    }
 }
 
 /// Every session of `ids` exported by `gw` as `accept`, read to its end; the events are the
@@ -89,16 +93,30 @@ async fn export(gw: &Gateway, ids: &[String], accept: &str, what: &str, events: 
     let started = Instant::now();
     let mut lines = 0u64;
     for id in ids {
-        let r = gw.http.get(gw.url(&format!("/sessions/{id}/export"))).header("accept", accept).send().await.unwrap();
+        let r = gw
+            .http
+            .get(gw.url(&format!("/sessions/{id}/export")))
+            .header("accept", accept)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         let mut body = r.bytes_stream();
         while let Some(chunk) = body.next().await {
             lines += chunk.unwrap().iter().filter(|b| **b == b'\n').count() as u64;
         }
     }
-    let read = if accept.contains("ndjson") { lines - 2 * ids.len() as u64 } else { events };
+    let read = if accept.contains("ndjson") {
+        lines - 2 * ids.len() as u64
+    } else {
+        events
+    };
     assert_eq!(read, events, "{what}: every event exported");
-    Measured { what: what.into(), events: read, secs: started.elapsed().as_secs_f64() }
+    Measured {
+        what: what.into(),
+        events: read,
+        secs: started.elapsed().as_secs_f64(),
+    }
 }
 
 /// `acp-gateway migrate --from from --to to`, to its end.
@@ -112,37 +130,93 @@ async fn migrate(from: &str, to: &str, what: &str, events: u64) -> Measured {
         .unwrap();
     let secs = started.elapsed().as_secs_f64();
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(said.contains(&format!("session_events: {events} rows")), "{said}");
-    Measured { what: what.into(), events, secs }
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("session_events: {events} rows")),
+        "{said}"
+    );
+    Measured {
+        what: what.into(),
+        events,
+        secs,
+    }
 }
 
 #[tokio::main]
 async fn main() {
-    let events: usize = std::env::var("TRANSFER_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(1_000_000);
+    let events: usize = std::env::var("TRANSFER_EVENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Database::create(Backend::Sqlite, dir.path(), "transfer").await;
     let filled = Instant::now();
     let ids = fill(&sqlite.url, events).await;
     let total = (events / SESSIONS * SESSIONS) as u64;
-    eprintln!("filled {total} events in {:.1} s", filled.elapsed().as_secs_f64());
+    eprintln!(
+        "filled {total} events in {:.1} s",
+        filled.elapsed().as_secs_f64()
+    );
 
     let mut runs = Vec::new();
     let base = direct(&sqlite.url, &ids, "SQLite: read from the store directly").await;
     let gw = Gateway::spawn(&sqlite.url, &dir.path().join("gw"), &Options::bench()).await;
-    runs.push(export(&gw, &ids, "application/x-ndjson", "SQLite: export, JSON Lines", total).await);
-    runs.push(export(&gw, &ids, "text/markdown", "SQLite: export, Markdown", total).await);
+    runs.push(
+        export(
+            &gw,
+            &ids,
+            "application/x-ndjson",
+            "SQLite: export, JSON Lines",
+            total,
+        )
+        .await,
+    );
+    runs.push(
+        export(
+            &gw,
+            &ids,
+            "text/markdown",
+            "SQLite: export, Markdown",
+            total,
+        )
+        .await,
+    );
     gw.stop().await;
     let copy = format!("sqlite:{}", dir.path().join("copy.db").display());
-    runs.push(migrate(&sqlite.url, &copy, "SQLite → SQLite: migrate (copy and check)", total).await);
+    runs.push(
+        migrate(
+            &sqlite.url,
+            &copy,
+            "SQLite → SQLite: migrate (copy and check)",
+            total,
+        )
+        .await,
+    );
     let mut rows = vec![(base, runs)];
 
     if support::postgres::admin_url().is_some() {
         let mut pg = Database::create(Backend::Postgres, &dir.path().join("pg"), "transfer").await;
-        let moved = migrate(&sqlite.url, &pg.url, "SQLite → PostgreSQL: migrate (copy and check)", total).await;
+        let moved = migrate(
+            &sqlite.url,
+            &pg.url,
+            "SQLite → PostgreSQL: migrate (copy and check)",
+            total,
+        )
+        .await;
         let base = direct(&pg.url, &ids, "PostgreSQL: read from the store directly").await;
         let gw = Gateway::spawn(&pg.url, &dir.path().join("gwpg"), &Options::bench()).await;
-        let exported = export(&gw, &ids, "application/x-ndjson", "PostgreSQL: export, JSON Lines", total).await;
+        let exported = export(
+            &gw,
+            &ids,
+            "application/x-ndjson",
+            "PostgreSQL: export, JSON Lines",
+            total,
+        )
+        .await;
         gw.stop().await;
         rows.push((base, vec![exported, moved]));
         pg.remove().await;
@@ -155,7 +229,12 @@ async fn main() {
     for (base, runs) in &rows {
         table.push_str(&format!("| {} | {:.0} | 1 |\n", base.what, base.rate()));
         for run in runs {
-            table.push_str(&format!("| {} | {:.0} | {:.2} |\n", run.what, run.rate(), run.rate() / base.rate()));
+            table.push_str(&format!(
+                "| {} | {:.0} | {:.2} |\n",
+                run.what,
+                run.rate(),
+                run.rate() / base.rate()
+            ));
         }
     }
     print!("{table}");

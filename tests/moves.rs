@@ -11,25 +11,10 @@ use std::process::Stdio;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::seen::{assert_same, seen};
+use support::seen::{ACME, GLOBEX, assert_same, seen, two_tenants};
 use support::sse::Sse;
 use support::*;
 use tokio::io::AsyncBufReadExt as _;
-
-const ACME: &str = "acme-key-0123456789a";
-const GLOBEX: &str = "globex-key-012345678";
-
-fn opts() -> Options {
-    Options::default()
-        .args(&[
-            "--api-key",
-            &format!("acme/ann:{ACME}"),
-            "--api-key",
-            &format!("globex/dee:{GLOBEX}"),
-            "--webhook-allow-private",
-        ])
-        .env("ECHO_AGENT_COST", "0.01 USD")
-}
 
 /// `acp-gateway ARGS` to its end: its exit code, stdout and stderr.
 async fn command(args: &[&str]) -> (Option<i32>, String, String) {
@@ -45,6 +30,27 @@ async fn command(args: &[&str]) -> (Option<i32>, String, String) {
         .unwrap();
     let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
     (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
+/// Globex's create with the `Idempotency-Key` `moved-1`: its answer (201 each time).
+async fn keyed_create(gw: &Gateway) -> Value {
+    let r = (gw.http.post(gw.url("/sessions")).bearer_auth(GLOBEX))
+        .header("idempotency-key", "moved-1")
+        .json(&json!({"cwd": "/tmp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json().await.unwrap()
+}
+
+/// An SQLite store in `dir` holding one session of acme's with `events` events, and an empty
+/// PostgreSQL database labelled `label`.
+async fn stores(dir: &std::path::Path, events: usize, label: &str) -> (Database, Database) {
+    let sqlite = Database::create(Backend::Sqlite, dir, "from").await;
+    bulk(&sqlite.url, "acme", 1, events).await;
+    let pg = Database::create(Backend::Postgres, &dir.join("pg"), label).await;
+    (sqlite, pg)
 }
 
 async fn migrate(from: &str, to: &str) -> (Option<i32>, String, String) {
@@ -97,7 +103,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Database::create(Backend::Sqlite, dir.path(), "from").await;
     let bulked = bulk(&sqlite.url, "acme", 2, 20_000).await;
-    let a = Gateway::spawn(&sqlite.url, dir.path(), &opts()).await;
+    let a = Gateway::spawn(&sqlite.url, dir.path(), &two_tenants()).await;
     let acme = a.with_key(Some(ACME));
     let hook = json!({"url": "http://127.0.0.1:9/hook", "events": ["turn_ended"]});
     acme.send_expecting(Method::POST, "/webhooks", Some(hook), 201)
@@ -118,17 +124,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
             .await;
         sessions.push((key, id));
     }
-    let idem = a
-        .http
-        .post(a.url("/sessions"))
-        .bearer_auth(GLOBEX)
-        .header("idempotency-key", "moved-1")
-        .json(&json!({"cwd": "/tmp"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(idem.status(), 201);
-    let idem: Value = idem.json().await.unwrap();
+    let idem = keyed_create(&a).await;
     // A client reads part of a session's log before the move.
     let (_, followed) = &sessions[0];
     let url = a.url(&format!("/sessions/{followed}/events"));
@@ -169,7 +165,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
         "progress on stderr: {said}"
     );
 
-    let b = Gateway::spawn(&pg.url, dir.path(), &opts()).await;
+    let b = Gateway::spawn(&pg.url, dir.path(), &two_tenants()).await;
     assert_same(&before, &(seen(&b, ACME).await, seen(&b, GLOBEX).await));
     // The client resumes exactly after what it read.
     let url = b.url(&format!("/sessions/{followed}/events"));
@@ -183,19 +179,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
     );
     assert_eq!(ids(&mut follow, 2).await, vec![last + 1, last + 2]);
     // The idempotent create answers as it did; sessions go on, numbered after their log.
-    let again = b
-        .http
-        .post(b.url("/sessions"))
-        .bearer_auth(GLOBEX)
-        .header("idempotency-key", "moved-1")
-        .json(&json!({"cwd": "/tmp"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        again.json::<Value>().await.unwrap()["sessionId"],
-        idem["sessionId"]
-    );
+    assert_eq!(keyed_create(&b).await["sessionId"], idem["sessionId"]);
     let (_, id) = &sessions[2];
     let g = b.with_key(Some(GLOBEX));
     let logged = before.1["sessions"]
@@ -243,7 +227,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
     let back = format!("sqlite:{}", dir.path().join("back.db").display());
     let (code, out, said) = migrate(&pg.url, &back).await;
     assert_eq!(code, Some(0), "{out}{said}");
-    let c = Gateway::spawn(&back, dir.path(), &opts()).await;
+    let c = Gateway::spawn(&back, dir.path(), &two_tenants()).await;
     assert_same(&moved, &(seen(&c, ACME).await, seen(&c, GLOBEX).await));
     c.stop().await;
     let mut pg = pg;
@@ -254,9 +238,7 @@ async fn a_gateway_moves_from_sqlite_to_postgres_and_back() {
 #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_move_cut_short_is_finished_by_running_it_again() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = Database::create(Backend::Sqlite, dir.path(), "from").await;
-    bulk(&sqlite.url, "acme", 1, 150_000).await;
-    let mut pg = Database::create(Backend::Postgres, &dir.path().join("pg"), "to").await;
+    let (sqlite, mut pg) = stores(dir.path(), 150_000, "to").await;
     let mut run = tokio::process::Command::new(Options::default().binary)
         .args(["migrate", "--from", &sqlite.url, "--to", &pg.url])
         .env("RUST_LOG", "warn")
@@ -308,9 +290,7 @@ async fn a_move_cut_short_is_finished_by_running_it_again() {
 #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn a_target_in_use_or_the_source_itself_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = Database::create(Backend::Sqlite, dir.path(), "from").await;
-    bulk(&sqlite.url, "acme", 1, 10).await;
-    let mut pg = Database::create(Backend::Postgres, &dir.path().join("pg"), "used").await;
+    let (sqlite, mut pg) = stores(dir.path(), 10, "used").await;
     let used = Gateway::spawn(&pg.url, &dir.path().join("used"), &Options::default()).await;
     used.create("/tmp").await;
     used.stop().await;

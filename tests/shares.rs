@@ -9,40 +9,14 @@ use crate::support;
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use support::seen::{ACME, GLOBEX, get_as, two_tenants};
 use support::sse::Sse;
 use support::*;
 
 both_backends!(a_share_link_opens_one_session_read_only_and_nothing_else);
 
-const ACME: &str = "acme-key-0123456789a";
-const GLOBEX: &str = "globex-key-012345678";
-
-/// `GET path` without a key, with `accept`: the status, content type and body.
-async fn open(gw: &Gateway, path: &str, accept: &str) -> (u16, String, String) {
-    let r = gw
-        .http
-        .get(gw.url(path))
-        .header("accept", accept)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let media = r
-        .headers()
-        .get("content-type")
-        .map_or("", |v| v.to_str().unwrap())
-        .to_owned();
-    (status, media, r.text().await.unwrap())
-}
-
 async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Backend) {
-    let opts = Options::default().args(&[
-        "--api-key",
-        &format!("acme/ann:{ACME}"),
-        "--api-key",
-        &format!("globex:{GLOBEX}"),
-    ]);
-    let w = World::start(backend, opts).await;
+    let w = World::start(backend, two_tenants()).await;
     let gw = w.gw();
     let acme = gw.with_key(Some(ACME));
     let made = acme
@@ -80,7 +54,7 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
     );
 
     // Opened without a key: the session, its transcript, its page.
-    let (status, _, body) = open(gw, &path, "application/json").await;
+    let (status, _, body) = get_as(gw, None, &path, "application/json").await;
     assert_eq!(status, 200, "{body}");
     let shared: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(shared["sessionId"], id.as_str());
@@ -93,15 +67,16 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
             200,
         )
         .await;
-    let (status, _, body) = open(
+    let (status, _, body) = get_as(
         gw,
+        None,
         &format!("{path}/history?limit=1000"),
         "application/json",
     )
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), history);
-    let (status, media, page) = open(gw, &path, "text/html").await;
+    let (status, media, page) = get_as(gw, None, &path, "text/html").await;
     assert_eq!((status, media.as_str()), (200, "text/html; charset=utf-8"));
     assert!(page.contains("/console/shared.js"), "{page}");
 
@@ -158,8 +133,8 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
         );
     }
     let bogus = format!("/shared/shr_{}", "0".repeat(64));
-    assert_eq!(open(gw, &bogus, "application/json").await.0, 404);
-    let (status, _, _) = open(gw, &format!("/shared/{other}"), "application/json").await;
+    assert_eq!(get_as(gw, None, &bogus, "application/json").await.0, 404);
+    let (status, _, _) = get_as(gw, None, &format!("/shared/{other}"), "application/json").await;
     assert_eq!(status, 404, "a session id is no token");
     let globex = gw.with_key(Some(GLOBEX));
     assert_eq!(
@@ -198,7 +173,8 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
     let revoke = format!("{shares}/{}", link["id"].as_str().unwrap());
     assert_eq!(acme.send(Method::DELETE, &revoke, None).await.0, 204);
     for tail in ["", "/history", "/events"] {
-        let (status, _, body) = open(gw, &format!("{path}{tail}"), "application/json").await;
+        let (status, _, body) =
+            get_as(gw, None, &format!("{path}{tail}"), "application/json").await;
         assert_eq!(status, 410, "{tail}: {body}");
     }
     let listed = acme.send_expecting(Method::GET, &shares, None, 200).await;
@@ -215,9 +191,14 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
         .await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(
-        open(gw, brief["path"].as_str().unwrap(), "application/json")
-            .await
-            .0,
+        get_as(
+            gw,
+            None,
+            brief["path"].as_str().unwrap(),
+            "application/json"
+        )
+        .await
+        .0,
         410
     );
     assert_eq!(acme.post(&shares, json!({"expiresIn": 0})).await.0, 422);
@@ -225,7 +206,7 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
     // Trying tokens at speed is cut short.
     let mut statuses = Vec::new();
     for _ in 0..80 {
-        statuses.push(open(gw, &bogus, "application/json").await.0);
+        statuses.push(get_as(gw, None, &bogus, "application/json").await.0);
     }
     assert!(statuses.contains(&429), "{statuses:?}");
     assert_eq!(statuses[0], 404);

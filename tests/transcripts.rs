@@ -9,6 +9,7 @@ use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::seen::{ACME, GLOBEX, get_as, two_tenants};
 use support::sse::Sse;
 use support::*;
 
@@ -18,34 +19,7 @@ both_backends!(
     bad_imports_are_refused_and_leave_nothing,
 );
 
-const ACME: &str = "acme-key-0123456789a";
-const GLOBEX: &str = "globex-key-012345678";
 const NDJSON: &str = "application/x-ndjson";
-
-fn tenants() -> Options {
-    Options::default().args(&[
-        "--api-key",
-        &format!("acme/ann:{ACME}"),
-        "--api-key",
-        &format!("globex/dee:{GLOBEX}"),
-    ])
-}
-
-/// `GET path` with `key` and `accept`: the status, the content type and the body's text.
-async fn fetch(gw: &Gateway, key: Option<&str>, path: &str, accept: &str) -> (u16, String, String) {
-    let mut req = gw.http.get(gw.url(path)).header("accept", accept);
-    if let Some(key) = key {
-        req = req.bearer_auth(key);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let media = r
-        .headers()
-        .get("content-type")
-        .map_or("", |v| v.to_str().unwrap())
-        .to_owned();
-    (status, media, r.text().await.unwrap())
-}
 
 /// `POST /sessions/import` of `body` as `media` with `key`: the status and the answer.
 async fn import(gw: &Gateway, key: Option<&str>, media: &str, body: String) -> (u16, Value) {
@@ -145,13 +119,13 @@ async fn busy_session(gw: &Gateway) -> String {
 /// import is a read-only transcript with the same events, which it reads, follows and
 /// deletes, and which the session's own tenant does not see.
 async fn a_session_exports_whole_and_imports_as_a_transcript(backend: Backend) {
-    let w = World::start(backend, tenants()).await;
+    let w = World::start(backend, two_tenants()).await;
     let gw = w.gw();
     let id = busy_session(gw).await;
     let history = all_events(gw, Some(ACME), &id).await;
 
     let path = format!("/sessions/{id}/export");
-    let (status, media, text) = fetch(gw, Some(ACME), &path, NDJSON).await;
+    let (status, media, text) = get_as(gw, Some(ACME), &path, NDJSON).await;
     assert_eq!((status, media.as_str()), (200, NDJSON), "{text}");
     let export = lines(&text);
     let header = &export[0];
@@ -178,9 +152,9 @@ async fn a_session_exports_whole_and_imports_as_a_transcript(backend: Backend) {
             "no {kind} in {text}"
         );
     }
-    assert_eq!((fetch(gw, Some(GLOBEX), &path, NDJSON).await).0, 404);
+    assert_eq!((get_as(gw, Some(GLOBEX), &path, NDJSON).await).0, 404);
 
-    let (status, media, md) = fetch(gw, Some(ACME), &path, "text/markdown").await;
+    let (status, media, md) = get_as(gw, Some(ACME), &path, "text/markdown").await;
     assert_eq!(
         (status, media.as_str()),
         (200, "text/markdown; charset=utf-8")
@@ -199,7 +173,7 @@ async fn a_session_exports_whole_and_imports_as_a_transcript(backend: Backend) {
     ] {
         assert!(md.contains(shown), "{shown:?} is not in\n{md}");
     }
-    let (_, _, by_query) = fetch(gw, Some(ACME), &format!("{path}?format=markdown"), "*/*").await;
+    let (_, _, by_query) = get_as(gw, Some(ACME), &format!("{path}?format=markdown"), "*/*").await;
     assert_eq!(by_query.lines().next(), md.lines().next());
 
     // Another tenant's import: a new id (this one is taken here), read-only, the same events.
@@ -282,7 +256,7 @@ async fn an_import_its_agent_can_load_goes_on(backend: Backend) {
         assert_eq!(a.gw().prompt(&id, text).await.0, 200);
     }
     let history = all_events(a.gw(), None, &id).await;
-    let (_, _, text) = fetch(a.gw(), None, &format!("/sessions/{id}/export"), NDJSON).await;
+    let (_, _, text) = get_as(a.gw(), None, &format!("/sessions/{id}/export"), NDJSON).await;
 
     let agent_dir = a.agent_dir();
     let shared = Options::default().env("ECHO_AGENT_DIR", agent_dir.to_str().unwrap());
@@ -322,7 +296,7 @@ async fn bad_imports_are_refused_and_leave_nothing(backend: Backend) {
     let gw = w.gw();
     let id = gw.create("/tmp").await;
     assert_eq!(gw.prompt(&id, "a few words here").await.0, 200);
-    let (_, _, text) = fetch(gw, None, &format!("/sessions/{id}/export"), NDJSON).await;
+    let (_, _, text) = get_as(gw, None, &format!("/sessions/{id}/export"), NDJSON).await;
     let good: Vec<&str> = text.lines().collect();
     let join = |lines: &[&str]| lines.join("\n") + "\n";
     let n = good.len();

@@ -11,27 +11,15 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sqlx::{Connection as _, Executor as _};
-use support::seen::{assert_same, seen};
+use support::seen::{ACME, GLOBEX, assert_same, seen, two_tenants};
 use support::*;
-
-const ACME: &str = "acme-key-0123456789a";
-const GLOBEX: &str = "globex-key-012345678";
 
 /// The gateway of the fixtures' scenario, its webhooks' deliveries never too old to retry.
 /// Its agent is a new one, which never heard of the fixtures' sessions: it lists none, so
 /// that no list sync takes them for sessions the agent lost.
 fn opts() -> Options {
-    Options::default()
-        .args(&[
-            "--api-key",
-            &format!("acme/ann:{ACME}"),
-            "--api-key",
-            &format!("globex/dee:{GLOBEX}"),
-            "--webhook-allow-private",
-            "--webhook-max-age",
-            "3153600000",
-        ])
-        .env("ECHO_AGENT_COST", "0.01 USD")
+    two_tenants()
+        .args(&["--webhook-max-age", "3153600000"])
         .env("ECHO_AGENT_CAPS", "load,resume,close,delete")
 }
 

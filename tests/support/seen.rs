@@ -1,11 +1,53 @@
-//! What a tenant's key reads of a gateway, to compare two gateways' stores: its sessions
-//! (without what moves by itself), each one's whole history, its webhooks with what their
-//! outbox holds, and its usage; and where two such readings first differ.
+//! Two tenants' keys and what each reads of a gateway, to compare two gateways' stores: its
+//! sessions (without what moves by itself), each one's whole history, its webhooks with what
+//! their outbox holds, and its usage; where two such readings first differ; and one `GET` as
+//! it came (status, media type, body).
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::gateway::Gateway;
+use super::world::Options;
+
+/// Ann of tenant acme's key, and Dee of tenant globex's.
+pub const ACME: &str = "acme-key-0123456789a";
+pub const GLOBEX: &str = "globex-key-012345678";
+
+/// A gateway with [`ACME`] and [`GLOBEX`], webhooks to loopback allowed, and an echo agent
+/// that reports what its turns cost.
+pub fn two_tenants() -> Options {
+    Options::default()
+        .args(&[
+            "--api-key",
+            &format!("acme/ann:{ACME}"),
+            "--api-key",
+            &format!("globex/dee:{GLOBEX}"),
+            "--webhook-allow-private",
+        ])
+        .env("ECHO_AGENT_COST", "0.01 USD")
+}
+
+/// `GET path` with `key` (none: no `Authorization`) and `accept`: the status, the content type
+/// and the body's text.
+pub async fn get_as(
+    gw: &Gateway,
+    key: Option<&str>,
+    path: &str,
+    accept: &str,
+) -> (u16, String, String) {
+    let mut req = gw.http.get(gw.url(path)).header("accept", accept);
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let media = r
+        .headers()
+        .get("content-type")
+        .map_or("", |v| v.to_str().unwrap())
+        .to_owned();
+    (status, media, r.text().await.unwrap())
+}
 
 /// Everything a tenant's key reads of the gateway: its sessions, each one's whole history,
 /// its webhooks with their deliveries, and its usage.
