@@ -169,9 +169,16 @@ async fn a_share_link_opens_one_session_read_only_and_nothing_else(backend: Back
         .unwrap();
     assert_eq!(r.status(), 403);
 
-    // Revoked, and expired: 410.
+    // Revoked, and expired: 410; a stream the link opened ends.
+    let url = gw.url(&format!("{path}/events"));
+    let mut open_stream = Sse::open(&gw.http, &url, Some(0)).await;
+    assert!(open_stream.next().await.is_some());
     let revoke = format!("{shares}/{}", link["id"].as_str().unwrap());
     assert_eq!(acme.send(Method::DELETE, &revoke, None).await.0, 204);
+    let ended = async { while open_stream.next().await.is_some() {} };
+    tokio::time::timeout(PATIENCE, ended)
+        .await
+        .expect("the revoked link's stream ends");
     for tail in ["", "/history", "/events"] {
         let (status, _, body) =
             get_as(gw, None, &format!("{path}{tail}"), "application/json").await;

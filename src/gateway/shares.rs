@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
@@ -190,9 +190,11 @@ impl Shares {
             ));
         }
         let id = SessionId::parse(&share.session_id)?;
-        self.history
+        let events = self
+            .history
             .session_events(&caller, &id, after, false)
-            .await
+            .await?;
+        Ok(events.take_until(Box::pin(closed(self.store.clone(), share))))
     }
 
     /// The link `token` opens, and a caller that sees only its session's tenant; 404 for a
@@ -213,6 +215,28 @@ impl Shares {
         }
         let caller = Caller::of_tenant(&share.tenant, false);
         Ok((share, caller))
+    }
+}
+
+/// How often an open live stream looks whether its link was revoked.
+const REVOKED_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves when `share` stops opening: at its expiry, or within [`REVOKED_EVERY`] of its
+/// revocation; what it opened ends with it.
+async fn closed(store: Arc<dyn Store>, share: ShareRecord) {
+    loop {
+        let left = share.expires_at - now().timestamp_micros();
+        if left <= 0 {
+            return;
+        }
+        let left = std::time::Duration::from_micros(u64::try_from(left).unwrap_or(0));
+        tokio::time::sleep(left.min(REVOKED_EVERY)).await;
+        match store.share_by_hash(&share.token_hash).await {
+            Ok(Some(now)) if now.revoked_at.is_none() => {}
+            // The store cannot be read now: the stream goes on until it can say.
+            Err(_) => {}
+            Ok(_) => return,
+        }
     }
 }
 
