@@ -409,7 +409,6 @@ pub async fn copy_command(from: &str, to: &str) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("database {}: {e}", redact::url(url)))
     };
     let (source, target) = (read(from)?, read(to)?);
-    anyhow::ensure!(from != to, "--from and --to name the same database");
     let (shown_from, shown_to) = (redact::url(from), redact::url(to));
     let mut said = std::time::Instant::now();
     let mut progress = |table: &str, copied: u64, total: u64| {

@@ -300,9 +300,16 @@ async fn a_target_in_use_or_the_source_itself_is_refused() {
         said.contains("the target is in use: its sessions holds 1 rows"),
         "{said}"
     );
-    let (code, _, said) = migrate(&sqlite.url, &sqlite.url).await;
+    let file = sqlite.url.strip_prefix("sqlite:").unwrap();
+    let (code, _, said) = migrate(&sqlite.url, file).await;
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("the same database"), "{said}");
+    // A mistyped source makes nothing, and leaves the target as it was.
+    let typo = format!("{}.typo", sqlite.url);
+    let (code, _, said) = migrate(&typo, &pg.url).await;
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("there is no SQLite store at"), "{said}");
+    assert!(!std::path::Path::new(&format!("{file}.typo")).exists());
     pg.remove().await;
 }
 

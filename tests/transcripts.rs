@@ -346,6 +346,12 @@ async fn bad_imports_are_refused_and_leave_nothing(backend: Backend) {
         ),
         (
             NDJSON,
+            text.replace("\"cwd\":\"/tmp\"", "\"cwd\":\"tmp\""),
+            422,
+            "line 1: cwd must be an absolute path",
+        ),
+        (
+            NDJSON,
             format!("{text}{}", " ".repeat(200_000)),
             413,
             "larger",

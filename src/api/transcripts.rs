@@ -81,7 +81,9 @@ pub async fn export_session(
         ExportFormat::Lines => (NDJSON, "ndjson"),
         ExportFormat::Markdown => ("text/markdown; charset=utf-8", "md"),
     };
-    let body = Body::from_stream(pieces.map(|piece| piece.map(Bytes::from)));
+    // Lone surrogates written back as the escapes they came as, as every JSON answer does.
+    let restored = |piece: String| Bytes::from(crate::surrogates::restore_string(piece));
+    let body = Body::from_stream(pieces.map(move |piece| piece.map(restored)));
     let file = format!("attachment; filename=\"{}.{suffix}\"", id.as_str());
     Ok((
         [

@@ -11,6 +11,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::Error;
+use super::input::validate_abs_path;
 use super::output::SessionView;
 use super::state::StateAt;
 use crate::store::{Payload, SessionRecord, StoredEvent};
@@ -96,6 +97,8 @@ impl Imported {
     pub fn parse(body: &[u8]) -> Result<Imported, Error> {
         let text = std::str::from_utf8(body)
             .map_err(|e| Error::Invalid(format!("the body is not UTF-8: {e}")))?;
+        // Lone surrogates kept as they came, as in every JSON body the gateway reads.
+        let text = crate::surrogates::escape(text);
         let mut lines = text
             .split('\n')
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
@@ -159,7 +162,7 @@ impl Imported {
             ));
         };
         let last_seq = events.last().map_or(0, |e| e.seq);
-        if end.events != events.len() as u64 || end.last_seq != last_seq {
+        if end.events != events.len() as u64 || (end.events > 0 && end.last_seq != last_seq) {
             return Err(at(
                 n,
                 format!(
@@ -170,14 +173,24 @@ impl Imported {
                 ),
             ));
         }
-        if header.state.seq > last_seq {
-            return Err(Error::Invalid(format!(
-                "line 1: the state is at event {}, after the last event {last_seq}",
-                header.state.seq
-            )));
-        }
+        check_header(&header.session)?;
         Ok(Imported { header, events })
     }
+}
+
+/// The session of an export's first line, checked as a new session's would be: an absolute
+/// folder, folders and an agent's name without control characters.
+fn check_header(session: &SessionView) -> Result<(), Error> {
+    let at = |what: String| Error::Invalid(format!("line 1: {what}"));
+    validate_abs_path("cwd", &session.cwd).map_err(|e| at(e.to_string()))?;
+    for folder in &session.additional_directories {
+        validate_abs_path("additionalDirectories", folder).map_err(|e| at(e.to_string()))?;
+    }
+    let agent = &session.agent;
+    if agent.is_empty() || agent.len() > 128 || agent.chars().any(char::is_control) {
+        return Err(at(format!("{agent:?} is not an agent's name")));
+    }
+    Ok(())
 }
 
 /// Why `record`, an imported transcript, cannot be used as a session (`None`: it can).

@@ -70,10 +70,11 @@ impl Transcripts {
                     session,
                     state,
                 };
-                let mut count = 0u64;
+                let (mut count, mut last_seq) = (0u64, 0);
                 let events = pages.map(move |page| {
                     let (page, last) = page?;
                     count += page.len() as u64;
+                    last_seq = page.last().map_or(last_seq, |e| e.seq);
                     let mut out = String::new();
                     for e in page {
                         out.push_str(&line(&ExportedEvent::of(e)));
@@ -82,7 +83,7 @@ impl Transcripts {
                         let end = ExportEnd {
                             end: ExportTotals {
                                 events: count,
-                                last_seq: upto,
+                                last_seq,
                             },
                         };
                         out.push_str(&line(&end));
@@ -96,9 +97,11 @@ impl Transcripts {
             ExportFormat::Markdown => {
                 let (mut markdown, title) = Markdown::start(&session);
                 let events = pages.map(move |page| {
-                    let (page, _) = page?;
+                    let (page, last) = page?;
                     let mut out: String = page.iter().map(|e| markdown.event(e)).collect();
-                    out.push_str(&markdown.close());
+                    if last {
+                        out.push_str(&markdown.close());
+                    }
                     Ok(out)
                 });
                 stream::once(async move { Ok(title) }).chain(events).boxed()
@@ -161,6 +164,8 @@ impl Transcripts {
             },
         };
         let state = serde_json::to_value(&header.state.state).expect("a state serialises");
+        // A log retention emptied may hold no event up to the state's position: the counter
+        // goes on from the later of the two.
         let state = (header.state.seq > 0).then_some((header.state.seq, &state));
         let adopt = why.is_none();
         if !(self.store)

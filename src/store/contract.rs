@@ -319,7 +319,7 @@ pub enum Appended {
 pub trait SessionImports: Send + Sync + 'static {
     /// Writes `record`, `events` (their `seq` and `created_at` kept, their `session_id` taken
     /// from `record`; `seq` increasing) and the state snapshot made at `state.0`, all in one
-    /// transaction. A row of the id is replaced only with `adopt`, and only when it is a
+    /// transaction; the session's counter is the later of the last event and the snapshot. A row of the id is replaced only with `adopt`, and only when it is a
     /// session found in the agent's list (`upstream`), not deleted, whose log is empty;
     /// otherwise nothing is written and the answer is `false`.
     async fn import_session(

@@ -59,16 +59,21 @@ macro_rules! impl_imports {
                     }
                     Some(_) => return Ok(false),
                 };
-                $bind_session(sqlx::query(statement), record)
+                let written = $bind_session(sqlx::query(statement), record)
                     .execute(&mut *tx)
                     .await?;
+                // A row made meanwhile (a list sync's), which the lock could not hold off.
+                if written.rows_affected() != 1 {
+                    return Ok(false);
+                }
                 for chunk in events.chunks($crate::store::imports::IMPORT_CHUNK) {
                     self.insert_imported(&mut tx, id, chunk).await?;
                 }
-                if let Some(last) = events.last() {
+                let last = events.last().map(|e| e.seq).max(state.map(|(seq, _)| seq));
+                if let Some(last) = last {
                     sqlx::query($crate::store::imports::SET_SEQ)
                         .bind(id)
-                        .bind(last.seq)
+                        .bind(last)
                         .execute(&mut *tx)
                         .await?;
                 }

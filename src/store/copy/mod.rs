@@ -43,11 +43,26 @@ pub async fn copy_store(
     source: &str,
     progress: &mut CopyProgress<'_>,
 ) -> StoreResult<CopyReport> {
+    if same_store(from, to) {
+        return Err(StoreError::Refused(
+            "--from and --to name the same database".into(),
+        ));
+    }
+    if let DatabaseUrl::Sqlite { options, in_memory } = from {
+        let file = options.get_filename();
+        if *in_memory || !file.is_file() {
+            return Err(StoreError::Refused(format!(
+                "there is no SQLite store at {}",
+                file.display()
+            )));
+        }
+    }
+    // The source is looked at before anything migrates it: a served one is left as it is.
+    let mut source_conn = StoreSide::open(from, "the source").await?;
+    source_conn.refuse_if_served("the source").await?;
     open(from, "migrate").await?;
     open(to, "migrate").await?;
-    let mut source_conn = StoreSide::open(from, "the source").await?;
     let mut target = StoreSide::open(to, "the target").await?;
-    source_conn.refuse_if_served("the source").await?;
     target.refuse_if_served("the target").await?;
     let resumed = target.claim(source).await?;
     let both_sqlite = source_conn.is_sqlite() && target.is_sqlite();
@@ -91,9 +106,11 @@ pub async fn copy_store(
             })
             .await?;
         if written != read {
-            return Err(StoreError::Corrupt(format!(
+            return Err(StoreError::Refused(format!(
                 "table {table}: the target holds {} rows, the source {}, and they differ \
-                 (digests {:032x} and {:032x}); nothing was marked copied, run it again",
+                 (digests {:032x} and {:032x}): the source changed since an earlier run began, \
+                 or something else wrote the target. The copy is not marked finished; copy \
+                 into a new database",
                 written.rows, read.rows, written.sum, read.sum
             )));
         }
@@ -107,6 +124,32 @@ pub async fn copy_store(
         digest: format!("{:x}", whole.finalize()),
         resumed,
     })
+}
+
+/// Whether `a` and `b` name one database: the same SQLite file, or the same PostgreSQL
+/// database on the same host and port.
+fn same_store(a: &DatabaseUrl, b: &DatabaseUrl) -> bool {
+    match (a, b) {
+        (DatabaseUrl::Sqlite { options: x, .. }, DatabaseUrl::Sqlite { options: y, .. }) => {
+            let file = |o: &sqlx::sqlite::SqliteConnectOptions| {
+                let name = o.get_filename();
+                std::fs::canonicalize(name).unwrap_or_else(|_| name.to_path_buf())
+            };
+            file(x) == file(y)
+        }
+        (DatabaseUrl::Postgres(x), DatabaseUrl::Postgres(y)) => {
+            let at = |url: &str| {
+                url.parse::<sqlx::postgres::PgConnectOptions>()
+                    .ok()
+                    .map(|o| {
+                        let db = o.get_database().map(str::to_owned);
+                        (o.get_host().to_owned(), o.get_port(), db)
+                    })
+            };
+            at(x) == at(y)
+        }
+        _ => false,
+    }
 }
 
 /// What column `name` of `table` holds, from its PostgreSQL type (`both_sqlite`: copied as it
