@@ -17,6 +17,7 @@ both_backends!(
     a_session_exports_whole_and_imports_as_a_transcript,
     an_import_its_agent_can_load_goes_on,
     bad_imports_are_refused_and_leave_nothing,
+    a_long_answer_exports_as_one_paragraph,
 );
 
 const NDJSON: &str = "application/x-ndjson";
@@ -368,4 +369,21 @@ async fn bad_imports_are_refused_and_leave_nothing(backend: Backend) {
     // And the good one still goes in.
     let (status, view) = import(gw, None, NDJSON, text).await;
     assert_eq!(status, 201, "{view}");
+}
+
+/// An answer longer than a page of the log (500 events) is one paragraph of the transcript,
+/// and the JSON Lines hold every one of its events.
+async fn a_long_answer_exports_as_one_paragraph(backend: Backend) {
+    let w = World::start(backend, Options::default()).await;
+    let gw = w.gw();
+    let id = gw.create("/tmp").await;
+    assert_eq!(gw.prompt(&id, "/chunks 1200 long").await.0, 200);
+    let path = format!("/sessions/{id}/export");
+    let (_, _, md) = get_as(gw, None, &path, "text/markdown").await;
+    assert_eq!(md.matches("**Agent:**").count(), 1, "{md}");
+    let words: Vec<String> = (1..=1200).map(|n| format!("c{n}")).collect();
+    assert!(md.contains(&words.join(" ")), "the answer whole, in order");
+    let (_, _, text) = get_as(gw, None, &path, NDJSON).await;
+    let chunks = text.matches("\"event\":\"agent_message_chunk\"").count();
+    assert_eq!(chunks, 1200);
 }
