@@ -135,7 +135,13 @@ pub async fn import_session(
         }
         _ => ApiError::BadRequest(format!("the body cannot be read: {e}")),
     })?;
-    let view = s.gateway.transcripts().import(&caller, &body).await?;
+    // Lone surrogates kept as they came, as in every JSON body the gateway reads.
+    let text = std::str::from_utf8(&body)
+        .map_err(|e| ApiError::Validation(format!("the body is not UTF-8: {e}")))?;
+    let text = crate::surrogates::escape(text);
+    let view = (s.gateway.transcripts())
+        .import(&caller, text.as_bytes())
+        .await?;
     let location = format!("/sessions/{}", view.session_id);
     Ok((
         StatusCode::CREATED,

@@ -91,14 +91,13 @@ pub struct Imported {
 const MAX_KIND: usize = 128;
 
 impl Imported {
-    /// `body`'s lines, each checked in turn: the header first, then events with increasing
+    /// `body`'s lines (their lone surrogates marked, as the API does to every JSON body), each
+    /// checked in turn: the header first, then events with increasing
     /// `seq`, each an object with a kind, then the end, which must count them; nothing after
     /// it. The first line that is wrong is named in the error.
     pub fn parse(body: &[u8]) -> Result<Imported, Error> {
         let text = std::str::from_utf8(body)
             .map_err(|e| Error::Invalid(format!("the body is not UTF-8: {e}")))?;
-        // Lone surrogates kept as they came, as in every JSON body the gateway reads.
-        let text = crate::surrogates::escape(text);
         let mut lines = text
             .split('\n')
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
