@@ -283,8 +283,10 @@ fn add_common_responses(doc: &mut utoipa::openapi::OpenApi) {
                 common.push(("415", "Body is not application/json"));
                 common.push(("422", "Body does not match the schema"));
             }
-            // Every authenticated route but these two reads or writes the store.
-            if !public && !matches!(path.as_str(), "/agent" | "/metrics") {
+            // Every authenticated route but these two reads or writes the store, as the share
+            // links' do.
+            let reads_store = !public || path.starts_with("/shared/");
+            if reads_store && !matches!(path.as_str(), "/agent" | "/metrics") {
                 common.push((
                     "503",
                     "The gateway's database cannot be reached now (see Retry-After)",

@@ -132,7 +132,9 @@ pub async fn open_share(
     responses(
         (status = 200, description = "One page of events", body = HistoryPage),
         MalformedParams,
+        (status = 404, description = "No link has this token", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The link expired or was revoked", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many requests from this address", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn shared_history(
     State(s): State<AppState>,
@@ -159,8 +161,11 @@ pub async fn shared_history(
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
         (status = 200, description = "An endless text/event-stream of SessionEvents", content_type = "text/event-stream", body = SessionEvent),
+        MalformedParams,
         (status = 403, description = "The link shows the transcript only", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No link has this token", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The link expired or was revoked", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many requests from this address", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn shared_events(
     State(s): State<AppState>,
