@@ -19,15 +19,6 @@ use crate::gateway::{
     Caller, HistoryPage, MadeShare, NewShare, SessionEvent, SessionId, ShareView, SharedSession,
 };
 
-/// `/shared/{token}`'s token.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documented here, read as `Path<String>`
-pub struct TokenPath {
-    /// The link's token.
-    token: String,
-}
-
 /// The client's address, when the server noted it (`serve.rs`).
 pub struct Peer(Option<IpAddr>);
 
@@ -99,7 +90,6 @@ pub async fn revoke_share(
 /// read-only (or why the link does not open); anyone else what the link shows of the session.
 /// 410 once it expired or was revoked.
 #[utoipa::path(get, operation_id = "openShare", path = "/shared/{token}", tag = "shared",
-    params(TokenPath),
     responses(
         (status = 200, description = "The session as the link shows it, or its page", content(
             (SharedSession = "application/json"),
@@ -128,7 +118,7 @@ pub async fn open_share(
 
 /// A shared session's transcript.
 #[utoipa::path(get, operation_id = "sharedHistory", path = "/shared/{token}/history", tag = "shared",
-    params(TokenPath, HistoryParams),
+    params(HistoryParams),
     responses(
         (status = 200, description = "One page of events", body = HistoryPage),
         MalformedParams,
@@ -157,7 +147,7 @@ pub async fn shared_history(
 /// For a `live` link (403 otherwise): the session's events as SSE, as
 /// `GET /sessions/{id}/events` gives them; resume with `Last-Event-ID` or `?after=N`.
 #[utoipa::path(get, operation_id = "sharedEvents", path = "/shared/{token}/events", tag = "shared",
-    params(TokenPath, StreamParams,
+    params(StreamParams,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
     responses(
         (status = 200, description = "An endless text/event-stream of SessionEvents", content_type = "text/event-stream", body = SessionEvent),
