@@ -32,7 +32,12 @@ try {
   console.log("OPENED");
 
   await next("PROMPTED");
-  await transcriptHas("the second turn");
+  // The answer, not only the prompt, which says the same words.
+  await page.waitForFunction(
+    () => [...document.querySelectorAll(".msg.agent")].some((m) => m.textContent.includes("the second turn")),
+    null,
+    { timeout: T },
+  );
   report.promptsAfter = await page.$$eval(".msg.user", (ms) => ms.length);
   report.answers = await page.$$eval(".msg.agent", (ms) => ms.map((m) => m.textContent));
 
