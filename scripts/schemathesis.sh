@@ -2,7 +2,9 @@
 # Property-based API testing: runs schemathesis (from PyPI, in a venv under target/) against a
 # live gateway in front of the echo agent, generating requests from the committed
 # openapi/openapi.json, and fails on any 5xx answer (`not_a_server_error`) or a response that
-# does not match the spec's status codes. The SSE routes are left out (their streams never end).
+# does not match the spec's status codes. The SSE routes are left out (their streams never end),
+# and so is the import, whose JSON Lines body schemathesis cannot write (tests/transcripts.rs
+# sends it malformed imports of every kind).
 # The agent offers every session control and capability, so a generated `config`, `mode`,
 # `model` or fork meets the gateway's validation (422) instead of the agent's lack of it (501).
 # It runs on SQLite, and also on a fresh PostgreSQL database when DATABASE_URL is set (a NUL
@@ -48,7 +50,7 @@ run() {
   await_listening "$pid" "$out" "$log"
   "$venv/bin/st" run openapi/openapi.json --url "$url" \
     --checks not_a_server_error,status_code_conformance \
-    --exclude-path-regex '/events$' \
+    --exclude-path-regex '/events$|^/sessions/import$' \
     --max-examples "$max_examples" --request-timeout 20 --no-color
   kill "$pid"; wait "$pid" 2>/dev/null || true
   pid=
