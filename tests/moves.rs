@@ -53,6 +53,17 @@ async fn stores(dir: &std::path::Path, events: usize, label: &str) -> (Database,
     (sqlite, pg)
 }
 
+async fn backup(url: &str, to: &std::path::Path) -> (Option<i32>, String, String) {
+    command(&[
+        "backup",
+        "--database-url",
+        url,
+        "--to",
+        to.to_str().unwrap(),
+    ])
+    .await
+}
+
 async fn migrate(from: &str, to: &str) -> (Option<i32>, String, String) {
     command(&["migrate", "--from", from, "--to", to]).await
 }
@@ -351,14 +362,7 @@ async fn a_backup_under_load_restores_whole() {
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let file = w.dir().join("backup.db");
-    let (code, out, said) = command(&[
-        "backup",
-        "--database-url",
-        &w.db.url,
-        "--to",
-        file.to_str().unwrap(),
-    ])
-    .await;
+    let (code, out, said) = backup(&w.db.url, &file).await;
     assert_eq!(code, Some(0), "{out}{said}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let turns: Vec<i32> = futures::future::join_all(load)
@@ -367,14 +371,7 @@ async fn a_backup_under_load_restores_whole() {
         .map(Result::unwrap)
         .collect();
     assert!(turns.iter().all(|t| *t > 0), "the load ran: {turns:?}");
-    let (code, _, said) = command(&[
-        "backup",
-        "--database-url",
-        &w.db.url,
-        "--to",
-        file.to_str().unwrap(),
-    ])
-    .await;
+    let (code, _, said) = backup(&w.db.url, &file).await;
     assert_eq!(code, Some(1), "a backup never overwrites: {said}");
 
     let restored = format!("sqlite:{}", w.dir().join("restored.db").display());
