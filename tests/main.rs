@@ -26,6 +26,7 @@ mod files;
 mod flood;
 mod forwarded;
 mod hostile_input;
+mod http2;
 mod idempotency;
 mod identity;
 mod image;

@@ -100,7 +100,7 @@ pub async fn session_events(
         .history()
         .session_events(&caller, &id, after, snapshot)
         .await?;
-    let frames = stream.map(|batch| session_frames(&batch));
+    let frames = stream.flat_map(session_frames);
     Ok(with_stream_headers(sse_response(frames)))
 }
 

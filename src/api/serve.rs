@@ -1,19 +1,23 @@
-//! Serving the router over HTTP/1.1 with small per-connection state, for many open streams.
+//! Serving the router over HTTP/1.1, and HTTP/2 to clients that open with its preface
+//! (cleartext, "prior knowledge": a proxy in front, or `curl --http2-prior-knowledge`), with
+//! small per-connection state, for many open streams.
 //!
 //! `axum::serve` would do, but costs about 47 KiB per idle SSE connection, measured: it turns
 //! the shared `Router` into a per-connection service by deep-cloning every route (≈ 24 KB), and
 //! its protocol-sniffing builder reads a 24-byte HTTP/2 preface probe first, after which hyper's
 //! read buffer doubles from 8 to 16 KiB on the next read. Here the router is shared (an `Arc`
-//! clone) and hyper's HTTP/1 builder is used directly: about 14 KiB per idle connection.
+//! clone), the protocol is told by peeking at the first bytes (nothing read, no buffer), and
+//! hyper's HTTP/1 and HTTP/2 builders are used directly. Over HTTP/2 many streams share one
+//! connection's buffers and writes (`bench/watchers.sh`).
 
 use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
@@ -26,7 +30,9 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let builder = hyper::server::conn::http1::Builder::new();
+    let http1 = hyper::server::conn::http1::Builder::new();
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2.max_concurrent_streams(MAX_STREAMS);
     let closing = CancellationToken::new();
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -58,17 +64,24 @@ pub async fn serve(
                 req.extensions_mut().insert(ConnectInfo(peer));
                 req
             });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
-            .with_upgrades();
+        let service = TowerToHyperService::new(app);
+        let (http1, http2) = (http1.clone(), http2.clone());
         let closing = closing.clone();
         connections.spawn(async move {
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                () = closing.cancelled() => conn.as_mut().graceful_shutdown(),
+            // A connection closed before its first bytes came ends here.
+            let http2_preface = tokio::select! {
+                is = opens_with_http2_preface(&stream) => is,
+                () = closing.cancelled() => return,
+            };
+            if http2_preface {
+                let conn = http2.serve_connection(TokioIo::new(stream), service);
+                until_closed(conn, closing, |c| c.graceful_shutdown()).await;
+            } else {
+                let conn = http1
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                until_closed(conn, closing, |c| c.graceful_shutdown()).await;
             }
-            let _ = conn.await;
         });
     }
     drop(listener);
@@ -76,6 +89,44 @@ pub async fn serve(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// Streams one HTTP/2 connection may have open at once: enough for a dashboard's proxy to carry a
+/// thousand watchers on one connection (hyper's default is 200; beyond the limit a client's new
+/// streams wait).
+const MAX_STREAMS: u32 = 4096;
+/// The start of HTTP/2's connection preface (RFC 9113, 3.4), which no HTTP/1 request line has.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
+/// Whether the client's first bytes are HTTP/2's preface: peeked (left for hyper to read), a
+/// few times while what has come is a prefix of it.
+async fn opens_with_http2_preface(stream: &TcpStream) -> bool {
+    let mut head = [0u8; PREFACE.len()];
+    for _ in 0..50 {
+        match stream.peek(&mut head).await {
+            Ok(n) if n == head.len() => return head == PREFACE,
+            Ok(n) if n > 0 && PREFACE.starts_with(&head[..n]) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Runs `conn` until it ends; once `closing` is cancelled, asks it to close after its current
+/// responses (`graceful`) and waits for that.
+async fn until_closed<C: Future>(
+    conn: C,
+    closing: CancellationToken,
+    graceful: fn(std::pin::Pin<&mut C>),
+) {
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = closing.cancelled() => graceful(conn.as_mut()),
+    }
+    let _ = conn.await;
 }
 
 /// Errors of one incoming connection, not of the listener.

@@ -167,6 +167,6 @@ pub async fn shared_events(
     s.shares_limit.admit(peer)?;
     let after = cursor(&headers, p.after)?;
     let stream = s.gateway.shares().shared_events(&token, after).await?;
-    let frames = stream.map(|batch| session_frames(&batch));
+    let frames = stream.flat_map(session_frames);
     Ok(with_stream_headers(sse_response(frames)))
 }

@@ -13,18 +13,14 @@ use crate::events::{Run, StoredEvent, StoredLifecycleEvent};
 /// Keep-alive comment interval on every stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// A batch of a session's stream as one buffer (one write). Each run is encoded once, by the
-/// first subscriber that writes it; every other subscriber shares those bytes.
-pub fn session_frames(batch: &[Arc<Run>]) -> Bytes {
-    if let [run] = batch {
-        return run.encoded(run_frames); // shared, not copied
-    }
-    let encoded: Vec<Bytes> = batch.iter().map(|run| run.encoded(run_frames)).collect();
-    let mut out = BytesMut::with_capacity(encoded.iter().map(Bytes::len).sum());
-    for f in &encoded {
-        out.extend_from_slice(f);
-    }
-    out.freeze()
+/// A batch of a session's stream as buffers, one per run: each run is encoded once, by the first
+/// subscriber that writes it, and every other subscriber shares those bytes (never copied into a
+/// buffer of its own). The connection writes what is ready together in one write: HTTP/1.1 as
+/// one vectored write of its chunks, HTTP/2 as the frames of one flush.
+pub fn session_frames(
+    batch: Vec<Arc<Run>>,
+) -> futures::stream::Iter<impl Iterator<Item = Bytes> + Send> {
+    futures::stream::iter(batch.into_iter().map(|run| run.encoded(run_frames)))
 }
 
 /// A run's events as frames: the one encoding every [`Run`] is given.
