@@ -74,6 +74,7 @@ async fn main() {
     let mut table = String::new();
     let mut ratios = String::new();
     let mut floors = String::new();
+    let mut stages = String::new();
     for &n in &setup.counts {
         let results = setup.run(n, Some(period), dir.path()).await;
         let adapter = (setup.fronts.iter().zip(&results))
@@ -119,6 +120,9 @@ async fn main() {
         }
         for ((_, which), (name, f)) in setup.fronts.iter().zip(&results) {
             table += &row(n, name, f);
+            if !f.stages.0.is_empty() {
+                stages += &stage_row(n, name, f);
+            }
             if let (Which::Gateway(_, None), Some(adapter)) = (which, adapter) {
                 let (mine, theirs) = (delivery(f), delivery(adapter));
                 if mine.is_empty() || theirs.is_empty() {
@@ -153,7 +157,16 @@ async fn main() {
          for a front that stores an event before a subscriber reads it.\n\n\
          | sessions | front | prompts/s | round trip p50 / p99 / p99.9 | delivery p50 / p99 / p99.9 | fresh p50 / p99 / p99.9 | events lost | front CPU per event |\n\
          |---|---|---|---|---|---|---|---|\n\
-         {table}\n{ratios}{floors}",
+         {table}\n{ratios}{floors}\n\
+         Where the gateway's events spent their time in the window \
+         (`acp_gateway_event_stage_seconds` from `/metrics`, read at the window's start and end): \
+         queued for the log writer until their batch's write starts (per event), the write with \
+         its commit (per batch), the commit until a subscriber's stream takes it (per run). \
+         Quantiles are the bound of the bucket holding them; beside them the fresh delivery, \
+         the agent's write until the subscriber reads the turn's last chunk.\n\n\
+         | sessions | front | waited p50 / p99 / mean | written p50 / p99 / mean (batches) | handed p50 / p99 / mean | fresh p50 / p99 |\n\
+         |---|---|---|---|---|---|\n\
+         {stages}",
         support::commit(),
         support::cores(),
         load_average(),
@@ -165,6 +178,30 @@ async fn main() {
     print!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/open-loop.md");
     std::fs::write(out, report).unwrap();
+}
+
+/// A gateway front's stage timings, and its fresh delivery beside them.
+fn stage_row(n: usize, name: &str, f: &Figures) -> String {
+    let cell = |i: usize| {
+        let s = &f.stages.0[i];
+        format!(
+            "{} / {} / {}",
+            s.quantile(0.5),
+            s.quantile(0.99),
+            us(s.mean(), 1)
+        )
+    };
+    let fresh = match f.since_written.as_slice() {
+        [] => "—".to_owned(),
+        d => format!("{} / {}", ms(percentile(d, 0.5)), ms(percentile(d, 0.99))),
+    };
+    let batches = f.stages.0.get(1).map_or(0, |s| s.count());
+    format!(
+        "| {n} | {name} | {} | {} ({batches}) | {} | {fresh} |\n",
+        cell(0),
+        cell(1),
+        cell(2)
+    )
 }
 
 /// The stores the gateway is measured on in this run.

@@ -286,6 +286,64 @@ async fn retention_announces_gaps() {
     w.finish().await;
 }
 
+/// One stage histogram of `/metrics` (`acp_gateway_event_stage_seconds{stage}`): its cumulative
+/// bucket counts, in order, and its count.
+fn stage(metrics: &str, stage: &str) -> (Vec<u64>, u64) {
+    let value = |line: &str| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap();
+    let bucket = format!("acp_gateway_event_stage_seconds_bucket{{stage=\"{stage}\",");
+    let count = format!("acp_gateway_event_stage_seconds_count{{stage=\"{stage}\"}} ");
+    let buckets = metrics
+        .lines()
+        .filter(|l| l.starts_with(&bucket))
+        .map(value);
+    let total = metrics.lines().find(|l| l.starts_with(&count)).map(value);
+    (
+        buckets.collect(),
+        total.unwrap_or_else(|| panic!("no {count} in {metrics}")),
+    )
+}
+
+/// `/metrics` says how long events spend on their way to subscribers: every appended event is
+/// counted once waiting for its write, every write once, and each committed run once per live
+/// subscriber that took it.
+#[tokio::test]
+async fn stage_times_count_every_event_write_and_subscriber() {
+    let (w, id) = World::with_session(Backend::Sqlite, Options::default()).await;
+    let gw = w.gw();
+    let mut subscribers = [gw.events(&id, None).await, gw.events(&id, None).await];
+    assert_eq!(gw.prompt(&id, "/chunks 10").await.0, 200);
+    for sse in &mut subscribers {
+        sse.until("turn_ended").await;
+    }
+    let metrics = gw.get("/metrics").await.text().await.unwrap();
+    let appended = gw.metric("acp_gateway_events_appended_total").await as u64;
+    let (waited, waited_count) = stage(&metrics, "waited");
+    let (written, written_count) = stage(&metrics, "written");
+    let (handed, handed_count) = stage(&metrics, "handed");
+    for buckets in [&waited, &written, &handed] {
+        assert_eq!(buckets.len(), 18, "17 bounds and +Inf: {metrics}");
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "cumulative: {metrics}"
+        );
+    }
+    assert_eq!(
+        (waited[17], written[17], handed[17]),
+        (waited_count, written_count, handed_count)
+    );
+    assert!(
+        appended >= 12,
+        "turn_started, 10 chunks, turn_ended: {appended}"
+    );
+    assert_eq!(waited_count, appended, "each event waited once: {metrics}");
+    assert!((1..=appended).contains(&written_count), "{metrics}");
+    assert!(
+        handed_count >= 2 && handed_count % 2 == 0,
+        "each run to both: {metrics}"
+    );
+    w.finish().await;
+}
+
 /// Every payload a real session writes to both streams matches its schema in the OpenAPI
 /// document: required properties present, no undocumented property on the gateway's own
 /// events, and the documented JSON types.

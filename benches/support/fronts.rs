@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::load::{Calls, LoadPlan, Window, clients};
 use super::peers::{Peer, PeerKind};
+use super::stages::Stages;
 pub use super::text::{env_or, load_average, ms, pair, us};
 use super::{Backend, Database, Gateway, MultiplexedAgent, Options, Sse, cpu_time, percentile};
 
@@ -243,6 +244,8 @@ pub struct Figures {
     pub prompts: usize,
     pub usage: Usage,
     pub has_front_process: bool,
+    /// The gateway's stage histograms over the windows (none for another front).
+    pub stages: Stages,
 }
 
 impl Figures {
@@ -262,6 +265,7 @@ impl Figures {
         self.lost += other.lost;
         self.events += other.events;
         self.prompts += other.prompts;
+        self.stages.absorb(other.stages);
         self.usage = Usage {
             front: self.usage.front + other.usage.front,
             agent: self.usage.agent + other.usage.agent,
@@ -364,13 +368,26 @@ pub async fn measure(
         Front::Direct(agent) => Some(agent.as_ref()),
         _ => None,
     };
+    let gateway = match front {
+        Front::Gateway(gw, _) => Some(gw),
+        _ => None,
+    };
     let usage = async {
         tokio::time::sleep_until(window.start.into()).await;
         let before = Usage::now(pids, direct);
+        let stages = match gateway {
+            Some(gw) => Stages::read(gw).await,
+            None => Stages::default(),
+        };
         tokio::time::sleep_until(window.end.into()).await;
-        before.until(Usage::now(pids, direct))
+        let usage = before.until(Usage::now(pids, direct));
+        let stages = match gateway {
+            Some(gw) => Stages::read(gw).await.since(&stages),
+            None => stages,
+        };
+        (usage, stages)
     };
-    let (calls, usage) = tokio::join!(load, usage);
+    let (calls, (usage, stages)) = tokio::join!(load, usage);
     if subscribed {
         let deadline = Instant::now() + CATCH_UP;
         while Instant::now() < deadline && !caught_up(&delivery, &calls) {
@@ -380,7 +397,10 @@ pub async fn measure(
     for s in subscribers {
         s.abort();
     }
-    figures(&calls, &delivery, usage, pids.0.is_some(), subscribed)
+    Figures {
+        stages,
+        ..figures(&calls, &delivery, usage, pids.0.is_some(), subscribed)
+    }
 }
 
 /// Whether every turn's last chunk has been read.
@@ -430,6 +450,7 @@ pub fn figures(
         prompts,
         usage,
         has_front_process,
+        stages: Stages::default(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod fronts;
 pub mod latency;
 pub mod load;
 pub mod peers;
+pub mod stages;
 pub mod text;
 
 use std::path::Path;

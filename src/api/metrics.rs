@@ -4,6 +4,7 @@
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
+use crate::events::{BOUNDS_US, LatencyCounts};
 use crate::gateway::Stats;
 use crate::pool::MemberState;
 
@@ -136,5 +137,34 @@ pub fn render(stats: &Stats) -> String {
         crate::agent_rpc::garbage_count(),
     );
     handle.run_upkeep();
-    handle.render()
+    let mut text = handle.render();
+    stages(&mut text, &stats.event_stages);
+    text
+}
+
+/// The event hub's stage histograms, kept by the hub itself (fixed buckets, atomic counters),
+/// in the exposition's histogram form.
+fn stages(text: &mut String, stages: &[(&'static str, LatencyCounts)]) {
+    use std::fmt::Write;
+    const NAME: &str = "acp_gateway_event_stage_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {NAME} Time events spend on their way to subscribers: queued until their batch's write starts (waited, per event), the write with its commit (written, per batch), the commit until a live subscriber's stream takes it (handed, per subscriber and batch).\n# TYPE {NAME} histogram"
+    );
+    for (stage, counts) in stages {
+        let mut total = 0;
+        for (i, n) in counts.buckets.iter().enumerate() {
+            total += n;
+            let le = BOUNDS_US
+                .get(i)
+                .map_or("+Inf".to_owned(), |us| (*us as f64 / 1e6).to_string());
+            let _ = writeln!(
+                text,
+                "{NAME}_bucket{{stage=\"{stage}\",le=\"{le}\"}} {total}"
+            );
+        }
+        let sum = counts.sum_ns as f64 / 1e9;
+        let _ = writeln!(text, "{NAME}_sum{{stage=\"{stage}\"}} {sum}");
+        let _ = writeln!(text, "{NAME}_count{{stage=\"{stage}\"}} {total}");
+    }
 }

@@ -14,6 +14,7 @@ use super::followers::Followers;
 use super::lifecycle::Lifecycle;
 use super::run::Run;
 use super::run::lifecycle_wake;
+use super::stages::StageTimes;
 use super::stopping::Stopping;
 use super::stream::{StreamStats, Streams};
 use super::traced::Traced;
@@ -46,6 +47,8 @@ pub struct EventHub {
     followers: Arc<Followers>,
     /// The subscribers' streams.
     streams: Streams,
+    /// How long events spend at each stage.
+    stages: Arc<StageTimes>,
     /// The writers and the pruner, stopped by [`EventHub::close`] after everything is written.
     stopping: Stopping,
 }
@@ -71,10 +74,23 @@ impl EventHub {
         let log: Arc<dyn EventLog> = store.clone();
         let stopping = Stopping::new(shutdown);
         let followers = Arc::new(Followers::new());
+        let stages = Arc::new(StageTimes::default());
         let hub = Arc::new(EventHub {
-            writer: Writer::start(log.clone(), followers.clone(), &stopping, pace),
+            writer: Writer::start(
+                log.clone(),
+                followers.clone(),
+                &stopping,
+                pace,
+                stages.clone(),
+            ),
             lifecycle: Lifecycle::start(log.clone(), followers.clone(), &stopping),
-            streams: Streams::new(log.clone(), followers.clone(), stopping.clone()),
+            streams: Streams::new(
+                log.clone(),
+                followers.clone(),
+                stopping.clone(),
+                stages.clone(),
+            ),
+            stages,
             log,
             records: store,
             followers,
@@ -252,6 +268,11 @@ impl EventHub {
     /// Counters of the event streams.
     pub fn streams(&self) -> &StreamStats {
         self.streams.stats()
+    }
+
+    /// How long events spend at each stage on their way to subscribers (for `/metrics`).
+    pub fn stages(&self) -> &StageTimes {
+        &self.stages
     }
 
     /// Applies the retention limits now and then, and forgets list moves older than

@@ -19,7 +19,8 @@
 //! `writer.rs` is the log writer task that every append goes through and its handle,
 //! `retry.rs` what it does when an append fails, `lifecycle.rs` the lifecycle log's writer
 //! (queued and retried the same way), `followers.rs` the live broadcast channels, `stream.rs`
-//! the subscribers' side (following a log) and its counters, `stopping.rs` the hub's tasks and
+//! the subscribers' side (following a log) and its counters, `stages.rs` how long events wait
+//! at each stage, `stopping.rs` the hub's tasks and
 //! the words that stop them, `run.rs` what subscribers follow, `traced.rs` the trace a turn's
 //! appends are written in. What the hub carries is typed: each edge writes its own wire form.
 //! This file only declares the parts and re-exports their names.
@@ -29,6 +30,7 @@ mod hub;
 mod lifecycle;
 mod retry;
 mod run;
+mod stages;
 mod stopping;
 mod stream;
 mod traced;
@@ -36,6 +38,7 @@ mod writer;
 
 pub use hub::{EventHub, Retention};
 pub use run::{Run, Sequenced};
+pub use stages::{BOUNDS_US, LatencyCounts, StageTimes};
 pub use stream::{StreamCounts, StreamStats};
 pub use traced::Traced;
 pub use writer::MAX_BATCH;

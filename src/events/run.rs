@@ -3,6 +3,7 @@
 //! both are to a stream following a log ([`Sequenced`]), wake-ups from other replicas included.
 
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -29,6 +30,8 @@ pub struct Run {
     seq: i64,
     events: Events,
     encoded: OnceLock<Bytes>,
+    /// When the writer committed it (a run read from the log or made up has none).
+    committed_at: Option<Instant>,
 }
 
 /// A run's events: one read from the log (held inline, no allocation of its own), a committed
@@ -46,6 +49,7 @@ impl Run {
             seq: event.seq,
             events: Events::One(event),
             encoded: OnceLock::new(),
+            committed_at: None,
         }
     }
 
@@ -56,6 +60,7 @@ impl Run {
             seq,
             events: Events::Many(Vec::new()),
             encoded: OnceLock::new(),
+            committed_at: None,
         }
     }
 
@@ -66,7 +71,13 @@ impl Run {
             seq: events[events.len() - 1].seq,
             events: Events::Many(events),
             encoded: OnceLock::new(),
+            committed_at: Some(Instant::now()),
         }
+    }
+
+    /// When the writer committed it, if it did (not a run read from the log).
+    pub fn committed_at(&self) -> Option<Instant> {
+        self.committed_at
     }
 
     /// The events, in order.

@@ -14,6 +14,7 @@ use tokio::sync::broadcast;
 
 use super::followers::Followers;
 use super::run::{Run, Sequenced};
+use super::stages::StageTimes;
 use super::stopping::Stopping;
 use crate::store::{EventKind, EventLog, StoreResult, StoredEvent, StoredLifecycleEvent};
 
@@ -101,6 +102,8 @@ pub(super) struct Streams {
     stats: Arc<StreamStats>,
     /// Its shutdown ends the streams.
     stopping: Stopping,
+    /// Where the time from a commit to a subscriber's stream taking it is counted.
+    stages: Arc<StageTimes>,
 }
 
 impl Streams {
@@ -108,12 +111,14 @@ impl Streams {
         log: Arc<dyn EventLog>,
         followers: Arc<Followers>,
         stopping: Stopping,
+        stages: Arc<StageTimes>,
     ) -> Self {
         Streams {
             log,
             followers,
             stats: Arc::default(),
             stopping,
+            stages,
         }
     }
 
@@ -142,7 +147,14 @@ impl Streams {
                 Ok(page.into_iter().map(Run::one).collect())
             })
         });
-        let events = tail(rx, read, cursor, |_| true, self.stats.clone());
+        let stages = self.stages.clone();
+        let events = tail(rx, read, cursor, |_| true, self.stats.clone()).map(move |batch| {
+            let now = std::time::Instant::now();
+            for at in batch.iter().filter_map(|run| run.committed_at()) {
+                stages.handed.observe(now - at);
+            }
+            batch
+        });
         Ok(events.take_until(self.stopping.streams_end()))
     }
 

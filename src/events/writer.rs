@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -13,6 +13,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use super::followers::Followers;
 use super::retry::{Abandoned, Failing, Retries};
 use super::run::Run;
+use super::stages::StageTimes;
 use super::stopping::Stopping;
 use super::traced::{Traced, write_spans};
 use crate::store::{EventLog, LogWriter, NewEvent, StoredEvent};
@@ -45,6 +46,8 @@ struct Queued {
     done: Option<oneshot::Sender<Result<i64, String>>>,
     /// The span whose trace the append belongs to (a turn's), while traces are exported.
     span: Option<tracing::Span>,
+    /// When it was queued.
+    at: Instant,
 }
 
 impl Queued {
@@ -56,6 +59,7 @@ impl Queued {
             touch: None,
             done: Some(done),
             span: None,
+            at: Instant::now(),
         }
     }
 }
@@ -91,12 +95,14 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Starts the writer on a thread of its own, pausing `pace` after each commit, and
-    /// committed runs broadcast to `followers`; `stopping` closes it and tracks its end.
+    /// committed runs broadcast to `followers`, timing its stages into `stages`; `stopping`
+    /// closes it and tracks its end.
     pub(super) fn start(
         log: Arc<dyn EventLog>,
         followers: Arc<Followers>,
         stopping: &Stopping,
         pace: Duration,
+        stages: Arc<StageTimes>,
     ) -> Self {
         let (queue, rx) = mpsc::channel(QUEUE);
         let shared = Arc::new(Shared {
@@ -115,6 +121,7 @@ impl Writer {
             stopping: stopping.clone(),
             pace,
             retries: Retries::new(log, stopping.clone(), failing.clone()),
+            stages,
         };
         let (written, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -198,6 +205,7 @@ impl Writer {
             touch,
             done,
             span: self.traced.of(session_id),
+            at: Instant::now(),
         };
         if let Err(mpsc::error::SendError(item)) = self.send(item).await {
             tracing::error!(
@@ -279,6 +287,8 @@ struct WriterTask {
     /// The pause after each commit ([`COMMIT_PACE`]).
     pace: Duration,
     retries: Retries,
+    /// How long events wait for their batch's write, and the writes.
+    stages: Arc<StageTimes>,
 }
 
 impl WriterTask {
@@ -312,9 +322,18 @@ impl WriterTask {
             self.shared
                 .quiet
                 .store(batch.len() < QUIET_BATCH, Ordering::Relaxed);
+            let writing = Instant::now();
+            let mut events = 0;
+            for item in batch.iter().filter(|item| item.event.is_some()) {
+                self.stages.waited.observe(writing - item.at);
+                events += 1;
+            }
             if let Err(left) = self.write_batch(log.as_mut(), &mut batch).await {
                 give_up(left, self.rx).await;
                 return;
+            }
+            if events > 0 {
+                self.stages.written.observe(writing.elapsed());
             }
             if !full {
                 tokio::select! {

@@ -131,6 +131,8 @@ pub struct Stats {
     pub sessions_revived: u64,
     pub permissions_pending: usize,
     pub elicitations_pending: usize,
+    /// How long events spent at each stage on their way to subscribers, by stage.
+    pub event_stages: Vec<(&'static str, crate::events::LatencyCounts)>,
 }
 
 use_case! {
@@ -303,6 +305,7 @@ impl System {
             sse_open: streams.open,
             sse_lagged: streams.lagged,
             sse_closed: streams.closed,
+            event_stages: self.log.hub().stages().read(),
             turns_started: c.turns_started,
             turns_failed: c.turns_failed,
             member_exits: c.member_exits,
