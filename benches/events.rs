@@ -9,11 +9,10 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use support::{Backend, Database, Gateway, Options, Sse};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 
 const CHUNKS: usize = 20_000;
 const ROUNDS: usize = 3;
@@ -36,24 +35,7 @@ struct Readers {
 impl Readers {
     /// Starts `n` subscribers on `url` and returns once all are connected.
     async fn connect(url: &str, n: usize, cpus: Option<&str>) -> Readers {
-        let mut command = match cpus {
-            Some(cpus) => {
-                let mut c = tokio::process::Command::new("taskset");
-                c.args(["-c", cpus, "nice"]);
-                c
-            }
-            None => tokio::process::Command::new("nice"),
-        };
-        let mut child = command
-            .args(["-n", "19"])
-            .arg(std::env::current_exe().unwrap())
-            .env(READERS_ENV, format!("{n} {url}"))
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("nice (coreutils) starts the reader process");
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-        assert_eq!(out.next_line().await.unwrap().as_deref(), Some("ready"));
+        let (child, out) = support::client_process(READERS_ENV, &format!("{n} {url}"), cpus).await;
         Readers { child, out }
     }
 

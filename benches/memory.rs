@@ -11,20 +11,13 @@
 mod support;
 
 use std::path::Path;
-use std::time::Duration;
 
 use futures::StreamExt;
 use support::fronts::{env_or, load_average};
-use support::{Backend, Database, Gateway, Options, Sse, rss_kib};
+use support::{Backend, Database, Gateway, Options, Sse, settled_rss};
 
 /// Sessions created (and subscribers opened) at once.
 const CONCURRENCY: usize = 16;
-
-/// The gateway's RSS once its allocator has settled.
-async fn settled_rss(gw: &Gateway) -> u64 {
-    tokio::time::sleep(Duration::from_millis(750)).await;
-    rss_kib(gw.pid())
-}
 
 /// Creates sessions until `gw` has `total` of them in `ids`.
 async fn create_up_to(gw: &Gateway, ids: &mut Vec<String>, total: usize) {

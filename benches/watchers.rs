@@ -18,14 +18,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures::StreamExt;
 use support::fronts::monotonic_ns;
 use support::text::{env_or, load_average, ms};
-use support::{Backend, Database, Gateway, Options, Sse, cpu_time, percentile, rss_kib};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use support::{Backend, Database, Gateway, Options, Sse, cpu_time, percentile, settled_rss};
 
 /// Set in the watchers' child process: the [`Plan`] as JSON.
 const WATCHERS_ENV: &str = "WATCHERS_BENCH_PLAN";
@@ -57,7 +55,7 @@ struct Seen {
 }
 
 fn client(http2: bool) -> reqwest::Client {
-    let builder = reqwest::Client::builder().pool_max_idle_per_host(usize::MAX);
+    let builder = reqwest::Client::builder();
     if http2 {
         builder.http2_prior_knowledge().build().unwrap()
     } else {
@@ -85,7 +83,8 @@ async fn watch(plan: Plan) {
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, i64)>(total.max(16));
+    // Each watcher says which it is when it reads a turn's end.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<usize>(total.max(16));
     let mut watchers = Vec::new();
     for (i, url, sse) in opened {
         let (http, tx, turns) = (http.clone(), tx.clone(), plan.turns);
@@ -106,20 +105,18 @@ async fn watch(plan: Plan) {
                 last = Some(id);
                 seen.frames += 1;
                 if frame.event() == "turn_ended" {
-                    let at = monotonic_ns();
-                    ended.push(at);
-                    let _ = tx.send((i, at)).await;
+                    ended.push(monotonic_ns());
+                    let _ = tx.send(i).await;
                 }
             }
-            seen.ended = vec![ended];
-            (i, seen)
+            (i, seen, ended)
         }));
     }
     drop(tx);
     println!("ready");
     let mut counts = vec![0usize; plan.turns];
     let mut turn_of = vec![0usize; total];
-    while let Some((i, _)) = rx.recv().await {
+    while let Some(i) = rx.recv().await {
         let turn = turn_of[i];
         turn_of[i] += 1;
         counts[turn] += 1;
@@ -132,11 +129,11 @@ async fn watch(plan: Plan) {
         ..Seen::default()
     };
     for w in watchers {
-        let (i, seen) = w.await.unwrap();
+        let (i, seen, ended) = w.await.unwrap();
         all.frames += seen.frames;
         all.lost += seen.lost;
         all.reopened += seen.reopened;
-        all.ended[i] = seen.ended.into_iter().next().unwrap_or_default();
+        all.ended[i] = ended;
     }
     println!("{}", serde_json::to_string(&all).unwrap());
 }
@@ -155,12 +152,6 @@ struct Row {
     seen: Seen,
     lagged: u64,
     commits: u64,
-}
-
-/// The gateway's RSS once its allocator has settled.
-async fn settled_rss(gw: &Gateway) -> u64 {
-    tokio::time::sleep(Duration::from_millis(750)).await;
-    rss_kib(gw.pid())
 }
 
 /// Sends one turn to each session at once (at most [`CONCURRENCY`] in flight); when each was
@@ -202,16 +193,8 @@ async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: boo
         http2,
         turns,
     };
-    let mut child = tokio::process::Command::new("nice")
-        .args(["-n", "19"])
-        .arg(std::env::current_exe().unwrap())
-        .env(WATCHERS_ENV, serde_json::to_string(&plan).unwrap())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("nice (coreutils) starts the watchers' process");
-    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(out.next_line().await.unwrap().as_deref(), Some("ready"));
+    let plan = serde_json::to_string(&plan).unwrap();
+    let (mut child, mut out) = support::client_process(WATCHERS_ENV, &plan, None).await;
     let connected = settled_rss(&gw).await;
     let watchers = sessions * per;
     let metric = async |name: &str| gw.metric(name).await as u64;

@@ -71,8 +71,10 @@ async fn a_silent_connection_does_not_hold_up_a_stop() {
     let gw = w.gw();
     let address = gw.base.trim_start_matches("http://").to_owned();
     let silent = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let half = tokio::net::TcpStream::connect(&address).await.unwrap();
-    half.try_write(b"PRI * HT").unwrap();
+    let mut half = tokio::net::TcpStream::connect(&address).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut half, b"PRI * HT")
+        .await
+        .unwrap();
     let http = http2_client();
     let mut open = Sse::open(&http, &gw.url(&format!("/sessions/{id}/events")), None).await;
     let stopping = Instant::now();

@@ -54,6 +54,46 @@ pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[i]
 }
 
+/// The gateway's RSS (KiB) once its allocator has settled (750 ms of quiet).
+pub async fn settled_rss(gw: &Gateway) -> u64 {
+    tokio::time::sleep(Duration::from_millis(750)).await;
+    rss_kib(gw.pid())
+}
+
+/// The clients of a bench, run as a child process of this bench's own binary (with `env` set to
+/// `spec`, which the bench's `main` looks for) at the lowest CPU priority (`nice -n 19`), on
+/// `cpus` when given: in production clients are elsewhere, so here they get only the CPU the
+/// gateway and the agent leave. Returns once the child has said "ready", with its other lines.
+pub async fn client_process(
+    env: &str,
+    spec: &str,
+    cpus: Option<&str>,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = match cpus {
+        Some(cpus) => {
+            let mut c = tokio::process::Command::new("taskset");
+            c.args(["-c", cpus, "nice"]);
+            c
+        }
+        None => tokio::process::Command::new("nice"),
+    };
+    let mut child = command
+        .args(["-n", "19"])
+        .arg(std::env::current_exe().unwrap())
+        .env(env, spec)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nice (coreutils) starts the clients' process");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(out.next_line().await.unwrap().as_deref(), Some("ready"));
+    (child, out)
+}
+
 /// Sends `request` and returns its JSON body.
 pub async fn send_json(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()

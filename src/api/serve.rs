@@ -68,7 +68,7 @@ pub async fn serve(
         let (http1, http2) = (http1.clone(), http2.clone());
         let closing = closing.clone();
         connections.spawn(async move {
-            // A connection closed before its first bytes came ends here.
+            // A connection that has sent nothing when the shutdown comes ends here.
             let http2_preface = tokio::select! {
                 is = opens_with_http2_preface(&stream) => is,
                 () = closing.cancelled() => return,
