@@ -3,9 +3,11 @@
 //! answers `GET /sessions/{id}/watchers` for all of them. When a person's first stream of a
 //! session opens or their last one ends, `watchers_changed` goes to the lifecycle log
 //! (`GET /events`), out of the session's own log. Rows of a replica that is gone are skipped
-//! and removed by the next reader.
+//! and removed by the next reader. On one replica a session's changes are made one at a time
+//! (row, count, event), so that streams ending together are told once each, in order.
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use tokio_util::task::TaskTracker;
@@ -25,7 +27,13 @@ pub(in crate::gateway) struct Watchers {
     cluster: Arc<Cluster>,
     /// The removals of ended streams.
     tasks: TaskTracker,
+    /// A session's changes take the lock its id hashes to, for the row, the count and the event.
+    changes: [tokio::sync::Mutex<()>; LOCKS],
+    hasher: RandomState,
 }
+
+/// How many locks the sessions' changes share.
+const LOCKS: usize = 64;
 
 /// An open stream's row, removed when this is dropped (the stream ended).
 pub(in crate::gateway) struct Watching {
@@ -40,6 +48,7 @@ impl Drop for Watching {
         let (watchers, record) = (self.watchers.clone(), self.record.clone());
         let (id, author) = (std::mem::take(&mut self.watcher_id), self.author.clone());
         self.watchers.tasks.spawn(async move {
+            let _one_at_a_time = watchers.lock(&record.session_id).await;
             if let Err(e) = watchers.store.remove_watcher(&id).await {
                 tracing::warn!(session = record.session_id, error = %e, "an ended stream is still counted among the session's watchers");
             }
@@ -60,7 +69,15 @@ impl Watchers {
             log,
             cluster,
             tasks,
+            changes: std::array::from_fn(|_| tokio::sync::Mutex::default()),
+            hasher: RandomState::new(),
         }
+    }
+
+    /// The lock of `session_id`'s changes.
+    async fn lock(&self, session_id: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        let slot = self.hasher.hash_one(session_id) as usize % LOCKS;
+        self.changes[slot].lock().await
     }
 
     /// `author` opened a stream of the session of `record`: counted until the guard drops.
@@ -76,6 +93,7 @@ impl Watchers {
             author: serde_json::to_string(&author).expect("an author serialises"),
             since: now().timestamp_micros(),
         };
+        let _one_at_a_time = self.lock(&record.session_id).await;
         match self.store.add_watcher(&row).await {
             Ok(()) => self.changed_for(record, &author, true).await,
             Err(e) => {
