@@ -378,15 +378,16 @@ pub async fn run(
         .filter(|k| config.api_keys_file.is_some() || k.oidc().is_some())
         .map(|keys| tokio::spawn(keys.watch(stop.clone())));
     let app = app(gateway.clone(), &config, keys, cors, stop.clone());
-    let served = api::serve::serve(listener, app, {
+    let stall = Config::secs_or_never(config.stall_timeout);
+    let shutdown = {
         let stop = stop.clone();
         async move {
             shutdown.await;
             tracing::info!("shutting down");
             stop.cancel();
         }
-    })
-    .await;
+    };
+    let served = api::serve::serve(listener, app, shutdown, stall).await;
     stop.cancel();
     let _ = stopper.await;
     if let Some(watcher) = watcher {

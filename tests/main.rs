@@ -44,6 +44,7 @@ mod remote_workspaces;
 mod security;
 mod sessions;
 mod shares;
+mod slow_clients;
 mod soak;
 mod store_contract;
 mod stream_bytes;

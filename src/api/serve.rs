@@ -9,8 +9,16 @@
 //! clone), the protocol is told by peeking at the first bytes (nothing read, no buffer), and
 //! hyper's HTTP/1 and HTTP/2 builders are used directly. Over HTTP/2 many streams share one
 //! connection's buffers and writes (`bench/watchers.sh`).
+//!
+//! A client that reads slower than its streams are written holds at most [`MAX_BUFFERED`]
+//! of the gateway's memory per connection (HTTP/1.1) or stream (HTTP/2): past it, the
+//! response is not polled, and a live stream that falls behind the event hub reads the log
+//! where it is when it is polled again. A client that reads nothing at all for the stall
+//! timeout (`--stall-timeout`) while a write waits is cut; it resumes where it was with
+//! `Last-Event-ID`.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::Router;
@@ -18,21 +26,27 @@ use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
 /// Serves `app` on `listener` until `shutdown` resolves; then stops accepting, asks every open
 /// connection to close after its current response (streams end on their own shutdown signal)
-/// and returns once all have.
+/// and returns once all have. A connection whose pending write the client leaves unread for
+/// `stall` is closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send,
+    stall: Option<Duration>,
 ) -> std::io::Result<()> {
-    let http1 = hyper::server::conn::http1::Builder::new();
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.max_buf_size(MAX_BUFFERED);
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2.max_concurrent_streams(MAX_STREAMS);
+    http2
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_send_buf_size(MAX_BUFFERED);
     let closing = CancellationToken::new();
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -73,13 +87,14 @@ pub async fn serve(
                 is = opens_with_http2_preface(&stream) => is,
                 () = closing.cancelled() => return,
             };
+            let mut timed = TimeoutStream::new(stream);
+            timed.set_write_timeout(stall);
+            let io = TokioIo::new(Box::pin(timed));
             if http2_preface {
-                let conn = http2.serve_connection(TokioIo::new(stream), service);
+                let conn = http2.serve_connection(io, service);
                 until_closed(conn, closing, |c| c.graceful_shutdown()).await;
             } else {
-                let conn = http1
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades();
+                let conn = http1.serve_connection(io, service).with_upgrades();
                 until_closed(conn, closing, |c| c.graceful_shutdown()).await;
             }
         });
@@ -95,6 +110,10 @@ pub async fn serve(
 /// thousand watchers on one connection (hyper's default is 200; beyond the limit a client's new
 /// streams wait).
 const MAX_STREAMS: u32 = 4096;
+/// The most a connection (HTTP/1.1: its read and write buffers each) or an HTTP/2 stream (its
+/// send buffer) holds for a client that reads slower than it is written to. hyper's defaults
+/// are about 400 KiB; a response is written in pieces of at most this, then waits.
+const MAX_BUFFERED: usize = 64 * 1024;
 /// The start of HTTP/2's connection preface (RFC 9113, 3.4), which no HTTP/1 request line has.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
@@ -116,11 +135,7 @@ async fn opens_with_http2_preface(stream: &TcpStream) -> bool {
 
 /// Runs `conn` until it ends; once `closing` is cancelled, asks it to close after its current
 /// responses (`graceful`) and waits for that.
-async fn until_closed<C: Future>(
-    conn: C,
-    closing: CancellationToken,
-    graceful: fn(std::pin::Pin<&mut C>),
-) {
+async fn until_closed<C: Future>(conn: C, closing: CancellationToken, graceful: fn(Pin<&mut C>)) {
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,

@@ -314,6 +314,16 @@ pub struct Config {
     )]
     pub shutdown_timeout: u64,
 
+    /// Seconds a client may leave a write to its connection unread before the connection is
+    /// closed (an event stream so cut resumes with `Last-Event-ID`); 0: never.
+    #[arg(
+        long,
+        env = "ACP_GATEWAY_STALL_TIMEOUT",
+        default_value_t = 30,
+        global = true
+    )]
+    pub stall_timeout: u64,
+
     /// Longest line accepted from an agent, in bytes; longer lines are dropped and counted.
     #[arg(long, env = "ACP_GATEWAY_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024, global = true)]
     pub max_line_bytes: usize,
