@@ -110,9 +110,11 @@ pub async fn serve(
 /// thousand watchers on one connection (hyper's default is 200; beyond the limit a client's new
 /// streams wait).
 const MAX_STREAMS: u32 = 4096;
-/// The most a connection (HTTP/1.1: its read and write buffers each) or an HTTP/2 stream (its
-/// send buffer) holds for a client that reads slower than it is written to. hyper's defaults
-/// are about 400 KiB; a response is written in pieces of at most this, then waits.
+/// The most a connection (HTTP/1.1: its write buffer) or an HTTP/2 stream (its send buffer)
+/// holds for a client that reads slower than it is written to; past it the response is not
+/// polled until the client reads (one piece larger than this, such as a large event, is held
+/// whole). hyper's defaults are about 400 KiB. It caps HTTP/1.1's read buffer too: a request
+/// head past about twice this (measured: 100 KB passes, 200 KB does not) is refused with 431.
 const MAX_BUFFERED: usize = 64 * 1024;
 /// The start of HTTP/2's connection preface (RFC 9113, 3.4), which no HTTP/1 request line has.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0";

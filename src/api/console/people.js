@@ -1,7 +1,7 @@
 // The people on one session, in the session view: who wrote each prompt and answered each
 // request (`who`), the prompts queued behind the running turn with a Withdraw button each
-// (GET and DELETE /sessions/{id}/queue), and who is watching (GET /sessions/{id}/watchers,
-// refreshed by the lifecycle stream's `watchers_changed`).
+// (GET and DELETE /sessions/{id}/queue), and who is watching (GET /sessions/{id}/watchers once
+// the session's stream is open, refreshed by the lifecycle stream's `watchers_changed`).
 
 import { api, sessionPath } from "./api.js";
 import { $, el } from "./dom.js";

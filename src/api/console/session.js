@@ -74,7 +74,6 @@ export class SessionView {
     this.renderSuggested();
     this.files = new FilesPanel(this.id, s.workspace, { ask: this.hooks.ask });
     this.people = new People(this.id);
-    this.people.showWatchers();
     this.usage = new UsagePanel(this.id);
     await this.catchUp();
     this.people.refreshQueue();
@@ -116,6 +115,10 @@ export class SessionView {
     source.onopen = () => {
       this.retry = 500;
       this.hooks.connection("online");
+      // Open, this stream is counted among the watchers: they are shown as the gateway has
+      // them now, since a `watchers_changed` sent before the lifecycle stream connected is
+      // not replayed to it.
+      this.people?.showWatchers();
     };
     for (const name of EVENTS) {
       source.addEventListener(name, (ev) => {
