@@ -403,7 +403,11 @@ macro_rules! impl_store {
         impl_idempotency!($backend { reads: $reads, writes: $writes, time: $time });
         impl_workspaces!($backend { reads: $reads, writes: $writes });
         impl_queue!($backend { reads: $reads, writes: $writes });
-        impl_watchers!($backend { reads: $reads, writes: $writes });
+        impl_watchers!($backend {
+            reads: $reads,
+            writes: $writes,
+            begin_write: $begin($($begin_arg)?),
+        });
         impl_usage!($backend { reads: $reads, writes: $writes });
         impl_installs!($backend { reads: $reads, writes: $writes });
         impl_shares!($backend { reads: $reads, writes: $writes });

@@ -1,15 +1,19 @@
 //! Who is watching each session: a row per open event stream (`GET /sessions/{id}/events`, an
 //! `/acp` client following it), with the replica serving it and its watcher as JSON, removed
 //! when the stream ends. A replica that dies leaves its rows; readers skip the replicas that are
-//! gone and [`SessionWatchers::forget_watchers_of`] removes them. The SQL both backends run
-//! alike, and [`impl_watchers!`] that implements [`SessionWatchers`] for each.
+//! gone and [`SessionWatchers::forget_watchers_of`] removes them. Adding or removing a row
+//! answers how many streams of the session its watcher has then, counted under a lock of the
+//! session's watchers (an advisory lock on PostgreSQL, the write lock on SQLite), so that of
+//! streams opening or ending at once on any replicas, exactly one is told it was its watcher's
+//! first or last. The SQL both backends run alike, and [`impl_watchers!`] that implements
+//! [`SessionWatchers`] for each.
 
 use async_trait::async_trait;
 
 use super::error::StoreResult;
 
 /// One open stream of a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatcherRecord {
     pub watcher_id: String,
     pub session_id: String,
@@ -24,9 +28,13 @@ pub struct WatcherRecord {
 /// The sessions' watchers.
 #[async_trait]
 pub trait SessionWatchers: Send + Sync + 'static {
-    async fn add_watcher(&self, watcher: &WatcherRecord) -> StoreResult<()>;
+    /// Adds the row (once: an id added again is not counted twice); how many of the session's
+    /// rows are its watcher's now.
+    async fn add_watcher(&self, watcher: &WatcherRecord) -> StoreResult<u64>;
 
-    async fn remove_watcher(&self, watcher_id: &str) -> StoreResult<()>;
+    /// Removes the row (if it is still there); how many of the session's rows are its
+    /// watcher's now.
+    async fn remove_watcher(&self, watcher: &WatcherRecord) -> StoreResult<u64>;
 
     /// The session's open streams, oldest first.
     async fn watchers_of(&self, session_id: &str) -> StoreResult<Vec<WatcherRecord>>;
@@ -38,40 +46,67 @@ pub trait SessionWatchers: Send + Sync + 'static {
 pub const ADD: &str = "INSERT INTO session_watchers (watcher_id, session_id, replica, author, since) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (watcher_id) DO NOTHING";
 pub const REMOVE: &str = "DELETE FROM session_watchers WHERE watcher_id = $1";
+/// The session's (`$1`) rows of a watcher (`$2`).
+pub const STREAMS: &str =
+    "SELECT count(*) FROM session_watchers WHERE session_id = $1 AND author = $2";
 pub const OF: &str = "SELECT watcher_id, session_id, replica, author, since \
      FROM session_watchers WHERE session_id = $1 ORDER BY since, watcher_id";
 pub const FORGET: &str = "DELETE FROM session_watchers WHERE replica = $1";
 
-/// `impl_watchers!(Backend { reads, writes })` implements [`SessionWatchers`] for `Backend`,
-/// from the parameters of the same names of [`impl_store!`](crate::store::common).
+/// `impl_watchers!(Backend { reads, writes, begin_write })` implements [`SessionWatchers`] for
+/// `Backend`, from the parameters of the same names of [`impl_store!`](crate::store::common);
+/// the backend's `lock_watchers(tx, session_id)` holds off other changes of the session's
+/// watchers until the transaction ends.
 macro_rules! impl_watchers {
-    ($backend:ty { reads: $reads:ident, writes: $writes:ident $(,)? }) => {
+    (
+        $backend:ty {
+            reads: $reads:ident,
+            writes: $writes:ident,
+            begin_write: $begin:ident($($begin_arg:expr)?) $(,)?
+        }
+    ) => {
         #[async_trait::async_trait]
         impl $crate::store::watchers::SessionWatchers for $backend {
             async fn add_watcher(
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
-            ) -> $crate::store::error::StoreResult<()> {
+            ) -> $crate::store::error::StoreResult<u64> {
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                self.lock_watchers(&mut tx, &w.session_id).await?;
                 sqlx::query($crate::store::watchers::ADD)
                     .bind(&w.watcher_id)
                     .bind(&w.session_id)
                     .bind(&w.replica)
                     .bind(&w.author)
                     .bind(w.since)
-                    .execute(&self.$writes)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(())
+                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
+                    .bind(&w.session_id)
+                    .bind(&w.author)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(u64::try_from(streams).unwrap_or(0))
             }
 
             async fn remove_watcher(
                 &self,
-                watcher_id: &str,
-            ) -> $crate::store::error::StoreResult<()> {
+                w: &$crate::store::watchers::WatcherRecord,
+            ) -> $crate::store::error::StoreResult<u64> {
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                self.lock_watchers(&mut tx, &w.session_id).await?;
                 sqlx::query($crate::store::watchers::REMOVE)
-                    .bind(watcher_id)
-                    .execute(&self.$writes)
+                    .bind(&w.watcher_id)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(())
+                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
+                    .bind(&w.session_id)
+                    .bind(&w.author)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(u64::try_from(streams).unwrap_or(0))
             }
 
             async fn watchers_of(

@@ -262,6 +262,7 @@ macro_rules! store_contract {
             workspaces::check_workspaces,
             queue::check_prompt_queue,
             watchers::check_watchers,
+            watchers::check_watchers_counted_at_once,
             usage::check_usage_ledger,
             installs::check_installs,
             imports::check_session_imports,

@@ -1,5 +1,6 @@
 //! Who is watching: rows added and removed, listed per session oldest first, an id added twice
-//! counted once, and a gone replica's rows forgotten.
+//! counted once, each change answering its watcher's streams of the session (also when many
+//! change at once: each count is answered once), and a gone replica's rows forgotten.
 
 use super::*;
 use acp_gateway::store::WatcherRecord;
@@ -20,17 +21,51 @@ pub async fn check_watchers(store: Arc<dyn Store>) {
         watcher("w-b", "s1", "r2", 10),
         watcher("w-c", "s2", "r1", 5),
     );
-    for w in [&a, &b, &c, &a] {
-        store.add_watcher(w).await.unwrap();
+    let bob = WatcherRecord {
+        watcher_id: "w-d".into(),
+        author: r#"{"tenant":"acme","user":"bob"}"#.into(),
+        ..a.clone()
+    };
+    let mut streams = Vec::new();
+    for w in [&a, &b, &c, &a, &bob] {
+        streams.push(store.add_watcher(w).await.unwrap());
     }
+    // Ann's streams of s1, then of s2, then still 2 (the same id), then Bob's first.
+    assert_eq!(streams, [1, 2, 1, 2, 1]);
     assert_eq!(
         store.watchers_of("s1").await.unwrap(),
-        [b.clone(), a.clone()]
+        [b.clone(), a.clone(), bob.clone()]
     );
-    store.remove_watcher("w-b").await.unwrap();
-    store.remove_watcher("w-unknown").await.unwrap();
+    assert_eq!(store.remove_watcher(&b).await.unwrap(), 1);
+    let unknown = watcher("w-unknown", "s1", "r1", 1);
+    assert_eq!(store.remove_watcher(&unknown).await.unwrap(), 1);
+    assert_eq!(store.remove_watcher(&bob).await.unwrap(), 0);
     assert_eq!(store.watchers_of("s1").await.unwrap(), [a]);
     store.forget_watchers_of("r1").await.unwrap();
     assert!(store.watchers_of("s1").await.unwrap().is_empty());
     assert!(store.watchers_of("s2").await.unwrap().is_empty());
+}
+
+/// 24 streams of one watcher opened at once, then ended at once: the counts answered are each
+/// of 1..=24, then each of 0..24, once (exactly one change is the first, one the last).
+pub async fn check_watchers_counted_at_once(store: Arc<dyn Store>) {
+    let rows: Vec<WatcherRecord> = (0..24)
+        .map(|i| watcher(&format!("w-{i}"), "s1", "r1", i))
+        .collect();
+    let mut set = JoinSet::new();
+    for row in rows.clone() {
+        let store = store.clone();
+        set.spawn(async move { store.add_watcher(&row).await.unwrap() });
+    }
+    let mut opened: Vec<u64> = set.join_all().await;
+    opened.sort_unstable();
+    assert_eq!(opened, (1..=24).collect::<Vec<u64>>());
+    let mut set = JoinSet::new();
+    for row in rows {
+        let store = store.clone();
+        set.spawn(async move { store.remove_watcher(&row).await.unwrap() });
+    }
+    let mut ended: Vec<u64> = set.join_all().await;
+    ended.sort_unstable();
+    assert_eq!(ended, (0..24).collect::<Vec<u64>>());
 }

@@ -2,9 +2,11 @@
 //! an `/acp` client following it) is a row of the store while it is open, so that any replica
 //! answers `GET /sessions/{id}/watchers` for all of them. When a person's first stream of a
 //! session opens or their last one ends, `watchers_changed` goes to the lifecycle log
-//! (`GET /events`), out of the session's own log. Rows of a replica that is gone are skipped
-//! and removed by the next reader. On one replica a session's changes are made one at a time
-//! (row, count, event), so that streams ending together are told once each, in order.
+//! (`GET /events`), out of the session's own log: the store counts a person's streams as it
+//! adds or removes one, so that exactly one of streams opening or ending at once, on any
+//! replicas, is their first or last. Rows of a replica that is gone are skipped and removed by
+//! the next reader. On one replica a session's changes are made one at a time (row, count,
+//! event), so that its events follow each other in the order of the changes.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
@@ -39,20 +41,22 @@ const LOCKS: usize = 64;
 pub(in crate::gateway) struct Watching {
     watchers: Arc<Watchers>,
     record: SessionRecord,
-    watcher_id: String,
-    author: Author,
+    row: WatcherRecord,
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
         let (watchers, record) = (self.watchers.clone(), self.record.clone());
-        let (id, author) = (std::mem::take(&mut self.watcher_id), self.author.clone());
+        let row = std::mem::take(&mut self.row);
         self.watchers.tasks.spawn(async move {
             let _one_at_a_time = watchers.lock(&record.session_id).await;
-            if let Err(e) = watchers.store.remove_watcher(&id).await {
-                tracing::warn!(session = record.session_id, error = %e, "an ended stream is still counted among the session's watchers");
+            match watchers.store.remove_watcher(&row).await {
+                Ok(0) => watchers.changed(&record).await,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(session = record.session_id, error = %e, "an ended stream is still counted among the session's watchers")
+                }
             }
-            watchers.changed_for(&record, &author, false).await;
         });
     }
 }
@@ -95,7 +99,8 @@ impl Watchers {
         };
         let _one_at_a_time = self.lock(&record.session_id).await;
         match self.store.add_watcher(&row).await {
-            Ok(()) => self.changed_for(record, &author, true).await,
+            Ok(1) => self.changed(record).await,
+            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(session = record.session_id, error = %e, "a stream is not counted among the session's watchers")
             }
@@ -103,8 +108,7 @@ impl Watchers {
         Watching {
             watchers: self.clone(),
             record: record.clone(),
-            watcher_id: row.watcher_id,
-            author,
+            row,
         }
     }
 
@@ -142,16 +146,12 @@ impl Watchers {
         Ok(people)
     }
 
-    /// After `author`'s stream opened (`opened`) or ended: when it was their first or last,
-    /// `watchers_changed` with everyone watching now.
-    async fn changed_for(&self, record: &SessionRecord, author: &Author, opened: bool) {
+    /// A person's first stream of the session opened or their last ended: `watchers_changed`
+    /// with everyone watching now.
+    async fn changed(&self, record: &SessionRecord) {
         let Ok(people) = self.list(&record.session_id).await else {
             return;
         };
-        let streams = (people.iter().find(|p| &p.who == author)).map_or(0, |p| p.streams);
-        if streams != usize::from(opened) {
-            return;
-        }
         let changed = GatewayLifecycleEvent::WatchersChanged(WatchersChanged {
             session_id: record.session_id.clone(),
             watchers: people,

@@ -1,7 +1,8 @@
-//! Counting a tenant's slots on PostgreSQL, for taking one: under a transaction-scoped advisory
-//! lock of the tenant and kind, the slots (and live sessions) of replicas that beat within the
-//! lease are counted; `impl_quotas!` inserts the slot in the same transaction if the quota
-//! allows.
+//! Counting under a transaction-scoped advisory lock on PostgreSQL: a tenant's slots, for taking
+//! one (under the lock of the tenant and kind, the slots and live sessions of replicas that beat
+//! within the lease are counted; `impl_quotas!` inserts the slot in the same transaction if the
+//! quota allows), and a session's watchers (`impl_watchers!` changes and counts them under the
+//! lock of the session's watchers).
 
 use sqlx::PgConnection;
 
@@ -48,5 +49,19 @@ impl PgStore {
             .bind(slot.counted_since())
             .fetch_one(tx)
             .await?)
+    }
+
+    /// Holds off other changes of `session_id`'s watchers until `tx` ends (see
+    /// [`SessionWatchers`](crate::store::SessionWatchers)).
+    pub(super) async fn lock_watchers(
+        &self,
+        tx: &mut PgConnection,
+        session_id: &str,
+    ) -> StoreResult<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("session-watchers/{session_id}"))
+            .execute(tx)
+            .await?;
+        Ok(())
     }
 }

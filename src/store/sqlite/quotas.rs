@@ -1,7 +1,8 @@
-//! Counting a tenant's slots on SQLite, for taking one: under the write lock (`BEGIN
-//! IMMEDIATE`), the slots (and live sessions) of the one gateway serving the file are counted
-//! (any other replica's are a dead process's); `impl_quotas!` inserts the slot in the same
-//! transaction if the quota allows.
+//! Counting under the write lock (`BEGIN IMMEDIATE`) on SQLite: a tenant's slots, for taking
+//! one (the slots and live sessions of the one gateway serving the file are counted, any other
+//! replica's being a dead process's; `impl_quotas!` inserts the slot in the same transaction if
+//! the quota allows), and a session's watchers (`impl_watchers!` changes and counts them in a
+//! transaction that holds the lock already).
 
 use sqlx::SqliteConnection;
 
@@ -36,5 +37,15 @@ impl SqliteStore {
             .bind(micros(slot.counted_since()))
             .fetch_one(tx)
             .await?)
+    }
+
+    /// Nothing: the write lock `tx` holds keeps every other change out until it ends (see
+    /// [`SessionWatchers`](crate::store::SessionWatchers)).
+    pub(super) async fn lock_watchers(
+        &self,
+        _tx: &mut SqliteConnection,
+        _session_id: &str,
+    ) -> StoreResult<()> {
+        Ok(())
     }
 }
