@@ -16,6 +16,11 @@
 //! running (`benches/support/floor.rs`, [`support::floor::commit_latency`]); no front that
 //! stores an event before a subscriber reads it delivers a turn's last chunk faster.
 //!
+//! With `OPEN_LOOP_UNSYNCED=1` (`bench/open-loop.sh` sets it) and PostgreSQL, the gateway is
+//! measured on it a second time with `synchronous_commit = off` (its commits not waiting for
+//! the disk, a setting an operator may choose), its stages beside the others: what the commit's
+//! wait for the disk costs delivery in the same run.
+//!
 //! Run with `bash bench/open-loop.sh`, which builds the release binaries and installs the peers
 //! first. `OPEN_LOOP_PERIOD_MS` sets the period per session (default 100),
 //! `OPEN_LOOP_SESSIONS` the session counts (default `8,64`); `OPEN_LOOP_SECS`, `_ROUNDS`,
@@ -123,7 +128,8 @@ async fn main() {
             if !f.stages.0.is_empty() {
                 stages += &stage_row(n, name, f);
             }
-            if let (Which::Gateway(_, None), Some(adapter)) = (which, adapter) {
+            let measured = matches!(which, Which::Gateway(_, None) | Which::Unsynced);
+            if let (true, Some(adapter)) = (measured, adapter) {
                 let (mine, theirs) = (delivery(f), delivery(adapter));
                 if mine.is_empty() || theirs.is_empty() {
                     continue;

@@ -22,6 +22,9 @@ pub const LAST_CHUNK: &[u8] = br#""text":"c20""#;
 /// What precedes, in the bench agent's last chunk, the time it wrote the turn (see
 /// `examples/bench_agent.rs`).
 pub const WRITTEN_AT: &[u8] = br#""writtenNs":"#;
+/// The database URL's parameter of [`Which::Unsynced`] (`options=-c synchronous_commit=off`).
+const UNSYNCED: &str = "options=-c%20synchronous_commit%3Doff";
+
 /// How long, at most, the subscribers may lag behind the last answer before they are stopped.
 pub const CATCH_UP: Duration = Duration::from_secs(10);
 
@@ -36,9 +39,13 @@ impl Front {
     pub async fn start(which: &Which, agent: &Path, dir: &Path) -> Front {
         match which {
             Which::Direct => Front::Direct(Arc::new(MultiplexedAgent::start(agent, dir).await)),
-            Which::Gateway(..) | Which::Traced(..) => {
+            Which::Gateway(..) | Which::Traced(..) | Which::Unsynced => {
                 let backend = which.backend().expect("a gateway");
-                let db = Database::create(backend, dir, "bench").await;
+                let mut db = Database::create(backend, dir, "bench").await;
+                if let Which::Unsynced = which {
+                    let joint = if db.url.contains('?') { '&' } else { '?' };
+                    db.url = format!("{}{joint}{UNSYNCED}", db.url);
+                }
                 let mut opts = Options {
                     agent: agent.to_owned(),
                     ..Options::bench()
@@ -105,6 +112,10 @@ pub enum Which {
     /// This build with its spans at `info` on: traces off (`None`), or on with the collector
     /// down, sampling this ratio of them ("0" or "1").
     Traced(Backend, Option<&'static str>),
+    /// This build on PostgreSQL with `synchronous_commit = off` for its connections (set in
+    /// the database URL, as an operator may): its commits do not wait for the WAL to reach the
+    /// disk.
+    Unsynced,
     Peer(PeerKind),
 }
 
@@ -113,6 +124,7 @@ impl Which {
     pub fn backend(&self) -> Option<Backend> {
         match self {
             Which::Gateway(backend, _) | Which::Traced(backend, _) => Some(*backend),
+            Which::Unsynced => Some(Backend::Postgres),
             _ => None,
         }
     }
@@ -491,6 +503,11 @@ impl Setup {
             for other in others.split(',').filter(|o| !o.is_empty()) {
                 let name = format!("acp-gateway {other}, {}", backend.name());
                 fronts.push((name, Which::Gateway(backend, Some(other.into()))));
+            }
+            // `…_UNSYNCED=1`: on PostgreSQL, beside it, its commits not waiting for the disk.
+            if backend == Backend::Postgres && env_or(&var("UNSYNCED"), 0) == 1 {
+                let name = "acp-gateway, PostgreSQL, synchronous_commit off".to_owned();
+                fronts.push((name, Which::Unsynced));
             }
             // `…_TRACED=1`: beside it, with its spans on, traces off and on (the collector
             // down), sampling none and all.

@@ -71,42 +71,14 @@ macro_rules! impl_watchers {
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
             ) -> $crate::store::error::StoreResult<u64> {
-                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
-                self.lock_watchers(&mut tx, &w.session_id).await?;
-                sqlx::query($crate::store::watchers::ADD)
-                    .bind(&w.watcher_id)
-                    .bind(&w.session_id)
-                    .bind(&w.replica)
-                    .bind(&w.author)
-                    .bind(w.since)
-                    .execute(&mut *tx)
-                    .await?;
-                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
-                    .bind(&w.session_id)
-                    .bind(&w.author)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(u64::try_from(streams).unwrap_or(0))
+                self.change_watcher(w, true).await
             }
 
             async fn remove_watcher(
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
             ) -> $crate::store::error::StoreResult<u64> {
-                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
-                self.lock_watchers(&mut tx, &w.session_id).await?;
-                sqlx::query($crate::store::watchers::REMOVE)
-                    .bind(&w.watcher_id)
-                    .execute(&mut *tx)
-                    .await?;
-                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
-                    .bind(&w.session_id)
-                    .bind(&w.author)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(u64::try_from(streams).unwrap_or(0))
+                self.change_watcher(w, false).await
             }
 
             async fn watchers_of(
@@ -141,6 +113,37 @@ macro_rules! impl_watchers {
                     .execute(&self.$writes)
                     .await?;
                 Ok(())
+            }
+        }
+
+        impl $backend {
+            /// Adds (`add`) or removes `w`'s row, then counts its watcher's rows of the session,
+            /// under the lock of the session's watchers.
+            async fn change_watcher(
+                &self,
+                w: &$crate::store::watchers::WatcherRecord,
+                add: bool,
+            ) -> $crate::store::error::StoreResult<u64> {
+                let mut tx = self.$writes.$begin($($begin_arg)?).await?;
+                self.lock_watchers(&mut tx, &w.session_id).await?;
+                let change = if add {
+                    sqlx::query($crate::store::watchers::ADD)
+                        .bind(&w.watcher_id)
+                        .bind(&w.session_id)
+                        .bind(&w.replica)
+                        .bind(&w.author)
+                        .bind(w.since)
+                } else {
+                    sqlx::query($crate::store::watchers::REMOVE).bind(&w.watcher_id)
+                };
+                change.execute(&mut *tx).await?;
+                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
+                    .bind(&w.session_id)
+                    .bind(&w.author)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(u64::try_from(streams).unwrap_or(0))
             }
         }
     };
