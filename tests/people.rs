@@ -364,7 +364,8 @@ async fn two_token_users_of_one_tenant() {
 }
 
 /// A stream open on one replica is a watcher on every replica; when that replica is killed,
-/// its streams stop counting once its lease has run out.
+/// its streams stop counting once its lease has run out, and the same person's next stream,
+/// on another replica, is their first again (a `watchers_changed` there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(database_url), ignore = "needs PostgreSQL: set DATABASE_URL")]
 async fn watchers_are_seen_across_replicas() {
@@ -387,7 +388,24 @@ async fn watchers_are_seen_across_replicas() {
         seen[0],
         json!({"tenant": "default", "streams": 1, "since": seen[0]["since"]})
     );
+    let live = async |g: &Gateway| {
+        let replicas = g.json("/agent").await["replicas"].clone();
+        let replicas = replicas.as_array().unwrap().iter();
+        replicas.filter(|r| r["live"] == true).count()
+    };
+    let before = live(&c).await;
     b.kill().await;
+    // Nobody lists the watchers meanwhile (a listing removes a dead replica's rows).
+    c.wait_until(|g| async move { live(g).await == before - 1 })
+        .await;
+    let mut lifecycle = c.sse("/events", None).await;
+    let _again = c.events(&id, None).await;
+    let changed = lifecycle.until("watchers_changed").await.pop().unwrap();
+    assert_eq!(changed.data["sessionId"], id.as_str());
+    let watchers = changed.data["watchers"].as_array().unwrap();
+    assert_eq!(watchers.len(), 1, "{changed:?}");
+    assert_eq!(watchers[0]["streams"], 1);
+    drop(_again);
     c.wait_until(|g| async move { count(g).await == Some(0) })
         .await;
     c.stop().await;

@@ -2,11 +2,13 @@
 //! `/acp` client following it), with the replica serving it and its watcher as JSON, removed
 //! when the stream ends. A replica that dies leaves its rows; readers skip the replicas that are
 //! gone and [`SessionWatchers::forget_watchers_of`] removes them. Adding or removing a row
-//! answers how many streams of the session its watcher has then, counted under a lock of the
-//! session's watchers (an advisory lock on PostgreSQL, the write lock on SQLite), so that of
-//! streams opening or ending at once on any replicas, exactly one is told it was its watcher's
-//! first or last. The SQL both backends run alike, and [`impl_watchers!`] that implements
+//! answers how many streams of the session its watcher has then (on its replica, and on the
+//! others that beat within the lease), counted under a lock of the session's watchers (an
+//! advisory lock on PostgreSQL, the write lock on SQLite), so that of streams opening or ending
+//! at once on any replicas, exactly one is told it was its watcher's first or last. The SQL both backends run alike, and [`impl_watchers!`] that implements
 //! [`SessionWatchers`] for each.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -29,12 +31,13 @@ pub struct WatcherRecord {
 #[async_trait]
 pub trait SessionWatchers: Send + Sync + 'static {
     /// Adds the row (once: an id added again is not counted twice); how many of the session's
-    /// rows are its watcher's now.
-    async fn add_watcher(&self, watcher: &WatcherRecord) -> StoreResult<u64>;
+    /// rows are its watcher's now, on its replica and on the replicas that beat within `lease`
+    /// (a dead replica's rows do not count).
+    async fn add_watcher(&self, watcher: &WatcherRecord, lease: Duration) -> StoreResult<u64>;
 
     /// Removes the row (if it is still there); how many of the session's rows are its
-    /// watcher's now.
-    async fn remove_watcher(&self, watcher: &WatcherRecord) -> StoreResult<u64>;
+    /// watcher's now, counted as by [`SessionWatchers::add_watcher`].
+    async fn remove_watcher(&self, watcher: &WatcherRecord, lease: Duration) -> StoreResult<u64>;
 
     /// The session's open streams, oldest first.
     async fn watchers_of(&self, session_id: &str) -> StoreResult<Vec<WatcherRecord>>;
@@ -46,9 +49,6 @@ pub trait SessionWatchers: Send + Sync + 'static {
 pub const ADD: &str = "INSERT INTO session_watchers (watcher_id, session_id, replica, author, since) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (watcher_id) DO NOTHING";
 pub const REMOVE: &str = "DELETE FROM session_watchers WHERE watcher_id = $1";
-/// The session's (`$1`) rows of a watcher (`$2`).
-pub const STREAMS: &str =
-    "SELECT count(*) FROM session_watchers WHERE session_id = $1 AND author = $2";
 pub const OF: &str = "SELECT watcher_id, session_id, replica, author, since \
      FROM session_watchers WHERE session_id = $1 ORDER BY since, watcher_id";
 pub const FORGET: &str = "DELETE FROM session_watchers WHERE replica = $1";
@@ -56,7 +56,7 @@ pub const FORGET: &str = "DELETE FROM session_watchers WHERE replica = $1";
 /// `impl_watchers!(Backend { reads, writes, begin_write })` implements [`SessionWatchers`] for
 /// `Backend`, from the parameters of the same names of [`impl_store!`](crate::store::common);
 /// the backend's `lock_watchers(tx, session_id)` holds off other changes of the session's
-/// watchers until the transaction ends.
+/// watchers until the transaction ends, and its `watcher_streams(tx, watcher, lease)` counts.
 macro_rules! impl_watchers {
     (
         $backend:ty {
@@ -70,15 +70,17 @@ macro_rules! impl_watchers {
             async fn add_watcher(
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
+                lease: std::time::Duration,
             ) -> $crate::store::error::StoreResult<u64> {
-                self.change_watcher(w, true).await
+                self.change_watcher(w, lease, true).await
             }
 
             async fn remove_watcher(
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
+                lease: std::time::Duration,
             ) -> $crate::store::error::StoreResult<u64> {
-                self.change_watcher(w, false).await
+                self.change_watcher(w, lease, false).await
             }
 
             async fn watchers_of(
@@ -122,6 +124,7 @@ macro_rules! impl_watchers {
             async fn change_watcher(
                 &self,
                 w: &$crate::store::watchers::WatcherRecord,
+                lease: std::time::Duration,
                 add: bool,
             ) -> $crate::store::error::StoreResult<u64> {
                 let mut tx = self.$writes.$begin($($begin_arg)?).await?;
@@ -137,11 +140,7 @@ macro_rules! impl_watchers {
                     sqlx::query($crate::store::watchers::REMOVE).bind(&w.watcher_id)
                 };
                 change.execute(&mut *tx).await?;
-                let streams: i64 = sqlx::query_scalar($crate::store::watchers::STREAMS)
-                    .bind(&w.session_id)
-                    .bind(&w.author)
-                    .fetch_one(&mut *tx)
-                    .await?;
+                let streams = self.watcher_streams(&mut tx, w, lease).await?;
                 tx.commit().await?;
                 Ok(u64::try_from(streams).unwrap_or(0))
             }

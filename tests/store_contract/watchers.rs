@@ -1,9 +1,13 @@
 //! Who is watching: rows added and removed, listed per session oldest first, an id added twice
-//! counted once, each change answering its watcher's streams of the session (also when many
-//! change at once: each count is answered once), and a gone replica's rows forgotten.
+//! counted once, each change answering its watcher's streams of the session (a replica's that
+//! does not beat not counted; when many change at once, each count answered once), and a gone
+//! replica's rows forgotten.
 
 use super::*;
 use acp_gateway::store::WatcherRecord;
+
+/// How long a replica's rows count after its last beat.
+const LEASE: std::time::Duration = std::time::Duration::from_secs(15);
 
 fn watcher(id: &str, session: &str, replica: &str, since: i64) -> WatcherRecord {
     WatcherRecord {
@@ -26,20 +30,23 @@ pub async fn check_watchers(store: Arc<dyn Store>) {
         author: r#"{"tenant":"acme","user":"bob"}"#.into(),
         ..a.clone()
     };
+    let a2 = watcher("w-a2", "s1", "r1", 30);
     let mut streams = Vec::new();
-    for w in [&a, &b, &c, &a, &bob] {
-        streams.push(store.add_watcher(w).await.unwrap());
+    for w in [&b, &a, &c, &a, &a2, &bob] {
+        streams.push(store.add_watcher(w, LEASE).await.unwrap());
     }
-    // Ann's streams of s1, then of s2, then still 2 (the same id), then Bob's first.
-    assert_eq!(streams, [1, 2, 1, 2, 1]);
+    // Ann's on r2 (no replica beats as r2 here: a dead one's rows are not counted from r1),
+    // then hers on r1 of s1, of s2, the same id again, a second of s1; then Bob's first.
+    assert_eq!(streams, [1, 1, 1, 1, 2, 1]);
     assert_eq!(
         store.watchers_of("s1").await.unwrap(),
-        [b.clone(), a.clone(), bob.clone()]
+        [b.clone(), a.clone(), bob.clone(), a2.clone()]
     );
-    assert_eq!(store.remove_watcher(&b).await.unwrap(), 1);
+    assert_eq!(store.remove_watcher(&b, LEASE).await.unwrap(), 0);
     let unknown = watcher("w-unknown", "s1", "r1", 1);
-    assert_eq!(store.remove_watcher(&unknown).await.unwrap(), 1);
-    assert_eq!(store.remove_watcher(&bob).await.unwrap(), 0);
+    assert_eq!(store.remove_watcher(&unknown, LEASE).await.unwrap(), 2);
+    assert_eq!(store.remove_watcher(&a2, LEASE).await.unwrap(), 1);
+    assert_eq!(store.remove_watcher(&bob, LEASE).await.unwrap(), 0);
     assert_eq!(store.watchers_of("s1").await.unwrap(), [a]);
     store.forget_watchers_of("r1").await.unwrap();
     assert!(store.watchers_of("s1").await.unwrap().is_empty());
@@ -55,7 +62,7 @@ pub async fn check_watchers_counted_at_once(store: Arc<dyn Store>) {
     let mut set = JoinSet::new();
     for row in rows.clone() {
         let store = store.clone();
-        set.spawn(async move { store.add_watcher(&row).await.unwrap() });
+        set.spawn(async move { store.add_watcher(&row, LEASE).await.unwrap() });
     }
     let mut opened: Vec<u64> = set.join_all().await;
     opened.sort_unstable();
@@ -63,7 +70,7 @@ pub async fn check_watchers_counted_at_once(store: Arc<dyn Store>) {
     let mut set = JoinSet::new();
     for row in rows {
         let store = store.clone();
-        set.spawn(async move { store.remove_watcher(&row).await.unwrap() });
+        set.spawn(async move { store.remove_watcher(&row, LEASE).await.unwrap() });
     }
     let mut ended: Vec<u64> = set.join_all().await;
     ended.sort_unstable();

@@ -2,9 +2,9 @@
 //! an `/acp` client following it) is a row of the store while it is open, so that any replica
 //! answers `GET /sessions/{id}/watchers` for all of them. When a person's first stream of a
 //! session opens or their last one ends, `watchers_changed` goes to the lifecycle log
-//! (`GET /events`), out of the session's own log: the store counts a person's streams as it
-//! adds or removes one, so that exactly one of streams opening or ending at once, on any
-//! replicas, is their first or last. Rows of a replica that is gone are skipped and removed by
+//! (`GET /events`), out of the session's own log: the store counts a person's streams (on the
+//! replicas that beat within the lease) as it adds or removes one, so that exactly one of
+//! streams opening or ending at once, on any replicas, is their first or last. Rows of a replica that is gone are skipped and removed by
 //! the next reader. On one replica a session's changes are made one at a time (row, count,
 //! event), so that its events follow each other in the order of the changes.
 
@@ -50,7 +50,7 @@ impl Drop for Watching {
         let row = std::mem::take(&mut self.row);
         self.watchers.tasks.spawn(async move {
             let _one_at_a_time = watchers.lock(&record.session_id).await;
-            match watchers.store.remove_watcher(&row).await {
+            match watchers.store.remove_watcher(&row, watchers.cluster.lease()).await {
                 Ok(0) => watchers.changed(&record).await,
                 Ok(_) => {}
                 Err(e) => {
@@ -98,7 +98,7 @@ impl Watchers {
             since: now().timestamp_micros(),
         };
         let _one_at_a_time = self.lock(&record.session_id).await;
-        match self.store.add_watcher(&row).await {
+        match self.store.add_watcher(&row, self.cluster.lease()).await {
             Ok(1) => self.changed(record).await,
             Ok(_) => {}
             Err(e) => {

@@ -1,14 +1,17 @@
 //! Counting under a transaction-scoped advisory lock on PostgreSQL: a tenant's slots, for taking
 //! one (under the lock of the tenant and kind, the slots and live sessions of replicas that beat
 //! within the lease are counted; `impl_quotas!` inserts the slot in the same transaction if the
-//! quota allows), and a session's watchers (`impl_watchers!` changes and counts them under the
-//! lock of the session's watchers).
+//! quota allows), and a session's watchers (`impl_watchers!` changes them under the lock of the
+//! session's watchers, and a person's are counted on replicas that beat within the lease).
+
+use std::time::Duration;
 
 use sqlx::PgConnection;
 
 use super::store::PgStore;
 use crate::store::error::StoreResult;
 use crate::store::quotas::TenantSlot;
+use crate::store::watchers::WatcherRecord;
 
 /// The tenant's slots of kind `$2` held by live replicas, but holder `$3`'s, since `$5`; with
 /// its sessions owned by live replicas for kind `session`. `$4`: the lease in microseconds.
@@ -21,6 +24,13 @@ const IN_USE: &str = "SELECT \
        JOIN replicas r ON r.id = o.replica_id \
        WHERE s.tenant = $1 AND o.session_id <> $3 \
        AND r.heartbeat_at >= now() - $4 * interval '1 microsecond') ELSE 0 END) AS in_use";
+
+/// Watcher `$2`'s rows of session `$1` on replica `$3` and on the replicas that beat within
+/// `$4` microseconds.
+const STREAMS: &str = "SELECT count(*) FROM session_watchers w \
+     LEFT JOIN replicas r ON r.id = w.replica \
+     WHERE w.session_id = $1 AND w.author = $2 \
+     AND (w.replica = $3 OR r.heartbeat_at >= now() - $4 * interval '1 microsecond')";
 
 impl PgStore {
     /// How many slots of `slot`'s tenant and kind count, under the advisory lock of that tenant
@@ -47,6 +57,24 @@ impl PgStore {
             .bind(slot.holder)
             .bind(lease)
             .bind(slot.counted_since())
+            .fetch_one(tx)
+            .await?)
+    }
+
+    /// The rows of `w`'s session and watcher on `w`'s replica and on the replicas that beat
+    /// within `lease`, read in `tx` (see [`SessionWatchers`](crate::store::SessionWatchers)).
+    pub(super) async fn watcher_streams(
+        &self,
+        tx: &mut PgConnection,
+        w: &WatcherRecord,
+        lease: Duration,
+    ) -> StoreResult<i64> {
+        let lease = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+        Ok(sqlx::query_scalar(STREAMS)
+            .bind(&w.session_id)
+            .bind(&w.author)
+            .bind(&w.replica)
+            .bind(lease)
             .fetch_one(tx)
             .await?)
     }
