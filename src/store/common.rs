@@ -195,7 +195,10 @@ pub(crate) async fn unless_empty<T, R>(
 /// bind a timestamp as `time(at)` and the session columns with `bind_session(query, record)`,
 /// read a row to update with `lock_session` (its `$1`: the id; the row must stay unchanged by
 /// others until commit), prune events beyond a count with `prune_events_by_count` (its `$1`: how
-/// many to keep), find the moves of listed sessions with `first_moves` (see
+/// many to keep), count a person's streams of a session with `watcher_streams` (its `$1`–`$4`:
+/// the session, the watcher, the replica adding or removing one, the lease in microseconds; see
+/// [`SessionWatchers`](crate::store::SessionWatchers)), find the moves of listed sessions with
+/// `first_moves` (see
 /// [`FirstMoves`](crate::store::listing::FirstMoves)), the sessions to sync of a page with
 /// `to_sync_query(listed)` (its statement, the page bound) and the synced sessions with
 /// `synced_sessions` (its two values: their ids and their digests, each a JSON array's text).
@@ -216,6 +219,7 @@ macro_rules! impl_store {
             bind_session: $bind_session:path,
             lock_session: $lock_session:path,
             prune_events_by_count: $prune_by_count:path,
+            watcher_streams: $watcher_streams:path,
             first_moves: $first_moves:path,
             to_sync_query: $to_sync_query:path,
             synced_sessions: $synced_sessions:expr $(,)?
@@ -407,6 +411,7 @@ macro_rules! impl_store {
             reads: $reads,
             writes: $writes,
             begin_write: $begin($($begin_arg)?),
+            streams: $watcher_streams,
         });
         impl_usage!($backend { reads: $reads, writes: $writes });
         impl_installs!($backend { reads: $reads, writes: $writes });

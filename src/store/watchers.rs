@@ -53,16 +53,18 @@ pub const OF: &str = "SELECT watcher_id, session_id, replica, author, since \
      FROM session_watchers WHERE session_id = $1 ORDER BY since, watcher_id";
 pub const FORGET: &str = "DELETE FROM session_watchers WHERE replica = $1";
 
-/// `impl_watchers!(Backend { reads, writes, begin_write })` implements [`SessionWatchers`] for
-/// `Backend`, from the parameters of the same names of [`impl_store!`](crate::store::common);
-/// the backend's `lock_watchers(tx, session_id)` holds off other changes of the session's
-/// watchers until the transaction ends, and its `watcher_streams(tx, watcher, lease)` counts.
+/// `impl_watchers!(Backend { reads, writes, begin_write, streams })` implements
+/// [`SessionWatchers`] for `Backend`, from the parameters of the same names of
+/// [`impl_store!`](crate::store::common) (`streams`: its `watcher_streams`); the backend's
+/// `lock_watchers(tx, session_id)` holds off other changes of the session's watchers until the
+/// transaction ends.
 macro_rules! impl_watchers {
     (
         $backend:ty {
             reads: $reads:ident,
             writes: $writes:ident,
-            begin_write: $begin:ident($($begin_arg:expr)?) $(,)?
+            begin_write: $begin:ident($($begin_arg:expr)?),
+            streams: $streams:path $(,)?
         }
     ) => {
         #[async_trait::async_trait]
@@ -140,7 +142,14 @@ macro_rules! impl_watchers {
                     sqlx::query($crate::store::watchers::REMOVE).bind(&w.watcher_id)
                 };
                 change.execute(&mut *tx).await?;
-                let streams = self.watcher_streams(&mut tx, w, lease).await?;
+                let lease = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+                let streams: i64 = sqlx::query_scalar($streams)
+                    .bind(&w.session_id)
+                    .bind(&w.author)
+                    .bind(&w.replica)
+                    .bind(lease)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(u64::try_from(streams).unwrap_or(0))
             }

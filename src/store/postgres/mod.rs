@@ -38,6 +38,7 @@ impl_store!(PgStore {
     bind_session: sessions::bind_session,
     lock_session: sessions::LOCK_SESSION,
     prune_events_by_count: events::PRUNE_BY_COUNT,
+    watcher_streams: quotas::WATCHER_STREAMS,
     first_moves: sessions::FIRST_MOVES,
     to_sync_query: sessions::to_sync_query,
     synced_sessions: synced_sessions!(

@@ -4,14 +4,11 @@
 //! quota allows), and a session's watchers (`impl_watchers!` changes them under the lock of the
 //! session's watchers, and a person's are counted on replicas that beat within the lease).
 
-use std::time::Duration;
-
 use sqlx::PgConnection;
 
 use super::store::PgStore;
 use crate::store::error::StoreResult;
 use crate::store::quotas::TenantSlot;
-use crate::store::watchers::WatcherRecord;
 
 /// The tenant's slots of kind `$2` held by live replicas, but holder `$3`'s, since `$5`; with
 /// its sessions owned by live replicas for kind `session`. `$4`: the lease in microseconds.
@@ -27,7 +24,7 @@ const IN_USE: &str = "SELECT \
 
 /// Watcher `$2`'s rows of session `$1` on replica `$3` and on the replicas that beat within
 /// `$4` microseconds.
-const STREAMS: &str = "SELECT count(*) FROM session_watchers w \
+pub(super) const WATCHER_STREAMS: &str = "SELECT count(*) FROM session_watchers w \
      LEFT JOIN replicas r ON r.id = w.replica \
      WHERE w.session_id = $1 AND w.author = $2 \
      AND (w.replica = $3 OR r.heartbeat_at >= now() - $4 * interval '1 microsecond')";
@@ -57,24 +54,6 @@ impl PgStore {
             .bind(slot.holder)
             .bind(lease)
             .bind(slot.counted_since())
-            .fetch_one(tx)
-            .await?)
-    }
-
-    /// The rows of `w`'s session and watcher on `w`'s replica and on the replicas that beat
-    /// within `lease`, read in `tx` (see [`SessionWatchers`](crate::store::SessionWatchers)).
-    pub(super) async fn watcher_streams(
-        &self,
-        tx: &mut PgConnection,
-        w: &WatcherRecord,
-        lease: Duration,
-    ) -> StoreResult<i64> {
-        let lease = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
-        Ok(sqlx::query_scalar(STREAMS)
-            .bind(&w.session_id)
-            .bind(&w.author)
-            .bind(&w.replica)
-            .bind(lease)
             .fetch_one(tx)
             .await?)
     }

@@ -4,14 +4,11 @@
 //! the quota allows), and a session's watchers (`impl_watchers!` changes them in a transaction
 //! that holds the lock already; a person's are counted on the one gateway serving the file).
 
-use std::time::Duration;
-
 use sqlx::SqliteConnection;
 
 use super::store::{SqliteStore, micros};
 use crate::store::error::StoreResult;
 use crate::store::quotas::TenantSlot;
-use crate::store::watchers::WatcherRecord;
 
 /// The tenant's slots of kind `$2` held by replica `$4`, but holder `$3`'s, since `$5`; with its
 /// sessions that replica holds live for kind `session`.
@@ -22,9 +19,10 @@ const IN_USE: &str = "SELECT \
       (SELECT count(*) FROM session_owners o JOIN sessions s ON s.session_id = o.session_id \
        WHERE s.tenant = $1 AND o.session_id <> $3 AND o.replica_id = $4) ELSE 0 END) AS in_use";
 
-/// Watcher `$2`'s rows of session `$1` on replica `$3`.
-const STREAMS: &str = "SELECT count(*) FROM session_watchers \
-     WHERE session_id = $1 AND author = $2 AND replica = $3";
+/// Watcher `$2`'s rows of session `$1` on replica `$3`, the one serving the file: any other
+/// replica's are a dead process's, whatever the lease (`$4`, microseconds, never negative).
+pub(super) const WATCHER_STREAMS: &str = "SELECT count(*) FROM session_watchers \
+     WHERE session_id = $1 AND author = $2 AND (replica = $3 OR $4 < 0)";
 
 impl SqliteStore {
     /// How many slots of `slot`'s tenant and kind count, read in `tx`, which holds the write
@@ -42,23 +40,6 @@ impl SqliteStore {
             .bind(slot.holder)
             .bind(slot.replica)
             .bind(micros(slot.counted_since()))
-            .fetch_one(tx)
-            .await?)
-    }
-
-    /// The rows of `w`'s session and watcher on `w`'s replica, the one serving the file (any
-    /// other's are a dead process's), read in `tx` (see
-    /// [`SessionWatchers`](crate::store::SessionWatchers)).
-    pub(super) async fn watcher_streams(
-        &self,
-        tx: &mut SqliteConnection,
-        w: &WatcherRecord,
-        _lease: Duration,
-    ) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(STREAMS)
-            .bind(&w.session_id)
-            .bind(&w.author)
-            .bind(&w.replica)
             .fetch_one(tx)
             .await?)
     }
