@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
-use support::fronts::monotonic_ns;
+use support::monotonic_ns;
 use support::text::{env_or, load_average, ms};
 use support::{Backend, Database, Gateway, Options, Sse, cpu_time, percentile, settled_rss};
 

@@ -13,7 +13,9 @@ use super::load::{Calls, LoadPlan, Window, clients};
 use super::peers::{Peer, PeerKind};
 use super::stages::Stages;
 pub use super::text::{env_or, load_average, ms, pair, us};
-use super::{Backend, Database, Gateway, MultiplexedAgent, Options, Sse, cpu_time, percentile};
+use super::{
+    Backend, Database, Gateway, MultiplexedAgent, Options, Sse, cpu_time, monotonic_ns, percentile,
+};
 
 /// Every prompt: 20 chunks, "c1 " … "c20"; [`LAST_CHUNK`] is how the last one reads in an
 /// event, on every front.
@@ -24,7 +26,6 @@ pub const LAST_CHUNK: &[u8] = br#""text":"c20""#;
 pub const WRITTEN_AT: &[u8] = br#""writtenNs":"#;
 /// The database URL's parameter of [`Which::Unsynced`] (`options=-c synchronous_commit=off`).
 const UNSYNCED: &str = "options=-c%20synchronous_commit%3Doff";
-
 /// How long, at most, the subscribers may lag behind the last answer before they are stopped.
 pub const CATCH_UP: Duration = Duration::from_secs(10);
 
@@ -43,8 +44,8 @@ impl Front {
                 let backend = which.backend().expect("a gateway");
                 let mut db = Database::create(backend, dir, "bench").await;
                 if let Which::Unsynced = which {
-                    let joint = if db.url.contains('?') { '&' } else { '?' };
-                    db.url = format!("{}{joint}{UNSYNCED}", db.url);
+                    db.url += if db.url.contains('?') { "&" } else { "?" };
+                    db.url += UNSYNCED;
                 }
                 let mut opts = Options {
                     agent: agent.to_owned(),
@@ -112,9 +113,8 @@ pub enum Which {
     /// This build with its spans at `info` on: traces off (`None`), or on with the collector
     /// down, sampling this ratio of them ("0" or "1").
     Traced(Backend, Option<&'static str>),
-    /// This build on PostgreSQL with `synchronous_commit = off` for its connections (set in
-    /// the database URL, as an operator may): its commits do not wait for the WAL to reach the
-    /// disk.
+    /// This build on PostgreSQL with `synchronous_commit = off` in its database URL (as an
+    /// operator may set it): its commits do not wait for the WAL to reach the disk.
     Unsynced,
     Peer(PeerKind),
 }
@@ -191,12 +191,6 @@ pub async fn subscribe(
             delivery.turn_ends[s].lock().unwrap().push(now);
         }
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds, as the bench agent reads it.
-pub fn monotonic_ns() -> i64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
-    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
 }
 
 /// The session an event names (`"sessionId":"…"`), by its position in the run.

@@ -212,3 +212,9 @@ pub fn direct_event_rate(state: &Path, chunks: usize, rounds: usize) -> f64 {
     }
     best
 }
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds, as the bench agent reads it.
+pub fn monotonic_ns() -> i64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+    t.tv_sec() * 1_000_000_000 + t.tv_nsec()
+}
