@@ -5,8 +5,9 @@
 //! answers how many streams of the session its watcher has then (on its replica, and on the
 //! others that beat within the lease), counted under a lock of the session's watchers (an
 //! advisory lock on PostgreSQL, the write lock on SQLite), so that of streams opening or ending
-//! at once on any replicas, exactly one is told it was its watcher's first or last. The SQL both backends run alike, and [`impl_watchers!`] that implements
-//! [`SessionWatchers`] for each.
+//! at once on any replicas, exactly one is told it was its watcher's first or last. The SQL
+//! both backends run alike, and [`impl_watchers!`] that implements [`SessionWatchers`] for
+//! each.
 
 use std::time::Duration;
 

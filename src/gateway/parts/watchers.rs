@@ -4,9 +4,10 @@
 //! session opens or their last one ends, `watchers_changed` goes to the lifecycle log
 //! (`GET /events`), out of the session's own log: the store counts a person's streams (on the
 //! replicas that beat within the lease) as it adds or removes one, so that exactly one of
-//! streams opening or ending at once, on any replicas, is their first or last. Rows of a replica that is gone are skipped and removed by
-//! the next reader. On one replica a session's changes are made one at a time (row, count,
-//! event), so that its events follow each other in the order of the changes.
+//! streams opening or ending at once, on any replicas, is their first or last. Rows of a
+//! replica that is gone are skipped and removed by the next reader. On one replica a session's
+//! changes are made one at a time (row, count, event), so that its events follow each other in
+//! the order of the changes.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
