@@ -114,7 +114,7 @@ impl EventHub {
     /// Queues an append without waiting for it to be stored. Order is kept: it is written
     /// before anything queued (or appended) later.
     pub async fn enqueue(&self, session_id: &str, event: NewEvent) {
-        self.writer.enqueue(session_id, event, None).await;
+        self.writer.enqueue(session_id, event).await;
     }
 
     /// As [`EventHub::enqueue`], and, when someone follows the session live, the writer's
@@ -125,10 +125,12 @@ impl EventHub {
         self.writer.enqueue_now(session_id, event).await;
     }
 
-    /// As [`EventHub::enqueue`], and the session's `updated_at` is raised to at least `at` in
-    /// the same commit; [`EventHub::touches`] counts such commits.
-    pub async fn enqueue_touching(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {
-        self.writer.enqueue(session_id, event, Some(at)).await;
+    /// As [`EventHub::enqueue`], for the event that opens a turn: the session's `updated_at` is
+    /// raised to at least `at` in the same commit ([`EventHub::touches`] counts such commits),
+    /// and an idle writer waits up to its pace for the turn's first answer before committing
+    /// it, so that a turn answered at once is stored in one commit.
+    pub async fn enqueue_opening(&self, session_id: &str, event: NewEvent, at: DateTime<Utc>) {
+        self.writer.enqueue_opening(session_id, event, at).await;
     }
 
     /// Waits until everything queued so far is stored (read-your-writes for log readers).

@@ -6,7 +6,8 @@
 //! Appends go through one writer task (group commit): it takes everything queued, in order, and
 //! writes each session's share in one transaction, so a fast-streaming agent costs one commit per
 //! batch rather than one per chunk; after each commit it pauses briefly (`COMMIT_PACE`) so that
-//! the next batch gathers without waking it. The queue is bounded: when the store falls behind,
+//! the next batch gathers without waking it, and a turn's opening event waits as long for the
+//! turn's first answer, so that a turn answered at once is one commit. The queue is bounded: when the store falls behind,
 //! the agent's stdout is read more slowly, and nothing is dropped. So too when the store fails:
 //! the writer retries the failed append with backoff and takes nothing more from the queue
 //! until it succeeds, so appenders wait (an agent blocks on its pipe) with memory bounded by the

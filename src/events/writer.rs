@@ -25,8 +25,10 @@ const QUEUE: usize = 8192;
 /// The least time between the end of one commit of the event log and the start of the next,
 /// unless someone waits for one ([`Writer::append`], [`Writer::flush`]) or the last batch
 /// was full: events queued meanwhile gather into one commit, without waking the writer. An
-/// event queued while the writer is idle is committed at once; a streaming turn's are
-/// committed (and reach live subscribers) in batches about this far apart. On a small
+/// event queued while the writer is idle is committed at once, but for a turn's opening, which
+/// waits up to this long for the turn's first answer ([`Writer::enqueue_opening`]); a
+/// streaming turn's events are committed (and reach live subscribers) in batches about this
+/// far apart. On a small
 /// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
 /// the agent the gateway is waiting for (see `bench/README.md`).
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
@@ -43,6 +45,8 @@ struct Queued {
     event: Option<NewEvent>,
     /// Raise the session's `updated_at` to at least this, with the event.
     touch: Option<DateTime<Utc>>,
+    /// How it wakes the writer.
+    wakes: Wakes,
     done: Option<oneshot::Sender<Result<i64, String>>>,
     /// The span whose trace the append belongs to (a turn's), while traces are exported.
     span: Option<tracing::Span>,
@@ -57,11 +61,25 @@ impl Queued {
             session_id: String::new(),
             event: None,
             touch: None,
+            wakes: Wakes::Now,
             done: Some(done),
             span: None,
             at: Instant::now(),
         }
     }
+}
+
+/// How a queued append wakes the writer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wakes {
+    /// At once if it is idle; after its pause if not.
+    Paced,
+    /// It ended the writer's pause, or would have: someone waits for it, or it ends a turn
+    /// someone follows while the writer is quiet ([`Writer::enqueue_now`]).
+    Now,
+    /// It opens a turn: an idle writer waits for the turn's first answer before committing it
+    /// ([`Writer::enqueue_opening`]).
+    Opening,
 }
 
 /// What the writer and its handle share: the writer's pace and what it counts.
@@ -150,29 +168,40 @@ impl Writer {
     /// Appends and waits until it is stored (and broadcast); its sequence number.
     pub(super) async fn append(&self, session_id: &str, event: NewEvent) -> Result<i64, String> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue_with(session_id, event, None, Some(tx)).await;
+        self.enqueue_as(session_id, event, None, Wakes::Now, Some(tx))
+            .await;
         rx.await
             .unwrap_or_else(|_| Err("the event writer has stopped".into()))
     }
 
-    /// Queues an append (raising the session's `updated_at` to at least `touch` in the same
-    /// commit) without waiting for it to be stored.
-    pub(super) async fn enqueue(
+    /// Queues an append without waiting for it to be stored.
+    pub(super) async fn enqueue(&self, session_id: &str, event: NewEvent) {
+        self.enqueue_as(session_id, event, None, Wakes::Paced, None)
+            .await;
+    }
+
+    /// Queues the append that opens a turn, raising the session's `updated_at` to at least
+    /// `touch` in the same commit. Queued while the writer is idle (nothing written for a pace)
+    /// and quiet ([`QUIET_BATCH`]), it is not committed at once like other events: the writer
+    /// first waits, up to its pace, for what it knows comes soon, the turn's first answer (its
+    /// end, or anyone waiting for a commit; the updates before gather meanwhile), so that an
+    /// agent answering at once has the turn stored in one commit, not two in series. A writer
+    /// in a stream of commits, which gathers events in its pauses anyway, commits it at once.
+    pub(super) async fn enqueue_opening(
         &self,
         session_id: &str,
         event: NewEvent,
-        touch: Option<DateTime<Utc>>,
+        touch: DateTime<Utc>,
     ) {
-        self.enqueue_with(session_id, event, touch, None).await;
+        (self.enqueue_as(session_id, event, Some(touch), Wakes::Opening, None)).await;
     }
 
     /// Queues an append, and ends the writer's pause if someone follows the session live and
     /// the writer is quiet ([`QUIET_BATCH`]).
     pub(super) async fn enqueue_now(&self, session_id: &str, event: NewEvent) {
-        self.enqueue_with(session_id, event, None, None).await;
-        if self.shared.quiet.load(Ordering::Relaxed) && self.followers.followed(session_id) {
-            self.shared.urgent.notify_one();
-        }
+        let now = self.shared.quiet.load(Ordering::Relaxed) && self.followers.followed(session_id);
+        let wakes = if now { Wakes::Now } else { Wakes::Paced };
+        self.enqueue_as(session_id, event, None, wakes, None).await;
     }
 
     /// Waits until everything queued so far is stored, unless the writer is retrying a failed
@@ -192,17 +221,19 @@ impl Writer {
         }
     }
 
-    async fn enqueue_with(
+    async fn enqueue_as(
         &self,
         session_id: &str,
         event: NewEvent,
         touch: Option<DateTime<Utc>>,
+        wakes: Wakes,
         done: Option<oneshot::Sender<Result<i64, String>>>,
     ) {
         let item = Queued {
             session_id: session_id.to_owned(),
             event: Some(event),
             touch,
+            wakes,
             done,
             span: self.traced.of(session_id),
             at: Instant::now(),
@@ -216,11 +247,11 @@ impl Writer {
         }
     }
 
-    /// Queues `item` for the writer; one that someone waits for ends the writer's pause.
+    /// Queues `item` for the writer; one that [`Wakes::Now`] ends the writer's pause.
     async fn send(&self, item: Queued) -> Result<(), mpsc::error::SendError<Queued>> {
-        let waited_for = item.done.is_some();
+        let now = item.wakes == Wakes::Now;
         self.queue.send(item).await?;
-        if waited_for {
+        if now {
             self.shared.urgent.notify_one();
         }
         Ok(())
@@ -300,6 +331,8 @@ impl WriterTask {
     async fn run(mut self) {
         let mut log = self.log.log_writer();
         let mut batch = Vec::with_capacity(MAX_BATCH);
+        // When the last write ended.
+        let mut wrote: Option<Instant> = None;
         loop {
             let first = tokio::select! {
                 biased;
@@ -310,12 +343,23 @@ impl WriterTask {
                 }
             };
             let Some(first) = first else { return };
+            let opening = first.wakes == Wakes::Opening;
             batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match self.rx.try_recv() {
-                    Ok(item) => batch.push(item),
-                    Err(_) => break,
+            self.take(&mut batch);
+            // A turn's opening waits for the turn's first answer (`Writer::enqueue_opening`)
+            // when the writer has been idle for a pace and is quiet, the turn's end then ending
+            // the wait; not when what is queued behind it is the answer, or fills the batch.
+            let answered = |batch: &[Queued]| batch.iter().any(|i| i.wakes == Wakes::Now);
+            let idle = wrote.is_none_or(|at| at.elapsed() >= self.pace)
+                && self.shared.quiet.load(Ordering::Relaxed);
+            if opening && idle && batch.len() < MAX_BATCH && !answered(&batch) {
+                tokio::select! {
+                    biased;
+                    _ = self.shared.urgent.notified() => {}
+                    _ = self.stopping.closing() => {}
+                    _ = tokio::time::sleep(self.pace) => {}
                 }
+                self.take(&mut batch);
             }
             let full = batch.len() == MAX_BATCH;
             // Before the batch is written, so that whoever it answers sees it.
@@ -332,6 +376,7 @@ impl WriterTask {
                 give_up(left, self.rx).await;
                 return;
             }
+            wrote = Some(Instant::now());
             if events > 0 {
                 self.stages.written.observe(writing.elapsed());
             }
@@ -342,6 +387,16 @@ impl WriterTask {
                     _ = self.stopping.closing() => {}
                     _ = tokio::time::sleep(self.pace) => {}
                 }
+            }
+        }
+    }
+
+    /// Takes what else is queued into `batch`, up to [`MAX_BATCH`].
+    fn take(&mut self, batch: &mut Vec<Queued>) {
+        while batch.len() < MAX_BATCH {
+            match self.rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
             }
         }
     }

@@ -138,7 +138,7 @@ impl Turns {
             queue_id: queued.clone(),
         };
         self.log
-            .enqueue_touching(id.as_str(), GatewayEvent::TurnStarted(started))
+            .enqueue_opening(id.as_str(), GatewayEvent::TurnStarted(started))
             .await;
         if queued.is_some() {
             // Stored before the agent has it: a queued prompt is never run twice.

@@ -169,3 +169,60 @@ async fn a_turns_end_cuts_the_pause_of_a_quiet_writer_only() {
     drop(follower);
     hub.close().await;
 }
+
+/// A turn's opening, queued while the writer is idle, is not committed at once: the writer
+/// waits for the turn's first answer, and the updates queued meanwhile, the turn's end (in a
+/// session someone follows) and the opening are one commit. A flush ends the wait too, and
+/// with no answer the opening is committed once the pace is out. The first two paces are far
+/// longer than the test, so that no timing decides the outcome.
+#[tokio::test]
+async fn a_turns_opening_waits_for_the_turns_first_answer() {
+    let (_dir, store) = file_store().await;
+    let hub = paced(&store, Duration::from_secs(600));
+    let follower = hub.session_stream("s", None).await.unwrap();
+    let now = chrono::Utc::now();
+    hub.enqueue_opening("s", event(0), now).await;
+    hub.enqueue("s", event(1)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        appended(&store, "s").await,
+        0,
+        "a turn's opening waits for the turn's first answer"
+    );
+    hub.enqueue_now("s", event(2)).await;
+    until_appended(&store, 3, "the turn's end ends the wait").await;
+    assert_eq!(hub.commits(), 1, "the turn is one commit");
+
+    drop(follower);
+    hub.close().await;
+
+    let hub = paced(&store, Duration::from_secs(600));
+    hub.enqueue_opening("s", event(3), now).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(appended(&store, "s").await, 3, "the opening waits");
+    tokio::time::timeout(Duration::from_secs(30), hub.flush())
+        .await
+        .expect("a flush ends the wait");
+    assert_eq!(appended(&store, "s").await, 4);
+    hub.close().await;
+
+    let hub = paced(&store, Duration::from_millis(20));
+    hub.enqueue_opening("s", event(4), now).await;
+    until_appended(
+        &store,
+        5,
+        "unanswered, the opening is committed after the pace",
+    )
+    .await;
+    hub.close().await;
+}
+
+/// A hub on `store` whose writer pauses `pace` after each commit.
+fn paced(store: &Arc<dyn Store>, pace: Duration) -> Arc<EventHub> {
+    EventHub::with_pace(
+        store.clone(),
+        CancellationToken::new(),
+        Retention::default(),
+        pace,
+    )
+}

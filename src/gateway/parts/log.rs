@@ -112,13 +112,13 @@ impl Log {
         self.hub.enqueue_now(session_id, event(&e)).await;
     }
 
-    /// As [`Log::enqueue`], and the session's `updatedAt` becomes now, in the same commit (a
-    /// change of the gateway's own, see [`Records::mark_touched`]).
-    pub(in crate::gateway) async fn enqueue_touching(&self, session_id: &str, e: GatewayEvent) {
+    /// As [`Log::enqueue`], for the event that opens a turn: the session's `updatedAt` becomes
+    /// now, in the same commit (a change of the gateway's own, see [`Records::mark_touched`]),
+    /// and the commit waits briefly for the turn's first answer
+    /// ([`EventHub::enqueue_opening`](crate::events::EventHub::enqueue_opening)).
+    pub(in crate::gateway) async fn enqueue_opening(&self, session_id: &str, e: GatewayEvent) {
         self.records.mark_touched(session_id);
-        self.hub
-            .enqueue_touching(session_id, event(&e), now())
-            .await;
+        self.hub.enqueue_opening(session_id, event(&e), now()).await;
     }
 
     /// Waits until everything appended so far is stored.
