@@ -7,13 +7,13 @@
 //! writes each session's share in one transaction, so a fast-streaming agent costs one commit per
 //! batch rather than one per chunk; after each commit it pauses briefly (`COMMIT_PACE`) so that
 //! the next batch gathers without waking it, and a turn's opening event waits as long for the
-//! turn's first answer, so that a turn answered at once is one commit. The queue is bounded: when the store falls behind,
-//! the agent's stdout is read more slowly, and nothing is dropped. So too when the store fails:
-//! the writer retries the failed append with backoff and takes nothing more from the queue
-//! until it succeeds, so appenders wait (an agent blocks on its pipe) with memory bounded by the
-//! queue; only a shutdown that outlasts its timeout gives up, and logs what was not stored. Events older than the
-//! retention limits are pruned; a subscriber whose cursor points into pruned history first gets
-//! a `gap` event.
+//! turn's first answer, so that a turn answered at once is one commit. The queue is bounded:
+//! when the store falls behind, the agent's stdout is read more slowly, and nothing is dropped.
+//! So too when the store fails: the writer retries the failed append with backoff and takes
+//! nothing more from the queue until it succeeds, so appenders wait (an agent blocks on its
+//! pipe) with memory bounded by the queue; only a shutdown that outlasts its timeout gives up,
+//! and logs what was not stored. Events older than the retention limits are pruned; a
+//! subscriber whose cursor points into pruned history first gets a `gap` event.
 //!
 //! Each part keeps its state behind its methods. `hub.rs` is the hub itself, the face the rest
 //! of the crate calls: it holds the parts, retention and the wake-ups from other replicas;

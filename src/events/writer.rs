@@ -28,9 +28,8 @@ const QUEUE: usize = 8192;
 /// event queued while the writer is idle is committed at once, but for a turn's opening, which
 /// waits up to this long for the turn's first answer ([`Writer::enqueue_opening`]); a
 /// streaming turn's events are committed (and reach live subscribers) in batches about this
-/// far apart. On a small
-/// machine each commit, and each wake-up of the writer, takes CPU and file-system time from
-/// the agent the gateway is waiting for (see `bench/README.md`).
+/// far apart. On a small machine each commit, and each wake-up of the writer, takes CPU and
+/// file-system time from the agent the gateway is waiting for (see `bench/README.md`).
 pub(super) const COMMIT_PACE: Duration = Duration::from_millis(2);
 /// A commit of fewer events than this leaves the writer quiet: the end of a turn then ends its
 /// pause, so that a client sees the turn end with the answer. A larger commit means events
@@ -193,7 +192,9 @@ impl Writer {
         event: NewEvent,
         touch: DateTime<Utc>,
     ) {
-        (self.enqueue_as(session_id, event, Some(touch), Wakes::Opening, None)).await;
+        let wakes = Wakes::Opening;
+        self.enqueue_as(session_id, event, Some(touch), wakes, None)
+            .await;
     }
 
     /// Queues an append, and ends the writer's pause if someone follows the session live and
@@ -349,16 +350,13 @@ impl WriterTask {
             // A turn's opening waits for the turn's first answer (`Writer::enqueue_opening`)
             // when the writer has been idle for a pace and is quiet, the turn's end then ending
             // the wait; not when what is queued behind it is the answer, or fills the batch.
-            let answered = |batch: &[Queued]| batch.iter().any(|i| i.wakes == Wakes::Now);
-            let idle = wrote.is_none_or(|at| at.elapsed() >= self.pace)
-                && self.shared.quiet.load(Ordering::Relaxed);
-            if opening && idle && batch.len() < MAX_BATCH && !answered(&batch) {
-                tokio::select! {
-                    biased;
-                    _ = self.shared.urgent.notified() => {}
-                    _ = self.stopping.closing() => {}
-                    _ = tokio::time::sleep(self.pace) => {}
-                }
+            if opening
+                && wrote.is_none_or(|at| at.elapsed() >= self.pace)
+                && self.shared.quiet.load(Ordering::Relaxed)
+                && batch.len() < MAX_BATCH
+                && !batch.iter().any(|i| i.wakes == Wakes::Now)
+            {
+                self.pause().await;
                 self.take(&mut batch);
             }
             let full = batch.len() == MAX_BATCH;
@@ -381,13 +379,19 @@ impl WriterTask {
                 self.stages.written.observe(writing.elapsed());
             }
             if !full {
-                tokio::select! {
-                    biased;
-                    _ = self.shared.urgent.notified() => {}
-                    _ = self.stopping.closing() => {}
-                    _ = tokio::time::sleep(self.pace) => {}
-                }
+                self.pause().await;
             }
+        }
+    }
+
+    /// Waits for the writer's pace, unless someone needs a commit sooner ([`Wakes::Now`]) or the
+    /// hub is closing.
+    async fn pause(&self) {
+        tokio::select! {
+            biased;
+            _ = self.shared.urgent.notified() => {}
+            _ = self.stopping.closing() => {}
+            _ = tokio::time::sleep(self.pace) => {}
         }
     }
 
