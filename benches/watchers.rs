@@ -13,7 +13,8 @@
 //! Run with `bash bench/watchers.sh`, which builds the release binaries first. SQLite is always
 //! measured; with `DATABASE_URL` set, PostgreSQL too. `WATCHERS_TURNS` sets the turns (default
 //! 5), `WATCHERS_ROWS` the rows as `SESSIONSxWATCHERS` (default `1x10,1x100,1x1000,1000x1`),
-//! `WATCHERS_PROTOCOLS` `h1`, `h2` or both (default). Writes `bench/results/watchers.md`.
+//! `WATCHERS_PROTOCOLS` `h1`, `h2` or both (default), `WATCHERS_GATEWAY` another gateway binary
+//! to measure (an earlier build's, to compare). Writes `bench/results/watchers.md`.
 
 mod support;
 
@@ -23,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use support::monotonic_ns;
 use support::text::{env_or, load_average, ms};
-use support::{Backend, Database, Gateway, Options, Sse, cpu_time, percentile, settled_rss};
+use support::{Backend, Database, Gateway, Options, Sse, percentile, run_time, settled_rss};
 
 /// Set in the watchers' child process: the [`Plan`] as JSON.
 const WATCHERS_ENV: &str = "WATCHERS_BENCH_PLAN";
@@ -109,7 +110,7 @@ async fn watch(plan: Plan) {
                     let _ = tx.send(i).await;
                 }
             }
-            (i, seen, ended)
+            (i, seen, ended, sse)
         }));
     }
     drop(tx);
@@ -128,14 +129,20 @@ async fn watch(plan: Plan) {
         ended: vec![Vec::new(); total],
         ..Seen::default()
     };
+    // The streams stay open until the bench has measured (it closes this process's stdin):
+    // closing them is not charged to the delivery of the last turn.
+    let mut open = Vec::with_capacity(total);
     for w in watchers {
-        let (i, seen, ended) = w.await.unwrap();
+        let (i, seen, ended, sse) = w.await.unwrap();
         all.frames += seen.frames;
         all.lost += seen.lost;
         all.reopened += seen.reopened;
         all.ended[i] = ended;
+        open.push(sse);
     }
     println!("{}", serde_json::to_string(&all).unwrap());
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut Vec::new()).await;
+    drop(open);
 }
 
 /// One row's figures.
@@ -170,10 +177,13 @@ async fn turn(gw: &Gateway, ids: &[String]) -> Vec<i64> {
 }
 
 async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: bool) -> Row {
-    let opts = Options {
+    let mut opts = Options {
         agent: support::bench_agent(),
         ..Options::bench()
     };
+    if let Ok(binary) = std::env::var("WATCHERS_GATEWAY") {
+        opts.binary = binary.into();
+    }
     let gw = Gateway::spawn(db, state, &opts).await;
     let ids: Vec<String> = futures::stream::iter(0..sessions)
         .map(|_| gw.create("/tmp"))
@@ -202,14 +212,14 @@ async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: boo
         metric("acp_gateway_sse_lagged_total").await,
         metric("acp_gateway_event_commits_total").await,
     );
-    let cpu = cpu_time(gw.pid());
+    let cpu = run_time(gw.pid());
     let mut sent = Vec::new();
     for t in 0..turns {
         sent.push(turn(&gw, &ids).await);
         let line = out.next_line().await.unwrap();
         assert_eq!(line, Some(format!("turn {t}")));
     }
-    let cpu = cpu_time(gw.pid()) - cpu;
+    let cpu = run_time(gw.pid()) - cpu;
     let lagged = metric("acp_gateway_sse_lagged_total").await - lagged;
     let commits = metric("acp_gateway_event_commits_total").await - commits;
     let line = out
@@ -298,13 +308,14 @@ async fn main() {
     }
     let turns: usize = env_or("WATCHERS_TURNS", 5);
     let report = format!(
-        "Watchers; commit {}, {} cores, load average {load_before} before and {} after; one run \
-         of `bash bench/watchers.sh`\n\n\
+        "Watchers; commit {}{}, {} cores, load average {load_before} before and {} after; one \
+         run of `bash bench/watchers.sh`\n\n\
          The gateway afresh for each row on the bench agent, the sessions live and past one turn \
          before the watchers connect (in a child process at `nice -n 19`); then {turns} turns of \
          `/chunks 20` (22 events each) in every session, the next once every watcher has read \
          the last. Memory: the gateway's RSS growth as the watchers connect, per watcher. CPU: \
-         the gateway's (`/proc`, 10 ms ticks) over the turns, per frame a watcher read. \
+         the run time of the gateway's threads (`/proc/PID/task/*/schedstat`) over the turns, \
+         the streams still open, per frame a watcher read. \
          Delivery: prompt sent → a watcher reads that turn's `turn_ended`, over every watcher and \
          turn. Lost: gaps in a watcher's ids. Fell behind: `acp_gateway_sse_lagged_total`. Cut: \
          streams the gateway ended that the watcher opened again with `Last-Event-ID`.\n\n\
@@ -312,6 +323,7 @@ async fn main() {
          |---|---|---|---|---|---|---|---|---|---|---|\n\
          {table}",
         support::commit(),
+        std::env::var("WATCHERS_GATEWAY").map_or(String::new(), |g| format!(", gateway `{g}`")),
         support::cores(),
         load_average(),
     );

@@ -31,7 +31,7 @@ pub use load::{
     Calls, LoadPlan, Window, best_alternated, clients, closed_loop, load, load_spread, open_loop,
 };
 pub use shared::agent::{bench_agent, echo_agent};
-pub use shared::process::{cores, cpu_time, pin, rss_kib};
+pub use shared::process::{cores, cpu_time, pin, rss_kib, run_time};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
 
 /// The commit measured (`git rev-parse --short HEAD`, `+dirty` with local changes).
@@ -63,7 +63,8 @@ pub async fn settled_rss(gw: &Gateway) -> u64 {
 /// The clients of a bench, run as a child process of this bench's own binary (with `env` set to
 /// `spec`, which the bench's `main` looks for) at the lowest CPU priority (`nice -n 19`), on
 /// `cpus` when given: in production clients are elsewhere, so here they get only the CPU the
-/// gateway and the agent leave. Returns once the child has said "ready", with its other lines.
+/// gateway and the agent leave. Returns once the child has said "ready", with its other lines;
+/// its stdin is a pipe that [`tokio::process::Child::wait`] closes.
 pub async fn client_process(
     env: &str,
     spec: &str,
@@ -85,6 +86,7 @@ pub async fn client_process(
         .args(["-n", "19"])
         .arg(std::env::current_exe().unwrap())
         .env(env, spec)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

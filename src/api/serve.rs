@@ -8,7 +8,8 @@
 //! read buffer doubles from 8 to 16 KiB on the next read. Here the router is shared (an `Arc`
 //! clone), the protocol is told by peeking at the first bytes (nothing read, no buffer), and
 //! hyper's HTTP/1 and HTTP/2 builders are used directly. Over HTTP/2 many streams share one
-//! connection's buffers and writes (`bench/watchers.sh`).
+//! connection's buffers and writes, gathered into one write per poll of the connection
+//! ([`gather`]; `bench/watchers.sh`).
 //!
 //! A client that reads slower than its streams are written holds at most [`MAX_BUFFERED`]
 //! of the gateway's memory per connection (HTTP/1.1) or stream (HTTP/2): past it, the
@@ -30,6 +31,8 @@ use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
+
+mod gather;
 
 /// Serves `app` on `listener` until `shutdown` resolves; then stops accepting, asks every open
 /// connection to close after its current response (streams end on their own shutdown signal)
@@ -89,11 +92,13 @@ pub async fn serve(
             };
             let mut timed = TimeoutStream::new(stream);
             timed.set_write_timeout(stall);
-            let io = TokioIo::new(Box::pin(timed));
             if http2_preface {
-                let conn = http2.serve_connection(io, service);
-                until_closed(conn, closing, |c| c.graceful_shutdown()).await;
+                let conn = gather::gather(timed, |io| {
+                    http2.serve_connection(TokioIo::new(io), service)
+                });
+                until_closed(conn, closing, |c| c.get_mut().conn().graceful_shutdown()).await;
             } else {
+                let io = TokioIo::new(Box::pin(timed));
                 let conn = http1.serve_connection(io, service).with_upgrades();
                 until_closed(conn, closing, |c| c.graceful_shutdown()).await;
             }
