@@ -46,6 +46,8 @@ struct Plan {
 struct Seen {
     /// Frames with an id read by all watchers.
     frames: u64,
+    /// Their bytes, with the blank line that ends each.
+    bytes: u64,
     /// Events missed: the sum of the gaps between consecutive ids.
     lost: u64,
     /// Streams that ended and were opened again with `Last-Event-ID`.
@@ -105,6 +107,7 @@ async fn watch(plan: Plan) {
                 }
                 last = Some(id);
                 seen.frames += 1;
+                seen.bytes += frame.bytes().len() as u64 + 2;
                 if frame.event() == "turn_ended" {
                     ended.push(monotonic_ns());
                     let _ = tx.send(i).await;
@@ -135,6 +138,7 @@ async fn watch(plan: Plan) {
     for w in watchers {
         let (i, seen, ended, sse) = w.await.unwrap();
         all.frames += seen.frames;
+        all.bytes += seen.bytes;
         all.lost += seen.lost;
         all.reopened += seen.reopened;
         all.ended[i] = ended;
@@ -251,6 +255,52 @@ async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: boo
     }
 }
 
+/// The floor under a frame's CPU where each watcher has a connection of its own (HTTP/1.1):
+/// `bytes` spread over `connections` loopback TCP connections, one write per connection per
+/// turn for `turns` turns, written by one thread that does nothing else, and its run time per
+/// frame (`frames` in all). The reading ends are drained by this process's runtime, outside
+/// the thread timed; on loopback the kernel's receiving work is the writer's, as the gateway's
+/// is.
+async fn bare_writes(connections: usize, turns: usize, bytes: u64, frames: u64) -> Duration {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut sockets: Vec<std::net::TcpStream> = (0..connections)
+            .map(|_| std::net::TcpStream::connect(address).unwrap())
+            .collect();
+        sockets.iter().for_each(|s| s.set_nodelay(true).unwrap());
+        let write = vec![b'x'; (bytes / (connections * turns) as u64) as usize];
+        let run_time = || {
+            let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+            Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
+        };
+        let start = run_time();
+        for _ in 0..turns {
+            for socket in &mut sockets {
+                std::io::Write::write_all(socket, &write).unwrap();
+            }
+            // The readers catch up, as the watchers do between turns.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        run_time() - start
+    });
+    let mut readers = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        readers.push(tokio::spawn(async move {
+            let mut sink = tokio::io::sink();
+            tokio::io::copy(&mut socket, &mut sink).await.unwrap();
+        }));
+    }
+    let spent = tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    spent / frames.max(1) as u32
+}
+
 fn rows_wanted() -> Vec<(usize, usize)> {
     env_or::<String>("WATCHERS_ROWS", "1x10,1x100,1x1000,1000x1".into())
         .split(',')
@@ -303,6 +353,16 @@ async fn main() {
                     r.seen.reopened,
                     r.commits,
                 );
+                if !r.http2 {
+                    let turns = env_or("WATCHERS_TURNS", 5);
+                    let floor = bare_writes(sessions * per, turns, r.seen.bytes, r.seen.frames);
+                    table += &format!(
+                        "| {} | bare writes, no HTTP | {sessions} × {per} | — | {:.2} µs | — | \
+                         {frames_per_watcher:.0} | — | — | — | — |\n",
+                        backend.name(),
+                        floor.await.as_secs_f64() * 1e6,
+                    );
+                }
             }
         }
     }
@@ -318,7 +378,10 @@ async fn main() {
          the streams still open, per frame a watcher read. \
          Delivery: prompt sent → a watcher reads that turn's `turn_ended`, over every watcher and \
          turn. Lost: gaps in a watcher's ids. Fell behind: `acp_gateway_sse_lagged_total`. Cut: \
-         streams the gateway ended that the watcher opened again with `Last-Event-ID`.\n\n\
+         streams the gateway ended that the watcher opened again with `Last-Event-ID`. Bare \
+         writes: the bytes the watchers read, written by one thread of the bench to as many \
+         loopback TCP connections, one write per connection per turn, that thread's run time \
+         per frame: the floor under HTTP/1.1, where each watcher has a connection of its own.\n\n\
          | backend | protocol | sessions × watchers | memory per watcher | CPU per frame | delivery p50 / p99 | frames per watcher | lost | fell behind | cut | commits |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n\
          {table}",

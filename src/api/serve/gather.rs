@@ -2,7 +2,7 @@
 //!
 //! h2 writes a DATA frame of more than 256 bytes with a system call of its own: it keeps one such
 //! frame aside and flushes its socket before taking the next. A commit seen by a thousand
-//! watchers on one connection was a thousand `writev` calls. Here the connection's socket is
+//! watchers on one connection would be a thousand `writev` calls. Here the connection's socket is
 //! behind a [`BufWriter`] whose flush is deferred: h2's writes and flushes fill the buffer (one
 //! that would overflow it writes it out first), and when a poll of the connection returns, what
 //! it gathered goes to the socket. The connection task is the only one that writes, so nothing is
