@@ -24,7 +24,7 @@ const GATHER: usize = 64 * 1024;
 
 /// The shared socket: the connection reads and writes it through [`GatheredIo`], and
 /// [`Gathered`] writes what was gathered when a poll of the connection returns.
-type Shared<T> = Arc<Mutex<Pin<Box<BufWriter<T>>>>>;
+type SharedSocket<T> = Arc<Mutex<Pin<Box<BufWriter<T>>>>>;
 
 /// `io` for a connection, and the connection's future maker: `serve(io)` gives the connection,
 /// wrapped so that each of its polls ends by writing what it gathered.
@@ -32,7 +32,8 @@ pub fn gather<T, C>(io: T, serve: impl FnOnce(GatheredIo<T>) -> C) -> Gathered<T
 where
     T: AsyncRead + AsyncWrite,
 {
-    let shared: Shared<T> = Arc::new(Mutex::new(Box::pin(BufWriter::with_capacity(GATHER, io))));
+    let shared: SharedSocket<T> =
+        Arc::new(Mutex::new(Box::pin(BufWriter::with_capacity(GATHER, io))));
     Gathered {
         conn: Box::pin(serve(GatheredIo {
             shared: shared.clone(),
@@ -45,10 +46,10 @@ where
 /// The socket as the connection sees it: reads pass through; a flush only flushes once the
 /// socket is shut down.
 pub struct GatheredIo<T> {
-    shared: Shared<T>,
+    shared: SharedSocket<T>,
 }
 
-fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, Pin<Box<BufWriter<T>>>> {
+fn lock<T>(shared: &SharedSocket<T>) -> MutexGuard<'_, Pin<Box<BufWriter<T>>>> {
     // A poll that panicked under the lock left the buffer as it was: still a valid buffer.
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -99,7 +100,7 @@ impl<T: AsyncRead + AsyncWrite> AsyncWrite for GatheredIo<T> {
 /// handed its bytes over, would not learn of it.
 pub struct Gathered<T, C> {
     conn: Pin<Box<C>>,
-    shared: Shared<T>,
+    shared: SharedSocket<T>,
     failed: bool,
 }
 
