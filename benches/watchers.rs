@@ -180,7 +180,13 @@ async fn turn(gw: &Gateway, ids: &[String]) -> Vec<i64> {
         .await
 }
 
-async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: bool) -> Row {
+async fn measure(
+    db: &str,
+    state: &Path,
+    (sessions, per): (usize, usize),
+    http2: bool,
+    turns: usize,
+) -> Row {
     let mut opts = Options {
         agent: support::bench_agent(),
         ..Options::bench()
@@ -197,7 +203,6 @@ async fn measure(db: &str, state: &Path, sessions: usize, per: usize, http2: boo
     // A turn in each before anyone watches: what is built lazily is not charged to watchers.
     turn(&gw, &ids).await;
     let before = settled_rss(&gw).await;
-    let turns: usize = env_or("WATCHERS_TURNS", 5);
     let plan = Plan {
         urls: ids
             .iter()
@@ -270,11 +275,7 @@ async fn bare_writes(connections: usize, turns: usize, bytes: u64, frames: u64) 
             .collect();
         sockets.iter().for_each(|s| s.set_nodelay(true).unwrap());
         let write = vec![b'x'; (bytes / (connections * turns) as u64) as usize];
-        let run_time = || {
-            let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-            Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
-        };
-        let start = run_time();
+        let start = support::thread_run_time();
         for _ in 0..turns {
             for socket in &mut sockets {
                 std::io::Write::write_all(socket, &write).unwrap();
@@ -282,7 +283,7 @@ async fn bare_writes(connections: usize, turns: usize, bytes: u64, frames: u64) 
             // The readers catch up, as the watchers do between turns.
             std::thread::sleep(Duration::from_millis(20));
         }
-        run_time() - start
+        support::thread_run_time() - start
     });
     let mut readers = Vec::with_capacity(connections);
     for _ in 0..connections {
@@ -325,6 +326,7 @@ async fn main() {
         p if p == "h2" => vec![true],
         _ => vec![false, true],
     };
+    let turns: usize = env_or("WATCHERS_TURNS", 5);
     let load_before = load_average();
     let mut table = String::new();
     for backend in Backend::available() {
@@ -334,7 +336,7 @@ async fn main() {
                 // A store of its own: the bench agent numbers its sessions from 1 again.
                 let state = dir.path().join(format!("{}-{row}-{http2}", backend.name()));
                 let mut db = Database::create(backend, &state, "watchers").await;
-                let r = measure(&db.url, &state, sessions, per, http2).await;
+                let r = measure(&db.url, &state, (sessions, per), http2, turns).await;
                 db.remove().await;
                 let frames_per_watcher = r.seen.frames as f64 / (sessions * per) as f64;
                 table += &format!(
@@ -354,7 +356,6 @@ async fn main() {
                     r.commits,
                 );
                 if !r.http2 {
-                    let turns = env_or("WATCHERS_TURNS", 5);
                     let floor = bare_writes(sessions * per, turns, r.seen.bytes, r.seen.frames);
                     table += &format!(
                         "| {} | bare writes, no HTTP | {sessions} × {per} | — | {:.2} µs | — | \
@@ -366,7 +367,6 @@ async fn main() {
             }
         }
     }
-    let turns: usize = env_or("WATCHERS_TURNS", 5);
     let report = format!(
         "Watchers; commit {}{}, {} cores, load average {load_before} before and {} after; one \
          run of `bash bench/watchers.sh`\n\n\

@@ -31,7 +31,7 @@ pub use load::{
     Calls, LoadPlan, Window, best_alternated, clients, closed_loop, load, load_spread, open_loop,
 };
 pub use shared::agent::{bench_agent, echo_agent};
-pub use shared::process::{cores, cpu_time, pin, rss_kib, run_time};
+pub use shared::process::{cores, cpu_time, pin, rss_kib, run_time, thread_run_time};
 pub use shared::{Backend, Database, Gateway, Options, Sse, postgres};
 
 /// The commit measured (`git rev-parse --short HEAD`, `+dirty` with local changes).

@@ -2,6 +2,7 @@
 //! pinning one to cores, and where a server the tests spawn listens: the tests check that no
 //! process outlives the gateway, the benches measure and place them.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -83,13 +84,22 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// for ticks, in which no thread that ran ends.
 pub fn run_time(pid: u32) -> Duration {
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
-    let ns: u64 = threads
-        .filter_map(|t| {
-            let stat = std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok()?;
-            stat.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum();
-    Duration::from_nanos(ns)
+    threads
+        .filter_map(|t| schedstat_run_time(&t.ok()?.path().join("schedstat")))
+        .sum()
+}
+
+/// The time the calling thread has run so far, to the nanosecond.
+pub fn thread_run_time() -> Duration {
+    schedstat_run_time(Path::new("/proc/thread-self/schedstat")).expect("a schedstat")
+}
+
+/// The first field of a `schedstat` file: time on a CPU.
+fn schedstat_run_time(path: &Path) -> Option<Duration> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    Some(Duration::from_nanos(
+        stat.split_whitespace().next()?.parse().ok()?,
+    ))
 }
 
 /// CPU time (user + system) a process has used so far.

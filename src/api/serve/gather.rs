@@ -39,12 +39,11 @@ where
             shared: shared.clone(),
         })),
         shared,
-        failed: false,
     }
 }
 
-/// The socket as the connection sees it: reads pass through; a flush only flushes once the
-/// socket is shut down.
+/// The socket as the connection sees it: reads and writes pass through; its flush is left to
+/// [`Gathered`], and shutting it down flushes.
 pub struct GatheredIo<T> {
     shared: SharedSocket<T>,
 }
@@ -101,7 +100,6 @@ impl<T: AsyncRead + AsyncWrite> AsyncWrite for GatheredIo<T> {
 pub struct Gathered<T, C> {
     conn: Pin<Box<C>>,
     shared: SharedSocket<T>,
-    failed: bool,
 }
 
 impl<T, C> Gathered<T, C> {
@@ -115,20 +113,16 @@ impl<T: AsyncRead + AsyncWrite, C: Future> Future for Gathered<T, C> {
     type Output = Option<C::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.failed {
-            return Poll::Ready(None);
+        if let Poll::Ready(out) = self.conn.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
         }
-        let done = self.conn.as_mut().poll(cx);
-        let flushed = lock(&self.shared).as_mut().poll_flush(cx);
-        match (done, flushed) {
-            (Poll::Ready(out), _) => Poll::Ready(Some(out)),
-            (Poll::Pending, Poll::Ready(Err(e))) => {
+        match lock(&self.shared).as_mut().poll_flush(cx) {
+            Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "an HTTP/2 connection's write failed");
-                self.failed = true;
                 Poll::Ready(None)
             }
             // Written, or the socket wakes this task once it can take more.
-            (Poll::Pending, _) => Poll::Pending,
+            _ => Poll::Pending,
         }
     }
 }
