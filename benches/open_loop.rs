@@ -14,7 +14,10 @@
 //! The floor under fresh delivery, in the same run: for each store, the commit holding a turn's
 //! last chunk, timed through the store's own log writer at the same rate with nothing else
 //! running (`benches/support/floor.rs`, [`support::floor::commit_latency`]); no front that
-//! stores an event before a subscriber reads it delivers a turn's last chunk faster.
+//! stores an event before a subscriber reads it delivers a turn's last chunk faster. Beside it,
+//! a whole turn committed in one append, the shape the gateway commits a quick turn in, and
+//! acp-http-adapter's delivery with such a commit added: what the delivery targets leave for a
+//! front that stores each turn before handing it on.
 //!
 //! With `OPEN_LOOP_UNSYNCED=1` (`bench/open-loop.sh` sets it) and PostgreSQL, the gateway is
 //! measured on it a second time with `synchronous_commit = off` (its commits not waiting for
@@ -95,31 +98,44 @@ async fn main() {
         for backend in gateway_backends(&setup) {
             let state = dir.path().join(format!("{n}-commit-{}", backend.name()));
             let secs = Duration::from_secs(setup.secs);
-            let (took, storing) =
-                support::floor::commit_latency(backend, &state, n, period, secs).await;
+            let commits = support::floor::commit_latency(backend, &state, n, period, secs).await;
+            let (took, storing) = (&commits.last, &commits.storing);
             table += &format!(
-                "| {n} | the log alone, {}: a turn's last commit | — | — | — | {} | — | {} |\n",
+                "| {n} | the log alone, {}: a turn's last commit | — | — | — | {} | — | {} |\n\
+                 | {n} | the log alone, {0}: a whole turn in one commit | — | — | — | {} | — | — |\n",
                 backend.name(),
-                spread(&took),
+                spread(took),
                 us(storing.cpu, storing.events as usize),
+                spread(&commits.whole),
             );
             if let Some((peer, f)) = best_peer {
-                // A relay as fast as the peer's that also commits: each of its fresh deliveries
-                // plus a commit drawn from this run's.
-                let mut sum: Vec<Duration> = (f.since_written.iter().enumerate())
-                    .map(|(i, d)| *d + took[(i * 7919) % took.len()])
-                    .collect();
-                sum.sort();
                 floors += &format!(
                     "- {n} sessions, {}: a turn's last commit alone takes {} at p99 and storing \
                      {} of CPU per event, against {peer}'s fresh delivery p99 of {} and {} of \
                      CPU per event; its relay plus a commit: fresh p99 {}\n",
                     backend.name(),
-                    ms(percentile(&took, 0.99)),
+                    ms(percentile(took, 0.99)),
                     us(storing.cpu, storing.events as usize),
                     ms(percentile(&f.since_written, 0.99)),
                     us(f.usage.front, f.events as usize),
-                    ms(percentile(&sum, 0.99)),
+                    ms(percentile(&plus_drawn(&f.since_written, took), 0.99)),
+                );
+            }
+            if let Some(adapter) = adapter.filter(|a| !delivery(a).is_empty()) {
+                let theirs = delivery(adapter);
+                let with_commit = plus_drawn(theirs, &commits.whole);
+                let ratio = |q| {
+                    percentile(&with_commit, q).as_secs_f64() / percentile(theirs, q).as_secs_f64()
+                };
+                floors += &format!(
+                    "- {n} sessions, {}: a whole turn's commit alone takes {} at p50 and {} at \
+                     p99; acp-http-adapter's delivery plus such a commit: p50 {:.2} × and p99 \
+                     {:.2} × its own\n",
+                    backend.name(),
+                    ms(percentile(&commits.whole, 0.5)),
+                    ms(percentile(&commits.whole, 0.99)),
+                    ratio(0.5),
+                    ratio(0.99),
                 );
             }
         }
@@ -160,7 +176,9 @@ async fn main() {
          window. The log alone: the store's own log writer, nothing else running, each session \
          given a turn at the same rate, its first events committed, then its last chunk with its \
          `turn_ended`, that commit timed (in the fresh column): the floor under a fresh delivery \
-         for a front that stores an event before a subscriber reads it.\n\n\
+         for a front that stores an event before a subscriber reads it; every other turn instead \
+         committed whole in one append (the shape of a quick turn's commit in the gateway), \
+         timed.\n\n\
          | sessions | front | prompts/s | round trip p50 / p99 / p99.9 | delivery p50 / p99 / p99.9 | fresh p50 / p99 / p99.9 | events lost | front CPU per event |\n\
          |---|---|---|---|---|---|---|---|\n\
          {table}\n{ratios}{floors}\n\
@@ -184,6 +202,16 @@ async fn main() {
     print!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/open-loop.md");
     std::fs::write(out, report).unwrap();
+}
+
+/// `samples` each plus a commit drawn from `commits` (spread over them), sorted: a front as
+/// fast as the one measured that also commits.
+fn plus_drawn(samples: &[Duration], commits: &[Duration]) -> Vec<Duration> {
+    let mut sum: Vec<Duration> = (samples.iter().enumerate())
+        .map(|(i, d)| *d + commits[(i * 7919) % commits.len()])
+        .collect();
+    sum.sort();
+    sum
 }
 
 /// A gateway front's stage timings, and its fresh delivery beside them.

@@ -8,7 +8,8 @@
 //! second that the machine's cores can carry with the durable log on.
 //!
 //! [`commit_latency`] is the floor under the open-loop bench's fresh delivery: how long the
-//! commit that holds a turn's last chunk takes on this machine, at the bench's rate.
+//! commit that holds a turn's last chunk takes on this machine, at the bench's rate, and how
+//! long a whole turn's commit takes there with nothing else running.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -100,20 +101,23 @@ pub async fn measure(backend: Backend, dir: &Path, sessions: usize, secs: Durati
     Floor { events, cpu }
 }
 
-/// How long the commit holding a turn's last chunk takes, sorted, and what storing cost in
-/// all (CPU per event, as [`measure`]'s): `sessions` sessions each
-/// given a turn every `period` (spread over it) for `secs`, through `backend`'s log writer with
-/// nothing else running. Each turn is committed as a writer with nothing else to do commits it
-/// as it comes: its first events in one append, then its last chunk with its `turn_ended` in
-/// another, the one timed. No front that stores an event before a subscriber reads it can hand
-/// a turn's last chunk over faster than that commit.
+/// How long a turn's commits take, each list sorted, and what storing cost in all (CPU per
+/// event, as [`measure`]'s): `sessions` sessions each given a turn every `period` (spread over
+/// it) for `secs`, through `backend`'s log writer with nothing else running. Turns alternate
+/// between the two shapes a writer with nothing else to do commits them in:
+/// - [`Commits::last`]: as the turn comes, its first events (with the session's touch) in one
+///   append, then its last chunk with its `turn_ended` in another, the one timed. No front that
+///   stores an event before a subscriber reads it can hand a turn's last chunk over faster.
+/// - [`Commits::whole`]: the whole turn, with the touch, in one append, timed: how the gateway
+///   commits a turn whose agent answers at once (its opening waits for the answer), the write
+///   that the stage table's "written" times under load.
 pub async fn commit_latency(
     backend: Backend,
     dir: &Path,
     sessions: usize,
     period: Duration,
     secs: Duration,
-) -> (Vec<Duration>, Floor) {
+) -> Commits {
     let (mut db, store, ids) = sessions_in(backend, dir, sessions).await;
     let server = || server_cpu(backend);
     let (cpu_before, server_before) = (cpu_time(std::process::id()), server());
@@ -121,25 +125,47 @@ pub async fn commit_latency(
     let mut writer = store.log_writer();
     let mut tick = tokio::time::interval(period / sessions as u32);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut took, end) = (Vec::new(), Instant::now() + secs);
-    for (id, turn) in ids.iter().zip(&turns).cycle() {
+    let (mut last, mut whole, end) = (Vec::new(), Vec::new(), Instant::now() + secs);
+    for (i, (id, turn)) in ids.iter().zip(&turns).cycle().enumerate() {
         if Instant::now() >= end {
             break;
         }
         tick.tick().await;
+        if i % 2 == 1 {
+            let started = Instant::now();
+            writer.append(id, turn, Some(Utc::now())).await.unwrap();
+            whole.push(started.elapsed());
+            continue;
+        }
         let (head, tail) = turn.split_at(EVENTS_PER_TURN - 2);
         writer.append(id, head, Some(Utc::now())).await.unwrap();
         let started = Instant::now();
         writer.append(id, tail, None).await.unwrap();
-        took.push(started.elapsed());
+        last.push(started.elapsed());
     }
     let cpu = cpu_time(std::process::id()) - cpu_before + (server() - server_before);
-    let events = (took.len() * EVENTS_PER_TURN) as u64;
+    let events = ((last.len() + whole.len()) * EVENTS_PER_TURN) as u64;
     drop(writer);
     drop(store);
     db.remove().await;
-    took.sort();
-    (took, Floor { events, cpu })
+    last.sort();
+    whole.sort();
+    Commits {
+        last,
+        whole,
+        storing: Floor { events, cpu },
+    }
+}
+
+/// What [`commit_latency`] measured.
+pub struct Commits {
+    /// A turn's last commit (its last chunk and `turn_ended`), its first events committed
+    /// before; sorted.
+    pub last: Vec<Duration>,
+    /// A whole turn in one commit, with the session's touch; sorted.
+    pub whole: Vec<Duration>,
+    /// What storing both shapes cost.
+    pub storing: Floor,
 }
 
 /// One turn's events, with the bench agent's own update text.
