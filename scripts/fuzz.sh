@@ -7,10 +7,14 @@
 # untracked fuzz/corpus/<target>/, which later runs start from too). A crash leaves its input
 # in fuzz/artifacts/<target>/ and fails the script.
 # The build is coverage-guided as cargo-fuzz makes it (SanitizerCoverage with comparison
-# tracing, AddressSanitizer, debug assertions on), with the profile of fuzz/Cargo.toml's own
-# workspace and 16 codegen units (cargo-fuzz's default is 1, which compiles the gateway's crate
-# on one core; its documentation names 16 for faster builds, inputs running a little slower).
-# FUZZ_SANITIZER=none builds without AddressSanitizer.
+# tracing, debug assertions on), with the profile of fuzz/Cargo.toml's own workspace and 16
+# codegen units (cargo-fuzz's default is 1, which compiles the gateway's crate on one core; its
+# documentation names 16 for faster builds, inputs running a little slower). It is built
+# without a sanitizer: the gateway's crate has no unsafe code (`unsafe_code = "deny"`), and what
+# the targets look for is a panic or a broken rule, which libFuzzer catches without one. The
+# build takes about two thirds of the time it takes with AddressSanitizer (548 against 797 s on
+# 2 cores), and inputs run faster. FUZZ_SANITIZER=address builds with AddressSanitizer, which
+# also watches the unsafe code of the dependencies the targets reach.
 # cargo-fuzz, pinned below, is taken from PATH when it is that version, else installed
 # (unoptimised: it only drives cargo and libFuzzer) under target/fuzz-tools. It needs nightly
 # compiler features; RUSTC_BOOTSTRAP=1 lets the stable toolchain provide them, so no nightly
@@ -20,7 +24,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 cargo_fuzz_version=0.13.2
 targets=(jsonrpc_line request_validators)
-build_options=(--sanitizer "${FUZZ_SANITIZER:-address}" --codegen-units 16)
+build_options=(--sanitizer "${FUZZ_SANITIZER:-none}" --codegen-units 16)
 
 tools=$PWD/target/fuzz-tools
 export PATH="$tools/bin:$PATH"
